@@ -1,0 +1,102 @@
+"""Raw files: captured pages exactly as they came. Never edited.
+
+Layout under KB_HOME/raw/x:
+    <batch>/page-0001.json ...   one file per GraphQL Bookmarks response
+    <batch>/capture.json         the capture's manifest (written last)
+    watermark.json               newest bookmark of the last complete capture
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import dagster as dg
+
+from kb_resources.settings import get_settings
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write to a temp file in the same folder, then rename: a reader never
+    sees half a file, and a crash leaves the old file or none."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass
+class CaptureManifest:
+    batch: str
+    mode: str  # browser or files
+    full: bool
+    complete: bool
+    pages: list[str] = field(default_factory=list)
+    newest_tweet_id: str | None = None
+    newest_sort_index: str | None = None
+    met_watermark: bool = False
+    error: str | None = None
+    started_at: str = ""
+    finished_at: str = ""
+
+
+class RawStore(dg.ConfigurableResource):
+    """The folder of raw captured pages."""
+
+    root: str = ""
+
+    def x_dir(self) -> Path:
+        return Path(self.root) if self.root else get_settings().x_raw_dir
+
+    def batch_dir(self, batch: str) -> Path:
+        if not batch or "/" in batch or batch.startswith("."):
+            raise ValueError(f"batch name {batch!r} is not a safe folder name")
+        return self.x_dir() / batch
+
+    def page_path(self, batch: str, number: int) -> Path:
+        return self.batch_dir(batch) / f"page-{number:04d}.json"
+
+    def write_page(self, batch: str, number: int, body: bytes) -> Path:
+        path = self.page_path(batch, number)
+        write_atomic(path, body)
+        return path
+
+    def pages(self, batch: str) -> list[Path]:
+        folder = self.batch_dir(batch)
+        return sorted(folder.glob("page-*.json")) if folder.is_dir() else []
+
+    def batches(self) -> list[str]:
+        root = self.x_dir()
+        if not root.is_dir():
+            return []
+        return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+    def write_manifest(self, manifest: CaptureManifest) -> None:
+        path = self.batch_dir(manifest.batch) / "capture.json"
+        write_atomic(path, json.dumps(asdict(manifest), indent=2).encode())
+
+    def manifest(self, batch: str) -> CaptureManifest | None:
+        path = self.batch_dir(batch) / "capture.json"
+        if not path.exists():
+            return None
+        return CaptureManifest(**json.loads(path.read_text()))
+
+    def watermark(self) -> dict | None:
+        """{"tweet_id", "sort_index", "batch"} of the newest bookmark that a
+        complete capture stored, or None before the first one."""
+        path = self.x_dir() / "watermark.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def move_watermark(self, tweet_id: str, sort_index: str, batch: str) -> None:
+        payload = {"tweet_id": tweet_id, "sort_index": sort_index, "batch": batch}
+        write_atomic(self.x_dir() / "watermark.json", json.dumps(payload).encode())

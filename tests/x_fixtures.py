@@ -1,0 +1,100 @@
+"""Build Bookmarks pages from the real X captures in ../shared/fixtures/x.
+
+The captures are other timeline endpoints; their tweet entries have the same
+shape as in the Bookmarks response. Here they move into the Bookmarks
+envelope (see ../shared/fixtures/x/README.md), paged by cursor.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+from tests.shared_data import x_fixture
+
+FIXTURE_FILES = (
+    "raw_list_timeline.json",
+    "raw_user_tweets.json",
+    "raw_tweet_details.json",
+    "manual_tweet_with_video_1.json",
+    "card_summary.json",
+    "card_broadcast.json",
+    "card_audiospace.json",
+)
+
+
+def _walk_entries(node):
+    if isinstance(node, dict):
+        if isinstance(node.get("entryId"), str) and "content" in node:
+            yield node
+            return
+        for value in node.values():
+            yield from _walk_entries(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk_entries(value)
+
+
+@cache
+def fixture_tweet_entries(name: str) -> tuple[str, ...]:
+    """The tweet entries of one capture file (as JSON strings, so the cache
+    cannot be mutated by a test)."""
+    payload = json.loads(x_fixture(name).read_text())
+    out = []
+    for entry in _walk_entries(payload):
+        if entry["entryId"].startswith("tweet-"):
+            result = entry["content"].get("itemContent", {}).get("tweet_results", {}).get("result")
+            if result:
+                out.append(json.dumps(entry))
+    return tuple(out)
+
+
+def all_tweet_entries() -> list[dict]:
+    """Every tweet entry of every capture, de-duplicated by entryId, with
+    sortIndex rewritten to a strictly falling sequence (newest first), as a
+    bookmark timeline has it."""
+    seen: set[str] = set()
+    entries: list[dict] = []
+    for name in FIXTURE_FILES:
+        for raw in fixture_tweet_entries(name):
+            entry = json.loads(raw)
+            if entry["entryId"] in seen:
+                continue
+            seen.add(entry["entryId"])
+            entries.append(entry)
+    top = 1900000000000000000
+    for i, entry in enumerate(entries):
+        entry["sortIndex"] = str(top - i * 1000)
+    return entries
+
+
+def cursor_entry(kind: str, value: str, sort_index: str) -> dict:
+    return {
+        "entryId": f"cursor-{kind.lower()}-{sort_index}",
+        "sortIndex": sort_index,
+        "content": {"entryType": "TimelineTimelineCursor", "__typename": "TimelineTimelineCursor",
+                    "value": value, "cursorType": kind},
+    }
+
+
+def bookmarks_page(entries: list[dict], *, bottom_cursor: str | None, page_no: int = 0) -> dict:
+    """One Bookmarks response: the entries, then top and bottom cursors."""
+    items = list(entries)
+    items.append(cursor_entry("Top", f"top-{page_no}", "1999999999999999999"))
+    if bottom_cursor is not None:
+        items.append(cursor_entry("Bottom", bottom_cursor, "0"))
+    return {"data": {"bookmark_timeline_v2": {"timeline": {
+        "instructions": [{"type": "TimelineAddEntries", "entries": items}],
+        "responseObjects": {"feedbackActions": []},
+    }}}}
+
+
+def paged_bookmarks(entries: list[dict], page_size: int = 20) -> list[dict]:
+    """Split entries into Bookmarks pages linked by cursor. The last page has
+    a bottom cursor but no tweets, as X ends a timeline."""
+    pages = []
+    chunks = [entries[i:i + page_size] for i in range(0, len(entries), page_size)]
+    for n, chunk in enumerate(chunks):
+        pages.append(bookmarks_page(chunk, bottom_cursor=f"page-{n + 1}", page_no=n))
+    pages.append(bookmarks_page([], bottom_cursor=f"page-{len(chunks) + 1}", page_no=len(chunks)))
+    return pages
