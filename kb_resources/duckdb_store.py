@@ -16,6 +16,7 @@ from pathlib import Path
 
 import dagster as dg
 import duckdb
+import pyarrow as pa
 
 from kb_resources.schema import SCHEMA_VERSION, TABLES
 from kb_resources.settings import get_settings
@@ -52,6 +53,18 @@ def ensure_schema(conn: duckdb.DuckDBPyConnection) -> bool:
     conn.execute("DELETE FROM schema_info")
     conn.execute("INSERT INTO schema_info VALUES (?)", [SCHEMA_VERSION])
     return dropped
+
+
+def insert_rows(conn: duckdb.DuckDBPyConnection, table: str, rows: list[dict]) -> None:
+    """Insert dict rows through Arrow: far faster than executemany."""
+    if not rows:
+        return
+    conn.register("incoming_rows", pa.Table.from_pylist(rows))
+    try:
+        columns = ", ".join(rows[0])
+        conn.execute(f"INSERT OR REPLACE INTO {table} ({columns}) SELECT {columns} FROM incoming_rows")
+    finally:
+        conn.unregister("incoming_rows")
 
 
 class DuckDBStore(dg.ConfigurableResource):

@@ -84,3 +84,17 @@ TABLES: dict[str, str] = {
             version INTEGER NOT NULL
         )""",
 }
+
+TABLES["chunks"] = """
+    CREATE TABLE IF NOT EXISTS chunks (
+        chunk_id    VARCHAR PRIMARY KEY,   -- stable: hash of tweet_id, source, ref, position
+        tweet_id    VARCHAR NOT NULL,      -- the bookmark that owns it
+        source      VARCHAR NOT NULL,      -- post, quote, article, link, image, video, ...
+        ref         VARCHAR NOT NULL,      -- the URL the passage came from
+        position    INTEGER NOT NULL,      -- order within (tweet_id, source, ref)
+        text        VARCHAR NOT NULL,
+        text_hash   VARCHAR NOT NULL,      -- the translation and vector caches key on it
+        word_count  INTEGER NOT NULL,
+        lang        VARCHAR,
+        batch       VARCHAR NOT NULL
+    )"""

@@ -33,6 +33,7 @@ class Settings(BaseSettings):
     kb_x_base_url: str = Field("https://x.com", description="X web origin. Tests point it at a loopback server.")
     kb_browser_timeout_s: float = Field(30.0, description="Page load timeout in seconds.")
     kb_capture_max_idle_scrolls: int = Field(6, description="Scrolls with no new Bookmarks page before the capture calls the end.")
+    kb_capture_scroll_wait_s: float = Field(2.0, description="Seconds the capture waits for a new Bookmarks page after each scroll.")
 
     # --- embeddings ------------------------------------------------------------
     kb_embed_backend: str = Field("auto", description="auto, ollama or local. auto: Ollama when it answers and has the model, else local.")
@@ -151,3 +152,15 @@ def get_settings() -> Settings:
     change KB_HOME get fresh settings."""
     key = tuple(sorted((k, v) for k, v in os.environ.items() if k.isupper()))
     return _cached_settings(key)
+
+
+def env_example() -> str:
+    """The text of .env.example, made from the fields above, so the file
+    cannot drift from the code (tests/test_settings.py compares them)."""
+    lines = ["# Every kb setting, with its default and purpose.",
+             "# Copy to .env (never commit .env) and change what you need.", ""]
+    home = str(Path.home())
+    for name, field_info in Settings.model_fields.items():
+        default = "" if field_info.default is None else str(field_info.default).replace(home, "~")
+        lines += [f"# {field_info.description}", f"{name.upper()}={default}", ""]
+    return "\n".join(lines)

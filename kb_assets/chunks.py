@@ -1,0 +1,165 @@
+"""Asset `chunks`: paragraph-aligned passages of every bookmark's text.
+
+Each chunk source is one function that reads one normalized or enriched
+table and yields texts. A new enrichment adds one function to CHUNK_SOURCES:
+it only adds rows, and no other source changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import dagster as dg
+import duckdb
+
+from kb_assets.chunking import chunk_text
+from kb_assets.partitions import sync_batches
+from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
+from kb_resources.settings import get_settings
+
+TCO_URL = re.compile(r"https?://t\.co/\w+")
+
+
+@dataclass(frozen=True)
+class SourceText:
+    """One text behind a bookmark, before it is cut into chunks."""
+
+    tweet_id: str
+    source: str  # post, quote, article, link, image, video, ...
+    ref: str  # the URL the text came from
+    text: str
+    lang: str | None = None
+
+
+ChunkSource = Callable[[duckdb.DuckDBPyConnection, list[str]], Iterable[SourceText]]
+
+
+def _expand_tco(text: str, tco_to_url: dict[str, str]) -> str:
+    """Put the real URL in place of each t.co link; drop the t.co links of
+    media, which carry no words."""
+    return TCO_URL.sub(lambda m: tco_to_url.get(m.group(0), ""), text).strip()
+
+
+def _tco_map(conn: duckdb.DuckDBPyConnection, tweet_ids: list[str]) -> dict[str, dict[str, str]]:
+    rows = conn.execute(
+        "SELECT tweet_id, tco_url, expanded_url FROM links WHERE tweet_id IN (SELECT unnest(?)) AND tco_url IS NOT NULL",
+        [tweet_ids],
+    ).fetchall()
+    out: dict[str, dict[str, str]] = {}
+    for tweet_id, tco, url in rows:
+        out.setdefault(tweet_id, {})[tco] = url
+    return out
+
+
+def post_texts(conn, tweet_ids):
+    tco = _tco_map(conn, tweet_ids)
+    rows = conn.execute(
+        "SELECT tweet_id, url, text, lang FROM bookmarks WHERE tweet_id IN (SELECT unnest(?))", [tweet_ids]
+    ).fetchall()
+    for tweet_id, url, text, lang in rows:
+        yield SourceText(tweet_id, "post", url, _expand_tco(text or "", tco.get(tweet_id, {})), lang)
+
+
+def quote_texts(conn, tweet_ids):
+    tco = _tco_map(conn, tweet_ids)
+    rows = conn.execute(
+        """SELECT tweet_id, quoted_tweet_id, quoted_author_handle, quoted_text, lang FROM bookmarks
+           WHERE tweet_id IN (SELECT unnest(?)) AND quoted_text IS NOT NULL AND quoted_text <> ''""",
+        [tweet_ids],
+    ).fetchall()
+    for tweet_id, quoted_id, handle, text, lang in rows:
+        ref = f"https://x.com/{handle or 'i'}/status/{quoted_id}"
+        yield SourceText(tweet_id, "quote", ref, _expand_tco(text, tco.get(tweet_id, {})), None)
+
+
+def article_texts(conn, tweet_ids):
+    """X Articles from the GraphQL content_state: the authoritative copy."""
+    rows = conn.execute(
+        """SELECT tweet_id, coalesce(article_url, url), article_title, article_text FROM bookmarks
+           WHERE tweet_id IN (SELECT unnest(?)) AND article_text IS NOT NULL AND article_text <> ''""",
+        [tweet_ids],
+    ).fetchall()
+    for tweet_id, ref, title, text in rows:
+        body = f"{title}\n\n{text}" if title else text
+        yield SourceText(tweet_id, "article", ref, body, None)
+
+
+CHUNK_SOURCES: dict[str, ChunkSource] = {
+    "post": post_texts,
+    "quote": quote_texts,
+    "article": article_texts,
+}
+
+
+def chunk_id(tweet_id: str, source: str, ref: str, position: int) -> str:
+    key = f"{tweet_id}\x1f{source}\x1f{ref}\x1f{position}"
+    return hashlib.sha1(key.encode()).hexdigest()[:24]
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def chunk_rows(texts: Iterable[SourceText], batch: str) -> list[dict]:
+    rows = []
+    for item in texts:
+        for position, passage in enumerate(chunk_text(item.text)):
+            rows.append({
+                "chunk_id": chunk_id(item.tweet_id, item.source, item.ref, position),
+                "tweet_id": item.tweet_id,
+                "source": item.source,
+                "ref": item.ref,
+                "position": position,
+                "text": passage,
+                "text_hash": text_hash(passage),
+                "word_count": len(passage.split()),
+                "lang": item.lang,
+                "batch": batch,
+            })
+    return rows
+
+
+def excluded_sources() -> set[str]:
+    """Source kinds that the owner excluded in config.toml."""
+    return set(get_settings().owner_config().get("exclude", []))
+
+
+def partition_bookmarks(conn, batch: str) -> tuple[list[str], list[str]]:
+    """(live tweet ids of this batch, ids that a full capture marked removed)."""
+    live = [r[0] for r in conn.execute(
+        "SELECT tweet_id FROM bookmarks WHERE batch = ? AND removed_at IS NULL ORDER BY sort_index DESC", [batch]
+    ).fetchall()]
+    removed = [r[0] for r in conn.execute("SELECT tweet_id FROM bookmarks WHERE removed_at IS NOT NULL").fetchall()]
+    return live, removed
+
+
+@dg.asset(
+    partitions_def=sync_batches,
+    deps=["bookmarks", "links", "media"],
+    pool=DUCKDB_POOL,
+    group_name="index",
+    description="Paragraph-aligned passages of each bookmark's texts: post, quote, article, and enrichments.",
+)
+def chunks(context: dg.AssetExecutionContext, duckdb: DuckDBStore) -> dg.MaterializeResult:
+    batch = context.partition_key
+    skip = excluded_sources()
+    with duckdb.transaction() as conn:
+        live, removed = partition_bookmarks(conn, batch)
+        texts = [t for name, source in CHUNK_SOURCES.items() if name not in skip for t in source(conn, live)]
+        rows = chunk_rows(texts, batch)
+        # Replace the partition's rows: re-materializing never duplicates.
+        conn.execute("DELETE FROM chunks WHERE tweet_id IN (SELECT unnest(?))", [live + removed])
+        insert_rows(conn, "chunks", rows)
+    by_source: dict[str, int] = {}
+    for row in rows:
+        by_source[row["source"]] = by_source.get(row["source"], 0) + 1
+    return dg.MaterializeResult(metadata={
+        "bookmarks": len(live),
+        "chunks": len(rows),
+        "by_source": dg.MetadataValue.json(by_source),
+        "removed_bookmarks_dropped": len(removed),
+        "excluded_sources": dg.MetadataValue.json(sorted(skip)),
+    })

@@ -1,0 +1,182 @@
+"""The `kb` command. Each command is a thin layer over a function that the
+assets, the MCP server and the tests also use. Heavy imports happen inside
+the commands, so `kb --help` starts fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _echo_json(payload) -> None:
+    click.echo(json.dumps(payload, indent=2, default=str, ensure_ascii=False))
+
+
+@click.group()
+def main() -> None:
+    """kb: your X bookmarks and Telegram sources in one searchable store."""
+
+
+# --- X capture -------------------------------------------------------------------
+
+
+@main.command()
+def login() -> None:
+    """Open a browser on X. Sign in by hand. kb keeps the login state in
+    ~/.config/kb/state.json (mode 0600) and never prints it."""
+    from kb_assets.login import run_login
+    from kb_resources.settings import get_settings
+
+    run_login(get_settings())
+
+
+def _print_sync_report(report) -> None:
+    for stage in report.stages:
+        mark = "ok" if stage.ok else "FAILED"
+        line = f"  {stage.stage:<13} {mark:<7} {stage.seconds:6.1f} s"
+        click.echo(line + (f"  {stage.error}" if stage.error else ""))
+    if report.failed:
+        click.echo(f"Batch {report.batch}: these stages failed: {', '.join(report.failed)}.", err=True)
+    else:
+        click.echo(f"Batch {report.batch}: all stages finished.")
+
+
+def _stage_printer(name: str, number: int, total: int) -> None:
+    if sys.stderr.isatty():
+        done = "#" * (number - 1) + "." * (total - number + 1)
+        click.echo(f"[{done}] {number}/{total} {name}", err=True)
+
+
+@main.command()
+@click.option("--full", is_flag=True, help="Capture all bookmarks, not only new ones, and mark removed ones.")
+def sync(full: bool) -> None:
+    """Capture new bookmarks and carry them through every stage."""
+    from kb_assets.sync import run_sync
+
+    report = run_sync(full=full, on_stage=_stage_printer)
+    _print_sync_report(report)
+    sys.exit(1 if report.failed else 0)
+
+
+@main.command("import")
+@click.argument("pages", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+def import_pages(pages: tuple[str, ...]) -> None:
+    """Import saved Bookmarks pages (JSON) as one sync batch, with no browser."""
+    from kb_assets.sync import run_sync
+
+    report = run_sync(files=[str(Path(p).resolve()) for p in pages], on_stage=_stage_printer)
+    _print_sync_report(report)
+    sys.exit(1 if report.failed else 0)
+
+
+@main.command()
+@click.argument("pages", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def inspect(pages: tuple[str, ...], as_json: bool) -> None:
+    """Report what captured data holds. With PAGES: just those raw Bookmarks pages."""
+    from kb_assets.inspect import format_report, inspect_report
+    from kb_resources.settings import get_settings
+
+    report = inspect_report([Path(p) for p in pages] or None, get_settings())
+    _echo_json(report) if as_json else click.echo(format_report(report))
+
+
+# --- search ----------------------------------------------------------------------
+
+
+def _print_hits(response) -> None:
+    hits = response.hits
+    if not hits:
+        click.echo("No results.")
+        return
+    for n, hit in enumerate(hits, start=1):
+        date = str(hit.created_at)[:10] if hit.created_at else "?"
+        click.echo(f"{n}. @{hit.author}  {date}  score {hit.score:.3f}  [{hit.best_source}]")
+        click.echo("   " + " ".join(hit.best_chunk.split())[:400])
+        click.echo(f"   from {hit.best_ref}")
+
+
+@main.command()
+@click.argument("query")
+@click.option("-n", "limit", default=10, show_default=True, help="Number of hits.")
+@click.option("--author", help="Only posts by this handle.")
+@click.option("--source", help="Only this source kind: post, quote, article, link, image, video, wiki.")
+@click.option("--after", help="Posts on or after this date (YYYY-MM-DD).")
+@click.option("--before", help="Posts before this date (YYYY-MM-DD).")
+@click.option("--mode", type=click.Choice(["hybrid", "bm25", "dense"]), default="hybrid", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with a `hits` list.")
+def search(query, limit, author, source, after, before, mode, as_json) -> None:
+    """Search bookmarks: hybrid (vector + BM25), one best passage per bookmark."""
+    from kb_assets.search import search as run_search
+
+    try:
+        response = run_search(query, limit=limit, author=author, source=source, after=after,
+                              before=before, mode=mode)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    _echo_json(response.to_dict()) if as_json else _print_hits(response)
+
+
+# --- demo --------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--home", type=click.Path(file_okay=False), default="kb-demo", show_default=True,
+              help="KB_HOME for the demo. It never touches your real store.")
+def demo(home: str) -> None:
+    """Run the whole graph on the sample capture that kb ships, with the local
+    embedder and no login, key or server, then print a few searches."""
+    from kb_assets.demo import run_demo
+
+    sys.exit(run_demo(Path(home)))
+
+
+# --- status ------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def status(as_json: bool) -> None:
+    """Coverage per stage, last sync, and the readiness of each service."""
+    from kb_assets.status import format_status, collect_status
+
+    report = collect_status()
+    _echo_json(report) if as_json else click.echo(format_status(report))
+
+
+# --- evaluation --------------------------------------------------------------------
+
+
+@main.group("eval")
+def eval_group() -> None:
+    """Measure the quality of kb's stages."""
+
+
+@eval_group.command("retrieval")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False))
+@click.option("--split", required=True, help="Split name: reads queries.NAME.jsonl and qrels.NAME.tsv.")
+@click.option("--mode", type=click.Choice(["bm25", "dense", "hybrid", "all"]), default="all", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def eval_retrieval(folder: str, split: str, mode: str, as_json: bool) -> None:
+    """nDCG@10, Recall@100 and median query time on a BEIR-format folder."""
+    from kb_assets.eval_retrieval import evaluate
+
+    modes = ["bm25", "dense", "hybrid"] if mode == "all" else [mode]
+    result = evaluate(Path(folder), split, modes)
+    if as_json:
+        _echo_json(result)
+        return
+    click.echo(f"{'mode':<8} {'nDCG@10':>8} {'R@100':>8} {'p50 ms':>8}")
+    for name, m in result.items():
+        click.echo(f"{name:<8} {m['ndcg@10']:>8.3f} {m['recall@100']:>8.3f} {m['p50_ms']:>8.1f}")
+
+
+if __name__ == "__main__":
+    main()

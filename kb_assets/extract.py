@@ -1,0 +1,308 @@
+"""Extraction: the main content of one web page or PDF, as HTML and as text.
+
+The functions here are pure: they take bytes or a string and return text.
+The `documents` asset does the fetching; `kb extract-file` calls
+`extract_file()` on a saved page. Both use the same code, so what the
+command prints is what the chunker sees.
+
+A document keeps the HTML of its main content, because its links
+(<a href>) and images (<img src>) matter to later stages. The markup comes
+off at chunk time, through `html_to_text()`.
+"""
+
+from __future__ import annotations
+
+import html as html_lib
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import lxml.etree
+import lxml.html
+
+# A page with fewer words than this is "thin": a teaser, a login wall, a
+# cookie notice or an empty JavaScript shell, not an article.
+THIN_WORDS = 60
+
+
+class Reason(StrEnum):
+    """Why a URL has no usable document. An HTTP error is stored as
+    `http_<status>` (see `http_reason()`), so the owner sees the status."""
+
+    TIMEOUT = "timeout"  # the page did not load in time
+    THIN = "thin"  # fewer than THIN_WORDS words of main content
+    BINARY = "binary"  # a file that is not a page and not a PDF
+    BLOCKED = "blocked"  # a bot wall or a challenge page, not the content
+    ERROR = "error"  # anything else; the message goes to the run log
+
+
+def http_reason(status: int) -> str:
+    return f"http_{status}"
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """The main content of one page."""
+
+    text_html: str  # the main content as an HTML fragment, links and images kept
+    text: str  # the same without markup: paragraphs split by blank lines
+    title: str | None
+    word_count: int
+
+    @property
+    def thin(self) -> bool:
+        return self.word_count < THIN_WORDS
+
+
+# --- HTML to text ------------------------------------------------------------
+
+# Elements that start and end a paragraph. Everything else is inline.
+_BLOCK_TAGS = frozenset({
+    "address", "article", "aside", "blockquote", "body", "dd", "details", "div", "dl", "dt",
+    "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6",
+    "header", "hr", "html", "li", "main", "nav", "ol", "p", "section", "summary", "table",
+    "tbody", "thead", "tfoot", "tr", "ul", "caption",
+})
+# Elements whose content is never text for a reader.
+_SKIP_TAGS = frozenset({"head", "script", "style", "noscript", "template", "svg", "iframe", "img"})
+# Cells of one table row stay on one line, split by a space.
+_CELL_TAGS = frozenset({"td", "th"})
+
+
+def html_to_text(html: str) -> str:
+    """The text of an HTML page or fragment: one paragraph per block element,
+    paragraphs split by one blank line, spaces inside a paragraph collapsed.
+    Code in <pre> keeps its line breaks."""
+    if not html or not html.strip():
+        return ""
+    try:
+        root = lxml.html.document_fromstring(html)
+    except (lxml.etree.ParserError, ValueError):
+        return ""
+    paragraphs: list[str] = []
+    parts: list[str] = []
+
+    def flush() -> None:
+        text = " ".join("".join(parts).split())
+        if text:
+            paragraphs.append(text)
+        parts.clear()
+
+    skipping = 0  # depth inside an element of _SKIP_TAGS
+    walker = lxml.etree.iterwalk(root, events=("start", "end"))
+    for event, element in walker:
+        tag = element.tag if isinstance(element.tag, str) else None  # None: a comment
+        tag = tag.lower() if tag else None
+        if event == "start":
+            if tag is None or tag in _SKIP_TAGS:
+                skipping += 1
+                continue
+            if skipping:
+                continue
+            if tag == "pre":
+                flush()
+                code = element.text_content().strip("\n")
+                if code.strip():
+                    paragraphs.append(code)
+                walker.skip_subtree()
+                continue
+            if tag in _BLOCK_TAGS:
+                flush()
+            elif tag in _CELL_TAGS or tag == "br":
+                parts.append(" ")
+            if element.text:
+                parts.append(element.text)
+        else:
+            if tag is None or tag in _SKIP_TAGS:
+                skipping -= 1
+            elif not skipping and tag in _BLOCK_TAGS:
+                flush()
+            if not skipping and element.tail:
+                parts.append(element.tail)
+    flush()
+    return "\n\n".join(paragraphs)
+
+
+def count_words(text: str) -> int:
+    return len(text.split())
+
+
+# --- pages ---------------------------------------------------------------------
+
+def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
+    """The main content of a page, through trafilatura.
+
+    Comments under the article are left out: they are not the document. Links
+    and images stay in the HTML; trafilatura makes their addresses absolute
+    when it knows the page URL."""
+    import trafilatura
+
+    output = trafilatura.extract(
+        html,
+        url=url,
+        output_format="html",
+        include_comments=False,
+        include_links=True,
+        include_images=True,
+        include_tables=True,
+        with_metadata=True,
+    )
+    if not output:
+        return Extracted(text_html="", text="", title=_page_title(html), word_count=0)
+    tree = lxml.html.document_fromstring(output)
+    title = _meta(tree, "title") or _page_title(html)
+    fragment = _body_fragment(tree)
+    text = html_to_text(fragment)
+    return Extracted(text_html=fragment, text=text, title=title, word_count=count_words(text))
+
+
+def _meta(tree: lxml.html.HtmlElement, name: str) -> str | None:
+    values = tree.xpath(f"//head/meta[@name='{name}']/@content")
+    value = values[0].strip() if values else ""
+    return value or None
+
+
+def _body_fragment(tree: lxml.html.HtmlElement) -> str:
+    """The <body> children of trafilatura's output inside one <article>."""
+    body = tree.find("body")
+    if body is None:
+        return ""
+    body.tag = "article"
+    return lxml.html.tostring(body, encoding="unicode")
+
+
+def _page_title(html: str | bytes) -> str | None:
+    """The page's own <title>, for pages where trafilatura finds none."""
+    try:
+        tree = lxml.html.document_fromstring(html)
+    except (lxml.etree.ParserError, ValueError):
+        return None
+    title = tree.findtext(".//title")
+    return " ".join(title.split()) or None if title else None
+
+
+def text_to_html(text: str) -> str:
+    """Plain text (paragraphs split by blank lines) as an HTML fragment, so
+    that every document has HTML. Used for X Articles from content_state."""
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text or "") if p.strip()]
+    body = "".join(f"<p>{html_lib.escape(p)}</p>" for p in paragraphs)
+    return f"<article>{body}</article>"
+
+
+def extracted_from_text(text: str, title: str | None) -> Extracted:
+    fragment = text_to_html(text)
+    plain = html_to_text(fragment)
+    return Extracted(text_html=fragment, text=plain, title=title, word_count=count_words(plain))
+
+
+# --- PDF -------------------------------------------------------------------------
+
+def is_pdf(data: bytes) -> bool:
+    return data[:1024].lstrip().startswith(b"%PDF-")
+
+
+def extract_pdf(data: bytes, url: str | None = None) -> Extracted:
+    """The text of a PDF through pymupdf4llm (Markdown), kept as HTML like
+    every other document. Page headers and footers are left out: they repeat
+    on every page and are not the content.
+
+    Raises ValueError when the bytes are not a PDF that PyMuPDF can open."""
+    import markdown
+    import pymupdf
+    import pymupdf4llm
+
+    try:
+        doc = pymupdf.open(stream=data, filetype="pdf")
+    except Exception as exc:  # PyMuPDF raises its own types for bad files
+        raise ValueError(f"{url or 'the file'} is not a readable PDF: {exc}") from exc
+    try:
+        # OCR is off: no OCR engine is installed, and a scanned PDF without a
+        # text layer gives a thin document, which is the honest result.
+        md = pymupdf4llm.to_markdown(doc, use_ocr=False, header=False, footer=False, show_progress=False)
+        title = (doc.metadata or {}).get("title") or None
+    finally:
+        doc.close()
+    fragment = f"<article>{markdown.markdown(md, extensions=['tables'])}</article>"
+    text = html_to_text(fragment)
+    return Extracted(text_html=fragment, text=text, title=title or _first_heading(fragment), word_count=count_words(text))
+
+
+def _first_heading(fragment: str) -> str | None:
+    tree = lxml.html.fragment_fromstring(fragment)
+    for heading in tree.iter("h1", "h2"):
+        text = " ".join(heading.text_content().split())
+        if text:
+            return text
+    return None
+
+
+# --- blocked pages -----------------------------------------------------------------
+
+# Words that bot walls and challenge pages show instead of the content. They
+# count only on a thin page: an article may mention a captcha.
+_BLOCKED_MARKERS = (
+    "just a moment",
+    "attention required",
+    "checking your browser",
+    "verify you are human",
+    "verify you are a human",
+    "are you a robot",
+    "enable javascript and cookies to continue",
+    "unusual traffic",
+    "access denied",
+    "captcha",
+)
+
+
+def looks_blocked(html: str) -> bool:
+    """True when a page is a bot wall or a challenge, not content."""
+    try:
+        tree = lxml.html.document_fromstring(html)
+    except (lxml.etree.ParserError, ValueError):
+        return False
+    title = (tree.findtext(".//title") or "").lower()
+    visible = html_to_text(html).lower()[:2000]
+    return any(marker in title or marker in visible for marker in _BLOCKED_MARKERS)
+
+
+# --- addresses ---------------------------------------------------------------------
+
+_ARXIV_PDF_PATH = re.compile(r"^/pdf/(?P<id>.+?)(?:\.pdf)?/?$")
+
+
+def rewrite_arxiv(url: str, arxiv_hosts: frozenset[str] | set[str]) -> str:
+    """https://arxiv.org/pdf/<id> -> https://arxiv.org/abs/<id>.
+
+    Reason: the abstract page is an HTML page with the title, the authors and
+    the abstract, and links to every version; the PDF is a large download
+    whose text often loses its layout."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if host not in arxiv_hosts:
+        return url
+    match = _ARXIV_PDF_PATH.match(parts.path)
+    if not match:
+        return url
+    return urlunsplit((parts.scheme, parts.netloc, f"/abs/{match['id']}", parts.query, ""))
+
+
+# --- one saved file ------------------------------------------------------------------
+
+def extract_file(path: str | Path, url: str | None = None) -> str:
+    """The main text that the chunker would see for one saved HTML (or PDF)
+    file, through the same code as the `documents` asset.
+
+    Raises FileNotFoundError or ValueError with the path and the reason."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    data = path.read_bytes()
+    if not data.strip():
+        raise ValueError(f"{path}: the file is empty")
+    if is_pdf(data):
+        return extract_pdf(data, url).text
+    if b"\x00" in data[:4096]:
+        raise ValueError(f"{path}: the file is binary, not HTML or PDF")
+    return extract_html(data, url).text

@@ -1,0 +1,216 @@
+"""The browser: Playwright on Chromium, with two kinds of context.
+
+- `x_context()` carries the owner's saved X login (from `kb login`). It opens
+  X pages only.
+- `clean_context()` has no storage state. Use it for every other site.
+
+The rule for the X context: it never shows a page that is not on X. Three
+walls keep that rule:
+1. `XContext.open()` refuses a URL whose host is not the X host (or one of
+   its subdomains), before any request goes out.
+2. A route on the context aborts every navigation request (main frame or
+   frame) to a host that is not X. This also stops links and scripts.
+3. Playwright does not call routes for redirects. So a main frame that
+   lands on a non-X page is recorded; `open()` and the capture loop check
+   for it (`raise_if_left_x()`) and stop.
+Subresources (scripts, images, video) may come from any host: X loads its
+assets from twimg.com, and the browser sends x.com cookies only to x.com.
+To block them would break the X web app and protect nothing.
+
+We use the sync Playwright API. It is bound to the thread that starts it,
+so every `with` block here starts and stops its own Playwright: a Dagster
+op may run in any thread or process, and nothing crosses threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+import dagster as dg
+from playwright.sync_api import Browser as PlaywrightBrowser
+from playwright.sync_api import BrowserContext, Frame, Page, Route, sync_playwright
+from playwright.sync_api import Error as PlaywrightError
+
+from kb_resources.settings import Settings, _playwright_browser_installed, get_settings
+
+# --no-sandbox: Chromium's sandbox needs user namespaces that containers and
+# CI machines often do not give. --disable-background-networking: no update
+# checks or field trials; a capture run talks to X only.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+class BrowserNotFound(RuntimeError):
+    """No Chromium to launch."""
+
+
+class XLoginMissing(RuntimeError):
+    """The saved X login state is absent or not readable."""
+
+
+class NotAnXPage(ValueError):
+    """The X context was asked to show a page that is not on X."""
+
+
+def host_of(url: str) -> str:
+    return (urlsplit(url).hostname or "").lower()
+
+
+def is_x_host(host: str, x_host: str) -> bool:
+    """True for the X host and its subdomains (api.x.com), nothing else."""
+    host, x_host = host.lower(), x_host.lower()
+    return host == x_host or host.endswith("." + x_host)
+
+
+def chromium_launch_options(settings: Settings, *, headless: bool) -> dict:
+    executable = settings.chromium_executable()
+    if executable is None and not _playwright_browser_installed():
+        raise BrowserNotFound(
+            "No Chromium found: set KB_CHROMIUM_PATH, install Debian's chromium, "
+            "or run `playwright install chromium`."
+        )
+    if executable is not None and not os.access(executable, os.X_OK):
+        raise BrowserNotFound(f"KB_CHROMIUM_PATH={executable}: the file is absent or not executable.")
+    options: dict = {"headless": headless, "args": list(CHROMIUM_ARGS)}
+    if executable:
+        options["executable_path"] = executable
+    return options
+
+
+def load_login_state(path: Path) -> dict:
+    """The storage state that `kb login` saved. The error names the file and
+    the reason, never its content."""
+    if not path.exists():
+        raise XLoginMissing(f"No X login state at {path}. Run `kb login` to sign in to X and save it.")
+    try:
+        state = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise XLoginMissing(
+            f"The X login state at {path} is not readable JSON ({type(exc).__name__}). Run `kb login` again."
+        ) from None
+    if not isinstance(state, dict) or not isinstance(state.get("cookies"), list):
+        raise XLoginMissing(f"The X login state at {path} has no cookie list. Run `kb login` again.")
+    return state
+
+
+class XContext:
+    """A browser context with the owner's X login, limited to X pages."""
+
+    def __init__(self, context: BrowserContext, settings: Settings):
+        self.context = context
+        self.base_url = settings.kb_x_base_url.rstrip("/")
+        self.x_host = settings.x_host
+        self.timeout_ms = settings.kb_browser_timeout_s * 1000
+        self.violations: list[str] = []
+        context.route("**/*", self._guard_navigation)
+
+    def url(self, path_or_url: str) -> str:
+        """An absolute X URL for a path ("/i/bookmarks") or a full URL.
+        Raises NotAnXPage when the host is not X."""
+        url = urljoin(self.base_url + "/", path_or_url)
+        if not is_x_host(host_of(url), self.x_host):
+            raise NotAnXPage(
+                f"The X context opens X pages only ({self.x_host}); {url} is on {host_of(url) or 'no host'}. "
+                "Use the clean context for other sites."
+            )
+        return url
+
+    def open(self, path_or_url: str, *, wait_until: str = "domcontentloaded") -> Page:
+        """A new page on an X URL. Attach response listeners to `self.context`
+        before the call, so that no response of the first load is missed."""
+        url = self.url(path_or_url)
+        page = self.context.new_page()
+        page.on("framenavigated", self._check_main_frame)
+        try:
+            page.goto(url, wait_until=wait_until, timeout=self.timeout_ms)
+        except PlaywrightError:
+            self.raise_if_left_x()
+            raise
+        self.raise_if_left_x()
+        return page
+
+    def raise_if_left_x(self) -> None:
+        if self.violations:
+            raise NotAnXPage(f"The X context left X and was stopped: {self.violations[0]}")
+
+    def _guard_navigation(self, route: Route) -> None:
+        request = route.request
+        if request.is_navigation_request() and not is_x_host(host_of(request.url), self.x_host):
+            self.violations.append(f"navigation to {host_of(request.url)} blocked")
+            route.abort("blockedbyclient")
+        else:
+            route.continue_()
+
+    def _check_main_frame(self, frame: Frame) -> None:
+        # Routes do not see redirects, so check where the main frame landed.
+        # An event handler must not call back into Playwright (that can
+        # deadlock), so it only records; callers check raise_if_left_x().
+        if frame.parent_frame is None and frame.url.startswith("http") and not is_x_host(host_of(frame.url), self.x_host):
+            self.violations.append(f"page landed on {host_of(frame.url)}")
+
+
+class Browser(dg.ConfigurableResource):
+    """Playwright on Chromium. Chromium comes from settings (KB_CHROMIUM_PATH,
+    Debian's /usr/bin/chromium, or Playwright's own browser)."""
+
+    headless: bool = True
+
+    @contextlib.contextmanager
+    def _browser(self) -> Iterator[PlaywrightBrowser]:
+        options = chromium_launch_options(get_settings(), headless=self.headless)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(**options)
+            try:
+                yield browser
+            finally:
+                browser.close()
+
+    @contextlib.contextmanager
+    def x_context(self) -> Iterator[XContext]:
+        """A context with the saved X login. Opens X pages only."""
+        settings = get_settings()
+        state = load_login_state(settings.x_state_path)
+        with self._browser() as browser:
+            # X registers a service worker. Requests that it handles bypass
+            # Playwright routes (the navigation guard) and their bodies can be
+            # unreadable, so the X context blocks service workers.
+            context = browser.new_context(storage_state=state, service_workers="block")
+            context.set_default_timeout(settings.kb_browser_timeout_s * 1000)
+            try:
+                yield XContext(context, settings)
+            finally:
+                context.close()
+
+    @contextlib.contextmanager
+    def clean_context(self) -> Iterator[BrowserContext]:
+        """A context with no storage state, for every site that is not X.
+        bypass_csp lets extraction scripts run on pages with a strict CSP."""
+        settings = get_settings()
+        with self._browser() as browser:
+            context = browser.new_context(bypass_csp=True)
+            context.set_default_timeout(settings.kb_browser_timeout_s * 1000)
+            try:
+                yield context
+            finally:
+                context.close()
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, detail) for `kb status`. Never shows the login state itself."""
+        settings = get_settings()
+        try:
+            options = chromium_launch_options(settings, headless=True)
+        except BrowserNotFound as exc:
+            return False, str(exc)
+        chromium = options.get("executable_path", "Playwright's own Chromium")
+        try:
+            state = load_login_state(settings.x_state_path)
+        except XLoginMissing as exc:
+            return False, f"chromium: {chromium}; {exc}"
+        x_cookies = sum(1 for c in state["cookies"] if is_x_host(str(c.get("domain", "")).lstrip("."), settings.x_host))
+        if not x_cookies:
+            return False, f"chromium: {chromium}; the login state at {settings.x_state_path} has no {settings.x_host} cookie. Run `kb login`."
+        return True, f"chromium: {chromium}; X login saved at {settings.x_state_path}"

@@ -1,0 +1,52 @@
+"""The Dagster home inside KB_HOME, and its dagster.yaml.
+
+The pools `duckdb` and `wiki` are both of size one, so one default limit of
+1 serves both: DuckDB allows one writing process per file, and two wiki
+ingests at once would fight over one git tree. Run monitoring finds a run
+whose process is gone and frees its pool slots.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kb_resources.raw_store import write_atomic
+from kb_resources.settings import Settings, get_settings
+
+DAGSTER_YAML = """\
+# Written by kb. Edit it if you like: kb writes it only when it is absent.
+telemetry:
+  enabled: false
+
+concurrency:
+  pools:
+    # duckdb: one writer per DuckDB file. wiki: one git tree, one ingest at a time.
+    default_limit: 1
+    granularity: op
+
+run_monitoring:
+  enabled: true
+  start_timeout_seconds: 180
+  cancel_timeout_seconds: 180
+  max_runtime_seconds: 7200
+  poll_interval_seconds: 60
+  # Free the pool slots of a run that died, so the next run can start.
+  free_slots_after_run_end_seconds: 60
+
+run_retries:
+  enabled: true
+  max_retries: 1
+"""
+
+
+def ensure_dagster_home(settings: Settings | None = None) -> Path:
+    """Create the Dagster home with its dagster.yaml, and point DAGSTER_HOME at it."""
+    settings = settings or get_settings()
+    home = settings.dagster_home
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        write_atomic(config, DAGSTER_YAML.encode())
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home

