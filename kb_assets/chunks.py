@@ -5,10 +5,8 @@ table and yields texts. A new enrichment adds one function to CHUNK_SOURCES:
 it only adds rows, and no other source changes.
 """
 
-from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -16,12 +14,10 @@ import dagster as dg
 import duckdb
 
 from kb_assets.chunking import chunk_text
+from kb_assets.normalize import BOOKMARK_ORDER_SQL
 from kb_assets.partitions import sync_batches
 from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
 from kb_resources.settings import get_settings
-
-TCO_URL = re.compile(r"https?://t\.co/\w+")
-
 
 @dataclass(frozen=True)
 class SourceText:
@@ -37,34 +33,16 @@ class SourceText:
 ChunkSource = Callable[[duckdb.DuckDBPyConnection, list[str]], Iterable[SourceText]]
 
 
-def _expand_tco(text: str, tco_to_url: dict[str, str]) -> str:
-    """Put the real URL in place of each t.co link; drop the t.co links of
-    media, which carry no words."""
-    return TCO_URL.sub(lambda m: tco_to_url.get(m.group(0), ""), text).strip()
-
-
-def _tco_map(conn: duckdb.DuckDBPyConnection, tweet_ids: list[str]) -> dict[str, dict[str, str]]:
-    rows = conn.execute(
-        "SELECT tweet_id, tco_url, expanded_url FROM links WHERE tweet_id IN (SELECT unnest(?)) AND tco_url IS NOT NULL",
-        [tweet_ids],
-    ).fetchall()
-    out: dict[str, dict[str, str]] = {}
-    for tweet_id, tco, url in rows:
-        out.setdefault(tweet_id, {})[tco] = url
-    return out
-
-
+# The normalize stage already put real URLs in place of t.co links.
 def post_texts(conn, tweet_ids):
-    tco = _tco_map(conn, tweet_ids)
     rows = conn.execute(
         "SELECT tweet_id, url, text, lang FROM bookmarks WHERE tweet_id IN (SELECT unnest(?))", [tweet_ids]
     ).fetchall()
     for tweet_id, url, text, lang in rows:
-        yield SourceText(tweet_id, "post", url, _expand_tco(text or "", tco.get(tweet_id, {})), lang)
+        yield SourceText(tweet_id, "post", url, text or "", lang)
 
 
 def quote_texts(conn, tweet_ids):
-    tco = _tco_map(conn, tweet_ids)
     rows = conn.execute(
         """SELECT tweet_id, quoted_tweet_id, quoted_author_handle, quoted_text, lang FROM bookmarks
            WHERE tweet_id IN (SELECT unnest(?)) AND quoted_text IS NOT NULL AND quoted_text <> ''""",
@@ -72,7 +50,7 @@ def quote_texts(conn, tweet_ids):
     ).fetchall()
     for tweet_id, quoted_id, handle, text, lang in rows:
         ref = f"https://x.com/{handle or 'i'}/status/{quoted_id}"
-        yield SourceText(tweet_id, "quote", ref, _expand_tco(text, tco.get(tweet_id, {})), None)
+        yield SourceText(tweet_id, "quote", ref, text, None)
 
 
 def article_texts(conn, tweet_ids):
@@ -130,7 +108,7 @@ def excluded_sources() -> set[str]:
 def partition_bookmarks(conn, batch: str) -> tuple[list[str], list[str]]:
     """(live tweet ids of this batch, ids that a full capture marked removed)."""
     live = [r[0] for r in conn.execute(
-        "SELECT tweet_id FROM bookmarks WHERE batch = ? AND removed_at IS NULL ORDER BY sort_index DESC", [batch]
+        "SELECT tweet_id FROM bookmarks WHERE batch = ? AND removed_at IS NULL ORDER BY " + BOOKMARK_ORDER_SQL, [batch]
     ).fetchall()]
     removed = [r[0] for r in conn.execute("SELECT tweet_id FROM bookmarks WHERE removed_at IS NOT NULL").fetchall()]
     return live, removed

@@ -5,7 +5,6 @@ then embeds and writes LanceDB with no DuckDB connection open: embedding is
 slow, and an open connection would lock the file for every other process.
 """
 
-from __future__ import annotations
 
 import json
 from datetime import datetime, timezone

@@ -5,7 +5,7 @@ table and the normalize stage rebuilds them from the raw files, which are
 never edited (see DuckDBStore.ensure_schema).
 """
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: bookmarks gained article_preview, article_from_quote, retweet_of_id, retweeted_by_handle
 
 TABLES: dict[str, str] = {
     "bookmarks": """
@@ -29,6 +29,10 @@ TABLES: dict[str, str] = {
             article_title   VARCHAR,
             article_text    VARCHAR,            -- from content_state when present
             article_url     VARCHAR,
+            article_preview VARCHAR,            -- X's preview_text of the article
+            article_from_quote BOOLEAN,         -- the article is the quoted post's
+            retweet_of_id   VARCHAR,            -- the entry is a retweet: content is this post's
+            retweeted_by_handle VARCHAR,
             raw_file        VARCHAR NOT NULL,   -- the raw page it came from
             captured_at     TIMESTAMPTZ NOT NULL,
             removed_at      TIMESTAMPTZ         -- set by a --full capture that no longer sees it
@@ -97,4 +101,68 @@ TABLES["chunks"] = """
         word_count  INTEGER NOT NULL,
         lang        VARCHAR,
         batch       VARCHAR NOT NULL
+    )"""
+
+# One row per web address behind the bookmarks: its main content, or why
+# there is none. The owners of a document are not copied here: they are the
+# bookmarks whose `links` rows have the same url_norm.
+TABLES["documents"] = """
+    CREATE TABLE IF NOT EXISTS documents (
+        url_norm    VARCHAR PRIMARY KEY,   -- normalize_url(): the key that links.url_norm points to
+        url         VARCHAR NOT NULL,      -- the address fetched (after the arXiv /pdf/ -> /abs/ rewrite)
+        final_url   VARCHAR,               -- where redirects ended
+        kind        VARCHAR NOT NULL,      -- link, article, pdf (video: transcripts)
+        source      VARCHAR NOT NULL,      -- content_state, browser, file
+        title       VARCHAR,
+        html        VARCHAR,               -- the main content as HTML: links and images kept
+        text        VARCHAR,               -- html_to_text(html): what the chunker reads
+        word_count  INTEGER NOT NULL,
+        status      VARCHAR NOT NULL,      -- ok, failed
+        reason      VARCHAR,               -- failed only: http_<status>, timeout, thin, binary, blocked, error
+        detail      VARCHAR,               -- failed only: the error message, for the owner
+        batch       VARCHAR NOT NULL,      -- the sync batch that fetched it last
+        fetched_at  TIMESTAMPTZ NOT NULL,
+        attempts    INTEGER NOT NULL       -- fetches so far; a failure is tried again only on request
+    )"""
+
+# One row per Telegram/inbox source (one `sources` partition): what the
+# parser made of it and where it stands. Re-materializing a partition
+# replaces its row. url_norm and content_hash find duplicates.
+TABLES["sources"] = """
+    CREATE TABLE IF NOT EXISTS sources (
+        item_id       VARCHAR PRIMARY KEY,   -- the inbox item id = the partition key
+        type          VARCHAR NOT NULL,      -- web, youtube, pdf, md, text, voice
+        origin        VARCHAR NOT NULL,      -- telegram or drop
+        chat_id       BIGINT,
+        message_id    BIGINT,
+        url           VARCHAR,
+        url_norm      VARCHAR,               -- normalize_url(url)
+        content_hash  VARCHAR,               -- sha256 of the parsed words
+        title         VARCHAR,
+        parsed_path   VARCHAR,               -- the Markdown file, relative to the wiki folder
+        char_count    INTEGER,
+        parser        VARCHAR,
+        received_at   TIMESTAMPTZ NOT NULL,
+        fetched_at    TIMESTAMPTZ,
+        status        VARCHAR NOT NULL,      -- parsed, accepted, rejected, duplicate, failed
+        error         VARCHAR,               -- failed only: why, for the owner
+        duplicate_of  VARCHAR,               -- duplicate only: the earlier item
+        transient_failures INTEGER NOT NULL DEFAULT 0,  -- over the item's whole life; 3 is the limit
+        updated_at    TIMESTAMPTZ NOT NULL
+    )"""
+
+# The quality gate's verdict on each source (one row per item, replaced on re-run).
+TABLES["gate_results"] = """
+    CREATE TABLE IF NOT EXISTS gate_results (
+        item_id     VARCHAR PRIMARY KEY,
+        score       INTEGER,                 -- 0..100; NULL when the gate had no key
+        topics      JSON,                    -- up to 6 kebab-case topics
+        reason      VARCHAR,
+        gate        VARCHAR NOT NULL,        -- scored, skipped-no-key, skipped-errors
+        model       VARCHAR,
+        attempts    INTEGER NOT NULL,
+        threshold   INTEGER NOT NULL,
+        decision    VARCHAR NOT NULL,        -- accepted, rejected, duplicate
+        overridden  BOOLEAN NOT NULL,        -- /override: accepted whatever the gate said
+        gated_at    TIMESTAMPTZ NOT NULL
     )"""

@@ -1,0 +1,94 @@
+"""The Definitions load, and the Dagster webserver serves the graph over GraphQL."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+X_PATH = ["x_raw_pages", "bookmarks", "authors", "media", "links", "chunks", "chunk_index"]
+
+
+def test_definitions_load_every_stage():
+    from kb_assets.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
+    assert set(X_PATH) <= keys
+    # Every X stage shares the sync batch partitions.
+    for name in X_PATH:
+        partitions = graph.get(dg.AssetKey(name)).partitions_def
+        assert isinstance(partitions, dg.DynamicPartitionsDefinition), name
+        assert partitions.name == "sync_batches"
+    assert defs.resolve_job_def("x_sync") is not None
+    assert defs.resolve_sensor_def("x_sync_sensor") is not None
+    # Assets that write DuckDB share the pool of size one.
+    for name in ["bookmarks", "chunks", "chunk_index"]:
+        node = graph.get(dg.AssetKey(name))
+        assert node.pools == {"duckdb"}, name
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+GRAPH_QUERY = """
+{
+  assetNodes { assetKey { path } groupName isPartitioned }
+  bookmarks: assetNodeOrError(assetKey: {path: ["bookmarks"]}) {
+    ... on AssetNode { partitionKeys partitionDefinition { name type } }
+  }
+}
+"""
+
+
+@pytest.mark.slow
+def test_webserver_serves_the_graph_and_its_partitions(kb_home):
+    from kb_resources.dagster_home import ensure_dagster_home
+
+    dagster_home = ensure_dagster_home()
+    instance = dg.DagsterInstance.get()
+    instance.add_dynamic_partitions("sync_batches", ["20260101T000000000Z", "20260102T000000000Z"])
+
+    port = _free_port()
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "dagster_webserver", "-w", str(REPO / "workspace.yaml"),
+         "-h", "127.0.0.1", "-p", str(port)],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        payload = None
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if server.poll() is not None:
+                pytest.fail(f"dagster-webserver exited: {server.stderr.read().decode()[-2000:]}")
+            try:
+                response = httpx.post(f"http://127.0.0.1:{port}/graphql", json={"query": GRAPH_QUERY}, timeout=10)
+                payload = response.json()
+                if payload.get("data", {}).get("assetNodes"):
+                    break
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(1)
+        assert payload and payload.get("data"), payload
+        nodes = {"/".join(n["assetKey"]["path"]): n for n in payload["data"]["assetNodes"]}
+        assert set(X_PATH) <= set(nodes)
+        assert nodes["bookmarks"]["isPartitioned"]
+        bookmarks = payload["data"]["bookmarks"]
+        assert bookmarks["partitionDefinition"]["name"] == "sync_batches"
+        assert bookmarks["partitionKeys"] == ["20260101T000000000Z", "20260102T000000000Z"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
