@@ -54,10 +54,13 @@ def quote_texts(conn, tweet_ids):
 
 
 def article_texts(conn, tweet_ids):
-    """X Articles from the GraphQL content_state: the authoritative copy."""
+    """X Articles from the GraphQL content_state: the authoritative copy.
+    Without content_state, the preview text still says what the article is
+    about; the documents stage may fetch the whole article later."""
     rows = conn.execute(
-        """SELECT tweet_id, coalesce(article_url, url), article_title, article_text FROM bookmarks
-           WHERE tweet_id IN (SELECT unnest(?)) AND article_text IS NOT NULL AND article_text <> ''""",
+        """SELECT tweet_id, coalesce(article_url, url), article_title,
+                  coalesce(nullif(article_text, ''), article_preview) FROM bookmarks
+           WHERE tweet_id IN (SELECT unnest(?)) AND coalesce(article_text, article_preview, '') <> ''""",
         [tweet_ids],
     ).fetchall()
     for tweet_id, ref, title, text in rows:

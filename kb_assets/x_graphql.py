@@ -293,12 +293,23 @@ def _media_entities(tweet: dict) -> list[dict]:
     return [m for m in media if isinstance(m, dict)]
 
 
+def _displayed_text(legacy: dict) -> str:
+    """full_text cut to display_text_range. A reply's text starts with the
+    @handles it answers, and X hides them by this range; they carry no words."""
+    text = legacy.get("full_text") or ""
+    span = legacy.get("display_text_range")
+    if isinstance(span, list) and len(span) == 2 and all(isinstance(i, int) for i in span):
+        start = max(0, min(span[0], len(text)))
+        return text[start:]
+    return text
+
+
 def _post_text(tweet: dict, tco_map: dict[str, str], media: list[dict]) -> tuple[str, bool]:
     note = _dig(tweet, "note_tweet", "note_tweet_results", "result", "text")
     if isinstance(note, str) and note:
         text, is_long = note, True
     else:
-        text, is_long = html.unescape(_dig(tweet, "legacy", "full_text") or ""), False
+        text, is_long = html.unescape(_displayed_text(tweet.get("legacy") or {})), False
     for tco, expanded in tco_map.items():
         text = text.replace(tco, expanded)
     for item in media:

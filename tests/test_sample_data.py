@@ -342,3 +342,19 @@ def test_parser_reads_the_article_body_from_content_state(parsed):
     preview_only = bookmarks[_id("rome_roads")]
     assert preview_only["article_title"] == "How Roman roads were built"
     assert preview_only["article_text"] is None and preview_only["article_preview"]
+
+
+def test_parser_drops_the_reply_handles_that_x_hides(parsed):
+    """A reply's full_text starts with the @handles it answers; X shows the
+    text from display_text_range[0] on, and so does the parser."""
+    _, bookmarks = parsed
+    replies = [e for e in _tweet_entries()
+               if x_graphql.unwrap_tweet(e["content"]["itemContent"]["tweet_results"]["result"]) is not None
+               and (x_graphql.unwrap_tweet(e["content"]["itemContent"]["tweet_results"]["result"])["legacy"]
+                    .get("display_text_range", [0])[0] > 0)]
+    assert replies, "the sample has a reply"
+    for entry in replies:
+        legacy = x_graphql.unwrap_tweet(entry["content"]["itemContent"]["tweet_results"]["result"])["legacy"]
+        assert legacy["full_text"].startswith("@")
+        row = bookmarks[entry["entryId"].removeprefix("tweet-")]
+        assert not row["text"].startswith("@"), row["text"]
