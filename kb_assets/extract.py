@@ -91,12 +91,16 @@ def html_to_text(html: str) -> str:
         parts.clear()
 
     skipping = 0  # depth inside an element of _SKIP_TAGS
-    walker = lxml.etree.iterwalk(root, events=("start", "end"))
+    walker = lxml.etree.iterwalk(root, events=("start", "end", "comment", "pi"))
     for event, element in walker:
-        tag = element.tag if isinstance(element.tag, str) else None  # None: a comment
-        tag = tag.lower() if tag else None
+        if event in ("comment", "pi"):
+            # A comment has no text for a reader, but the text after it does.
+            if not skipping and element.tail:
+                parts.append(element.tail)
+            continue
+        tag = element.tag.lower()
         if event == "start":
-            if tag is None or tag in _SKIP_TAGS:
+            if tag in _SKIP_TAGS:
                 skipping += 1
                 continue
             if skipping:
@@ -115,7 +119,7 @@ def html_to_text(html: str) -> str:
             if element.text:
                 parts.append(element.text)
         else:
-            if tag is None or tag in _SKIP_TAGS:
+            if tag in _SKIP_TAGS:
                 skipping -= 1
             elif not skipping and tag in _BLOCK_TAGS:
                 flush()
@@ -170,7 +174,8 @@ def _body_fragment(tree: lxml.html.HtmlElement) -> str:
     if body is None:
         return ""
     body.tag = "article"
-    return lxml.html.tostring(body, encoding="unicode")
+    body.tail = None
+    return lxml.html.tostring(body, encoding="unicode").strip()
 
 
 def _page_title(html: str | bytes) -> str | None:
@@ -184,9 +189,10 @@ def _page_title(html: str | bytes) -> str | None:
 
 
 def text_to_html(text: str) -> str:
-    """Plain text (paragraphs split by blank lines) as an HTML fragment, so
-    that every document has HTML. Used for X Articles from content_state."""
-    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text or "") if p.strip()]
+    """Plain text as an HTML fragment, one paragraph per line, so that every
+    document has HTML. Used for X Articles from content_state, where each
+    line is one block of the article."""
+    paragraphs = [line.strip() for line in (text or "").splitlines() if line.strip()]
     body = "".join(f"<p>{html_lib.escape(p)}</p>" for p in paragraphs)
     return f"<article>{body}</article>"
 

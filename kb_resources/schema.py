@@ -166,3 +166,52 @@ TABLES["gate_results"] = """
         overridden  BOOLEAN NOT NULL,        -- /override: accepted whatever the gate said
         gated_at    TIMESTAMPTZ NOT NULL
     )"""
+
+# One row per photo (keyed by its URL): a caption and the text in the image,
+# or why there is none. A failure is tried again only on request (--retry).
+TABLES["captions"] = """
+    CREATE TABLE IF NOT EXISTS captions (
+        url          VARCHAR PRIMARY KEY,   -- media.url of a photo
+        caption      VARCHAR,               -- English, one to three sentences
+        ocr_text     VARCHAR,               -- the text in the image, as written; '' when none
+        status       VARCHAR NOT NULL,      -- ok, failed
+        reason       VARCHAR,               -- failed only: http_<status>, truncated, too_large, not_image, bad_answer, error
+        detail       VARCHAR,               -- failed only: the error message, for the owner
+        model        VARCHAR,
+        batch        VARCHAR NOT NULL,      -- the sync batch of the run that captioned it
+        captioned_at TIMESTAMPTZ NOT NULL,
+        attempts     INTEGER NOT NULL
+    )"""
+
+# One row per video: a document of kind video, keyed by the post's video
+# address. One transcript per media_key: a video that several posts show is
+# transcribed once. word_count 0 with status ok: no speech (done, never served).
+TABLES["transcripts"] = """
+    CREATE TABLE IF NOT EXISTS transcripts (
+        url           VARCHAR PRIMARY KEY,  -- https://x.com/<handle>/status/<id>/video/<n>
+        media_key     VARCHAR NOT NULL,     -- media.media_key
+        kind          VARCHAR NOT NULL,     -- video
+        video_url     VARCHAR NOT NULL,     -- the MP4 that was read (media.smallest_mp4)
+        language      VARCHAR,              -- detected by the model
+        language_probability DOUBLE,
+        duration_s    DOUBLE,
+        text          VARCHAR,              -- one paragraph per minute, each led by [m:ss]
+        word_count    INTEGER NOT NULL,
+        status        VARCHAR NOT NULL,     -- ok, failed
+        reason        VARCHAR,              -- failed only: http_<status>, truncated, too_large, no_language, not_media, error
+        detail        VARCHAR,
+        model         VARCHAR,
+        batch         VARCHAR NOT NULL,
+        transcribed_at TIMESTAMPTZ NOT NULL,
+        attempts      INTEGER NOT NULL
+    )"""
+
+# The translation cache: one row per chunk text. english is NULL when the
+# model found the text already English, so it is never asked again.
+TABLES["translations"] = """
+    CREATE TABLE IF NOT EXISTS translations (
+        text_hash     VARCHAR PRIMARY KEY,  -- chunks.text_hash
+        english       VARCHAR,              -- NULL: the text is already English
+        model         VARCHAR NOT NULL,
+        translated_at TIMESTAMPTZ NOT NULL
+    )"""

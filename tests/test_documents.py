@@ -1,0 +1,435 @@
+"""The `documents` asset against pages served on loopback, rendered by real
+Playwright on Chromium, with a real DuckDB file.
+
+One module-scoped run fetches every kind of address at once (a browser start
+costs more than a page); the tests then read what it wrote. Two small runs
+check that fetched addresses are not fetched again and that `retry` tries
+failures again.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import dagster as dg
+import pymupdf
+import pytest
+
+from kb_assets.documents import DocumentsConfig, documents, documents_coverage, owned_documents
+from kb_assets.partitions import sync_batches
+from kb_assets.urls import normalize_url
+from kb_resources.browser import Browser
+from kb_resources.duckdb_store import DuckDBStore, insert_rows
+
+pytestmark = pytest.mark.browser
+
+BATCH = "20260101T000000000Z"
+TIMEOUT_S = "2"
+
+PARAGRAPHS = [
+    "Glaciers in the northern valleys lost a third of their ice in two decades, and the meltwater changed "
+    "the course of three rivers that farmers had used for irrigation since the middle ages.",
+    "Field teams measured the ice every summer with radar from small aircraft. Their maps show thin ice at "
+    "the edges and a deep core that still moves slowly towards the lower valley each year.",
+    "The regional council now plans new reservoirs, but hydrologists warn that a dam upstream will trap "
+    "the sediment that keeps the delta fertile, and they ask for a study before any work starts.",
+]
+ABSTRACT = (
+    "We study sparse attention for long documents and show that a simple local window with a few global "
+    "tokens matches dense attention on six retrieval tasks while it uses a tenth of the memory. We release "
+    "code and trained models, and we report where the method fails: on tasks that need exact copying over "
+    "long distances the global tokens are not enough."
+)
+X_ARTICLE = (
+    "This article explains how the owner keeps notes from saved posts. Each week the notes are read again, "
+    "the useful ones go into a wiki page, and the rest are deleted without regret. The method needs no "
+    "special tool: a folder of text files and a search command are enough for years of reading, and the "
+    "habit matters more than the software."
+)
+STATE_ARTICLE = " ".join(["Content state text of an X Article, kept by the capture as the authoritative copy."] * 8)
+
+
+def page(title: str, body_html: str, head: str = "") -> bytes:
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{title}</title>{head}</head><body>
+<nav><a href="/">Home</a> <a href="/topics">Topics</a> <a href="/about">About</a></nav>
+<main>{body_html}</main>
+<footer><p>Copyright Loopback Press. All rights reserved.</p></footer></body></html>""".encode()
+
+
+def article_html() -> bytes:
+    body = "".join(f"<p>{p}</p>" for p in PARAGRAPHS)
+    return page("Glaciers retreat", f"<article><h1>Glaciers retreat</h1>{body}"
+                f"<p>See the <a href='/data/ice.csv'>measurements</a>.</p><img src='/img/ice.jpg' alt='ice'></article>")
+
+
+# The script asks for its content at DOMContentLoaded, and the server answers
+# after a second: at domcontentloaded the page is an empty shell.
+JS_SHELL = page("Loading", "<article id='app'></article>", head="""<script>
+document.addEventListener('DOMContentLoaded', () => {
+  fetch('/api/js-content').then(r => r.json()).then(data => {
+    const app = document.getElementById('app');
+    app.innerHTML = '<h1>' + data.title + '</h1>' + data.paragraphs.map(p => '<p>' + p + '</p>').join('');
+  });
+});
+</script>""")
+JS_CONTENT_DELAY_S = 1.0
+
+
+def make_pdf() -> bytes:
+    doc = pymupdf.open()
+    pdf_page = doc.new_page()
+    pdf_page.insert_textbox(pymupdf.Rect(50, 50, 550, 800), "\n\n".join(PARAGRAPHS), fontsize=10)
+    doc.set_metadata({"title": "Glacier report"})
+    data = doc.tobytes()
+    doc.close()
+    return data
+
+
+class Site:
+    """A loopback web server. It logs every request, and a test can change
+    what a path answers."""
+
+    def __init__(self, routes: dict):
+        self.routes = dict(routes)
+        self.requests: list[tuple[str, str]] = []
+        self.stop = threading.Event()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_HEAD(self):
+                site.requests.append(("HEAD", self.path))
+                self.answer(body=False)
+
+            def do_GET(self):
+                site.requests.append(("GET", self.path))
+                self.answer(body=True)
+
+            def answer(self, body: bool):
+                route = site.routes.get(self.path.split("?")[0])
+                if route is None:
+                    status, ctype, data = 404, "text/html", page("Not found", "<p>No page here.</p>")
+                else:
+                    status, ctype, data = route[:3]
+                    if len(route) > 3:
+                        time.sleep(route[3])  # a slow API answer
+                if data == "HANG":
+                    # Headers and the start of a page, then nothing: the page
+                    # never finishes loading.
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html")
+                    self.end_headers()
+                    if body:
+                        self.wfile.write(b"<html><head><title>Slow</title></head><body><p>Loading")
+                        self.wfile.flush()
+                        site.stop.wait(30)
+                    return
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if body:
+                    self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def count(self, path: str, method: str = "GET") -> int:
+        """Requests for a path (its query left off)."""
+        return sum(1 for m, p in self.requests if m == method and p.split("?")[0] == path)
+
+    def close(self):
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def web_routes() -> dict:
+    short = page("Short", "<article><p>Only a teaser of ten words is shown on this page.</p></article>")
+    challenge = page("Just a moment...", "<p>Checking your browser before you reach the site.</p>")
+    return {
+        "/article": (200, "text/html; charset=utf-8", article_html()),
+        "/js-page": (200, "text/html", JS_SHELL),
+        "/api/js-content": (200, "application/json", json.dumps(
+            {"title": "Filled by script", "paragraphs": PARAGRAPHS}).encode(), JS_CONTENT_DELAY_S),
+        "/report.pdf": (200, "application/pdf", make_pdf()),
+        "/abs/2401.01234": (200, "text/html", page(
+            "[2401.01234] Sparse attention", f"<h1>Sparse attention for long documents</h1>"
+            f"<blockquote class='abstract'><p>{ABSTRACT}</p></blockquote>")),
+        "/pdf/2401.01234": (500, "text/plain", b"the /pdf/ address must never be fetched"),
+        "/slow": (200, "text/html", "HANG"),
+        "/photo.png": (200, "image/png", b"\x89PNG\r\n\x1a\n" + b"\x00" * 64),
+        "/short": (200, "text/html", short),
+        "/challenge": (503, "text/html", challenge),
+    }
+
+
+def x_routes() -> dict:
+    body = f"<article><h1>Notes from saved posts</h1><p>{X_ARTICLE}</p></article>"
+    return {"/i/article/777": (200, "text/html", page("Notes from saved posts / X", body))}
+
+
+def seed(store: DuckDBStore, links: list[dict], bookmarks: list[dict]) -> None:
+    with store.transaction() as conn:
+        insert_rows(conn, "bookmarks", bookmarks)
+        insert_rows(conn, "links", links)
+
+
+def bookmark(tweet_id: str, **extra) -> dict:
+    row = {
+        "tweet_id": tweet_id, "batch": BATCH, "sort_index": tweet_id, "url": f"https://x.com/u/status/{tweet_id}",
+        "text": f"post {tweet_id}", "is_long": False, "raw_file": "page-0001.json",
+        "captured_at": datetime(2026, 1, 1, tzinfo=timezone.utc), "article_title": None, "article_text": None,
+    }
+    row.update(extra)
+    return row
+
+
+def link(tweet_id: str, url: str, kind: str = "link", position: int = 0) -> dict:
+    return {
+        "tweet_id": tweet_id, "url_norm": normalize_url(url), "position": position, "expanded_url": url,
+        "host": normalize_url(url).split("/")[2], "kind": kind, "from_quote": False, "batch": BATCH,
+    }
+
+
+def run_documents(store: DuckDBStore, *, retry: bool = False, workers: int = 2) -> dg.ExecuteInProcessResult:
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(sync_batches.name, [BATCH])
+    return dg.materialize(
+        [documents, documents_coverage],
+        partition_key=BATCH,
+        instance=instance,
+        resources={"duckdb": store, "browser": Browser()},
+        run_config=dg.RunConfig({"documents": DocumentsConfig(retry=retry, workers=workers)}),
+    )
+
+
+def env_for(monkeypatch: pytest.MonkeyPatch, home, web: Site, x: Site) -> None:
+    state = home / "state.json"
+    state.write_text(json.dumps({"cookies": [], "origins": []}))
+    monkeypatch.setenv("KB_HOME", str(home))
+    monkeypatch.setenv("KB_X_STATE", str(state))
+    monkeypatch.setenv("KB_X_BASE_URL", x.base)
+    monkeypatch.setenv("KB_BROWSER_TIMEOUT_S", TIMEOUT_S)
+    # The loopback host stands in for arxiv.org: the rewrite is by host and
+    # path, so the test sends a real /pdf/ address through it.
+    monkeypatch.setenv("KB_ARXIV_HOSTS", "127.0.0.1")
+
+
+@pytest.fixture(scope="module")
+def sites():
+    web, x = Site(web_routes()), Site(x_routes())
+    yield web, x
+    web.close()
+    x.close()
+
+
+@pytest.fixture(scope="module")
+def fetched(sites, tmp_path_factory):
+    """One run over every kind of address. Returns (store, result, web, x)."""
+    web, x = sites
+    home = tmp_path_factory.mktemp("documents_home")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        env_for(monkeypatch, home, web, x)
+        store = DuckDBStore(path=str(home / "kb.duckdb"))
+        paths = ["/article", "/js-page", "/report.pdf", "/pdf/2401.01234", "/missing", "/slow",
+                 "/photo.png", "/short", "/challenge"]
+        links = [link("100", web.base + p, position=n) for n, p in enumerate(paths)]
+        links += [
+            link("101", web.base + "/article?utm_source=x"),  # a second owner of the same page
+            link("102", "https://x.com/i/article/777", kind="article"),
+            link("103", "https://x.com/i/article/555", kind="article"),
+            link("104", "https://twitter.com/someone/status/42"),  # an X post: not a document
+        ]
+        bookmarks = [bookmark("100"), bookmark("101"), bookmark("102"),
+                     bookmark("103", article_title="State article", article_text=STATE_ARTICLE), bookmark("104")]
+        seed(store, links, bookmarks)
+        started = time.monotonic()
+        result = run_documents(store)
+        elapsed = time.monotonic() - started
+    return store, result, web, x, elapsed
+
+
+def doc(store: DuckDBStore, url: str) -> dict:
+    with store.connect() as conn:
+        cursor = conn.execute("SELECT * FROM documents WHERE url_norm = ?", [normalize_url(url)])
+        row = cursor.fetchone()
+        assert row is not None, f"no document for {url}"
+        return dict(zip([c[0] for c in cursor.description], row))
+
+
+def test_article_page_keeps_main_content_as_html(fetched):
+    store, result, web, _, _ = fetched
+    assert result.success
+    d = doc(store, web.base + "/article")
+    assert (d["status"], d["kind"], d["source"], d["reason"]) == ("ok", "link", "browser", None)
+    for paragraph in PARAGRAPHS:
+        assert paragraph in d["text"]
+    assert "All rights reserved" not in d["text"] and "Topics" not in d["text"]
+    assert f'href="{web.base}/data/ice.csv"' in d["html"]
+    assert f'src="{web.base}/img/ice.jpg"' in d["html"]
+    assert d["title"] == "Glaciers retreat"
+    assert d["word_count"] == len(d["text"].split()) >= 60
+    assert d["attempts"] == 1
+
+
+def test_page_filled_by_javascript_is_read_at_networkidle(fetched):
+    store, result, web, _, _ = fetched
+    d = doc(store, web.base + "/js-page")
+    assert d["status"] == "ok", d
+    assert "Filled by script" in d["text"] and PARAGRAPHS[1] in d["text"]
+    assert web.count("/api/js-content") == 1
+    metadata = result.asset_materializations_for_node("documents")[0].metadata
+    assert metadata["read_at_networkidle"].value == 1
+
+
+def test_pdf_link_is_fetched_as_a_file(fetched):
+    store, _, web, _, _ = fetched
+    d = doc(store, web.base + "/report.pdf")
+    assert (d["status"], d["kind"], d["source"]) == ("ok", "pdf", "file")
+    assert PARAGRAPHS[0][:60] in d["text"]
+    assert d["title"] == "Glacier report"
+
+
+def test_arxiv_pdf_address_is_read_as_the_abstract_page(fetched):
+    store, _, web, _, _ = fetched
+    d = doc(store, web.base + "/pdf/2401.01234")
+    assert d["status"] == "ok"
+    assert d["url"] == web.base + "/abs/2401.01234"
+    assert ABSTRACT in d["text"]
+    assert web.count("/pdf/2401.01234") == 0
+
+
+def test_http_error_is_stored_with_its_status(fetched):
+    store, _, web, _, _ = fetched
+    d = doc(store, web.base + "/missing")
+    assert (d["status"], d["reason"]) == ("failed", "http_404")
+
+
+def test_page_that_never_finishes_loading_times_out(fetched):
+    store, _, web, _, elapsed = fetched
+    d = doc(store, web.base + "/slow")
+    assert (d["status"], d["reason"]) == ("failed", "timeout")
+    assert elapsed < 30  # the run waits KB_BROWSER_TIMEOUT_S, not Playwright's default
+
+
+def test_other_files_fail_as_binary_without_a_browser(fetched):
+    store, _, web, _, _ = fetched
+    d = doc(store, web.base + "/photo.png")
+    assert (d["status"], d["reason"], d["source"], d["detail"]) == ("failed", "binary", "file", "image/png")
+    assert ("GET", "/photo.png") not in web.requests
+
+
+def test_thin_and_blocked_pages(fetched):
+    store, _, web, _, _ = fetched
+    short = doc(store, web.base + "/short")
+    assert (short["status"], short["reason"]) == ("failed", "thin")
+    assert "teaser" in short["text"]  # the little text there is stays for the owner to see
+    assert doc(store, web.base + "/challenge")["reason"] == "blocked"
+
+
+def test_x_article_is_rendered_in_the_x_context(fetched):
+    store, _, _, x, _ = fetched
+    d = doc(store, "https://x.com/i/article/777")
+    assert (d["status"], d["kind"], d["source"]) == ("ok", "article", "browser")
+    assert X_ARTICLE in d["text"]
+    assert x.count("/i/article/777") == 1
+
+
+def test_x_article_with_content_state_is_not_rendered(fetched):
+    store, _, _, x, _ = fetched
+    d = doc(store, "https://x.com/i/article/555")
+    assert (d["status"], d["kind"], d["source"]) == ("ok", "article", "content_state")
+    assert d["text"] == STATE_ARTICLE and d["title"] == "State article"
+    assert x.count("/i/article/555") == 0
+
+
+def test_a_document_has_one_row_and_every_linking_bookmark_owns_it(fetched):
+    store, _, web, _, _ = fetched
+    with store.connect() as conn:
+        rows = conn.execute("SELECT count(*) FROM documents WHERE url_norm = ?",
+                            [normalize_url(web.base + "/article")]).fetchone()
+        assert rows == (1,)
+        owners = owned_documents(conn, ["100", "101"])
+    article_owners = sorted(o.tweet_id for o in owners if o.url_norm == normalize_url(web.base + "/article"))
+    assert article_owners == ["100", "101"]
+    assert web.count("/article") == 1  # fetched once for both owners
+
+
+def test_links_to_x_posts_are_not_documents(fetched):
+    store, _, _, _, _ = fetched
+    with store.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM documents WHERE url_norm LIKE 'https://x.com/someone/%'").fetchone() == (0,)
+
+
+def test_coverage_check_reports_the_share_of_usable_documents(fetched):
+    store, result, _, _, _ = fetched
+    [check] = result.get_asset_check_evaluations()
+    assert check.check_name == "documents_coverage"
+    assert check.passed
+    meta = {k: v.value for k, v in check.metadata.items()}
+    # 11 addresses (the X post is left out); usable: article, JS page, PDF,
+    # arXiv abstract and the two X Articles.
+    assert (meta["links"], meta["usable"], meta["failed"], meta["pending"]) == (11, 6, 5, 0)
+    assert meta["coverage"] == pytest.approx(6 / 11, abs=1e-4)
+    assert meta["failed_by_reason"] == {"binary": 1, "blocked": 1, "http_404": 1, "thin": 1, "timeout": 1}
+
+
+def test_fetched_addresses_are_not_fetched_again_and_retry_tries_failures(sites, tmp_path, monkeypatch):
+    web, x = sites
+    env_for(monkeypatch, tmp_path, web, x)
+    store = DuckDBStore(path=str(tmp_path / "kb.duckdb"))
+    seed(store, [link("200", web.base + "/flaky"), link("200", web.base + "/article", position=1)], [bookmark("200")])
+
+    run_documents(store, workers=1)  # one browser start: the test is about what is fetched
+    assert doc(store, web.base + "/flaky")["reason"] == "http_404"
+    gets = web.count("/flaky"), web.count("/article")
+
+    # The page comes back. Without retry nothing is fetched again.
+    web.routes["/flaky"] = (200, "text/html", article_html())
+    result = run_documents(store)
+    assert (web.count("/flaky"), web.count("/article")) == gets
+    assert result.asset_materializations_for_node("documents")[0].metadata["fetched"].value == 0
+
+    # With retry the failure is fetched again; the usable page is not.
+    run_documents(store, retry=True, workers=1)
+    flaky = doc(store, web.base + "/flaky")
+    assert (flaky["status"], flaky["attempts"]) == ("ok", 2)
+    assert web.count("/article") == gets[1]
+
+
+def test_without_a_browser_the_run_fails_and_keeps_what_it_fetched(sites, tmp_path, monkeypatch):
+    web, x = sites
+    env_for(monkeypatch, tmp_path, web, x)
+    monkeypatch.setenv("KB_CHROMIUM_PATH", str(tmp_path / "no-chromium"))
+    store = DuckDBStore(path=str(tmp_path / "kb.duckdb"))
+    seed(store, [link("300", web.base + "/article"), link("301", "https://x.com/i/article/555", kind="article")],
+         [bookmark("300"), bookmark("301", article_title="State article", article_text=STATE_ARTICLE)])
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(sync_batches.name, [BATCH])
+    result = dg.materialize([documents], partition_key=BATCH, instance=instance, raise_on_error=False,
+                            resources={"duckdb": store, "browser": Browser()})
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert "no-chromium" in failure.step_failure_data.error.message
+    # The article from content_state needs no browser: it is written. The page
+    # is not: no row, so the next run fetches it without `retry`.
+    assert doc(store, "https://x.com/i/article/555")["status"] == "ok"
+    with store.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM documents").fetchone() == (1,)
+    # The coverage check sees the page that waits.
+    check = documents_coverage(duckdb=store)
+    assert not check.passed
+    assert (check.metadata["links"].value, check.metadata["usable"].value, check.metadata["pending"].value) == (2, 1, 1)

@@ -1,0 +1,225 @@
+"""Extraction functions on real HTML and a real PDF made here: no browser."""
+
+from __future__ import annotations
+
+import pymupdf
+import pytest
+
+from kb_assets.documents import kind_of_content
+from kb_assets.extract import (
+    THIN_WORDS,
+    extract_file,
+    extracted_from_text,
+    extract_html,
+    extract_pdf,
+    html_to_text,
+    looks_blocked,
+    rewrite_arxiv,
+)
+
+BODY = [
+    "The river town kept its old stone bridge for four hundred years, and the people who crossed it every "
+    "morning knew each worn step by heart. Engineers who came to study it found that the arches carried "
+    "far more weight than the builders could have planned for.",
+    "In the spring floods the water rose to the second arch, and the town closed the bridge to carts. "
+    "Children stood on the bank and counted the tree trunks that the current pushed against the piers.",
+    "A survey in the last century showed that the mortar had turned almost to stone itself. The council "
+    "decided to leave the bridge as it was, and to build a new road bridge two miles down the valley.",
+]
+
+
+def article_page(body: list[str] = BODY) -> str:
+    paragraphs = "\n".join(f"<p>{p}</p>" for p in body)
+    return f"""<!doctype html><html><head><title>The Old Bridge | River Town News</title></head><body>
+<header><nav><a href="/">Home</a> <a href="/news">News</a> <a href="/sport">Sport</a> <a href="/about">About us</a></nav></header>
+<div class="cookie">We use cookies to improve your experience. Accept all cookies or manage your settings.</div>
+<main><article>
+<h1>The old bridge</h1>
+{paragraphs}
+<p>Read the <a href="/history/bridge">full history</a> of the bridge.</p>
+<figure><img src="/images/bridge.jpg" alt="The bridge in winter"></figure>
+</article>
+<section id="comments"><h2>Comments</h2>
+<div class="comment"><p>Great article! I crossed that bridge as a child, and I still remember the smell of the river in summer.</p></div>
+</section></main>
+<aside><h3>Most read</h3><ul><li><a href="/a">Council votes on parking fees</a></li><li><a href="/b">Local team wins cup</a></li></ul></aside>
+<footer><p>Copyright River Town News. All rights reserved. Privacy policy. Terms of use.</p></footer>
+</body></html>"""
+
+
+# --- html_to_text ----------------------------------------------------------------
+
+def test_html_to_text_makes_one_paragraph_per_block():
+    html = "<article><h1>Title</h1><p>One <b>bold</b> word.</p><ul><li>first</li><li>second</li></ul></article>"
+    assert html_to_text(html) == "Title\n\nOne bold word.\n\nfirst\n\nsecond"
+
+
+def test_html_to_text_keeps_text_around_comments_and_inline_elements():
+    html = "<p>before <!-- a note --> after <a href='x'>link</a>, <img src='i.png' alt='alt words'>end</p>"
+    assert html_to_text(html) == "before after link, end"
+
+
+def test_html_to_text_drops_scripts_styles_and_keeps_code_lines():
+    html = "<div><script>var secret = 1;</script><style>p{}</style><p>Text</p><pre>line one\n  line two</pre>tail</div>"
+    assert html_to_text(html) == "Text\n\nline one\n  line two\n\ntail"
+
+
+def test_html_to_text_splits_table_cells_and_collapses_spaces():
+    html = "<table><tr><td>a1</td><td>b1</td></tr><tr><td>a2</td><td>b2&nbsp;&nbsp; x</td></tr></table>"
+    assert html_to_text(html) == "a1 b1\n\na2 b2 x"
+
+
+def test_html_to_text_of_nothing_is_empty():
+    assert html_to_text("") == ""
+    assert html_to_text("   ") == ""
+
+
+# --- extract_html ------------------------------------------------------------------
+
+def test_extract_html_keeps_the_article_and_drops_the_boilerplate():
+    result = extract_html(article_page(), "https://news.example/2024/bridge")
+    for paragraph in BODY:
+        assert paragraph in result.text
+    for boilerplate in ("Accept all cookies", "Most read", "All rights reserved", "Great article", "Sport"):
+        assert boilerplate not in result.text
+    assert result.title == "The old bridge"
+    assert result.word_count == len(result.text.split())
+    assert not result.thin
+
+
+def test_extract_html_keeps_links_and_images_as_absolute_addresses():
+    result = extract_html(article_page(), "https://news.example/2024/bridge")
+    assert 'href="https://news.example/history/bridge"' in result.text_html
+    assert 'src="https://news.example/images/bridge.jpg"' in result.text_html
+    # The markup stays in the HTML only: the text has the link's words.
+    assert "full history" in result.text and "href" not in result.text
+
+
+def test_a_short_page_is_thin():
+    result = extract_html(article_page(["Only a few words here about the bridge and the river."]), "https://n.example/")
+    assert result.word_count < THIN_WORDS
+    assert result.thin
+
+
+def test_an_empty_page_is_thin_and_keeps_its_title():
+    result = extract_html("<html><head><title>App</title></head><body><div id='root'></div></body></html>")
+    assert result.text == "" and result.word_count == 0 and result.thin
+    assert result.title == "App"
+
+
+def test_challenge_page_looks_blocked_and_an_article_does_not():
+    challenge = "<html><head><title>Just a moment...</title></head><body><p>Checking your browser.</p></body></html>"
+    assert looks_blocked(challenge)
+    assert not looks_blocked(article_page())
+
+
+def test_content_state_text_becomes_escaped_html_one_paragraph_per_line():
+    result = extracted_from_text("First block <script>x</script>\nSecond block\n\nThird", "Title")
+    assert result.text_html == (
+        "<article><p>First block &lt;script&gt;x&lt;/script&gt;</p><p>Second block</p><p>Third</p></article>"
+    )
+    assert result.text == "First block <script>x</script>\n\nSecond block\n\nThird"
+    assert (result.title, result.word_count, result.thin) == ("Title", 6, True)
+
+
+# --- PDF -----------------------------------------------------------------------------
+
+def make_pdf(paragraphs: list[str], title: str = "Bridges of the Valley") -> bytes:
+    doc = pymupdf.open()
+    page = doc.new_page()
+    page.insert_textbox(pymupdf.Rect(50, 50, 550, 800), "\n\n".join(paragraphs), fontsize=10)
+    doc.set_metadata({"title": title})
+    data = doc.tobytes()
+    doc.close()
+    return data
+
+
+def test_extract_pdf_reads_the_text_layer():
+    result = extract_pdf(make_pdf(BODY))
+    assert "four hundred years" in result.text
+    assert "road bridge two miles down the valley" in result.text
+    assert result.title == "Bridges of the Valley"
+    assert result.word_count >= THIN_WORDS
+    assert result.text_html.startswith("<article>")
+
+
+def test_extract_pdf_names_a_bad_file():
+    with pytest.raises(ValueError, match="paper.pdf is not a readable PDF"):
+        extract_pdf(b"%PDF-1.7 this is not really a pdf", "https://x.example/paper.pdf")
+
+
+# --- extract_file (kb extract-file) ------------------------------------------------------
+
+def test_extract_file_prints_what_the_chunker_sees(tmp_path):
+    page = tmp_path / "bridge.html"
+    page.write_text(article_page(), encoding="utf-8")
+    text = extract_file(page, url="https://news.example/2024/bridge")
+    assert text == extract_html(article_page(), "https://news.example/2024/bridge").text
+    assert BODY[0] in text and "Accept all cookies" not in text
+
+
+def test_extract_file_reads_a_saved_pdf(tmp_path):
+    path = tmp_path / "paper.pdf"
+    path.write_bytes(make_pdf(BODY))
+    assert "four hundred years" in extract_file(path)
+
+
+def test_extract_file_reads_a_page_in_another_encoding(tmp_path):
+    page = tmp_path / "latin1.html"
+    html = article_page([p + " Café crème." for p in BODY]).replace("<head>", '<head><meta charset="iso-8859-1">')
+    page.write_bytes(html.encode("iso-8859-1"))
+    assert "Café crème" in extract_file(page)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("missing.html", None, "missing.html: no such file"),
+        ("empty.html", b"  \n", "empty.html: the file is empty"),
+        ("image.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "image.png: the file is binary"),
+    ],
+)
+def test_extract_file_names_bad_input(tmp_path, name, content, message):
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises((FileNotFoundError, ValueError), match=message):
+        extract_file(path)
+
+
+# --- addresses and content types ----------------------------------------------------------
+
+ARXIV = frozenset({"arxiv.org", "www.arxiv.org"})
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("https://arxiv.org/pdf/2401.01234", "https://arxiv.org/abs/2401.01234"),
+        ("https://arxiv.org/pdf/2401.01234v2", "https://arxiv.org/abs/2401.01234v2"),
+        ("https://www.arxiv.org/pdf/2401.01234v2.pdf", "https://www.arxiv.org/abs/2401.01234v2"),
+        ("http://arxiv.org/pdf/hep-th/9901001", "http://arxiv.org/abs/hep-th/9901001"),
+        ("https://arxiv.org/abs/2401.01234", "https://arxiv.org/abs/2401.01234"),
+        ("https://example.org/pdf/2401.01234", "https://example.org/pdf/2401.01234"),
+        ("https://arxiv.org/list/cs.CL/recent", "https://arxiv.org/list/cs.CL/recent"),
+    ],
+)
+def test_rewrite_arxiv(url, expected):
+    assert rewrite_arxiv(url, ARXIV) == expected
+
+
+@pytest.mark.parametrize(
+    ("content_type", "url", "kind"),
+    [
+        ("text/html; charset=utf-8", "https://a.example/post", "page"),
+        (None, "https://a.example/post", "page"),
+        ("application/pdf", "https://a.example/file", "pdf"),
+        ("application/octet-stream", "https://a.example/paper.PDF", "pdf"),
+        ("application/octet-stream", "https://a.example/setup.exe", "binary"),
+        ("image/png", "https://a.example/x.png", "binary"),
+        ("application/zip", "https://a.example/x.zip", "binary"),
+        ("text/plain", "https://a.example/notes.txt", "page"),
+    ],
+)
+def test_kind_of_content(content_type, url, kind):
+    assert kind_of_content(content_type, url) == kind
