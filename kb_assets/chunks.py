@@ -14,6 +14,7 @@ import dagster as dg
 import duckdb
 
 from kb_assets.chunking import chunk_text
+from kb_assets.documents import owned_documents
 from kb_assets.normalize import BOOKMARK_ORDER_SQL
 from kb_assets.partitions import sync_batches
 from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
@@ -58,9 +59,13 @@ def article_texts(conn, tweet_ids):
     Without content_state, the preview text still says what the article is
     about; the documents stage may fetch the whole article later."""
     rows = conn.execute(
-        """SELECT tweet_id, coalesce(article_url, url), article_title,
-                  coalesce(nullif(article_text, ''), article_preview) FROM bookmarks
-           WHERE tweet_id IN (SELECT unnest(?)) AND coalesce(article_text, article_preview, '') <> ''""",
+        """SELECT b.tweet_id, coalesce(b.article_url, b.url), b.article_title,
+                  coalesce(nullif(b.article_text, ''), b.article_preview) FROM bookmarks b
+           WHERE b.tweet_id IN (SELECT unnest(?)) AND coalesce(b.article_text, b.article_preview, '') <> ''
+             -- a rendered article (documents stage) replaces the preview
+             AND (coalesce(b.article_text, '') <> '' OR NOT EXISTS (
+                  SELECT 1 FROM links l JOIN documents d ON d.url_norm = l.url_norm
+                  WHERE l.tweet_id = b.tweet_id AND l.kind = 'article' AND d.status = 'ok'))""",
         [tweet_ids],
     ).fetchall()
     for tweet_id, ref, title, text in rows:
@@ -68,10 +73,21 @@ def article_texts(conn, tweet_ids):
         yield SourceText(tweet_id, "article", ref, body, None)
 
 
+def document_texts(conn, tweet_ids):
+    """Pages behind links, and X Articles the browser rendered. A page that
+    many bookmarks link to is yielded once per bookmark, so each of them
+    finds it and can read it."""
+    for doc in owned_documents(conn, tweet_ids):
+        source = "article" if doc.kind == "article" else "link"
+        body = f"{doc.title}\n\n{doc.text}" if doc.title and not doc.text.startswith(doc.title) else doc.text
+        yield SourceText(doc.tweet_id, source, doc.url_norm, body, None)
+
+
 CHUNK_SOURCES: dict[str, ChunkSource] = {
     "post": post_texts,
     "quote": quote_texts,
     "article": article_texts,
+    "link": document_texts,
 }
 
 
@@ -119,7 +135,7 @@ def partition_bookmarks(conn, batch: str) -> tuple[list[str], list[str]]:
 
 @dg.asset(
     partitions_def=sync_batches,
-    deps=["bookmarks", "links", "media"],
+    deps=["bookmarks", "links", "media", "documents"],
     pool=DUCKDB_POOL,
     group_name="index",
     description="Paragraph-aligned passages of each bookmark's texts: post, quote, article, and enrichments.",
@@ -129,7 +145,7 @@ def chunks(context: dg.AssetExecutionContext, duckdb: DuckDBStore) -> dg.Materia
     skip = excluded_sources()
     with duckdb.transaction() as conn:
         live, removed = partition_bookmarks(conn, batch)
-        texts = [t for name, source in CHUNK_SOURCES.items() if name not in skip for t in source(conn, live)]
+        texts = [t for source in CHUNK_SOURCES.values() for t in source(conn, live) if t.source not in skip]
         rows = chunk_rows(texts, batch)
         # Replace the partition's rows: re-materializing never duplicates.
         conn.execute("DELETE FROM chunks WHERE tweet_id IN (SELECT unnest(?))", [live + removed])

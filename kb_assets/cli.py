@@ -151,6 +151,44 @@ def status(as_json: bool) -> None:
     _echo_json(report) if as_json else click.echo(format_status(report))
 
 
+# --- documents and wiki ------------------------------------------------------------
+
+
+@main.command("extract-file")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--url", help="The page's address, for relative links and site rules.")
+def extract_file(path: str, url: str | None) -> None:
+    """Print the main text that the chunker would see for one saved HTML file."""
+    from kb_assets.extract import extract_file as extract
+
+    try:
+        click.echo(extract(Path(path), url))
+    except (FileNotFoundError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@main.group()
+def wiki() -> None:
+    """The git wiki."""
+
+
+@wiki.command("check")
+@click.argument("path", required=False, type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="One list per kind of finding.")
+def wiki_check(path: str | None, as_json: bool) -> None:
+    """Deterministic checks of a wiki folder: dangling links, orphans, stubs,
+    index.md against the files, frontmatter, claims without a citation."""
+    from kb_assets.wiki_checks import check_wiki, findings_count, format_findings
+    from kb_resources.settings import get_settings
+
+    try:
+        findings = check_wiki(Path(path) if path else get_settings().wiki_dir)
+    except FileNotFoundError as exc:
+        raise click.UsageError(str(exc)) from exc
+    _echo_json(findings) if as_json else click.echo(format_findings(findings))
+    sys.exit(1 if findings_count(findings) else 0)
+
+
 # --- evaluation --------------------------------------------------------------------
 
 

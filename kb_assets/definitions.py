@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import dagster as dg
 
-from kb_assets import capture, chunks, index, normalize
+from kb_assets import capture, chunks, documents, index, normalize, wiki, wiki_checks
 from kb_assets.jobs import x_sync_job
+from kb_assets.wiki import wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job
 from kb_resources.browser import Browser
 from kb_resources.duckdb_store import DuckDBStore
 from kb_resources.embedder import Embedder
 from kb_resources.lance_index import ChunkIndex
 from kb_resources.raw_store import RawStore
+from kb_resources.wiki import Wiki
+from kb_resources.wiki_agent import WikiAgent
 from sensors.schedules import x_sync_sensor
+from sensors.wiki import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 
-STAGE_MODULES = [capture, normalize, chunks, index]
+STAGE_MODULES = [capture, normalize, documents, chunks, index, wiki, wiki_checks]
 
 
 def build_resources() -> dict:
@@ -25,6 +29,8 @@ def build_resources() -> dict:
         "browser": Browser(),
         "embedder": Embedder(),
         "lance": ChunkIndex(),
+        "wiki": Wiki(),
+        "wiki_agent": WikiAgent(),
     }
 
 
@@ -35,6 +41,7 @@ defs = dg.Definitions(
     assets=all_assets,
     asset_checks=all_checks,
     resources=build_resources(),
-    jobs=[x_sync_job],
-    sensors=[x_sync_sensor],
+    jobs=[x_sync_job, wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
+    schedules=[wiki_lint_schedule, wiki_synthesis_schedule],
+    sensors=[x_sync_sensor, wiki_waiting_sensor],
 )

@@ -18,8 +18,16 @@ assets from twimg.com, and the browser sends x.com cookies only to x.com.
 To block them would break the X web app and protect nothing.
 
 We use the sync Playwright API. It is bound to the thread that starts it,
-so every `with` block here starts and stops its own Playwright: a Dagster
-op may run in any thread or process, and nothing crosses threads.
+so every `with` block here starts and stops its own Playwright and Chromium
+(a Dagster op may run in any thread or process; nothing crosses threads).
+Inside `Browser.kept_open()`, contexts that the same thread opens share one
+Chromium. Each context is still separate: no cookie or storage crosses.
+
+Usage:
+    with browser.x_context() as x:      # X pages only
+        page = x.open("/i/bookmarks")
+    with browser.clean_context() as context:   # every other site
+        page = context.new_page(); page.goto(url)
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
@@ -42,6 +51,11 @@ from kb_resources.settings import Settings, _playwright_browser_installed, get_s
 # CI machines often do not give. --disable-background-networking: no update
 # checks or field trials; a capture run talks to X only.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+# The sync Playwright API is bound to its thread, so a browser kept open is
+# kept per thread.
+_kept_open = threading.local()
 
 
 class BrowserNotFound(RuntimeError):
@@ -123,19 +137,26 @@ class XContext:
         """A new page on an X URL. Attach response listeners to `self.context`
         before the call, so that no response of the first load is missed."""
         url = self.url(path_or_url)
+        earlier = len(self.violations)  # one page that left X does not spoil the next open()
         page = self.context.new_page()
         page.on("framenavigated", self._check_main_frame)
         try:
             page.goto(url, wait_until=wait_until, timeout=self.timeout_ms)
         except PlaywrightError:
-            self.raise_if_left_x()
+            self._close_if_left_x(page, earlier)
             raise
-        self.raise_if_left_x()
+        self._close_if_left_x(page, earlier)
         return page
 
-    def raise_if_left_x(self) -> None:
-        if self.violations:
-            raise NotAnXPage(f"The X context left X and was stopped: {self.violations[0]}")
+    def raise_if_left_x(self, since: int = 0) -> None:
+        """NotAnXPage when a page of this context went to a non-X page."""
+        if len(self.violations) > since:
+            raise NotAnXPage(f"The X context left X and was stopped: {self.violations[since]}")
+
+    def _close_if_left_x(self, page: Page, since: int) -> None:
+        if len(self.violations) > since:
+            page.close()
+            self.raise_if_left_x(since)
 
     def _guard_navigation(self, route: Route) -> None:
         request = route.request
@@ -162,12 +183,30 @@ class Browser(dg.ConfigurableResource):
     @contextlib.contextmanager
     def _browser(self) -> Iterator[PlaywrightBrowser]:
         options = chromium_launch_options(get_settings(), headless=self.headless)
+        kept = getattr(_kept_open, "browser", None)
+        if kept is not None and _kept_open.options == options and kept.is_connected():
+            yield kept
+            return
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(**options)
             try:
                 yield browser
             finally:
                 browser.close()
+
+    @contextlib.contextmanager
+    def kept_open(self) -> Iterator[None]:
+        """Keep one Chromium open for every context that this thread opens
+        inside the block. To start Playwright and Chromium costs one to three
+        seconds; a run that opens many contexts (or a test session) pays it
+        once. Each context stays separate: no cookie or storage is shared."""
+        with self._browser() as browser:
+            _kept_open.browser = browser
+            _kept_open.options = chromium_launch_options(get_settings(), headless=self.headless)
+            try:
+                yield
+            finally:
+                _kept_open.browser = None
 
     @contextlib.contextmanager
     def x_context(self) -> Iterator[XContext]:

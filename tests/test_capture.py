@@ -1,0 +1,339 @@
+"""The X capture, end to end: real Playwright on Chromium against a loopback
+server that plays the X bookmarks page (tests/fake_x.py)."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import pytest
+
+from kb_assets.capture import x_raw_pages
+from kb_assets.partitions import sync_batches
+from kb_resources.browser import Browser, NotAnXPage, XLoginMissing
+from kb_resources.raw_store import RawStore
+from kb_resources.settings import get_settings
+from tests.fake_x import FakeX, OtherSite
+from tests.x_fixtures import all_tweet_entries
+
+pytestmark = [
+    pytest.mark.browser,
+    # With one Chromium kept open, Playwright's event loop runs in this thread
+    # when Dagster closes its own loop at the end of a run; Dagster expects
+    # that and ignores the RuntimeError, but Python warns about the coroutine.
+    pytest.mark.filterwarnings("ignore:coroutine 'BaseEventLoop.shutdown_asyncgens' was never awaited"),
+]
+
+SECRET = "TEST-SECRET-auth-token-0123456789"
+
+
+@pytest.fixture(scope="session")
+def x_server():
+    server = FakeX("127.0.0.1")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def other_server():
+    server = OtherSite("localhost")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_chromium():
+    """One Chromium for the whole module; every test still gets new contexts."""
+    with Browser().kept_open():
+        yield
+
+
+@pytest.fixture(scope="session")
+def instance():
+    with dg.DagsterInstance.ephemeral() as inst:
+        yield inst
+
+
+@pytest.fixture
+def fake_x(x_server, other_server, monkeypatch):
+    """The fake X with a fresh state, KB_X_BASE_URL pointing at it, and a
+    saved login whose session cookie belongs to the fake X host."""
+    x_server.reset()
+    other_server.seen.clear()
+    monkeypatch.setenv("KB_X_BASE_URL", x_server.url)
+    monkeypatch.setenv("KB_CHROMIUM_PATH", "/usr/bin/chromium")
+    monkeypatch.setenv("KB_CAPTURE_SCROLL_WAIT_S", "0.5")
+    monkeypatch.setenv("KB_CAPTURE_MAX_IDLE_SCROLLS", "3")
+    monkeypatch.setenv("KB_BROWSER_TIMEOUT_S", "10")
+    state = {"cookies": [{"name": "auth_token", "value": SECRET, "domain": "127.0.0.1", "path": "/",
+                          "expires": -1, "httpOnly": True, "secure": False, "sameSite": "Lax"}],
+             "origins": []}
+    get_settings().x_state_path.write_text(json.dumps(state))
+    return x_server
+
+
+@pytest.fixture(scope="session")
+def entries():
+    return all_tweet_entries()
+
+
+def capture(instance, batch: str, **config) -> dg.ExecuteInProcessResult:
+    instance.add_dynamic_partitions(sync_batches.name, [batch])
+    return dg.materialize(
+        [x_raw_pages],
+        partition_key=batch,
+        instance=instance,
+        resources={"browser": Browser(), "raw_store": RawStore()},
+        run_config={"ops": {"x_raw_pages": {"config": config}}},
+        raise_on_error=False,
+    )
+
+
+def kept_pages(batch: str) -> list[bytes]:
+    return [p.read_bytes() for p in RawStore().pages(batch)]
+
+
+def metadata(result: dg.ExecuteInProcessResult) -> dict:
+    [materialization] = result.asset_materializations_for_node("x_raw_pages")
+    return {k: v.value for k, v in materialization.metadata.items()}
+
+
+def failure_message(result: dg.ExecuteInProcessResult) -> str:
+    [event] = [e for e in result.all_events if e.is_step_failure]
+    return event.step_failure_data.error.message
+
+
+def test_capture_keeps_every_bookmarks_page_as_it_came(fake_x, instance, entries):
+    served = fake_x.serve_entries(entries)
+    assert len(served) == 7  # 117 tweets: six pages of up to 20, then the empty end page
+
+    result = capture(instance, "b-all")
+
+    assert result.success
+    assert kept_pages("b-all") == served
+    meta = metadata(result)
+    assert (meta["pages"], meta["tweets"], meta["complete"]) == (7, 117, True)
+    # The page also called UserByScreenName; the capture did not keep it.
+    assert any("/UserByScreenName" in s.path for s in fake_x.state.seen)
+    manifest = RawStore().manifest("b-all")
+    assert manifest.complete and manifest.error is None and manifest.mode == "browser"
+    assert manifest.pages == [f"page-{n:04d}.json" for n in range(1, 8)]
+    first = entries[0]["entryId"].removeprefix("tweet-")
+    assert RawStore().watermark() == {"tweet_id": first, "sort_index": entries[0]["sortIndex"], "batch": "b-all"}
+    # The X context sent the saved login to X.
+    assert all(SECRET in c for c in fake_x.cookies_on("/i/api/graphql/"))
+
+
+def test_incremental_capture_stops_one_page_after_the_watermark(fake_x, instance, entries):
+    fake_x.serve_entries(entries[30:])
+    assert capture(instance, "b-first").success
+    assert RawStore().watermark()["tweet_id"] == entries[30]["entryId"].removeprefix("tweet-")
+
+    # 30 new bookmarks arrive on top. The old newest (entry 30) is on page 2.
+    served = fake_x.serve_entries(entries)
+    fake_x.state.served_pages.clear()
+    result = capture(instance, "b-next")
+
+    assert result.success
+    assert kept_pages("b-next") == served[:3]
+    assert fake_x.state.served_pages == [0, 1, 2]
+    meta = metadata(result)
+    assert meta["met_watermark"] is True and meta["complete"] is True and meta["tweets"] == 60
+    assert RawStore().watermark()["tweet_id"] == entries[0]["entryId"].removeprefix("tweet-")
+    assert RawStore().watermark()["batch"] == "b-next"
+
+
+def test_full_capture_ignores_the_watermark(fake_x, instance, entries):
+    served = fake_x.serve_entries(entries)
+    RawStore().move_watermark(entries[0]["entryId"].removeprefix("tweet-"), entries[0]["sortIndex"], "old")
+
+    result = capture(instance, "b-full", full=True)
+
+    assert result.success
+    assert kept_pages("b-full") == served
+    assert RawStore().manifest("b-full").full is True
+
+
+def test_a_new_query_id_changes_nothing(fake_x, instance, entries):
+    served = fake_x.serve_entries(entries[:45])
+    fake_x.state.query_id = "NEWdeployQueryId42"
+
+    result = capture(instance, "b-newid")
+
+    assert result.success
+    assert kept_pages("b-newid") == served
+    assert any("/NEWdeployQueryId42/Bookmarks" in s.path for s in fake_x.state.seen)
+
+
+def test_x_asking_the_top_again_does_not_end_the_capture(fake_x, instance, entries):
+    served = fake_x.serve_entries(entries[:45])
+    fake_x.state.refresh_top = True
+
+    result = capture(instance, "b-refresh")
+
+    assert result.success
+    kept = kept_pages("b-refresh")
+    # The empty top refresh is kept as it came, and the capture still went to the end.
+    assert [p for p in kept if p in served] == served
+    assert len(kept) == len(served) + 1
+    assert metadata(result)["tweets"] == 45
+
+
+@pytest.mark.parametrize("fail_mode", ["500", "close"])
+def test_a_capture_cut_off_keeps_its_pages_and_not_the_watermark(fake_x, instance, entries, fail_mode):
+    served = fake_x.serve_entries(entries)
+    RawStore().move_watermark("1", "1", "old")
+    fake_x.state.fail_after, fake_x.state.fail_mode = 2, fail_mode
+
+    result = capture(instance, f"b-cut-{fail_mode}")
+
+    assert not result.success
+    assert kept_pages(f"b-cut-{fail_mode}") == served[:2]
+    manifest = RawStore().manifest(f"b-cut-{fail_mode}")
+    assert manifest.complete is False and manifest.pages == ["page-0001.json", "page-0002.json"]
+    assert RawStore().watermark() == {"tweet_id": "1", "sort_index": "1", "batch": "old"}
+    message = failure_message(result)
+    assert "cut off after 2 pages" in message and "watermark did not move" in message
+    assert ("HTTP 500" if fail_mode == "500" else "failed") in message
+
+    # A retry of the same batch sets the first attempt aside (kept, not mixed in).
+    fake_x.state.fail_after = None
+    assert capture(instance, f"b-cut-{fail_mode}").success
+    assert kept_pages(f"b-cut-{fail_mode}") == served
+    [aside] = (RawStore().x_dir() / ".superseded").glob(f"b-cut-{fail_mode}-*")
+    assert [p.read_bytes() for p in sorted(aside.glob("page-*.json"))] == served[:2]
+
+
+def test_max_pages_keeps_a_partial_capture_that_is_not_complete(fake_x, instance, entries):
+    served = fake_x.serve_entries(entries)
+
+    result = capture(instance, "b-max", max_pages=2)
+
+    assert result.success
+    assert kept_pages("b-max") == served[:2]
+    assert metadata(result)["complete"] is False
+    assert RawStore().manifest("b-max").complete is False
+    assert RawStore().watermark() is None
+
+
+def test_a_stalled_client_is_a_cut_off_not_the_end(fake_x, instance, entries):
+    served = fake_x.serve_entries(entries)
+    fake_x.state.stop_after = 2  # the client stops asking; the last page still has a cursor
+
+    result = capture(instance, "b-stall")
+
+    assert not result.success
+    assert "bottom cursor" in failure_message(result)
+    assert kept_pages("b-stall") == served[:2]
+    assert RawStore().watermark() is None
+
+
+def test_no_answer_within_the_timeout_is_a_cut_off(fake_x, instance, entries, monkeypatch):
+    monkeypatch.setenv("KB_BROWSER_TIMEOUT_S", "1.5")
+    served = fake_x.serve_entries(entries)
+    fake_x.state.fail_after, fake_x.state.fail_mode, fake_x.state.hang_s = 1, "hang", 4
+
+    result = capture(instance, "b-hang")
+
+    assert not result.success
+    assert "did not answer Bookmarks page 2 within 1.5 s" in failure_message(result)
+    assert kept_pages("b-hang") == served[:1]
+
+
+def test_missing_login_fails_with_kb_login_hint(fake_x, instance):
+    get_settings().x_state_path.unlink()
+
+    result = capture(instance, "b-nologin")
+
+    assert not result.success
+    assert "Run `kb login`" in failure_message(result)
+    assert RawStore().manifest("b-nologin").complete is False
+    with pytest.raises(XLoginMissing, match="kb login"):
+        with Browser().x_context():
+            pass
+
+
+def test_files_mode_imports_pages_byte_for_byte(fake_x, instance, entries, tmp_path):
+    pages = fake_x.serve_entries(entries[:30])  # 2 pages + end page; no browser runs
+    files = []
+    for n, body in enumerate([pages[0], pages[1], b"<html>not json</html>"]):
+        path = tmp_path / f"saved-{n}.json"
+        path.write_bytes(body)
+        files.append(str(path))
+
+    result = capture(instance, "b-import", files=files)
+
+    assert result.success
+    assert kept_pages("b-import") == [pages[0], pages[1], b"<html>not json</html>"]
+    meta = metadata(result)
+    assert (meta["pages"], meta["tweets"], meta["bad_pages"]) == (3, 30, 1)
+    assert RawStore().manifest("b-import").mode == "files"
+    assert RawStore().watermark() is None  # an import never moves the watermark
+    assert not fake_x.state.seen  # no browser
+
+    result = capture(instance, "b-import-missing", files=[files[0], str(tmp_path / "absent.json")])
+    assert not result.success
+    assert "absent.json" in failure_message(result)
+    assert kept_pages("b-import-missing") == []
+
+
+# --- the two contexts ------------------------------------------------------------------
+
+
+def test_clean_context_sends_no_x_cookies(fake_x, other_server, entries):
+    fake_x.serve_entries(entries[:5])
+    browser = Browser()
+    with browser.clean_context() as context:
+        page = context.new_page()
+        page.goto(other_server.url + "/article")
+        page.goto(fake_x.url + "/i/bookmarks")
+    assert "/article" in [s.path for s in other_server.seen]
+    assert all(SECRET not in s.cookie for s in other_server.seen)
+    # Not even X itself gets the login from the clean context.
+    assert all(SECRET not in c for c in fake_x.cookies_on("/i/"))
+
+    fake_x.state.seen.clear()
+    with browser.x_context() as x:
+        x.open("/i/bookmarks")
+    assert SECRET in fake_x.cookies_on("/i/bookmarks")[0]  # the control: the X context does send it
+
+
+def test_x_context_refuses_pages_that_are_not_x(fake_x, other_server, entries):
+    fake_x.serve_entries(entries[:5])
+    with Browser().x_context() as x:
+        with pytest.raises(NotAnXPage, match="localhost"):
+            x.open(other_server.url + "/")
+        assert other_server.seen == []
+
+        # A script on an X page that navigates away is stopped by the route.
+        page = x.open("/i/bookmarks")
+        page.evaluate(f"location.href = {json.dumps(other_server.url + '/from-script')}")
+        for _ in range(50):  # Playwright runs the route handler while the test waits in it
+            if x.violations:
+                break
+            page.wait_for_timeout(100)
+        assert other_server.seen == []
+        with pytest.raises(NotAnXPage):
+            x.raise_if_left_x()
+
+    # A redirect is not seen by routes; the landing check stops it.
+    with Browser().x_context() as x:
+        with pytest.raises(NotAnXPage, match="landed on localhost"):
+            x.open(f"/leave?{other_server.url}/landing")
+        assert [p.url for p in x.context.pages] == []  # the page that left X is closed
+        x.open("/i/bookmarks")  # the next X page opens as usual
+
+
+def test_readiness_names_what_is_missing_and_never_shows_the_login(fake_x):
+    ok, detail = Browser().readiness()
+    assert ok and "/usr/bin/chromium" in detail and SECRET not in detail
+
+    get_settings().x_state_path.unlink()
+    ok, detail = Browser().readiness()
+    assert not ok and "kb login" in detail
+
+
+def test_readiness_names_a_chromium_that_is_not_there(fake_x, monkeypatch, tmp_path):
+    monkeypatch.setenv("KB_CHROMIUM_PATH", str(tmp_path / "no-chromium"))
+    ok, detail = Browser().readiness()
+    assert not ok and "no-chromium" in detail and "not executable" in detail
