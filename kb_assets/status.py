@@ -37,9 +37,29 @@ def _duckdb_counts(settings: Settings) -> dict:
             "links": one("SELECT count(DISTINCT url_norm) FROM links"),
             "photos": one("SELECT count(*) FROM media WHERE kind = 'photo'"),
             "videos": one("SELECT count(*) FROM media WHERE kind IN ('video', 'animated_gif')"),
+            **_enrichment_coverage(conn),
         }
     finally:
         conn.close()
+
+
+def _enrichment_coverage(conn) -> dict:
+    """The numbers of the coverage checks of captions, transcripts and
+    translations (the same queries). A table that does not exist yet gives
+    no entry."""
+    from kb_assets.captions import photo_coverage
+    from kb_assets.chunks import excluded_sources
+    from kb_assets.transcripts import video_coverage
+    from kb_assets.translations import translation_coverage
+
+    out = {}
+    for name, read in (("captions", photo_coverage), ("transcripts", video_coverage),
+                       ("translations", lambda c: translation_coverage(c, excluded_sources()))):
+        try:
+            out[name] = read(conn)
+        except duckdb_lib.CatalogException:
+            pass
+    return out
 
 
 def _capture_counts(settings: Settings) -> dict:
@@ -71,19 +91,22 @@ def _index_counts() -> dict:
 def _services(settings: Settings) -> dict:
     from kb_resources.browser import Browser
     from kb_resources.embedder import Embedder
+    from kb_resources.transcriber import Transcriber
+    from kb_resources.translator import Translator
+    from kb_resources.vision import Captioner
 
     def secret_state(value) -> str:
         return "set" if value is not None and value.get_secret_value() else "not set"
 
     services = {}
-    for name, resource in (("browser", Browser()), ("embedder", Embedder())):
+    # Browser.readiness() covers the X login state too, and never shows its content.
+    for name, resource in (("browser", Browser()), ("embedder", Embedder()), ("captions", Captioner()),
+                           ("transcripts", Transcriber()), ("translation", Translator())):
         try:
             ok, detail = resource.readiness()
         except Exception as exc:
             ok, detail = False, f"{type(exc).__name__}: {exc}"
         services[name] = {"ready": ok, "detail": detail}
-    state = settings.x_state_path
-    services["x_login"] = {"ready": state.exists(), "detail": str(state) if state.exists() else "run `kb login`"}
     for key in ("groq_api_key", "deepseek_api_key", "anthropic_auth_token", "telegram_bot_token"):
         value = getattr(settings, key)
         services[key] = {"ready": secret_state(value) == "set", "detail": secret_state(value)}
@@ -102,6 +125,24 @@ def collect_status(settings: Settings | None = None) -> dict:
     }
 
 
+def _coverage_lines(norm: dict) -> list[str]:
+    lines = []
+    for key, label, done, total, noun in (
+        ("captions", "captioned", "captioned", "photos", "photos"),
+        ("transcripts", "transcribed", "transcribed", "videos", "videos"),
+        ("translations", "translated", None, "foreign_texts", "foreign texts"),
+    ):
+        numbers = norm.get(key)
+        if not numbers:
+            continue
+        finished = numbers[done] if done else numbers["translated"] + numbers["already_english"]
+        share = 100 * finished / numbers[total] if numbers[total] else 100
+        extra = f", {numbers['failed']} failed" if numbers.get("failed") else ""
+        lines.append(f"  {label:<11} {finished}/{numbers[total]} {noun} ({share:.0f}%), "
+                     f"{numbers['waiting']} waiting{extra}")
+    return lines
+
+
 def format_status(report: dict) -> str:
     lines = [f"KB_HOME  {report['kb_home']}"]
     cap = report["capture"]
@@ -114,6 +155,7 @@ def format_status(report: dict) -> str:
         lines.append(f"  normalized  {norm['bookmarks']} bookmarks ({norm['removed']} removed)")
         lines.append(f"  chunked     {norm['chunked_bookmarks']}/{norm['bookmarks']} "
                      f"({100 * norm['chunked_bookmarks'] / total:.0f}%), {norm['chunks']} chunks")
+        lines += _coverage_lines(norm)
     else:
         lines.append(f"normalized  {norm.get('state')}")
     index = report["index"]

@@ -62,6 +62,7 @@ def run_sync(
     files: list[str] | None = None,
     resources: dict | None = None,
     on_stage: Callable[[str, int, int], None] | None = None,
+    log_level: str = "WARNING",
 ) -> SyncReport:
     """Run one sync batch through every stage. `files` imports raw Bookmarks
     pages instead of opening the browser (the demo and `kb import`)."""
@@ -81,7 +82,9 @@ def run_sync(
         if on_stage:
             on_stage(name, number, len(stages))
         started = time.monotonic()
-        run_config = {"ops": {"x_raw_pages": {"config": capture_config}}} if name == "capture" else None
+        run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
+        if name == "capture":
+            run_config["ops"] = {"x_raw_pages": {"config": capture_config}}
         try:
             result = dg.materialize(
                 [*all_assets, *all_checks],
