@@ -189,6 +189,16 @@ def wiki_check(path: str | None, as_json: bool) -> None:
     sys.exit(1 if findings_count(findings) else 0)
 
 
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind. Keep loopback unless you know why.")
+@click.option("--port", default=8765, show_default=True)
+def web(host: str, port: int) -> None:
+    """A search page in the browser, over the same search function."""
+    from kb_assets.web import serve
+
+    serve(host=host, port=port)
+
+
 # --- evaluation --------------------------------------------------------------------
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from kb_assets import capture, chunks, documents, index, normalize, wiki, wiki_checks
+from kb_assets import capture, chunks, documents, index, normalize, wiki, wiki_checks, wiki_index
 from kb_assets.jobs import x_sync_job
 from kb_assets.wiki import wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job
 from kb_resources.browser import Browser
@@ -18,7 +18,7 @@ from kb_resources.wiki_agent import WikiAgent
 from sensors.schedules import x_sync_sensor
 from sensors.wiki import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 
-STAGE_MODULES = [capture, normalize, documents, chunks, index, wiki, wiki_checks]
+STAGE_MODULES = [capture, normalize, documents, chunks, index, wiki, wiki_checks, wiki_index]
 
 
 def build_resources() -> dict:

@@ -1,0 +1,484 @@
+"""kb-mcp: the MCP server over the kb search index, on stdio.
+
+An agent (the model) calls these tools; retrieval returns passages, and the
+agent reasons over them:
+- search_bookmarks: hybrid search, one best passage per bookmark.
+- get_bookmark: the post, its quoted post, links and media. No document bodies.
+- read_document: the text behind a bookmark or a page, one bounded page at a
+  time, or its best passages for a query.
+- search_wiki, read_wiki_page: the same over the wiki that the agent keeps.
+
+The server reads the LanceDB index and the wiki folder only. It never opens
+DuckDB: a sync holds the DuckDB file for minutes, and the server must answer
+while it runs. LanceDB tables are versioned, so a call sees one committed
+version while the index asset writes the next one. No tool writes anything.
+
+stdout carries the MCP messages, so logs go to stderr only.
+
+Register it with an agent client, for example: `claude mcp add kb -- kb-mcp`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import threading
+import time
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+from kb_assets.search import MAX_LIMIT, SearchResponse, search
+from kb_assets.wiki_index import WIKI_ID_PREFIX, WIKI_SOURCE, split_frontmatter
+from kb_resources.embedder import EmbedderError
+from kb_resources.lance_index import ChunkIndex, IndexModelMismatch, to_utc
+from kb_resources.settings import get_settings
+from mcp_server.pages import PAGE_CHARS, PAGE_WORDS, OffsetError, Passage, clip_words, count_words, page_of, word_offsets
+
+log = logging.getLogger("kb.mcp")
+
+SERVER_NAME = "kb"
+INSTRUCTIONS = (
+    "kb is the owner's knowledge store: X bookmarks with the pages, videos and photos behind them, "
+    "and a wiki that an agent keeps. Start with search_bookmarks or search_wiki. Then use get_bookmark "
+    "for a post, read_document to read the text behind a bookmark page by page (or with a query for its "
+    "best passages), and read_wiki_page to read a wiki page."
+)
+# Reading order of the texts behind one bookmark: the post first, then what
+# it quotes and links to, then what its media hold.
+SOURCE_ORDER = {"post": 0, "quote": 1, "article": 2, "link": 3, "video": 4, "image": 5}
+# A caption with the text of a busy screenshot can be long; get_bookmark
+# stays cheap.
+CAPTION_WORDS = 300
+STATUS_URL = re.compile(r"^https?://(?:[\w-]+\.)?(?:x|twitter)\.com/(?:[^/?#]+|i(?:/web)?)/status(?:es)?/(\d+)",
+                        re.IGNORECASE)
+URL = re.compile(r"^https?://", re.IGNORECASE)
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                            open_world_hint=False)
+
+
+# --- the index, read only -------------------------------------------------------
+class ReadOnlyIndex:
+    """The LanceDB index, opened only when its folder exists: the server must
+    not create a folder in an empty KB_HOME."""
+
+    def __init__(self) -> None:
+        self._index: ChunkIndex | None = None
+        self._kinds: tuple[int | None, list[str]] = (None, [])
+        self._lock = threading.Lock()
+
+    def get(self) -> ChunkIndex | None:
+        folder = get_settings().lancedb_dir
+        with self._lock:
+            if self._index is None or self._index.db_path() != folder:
+                if not folder.is_dir():
+                    return None
+                self._index = ChunkIndex(path=str(folder))
+            return self._index
+
+    def source_kinds(self, index: ChunkIndex) -> list[str]:
+        """Distinct source kinds, computed again only when the table changed."""
+        version = index.version()
+        with self._lock:
+            if self._kinds[0] == version and version is not None:
+                return self._kinds[1]
+        kinds = index.source_kinds()
+        with self._lock:
+            self._kinds = (version, kinds)
+        return kinds
+
+
+INDEX = ReadOnlyIndex()
+
+
+def _last_sync(index: ChunkIndex | None) -> str | None:
+    return index.last_sync() if index is not None else None
+
+
+def _run_search(index: ChunkIndex, query: str, **kwargs) -> SearchResponse:
+    """The one search function (as `kb search`), with its input errors as tool errors."""
+    try:
+        return search(query, index=index, **kwargs)
+    except (ValueError, EmbedderError, IndexModelMismatch) as exc:
+        raise ToolError(str(exc)) from exc
+
+
+def _check_query(query: str) -> None:
+    if not isinstance(query, str) or not query.strip():
+        raise ToolError("query is empty: give words to search for")
+
+
+# --- search_bookmarks ------------------------------------------------------------
+HIT_FIELDS = ("tweet_id", "url", "author", "created_at", "score", "best_source", "best_chunk", "best_ref",
+              "chunk_count", "word_count", "media", "lang", "best_source_text")
+
+
+def search_bookmarks(
+    query: Annotated[str, Field(description="Words to search for. Put a \"phrase\" in quotes to find it as it is.")],
+    limit: Annotated[int, Field(description="Number of bookmarks, 1 to 100.")] = 10,
+    author: Annotated[str | None, Field(description="Only posts by this X handle, for example karpathy.")] = None,
+    source: Annotated[str | None, Field(description="Only passages of this kind: post, quote, article, link, "
+                                                    "video or image. Commas for more than one.")] = None,
+    after: Annotated[str | None, Field(description="Only posts on or after this date (YYYY-MM-DD).")] = None,
+    before: Annotated[str | None, Field(description="Only posts before this date (YYYY-MM-DD).")] = None,
+) -> dict[str, Any]:
+    """Search the bookmarks and the texts behind them (posts, quoted posts, articles, linked pages,
+    video transcripts, photo captions): hybrid vector and keyword search, one best passage per bookmark.
+
+    Filters apply before ranking. author: an X handle. source: post, quote, article, link, video or image
+    (commas for more than one). after (inclusive) and before (exclusive): YYYY-MM-DD or ISO 8601, on the post
+    date. limit: 1 to 100 (a larger value is capped at 100). Each hit gives best_chunk (the passage that matched),
+    best_ref (the page it came from) and word_count (of everything behind the bookmark): read more with
+    read_document(tweet_id)."""
+    started = time.perf_counter()
+    _check_query(query)
+    index = INDEX.get()
+    sources = _bookmark_sources(index, source)
+    if index is None or sources == []:
+        return _empty_search(query, limit, index, note="The index has no bookmarks yet: run a sync.",
+                             after=after, before=before)
+    response = _run_search(index, query, limit=limit, author=author, source=sources, after=after, before=before)
+    hits = [{name: getattr(hit, name) for name in HIT_FIELDS} for hit in response.hits]
+    log.info("search_bookmarks: %d hits in %.0f ms", len(hits), (time.perf_counter() - started) * 1000)
+    # The filters as the caller set them (the wiki is left out without a word).
+    filters = _filters({**response.filters, "source": source})
+    return {"query": response.query, "limit": response.limit, "filters": filters,
+            "last_sync": response.last_sync, "count": len(hits), "hits": hits}
+
+
+def _bookmark_sources(index: ChunkIndex | None, source: str | None) -> list[str] | None:
+    """The source filter for a bookmark search: what the caller asked for, and
+    never the wiki (search_wiki searches it). None: no filter needed."""
+    asked = [s.strip().lower() for s in (source or "").split(",") if s.strip()]
+    if asked:
+        if set(asked) == {WIKI_SOURCE}:
+            raise ToolError("source='wiki' holds the wiki pages: use search_wiki for them")
+        return [s for s in asked if s != WIKI_SOURCE]
+    if index is None:
+        return None
+    kinds = INDEX.source_kinds(index)
+    if WIKI_SOURCE not in kinds:
+        return None  # no filter: the search needs no prefilter
+    return [k for k in kinds if k != WIKI_SOURCE]
+
+
+def _empty_search(query: str, limit: int, index: ChunkIndex | None, note: str, **dates) -> dict:
+    """The answer when there is nothing to search. The input is checked as
+    search() checks it, so a bad input gets the same error either way."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ToolError(f"limit={limit!r} must be a whole number, 1 or more")
+    for name, value in dates.items():
+        try:
+            to_utc(value, name=name)
+        except ValueError as exc:
+            raise ToolError(str(exc)) from exc
+    return {"query": " ".join(query.split()), "limit": min(limit, MAX_LIMIT), "filters": {},
+            "last_sync": _last_sync(index), "count": 0, "hits": [], "note": note}
+
+
+def _filters(filters: dict) -> dict:
+    return {k: v for k, v in filters.items() if v not in (None, "", []) and k not in ("tweet_id", "ref")}
+
+
+# --- get_bookmark ----------------------------------------------------------------
+def get_bookmark(
+    tweet_id: Annotated[str, Field(description="The tweet id of the bookmark, or its post URL.")],
+) -> dict[str, Any]:
+    """One bookmark: the full post text, the quoted post, author, date, every link, and every media item with its
+    caption when one exists. No document bodies, so it is cheap: `documents` says what read_document can read
+    (source, ref, words). tweet_id: the id, or the post URL."""
+    tweet_id = _tweet_id_from(tweet_id, "tweet_id")
+    index = INDEX.get()
+    card = index.bookmark(tweet_id) if index is not None else None
+    if card is None:
+        if tweet_id.startswith(WIKI_ID_PREFIX):
+            raise ToolError(f"tweet_id={tweet_id!r} is a wiki page, not a bookmark: use read_wiki_page")
+        raise ToolError(f"tweet_id={tweet_id!r} is not in the index: no bookmark has this id")
+    outline = index.outline(tweet_id)
+    return {
+        "tweet_id": card["tweet_id"],
+        "url": card.get("url", ""),
+        "author": card.get("author", ""),
+        "author_name": card.get("author_name", ""),
+        "created_at": card.get("created_at"),
+        "lang": card.get("lang", ""),
+        "text": card.get("text", ""),
+        "quoted": card.get("quoted"),
+        "article": card.get("article"),
+        "links": card.get("links") or [],
+        "media": _media_with_captions(index, tweet_id, card.get("media") or []),
+        "documents": _documents(outline),
+        "last_sync": index.last_sync(),
+    }
+
+
+def _tweet_id_from(value: str, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ToolError(f"{name} is empty: give a tweet id or a post URL")
+    value = value.strip()
+    match = STATUS_URL.match(value)
+    return match.group(1) if match else value
+
+
+def _media_with_captions(index: ChunkIndex, tweet_id: str, media: list[dict]) -> list[dict]:
+    """Each media item, with `caption` from the card, or else from the photo's
+    `image` passages (the caption stage writes one per photo, ref = photo URL)."""
+    out = []
+    for item in media:
+        item = dict(item)
+        caption = item.get("caption")
+        if not caption and item.get("url"):
+            passages = [p for p in index.passages(tweet_id=tweet_id, ref=item["url"]) if p["source"] == "image"]
+            caption = "\n\n".join(p["text"] for p in passages)
+        if caption:
+            item["caption"], cut = clip_words(caption, CAPTION_WORDS)
+            if cut:
+                item["caption_cut"] = True
+        out.append(item)
+    return out
+
+
+def _documents(outline: list[dict]) -> list[dict]:
+    documents: dict[tuple[str, str], dict] = {}
+    for row in outline:
+        doc = documents.setdefault((row["source"], row["ref"]),
+                                   {"source": row["source"], "ref": row["ref"], "passages": 0, "words": 0})
+        doc["passages"] += 1
+        doc["words"] += row["word_count"] or 0
+    return sorted(documents.values(), key=lambda d: (SOURCE_ORDER.get(d["source"], 9), d["source"], d["ref"]))
+
+
+# --- read_document ---------------------------------------------------------------
+def read_document(
+    tweet_id_or_url: Annotated[str, Field(description="A tweet id or post URL (everything behind the bookmark), "
+                                                      "or the URL of one page (a best_ref of search_bookmarks).")],
+    query: Annotated[str | None, Field(description="Give the best passages of the document for these words, "
+                                                   "instead of a page.")] = None,
+    offset: Annotated[int, Field(description="Word offset of the page: 0, then next_offset.")] = 0,
+) -> dict[str, Any]:
+    """Read the text behind a bookmark (a tweet id or post URL: the post, quoted post, articles, linked pages,
+    transcripts, captions) or one page (its URL, as in best_ref), in reading order.
+
+    Without query: one page of at most about 2,000 words from `offset` (a word offset; start at 0). When
+    has_more is true, call again with offset=next_offset. With query: the best passages of this document for
+    the query, best first, within the same bound; each gives the offset to read on from there."""
+    document = _resolve_document(tweet_id_or_url)
+    if query is not None:
+        return _document_passages(document, query)
+    try:
+        page = page_of(document["passages"], offset)
+    except OffsetError as exc:
+        raise ToolError(str(exc)) from exc
+    log.info("read_document: %s words %d..%d of %d", document["label"], page.offset, page.offset + page.words,
+             page.total_words)
+    return {**document["header"], "offset": page.offset, "next_offset": page.next_offset,
+            "has_more": page.has_more, "page_words": page.words, "total_words": page.total_words,
+            "parts": page.parts, "last_sync": document["last_sync"]}
+
+
+def _resolve_document(value: str) -> dict:
+    """The passages of a bookmark (tweet id, post URL) or of a page (its URL)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ToolError("tweet_id_or_url is empty: give a tweet id, a post URL or a page URL")
+    value = value.strip()
+    index = INDEX.get()
+    if index is None:
+        raise ToolError(f"tweet_id_or_url={value!r} is not in the index: the index is empty")
+    # A post URL means the bookmark with all the texts behind it, not only
+    # the passage whose ref is that URL.
+    tweet_id = _tweet_id_from(value, "tweet_id_or_url")
+    if tweet_id != value or not URL.match(value):
+        rows = index.passages(tweet_id=tweet_id)
+        if rows or index.bookmark(tweet_id) is not None:
+            return _document(index, rows, tweet_id=tweet_id, ref=None, label=tweet_id)
+    if URL.match(value):
+        for ref in _url_forms(value):
+            rows = index.passages(ref=ref)
+            if rows:
+                return _document(index, rows, tweet_id=None, ref=ref, label=ref)
+    what = "no bookmark and no page has this URL" if URL.match(value) else "no bookmark has this id"
+    raise ToolError(f"tweet_id_or_url={value!r} is not in the index: {what}")
+
+
+def _url_forms(url: str) -> list[str]:
+    """The URL as given, and without or with a final slash."""
+    forms = [url]
+    forms.append(url.rstrip("/") if url.endswith("/") else url + "/")
+    return forms
+
+
+def _document(index: ChunkIndex, rows: list[dict], *, tweet_id: str | None, ref: str | None, label: str) -> dict:
+    rows = sorted(rows, key=lambda r: (SOURCE_ORDER.get(r["source"], 9), r["source"], r["ref"], r["position"]))
+    first = rows[0] if rows else {}
+    created = first.get("created_at")
+    header: dict[str, Any] = {
+        "tweet_id": tweet_id,
+        "ref": ref,
+        "url": first.get("url", ""),
+        "author": first.get("author", ""),
+        "created_at": created.isoformat() if created is not None else None,
+        "sources": sorted({r["source"] for r in rows}, key=lambda s: (SOURCE_ORDER.get(s, 9), s)),
+    }
+    passages = [Passage(r["source"], r["ref"], int(r["position"]), r["text"]) for r in rows]
+    return {"index": index, "header": header, "passages": passages, "label": label,
+            "tweet_id": tweet_id, "ref": ref, "last_sync": index.last_sync()}
+
+
+def _document_passages(document: dict, query: str) -> dict:
+    """The best passages of one document for a query, within one page bound."""
+    started = time.perf_counter()
+    response = _run_search(document["index"], query, limit=MAX_LIMIT, tweet_id=document["tweet_id"],
+                           ref=document["ref"])
+    starts = dict(zip(((p.source, p.ref, p.position) for p in document["passages"]),
+                      word_offsets(document["passages"])))
+    passages, words, chars, cut = [], 0, 0, False
+    for hit in response.hits:
+        text, source_text = hit.best_chunk, hit.best_source_text
+        size = count_words(text) + count_words(source_text)
+        length = len(text) + len(source_text)
+        if words + size > PAGE_WORDS or chars + length > PAGE_CHARS:
+            if passages:
+                cut = True
+                break
+            # One passage over the bound: keep its start only.
+            text, _ = clip_words(text, PAGE_WORDS, PAGE_CHARS)
+            source_text, size, length, cut = "", count_words(text), len(text), True
+        words, chars = words + size, chars + length
+        passages.append({
+            "source": hit.best_source, "ref": hit.best_ref, "position": hit.best_position,
+            "score": hit.score, "text": text, "source_text": source_text,
+            "offset": starts.get((hit.best_source, hit.best_ref, hit.best_position)),
+        })
+        if cut:
+            break
+    log.info("read_document: %s query, %d passages in %.0f ms", document["label"], len(passages),
+             (time.perf_counter() - started) * 1000)
+    return {**document["header"], "query": response.query, "count": len(passages), "page_words": words,
+            "total_words": sum(count_words(p.text) for p in document["passages"]),
+            "has_more": cut, "passages": passages, "last_sync": document["last_sync"]}
+
+
+# --- the wiki -----------------------------------------------------------------------
+def search_wiki(
+    query: Annotated[str, Field(description="Words to search for in the wiki pages.")],
+    limit: Annotated[int, Field(description="Number of pages, 1 to 100.")] = 10,
+) -> dict[str, Any]:
+    """Search the wiki pages (sources, entities, concepts, syntheses) that the wiki agent wrote from the owner's
+    sources: hybrid search, one best passage per page. Read a whole page with read_wiki_page(path). Empty until
+    the wiki has pages."""
+    _check_query(query)
+    index = INDEX.get()
+    if index is None or WIKI_SOURCE not in INDEX.source_kinds(index):
+        empty = _empty_search(query, limit, index, note="The index has no wiki pages yet.")
+        return {"query": empty["query"], "limit": empty["limit"], "last_sync": empty["last_sync"], "count": 0,
+                "pages": [], "note": empty["note"]}
+    response = _run_search(index, query, limit=limit, source=[WIKI_SOURCE])
+    pages = [{"path": hit.best_ref, "score": hit.score, "passage": hit.best_chunk, "date": hit.created_at,
+              "passages": hit.chunk_count, "words": hit.word_count} for hit in response.hits]
+    log.info("search_wiki: %d pages", len(pages))
+    return {"query": response.query, "limit": response.limit, "last_sync": response.last_sync,
+            "count": len(pages), "pages": pages}
+
+
+def read_wiki_page(
+    path: Annotated[str, Field(description="The page path as search_wiki gives it, for example "
+                                           "wiki/concepts/vector-search.md, or a link target: concepts/vector-search.")],
+    offset: Annotated[int, Field(description="Word offset of the page: 0, then next_offset.")] = 0,
+) -> dict[str, Any]:
+    """Read one wiki page: its Markdown text (with frontmatter), at most about 2,000 words from `offset`; when
+    has_more is true, call again with offset=next_offset. path: as search_wiki gives it
+    (wiki/concepts/vector-search.md), or a link target (concepts/vector-search). Only pages inside the wiki folder."""
+    relative = checked_wiki_path(path)
+    root = get_settings().wiki_dir
+    if not root.is_dir():
+        raise ToolError(f"path={path!r}: the wiki does not exist yet (no folder {root})")
+    file = wiki_page_file(root, relative, path)
+    text = file.read_text(encoding="utf-8", errors="replace")
+    frontmatter, _ = split_frontmatter(text)
+    rel = file.relative_to(root.resolve()).as_posix()
+    try:
+        page = page_of([Passage(WIKI_SOURCE, rel, 0, text)], offset)
+    except OffsetError as exc:
+        raise ToolError(str(exc)) from exc
+    return {"path": rel, "title": frontmatter.get("title") or frontmatter.get("name") or _heading(text),
+            "type": frontmatter.get("type"), "offset": page.offset, "next_offset": page.next_offset,
+            "has_more": page.has_more, "page_words": page.words, "total_words": page.total_words,
+            "text": "".join(part["text"] for part in page.parts)}
+
+
+def checked_wiki_path(path: str) -> PurePosixPath:
+    """The page path relative to the wiki folder. Refuses every path that
+    could leave the wiki folder (absolute, `..`), hidden files (.git) and
+    files that are not Markdown pages. A link target (concepts/x#para3|text)
+    is a path too."""
+    if not isinstance(path, str) or not path.strip():
+        raise ToolError("path is empty: give a page path as search_wiki gives it, "
+                        "for example wiki/concepts/vector-search.md")
+    raw = path.strip().split("#", 1)[0].split("|", 1)[0].strip().replace("\\", "/")
+    if not raw:
+        raise ToolError(f"path={path!r} names no page")
+    if raw.startswith(("/", "~")) or PureWindowsPath(path.strip()).drive:
+        raise ToolError(f"path={path!r} is absolute: give a path inside the wiki folder")
+    relative = PurePosixPath(raw)
+    if ".." in relative.parts:
+        raise ToolError(f"path={path!r} leaves the wiki folder: '..' is not allowed")
+    if any(part.startswith(".") for part in relative.parts):
+        raise ToolError(f"path={path!r} is a hidden file: only wiki pages can be read")
+    if relative.suffix and relative.suffix != ".md":
+        raise ToolError(f"path={path!r} is not a Markdown page (.md)")
+    return relative if relative.suffix else relative.with_name(relative.name + ".md")
+
+
+def wiki_page_file(root: Path, relative: PurePosixPath, path: str) -> Path:
+    """The file of the page: the path from the wiki folder, or from its
+    wiki/ folder (as in a link). A symbolic link out of the folder is refused."""
+    base = root.resolve()
+    for candidate in (relative, PurePosixPath("wiki") / relative):
+        file = (base / candidate).resolve()
+        if not file.is_relative_to(base):
+            raise ToolError(f"path={path!r} leaves the wiki folder")
+        if file.is_file():
+            return file
+    raise ToolError(f"path={path!r} is not a wiki page: there is no file {relative} in the wiki")
+
+
+def _heading(text: str) -> str | None:
+    for line in split_frontmatter(text)[1].splitlines():
+        if line.startswith("# "):
+            return line[2:].strip()
+    return None
+
+
+# --- the server ------------------------------------------------------------------
+TOOLS = (search_bookmarks, get_bookmark, read_document, search_wiki, read_wiki_page)
+
+
+def build_server() -> MCPServer:
+    server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="INFO")
+    for tool in TOOLS:
+        server.add_tool(tool, annotations=READ_ONLY, structured_output=True)
+    return server
+
+
+def configure_logging() -> None:
+    # stdout is the MCP channel: one stray line there breaks the client.
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, force=True,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def main() -> None:
+    """The console command `kb-mcp`: serve the tools on stdin and stdout."""
+    configure_logging()
+    settings = get_settings()
+    server = build_server()
+    log.info("kb-mcp serves the index at %s and the wiki at %s", settings.lancedb_dir, settings.wiki_dir)
+    server.run("stdio")
+
+
+if __name__ == "__main__":
+    main()
