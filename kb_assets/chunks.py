@@ -18,7 +18,7 @@ from kb_assets.documents import owned_documents
 from kb_assets.normalize import BOOKMARK_ORDER_SQL
 from kb_assets.partitions import sync_batches
 from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
-from kb_resources.settings import get_settings
+from kb_resources.settings import excluded_sources
 
 @dataclass(frozen=True)
 class SourceText:
@@ -83,11 +83,41 @@ def document_texts(conn, tweet_ids):
         yield SourceText(doc.tweet_id, source, doc.url_norm, body, None)
 
 
+def image_texts(conn, tweet_ids):
+    """Photo captions and the text in each photo (asset `captions`). The
+    ref is the photo URL."""
+    rows = conn.execute(
+        """SELECT m.tweet_id, m.url, c.caption, c.ocr_text FROM media m JOIN captions c ON c.url = m.url
+           WHERE m.tweet_id IN (SELECT unnest(?)) AND m.kind = 'photo' AND c.status = 'ok'
+           ORDER BY m.tweet_id, m.position""",
+        [tweet_ids],
+    ).fetchall()
+    for tweet_id, url, caption, ocr_text in rows:
+        text = "\n\n".join(part for part in (caption, ocr_text) if part and part.strip())
+        yield SourceText(tweet_id, "image", url, text, None)
+
+
+def video_texts(conn, tweet_ids):
+    """Video transcripts (asset `transcripts`). The ref is the video's
+    address on X. A transcript with no speech (word_count 0) is never served."""
+    rows = conn.execute(
+        """SELECT DISTINCT ON (m.tweet_id, t.url) m.tweet_id, t.url, t.text, t.language, m.position
+           FROM media m JOIN transcripts t ON t.media_key = m.media_key
+           WHERE m.tweet_id IN (SELECT unnest(?)) AND m.kind = 'video' AND t.status = 'ok' AND t.word_count > 0
+           ORDER BY m.tweet_id, t.url, m.position""",
+        [tweet_ids],
+    ).fetchall()
+    for tweet_id, url, text, language, _position in rows:
+        yield SourceText(tweet_id, "video", url, text, language)
+
+
 CHUNK_SOURCES: dict[str, ChunkSource] = {
     "post": post_texts,
     "quote": quote_texts,
     "article": article_texts,
     "link": document_texts,
+    "image": image_texts,
+    "video": video_texts,
 }
 
 
@@ -119,11 +149,6 @@ def chunk_rows(texts: Iterable[SourceText], batch: str) -> list[dict]:
     return rows
 
 
-def excluded_sources() -> set[str]:
-    """Source kinds that the owner excluded in config.toml."""
-    return set(get_settings().owner_config().get("exclude", []))
-
-
 def partition_bookmarks(conn, batch: str) -> tuple[list[str], list[str]]:
     """(live tweet ids of this batch, ids that a full capture marked removed)."""
     live = [r[0] for r in conn.execute(
@@ -135,7 +160,7 @@ def partition_bookmarks(conn, batch: str) -> tuple[list[str], list[str]]:
 
 @dg.asset(
     partitions_def=sync_batches,
-    deps=["bookmarks", "links", "media", "documents"],
+    deps=["bookmarks", "links", "media", "documents", "captions", "transcripts"],
     pool=DUCKDB_POOL,
     group_name="index",
     description="Paragraph-aligned passages of each bookmark's texts: post, quote, article, and enrichments.",

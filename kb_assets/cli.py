@@ -54,12 +54,32 @@ def _stage_printer(name: str, number: int, total: int) -> None:
         click.echo(f"[{done}] {number}/{total} {name}", err=True)
 
 
+SOURCE_KINDS = ("post", "quote", "article", "link", "image", "video")
+
+
+def _exclusion_options(command):
+    """--no-<source> flags: exclude a source kind for this run only, on top of
+    `exclude` in ~/.config/kb/config.toml."""
+    for kind in reversed(SOURCE_KINDS):
+        command = click.option(f"--no-{kind}", f"no_{kind}", is_flag=True,
+                               help=f"Skip the {kind} source for this run, and take it out of the index.")(command)
+    return command
+
+
+def _apply_exclusions(flags: dict) -> None:
+    names = [kind for kind in SOURCE_KINDS if flags.get(f"no_{kind}")]
+    if names:
+        os.environ["KB_EXCLUDE"] = ",".join(names)
+
+
 @main.command()
 @click.option("--full", is_flag=True, help="Capture all bookmarks, not only new ones, and mark removed ones.")
-def sync(full: bool) -> None:
+@_exclusion_options
+def sync(full: bool, **exclusions) -> None:
     """Capture new bookmarks and carry them through every stage."""
     from kb_assets.sync import run_sync
 
+    _apply_exclusions(exclusions)
     report = run_sync(full=full, on_stage=_stage_printer)
     _print_sync_report(report)
     sys.exit(1 if report.failed else 0)
@@ -67,10 +87,12 @@ def sync(full: bool) -> None:
 
 @main.command("import")
 @click.argument("pages", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-def import_pages(pages: tuple[str, ...]) -> None:
+@_exclusion_options
+def import_pages(pages: tuple[str, ...], **exclusions) -> None:
     """Import saved Bookmarks pages (JSON) as one sync batch, with no browser."""
     from kb_assets.sync import run_sync
 
+    _apply_exclusions(exclusions)
     report = run_sync(files=[str(Path(p).resolve()) for p in pages], on_stage=_stage_printer)
     _print_sync_report(report)
     sys.exit(1 if report.failed else 0)
@@ -187,6 +209,18 @@ def wiki_check(path: str | None, as_json: bool) -> None:
         raise click.UsageError(str(exc)) from exc
     _echo_json(findings) if as_json else click.echo(format_findings(findings))
     sys.exit(1 if findings_count(findings) else 0)
+
+
+@main.command()
+@click.option("--limit", type=int, default=0, help="Caption at most this many photos (0: all that wait).")
+@click.option("--retry", is_flag=True, help="Try photos that failed before once more.")
+def caption(limit: int, retry: bool) -> None:
+    """Caption the photos that wait now, whatever their number, then index them."""
+    from kb_assets.captions import run_captions
+
+    result = run_captions(limit=limit, retry=retry)
+    _echo_json(result)
+    sys.exit(0 if result.get("ok", True) and not result.get("index_errors") else 1)
 
 
 @main.command()

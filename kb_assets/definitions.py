@@ -5,7 +5,19 @@ from __future__ import annotations
 
 import dagster as dg
 
-from kb_assets import capture, chunks, documents, index, normalize, wiki, wiki_checks, wiki_index
+from kb_assets import (
+    capture,
+    captions,
+    chunks,
+    documents,
+    index,
+    normalize,
+    transcripts,
+    translations,
+    wiki,
+    wiki_checks,
+    wiki_index,
+)
 from kb_assets.jobs import x_sync_job
 from kb_assets.wiki import wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job
 from kb_resources.browser import Browser
@@ -13,12 +25,19 @@ from kb_resources.duckdb_store import DuckDBStore
 from kb_resources.embedder import Embedder
 from kb_resources.lance_index import ChunkIndex
 from kb_resources.raw_store import RawStore
+from kb_resources.transcriber import Transcriber
+from kb_resources.translator import Translator
+from kb_resources.vision import Captioner
 from kb_resources.wiki import Wiki
 from kb_resources.wiki_agent import WikiAgent
+from sensors.captions import captions_sensor, captions_to_index_sensor
 from sensors.schedules import x_sync_sensor
 from sensors.wiki import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 
-STAGE_MODULES = [capture, normalize, documents, chunks, index, wiki, wiki_checks, wiki_index]
+STAGE_MODULES = [
+    capture, normalize, documents, captions, transcripts, chunks, translations, index,
+    wiki, wiki_checks, wiki_index,
+]
 
 
 def build_resources() -> dict:
@@ -29,6 +48,9 @@ def build_resources() -> dict:
         "browser": Browser(),
         "embedder": Embedder(),
         "lance": ChunkIndex(),
+        "captioner": Captioner(),
+        "transcriber": Transcriber(),
+        "translator": Translator(),
         "wiki": Wiki(),
         "wiki_agent": WikiAgent(),
     }
@@ -43,5 +65,5 @@ defs = dg.Definitions(
     resources=build_resources(),
     jobs=[x_sync_job, wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
     schedules=[wiki_lint_schedule, wiki_synthesis_schedule],
-    sensors=[x_sync_sensor, wiki_waiting_sensor],
+    sensors=[x_sync_sensor, wiki_waiting_sensor, captions_sensor, captions_to_index_sensor],
 )

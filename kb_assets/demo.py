@@ -23,6 +23,9 @@ def run_demo(home: Path) -> int:
     os.environ["DAGSTER_HOME"] = str(home / "dagster")
     # The demo promises no server: the local model, even when Ollama runs.
     os.environ["KB_EMBED_BACKEND"] = "local"
+    # The sample's links point to example.com and example.org: the demo
+    # promises no network, so it does not fetch them.
+    os.environ["KB_EXCLUDE"] = "link"
 
     from kb_assets.cli import _print_hits, _print_sync_report, _stage_printer
     from kb_assets.search import search

@@ -54,7 +54,7 @@ from kb_assets.extract import (
 from kb_assets.partitions import sync_batches
 from kb_resources.browser import Browser, XLoginMissing
 from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
-from kb_resources.settings import Settings, get_settings
+from kb_resources.settings import Settings, excluded_sources, get_settings
 
 # Some servers refuse clients that do not look like a browser. The probe and
 # file downloads send the same User-Agent as a desktop Chrome.
@@ -502,6 +502,13 @@ def documents(
     with duckdb.connect() as conn:
         targets = targets_for_batch(conn, batch, retry=config.retry)
 
+    # An excluded source kind is not fetched at all (config.toml `exclude`,
+    # or `kb sync --no-link` / `--no-article` for one run).
+    skip = excluded_sources(settings)
+    if "article" in skip:
+        targets = [t for t in targets if not t.is_article]
+    if "link" in skip:
+        targets = [t for t in targets if t.is_article]
     from_state = [t for t in targets if t.is_article and t.article_text]
     articles = [t for t in targets if t.is_article and not t.article_text]
     links = [t for t in targets if not t.is_article]

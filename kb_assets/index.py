@@ -11,23 +11,37 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
-from kb_assets.chunks import excluded_sources, partition_bookmarks
+from kb_assets.chunks import partition_bookmarks
+from kb_resources.settings import excluded_sources
 from kb_assets.partitions import sync_batches
 from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore
 from kb_resources.embedder import Embedder
 from kb_resources.lance_index import ChunkIndex
+from kb_resources.settings import get_settings
 
+# A translated chunk is indexed in English (the full-text index stems
+# English, and the owner searches in English); the original stays in
+# source_text. english is NULL when the text was English already.
 CHUNK_QUERY = """
     SELECT c.chunk_id, c.tweet_id, b.url, b.author_handle AS author, b.created_at, c.source, c.ref,
-           c.position, c.text, c.word_count, coalesce(c.lang, b.lang) AS lang
+           c.position, coalesce(t.english, c.text) AS text,
+           CASE WHEN t.english IS NULL THEN '' ELSE c.text END AS source_text,
+           c.word_count, coalesce(c.lang, b.lang) AS lang
     FROM chunks c JOIN bookmarks b USING (tweet_id)
+    LEFT JOIN translations t ON t.text_hash = c.text_hash AND ?
     WHERE c.tweet_id IN (SELECT unnest(?)) AND b.removed_at IS NULL
     ORDER BY c.tweet_id, c.source, c.ref, c.position
 """
 
 
+def use_translations() -> bool:
+    """False when the owner set `translate = false`: then the index shows
+    the original texts, also where a translation was made before."""
+    return get_settings().owner_config().get("translate", True) is not False
+
+
 def _chunk_rows(conn, tweet_ids: list[str], skip: set[str]) -> list[dict]:
-    cursor = conn.execute(CHUNK_QUERY, [tweet_ids])
+    cursor = conn.execute(CHUNK_QUERY, [use_translations(), tweet_ids])
     names = [d[0] for d in cursor.description]
     rows = []
     for values in cursor.fetchall():
@@ -36,7 +50,8 @@ def _chunk_rows(conn, tweet_ids: list[str], skip: set[str]) -> list[dict]:
             continue
         row["author"] = row["author"] or ""
         row["lang"] = row["lang"] or ""
-        row["source_text"] = ""
+        if row["source_text"]:
+            row["word_count"] = len(row["text"].split())  # the words of the English text
         rows.append(row)
     return rows
 
@@ -83,7 +98,7 @@ def _grouped(conn, sql: str, tweet_ids: list[str]) -> dict[str, list[tuple]]:
 
 @dg.asset(
     partitions_def=sync_batches,
-    deps=["chunks"],
+    deps=["chunks", "translations"],
     pool=DUCKDB_POOL,
     group_name="index",
     description="LanceDB index of the batch's chunks: vectors and a full-text index, plus bookmark cards.",

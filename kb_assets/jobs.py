@@ -2,12 +2,11 @@
 
 import dagster as dg
 
-from kb_assets.partitions import sync_batches
 
 # Every stage of the X bookmarks path, for one sync batch.
 x_sync_job = dg.define_asset_job(
     "x_sync",
-    selection=dg.AssetSelection.groups("x", "enrich", "index"),
-    partitions_def=sync_batches,
+    # Partitioned by sync batch: Dagster infers it from the selected assets.
+    selection=dg.AssetSelection.groups("x", "enrich", "index") - dg.AssetSelection.assets("wiki_index"),
     description="Capture new bookmarks and carry them through every stage to the index.",
 )

@@ -48,7 +48,7 @@ def _enrichment_coverage(conn) -> dict:
     translations (the same queries). A table that does not exist yet gives
     no entry."""
     from kb_assets.captions import photo_coverage
-    from kb_assets.chunks import excluded_sources
+    from kb_resources.settings import excluded_sources
     from kb_assets.transcripts import video_coverage
     from kb_assets.translations import translation_coverage
 

@@ -31,6 +31,7 @@ import dagster as dg
 import httpx
 import numpy as np
 import pyarrow as pa
+from pydantic import PrivateAttr
 
 from kb_resources.settings import get_settings
 
@@ -113,10 +114,19 @@ def load_local_model(name: str):
             os.environ["HF_HUB_OFFLINE"] = "1"
             os.environ["TRANSFORMERS_OFFLINE"] = "1"
             from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
 
+            # The weight-loading progress bar would pollute the CLI's output.
+            hf_logging.disable_progress_bar()
             model = SentenceTransformer(path, device="cpu", local_files_only=True)
             _LOCAL_MODELS[path] = model
     return model
+
+
+def model_dimension(model) -> int:
+    # sentence-transformers 6 renamed the method; keep both names working.
+    getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    return int(getter())
 
 
 def normalize(vectors: np.ndarray) -> np.ndarray:
@@ -208,6 +218,13 @@ class Embedder(dg.ConfigurableResource):
     use_cache: bool = True
     ollama_timeout_s: float = 120.0
 
+    # Texts embedded and texts served from the cache by this instance.
+    _stats: dict = PrivateAttr(default_factory=lambda: {"embedded": 0, "cached": 0})
+
+    @property
+    def stats(self) -> dict:
+        return dict(self._stats)
+
     # --- resolved settings ---
     def _backend_setting(self) -> str:
         name = (self.backend or get_settings().kb_embed_backend or "auto").strip().lower()
@@ -252,7 +269,7 @@ class Embedder(dg.ConfigurableResource):
                 return normalize(vectors)
 
             label = Path(name).name if Path(name).is_dir() else name.removeprefix("sentence-transformers/")
-            return _Backend(f"local:{label}", int(model.get_sentence_embedding_dimension()), encode, encode)
+            return _Backend(f"local:{label}", model_dimension(model), encode, encode)
         url, model_name, timeout = self._ollama_url(), self._ollama_model(), self.ollama_timeout_s
 
         def documents(texts: list[str]) -> np.ndarray:
@@ -322,7 +339,8 @@ class Embedder(dg.ConfigurableResource):
                 pending_keys, pending_vectors = [], []
         if cache and pending_keys:
             cache.store(pending_keys, pending_vectors)
-        self._last_embedded = len(items)
+        self._stats["embedded"] += len(items)
+        self._stats["cached"] += len(keys) - len(items)
         return np.stack([known[k] for k in keys]).astype(np.float32)
 
     def cached_count(self) -> int:
@@ -349,7 +367,7 @@ class Embedder(dg.ConfigurableResource):
             local["path"] = str(local_model_path(self._local_model()))
             local_model = load_local_model(self._local_model())
             local["loads"] = True
-            local["dim"] = int(local_model.get_sentence_embedding_dimension())
+            local["dim"] = model_dimension(local_model)
         except Exception as exc:  # noqa: BLE001 - status reports every failure, it does not stop
             local["error"] = f"{type(exc).__name__}: {exc}"
         report["ollama"], report["local"] = ollama, local
@@ -413,10 +431,8 @@ class _VectorCache:
             if not create:
                 return None
         schema = pa.schema([("model", pa.string()), ("key", pa.string()), ("vector", pa.list_(pa.float32()))])
-        try:
-            return db.create_table(CACHE_TABLE, schema=schema)
-        except ValueError:  # another process created it first
-            return db.open_table(CACHE_TABLE)
+        # exist_ok: another process may create the table at the same time.
+        return db.create_table(CACHE_TABLE, schema=schema, exist_ok=True)
 
     def lookup(self, keys: set[str]) -> dict[str, np.ndarray]:
         table = self._table(create=False)

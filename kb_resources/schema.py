@@ -144,7 +144,7 @@ TABLES["sources"] = """
         parser        VARCHAR,
         received_at   TIMESTAMPTZ NOT NULL,
         fetched_at    TIMESTAMPTZ,
-        status        VARCHAR NOT NULL,      -- parsed, accepted, rejected, duplicate, failed
+        status        VARCHAR NOT NULL,      -- retrying, parsed, accepted, rejected, duplicate, failed
         error         VARCHAR,               -- failed only: why, for the owner
         duplicate_of  VARCHAR,               -- duplicate only: the earlier item
         transient_failures INTEGER NOT NULL DEFAULT 0,  -- over the item's whole life; 3 is the limit

@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     tz: str = Field("UTC", description="Time zone of the schedules.")
     kb_wiki_remote: str = Field("", description="Git remote for the wiki. Empty: no push.")
 
+    # --- web page --------------------------------------------------------------
+    kb_dagster_ui_url: str = Field("http://127.0.0.1:3000", description="Address of the Dagster UI. The status panel of `kb web` links to it and tells whether it answers.")
+
     # --- derived paths ---------------------------------------------------------
     @property
     def home(self) -> Path:
@@ -173,6 +176,19 @@ def get_settings() -> Settings:
     change KB_HOME get fresh settings."""
     key = tuple(sorted((k, v) for k, v in os.environ.items() if k.isupper()))
     return _cached_settings(key)
+
+
+def excluded_sources(settings: Settings | None = None) -> set[str]:
+    """Source kinds that the owner excluded: `exclude` in config.toml, plus
+    KB_EXCLUDE for one run (`kb sync --no-image` sets it). An excluded
+    source is skipped at its stage and leaves the index, but its rows stay
+    in DuckDB, so taking it off the list brings it back with no new fetch."""
+    settings = settings or get_settings()
+    configured = settings.owner_config().get("exclude", [])
+    if isinstance(configured, str):
+        configured = [configured]
+    for_this_run = [name for name in settings.kb_exclude.replace(" ", "").split(",") if name]
+    return {str(name).strip().lower() for name in [*configured, *for_this_run] if str(name).strip()}
 
 
 def env_example() -> str:

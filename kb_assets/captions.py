@@ -1,0 +1,277 @@
+"""Asset `captions`: a caption and the OCR text of each photo of the bookmarks.
+
+Photos wait until enough of them make a run worth its start: with the Modal
+backend a GPU start costs the same for 1 photo as for 600. So:
+- in a sync, the asset captions the batch's photos only when at least
+  settings.kb_caption_min_photos wait; else it records that they wait;
+- the sensor `captions_sensor` (sensors/captions.py) starts one run over
+  every batch with waiting photos once there are enough of them;
+- `kb caption` (run_captions) starts that run at once, whatever the count.
+
+One run can cover a range of sync batches (BackfillPolicy.single_run), so
+the photos of many batches share one GPU start.
+
+DuckDB is in the pool `duckdb`, but no connection is open while the model
+works: the asset reads the waiting photos, closes, and writes each group of
+results in its own short transaction. An interrupted run keeps what it
+wrote, and the next run goes on from there.
+
+A failed photo is stored with its reason and tried again only on request
+(run config `retry`, `kb caption --retry`).
+"""
+
+# No `from __future__ import annotations`: Dagster reads the config class
+# from the real annotation of the asset function.
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import dagster as dg
+import duckdb
+
+from kb_resources.settings import excluded_sources
+from kb_assets.partitions import sync_batches
+from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
+from kb_resources.settings import get_settings
+from kb_resources.vision import CaptionBackendError, Captioner, CaptionResult
+
+SOURCE = "image"  # the chunk source that captions feed; `exclude = ["image"]` turns this stage off
+WRITE_EVERY = 25  # results per write: an interrupted run loses at most this many
+
+# Photos of live bookmarks, one row per photo URL, with the batch of the
+# bookmark that shows it (a bookmark belongs to the batch that captured it
+# last). `{where}` narrows the photos.
+PHOTOS_SQL = """
+    SELECT m.url, min(b.batch) AS batch, any_value(c.status) AS status, coalesce(any_value(c.attempts), 0) AS attempts
+    FROM media m
+    JOIN bookmarks b ON b.tweet_id = m.tweet_id AND b.removed_at IS NULL
+    LEFT JOIN captions c ON c.url = m.url
+    WHERE m.kind = 'photo'
+    GROUP BY m.url
+"""
+
+
+@dataclass(frozen=True)
+class Photo:
+    url: str
+    batch: str
+    attempts: int
+
+
+def waiting_photos(conn: duckdb.DuckDBPyConnection, batches: list[str] | None, *, retry: bool) -> list[Photo]:
+    """Photos with no caption yet (and the failed ones when `retry`), of the
+    given batches (None: of every batch), in batch order."""
+    rows = conn.execute(
+        f"""SELECT url, batch, attempts FROM ({PHOTOS_SQL})
+            WHERE (status IS NULL OR (status = 'failed' AND ?))
+              AND (? OR list_contains(?, batch))
+            ORDER BY batch, url""",
+        [retry, batches is None, batches or []],
+    ).fetchall()
+    return [Photo(*row) for row in rows]
+
+
+def waiting_by_batch(conn: duckdb.DuckDBPyConnection, *, retry: bool = False) -> dict[str, int]:
+    """How many photos wait, per sync batch."""
+    return dict(Counter(photo.batch for photo in waiting_photos(conn, None, retry=retry)))
+
+
+def photo_coverage(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Photos of live bookmarks: total, captioned, failed, waiting."""
+    total, ok, failed = conn.execute(
+        f"""SELECT count(*), count(*) FILTER (WHERE status = 'ok'), count(*) FILTER (WHERE status = 'failed')
+            FROM ({PHOTOS_SQL})""").fetchone()
+    return {"photos": total, "captioned": ok, "failed": failed, "waiting": total - ok - failed}
+
+
+def caption_row(result: CaptionResult, photo: Photo, model: str, now: datetime) -> dict:
+    return {
+        "url": result.url,
+        "caption": result.caption,
+        "ocr_text": result.ocr_text if result.ok else None,
+        "status": "ok" if result.ok else "failed",
+        "reason": result.reason,
+        "detail": result.detail,
+        "model": model,
+        "batch": photo.batch,
+        "captioned_at": now,
+        "attempts": photo.attempts + 1,
+    }
+
+
+class CaptionsConfig(dg.Config):
+    limit: int = 0  # most photos in this run; 0: every photo that waits
+    retry: bool = False  # caption the failed photos again
+    min_photos: int = -1  # run only when this many photos wait; -1: settings.kb_caption_min_photos; 0: always
+
+
+def _skipped(reason: str, waiting: int, context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    context.log.info(f"No captions in this run: {reason}")
+    return dg.MaterializeResult(metadata={"captioned": 0, "failed": 0, "waiting": waiting, "skipped": reason})
+
+
+@dg.asset(
+    partitions_def=sync_batches,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    deps=["media", "bookmarks"],
+    pool=DUCKDB_POOL,
+    group_name="enrich",
+    kinds={"duckdb"},
+    description="A caption and the text in the image (OCR) for each photo of the bookmarks, "
+    "or the reason why there is none. Keyed by the photo URL.",
+)
+def captions(
+    context: dg.AssetExecutionContext, config: CaptionsConfig, duckdb: DuckDBStore, captioner: Captioner
+) -> dg.MaterializeResult:
+    batches = list(context.partition_keys)
+    if SOURCE in excluded_sources():
+        return _skipped(f"the owner excluded the source {SOURCE!r}", 0, context)
+    with duckdb.connect() as conn:
+        photos = waiting_photos(conn, batches, retry=config.retry)
+    off = captioner.off_reason()
+    if off:
+        return _skipped(f"captions are off: {off}", len(photos), context)
+    threshold = config.min_photos if config.min_photos >= 0 else get_settings().kb_caption_min_photos
+    if len(photos) < threshold:
+        return _skipped(f"{len(photos)} photo(s) wait; a caption run starts at {threshold} "
+                        "(KB_CAPTION_MIN_PHOTOS; `kb caption` starts one now)", len(photos), context)
+    all_waiting = len(photos)
+    if config.limit > 0:
+        photos = photos[:config.limit]
+
+    model = captioner.model_name()
+    by_url = {photo.url: photo for photo in photos}
+    context.log.info(f"Captioning {len(photos)} photo(s) of {len(batches)} batch(es) with {model}")
+    written: list[dict] = []
+    pending: list[dict] = []
+
+    def flush() -> None:
+        if pending:
+            with duckdb.transaction() as conn:
+                insert_rows(conn, "captions", pending)
+            written.extend(pending)
+            pending.clear()
+
+    error: CaptionBackendError | None = None
+    try:
+        for result in captioner.caption(list(by_url)):
+            pending.append(caption_row(result, by_url[result.url], model, datetime.now(timezone.utc)))
+            if len(pending) >= WRITE_EVERY:
+                flush()
+    except CaptionBackendError as exc:
+        error = exc
+    finally:
+        flush()  # what was captioned is kept, also when the backend stopped
+
+    reasons = Counter(row["reason"] for row in written if row["status"] == "failed")
+    for row in written:
+        if row["status"] == "failed":
+            context.log.info(f"{row['url']}: {row['reason']} {row['detail'] or ''}".rstrip())
+    metadata = {
+        "captioned": sum(row["status"] == "ok" for row in written),
+        "failed": dg.MetadataValue.json(dict(sorted(reasons.items()))),
+        "waiting": all_waiting - len(written),
+        "model": model,
+        "backend": captioner.backend_name(),
+        "batches": len(batches),
+        "retry": config.retry,
+    }
+    if error:
+        raise dg.Failure(description=f"The caption backend stopped: {error}. "
+                         f"{len(written)} result(s) were stored; the other photos wait.", metadata=metadata)
+    return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.asset_check(asset=captions, description="Share of the photos that have a caption. "
+                "Passes when no photo waits; a photo that is gone is a failure of the web, not of the stage.")
+def captions_coverage(duckdb: DuckDBStore) -> dg.AssetCheckResult:
+    with duckdb.connect() as conn:
+        numbers = photo_coverage(conn)
+    excluded = SOURCE in excluded_sources()
+    share = numbers["captioned"] / numbers["photos"] if numbers["photos"] else 1.0
+    return dg.AssetCheckResult(
+        passed=excluded or numbers["waiting"] == 0,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={**numbers, "coverage": dg.MetadataValue.float(round(share, 4)), "excluded": excluded},
+    )
+
+
+# --- `kb caption` --------------------------------------------------------------------
+
+
+INDEX_STAGES = ["chunks", "translations", "chunk_index"]  # what carries new captions into the index
+
+
+def run_captions(*, limit: int = 0, retry: bool = False, resources: dict | None = None,
+                 assets: list | None = None) -> dict:
+    """One caption run over every sync batch with waiting photos, whatever
+    their count (`kb caption [--limit N] [--retry]`). Then, for each of
+    those batches, chunks, translations and chunk_index run, so the new
+    captions are searchable. `assets`: the graph for that (default: the
+    Definitions). Returns a summary."""
+    # Dagster has no public name for these tags; they make one run cover a range of partitions.
+    from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+    from kb_resources.dagster_home import ensure_dagster_home
+
+    ensure_dagster_home()
+    instance = dg.DagsterInstance.get()
+    known = instance.get_dynamic_partitions(sync_batches.name)
+    with DuckDBStore().connect() as conn:
+        by_batch = waiting_by_batch(conn, retry=retry)
+    batches = [key for key in known if key in by_batch]
+    if not batches:
+        return {"ok": True, "waiting": 0, "captioned": 0, "failed": {}, "message": "No photo waits for a caption."}
+    if resources is None:
+        from kb_assets.definitions import build_resources
+
+        resources = build_resources()
+    resources = {"captioner": Captioner(), **resources}
+    result = dg.materialize(
+        [captions, captions_coverage],
+        instance=instance,
+        resources=resources,
+        run_config={"ops": {"captions": {"config": {"limit": limit, "retry": retry, "min_photos": 0}}}},
+        tags={ASSET_PARTITION_RANGE_START_TAG: batches[0], ASSET_PARTITION_RANGE_END_TAG: batches[-1],
+              "kb/stage": "captions"},
+        raise_on_error=False,
+    )
+    summary = {"ok": result.success, "batches": len(batches), "waiting_before": sum(by_batch[b] for b in batches)}
+    materializations = result.asset_materializations_for_node("captions") if result.success else []
+    if materializations:
+        metadata = materializations[-1].metadata
+        summary.update({key: metadata[key].value for key in ("captioned", "failed", "waiting", "model") if key in metadata})
+    if not result.success:
+        summary["error"] = _first_error(result)
+        return summary
+    summary["indexed_batches"], summary["index_errors"] = _index_batches(batches, resources, instance, assets)
+    return summary
+
+
+def _first_error(result: dg.ExecuteInProcessResult) -> str:
+    failure = next((e for e in result.all_events if e.is_step_failure), None)
+    data = failure.step_failure_data if failure else None
+    return data.error.message.strip().splitlines()[0] if data and data.error else "the run failed"
+
+
+def _index_batches(batches: list[str], resources: dict, instance: dg.DagsterInstance,
+                   assets: list | None) -> tuple[int, list[str]]:
+    """Run the stages after captions for each batch; (batches done, errors)."""
+    if assets is None:
+        from kb_assets.definitions import all_assets, all_checks
+
+        assets = [*all_assets, *all_checks]
+    known = {key.to_user_string() for a in assets if hasattr(a, "keys") for key in a.keys}
+    selection = [key for key in INDEX_STAGES if key in known]
+    if not selection:
+        return 0, []
+    done, errors = 0, []
+    for batch in batches:
+        result = dg.materialize(assets, selection=selection, partition_key=batch, instance=instance,
+                                resources=resources, raise_on_error=False,
+                                tags={"kb/sync_batch": batch, "kb/stage": "captions-index"})
+        if result.success:
+            done += 1
+        else:
+            errors.append(f"{batch}: {_first_error(result)}")
+    return done, errors

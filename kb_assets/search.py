@@ -1,0 +1,536 @@
+"""The one search function for the CLI, the MCP server and any UI.
+
+Modes:
+- `bm25`: LanceDB's native full-text index (BM25).
+- `dense`: cosine similarity of embedding vectors.
+- `hybrid` (default): both, fused.
+
+Fusion (hybrid): each list's scores are normalized and summed with equal
+weights ("convex combination", see FUSION_METHODS). Unlike reciprocal rank
+fusion, it keeps the size of the gaps between scores. That matters for a
+rare exact keyword: BM25 gives its passage a score far above the rest, and
+rank fusion would throw that gap away and let semantic neighbours that rank
+well in both lists push it down. Plain RRF stays available as
+`fusion="rrf"`. The figures that chose this are in benchmarks/README.md.
+
+Exact words come first. A passage that holds the exact query phrase (or
+every "quoted phrase" of the query), or every rare word of the query, ranks
+above passages that do not. A word is rare when at most RARE_SHARE of the
+passages (and at least RARE_MIN) hold it: a name, an identifier, a CVE
+number. A person who types such a word wants the place where it occurs, and
+an embedding model, which has never seen the word, cannot find it.
+
+Results: one best passage per bookmark, with chunk_count and word_count of
+everything behind the bookmark. With `tweet_id` or `ref` set (read one
+document), results are passages of that document, best first.
+
+Filters apply before ranking (prefilter), so `source="video", limit=3`
+returns 3 hits when 3 videos exist. The serving side reads LanceDB only and
+never opens DuckDB, so search works while a sync writes.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timezone
+from typing import Any
+
+import numpy as np
+from lancedb.query import PhraseQuery
+
+from kb_resources.embedder import Embedder, EmbedderError
+from kb_resources.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch, sql_in, sql_str
+
+MODES = ("bm25", "dense", "hybrid")
+FUSION_METHODS = ("convex", "rrf")
+DEFAULT_FUSION = "convex"
+MAX_LIMIT = 100
+RRF_K = 60
+# Passages fetched from each retriever before grouping by bookmark. Several
+# passages of one bookmark can fill the list, so it is deeper than `limit`.
+# A query word is rare when at most this share of the passages holds it
+# (but never fewer than RARE_MIN passages). One small full-text look-up per
+# query word finds out, for at most MAX_PROBES words per query: the words that
+# the fewest lexical hits hold.
+RARE_SHARE = 0.001
+RARE_MIN = 3
+MAX_PROBES = 3
+STOP_WORDS = frozenset(
+    "a an and are as at be but by for from has have how i in is it its of on or that the this to was what "
+    "when where which who why will with you your does do did not no can".split())
+MIN_DEPTH = 100
+MAX_DEPTH = 400
+DEPTH_PER_HIT = 4
+
+RESULT_COLUMNS = ["chunk_id", "tweet_id", "url", "author", "created_at", "source", "ref", "position",
+                  "text", "source_text", "word_count", "lang", "bookmark_chunks", "bookmark_words"]
+# The whole query counts as an exact phrase only when it is this short. A
+# long question never occurs word for word, so the check would cost time
+# for nothing.
+MAX_PHRASE_WORDS = 8
+# LanceDB runs a query in native code and releases the GIL, so the lexical
+# and the vector query (and the rare-word look-ups) run at the same time.
+_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kb-search")
+QUOTED = re.compile(r'"([^"]+)"')
+TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass
+class Hit:
+    tweet_id: str
+    url: str
+    author: str
+    created_at: str | None
+    score: float
+    best_source: str
+    best_chunk: str
+    best_ref: str
+    chunk_count: int
+    word_count: int
+    media: list = field(default_factory=list)
+    lang: str = ""
+    best_source_text: str = ""
+    best_position: int = 0
+    chunk_id: str = ""
+    exact_match: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class SearchResponse:
+    query: str
+    mode: str
+    hits: list[Hit]
+    limit: int
+    filters: dict
+    model: str | None = None
+    last_sync: str | None = None
+    took_ms: float = 0.0
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["hits"] = [h.to_dict() for h in self.hits]
+        return out
+
+
+@dataclass
+class _Candidate:
+    row: dict
+    dense: float | None = None  # cosine similarity
+    bm25: float | None = None
+    dense_rank: int | None = None
+    bm25_rank: int | None = None
+    score: float = 0.0
+    exact: bool = False  # holds the exact phrase, or every rare query word
+
+
+def search(
+    query: str,
+    *,
+    limit: int = 10,
+    author: str | None = None,
+    source: str | list[str] | None = None,
+    after: str | date | datetime | None = None,
+    before: str | date | datetime | None = None,
+    mode: str = "hybrid",
+    tweet_id: str | None = None,
+    ref: str | None = None,
+    index: ChunkIndex | None = None,
+    embedder: Embedder | None = None,
+    fusion: str = DEFAULT_FUSION,
+    query_vector: np.ndarray | None = None,
+) -> SearchResponse:
+    """Search the index. See the module text for modes, fusion and filters.
+
+    `after` is inclusive and `before` exclusive, on the post date (UTC); a
+    date means its midnight UTC. `query_vector` skips the query embedding
+    (the evaluation uses it to time the search alone)."""
+    started = time.perf_counter()
+    query = _check_query(query)
+    limit = _check_limit(limit)
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} is unknown: use one of {', '.join(MODES)}")
+    if fusion not in FUSION_METHODS:
+        raise ValueError(f"fusion={fusion!r} is unknown: use one of {', '.join(FUSION_METHODS)}")
+    after_dt = _parse_date(after, "after")
+    before_dt = _parse_date(before, "before")
+    sources = _sources(source)
+    where = _where(author=author, sources=sources, after=after_dt, before=before_dt, tweet_id=tweet_id, ref=ref)
+    filters = {"author": author, "source": source, "after": after_dt and after_dt.isoformat(),
+               "before": before_dt and before_dt.isoformat(), "tweet_id": tweet_id, "ref": ref}
+
+    index = index or ChunkIndex()
+    table = index.table(CHUNKS)
+    meta = index.meta()
+    response = SearchResponse(query=query, mode=mode, hits=[], limit=limit, filters=filters,
+                              model=meta.get("model"), last_sync=meta.get("last_sync"))
+    if table is None:
+        response.took_ms = _ms(started)
+        return response
+
+    per_document = tweet_id is not None or ref is not None
+    depth = min(MAX_DEPTH, max(MIN_DEPTH, limit * DEPTH_PER_HIT))
+    phrases = _phrases(query)
+    dense_rows = lexical_rows = None
+    if mode in ("dense", "hybrid"):
+        vector = query_vector if query_vector is not None else _embed_query(query, index, table, embedder)
+        dense_rows = _POOL.submit(_dense, table, vector, where, depth)
+    if mode in ("bm25", "hybrid"):
+        lexical_rows = _POOL.submit(_bm25, table, query, where, depth)
+
+    candidates: dict[str, _Candidate] = {}
+    if dense_rows is not None:
+        for rank, row in enumerate(dense_rows.result()):
+            cand = candidates.setdefault(row["chunk_id"], _Candidate(row))
+            cand.dense, cand.dense_rank = 1.0 - float(row.pop("_distance")), rank
+    rare_ids: set[str] | None = None
+    if lexical_rows is not None:
+        lexical = lexical_rows.result()
+        for rank, row in enumerate(lexical):
+            cand = candidates.setdefault(row["chunk_id"], _Candidate(row))
+            cand.bm25, cand.bm25_rank = float(row.pop("_score")), rank
+        rare_ids = _rare_word_passages(table, query, where, lexical, candidates)
+
+    _score(list(candidates.values()), mode, fusion)
+    for chunk_id, cand in candidates.items():
+        cand.exact = (rare_ids is not None and chunk_id in rare_ids) or _holds_phrases(cand.row["text"], phrases)
+    if not per_document and GROUP_FIRST:
+        _score_bookmarks(list(candidates.values()), mode, fusion)
+    ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.score), reverse=True)
+    chosen = _pick(ranked, limit, per_document)
+    response.hits = _hits(index, chosen)
+    response.took_ms = _ms(started)
+    return response
+
+
+# --- input checks ------------------------------------------------------------
+def _check_query(query: str) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("query is empty: give words to search for")
+    return " ".join(query.split())
+
+
+def _check_limit(limit: int) -> int:
+    try:
+        limit = int(limit)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"limit={limit!r} is not a whole number") from exc
+    if limit < 1:
+        raise ValueError(f"limit={limit} must be 1 or more")
+    return min(limit, MAX_LIMIT)
+
+
+def _parse_date(value: Any, name: str) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
+    if isinstance(value, str):
+        try:
+            return _parse_date(datetime.fromisoformat(value.strip().replace("Z", "+00:00")), name)
+        except ValueError:
+            pass
+    raise ValueError(f"{name}={value!r} is not a date: use YYYY-MM-DD or an ISO 8601 time")
+
+
+def _sources(source: str | list[str] | None) -> list[str]:
+    if source is None or source == "":
+        return []
+    items = source.split(",") if isinstance(source, str) else list(source)
+    return [s.strip().lower() for s in items if s and s.strip()]
+
+
+def _where(*, author, sources, after, before, tweet_id, ref) -> str | None:
+    parts = []
+    if author:
+        parts.append(f"lower(author) = {sql_str(author.strip().lstrip('@').lower())}")
+    if sources:
+        parts.append(sql_in("source", sources))
+    if after:
+        parts.append(f"created_at >= timestamp {sql_str(after.strftime('%Y-%m-%dT%H:%M:%S.%fZ'))}")
+    if before:
+        parts.append(f"created_at < timestamp {sql_str(before.strftime('%Y-%m-%dT%H:%M:%S.%fZ'))}")
+    if tweet_id is not None:
+        parts.append(f"tweet_id = {sql_str(str(tweet_id))}")
+    if ref is not None:
+        parts.append(f"ref = {sql_str(ref)}")
+    return " AND ".join(parts) or None
+
+
+# --- retrieval ---------------------------------------------------------------
+def _embed_query(query: str, index: ChunkIndex, table, embedder: Embedder | None) -> np.ndarray:
+    info = index.model_info(table)
+    embedder = embedder or embedder_for_index(info)
+    try:
+        name, dim = embedder.model_name, embedder.dim
+    except EmbedderError as exc:
+        held = f"The index holds vectors of {info[0]}. " if info else ""
+        raise EmbedderError(f"{exc} {held}Start that backend, or: kb index --rebuild") from exc
+    index.check_model(name, dim, table=table)
+    return embedder.embed_query(query)
+
+
+def embedder_for_index(info: tuple[str, int] | None) -> Embedder:
+    """The default embedder for a search: the settings' choice, except that
+    `auto` keeps to the index's backend. Else a query embedded with the
+    local model would meet Ollama vectors whenever Ollama is down for a
+    moment, and the error would be confusing."""
+    embedder = Embedder()
+    if info and embedder._backend_setting() == "auto":
+        backend = info[0].split(":", 1)[0]
+        if backend in ("ollama", "local", "hash"):
+            return Embedder(backend=backend)
+    return embedder
+
+
+def _dense(table, vector: np.ndarray, where: str | None, depth: int) -> list[dict]:
+    # Unit vectors: dot distance (1 - dot product) is cosine distance, cheaper.
+    query = (table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
+             .distance_type("dot").select(RESULT_COLUMNS + ["_distance"]).limit(depth))
+    # Used only when an HNSW index exists: a wider beam and exact re-scoring
+    # of the quantized candidates keep recall close to exact search.
+    query = query.ef(max(2 * depth, 200)).refine_factor(2)
+    if where:
+        query = query.where(where, prefilter=True)
+    return query.to_arrow().to_pylist()
+
+
+def _bm25(table, query: str, where: str | None, depth: int) -> list[dict]:
+    plain = QUOTED.sub(lambda m: m.group(1), query)
+    if not TOKEN.search(plain):
+        return []
+    rows = _fts(table, plain, where, depth)
+    quoted = [p for p in QUOTED.findall(query) if len(TOKEN.findall(p)) > 1]
+    if quoted:
+        # Quoted phrases: also fetch the passages that hold them as phrases,
+        # which a long OR-query may rank below the depth.
+        seen = {r["chunk_id"] for r in rows}
+        for phrase in quoted:
+            for row in _fts(table, PhraseQuery(phrase, "text"), where, depth):
+                if row["chunk_id"] not in seen:
+                    seen.add(row["chunk_id"])
+                    rows.append(row)
+        rows.sort(key=lambda r: r["_score"], reverse=True)
+    return rows
+
+
+def _fts(table, query, where: str | None, depth: int) -> list[dict]:
+    builder = table.search(query, query_type="fts", fts_columns="text").select(RESULT_COLUMNS + ["_score"]).limit(depth)
+    if where:
+        builder = builder.where(where, prefilter=True)
+    return builder.to_arrow().to_pylist()
+
+
+def _rare_word_passages(table, query: str, where: str | None, lexical: list[dict],
+                        candidates: dict[str, _Candidate]) -> set[str] | None:
+    """Chunk ids of the passages that hold every rare word of the query, or
+    None when the query has no rare word. Those passages join the candidates,
+    so a rare word is found even when neither list ranked its passage."""
+    rare_max = max(RARE_MIN, int(table.count_rows() * RARE_SHARE))
+    held_by: dict[str, int] = {}
+    for word in TOKEN.findall(QUOTED.sub(lambda m: m.group(1), query).lower()):
+        if word not in STOP_WORDS and len(word) > 1:
+            held_by[word] = 0
+    if not held_by:
+        return None
+    # A word that more than rare_max lexical hits hold is not rare: no
+    # look-up needed. (Stemming can hide a hit from this count, never add one.)
+    for row in lexical:
+        words = set(TOKEN.findall(row["text"].lower()))
+        for word in held_by.keys() & words:
+            held_by[word] += 1
+    maybe_rare = sorted((n, w) for w, n in held_by.items() if n <= rare_max)[:MAX_PROBES]
+    if not maybe_rare:
+        return None
+    looked_up = list(_POOL.map(lambda w: _fts(table, w, where, rare_max + 1), [w for _, w in maybe_rare]))
+    holders: set[str] | None = None
+    for rows in looked_up:
+        if not rows or len(rows) > rare_max:
+            continue  # absent (or a stop word to the index), or common
+        ids = set()
+        for row in rows:
+            row.pop("_score", None)
+            ids.add(row["chunk_id"])
+            candidates.setdefault(row["chunk_id"], _Candidate(row))
+        holders = ids if holders is None else holders & ids
+    return holders
+
+
+# --- fusion ------------------------------------------------------------------
+def _score(cands: list[_Candidate], mode: str, fusion: str) -> None:
+    if mode == "dense":
+        for c in cands:
+            c.score = c.dense if c.dense is not None else -1.0
+        return
+    if mode == "bm25":
+        for c in cands:
+            c.score = c.bm25 or 0.0  # a rare-word passage below the depth has none
+        return
+    if fusion == "rrf":
+        for c in cands:
+            c.score = sum(1.0 / (RRF_K + r + 1) for r in (c.dense_rank, c.bm25_rank) if r is not None)
+        return
+    if NORM == "mm_max":
+        dense = _min_max([c.dense for c in cands])
+        bm25 = _max_scaled([c.bm25 for c in cands])
+    elif NORM == "mm_mm":
+        dense = _min_max([c.dense for c in cands])
+        bm25 = _min_max([c.bm25 for c in cands])
+    elif NORM == "z":
+        dense = _z([c.dense for c in cands])
+        bm25 = _z([c.bm25 for c in cands])
+    elif NORM == "dbsf":
+        dense = _dbsf([c.dense for c in cands])
+        bm25 = _dbsf([c.bm25 for c in cands])
+    for c, d, b in zip(cands, dense, bm25):
+        c.score = W_DENSE * d + (1 - W_DENSE) * b
+
+
+def _z(values):
+    present = np.array([v for v in values if v is not None])
+    if not len(present):
+        return [0.0] * len(values)
+    mu, sd = present.mean(), present.std() or 1.0
+    floor = (present.min() - mu) / sd
+    return [floor if v is None else (v - mu) / sd for v in values]
+
+
+def _dbsf(values):
+    present = np.array([v for v in values if v is not None])
+    if not len(present):
+        return [0.0] * len(values)
+    mu, sd = present.mean(), present.std() or 1.0
+    lo, hi = mu - 3 * sd, mu + 3 * sd
+    return [0.0 if v is None else (v - lo) / (hi - lo) for v in values]
+
+
+GROUP_FIRST = False
+NORM = "mm_max"
+W_DENSE = 0.5
+
+
+def _score_bookmarks(cands: list[_Candidate], mode: str, fusion: str) -> None:
+    """Fuse at the bookmark level: each list's score of a bookmark is its best
+    passage's score; the fused bookmark score goes to its best passage."""
+    groups: dict[str, list[_Candidate]] = {}
+    for c in cands:
+        groups.setdefault(c.row["tweet_id"], []).append(c)
+    docs = []
+    for members in groups.values():
+        dense = [m.dense for m in members if m.dense is not None]
+        bm25 = [m.bm25 for m in members if m.bm25 is not None]
+        best = max(members, key=lambda m: m.score)
+        docs.append((best, max(dense) if dense else None, max(bm25) if bm25 else None, members))
+    fused = [_Candidate(d[0].row, dense=d[1], bm25=d[2]) for d in docs]
+    if fusion == "rrf":
+        for attr, rank_attr in (("dense", "dense_rank"), ("bm25", "bm25_rank")):
+            order = sorted((f for f in fused if getattr(f, attr) is not None), key=lambda f: getattr(f, attr), reverse=True)
+            for rank, f in enumerate(order):
+                setattr(f, rank_attr, rank)
+    _score(fused, mode, fusion)
+    for (best, _, _, members), f in zip(docs, fused):
+        for m in members:
+            m.score = f.score if m is best else -1e9 + m.score
+
+
+def _min_max(values: list[float | None]) -> list[float]:
+    """Cosine similarities to [0, 1] over this candidate list. A passage
+    that the list does not hold scores 0, as the list's worst would."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return [0.0] * len(values)
+    low, high = min(present), max(present)
+    span = high - low or 1.0
+    return [0.0 if v is None else (v - low) / span for v in values]
+
+
+def _max_scaled(values: list[float | None]) -> list[float]:
+    """BM25 scores divided by the best one. BM25 has a natural zero (no
+    query word), so the zero stays: a passage that matches one common word
+    keeps a low score even when it is the list's worst."""
+    present = [v for v in values if v is not None]
+    if not present or max(present) <= 0:
+        return [0.0] * len(values)
+    high = max(present)
+    return [0.0 if v is None else v / high for v in values]
+
+
+def _phrases(query: str) -> list[str]:
+    quoted = [" ".join(TOKEN.findall(p.lower())) for p in QUOTED.findall(query)]
+    quoted = [p for p in quoted if p]
+    if quoted:
+        return quoted
+    words = TOKEN.findall(query.lower())
+    return [" ".join(words)] if 0 < len(words) <= MAX_PHRASE_WORDS else []
+
+
+def _holds_phrases(text: str, phrases: list[str]) -> bool:
+    if not phrases:
+        return False
+    lowered = text.lower()
+    if not all(p.split(" ", 1)[0] in lowered for p in phrases):
+        return False  # cheap test first: most passages lack the first word
+    words = " " + " ".join(TOKEN.findall(lowered)) + " "
+    return all(f" {p} " in words for p in phrases)
+
+
+# --- results -----------------------------------------------------------------
+def _pick(ranked: list[_Candidate], limit: int, per_document: bool) -> list[_Candidate]:
+    chosen: list[_Candidate] = []
+    seen: set = set()
+    for cand in ranked:
+        row = cand.row
+        # One document read: passages, but a page stored once per owning
+        # bookmark appears once. Else: one passage per bookmark.
+        key = (row["source"], row["ref"], row["position"]) if per_document else row["tweet_id"]
+        if key in seen:
+            continue
+        seen.add(key)
+        chosen.append(cand)
+        if len(chosen) == limit:
+            break
+    return chosen
+
+
+def _hits(index: ChunkIndex, chosen: list[_Candidate]) -> list[Hit]:
+    if not chosen:
+        return []
+    cards = index.bookmarks(sorted({c.row["tweet_id"] for c in chosen}))
+    hits = []
+    for cand in chosen:
+        row = cand.row
+        card = cards.get(row["tweet_id"], {})
+        created = row["created_at"]
+        hits.append(Hit(
+            tweet_id=row["tweet_id"],
+            url=row["url"] or card.get("url", ""),
+            author=row["author"] or card.get("author", ""),
+            created_at=created.astimezone(timezone.utc).isoformat() if created else card.get("created_at"),
+            score=round(float(cand.score), 6),
+            best_source=row["source"],
+            best_chunk=row["text"],
+            best_ref=row["ref"],
+            chunk_count=int(row["bookmark_chunks"] or 1),
+            word_count=int(row["bookmark_words"] or row["word_count"] or 0),
+            media=card.get("media") or [],
+            lang=row["lang"] or card.get("lang", ""),
+            best_source_text=row["source_text"] or "",
+            best_position=int(row["position"] or 0),
+            chunk_id=row["chunk_id"],
+            exact_match=cand.exact,
+        ))
+    return hits
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 2)
+
+
+__all__ = ["search", "SearchResponse", "Hit", "MODES", "FUSION_METHODS", "IndexModelMismatch", "embedder_for_index"]

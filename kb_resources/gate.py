@@ -1,0 +1,206 @@
+"""The quality gate: an LLM scores a parsed source against the owner's purpose.
+
+One OpenAI-compatible endpoint (DeepSeek by default) through the `openai`
+client. The system message is purpose.md from the wiki; the user message is
+the start of the source. The model answers JSON:
+{"score": 0-100, "topics": ["kebab-case", ...], "reason": "..."}.
+
+Rules, and why:
+- Temperature 0: the same source gets the same score on a re-run.
+- Only the first ~2,000 tokens go out. The start of a source tells its
+  quality, and a short prompt keeps the cost flat for long PDFs.
+- After 3 failures (errors or bad JSON) the source is accepted with score
+  65 and marked gate-skipped: losing a source the owner sent is worse than
+  ingesting a weak one.
+- No key: every source is accepted and marked skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dagster as dg
+import openai
+
+from kb_resources.settings import get_settings
+
+MAX_ATTEMPTS = 3
+FALLBACK_SCORE = 65
+MAX_TOPICS = 6
+# No tokenizer of the endpoint's model is available offline. English text
+# has about 4 characters per token, so 8,000 characters is ~2,000 tokens.
+SOURCE_CHARS = 8_000
+
+DEFAULT_PURPOSE = """\
+# Purpose
+This knowledge base collects sources that teach something durable:
+technical explanations, research, careful analysis, and primary documents.
+It does not want advertising, thin news, link lists or text without content.
+"""
+
+INSTRUCTIONS = """\
+You are the quality gate of the knowledge base above. Read the source that
+the user sends. Score how well it fits the purpose and how much durable
+content it has, from 0 (useless) to 100 (excellent). Answer with one JSON
+object and nothing else:
+{"score": <integer 0-100>, "topics": [<up to 6 kebab-case topics>], "reason": "<one sentence>"}
+"""
+
+
+class GateAnswerError(ValueError):
+    """The model's answer is not the JSON object that the gate asked for."""
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    score: int | None
+    topics: list[str]
+    reason: str
+    gate: str  # scored, skipped-no-key, skipped-errors
+    attempts: int
+    model: str
+    threshold: int
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> bool:
+        return self.gate != "scored" or (self.score or 0) >= self.threshold
+
+    @property
+    def skipped(self) -> bool:
+        return self.gate != "scored"
+
+
+def kebab_case(topic: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", str(topic).lower()).strip("-")
+
+
+def clamp_score(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise GateAnswerError(f"score is {value!r}, not a number")
+    return max(0, min(100, round(value)))
+
+
+def parse_answer(content: str | None) -> tuple[int, list[str], str]:
+    """(score, topics, reason) from the model's answer, or GateAnswerError."""
+    text = (content or "").strip()
+    # Some models wrap JSON in a Markdown fence even in JSON mode.
+    fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, re.DOTALL)
+    if fenced:
+        text = fenced.group(1)
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise GateAnswerError(f"the answer is not JSON ({exc.__class__.__name__}): {text[:80]!r}") from None
+    if not isinstance(data, dict) or "score" not in data:
+        raise GateAnswerError(f"the answer has no 'score': {text[:80]!r}")
+    score = clamp_score(data["score"])
+    raw_topics = data.get("topics") or []
+    if not isinstance(raw_topics, list):
+        raw_topics = [raw_topics]
+    topics: list[str] = []
+    for topic in raw_topics:
+        slug = kebab_case(topic)
+        if slug and slug not in topics:
+            topics.append(slug)
+    reason = str(data.get("reason") or "").strip()
+    return score, topics[:MAX_TOPICS], reason
+
+
+def source_excerpt(text: str, limit: int = SOURCE_CHARS) -> str:
+    """The first ~2,000 tokens, cut at a word boundary."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return text[: cut if cut > limit // 2 else limit]
+
+
+def read_purpose(wiki_dir: Path) -> str:
+    path = wiki_dir / "purpose.md"
+    if path.exists():
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+        if text:
+            return text
+    return DEFAULT_PURPOSE
+
+
+class QualityGate(dg.ConfigurableResource):
+    """Scores sources through an OpenAI-compatible chat endpoint.
+
+    Empty fields take their value from the settings (KB_GATE_BASE_URL,
+    KB_GATE_MODEL, KB_GATE_THRESHOLD). The key always comes from the
+    settings (DEEPSEEK_API_KEY), so it never shows in the Dagster UI."""
+
+    base_url: str = ""
+    model: str = ""
+    threshold: int = -1
+    timeout_s: float = 60.0
+    retry_delay_s: float = 2.0
+
+    def _threshold(self) -> int:
+        return self.threshold if self.threshold >= 0 else get_settings().kb_gate_threshold
+
+    def _model(self) -> str:
+        return self.model or get_settings().kb_gate_model
+
+    def is_configured(self) -> bool:
+        key = get_settings().deepseek_api_key
+        return bool(key and key.get_secret_value())
+
+    def _client(self) -> openai.OpenAI:
+        settings = get_settings()
+        return openai.OpenAI(
+            base_url=self.base_url or settings.kb_gate_base_url,
+            api_key=settings.deepseek_api_key.get_secret_value(),
+            timeout=self.timeout_s,
+            # The gate counts its own attempts (3, then accept); the client
+            # must not multiply them.
+            max_retries=0,
+        )
+
+    def judge(self, source_text: str, purpose: str, log=None) -> GateVerdict:
+        """Score one source. Never raises for endpoint or answer errors: after
+        MAX_ATTEMPTS failures it returns an accepted, skipped verdict."""
+        model, threshold = self._model(), self._threshold()
+        if not self.is_configured():
+            return GateVerdict(None, [], "no gate key (DEEPSEEK_API_KEY): accepted without a score",
+                               "skipped-no-key", 0, model, threshold)
+        client = self._client()
+        messages = [
+            {"role": "system", "content": f"{purpose}\n\n{INSTRUCTIONS}"},
+            {"role": "user", "content": source_excerpt(source_text)},
+        ]
+        errors: list[str] = []
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                response = client.chat.completions.create(
+                    model=model,
+                    messages=messages,
+                    temperature=0,
+                    response_format={"type": "json_object"},
+                )
+                content = response.choices[0].message.content if response.choices else None
+                score, topics, reason = parse_answer(content)
+                return GateVerdict(score, topics, reason, "scored", attempt, model, threshold, errors)
+            except (openai.OpenAIError, GateAnswerError) as exc:
+                # openai errors name the status and the endpoint's message,
+                # never the key.
+                errors.append(f"attempt {attempt}: {type(exc).__name__}: {str(exc)[:200]}")
+                if log is not None:
+                    log.warning(f"quality gate {errors[-1]}")
+                if attempt < MAX_ATTEMPTS and self.retry_delay_s > 0:
+                    time.sleep(self.retry_delay_s * attempt)
+        return GateVerdict(FALLBACK_SCORE, [], f"gate failed {MAX_ATTEMPTS} times: accepted with score {FALLBACK_SCORE}",
+                           "skipped-errors", MAX_ATTEMPTS, model, threshold, errors)
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, detail) for `kb status`."""
+        settings = get_settings()
+        base = self.base_url or settings.kb_gate_base_url
+        if not self.is_configured():
+            return False, f"no DEEPSEEK_API_KEY: sources are accepted without a score ({base})"
+        return True, f"{self._model()} at {base}, threshold {self._threshold()}"

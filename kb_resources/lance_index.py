@@ -1,0 +1,589 @@
+"""The LanceDB serving index: passages with vectors and a full-text index,
+plus the bookmark cards that the serving side answers get_bookmark with.
+
+Tables in one LanceDB folder (settings.lancedb_dir):
+- `chunks`: one row per passage per owning bookmark. A page that many
+  bookmarks link to is stored once per bookmark, so a filter on author or
+  date finds it from each of them. The vectors come from the embedding cache,
+  so the copies cost no extra embedding.
+  The table's schema metadata records the embedding model and dimension.
+- `bookmarks`: one card per bookmark (post, quoted post, links, media).
+- `index_meta`: key/value facts, for now the last sync.
+- `embedding_cache`: owned by kb_resources.embedder.
+
+One writer (the `chunk_index` asset) and many readers (search, MCP, bot).
+LanceDB tables are versioned: a reader sees one committed version, and with
+read_consistency_interval=0 each read checks for a newer one, so readers see
+new data without a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import lancedb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from lancedb.index import FTS, BTree, Bitmap, HnswSq
+from pydantic import PrivateAttr
+
+from kb_resources.settings import get_settings
+
+log = logging.getLogger(__name__)
+
+CHUNKS = "chunks"
+BOOKMARKS = "bookmarks"
+META = "index_meta"
+MODEL_KEY, DIM_KEY = "kb.model", "kb.dim"
+REBUILD_HINT = "Rebuild the index with `kb index --rebuild`."
+
+# Keep old table versions this long before maintain() prunes them. A reader
+# in another process may still read a version that is a few seconds old;
+# deleting its files under it would fail that search.
+KEEP_VERSIONS = timedelta(minutes=10)
+
+# The full-text index stores token positions, so a quoted phrase in a query
+# can match as a phrase. English stemming and stop words, as in LanceDB's
+# default: the `text` column is English (translated when needed).
+FTS_CONFIG = FTS(with_position=True, base_tokenizer="simple", language="English",
+                 stem=True, remove_stop_words=True, lower_case=True, ascii_folding=True)
+
+CHUNK_FIELDS = ("chunk_id", "tweet_id", "url", "author", "created_at", "source", "ref", "position",
+                "text", "source_text", "word_count", "lang", "bookmark_chunks", "bookmark_words")
+CARD_COLUMNS = ("tweet_id", "url", "author", "author_name", "created_at", "text", "lang", "payload", "last_sync")
+
+
+class IndexModelMismatch(RuntimeError):
+    """The index holds vectors of another model than the embedder's."""
+
+
+def chunks_schema(dim: int, model: str = "") -> pa.Schema:
+    # The model name and dimension live in the table's own schema metadata:
+    # they are born and dropped with the vectors, so they can never disagree.
+    metadata = {MODEL_KEY: model, DIM_KEY: str(dim)} if model else None
+    return pa.schema([
+        ("chunk_id", pa.string()),
+        ("tweet_id", pa.string()),
+        ("url", pa.string()),
+        ("author", pa.string()),
+        ("created_at", pa.timestamp("us", tz="UTC")),
+        ("source", pa.string()),
+        ("ref", pa.string()),
+        ("position", pa.int32()),
+        ("text", pa.string()),
+        ("source_text", pa.string()),
+        ("word_count", pa.int32()),
+        ("lang", pa.string()),
+        # Totals of the owning bookmark, kept on each row so that a search
+        # needs no second query for chunk_count and word_count.
+        ("bookmark_chunks", pa.int32()),
+        ("bookmark_words", pa.int32()),
+        ("vector", pa.list_(pa.float32(), dim)),
+    ], metadata=metadata)
+
+
+BOOKMARKS_SCHEMA = pa.schema([
+    ("tweet_id", pa.string()),
+    ("url", pa.string()),
+    ("author", pa.string()),
+    ("author_name", pa.string()),
+    ("created_at", pa.timestamp("us", tz="UTC")),
+    ("text", pa.string()),
+    ("lang", pa.string()),
+    ("payload", pa.string()),  # JSON: quoted post, links, media, article, and any other field
+    ("last_sync", pa.timestamp("us", tz="UTC")),
+])
+
+META_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string())])
+
+
+def sql_str(value: str) -> str:
+    """A SQL string literal for a LanceDB filter."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def sql_in(column: str, values) -> str:
+    return f"{column} IN ({', '.join(sql_str(v) for v in values)})"
+
+
+def to_utc(value: Any, *, name: str = "created_at") -> datetime | None:
+    """A timezone-aware UTC datetime from a datetime, a date or an ISO string.
+    A naive datetime is taken as UTC."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
+    if isinstance(value, str):
+        try:
+            return to_utc(datetime.fromisoformat(value.strip().replace("Z", "+00:00")), name=name)
+        except ValueError:
+            pass
+    raise ValueError(f"{name}={value!r} is not a date or time (use ISO 8601, for example 2024-05-01)")
+
+
+class ChunkIndex(dg.ConfigurableResource):
+    """The LanceDB index. `path` empty: settings.lancedb_dir."""
+
+    path: str = ""
+    vector_index_min_rows: int = 0
+
+    _db: Any = PrivateAttr(default=None)
+    _lock: Any = PrivateAttr(default_factory=threading.Lock)
+    _meta_cache: Any = PrivateAttr(default=None)  # (table version, meta dict)
+
+    # --- connection -------------------------------------------------------
+    def db_path(self) -> Path:
+        return Path(self.path) if self.path else get_settings().lancedb_dir
+
+    def _connect(self):
+        with self._lock:
+            if self._db is None:
+                self.db_path().mkdir(parents=True, exist_ok=True)
+                # interval 0: every read checks for a newer committed version.
+                self._db = lancedb.connect(str(self.db_path()), read_consistency_interval=timedelta(0))
+            return self._db
+
+    def table(self, name: str):
+        """The open table, or None when it does not exist yet."""
+        try:
+            return self._connect().open_table(name)
+        except ValueError:
+            return None
+
+    def _vector_index_min_rows(self) -> int:
+        return self.vector_index_min_rows or get_settings().kb_vector_index_min_rows
+
+    # --- model record -------------------------------------------------------
+    def meta(self) -> dict[str, str]:
+        """Key/value facts of the index (last_sync), plus model and dim."""
+        meta: dict[str, str] = {}
+        table = self.table(META)
+        if table is not None:
+            # Reading the table costs more than asking its version: read it
+            # again only when a writer committed a new version.
+            version = table.version
+            if self._meta_cache is None or self._meta_cache[0] != version:
+                rows = table.to_arrow().to_pylist()
+                self._meta_cache = (version, {r["key"]: r["value"] for r in rows})
+            meta.update(self._meta_cache[1])
+        info = self.model_info()
+        if info:
+            meta["model"], meta["dim"] = info[0], str(info[1])
+        return meta
+
+    def _set_meta(self, values: dict[str, str]) -> None:
+        table = self.table(META)
+        data = pa.Table.from_pylist([{"key": k, "value": str(v)} for k, v in values.items()], schema=META_SCHEMA)
+        if table is None:
+            self._connect().create_table(META, schema=META_SCHEMA, exist_ok=True)
+            table = self.table(META)
+        table.merge_insert("key").when_matched_update_all().when_not_matched_insert_all().execute(data)
+
+    def model_info(self, table=None) -> tuple[str, int] | None:
+        """(model name, dimension) of the vectors in the index, or None when
+        the index has no vectors yet."""
+        table = table if table is not None else self.table(CHUNKS)
+        if table is None:
+            return None
+        metadata = table.schema.metadata or {}
+        model = metadata.get(MODEL_KEY.encode())
+        if not model:
+            return None
+        return model.decode(), int(metadata[DIM_KEY.encode()])
+
+    def check_model(self, model_name: str, dim: int, *, why: str = "", table=None) -> None:
+        """Raise IndexModelMismatch when the index holds another model's vectors."""
+        info = self.model_info(table)
+        if info is None or info == (model_name, dim):
+            return
+        extra = f" ({why})" if why else ""
+        raise IndexModelMismatch(
+            f"The index at {self.db_path()} holds vectors of {info[0]} ({info[1]} dimensions), "
+            f"but the embedder is {model_name} ({dim} dimensions){extra}. "
+            f"Use the same embedding model, or: {REBUILD_HINT}"
+        )
+
+    def rebuild(self) -> None:
+        """Drop every passage and the model record. The next replace_chunks
+        starts a new index with the embedder that it gets. Bookmark cards do
+        not depend on the model and stay. The embedding cache stays too."""
+        try:
+            self._connect().drop_table(CHUNKS)
+        except ValueError:
+            pass
+
+    # --- writes -----------------------------------------------------------
+    def replace_chunks(self, tweet_ids: list[str], rows: list[dict], embedder) -> dict:
+        """Make the passages of these bookmarks exactly `rows`.
+
+        One commit (merge_insert by chunk_id that also deletes the stale
+        passages of these bookmarks), so a reader sees the old set or the new
+        set, never a moment with the bookmark missing. Running it twice gives
+        the same table: no duplicates."""
+        tweet_ids = sorted({str(t) for t in tweet_ids})
+        data_rows = self._validated_chunk_rows(tweet_ids, rows)
+        table = self.table(CHUNKS)
+        if not data_rows:
+            if table is not None and tweet_ids:
+                for part in _parts(tweet_ids):
+                    table.delete(sql_in("tweet_id", part))
+            return {"written": 0, "embedded": 0}
+        model_name, dim = embedder.model_name, embedder.dim
+        self.check_model(model_name, dim, table=table)
+        before = dict(getattr(embedder, "stats", {}) or {})
+        vectors = embedder.embed_documents([r["text"] for r in data_rows])
+        after = dict(getattr(embedder, "stats", {}) or {})
+        for row, vector in zip(data_rows, vectors):
+            row["vector"] = vector
+        data = _chunk_table(data_rows, dim, model_name)
+        if table is None:
+            table = self._connect().create_table(CHUNKS, data=data, exist_ok=True)
+            if table.count_rows() != len(data_rows):
+                # Another writer created it first: fall through to the merge.
+                self._merge(table, tweet_ids, data)
+            self._create_fts(table)
+        else:
+            self._merge(table, tweet_ids, data)
+        return {"written": len(data_rows),
+                "embedded": after.get("embedded", 0) - before.get("embedded", 0)}
+
+    def _merge(self, table, tweet_ids: list[str], data: pa.Table) -> None:
+        if len(tweet_ids) <= 5000:
+            (table.merge_insert("chunk_id")
+             .when_matched_update_all()
+             .when_not_matched_insert_all()
+             .when_not_matched_by_source_delete(sql_in("tweet_id", tweet_ids))
+             .execute(data))
+            return
+        # A huge IN list makes a slow filter: upsert, then delete stale ids.
+        table.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(data)
+        keep = set(data.column("chunk_id").to_pylist())
+        for part in _parts(tweet_ids):
+            existing = table.search().where(sql_in("tweet_id", part)).select(["chunk_id"]).limit(None).to_arrow()
+            stale = [c for c in existing.column("chunk_id").to_pylist() if c not in keep]
+            for stale_part in _parts(stale):
+                table.delete(sql_in("chunk_id", stale_part))
+
+    def _validated_chunk_rows(self, tweet_ids: list[str], rows: list[dict]) -> list[dict]:
+        owners = set(tweet_ids)
+        seen: set[str] = set()
+        out = []
+        for index, row in enumerate(rows):
+            for field in ("chunk_id", "tweet_id", "text"):
+                if not row.get(field) and row.get(field) != 0:
+                    raise ValueError(f"chunk row {index} has no {field}")
+            chunk_id, tweet_id = str(row["chunk_id"]), str(row["tweet_id"])
+            if tweet_id not in owners:
+                raise ValueError(f"chunk {chunk_id} belongs to bookmark {tweet_id}, which is not in tweet_ids")
+            if chunk_id in seen:
+                raise ValueError(f"chunk_id {chunk_id} occurs twice in one replace_chunks call")
+            seen.add(chunk_id)
+            text = str(row["text"])
+            out.append({
+                "chunk_id": chunk_id,
+                "tweet_id": tweet_id,
+                "url": row.get("url") or "",
+                "author": (row.get("author") or "").lstrip("@"),
+                "created_at": to_utc(row.get("created_at"), name=f"created_at of chunk {chunk_id}"),
+                "source": row.get("source") or "post",
+                "ref": row.get("ref") or "",
+                "position": int(row.get("position") or 0),
+                "text": text,
+                "source_text": row.get("source_text") or "",
+                "word_count": int(row["word_count"]) if row.get("word_count") is not None else len(text.split()),
+                "lang": row.get("lang") or "",
+            })
+        totals = _bookmark_totals(out)
+        for row in out:
+            row["bookmark_chunks"], row["bookmark_words"] = totals[row["tweet_id"]]
+        return out
+
+    def remove_bookmarks(self, tweet_ids: list[str]) -> int:
+        """Delete the passages and the cards of these bookmarks."""
+        tweet_ids = sorted({str(t) for t in tweet_ids})
+        removed = 0
+        for name in (CHUNKS, BOOKMARKS):
+            table = self.table(name)
+            if table is None:
+                continue
+            for part in _parts(tweet_ids):
+                filter_ = sql_in("tweet_id", part)
+                count = table.count_rows(filter_)
+                if count:
+                    table.delete(filter_)
+                    if name == CHUNKS:
+                        removed += count
+        return removed
+
+    def remove_sources(self, sources: list[str]) -> int:
+        """Delete every passage of these source kinds (for example an owner's
+        `exclude = ["image"]`). Their vectors leave with the rows; maintain()
+        then prunes the old versions that still hold them."""
+        table = self.table(CHUNKS)
+        if table is None or not sources:
+            return 0
+        filter_ = sql_in("source", sorted(set(sources)))
+        affected = table.search().where(filter_).select(["tweet_id"]).limit(None).to_arrow()
+        if not affected.num_rows:
+            return 0
+        table.delete(filter_)
+        self._refresh_totals(table, sorted(set(affected.column("tweet_id").to_pylist())))
+        return affected.num_rows
+
+    def _refresh_totals(self, table, tweet_ids: list[str]) -> None:
+        """Recount bookmark_chunks and bookmark_words after passages left."""
+        for part in _parts(tweet_ids):
+            rows = (table.search().where(sql_in("tweet_id", part))
+                    .select(["chunk_id", "tweet_id", "word_count"]).limit(None).to_arrow().to_pylist())
+            if not rows:
+                continue
+            totals = _bookmark_totals(rows)
+            update = pa.table({
+                "chunk_id": [r["chunk_id"] for r in rows],
+                "bookmark_chunks": pa.array([totals[r["tweet_id"]][0] for r in rows], pa.int32()),
+                "bookmark_words": pa.array([totals[r["tweet_id"]][1] for r in rows], pa.int32()),
+            })
+            table.merge_insert("chunk_id").when_matched_update_all().execute(update)
+
+    def upsert_bookmark_cards(self, rows: list[dict]) -> int:
+        """Insert or replace one card per bookmark. Known columns: tweet_id,
+        url, author, author_name, created_at, text, lang, payload (JSON),
+        last_sync. Any other key (quoted, links, media, ...) goes into payload."""
+        if not rows:
+            return 0
+        cards = [_card(row, index) for index, row in enumerate(rows)]
+        data = pa.Table.from_pylist(cards, schema=BOOKMARKS_SCHEMA)
+        table = self.table(BOOKMARKS)
+        if table is None:
+            self._connect().create_table(BOOKMARKS, schema=BOOKMARKS_SCHEMA, exist_ok=True)
+            table = self.table(BOOKMARKS)
+        table.merge_insert("tweet_id").when_matched_update_all().when_not_matched_insert_all().execute(data)
+        syncs = [c["last_sync"] for c in cards if c["last_sync"] is not None]
+        if syncs:
+            latest = max(syncs)
+            known = self.meta().get("last_sync")
+            if not known or to_utc(known) < latest:
+                self._set_meta({"last_sync": latest.isoformat()})
+        return len(cards)
+
+    # --- maintenance ------------------------------------------------------
+    def _create_fts(self, table) -> None:
+        table.create_index("text", config=FTS_CONFIG, replace=True)
+
+    def maintain(self) -> dict:
+        """Fold new rows into the indexes, build the vector index once the
+        table is large, compact files and prune old versions."""
+        report: dict[str, Any] = {}
+        table = self.table(CHUNKS)
+        if table is not None:
+            rows = table.count_rows()
+            indexed = {tuple(ix.columns): ix.index_type for ix in table.list_indices()}
+            if ("text",) not in indexed:
+                self._create_fts(table)
+                report["fts"] = "created"
+            for column, config in (("tweet_id", BTree()), ("source", Bitmap()), ("created_at", BTree())):
+                if (column,) not in indexed and rows:
+                    table.create_index(column, config=config)
+            # Exact (flat) vector search is fast and exact below this size; an
+            # HNSW build costs about 76 s per 100k rows on 2 cores, so it only
+            # pays for itself on a large table.
+            if ("vector",) not in indexed and rows >= self._vector_index_min_rows():
+                # "dot": the embedder gives unit vectors, so dot equals cosine
+                # and skips the norms. search.py queries with the same type.
+                table.create_index("vector", config=HnswSq(distance_type="dot",
+                                                            num_partitions=max(1, rows // 500_000 + 1)))
+                report["vector_index"] = "created"
+            # optimize(): compaction, new rows into every index, prune versions.
+            table.optimize(cleanup_older_than=KEEP_VERSIONS)
+            report["chunks"] = rows
+        cards = self.table(BOOKMARKS)
+        if cards is not None:
+            if ("tweet_id",) not in {tuple(ix.columns) for ix in cards.list_indices()} and cards.count_rows():
+                cards.create_index("tweet_id", config=BTree())
+            cards.optimize(cleanup_older_than=KEEP_VERSIONS)
+        meta = self.table(META)
+        if meta is not None:
+            meta.optimize(cleanup_older_than=KEEP_VERSIONS)
+        return report
+
+    # --- reads ------------------------------------------------------------
+    def counts(self) -> dict:
+        """For `kb status`: passages, bookmarks with passages, cards, model."""
+        out: dict[str, Any] = {"chunks": 0, "indexed_bookmarks": 0, "bookmarks": 0, "model": None, "dim": None,
+                               "last_sync": None, "vector_index": False, "fts_unindexed_rows": None,
+                               "path": str(self.db_path())}
+        meta = self.meta()
+        out["model"], out["last_sync"] = meta.get("model"), meta.get("last_sync")
+        out["dim"] = int(meta["dim"]) if meta.get("dim") else None
+        table = self.table(CHUNKS)
+        if table is not None:
+            out["chunks"] = table.count_rows()
+            ids = table.search().select(["tweet_id"]).limit(None).to_arrow().column("tweet_id")
+            out["indexed_bookmarks"] = len(set(ids.to_pylist()))
+            for ix in table.list_indices():
+                if ix.columns == ["vector"]:
+                    out["vector_index"] = True
+                if ix.columns == ["text"]:
+                    stats = table.index_stats(ix.name)
+                    out["fts_unindexed_rows"] = getattr(stats, "num_unindexed_rows", None)
+        cards = self.table(BOOKMARKS)
+        if cards is not None:
+            out["bookmarks"] = cards.count_rows()
+        return out
+
+    def last_sync(self) -> str | None:
+        return self.meta().get("last_sync")
+
+    def bookmark(self, tweet_id: str) -> dict | None:
+        """The card of one bookmark, payload fields at the top level."""
+        cards = self.bookmarks([tweet_id])
+        return cards.get(str(tweet_id))
+
+    def bookmarks(self, tweet_ids: list[str]) -> dict[str, dict]:
+        table = self.table(BOOKMARKS)
+        if table is None or not tweet_ids:
+            return {}
+        out = {}
+        for part in _parts(sorted({str(t) for t in tweet_ids})):
+            for row in table.search().where(sql_in("tweet_id", part)).limit(None).to_arrow().to_pylist():
+                out[row["tweet_id"]] = _unpack_card(row)
+        return out
+
+    def passages(self, *, tweet_id: str | None = None, ref: str | None = None) -> list[dict]:
+        """Every passage of a bookmark or of a page, in reading order
+        (source, ref, position), without vectors. A page that several
+        bookmarks link to appears once."""
+        table = self.table(CHUNKS)
+        if table is None or (tweet_id is None and ref is None):
+            return []
+        filters = []
+        if tweet_id is not None:
+            filters.append(f"tweet_id = {sql_str(tweet_id)}")
+        if ref is not None:
+            filters.append(f"ref = {sql_str(ref)}")
+        columns = [c for c in CHUNK_FIELDS]
+        rows = table.search().where(" AND ".join(filters)).select(columns).limit(None).to_arrow().to_pylist()
+        rows.sort(key=lambda r: (r["tweet_id"] != tweet_id, r["source"], r["ref"], r["position"], r["tweet_id"]))
+        seen: set[tuple] = set()
+        out = []
+        for row in rows:
+            key = (row["source"], row["ref"], row["position"])
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(row)
+        return out
+
+    # --- reads for the MCP server (read only) --------------------------------
+    def version(self) -> int | None:
+        """The version of the passages table, or None when it does not exist.
+        A new commit gives a new number, so callers can cache by it."""
+        table = self.table(CHUNKS)
+        return None if table is None else table.version
+
+    def source_kinds(self) -> list[str]:
+        """The source kinds that the passages have (post, link, wiki, ...)."""
+        table = self.table(CHUNKS)
+        if table is None:
+            return []
+        column = table.search().select(["source"]).limit(None).to_arrow().column("source")
+        return sorted(v for v in pc.unique(column).to_pylist() if v)
+
+    def tweet_ids(self, *, source: str | None = None) -> set[str]:
+        """The tweet ids that have passages, of one source kind or of all."""
+        table = self.table(CHUNKS)
+        if table is None:
+            return set()
+        query = table.search().select(["tweet_id"]).limit(None)
+        if source is not None:
+            query = query.where(f"source = {sql_str(source)}")
+        return set(pc.unique(query.to_arrow().column("tweet_id")).to_pylist())
+
+    def outline(self, tweet_id: str) -> list[dict]:
+        """source, ref, position and word_count of each passage of a
+        bookmark, without text and vectors: what there is to read, cheaply."""
+        table = self.table(CHUNKS)
+        if table is None:
+            return []
+        rows = (table.search().where(f"tweet_id = {sql_str(tweet_id)}")
+                .select(["source", "ref", "position", "word_count"]).limit(None).to_arrow().to_pylist())
+        return sorted(rows, key=lambda r: (r["source"], r["ref"], r["position"]))
+
+
+def _bookmark_totals(rows: list[dict]) -> dict[str, tuple[int, int]]:
+    totals: dict[str, list[int]] = {}
+    for row in rows:
+        total = totals.setdefault(row["tweet_id"], [0, 0])
+        total[0] += 1
+        total[1] += int(row["word_count"] or 0)
+    return {tweet_id: (count, words) for tweet_id, (count, words) in totals.items()}
+
+
+def _parts(values: list, size: int = 1000):
+    for start in range(0, len(values), size):
+        yield values[start:start + size]
+
+
+def _chunk_table(rows: list[dict], dim: int, model: str) -> pa.Table:
+    schema = chunks_schema(dim, model)
+    vectors = np.asarray(np.stack([r.pop("vector") for r in rows]), dtype=np.float32)
+    if vectors.shape[1] != dim:
+        raise IndexModelMismatch(f"The embedder gave {vectors.shape[1]}-dimension vectors, not {dim}. {REBUILD_HINT}")
+    columns = {name: pa.array([r[name] for r in rows], type=schema.field(name).type) for name in CHUNK_FIELDS}
+    columns["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dim)
+    return pa.table(columns, schema=schema)
+
+
+def _card(row: dict, index: int) -> dict:
+    tweet_id = row.get("tweet_id")
+    if not tweet_id:
+        raise ValueError(f"bookmark card {index} has no tweet_id")
+    payload: dict = {}
+    if row.get("payload"):
+        raw = row["payload"]
+        try:
+            payload = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"bookmark card {tweet_id}: payload is not JSON ({exc})") from exc
+    for key, value in row.items():
+        if key not in CARD_COLUMNS:
+            payload[key] = value
+    return {
+        "tweet_id": str(tweet_id),
+        "url": row.get("url") or "",
+        "author": (row.get("author") or "").lstrip("@"),
+        "author_name": row.get("author_name") or "",
+        "created_at": to_utc(row.get("created_at"), name=f"created_at of bookmark {tweet_id}"),
+        "text": row.get("text") or "",
+        "lang": row.get("lang") or "",
+        "payload": json.dumps(payload, default=_json_default, ensure_ascii=False),
+        "last_sync": to_utc(row.get("last_sync"), name=f"last_sync of bookmark {tweet_id}"),
+    }
+
+
+def _json_default(value):
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return str(value)
+
+
+def _unpack_card(row: dict) -> dict:
+    payload = json.loads(row.pop("payload") or "{}")
+    for key, value in payload.items():
+        row.setdefault(key, value)
+    for key in ("created_at", "last_sync"):
+        if isinstance(row.get(key), datetime):
+            row[key] = row[key].astimezone(timezone.utc).isoformat()
+    return row

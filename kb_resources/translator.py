@@ -1,0 +1,211 @@
+"""Translation into English: Groq `openai/gpt-oss-120b` through the `openai`
+client, at settings.groq_base_url.
+
+Rules, and why:
+- The text goes out in paragraph-aligned pieces of at most 1,500
+  characters. A long piece makes the model summarize or drop lines; cuts at
+  paragraph ends (then sentence ends, then spaces) keep the meaning whole.
+  The pieces join again with the separators they had.
+- reasoning_effort "low": translation needs little reasoning, and reasoning
+  tokens cost time and money.
+- The model answers ENGLISH when a piece is already English. When every
+  piece is, translate() returns None, and the cache stores NULL, so the
+  text is never sent again.
+- A 429 waits for the time in its retry-after header (capped at
+  max_wait_s), then asks again. The client's own retries are off
+  (max_retries=0): they cap the wait at their own limit.
+- No key, or `translate = false` in config.toml: translation is off.
+"""
+
+import email.utils
+import re
+import time
+from datetime import datetime, timezone
+
+import dagster as dg
+import openai
+
+from kb_resources.settings import get_settings
+
+PIECE_CHARS = 1_500
+ENGLISH = "ENGLISH"
+RATE_LIMIT_WAITS = 6  # 429s in a row for one piece before it fails
+SERVER_ERROR_ATTEMPTS = 3  # connection errors and 5xx for one piece before it fails
+# These statuses mean the whole run cannot work (bad key, no such model).
+FATAL_STATUSES = (401, 403, 404)
+
+INSTRUCTIONS = """\
+Translate the user's text into English. Keep the meaning, the names, numbers, \
+links, hashtags, @handles and line breaks. Answer with the translation only, \
+with no note or comment. If the text is already in English, answer with the \
+single word ENGLISH."""
+
+PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
+# Between sentences: white space after . ! ?, or nothing after the CJK marks.
+SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
+WORD_BREAK = re.compile(r"\s+")
+LETTER = re.compile(r"[^\W\d_]", re.UNICODE)
+
+
+class TranslateError(RuntimeError):
+    """A piece could not be translated. `fatal`: no other piece can be either
+    (a bad key, a wrong model name), so the run stops."""
+
+    def __init__(self, message: str, *, fatal: bool = False):
+        super().__init__(message)
+        self.fatal = fatal
+
+
+def _split_keep(text: str, pattern: re.Pattern) -> list[tuple[str, str]]:
+    """[(separator before, part)]; "".join(sep + part) gives `text` again."""
+    parts, separator, last = [], "", 0
+    for match in pattern.finditer(text):
+        if match.end() == match.start() and match.start() in (0, len(text)):
+            continue
+        parts.append((separator, text[last:match.start()]))
+        separator, last = match.group(), match.end()
+    parts.append((separator, text[last:]))
+    return parts
+
+
+def _atoms(separator: str, text: str, limit: int, levels: tuple[re.Pattern, ...]) -> list[tuple[str, str]]:
+    """Cut `text` at the first level of breaks (then the next) until each
+    part fits in `limit`; a run with no break at all is cut hard."""
+    if len(text) <= limit:
+        return [(separator, text)]
+    if not levels:
+        return [(separator if start == 0 else "", text[start:start + limit]) for start in range(0, len(text), limit)]
+    out = []
+    for number, (sep, part) in enumerate(_split_keep(text, levels[0])):
+        out += _atoms(separator if number == 0 else sep, part, limit, levels[1:])
+    return out
+
+
+def split_pieces(text: str, limit: int = PIECE_CHARS) -> list[tuple[str, str]]:
+    """Paragraph-aligned pieces of at most `limit` characters, each with the
+    separator that stood before it: "".join(sep + piece) == text."""
+    pieces: list[tuple[str, str]] = []
+    for separator, part in _split_keep(text, PARAGRAPH_BREAK):
+        for atom_sep, atom in _atoms(separator, part, limit, (SENTENCE_BREAK, WORD_BREAK)):
+            if pieces and len(pieces[-1][1]) + len(atom_sep) + len(atom) <= limit:
+                pieces[-1] = (pieces[-1][0], pieces[-1][1] + atom_sep + atom)
+            else:
+                pieces.append((atom_sep, atom))
+    return pieces
+
+
+def is_english_answer(answer: str) -> bool:
+    return answer.strip().strip(".\"'`*").upper() == ENGLISH
+
+
+def retry_after_seconds(headers) -> float | None:
+    """The wait that a 429 asks for: retry-after-ms, or retry-after in
+    seconds or as an HTTP date. None when the answer names none."""
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return max(0.0, float(value) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (moment - datetime.now(timezone.utc)).total_seconds())
+
+
+class Translator(dg.ConfigurableResource):
+    """English translations through Groq's OpenAI-compatible API. Empty
+    fields take their value from the settings; the key always comes from
+    the settings (GROQ_API_KEY), so it never shows in the Dagster UI."""
+
+    base_url: str = ""
+    model: str = ""
+    timeout_s: float = 120.0
+    max_wait_s: float = -1.0  # -1: settings.kb_translate_max_wait_s
+
+    def model_name(self) -> str:
+        return self.model or get_settings().kb_translate_model
+
+    def _base_url(self) -> str:
+        return self.base_url or get_settings().groq_base_url
+
+    def _max_wait(self) -> float:
+        return self.max_wait_s if self.max_wait_s >= 0 else get_settings().kb_translate_max_wait_s
+
+    def off_reason(self) -> str | None:
+        settings = get_settings()
+        if settings.owner_config().get("translate", True) is False:
+            return f"translate = false in {settings.kb_config_file}"
+        key = settings.groq_api_key
+        if not (key and key.get_secret_value()):
+            return "no GROQ_API_KEY"
+        return None
+
+    def readiness(self) -> tuple[bool, str]:
+        reason = self.off_reason()
+        return (False, reason) if reason else (True, f"{self.model_name()} at {self._base_url()}")
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self._base_url(), api_key=get_settings().groq_api_key.get_secret_value(),
+                             timeout=self.timeout_s, max_retries=0)
+
+    def translate(self, text: str, client: openai.OpenAI | None = None) -> str | None:
+        """The English of `text`, or None when it is English already."""
+        client = client or self.client()
+        out, translated = [], False
+        for separator, piece in split_pieces(text):
+            if not LETTER.search(piece):
+                out.append(separator + piece)  # numbers, links, emoji: nothing to translate
+                continue
+            answer = self._ask(client, piece)
+            if is_english_answer(answer):
+                out.append(separator + piece)
+            else:
+                out.append(separator + answer.strip())
+                translated = True
+        return "".join(out).strip() if translated else None
+
+    def _ask(self, client: openai.OpenAI, piece: str) -> str:
+        rate_limited = server_errors = 0
+        while True:
+            try:
+                response = client.chat.completions.create(
+                    model=self.model_name(),
+                    messages=[{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": piece}],
+                    reasoning_effort="low",
+                )
+            except openai.RateLimitError as exc:
+                rate_limited += 1
+                if rate_limited > RATE_LIMIT_WAITS:
+                    raise TranslateError(f"{self._base_url()} answered 429 {rate_limited} times in a row") from None
+                asked = retry_after_seconds(exc.response.headers)
+                time.sleep(min(self._max_wait(), asked if asked is not None else 2.0 ** rate_limited))
+                continue
+            except openai.APIStatusError as exc:
+                if exc.status_code < 500:
+                    raise TranslateError(f"{self._base_url()} refused the request: HTTP {exc.status_code}: "
+                                         f"{str(exc)[:200]}", fatal=exc.status_code in FATAL_STATUSES) from None
+                server_errors += 1
+            except openai.APIError as exc:  # connection errors and timeouts
+                server_errors += 1
+                if server_errors >= SERVER_ERROR_ATTEMPTS:
+                    raise TranslateError(f"{self._base_url()} does not answer: {type(exc).__name__}: {exc}",
+                                         fatal=True) from None
+                time.sleep(2.0 * server_errors)
+                continue
+            else:
+                content = response.choices[0].message.content if response.choices else None
+                if not content or not content.strip():
+                    raise TranslateError(f"{self.model_name()} gave an empty answer")
+                return content
+            if server_errors >= SERVER_ERROR_ATTEMPTS:
+                raise TranslateError(f"{self._base_url()} failed {server_errors} times with a server error")
+            time.sleep(2.0 * server_errors)

@@ -1,0 +1,225 @@
+"""Translation: the real `openai` client against a loopback server that
+speaks Groq's HTTP API, the `translations` asset on a real DuckDB file, and
+the index that shows the English with the original beside it."""
+
+from __future__ import annotations
+
+import time
+
+import dagster as dg
+import pytest
+from hypothesis import given, settings as hypothesis_settings, strategies as st
+
+from kb_assets.chunks import SourceText
+from kb_assets.index import chunk_index
+from kb_assets.translations import translations, translations_coverage
+from kb_resources.duckdb_store import DuckDBStore
+from kb_resources.embedder import Embedder
+from kb_resources.lance_index import ChunkIndex
+from kb_resources.translator import PIECE_CHARS, TranslateError, Translator, retry_after_seconds, split_pieces
+from tests.enrich_rows import add_batches, bookmark, rows, write
+from tests.fake_groq import PATH, FakeGroq
+
+KEY = "sk-TEST-SECRET-groq-0000"
+BATCH = "20261101T000000000Z"
+
+SPANISH = "La biblioteca abre a las nueve de la mañana."
+SPANISH_EN = "The library opens at nine in the morning."
+RUSSIAN = "Модель читает статью и пишет краткое содержание."
+RUSSIAN_EN = "The model reads the article and writes a summary."
+TAGGED_ES_BUT_ENGLISH = "Great thread about vector databases and search."
+
+
+@pytest.fixture
+def groq_env(monkeypatch):
+    monkeypatch.setenv("GROQ_API_KEY", KEY)
+
+
+@pytest.fixture
+def instance():
+    with dg.DagsterInstance.ephemeral() as inst:
+        add_batches(inst, BATCH)
+        yield inst
+
+
+# --- pieces ---------------------------------------------------------------------------
+
+
+def test_pieces_keep_paragraphs_whole_and_fit_the_limit():
+    paragraphs = [f"Paragraph {n}. " + "palabra " * 60 for n in range(8)]  # ~500 characters each
+    text = "\n\n".join(p.strip() for p in paragraphs)
+    pieces = split_pieces(text)
+    assert "".join(sep + piece for sep, piece in pieces) == text
+    assert all(len(piece) <= PIECE_CHARS for _, piece in pieces)
+    assert len(pieces) == 3  # 2 + 2 + ... paragraphs per piece, never half a paragraph
+    for separator, piece in pieces[1:]:
+        assert separator == "\n\n" and piece.startswith("Paragraph")
+
+
+def test_a_long_paragraph_is_cut_at_sentence_ends_and_cjk_marks():
+    sentence = "Esta es una frase bastante larga que habla de bases de datos vectoriales. "
+    long_paragraph = (sentence * 50).strip()  # ~3,700 characters, one paragraph; 20 sentences fit a piece
+    pieces = split_pieces(long_paragraph)
+    assert len(pieces) == 3
+    assert all(piece.endswith("vectoriales.") for _, piece in pieces)
+    cjk = "向量数据库存储文本的嵌入。" * 300  # no spaces at all
+    cjk_pieces = split_pieces(cjk)
+    assert "".join(s + p for s, p in cjk_pieces) == cjk
+    assert all(len(p) <= PIECE_CHARS and p.endswith("。") for _, p in cjk_pieces)
+
+
+@hypothesis_settings(max_examples=60, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab cd.\n\t。x")), max_size=5000), st.integers(20, 400))
+def test_pieces_are_lossless_and_bounded(text, limit):
+    pieces = split_pieces(text, limit)
+    assert "".join(sep + piece for sep, piece in pieces) == text
+    assert all(len(piece) <= limit for _, piece in pieces)
+
+
+def test_retry_after_reads_seconds_milliseconds_and_dates():
+    assert retry_after_seconds({"retry-after": "7"}) == 7.0
+    assert retry_after_seconds({"retry-after-ms": "250", "retry-after": "7"}) == 0.25
+    assert retry_after_seconds({}) is None
+    date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
+    assert 25 <= retry_after_seconds({"retry-after": date}) <= 31
+
+
+# --- the resource through the loopback Groq ---------------------------------------------------
+
+
+def test_a_429_waits_for_retry_after_then_translates(groq_env, monkeypatch):
+    with FakeGroq({SPANISH: SPANISH_EN}, rate_limits=1, retry_after="1") as groq:
+        monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
+        assert Translator().translate(SPANISH) == SPANISH_EN
+    assert groq.paths == [PATH, PATH]
+    assert groq.times[1] - groq.times[0] >= 0.95  # it waited the second that retry-after asked for
+    request = groq.requests[1]
+    assert request["model"] == "openai/gpt-oss-120b"
+    assert request["reasoning_effort"] == "low"
+    assert request["messages"][0]["role"] == "system" and "ENGLISH" in request["messages"][0]["content"]
+    assert groq.headers[1]["authorization"] == f"Bearer {KEY}"
+
+
+def test_the_wait_after_a_429_is_capped(groq_env, monkeypatch):
+    with FakeGroq({SPANISH: SPANISH_EN}, rate_limits=2, retry_after="30") as groq:
+        monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
+        started = time.monotonic()
+        assert Translator(max_wait_s=0.3).translate(SPANISH) == SPANISH_EN
+        assert time.monotonic() - started < 5
+    assert len(groq.requests) == 3
+
+
+def test_english_answer_means_no_translation(groq_env, monkeypatch):
+    with FakeGroq(english_texts={TAGGED_ES_BUT_ENGLISH}) as groq:
+        monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
+        assert Translator().translate(TAGGED_ES_BUT_ENGLISH) is None
+
+
+def test_a_long_text_goes_out_in_pieces_and_comes_back_in_order(groq_env, monkeypatch):
+    parts = [f"Parte {n}: " + "texto en español " * 55 for n in range(3)]  # ~950 characters each
+    text = "\n\n".join(p.strip() for p in parts)
+    english = {p.strip(): f"Part {n} in English." for n, p in enumerate(parts)}
+    with FakeGroq(english) as groq:
+        monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
+        result = Translator().translate(text)
+    assert groq.user_texts() == [p.strip() for p in parts]
+    assert all(len(t) <= PIECE_CHARS for t in groq.user_texts())
+    assert result == "Part 0 in English.\n\nPart 1 in English.\n\nPart 2 in English."
+
+
+def test_a_bad_key_is_fatal(groq_env, monkeypatch):
+    with FakeGroq(status_code=401) as groq:
+        monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
+        with pytest.raises(TranslateError, match="HTTP 401") as info:
+            Translator().translate(SPANISH)
+    assert info.value.fatal
+    assert KEY not in str(info.value)
+
+
+# --- the asset, the cache and the index ------------------------------------------------------
+
+
+def _write_chunks() -> None:
+    write(
+        [bookmark("1", BATCH, text=SPANISH, lang="es"),
+         bookmark("2", BATCH, text="Plain English words here.", lang="en"),
+         bookmark("3", BATCH, text="https://example.com", lang="qme"),
+         bookmark("4", BATCH, text=TAGGED_ES_BUT_ENGLISH, lang="es"),
+         bookmark("5", BATCH, text="An English post that quotes Russian.", lang="en", quoted_tweet_id="50",
+                  quoted_author_handle="boris")],
+        texts=[SourceText("1", "post", "https://x.com/alice/status/1", SPANISH, "es"),
+               SourceText("2", "post", "https://x.com/alice/status/2", "Plain English words here.", "en"),
+               SourceText("3", "post", "https://x.com/alice/status/3", "Hola amigos", "qme"),
+               SourceText("4", "post", "https://x.com/alice/status/4", TAGGED_ES_BUT_ENGLISH, "es"),
+               SourceText("5", "post", "https://x.com/alice/status/5", "An English post that quotes Russian.", "en"),
+               SourceText("5", "quote", "https://x.com/boris/status/50", RUSSIAN, None)],
+        batch=BATCH)
+
+
+def _materialize(instance, *assets, **resources):
+    base = {"duckdb": DuckDBStore(), "translator": Translator()}
+    return dg.materialize(list(assets), partition_key=BATCH, instance=instance, resources={**base, **resources},
+                          raise_on_error=False)
+
+
+def test_translations_asset_caches_foreign_chunks_and_the_index_shows_english(groq_env, monkeypatch, instance):
+    _write_chunks()
+    with FakeGroq({SPANISH: SPANISH_EN, RUSSIAN: RUSSIAN_EN}, english_texts={TAGGED_ES_BUT_ENGLISH}) as groq:
+        monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
+        result = _materialize(instance, translations, translations_coverage)
+        assert result.success
+        # Only the foreign ones went out: es tag, Cyrillic letters under no tag. Not en, not qme.
+        assert sorted(groq.user_texts()) == sorted([SPANISH, RUSSIAN, TAGGED_ES_BUT_ENGLISH])
+        metadata = result.asset_materializations_for_node("translations")[0].metadata
+        assert metadata["translated"].value == 2 and metadata["already_english"].value == 1
+        check = result.get_asset_check_evaluations()[0]
+        assert check.passed and check.metadata["foreign_texts"].value == 3
+
+        again = _materialize(instance, translations)
+        assert again.success and len(groq.requests) == 3  # the cache answered: no new request
+
+    cached = dict(rows("SELECT c.text, t.english FROM translations t JOIN chunks c USING (text_hash)"))
+    assert cached == {SPANISH: SPANISH_EN, RUSSIAN: RUSSIAN_EN, TAGGED_ES_BUT_ENGLISH: None}
+
+    index = _materialize(instance, chunk_index, embedder=Embedder(backend="hash"), lance=ChunkIndex())
+    assert index.success
+    passages = {p["ref"] + " " + p["source"]: p for t in ("1", "4", "5") for p in ChunkIndex().passages(tweet_id=t)}
+    spanish = passages["https://x.com/alice/status/1 post"]
+    assert spanish["text"] == SPANISH_EN and spanish["source_text"] == SPANISH
+    russian = passages["https://x.com/boris/status/50 quote"]
+    assert russian["text"] == RUSSIAN_EN and russian["source_text"] == RUSSIAN
+    english = passages["https://x.com/alice/status/4 post"]
+    assert english["text"] == TAGGED_ES_BUT_ENGLISH and english["source_text"] == ""
+
+
+def test_translation_is_off_without_a_key_or_when_the_owner_says_so(monkeypatch, instance, kb_home):
+    _write_chunks()
+    result = _materialize(instance, translations, translations_coverage)
+    assert result.success
+    metadata = result.asset_materializations_for_node("translations")[0].metadata
+    assert metadata["skipped"].value == "no GROQ_API_KEY" and metadata["waiting"].value == 3
+    check = result.get_asset_check_evaluations()[0]
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert check.metadata["waiting"].value == 3
+
+    monkeypatch.setenv("GROQ_API_KEY", KEY)
+    config_file = kb_home.parent / "config" / "config.toml"
+    config_file.write_text("translate = false\n")
+    with FakeGroq({SPANISH: SPANISH_EN}) as groq:
+        monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
+        result = _materialize(instance, translations, translations_coverage)
+    assert result.success and groq.requests == []
+    assert "translate = false" in result.asset_materializations_for_node("translations")[0].metadata["skipped"].value
+    assert result.get_asset_check_evaluations()[0].passed  # the owner's choice, not a gap
+
+
+def test_a_fatal_endpoint_error_stops_the_run_and_caches_nothing(groq_env, monkeypatch, instance):
+    _write_chunks()
+    with FakeGroq(status_code=401) as groq:
+        monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
+        result = _materialize(instance, translations)
+    assert not result.success
+    assert len(groq.requests) == 1  # stopped at the first: the key is wrong for every chunk
+    failure = next(e for e in result.all_events if e.is_step_failure)
+    assert "HTTP 401" in failure.step_failure_data.error.message
+    assert rows("SELECT count(*) FROM translations") == [(0,)]
