@@ -12,6 +12,7 @@ from kb_assets import (
     documents,
     index,
     normalize,
+    sources,
     transcripts,
     translations,
     wiki,
@@ -19,10 +20,12 @@ from kb_assets import (
     wiki_index,
 )
 from kb_assets.jobs import x_sync_job
+from kb_assets.sources import source_intake_job
 from kb_assets.wiki import wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job
 from kb_resources.browser import Browser
 from kb_resources.duckdb_store import DuckDBStore
 from kb_resources.embedder import Embedder
+from kb_resources.gate import QualityGate
 from kb_resources.lance_index import ChunkIndex
 from kb_resources.raw_store import RawStore
 from kb_resources.transcriber import Transcriber
@@ -31,12 +34,15 @@ from kb_resources.vision import Captioner
 from kb_resources.wiki import Wiki
 from kb_resources.wiki_agent import WikiAgent
 from sensors.captions import captions_sensor, captions_to_index_sensor
+from sensors.inbox import bot_requests_sensor, inbox_sensor, wiki_requests_sensor
 from sensors.schedules import x_sync_sensor
+from sensors.source_notifications import source_failures_sensor, source_outcomes_sensor
+from telegram_bridge.notify import TelegramNotifier
 from sensors.wiki import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 
 STAGE_MODULES = [
     capture, normalize, documents, captions, transcripts, chunks, translations, index,
-    wiki, wiki_checks, wiki_index,
+    sources, wiki, wiki_checks, wiki_index,
 ]
 
 
@@ -51,6 +57,8 @@ def build_resources() -> dict:
         "captioner": Captioner(),
         "transcriber": Transcriber(),
         "translator": Translator(),
+        "gate": QualityGate(),
+        "telegram": TelegramNotifier(),
         "wiki": Wiki(),
         "wiki_agent": WikiAgent(),
     }
@@ -63,7 +71,11 @@ defs = dg.Definitions(
     assets=all_assets,
     asset_checks=all_checks,
     resources=build_resources(),
-    jobs=[x_sync_job, wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
+    jobs=[x_sync_job, source_intake_job, wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
     schedules=[wiki_lint_schedule, wiki_synthesis_schedule],
-    sensors=[x_sync_sensor, wiki_waiting_sensor, captions_sensor, captions_to_index_sensor],
+    sensors=[
+        x_sync_sensor, captions_sensor, captions_to_index_sensor,
+        inbox_sensor, bot_requests_sensor, wiki_requests_sensor, source_outcomes_sensor, source_failures_sensor,
+        wiki_waiting_sensor,
+    ],
 )

@@ -48,6 +48,7 @@ from kb_resources.browser import Browser
 from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore
 from kb_resources.gate import GateVerdict, QualityGate, read_purpose
 from kb_resources.raw_store import write_atomic
+from kb_resources.wiki import raw_files_lock
 from kb_resources.settings import Settings, get_settings
 from telegram_bridge.inbox import Inbox, InboxError, InboxItem
 
@@ -248,7 +249,8 @@ def parsed_sources(context: dg.AssetExecutionContext, duckdb: DuckDBStore, brows
         raise dg.RetryRequested(max_retries=MAX_TRANSIENT_RETRIES, seconds_to_wait=wait) from exc
 
     fetched_at = utc_now()
-    relative = write_parsed_file(settings.wiki_dir, item, parsed, fetched_at)
+    with raw_files_lock(settings.wiki_dir):  # an ingest must not see raw/ change
+        relative = write_parsed_file(settings.wiki_dir, item, parsed, fetched_at)
     row = save_parsed_row(duckdb, item, parsed, relative, fetched_at, failures)
     context.log.info(f"inbox item {item_id}: {item.type} parsed by {parsed.parser}: {parsed.title!r}")
     return dg.MaterializeResult(metadata={
@@ -337,7 +339,8 @@ def gated_sources(context: dg.AssetExecutionContext, duckdb: DuckDBStore, gate: 
         verdict = gate.judge(body, read_purpose(settings.wiki_dir), log=context.log)
         decision = "accepted" if override or verdict.accepted else "rejected"
 
-    new_path = move_parsed_file(settings.wiki_dir, current, decision != "accepted", item_type)
+    with raw_files_lock(settings.wiki_dir):  # an ingest must not see raw/ change
+        new_path = move_parsed_file(settings.wiki_dir, current, decision != "accepted", item_type)
     now = utc_now()
     with duckdb.transaction() as conn:
         conn.execute(

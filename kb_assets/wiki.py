@@ -34,7 +34,7 @@ from kb_assets.partitions import sources
 from kb_assets.wiki_checks import check_wiki, findings_count
 from kb_resources.duckdb_store import DuckDBStore
 from kb_resources.settings import get_settings
-from kb_resources.wiki import Wiki
+from kb_resources.wiki import Wiki, raw_files_lock
 from kb_resources.wiki_agent import AgentRun, WikiAgent
 
 WIKI_POOL = "wiki"
@@ -135,7 +135,15 @@ class ChangeOutcome:
         return meta
 
 
-def apply_agent_change(
+def apply_agent_change(wiki: Wiki, agent: WikiAgent, prompt: str, **options) -> ChangeOutcome:
+    """Run the agent for one change. The result is one verified commit, or the
+    wiki exactly as it was before (then `ok` is False and `problems` says why).
+    The raw/ lock keeps intake runs from writing raw/ during the change."""
+    with raw_files_lock(wiki.root()):
+        return _apply_agent_change(wiki, agent, prompt, **options)
+
+
+def _apply_agent_change(
     wiki: Wiki,
     agent: WikiAgent,
     prompt: str,
@@ -146,8 +154,6 @@ def apply_agent_change(
     must_exist: str | None = None,
     must_contain: tuple[str, str] | None = None,
 ) -> ChangeOutcome:
-    """Run the agent for one change. The result is one verified commit, or the
-    wiki exactly as it was before (then `ok` is False and `problems` says why)."""
     before = wiki.begin_change()
     try:
         run = agent.run(prompt, cwd=wiki.root(), max_turns=max_turns)
@@ -194,6 +200,11 @@ def apply_agent_change(
 
 def apply_own_change(wiki: Wiki, message: str, write) -> ChangeOutcome:
     """A change that the asset makes itself (no agent): pre-flight, write, one commit."""
+    with raw_files_lock(wiki.root()):
+        return _apply_own_change(wiki, message, write)
+
+
+def _apply_own_change(wiki: Wiki, message: str, write) -> ChangeOutcome:
     before = wiki.begin_change()
     try:
         write(wiki.root())

@@ -7,6 +7,8 @@ roll back a failed change, verify the agent's commit, and push.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import subprocess
@@ -18,6 +20,25 @@ import dagster as dg
 
 from kb_resources.raw_store import write_atomic
 from kb_resources.settings import get_settings
+
+
+@contextlib.contextmanager
+def raw_files_lock(wiki_dir: Path):
+    """Hold the lock on the wiki's raw/ folder.
+
+    An ingest checks that raw/ did not change while the agent worked, because
+    git cannot roll raw/ back. The intake stages write raw/ too (a parsed
+    file, a move to raw/rejected/), so they hold this lock while they write,
+    and an ingest holds it for its whole change. Otherwise an intake run for
+    one item would fail the ingest of another. The lock file lives next to
+    the wiki, not in it: it must never show in raw/ or in git."""
+    wiki_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(wiki_dir.parent / f".{wiki_dir.name}.raw.lock", "a+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 from kb_resources.wiki_playbook import CLAUDE_MD, GITIGNORE, INDEX_MD, LOG_MD, PURPOSE_MD
 
 BRANCH = "main"

@@ -203,3 +203,28 @@ def test_text_and_json_output(problem_wiki):
 def test_a_folder_that_is_not_a_wiki_is_named_in_the_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no wiki/ subfolder"):
         check_wiki(tmp_path)
+
+
+def test_raw_files_lock_keeps_intake_writes_out_of_an_ingest(tmp_path):
+    """An ingest holds the raw/ lock for its whole change; an intake write
+    waits for it, so the ingest's raw/ check never sees another item's file."""
+    import threading
+    import time as _time
+
+    from kb_resources.wiki import raw_files_lock
+
+    wiki_dir = tmp_path / "wiki"
+    events: list[str] = []
+
+    def intake_write():
+        with raw_files_lock(wiki_dir):
+            events.append("intake wrote")
+
+    with raw_files_lock(wiki_dir):
+        writer = threading.Thread(target=intake_write)
+        writer.start()
+        _time.sleep(0.3)
+        events.append("ingest verified")
+    writer.join(timeout=5)
+    assert events == ["ingest verified", "intake wrote"]
+    assert not (wiki_dir / "raw").exists() or not any((wiki_dir / "raw").iterdir())

@@ -1,0 +1,146 @@
+"""The state of an inbox item, read from the Dagster instance.
+
+Dagster is the only state store of an item: its partition of `sources`,
+the runs of that partition, and the materializations of `gated_sources`
+and `wiki_pages` for it. There is no second table to keep in step.
+
+States:
+    received    in the inbox; the inbox sensor has not seen it yet
+    queued      a partition of `sources`; no run has started
+    processing  a run of the partition is queued or running
+    parsed      parsed, but the gate has not run yet
+    retrying    the last run failed and Dagster will run it again
+    failed      the last run failed for good (the error says why)
+    rejected    the quality gate scored it below the threshold
+    duplicate   an earlier item has the same URL or the same words
+    approved    accepted by the gate; the wiki has not run yet
+    waiting     accepted, but the wiki agent has no endpoint (ANTHROPIC_BASE_URL)
+    ingesting   the wiki agent is working on it
+    done        in the wiki (the commit SHA says where)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
+
+from kb_assets.partitions import sources
+
+PARSED_ASSET = dg.AssetKey("parsed_sources")
+GATED_ASSET = dg.AssetKey("gated_sources")
+WIKI_ASSET = dg.AssetKey("wiki_pages")
+# The wiki asset names its commit with one of these metadata keys.
+COMMIT_KEYS = ("commit_sha", "commit", "sha")
+PARTITION_TAG = "dagster/partition"
+# Observations of wiki_pages that say where an accepted source stands.
+WIKI_STATES = ("waiting", "retrying", "failed")
+WILL_RETRY_TAG = "dagster/will_retry"
+
+IN_PROGRESS = {
+    DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.MANAGED,
+    DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING,
+}
+
+
+@dataclass(frozen=True)
+class ItemState:
+    item_id: str
+    state: str
+    error: str | None = None
+    commit: str | None = None
+    score: int | None = None
+    duplicate_of: str | None = None
+    title: str | None = None
+
+
+def open_instance(dagster_home: Path) -> DagsterInstance | None:
+    """The Dagster instance at settings.dagster_home, or None when Dagster
+    has never run there (then every item is still `received`)."""
+    if not dagster_home.is_dir():
+        return None
+    return DagsterInstance.from_config(str(dagster_home))
+
+
+def _metadata(record) -> dict:
+    event = (record.asset_materialization or record.asset_observation) if record else None
+    if event is None:
+        return {}
+    return {key: getattr(value, "value", value) for key, value in event.metadata.items()}
+
+
+def latest_materialization(instance: DagsterInstance, asset_key: dg.AssetKey, item_id: str):
+    result = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[item_id]), limit=1
+    )
+    return result.records[0] if result.records else None
+
+
+def latest_observation(instance: DagsterInstance, asset_key: dg.AssetKey, item_id: str):
+    result = instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[item_id]), limit=1
+    )
+    return result.records[0] if result.records else None
+
+
+def failure_message(instance: DagsterInstance, run_id: str) -> str:
+    """What made the run fail, in the words of the asset that failed."""
+    connection = instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_FAILURE)
+    for record in reversed(connection.records):
+        data = record.event_log_entry.dagster_event.step_failure_data
+        if data.user_failure_data and data.user_failure_data.description:
+            return data.user_failure_data.description
+        if data.error:
+            return data.error.message.strip().splitlines()[-1]
+    connection = instance.get_records_for_run(run_id, of_type=DagsterEventType.RUN_FAILURE)
+    for record in reversed(connection.records):
+        message = record.event_log_entry.dagster_event.message
+        if message:
+            return message
+    return "the run failed (no error message recorded)"
+
+
+def commit_of(metadata: dict) -> str | None:
+    for key in COMMIT_KEYS:
+        if metadata.get(key):
+            return str(metadata[key])
+    return None
+
+
+def read_item_state(instance: DagsterInstance | None, item_id: str) -> ItemState:
+    if instance is None or not instance.has_dynamic_partition(sources.name, item_id):
+        return ItemState(item_id, "received")
+    runs = instance.get_run_records(dg.RunsFilter(tags={PARTITION_TAG: item_id}), limit=1)
+    latest = runs[0].dagster_run if runs else None
+    gated = latest_materialization(instance, GATED_ASSET, item_id)
+    wiki = latest_materialization(instance, WIKI_ASSET, item_id)
+    gated_meta, wiki_meta = _metadata(gated), _metadata(wiki)
+    title = gated_meta.get("title") or None
+    score = gated_meta.get("score")
+    score = score if isinstance(score, int) and score >= 0 else None
+
+    if latest is not None and latest.status in IN_PROGRESS:
+        selection = latest.asset_selection or set()
+        wiki_only = WIKI_ASSET in selection and GATED_ASSET not in selection
+        return ItemState(item_id, "ingesting" if wiki_only else "processing", title=title, score=score)
+    if latest is not None and latest.status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED):
+        state = "retrying" if latest.tags.get(WILL_RETRY_TAG) == "true" else "failed"
+        error = failure_message(instance, latest.run_id) if latest.status == DagsterRunStatus.FAILURE else "the run was canceled"
+        return ItemState(item_id, state, error=error, title=title, score=score)
+    if wiki is not None and (gated is None or wiki.storage_id > gated.storage_id):
+        return ItemState(item_id, "done", commit=commit_of(wiki_meta), title=title, score=score)
+    if gated is not None:
+        status = gated_meta.get("status")
+        if status == "accepted":
+            # The wiki stage records why it did not ingest (yet) as an observation.
+            seen = latest_observation(instance, WIKI_ASSET, item_id)
+            seen_meta = _metadata(seen)
+            if seen is not None and seen.storage_id > gated.storage_id and seen_meta.get("state") in WIKI_STATES:
+                return ItemState(item_id, seen_meta["state"], title=title, score=score,
+                                 error=seen_meta.get("error") or seen_meta.get("reason"))
+            return ItemState(item_id, "approved", title=title, score=score)
+        if status in ("rejected", "duplicate"):
+            return ItemState(item_id, status, title=title, score=score, duplicate_of=gated_meta.get("duplicate_of"))
+    return ItemState(item_id, "queued" if latest is None else "parsed", title=title)

@@ -1,0 +1,64 @@
+"""The texts that the bot sends. One function per reply, so tests and
+handlers use the same words."""
+
+from __future__ import annotations
+
+SUPPORTED = (
+    "- a web link (one per message)\n"
+    "- a YouTube link\n"
+    "- a PDF file\n"
+    "- a Markdown file (.md, .markdown)\n"
+    "- a voice note\n"
+    "- text of 50 characters or more"
+)
+
+
+def queued(short_id: str) -> str:
+    return f"queued for processing (id {short_id})"
+
+
+def already_queued(short_id: str) -> str:
+    return f"already received: this message is item {short_id}"
+
+
+def unsupported(kind: str) -> str:
+    return f"unsupported type: {kind}. I accept:\n{SUPPORTED}"
+
+
+def unsupported_document(file_name: str | None, mime_type: str | None) -> str:
+    what = file_name or mime_type or "this document"
+    return f"unsupported type: {what}. I accept PDF and Markdown documents. All that I accept:\n{SUPPORTED}"
+
+
+def too_short(length: int, minimum: int) -> str:
+    return f"text too short: {length} characters. Send {minimum} characters or more, or a link."
+
+
+def several_urls(count: int) -> str:
+    return f"several URLs ({count}) in one message. Send one URL per message."
+
+
+def download_failed(reason: str) -> str:
+    return f"download failed: {reason}"
+
+
+def too_large(size: int, limit: int) -> str:
+    return f"the file is {size / 1024 / 1024:.1f} MB; the limit is {limit / 1024 / 1024:.0f} MB"
+
+
+def help_text(user_id: int, allowed_count: int) -> str:
+    return (
+        "I add sources to your knowledge base. Send me:\n"
+        f"{SUPPORTED}\n\n"
+        "Commands:\n"
+        "/status - your last 10 items\n"
+        "/status <id> - state, error and wiki commit of one item\n"
+        "/override <id> - ingest a rejected or duplicate item anyway\n"
+        "/lint - check the wiki now\n"
+        "/synthesize <topic> - write a synthesis now\n\n"
+        f"Allowlist: on. You (user {user_id}) are one of {allowed_count} allowed users."
+    )
+
+
+def unknown_command(command: str) -> str:
+    return f"unknown command /{command}. Send /help for the list."

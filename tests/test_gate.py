@@ -1,0 +1,135 @@
+"""The quality gate against a loopback OpenAI-compatible server: the real
+`openai` client, real HTTP."""
+
+import json
+
+import pytest
+
+from kb_resources.gate import (
+    DEFAULT_PURPOSE,
+    FALLBACK_SCORE,
+    QualityGate,
+    parse_answer,
+    read_purpose,
+    source_excerpt,
+)
+from tests.fake_openai_chat import FakeOpenAIChat, chat, status
+
+FAKE_KEY = "sk-TEST-SECRET-GATE-KEY-0001"
+PURPOSE = "# Purpose\nI collect sources about distributed databases and consensus."
+
+
+@pytest.fixture
+def gate_env(monkeypatch):
+    def configure(base_url: str, key: str | None = FAKE_KEY):
+        monkeypatch.setenv("KB_GATE_BASE_URL", base_url)
+        monkeypatch.setenv("KB_GATE_MODEL", "deepseek-chat")
+        if key:
+            monkeypatch.setenv("DEEPSEEK_API_KEY", key)
+        return QualityGate(retry_delay_s=0)
+    return configure
+
+
+def test_good_json_is_scored_and_the_request_has_the_gate_rules(gate_env):
+    answer = json.dumps({"score": 81, "topics": ["Raft Consensus", "distributed_systems", "raft consensus"],
+                         "reason": "A clear explanation of Raft."})
+    long_source = "Raft elects a leader. " * 2000  # ~44,000 characters
+    with FakeOpenAIChat(chat(answer)) as server:
+        verdict = gate_env(server.base_url).judge(long_source, PURPOSE)
+    assert (verdict.score, verdict.gate, verdict.attempts, verdict.accepted) == (81, "scored", 1, True)
+    assert verdict.topics == ["raft-consensus", "distributed-systems"]
+    assert verdict.reason == "A clear explanation of Raft."
+    [request] = server.requests
+    assert server.paths == ["/chat/completions"]
+    assert request["temperature"] == 0
+    assert request["response_format"] == {"type": "json_object"}
+    assert request["model"] == "deepseek-chat"
+    system, user = request["messages"]
+    assert system["role"] == "system" and system["content"].startswith(PURPOSE)
+    # Only the start of the source goes out: ~2,000 tokens, cut at a word.
+    assert user["content"] == source_excerpt(long_source)
+    assert 7_000 < len(user["content"]) <= 8_000
+    assert long_source.startswith(user["content"])
+    assert server.headers[0]["authorization"] == f"Bearer {FAKE_KEY}"
+
+
+def test_score_is_clamped_and_topics_are_at_most_six(gate_env):
+    answer = json.dumps({"score": 140, "topics": [f"Topic {n}" for n in range(9)], "reason": "great"})
+    with FakeOpenAIChat(chat(answer)) as server:
+        verdict = gate_env(server.base_url).judge("text", PURPOSE)
+    assert verdict.score == 100
+    assert verdict.topics == [f"topic-{n}" for n in range(6)]
+    with FakeOpenAIChat(chat('{"score": -7, "topics": [], "reason": "spam"}')) as server:
+        verdict = gate_env(server.base_url).judge("text", PURPOSE)
+    assert (verdict.score, verdict.accepted) == (0, False)
+
+
+def test_below_the_threshold_is_rejected(gate_env, monkeypatch):
+    monkeypatch.setenv("KB_GATE_THRESHOLD", "60")
+    with FakeOpenAIChat(chat('{"score": 59, "topics": ["ads"], "reason": "an advert"}')) as server:
+        verdict = gate_env(server.base_url).judge("buy now", PURPOSE)
+    assert (verdict.score, verdict.threshold, verdict.accepted, verdict.skipped) == (59, 60, False, False)
+
+
+def test_bad_json_then_good_json_uses_the_second_answer(gate_env):
+    with FakeOpenAIChat(chat("I think this is a 7 out of 10"), chat('{"score": 70, "topics": [], "reason": "ok"}')) as server:
+        verdict = gate_env(server.base_url).judge("text", PURPOSE)
+    assert (verdict.score, verdict.attempts, verdict.gate) == (70, 2, "scored")
+    assert "not JSON" in verdict.errors[0]
+    assert len(server.requests) == 2
+
+
+def test_three_failures_accept_with_65_and_mark_gate_skipped(gate_env):
+    with FakeOpenAIChat(status(500, "boom"), chat("not json"), chat('{"topics": []}')) as server:
+        verdict = gate_env(server.base_url).judge("text", PURPOSE)
+    assert len(server.requests) == 3  # the client itself does not retry
+    assert (verdict.score, verdict.gate, verdict.accepted, verdict.skipped) == (FALLBACK_SCORE, "skipped-errors", True, True)
+    assert [e.split(":")[0] for e in verdict.errors] == ["attempt 1", "attempt 2", "attempt 3"]
+    assert "InternalServerError" in verdict.errors[0]
+    assert "no 'score'" in verdict.errors[2]
+    assert all(FAKE_KEY not in e for e in verdict.errors)
+
+
+def test_errors_accept_even_when_the_threshold_is_above_65(gate_env, monkeypatch):
+    monkeypatch.setenv("KB_GATE_THRESHOLD", "90")
+    with FakeOpenAIChat(status(503, "overloaded")) as server:
+        verdict = gate_env(server.base_url).judge("text", PURPOSE)
+    assert (verdict.score, verdict.accepted) == (65, True)
+    assert len(server.requests) == 3
+
+
+def test_no_key_accepts_without_a_call(gate_env):
+    with FakeOpenAIChat(chat('{"score": 1}')) as server:
+        gate = gate_env(server.base_url, key=None)
+        verdict = gate.judge("text", PURPOSE)
+    assert server.requests == []
+    assert (verdict.score, verdict.gate, verdict.accepted) == (None, "skipped-no-key", True)
+    assert gate.readiness()[0] is False
+
+
+def test_unreachable_endpoint_counts_as_failures(gate_env):
+    with FakeOpenAIChat(chat("{}")) as server:
+        url = server.base_url
+    verdict = gate_env(url).judge("text", PURPOSE)  # the server is closed now
+    assert verdict.gate == "skipped-errors"
+    assert all("APIConnectionError" in e for e in verdict.errors)
+
+
+@pytest.mark.parametrize("content, expected", [
+    ('```json\n{"score": 55, "topics": ["a b"], "reason": "r"}\n```', (55, ["a-b"], "r")),
+    ('{"score": 72.6, "topics": "single topic"}', (73, ["single-topic"], "")),
+])
+def test_answer_parsing(content, expected):
+    assert parse_answer(content) == expected
+
+
+@pytest.mark.parametrize("content", ['{"score": "high"}', '{"score": true}', "[1, 2]", "", None])
+def test_answers_that_are_not_the_asked_json_are_errors(content):
+    with pytest.raises(ValueError):
+        parse_answer(content)
+
+
+def test_purpose_comes_from_the_wiki_or_a_default(tmp_path):
+    assert read_purpose(tmp_path) == DEFAULT_PURPOSE
+    (tmp_path / "purpose.md").write_text(PURPOSE)
+    assert read_purpose(tmp_path) == PURPOSE

@@ -1,0 +1,194 @@
+"""The inbox sensor and the request sensors, with build_sensor_context:
+new items, the cursor, no loss and no repeat."""
+
+from datetime import date, datetime
+from zoneinfo import ZoneInfo
+
+import dagster as dg
+
+from kb_assets.partitions import sources
+from kb_assets.sources import OVERRIDE_TAG, gated_sources, parsed_sources, source_intake_job
+from kb_assets.wiki import (
+    iso_week_label,
+    wiki_lint,
+    wiki_lint_days,
+    wiki_lint_job,
+    wiki_pages,
+    wiki_synthesis,
+    wiki_synthesis_job,
+    wiki_synthesis_weeks,
+    wiki_topic_job,
+    wiki_topic_synthesis,
+    wiki_topics,
+)
+from kb_resources.settings import get_settings
+from sensors.inbox import MAX_ITEMS_PER_TICK, TOPIC_TAG, bot_requests_sensor, inbox_sensor, wiki_requests_sensor
+from sensors.source_notifications import source_failures_sensor, source_outcomes_sensor
+from telegram_bridge.inbox import Inbox, dropped_item_id
+from telegram_bridge.notify import TelegramNotifier
+from tests import source_helpers as h
+
+
+def tick(sensor, cursor=None, instance=None, definitions=None):
+    context = dg.build_sensor_context(cursor=cursor, instance=instance or dg.DagsterInstance.ephemeral(),
+                                      definitions=definitions)
+    return sensor(context)
+
+
+def run_keys(result) -> list[str]:
+    return [r.run_key for r in result.run_requests]
+
+
+def added_partitions(result) -> list[str]:
+    return [key for request in result.dynamic_partitions_requests for key in request.partition_keys]
+
+
+def test_new_items_become_partitions_and_runs_keyed_by_item_id():
+    items = [h.add_item("text", n, text=f"note {n} " * 10) for n in range(1, 4)]
+    result = tick(inbox_sensor)
+    ids = [item.id for item in items]
+    assert run_keys(result) == ids
+    assert [r.partition_key for r in result.run_requests] == ids
+    assert added_partitions(result) == ids
+    assert result.dynamic_partitions_requests[0].partitions_def_name == sources.name
+    assert result.cursor == items[-1].manifest
+    # The next tick, with the cursor, has nothing to do: no repeat.
+    assert isinstance(tick(inbox_sensor, cursor=result.cursor), dg.SkipReason)
+    # A new item after the cursor is the only one in the next tick.
+    newer = h.add_item("text", 4, text="note 4 " * 10)
+    later = tick(inbox_sensor, cursor=result.cursor)
+    assert run_keys(later) == [newer.id] and later.cursor == newer.manifest
+
+
+def test_a_crash_before_the_cursor_is_stored_loses_nothing_and_repeats_nothing():
+    items = [h.add_item("text", n, text=f"note {n} " * 10) for n in range(1, 3)]
+    instance = dg.DagsterInstance.ephemeral()
+    first = tick(inbox_sensor, instance=instance)
+    # The daemon added the partitions, then died before it stored the cursor.
+    instance.add_dynamic_partitions(sources.name, added_partitions(first))
+    again = tick(inbox_sensor, cursor=None, instance=instance)
+    # Same requests: adding a partition that exists changes nothing, and the
+    # daemon does not start a second run for a run key it has seen.
+    assert run_keys(again) == run_keys(first) == [i.id for i in items]
+    instance.add_dynamic_partitions(sources.name, added_partitions(again))
+    assert sorted(instance.get_dynamic_partitions(sources.name)) == sorted(i.id for i in items)
+
+
+def test_a_burst_is_taken_in_slices_without_loss():
+    inbox = h.inbox()
+    ids = [h.add_item("text", n, text="x" * 60).id for n in range(MAX_ITEMS_PER_TICK + 5)]
+    first = tick(inbox_sensor)
+    second = tick(inbox_sensor, cursor=first.cursor)
+    assert len(run_keys(first)) == MAX_ITEMS_PER_TICK
+    assert run_keys(first) + run_keys(second) == ids
+    assert second.cursor == inbox.manifest_names_after(None)[-1]
+
+
+def test_manifest_names_only_go_up_even_when_the_clock_steps_back():
+    inbox = h.inbox()
+    inbox.root.mkdir(parents=True, exist_ok=True)
+    future = "29991231T235959999999Z"
+    (inbox.root / ".last-stamp").write_text(future)
+    item = h.add_item("text", 1, text="y" * 60)
+    assert item.manifest > future
+    result = tick(inbox_sensor, cursor=f"{future}-zzzz.json")
+    assert run_keys(result) == [item.id]
+
+
+def test_half_written_manifests_are_not_seen():
+    inbox = h.inbox()
+    inbox.items_dir.mkdir(parents=True)
+    (inbox.items_dir / ".20260101T000000000000Z-abc.json.x1.tmp").write_text("{")
+    assert isinstance(tick(inbox_sensor), dg.SkipReason)
+
+
+def test_files_dropped_in_the_inbox_become_items():
+    inbox = h.inbox()
+    inbox.root.mkdir(parents=True)
+    pdf, note, link, odd = b"%PDF-1.7 dropped", b"# Dropped\n\nnotes " * 5, b"https://example.com/dropped\n", b"MZ binary"
+    (inbox.root / "paper.pdf").write_bytes(pdf)
+    (inbox.root / "notes.md").write_bytes(note)
+    (inbox.root / "link.txt").write_bytes(link)
+    (inbox.root / "tool.exe").write_bytes(odd)
+    result = tick(inbox_sensor)
+    items = {item.file_name: item for item in (inbox.find(key) for key in run_keys(result))}
+    assert set(items) == {"paper.pdf", "notes.md", "link.txt"}
+    assert items["paper.pdf"].id == dropped_item_id(pdf)
+    assert (items["paper.pdf"].type, items["notes.md"].type) == ("pdf", "md")
+    assert (items["link.txt"].type, items["link.txt"].url, items["link.txt"].file) == ("web", "https://example.com/dropped", None)
+    assert inbox.attachment_path(items["paper.pdf"]).read_bytes() == pdf
+    assert all(item.origin == "drop" and item.is_system for item in items.values())
+    assert inbox.dropped_files() == []
+    assert (inbox.root / "unsupported" / "tool.exe").read_bytes() == odd
+    # The same file dropped again is the same item: nothing new.
+    (inbox.root / "paper again.pdf").write_bytes(pdf)
+    assert isinstance(tick(inbox_sensor, cursor=result.cursor), dg.SkipReason)
+    assert inbox.dropped_files() == []
+
+
+def test_an_adoption_cut_off_after_the_manifest_is_finished_next_tick():
+    inbox = h.inbox()
+    inbox.root.mkdir(parents=True)
+    dropped = inbox.root / "notes.md"
+    dropped.write_bytes(b"# A note\n\nwith enough words to be a source of its own")
+    item = inbox.adopt_dropped_file(dropped)
+    dropped.write_bytes(b"# A note\n\nwith enough words to be a source of its own")  # as if unlink never ran
+    result = tick(inbox_sensor)
+    assert run_keys(result) == [item.id]
+    assert inbox.dropped_files() == []
+
+
+def test_override_requests_run_the_item_again_with_the_override_tag():
+    item = h.add_item("text", 1, text="z" * 60)
+    inbox = h.inbox()
+    inbox.add_request("override", item_id=item.id, user_id=h.OWNER_ID)
+    inbox.add_request("override", item_id="0000000000", user_id=h.OWNER_ID)
+    inbox.add_request("lint", user_id=h.OWNER_ID)
+    result = tick(bot_requests_sensor)
+    [request] = result.run_requests
+    assert request.partition_key == item.id
+    assert request.run_key.startswith("override-") and request.tags[OVERRIDE_TAG] == "true"
+    assert added_partitions(result) == [item.id]
+    assert result.cursor == inbox.request_names_after(None)[-1]
+    assert isinstance(tick(bot_requests_sensor, cursor=result.cursor), dg.SkipReason)
+
+
+def test_intake_job_keeps_run_retries_for_crashes_only():
+    assert source_intake_job.tags == {"dagster/retry_on_asset_or_op_failure": "false"}
+
+
+def test_lint_and_synthesis_requests_run_the_wiki_jobs():
+    inbox = Inbox(get_settings().inbox_dir)
+    inbox.add_request("lint", user_id=h.OWNER_ID)
+    inbox.add_request("synthesize", topic="Raft Consensus!", user_id=h.OWNER_ID)
+    inbox.add_request("synthesize", topic="", user_id=h.OWNER_ID)
+    inbox.add_request("synthesize", topic="???", user_id=h.OWNER_ID)
+    inbox.add_request("override", item_id="0000000000", user_id=h.OWNER_ID)
+    result = tick(wiki_requests_sensor)
+    lint, topic, weekly = result.run_requests
+    assert (lint.job_name, lint.partition_key) == (wiki_lint_job.name, wiki_lint_days.get_last_partition_key())
+    assert lint.partition_key == datetime.now(ZoneInfo(get_settings().tz)).date().isoformat()  # today
+    assert (topic.job_name, topic.partition_key, topic.tags[TOPIC_TAG]) == (
+        wiki_topic_job.name, "raft-consensus", "Raft Consensus!")
+    assert added_partitions(result) == ["raft-consensus"]
+    assert result.dynamic_partitions_requests[0].partitions_def_name == wiki_topics.name
+    week = wiki_synthesis_weeks.get_last_partition_key()
+    assert (weekly.job_name, weekly.partition_key) == (wiki_synthesis_job.name, week)
+    assert weekly.tags["week"] == iso_week_label(date.fromisoformat(week)) and TOPIC_TAG not in weekly.tags
+    assert len({lint.run_key, topic.run_key, weekly.run_key}) == 3
+    assert result.cursor == inbox.request_names_after(None)[-1]
+    assert isinstance(tick(wiki_requests_sensor, cursor=result.cursor), dg.SkipReason)
+
+
+def test_the_sensors_load_with_the_real_wiki_stage():
+    definitions = dg.Definitions(
+        assets=[parsed_sources, gated_sources, wiki_pages, wiki_lint, wiki_synthesis, wiki_topic_synthesis],
+        jobs=[source_intake_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
+        sensors=[inbox_sensor, bot_requests_sensor, wiki_requests_sensor, source_outcomes_sensor,
+                 source_failures_sensor],
+        resources={**h.resources(), "telegram": TelegramNotifier()},
+    )
+    dg.Definitions.validate_loadable(definitions)
+    job = definitions.resolve_job_def(source_intake_job.name)
+    assert {key.to_user_string() for key in job.asset_layer.selected_asset_keys} == {
+        "parsed_sources", "gated_sources", "wiki_pages"}

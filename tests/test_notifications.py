@@ -1,0 +1,172 @@
+"""Notifications through the loopback Bot API: threaded replies, the owner
+chat for system items, stdout without a token, at most once per item and
+state, and the two sensors that send them."""
+
+import dagster as dg
+import pytest
+
+from kb_assets.partitions import sources
+from sensors.source_notifications import source_failures_sensor, source_outcomes_sensor
+from telegram_bridge.notify import NotificationError, TelegramNotifier, notification_text
+from tests import source_helpers as h
+from tests.fake_openai_chat import FakeOpenAIChat, chat
+from tests.fake_telegram import FakeTelegram
+from tests.loopback_site import LoopbackSite
+
+TOKEN = "123456:TEST-SECRET-TOKEN"
+OWNER_CHAT = 555
+NOTE = "Leases let a leader serve reads without a quorum round, as long as the clocks behave."
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    server = FakeTelegram(TOKEN).start()
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)
+    monkeypatch.setenv("TELEGRAM_API_BASE", server.base_url)
+    monkeypatch.setenv("OWNER_CHAT_ID", str(OWNER_CHAT))
+    yield server
+    server.stop()
+
+
+def test_a_notification_is_a_reply_and_goes_out_once_per_state(fake):
+    item = h.add_item("web", 42, url="https://example.com/a")
+    notifier = TelegramNotifier()
+    assert notifier.notify(item.id, "rejected", "rejected: a") is True
+    assert notifier.notify(item.id, "rejected", "rejected: a") is False
+    assert TelegramNotifier().notify(item.id, "rejected", "after a restart") is False
+    assert notifier.notify(item.id, "done", "done: a") is True
+    assert fake.sent == [
+        {"chat_id": h.OWNER_ID, "text": "rejected: a", "reply_to_message_id": 42},
+        {"chat_id": h.OWNER_ID, "text": "done: a", "reply_to_message_id": 42},
+    ]
+
+
+def test_system_items_go_to_the_owner_chat(fake):
+    inbox = h.inbox()
+    inbox.root.mkdir(parents=True)
+    (inbox.root / "dropped.md").write_text("# Dropped\n\nA file that the owner dropped in the inbox folder.")
+    item = inbox.adopt_dropped_file(inbox.root / "dropped.md")
+    TelegramNotifier().notify(item.id, "failed", "failed: dropped.md")
+    assert fake.sent == [{"chat_id": OWNER_CHAT, "text": "failed: dropped.md", "reply_to_message_id": None}]
+
+
+def test_without_a_token_the_notification_goes_to_stdout(capsys, monkeypatch):
+    monkeypatch.delenv("TELEGRAM_BOT_TOKEN", raising=False)
+    item = h.add_item("text", 1, text=NOTE)
+    assert TelegramNotifier().notify(item.id, "done", "done: a note") is True
+    assert capsys.readouterr().out == "[kb] done: a note\n"
+    assert TelegramNotifier().notify(item.id, "done", "done: a note") is False
+    assert capsys.readouterr().out == ""
+
+
+def test_a_failed_send_is_not_recorded_and_names_no_token(fake):
+    item = h.add_item("text", 2, text=NOTE)
+    fake.send_errors = [(500, "Internal Server Error")]
+    with pytest.raises(NotificationError) as error:
+        TelegramNotifier().notify(item.id, "done", "done: a note")
+    assert "Internal Server Error" in str(error.value)
+    assert TOKEN not in str(error.value) and "TEST-SECRET" not in str(error.value)
+    assert fake.sent == []
+    # Not recorded: the next try sends it.
+    assert TelegramNotifier().notify(item.id, "done", "done: a note") is True
+    assert [m["text"] for m in fake.sent] == ["done: a note"]
+
+
+def test_notification_texts():
+    assert notification_text("rejected", "Ads (id x1)", score=20, threshold=60, reason="an advert", item_id="x1") == (
+        "rejected: Ads (id x1), score 20 < 60: an advert. Send /override x1 to ingest it anyway.")
+    assert notification_text("done", "A (id x2)", commit="0123456789abcdef0123") == (
+        "done: A (id x2) is in the wiki (commit 0123456789ab).")
+    assert notification_text("duplicate", "B (id x3)", duplicate_of="x0", item_id="x3") == (
+        "duplicate: B (id x3) is the same as item x0. Send /override x3 to ingest it anyway.")
+    with pytest.raises(ValueError, match="no notification for state 'parsed'"):
+        notification_text("parsed", "C")
+
+
+def test_outcomes_sensor_sends_rejected_duplicate_and_done_once_each(fake, monkeypatch):
+    dagster = h.ephemeral_instance()
+    gate = FakeOpenAIChat(chat('{"score": 15, "topics": [], "reason": "thin"}'),
+                          chat('{"score": 90, "topics": [], "reason": "good"}'))
+    with gate:
+        monkeypatch.setenv("KB_GATE_BASE_URL", gate.base_url)
+        monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-TEST-SECRET-GATE-KEY-0003")
+        rejected = h.add_item("text", 10, text="Thin text that the gate will not like at all, sadly.")
+        accepted = h.add_item("text", 11, text=NOTE)
+        duplicate = h.add_item("text", 12, text=NOTE.upper())
+        for item in (rejected, accepted, duplicate):
+            h.run_item(dagster, item.id, raise_on_error=True)
+
+    def tick(cursor=None):
+        context = dg.build_sensor_context(cursor=cursor, instance=dagster, resources={"telegram": TelegramNotifier()})
+        source_outcomes_sensor(context)
+        return context.cursor
+
+    cursor = tick()
+    assert [(m["reply_to_message_id"], m["text"].split(":")[0]) for m in fake.sent] == [(10, "rejected"), (12, "duplicate")]
+    assert "score 15 < 60: thin" in fake.sent[0]["text"]
+    assert f"the same as item {accepted.id}" in fake.sent[1]["text"]
+    # The cursor lost (a restart with old state): the events are read again, nothing is sent again.
+    tick(cursor=None)
+    assert len(fake.sent) == 2
+
+    @dg.asset(partitions_def=sources, name="wiki_pages")
+    def wiki_pages():
+        return dg.MaterializeResult(metadata={"commit_sha": "feedfacecafe0001"})
+
+    dg.materialize([wiki_pages], partition_key=accepted.id, instance=dagster)
+    tick(cursor=cursor)
+    assert fake.sent[-1]["reply_to_message_id"] == 11
+    assert fake.sent[-1]["text"].startswith("done: ") and "(commit feedfacecafe)" in fake.sent[-1]["text"]
+    assert len(fake.sent) == 3
+
+
+def test_outcomes_sensor_tries_a_failed_send_again_next_tick(fake, monkeypatch):
+    dagster = h.ephemeral_instance()
+    with FakeOpenAIChat(chat('{"score": 5, "topics": [], "reason": "spam"}')) as gate:
+        monkeypatch.setenv("KB_GATE_BASE_URL", gate.base_url)
+        monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-TEST-SECRET-GATE-KEY-0004")
+        item = h.add_item("text", 20, text="Buy cheap watches now, best prices, click the link today!")
+        h.run_item(dagster, item.id, raise_on_error=True)
+    fake.send_errors = [(502, "Bad Gateway")]
+    context = dg.build_sensor_context(instance=dagster, resources={"telegram": TelegramNotifier()})
+    source_outcomes_sensor(context)
+    assert fake.sent == []
+    context = dg.build_sensor_context(cursor=context.cursor, instance=dagster, resources={"telegram": TelegramNotifier()})
+    source_outcomes_sensor(context)
+    assert [m["text"].split(":")[0] for m in fake.sent] == ["rejected"]
+
+
+def test_failures_sensor_sends_a_final_failure_once(fake):
+    dagster = h.ephemeral_instance()
+    with LoopbackSite({}) as site:
+        item = h.add_item("web", 30, url=site.url("/gone"))
+        result = h.run_item(dagster, item.id)
+    assert not result.success
+
+    def evaluate(run):
+        context = dg.build_run_status_sensor_context(
+            sensor_name=source_failures_sensor.name, dagster_event=result.get_run_failure_event(),
+            dagster_instance=dagster, dagster_run=run, resources={"telegram": TelegramNotifier()},
+        ).for_run_failure()
+        source_failures_sensor(context)
+
+    # A run that Dagster will run again is not the end: no notification.
+    evaluate(result.dagster_run.with_tags({**result.dagster_run.tags, "dagster/will_retry": "true"}))
+    assert fake.sent == []
+    evaluate(result.dagster_run)
+    evaluate(result.dagster_run)
+    [sent] = fake.sent
+    assert sent["reply_to_message_id"] == 30
+    assert sent["text"] == f"failed: {site.url('/gone')} (id {item.id}): {site.url('/gone')}: HTTP 404, the page does not exist"
+
+
+def test_readiness_says_what_is_missing(monkeypatch):
+    from kb_resources.settings import get_settings
+    from telegram_bridge.telegram_api import readiness
+
+    assert readiness(get_settings()) == (False, f"no TELEGRAM_BOT_TOKEN: no bot; drop files in {get_settings().inbox_dir}")
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)
+    assert readiness(get_settings()) == (False, "ALLOWED_USER_IDS is empty: the bot answers nobody")
+    monkeypatch.setenv("ALLOWED_USER_IDS", "111,222")
+    ready, detail = readiness(get_settings())
+    assert ready and "2 allowed users" in detail and TOKEN not in detail

@@ -1,0 +1,232 @@
+"""`parsed_sources` and `gated_sources` on a real Dagster instance, a real
+DuckDB file, a loopback web site and a loopback gate endpoint. The item
+state that the bot reports is read back from the same instance."""
+
+import json
+
+import dagster as dg
+import pytest
+
+from kb_assets.source_parsers import TransientParseError, split_frontmatter
+from kb_assets.sources import MAX_TRANSIENT_RETRIES, OVERRIDE_TAG, TRANSIENT_WAITS_S, parsed_sources
+from kb_resources.duckdb_store import DuckDBStore
+from kb_resources.settings import get_settings
+from telegram_bridge.item_state import read_item_state
+from tests import source_helpers as h
+from tests.fake_openai_chat import FakeOpenAIChat, chat, status
+from tests.loopback_site import LoopbackSite, article_html, page
+from tests.test_parsers import PARAGRAPHS, make_pdf
+
+NOTE = "Consistent hashing maps keys and nodes onto one ring, so adding a node moves few keys."
+
+
+def rows(sql: str, params=()):
+    with DuckDBStore().connect() as conn:
+        return conn.execute(sql, list(params)).fetchall()
+
+
+def gated_metadata(result: dg.ExecuteInProcessResult) -> dict:
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("gated_sources")]
+    return {k: v.value for k, v in event.materialization.metadata.items()}
+
+
+@pytest.fixture(scope="module")
+def dagster():
+    """One instance for the module: each test uses its own message ids."""
+    instance = h.ephemeral_instance()
+    yield instance
+    instance.dispose()
+
+
+@pytest.fixture
+def site():
+    routes = {
+        "/article": page(article_html("Write-ahead logging", PARAGRAPHS)),
+        "/ads": page(article_html("Buy now", ["Amazing offer, buy the best gadget today, limited time! " * 5])),
+    }
+    with LoopbackSite(routes) as server:
+        yield server
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    """A loopback gate; the test sets its answers."""
+    server = FakeOpenAIChat(chat('{"score": 80, "topics": ["databases"], "reason": "solid"}'))
+    with server:
+        monkeypatch.setenv("KB_GATE_BASE_URL", server.base_url)
+        monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-TEST-SECRET-GATE-KEY-0002")
+        yield server
+
+
+def test_text_item_is_parsed_and_accepted_without_a_gate_key(dagster):
+    item = h.add_item("text", 1, text=NOTE + "\nSecond line.")
+    result = h.run_item(dagster, item.id, raise_on_error=True)
+    wiki = get_settings().wiki_dir
+    [(path, status, title, chars)] = rows("SELECT parsed_path, status, title, char_count FROM sources")
+    assert status == "accepted" and title == NOTE[:79] + "…" and chars == len(NOTE + "\nSecond line.")
+    assert path == f"raw/parsed/text/{path.split('/')[-1]}" and path.endswith(f"-{item.id}.md")
+    frontmatter, body = split_frontmatter((wiki / path).read_text())
+    assert list(frontmatter) == ["resource_id", "type", "source_url", "title", "fetched_at", "char_count", "parser"]
+    assert (frontmatter["resource_id"], frontmatter["type"], frontmatter["parser"]) == (item.id, "text", "text")
+    assert body.strip() == NOTE + "\nSecond line."
+    [(score, gate_kind, decision)] = rows("SELECT score, gate, decision FROM gate_results")
+    assert (score, gate_kind, decision) == (None, "skipped-no-key", "accepted")
+    assert gated_metadata(result)["status"] == "accepted"
+    # The run went on to wiki_pages, which has no agent endpoint in tests.
+    state = read_item_state(dagster, item.id)
+    assert (state.state, state.error) == ("waiting", "ANTHROPIC_BASE_URL is not set")
+
+
+def test_rematerializing_replaces_the_row_and_the_file(dagster):
+    item = h.add_item("text", 2, text=NOTE)
+    h.run_item(dagster, item.id, raise_on_error=True)
+    h.run_item(dagster, item.id, raise_on_error=True)
+    assert rows("SELECT count(*) FROM sources") == [(1,)]
+    assert rows("SELECT count(*) FROM gate_results") == [(1,)]
+    assert len(list(get_settings().wiki_dir.glob("raw/**/*.md"))) == 1
+
+
+def test_web_source_below_the_threshold_is_rejected_and_moved(site, gate, dagster):
+    gate.script = [chat('{"score": 20, "topics": ["Advertising"], "reason": "an advert"}')]
+    item = h.add_item("web", 3, url=site.url("/ads"))
+    result = h.run_item(dagster, item.id, raise_on_error=True)
+    wiki = get_settings().wiki_dir
+    [(path, status)] = rows("SELECT parsed_path, status FROM sources")
+    assert status == "rejected" and path.startswith("raw/rejected/")
+    assert (wiki / path).exists() and not list(wiki.glob("raw/parsed/**/*.md"))
+    assert rows("SELECT score, topics, decision FROM gate_results") == [(20, '["advertising"]', "rejected")]
+    metadata = gated_metadata(result)
+    assert (metadata["status"], metadata["score"], metadata["threshold"]) == ("rejected", 20, 60)
+    # The gate got purpose.md's default and the page text.
+    [request] = gate.requests
+    assert "Amazing offer" in request["messages"][1]["content"]
+    state = read_item_state(dagster, item.id)
+    assert (state.state, state.score) == ("rejected", 20)
+
+
+def test_same_url_again_is_a_duplicate_and_the_gate_is_not_called(site, gate, dagster):
+    first = h.add_item("web", 4, url=site.url("/article"))
+    h.run_item(dagster, first.id, raise_on_error=True)
+    assert len(gate.requests) == 1
+    again = h.add_item("web", 5, url=site.url("/article/?utm_source=telegram"))
+    result = h.run_item(dagster, again.id, raise_on_error=True)
+    assert len(gate.requests) == 1
+    assert gated_metadata(result)["duplicate_of"] == first.id
+    assert rows("SELECT status, duplicate_of FROM sources WHERE item_id = ?", [again.id]) == [("duplicate", first.id)]
+    state = read_item_state(dagster, again.id)
+    assert (state.state, state.duplicate_of) == ("duplicate", first.id)
+
+    # /override: ingested anyway, and the file is back in raw/parsed.
+    result = h.run_item(dagster, again.id, tags={OVERRIDE_TAG: "true"}, raise_on_error=True)
+    metadata = gated_metadata(result)
+    assert (metadata["status"], metadata["overridden"]) == ("accepted", True)
+    [(path, status)] = rows("SELECT parsed_path, status FROM sources WHERE item_id = ?", [again.id])
+    assert status == "accepted" and path.startswith("raw/parsed/web/")
+    assert rows("SELECT overridden FROM gate_results WHERE item_id = ?", [again.id]) == [(True,)]
+    assert read_item_state(dagster, again.id).state == "waiting"
+
+
+def test_same_words_in_another_file_is_a_duplicate(dagster):
+    words = "# Gossip protocols\n\nNodes pick random peers and exchange state until all of them agree."
+    first = h.add_item("md", 6, file_name="gossip.md", content=words.encode())
+    second = h.add_item("md", 7, file_name="copy.md", content=words.replace(" ", "  ").upper().encode())
+    h.run_item(dagster, first.id, raise_on_error=True)
+    h.run_item(dagster, second.id, raise_on_error=True)
+    assert rows("SELECT item_id, status FROM sources ORDER BY received_at") == [(first.id, "accepted"), (second.id, "duplicate")]
+
+
+def test_pdf_attachment_is_parsed(tmp_path, dagster):
+    pdf = make_pdf(tmp_path / "p.pdf", "Merkle trees let two replicas find differences quickly. " * 8, title="Merkle trees")
+    item = h.add_item("pdf", 8, file_name="merkle.pdf", content=pdf.read_bytes())
+    h.run_item(dagster, item.id, raise_on_error=True)
+    [(path, title, parser)] = rows("SELECT parsed_path, title, parser FROM sources")
+    assert (title, parser) == ("Merkle trees", "pymupdf4llm")
+    assert path == f"raw/parsed/pdf/merkle-trees-{item.id}.md"
+
+
+def test_gate_errors_three_times_accept_with_65(gate, dagster):
+    gate.script = [status(500, "down")]
+    item = h.add_item("text", 9, text=NOTE)
+    h.run_item(dagster, item.id, raise_on_error=True)
+    assert len(gate.requests) == 3
+    assert rows("SELECT score, gate, decision FROM gate_results") == [(65, "skipped-errors", "accepted")]
+
+
+def test_permanent_error_fails_at_once_with_no_retry(site, dagster):
+    item = h.add_item("web", 10, url=site.url("/missing"))
+    result = h.run_item(dagster, item.id)
+    assert not result.success
+    assert site.hits["/missing"] == 1  # fetched once: no retry
+    events = {e.event_type_value for e in result.all_events}
+    assert "STEP_UP_FOR_RETRY" not in events
+    [(status, error)] = rows("SELECT status, error FROM sources")
+    assert status == "failed" and error == f"{site.url('/missing')}: HTTP 404, the page does not exist"
+    state = read_item_state(dagster, item.id)
+    assert (state.state, state.error) == ("failed", error)
+
+
+def test_missing_inbox_item_fails_with_a_clear_error(dagster):
+    result = h.run_item(dagster, "abcdef1234")
+    assert not result.success
+    assert "inbox item 'abcdef1234': no manifest" in read_item_state(dagster, "abcdef1234").error
+
+
+def test_transient_errors_retry_after_60_120_240_seconds_over_the_items_life(dagster):
+    with LoopbackSite({"/busy": page("busy", status=503)}) as busy:
+        item = h.add_item("web", 11, url=busy.url("/busy"))
+    
+        def invoke():
+            context = dg.build_asset_context(partition_key=item.id, instance=dagster)
+            return parsed_sources(context, duckdb=DuckDBStore(), browser=h.resources()["browser"])
+
+        # Direct invocation does not retry, so each call is one attempt, and
+        # the RetryRequested that it raises shows the wait.
+        for attempt, wait in enumerate(TRANSIENT_WAITS_S, start=1):
+            with pytest.raises(dg.RetryRequested) as retry:
+                invoke()
+            assert (retry.value.seconds_to_wait, retry.value.max_retries) == (wait, 3)
+            assert isinstance(retry.value.__cause__, TransientParseError)
+            assert rows("SELECT transient_failures, status FROM sources") == [(attempt, "retrying")]
+        with pytest.raises(dg.Failure) as failure:
+            invoke()
+        assert failure.value.allow_retries is False
+        assert "HTTP 503" in failure.value.description and "no retries are left" in failure.value.description
+        assert rows("SELECT transient_failures, status FROM sources") == [(4, "failed")]
+        assert busy.hits["/busy"] == 4
+        # A later run (a run retry, a backfill) does not reset the count.
+        with pytest.raises(dg.Failure, match="transient failures so far"):
+            invoke()
+        assert busy.hits["/busy"] == 4
+        # /override gives the item its retries again.
+        with pytest.raises(dg.RetryRequested):
+            context = dg.build_asset_context(partition_key=item.id, instance=dagster, run_tags={OVERRIDE_TAG: "true"})
+            parsed_sources(context, duckdb=DuckDBStore(), browser=h.resources()["browser"])
+        assert busy.hits["/busy"] == 5
+
+
+def test_the_waits_are_the_issue_s_60_120_240():
+    assert TRANSIENT_WAITS_S == (60, 120, 240) and MAX_TRANSIENT_RETRIES == 3
+    policy = parsed_sources.op.retry_policy  # for errors that no parser names
+    assert (policy.max_retries, policy.delay, policy.backoff) == (3, 60, dg.Backoff.EXPONENTIAL)
+
+
+def test_item_states_before_any_run(dagster):
+    item = h.add_item("text", 12, text=NOTE)
+    assert read_item_state(dagster, item.id).state == "received"
+    dagster.add_dynamic_partitions("sources", [item.id])
+    assert read_item_state(dagster, item.id).state == "queued"
+    assert read_item_state(None, item.id).state == "received"
+
+
+def test_done_when_the_wiki_materializes_the_partition(dagster):
+    item = h.add_item("text", 13, text=NOTE)
+    h.run_item(dagster, item.id, raise_on_error=True)
+
+    @dg.asset(partitions_def=parsed_sources.partitions_def, deps=["gated_sources"])
+    def wiki_pages():
+        return dg.MaterializeResult(metadata={"commit_sha": "0123456789abcdef"})
+
+    dg.materialize([wiki_pages], partition_key=item.id, instance=dagster)
+    state = read_item_state(dagster, item.id)
+    assert (state.state, state.commit) == ("done", "0123456789abcdef")
+    assert json.loads(rows("SELECT topics FROM gate_results")[0][0]) == []
