@@ -14,6 +14,7 @@ page cites a source page.
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import dagster as dg
 import yaml
@@ -139,7 +140,7 @@ def _load_pages(root: Path) -> list[Page]:
         folder = parts[0] if len(parts) > 1 else ""
         subfolder = parts[1] if folder == "syntheses" and len(parts) > 2 else ""
         text = file.read_text(encoding="utf-8", errors="replace")
-        frontmatter, error, body, body_start = _split_frontmatter(text)
+        frontmatter, error, body, body_start = split_frontmatter(text)
         pages.append(Page(
             rel=str(file.relative_to(root)),
             target=str(rel_in_wiki.with_suffix("")),
@@ -153,20 +154,33 @@ def _load_pages(root: Path) -> list[Page]:
     return pages
 
 
-def _split_frontmatter(text: str) -> tuple[dict | None, str | None, list[str], int]:
+class Frontmatter(NamedTuple):
+    """A page split at its frontmatter."""
+
+    data: dict | None  # None when the page has none, or when it is not a YAML mapping
+    error: str | None  # why `data` is None
+    body: list[str]  # the lines after the frontmatter (all lines when there is none)
+    body_start: int  # line number of the first body line
+
+
+def split_frontmatter(text: str) -> Frontmatter:
+    """The frontmatter and the body of a page. The web page and the MCP server
+    read a page with this function too, so a page has the same frontmatter
+    for the checks and for the readers."""
     lines = text.splitlines()
     if not lines or lines[0].strip() != "---":
-        return None, "no frontmatter", lines, 1
+        return Frontmatter(None, "no frontmatter", lines, 1)
     for end in range(1, len(lines)):
         if lines[end].strip() == "---":
+            body = lines[end + 1:]
             try:
                 data = yaml.safe_load("\n".join(lines[1:end])) or {}
             except yaml.YAMLError as exc:
-                return None, f"frontmatter is not valid YAML: {str(exc).splitlines()[0]}", lines[end + 1:], end + 2
+                return Frontmatter(None, f"frontmatter is not valid YAML: {str(exc).splitlines()[0]}", body, end + 2)
             if not isinstance(data, dict):
-                return None, "frontmatter is not a mapping", lines[end + 1:], end + 2
-            return data, None, lines[end + 1:], end + 2
-    return None, "frontmatter has no closing ---", lines, 1
+                return Frontmatter(None, "frontmatter is not a mapping", body, end + 2)
+            return Frontmatter(data, None, body, end + 2)
+    return Frontmatter(None, "frontmatter has no closing ---", lines, 1)
 
 
 def _body_lines(page: Page):

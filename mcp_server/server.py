@@ -21,11 +21,9 @@ Register it with an agent client, for example: `claude mcp add kb -- kb-mcp`.
 from __future__ import annotations
 
 import logging
-import re
 import sys
 import threading
 import time
-from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
@@ -33,12 +31,15 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
+from kb_assets.reading import (PAGE_CHARS, PAGE_WORDS, Document, DocumentNotFound, OffsetError, Passage, SourceKinds,
+                               WikiPageNotFound, bookmark_documents, bookmark_sources, clip_words, count_words,
+                               media_with_captions, page_of, read_wiki_file, resolve_document, source_list, source_rank,
+                               tweet_id_from, word_offsets)
 from kb_assets.search import MAX_LIMIT, SearchResponse, search
-from kb_assets.wiki_index import WIKI_ID_PREFIX, WIKI_SOURCE, split_frontmatter
+from kb_assets.wiki_index import WIKI_ID_PREFIX, WIKI_SOURCE
 from kb_resources.embedder import EmbedderError
 from kb_resources.lance_index import ChunkIndex, IndexModelMismatch, to_utc
 from kb_resources.settings import get_settings
-from mcp_server.pages import PAGE_CHARS, PAGE_WORDS, OffsetError, Passage, clip_words, count_words, page_of, word_offsets
 
 log = logging.getLogger("kb.mcp")
 
@@ -49,15 +50,9 @@ INSTRUCTIONS = (
     "for a post, read_document to read the text behind a bookmark page by page (or with a query for its "
     "best passages), and read_wiki_page to read a wiki page."
 )
-# Reading order of the texts behind one bookmark: the post first, then what
-# it quotes and links to, then what its media hold.
-SOURCE_ORDER = {"post": 0, "quote": 1, "article": 2, "link": 3, "video": 4, "image": 5}
 # A caption with the text of a busy screenshot can be long; get_bookmark
 # stays cheap.
 CAPTION_WORDS = 300
-STATUS_URL = re.compile(r"^https?://(?:[\w-]+\.)?(?:x|twitter)\.com/(?:[^/?#]+|i(?:/web)?)/status(?:es)?/(\d+)",
-                        re.IGNORECASE)
-URL = re.compile(r"^https?://", re.IGNORECASE)
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                             open_world_hint=False)
 
@@ -69,7 +64,6 @@ class ReadOnlyIndex:
 
     def __init__(self) -> None:
         self._index: ChunkIndex | None = None
-        self._kinds: tuple[int | None, list[str]] = (None, [])
         self._lock = threading.Lock()
 
     def get(self) -> ChunkIndex | None:
@@ -81,19 +75,9 @@ class ReadOnlyIndex:
                 self._index = ChunkIndex(path=str(folder))
             return self._index
 
-    def source_kinds(self, index: ChunkIndex) -> list[str]:
-        """Distinct source kinds, computed again only when the table changed."""
-        version = index.version()
-        with self._lock:
-            if self._kinds[0] == version and version is not None:
-                return self._kinds[1]
-        kinds = index.source_kinds()
-        with self._lock:
-            self._kinds = (version, kinds)
-        return kinds
-
 
 INDEX = ReadOnlyIndex()
+SOURCE_KINDS = SourceKinds()
 
 
 def _last_sync(index: ChunkIndex | None) -> str | None:
@@ -154,17 +138,10 @@ def search_bookmarks(
 def _bookmark_sources(index: ChunkIndex | None, source: str | None) -> list[str] | None:
     """The source filter for a bookmark search: what the caller asked for, and
     never the wiki (search_wiki searches it). None: no filter needed."""
-    asked = [s.strip().lower() for s in (source or "").split(",") if s.strip()]
-    if asked:
-        if set(asked) == {WIKI_SOURCE}:
-            raise ToolError("source='wiki' holds the wiki pages: use search_wiki for them")
-        return [s for s in asked if s != WIKI_SOURCE]
-    if index is None:
-        return None
-    kinds = INDEX.source_kinds(index)
-    if WIKI_SOURCE not in kinds:
-        return None  # no filter: the search needs no prefilter
-    return [k for k in kinds if k != WIKI_SOURCE]
+    asked = source_list(source)
+    if set(asked) == {WIKI_SOURCE}:
+        raise ToolError("source='wiki' holds the wiki pages: use search_wiki for them")
+    return bookmark_sources(asked, lambda: SOURCE_KINDS.of(index) if index is not None else [])
 
 
 def _empty_search(query: str, limit: int, index: ChunkIndex | None, note: str, **dates) -> dict:
@@ -211,8 +188,8 @@ def get_bookmark(
         "quoted": card.get("quoted"),
         "article": card.get("article"),
         "links": card.get("links") or [],
-        "media": _media_with_captions(index, tweet_id, card.get("media") or []),
-        "documents": _documents(outline),
+        "media": media_with_captions(index, tweet_id, card.get("media") or [], max_words=CAPTION_WORDS),
+        "documents": bookmark_documents(outline),
         "last_sync": index.last_sync(),
     }
 
@@ -220,37 +197,7 @@ def get_bookmark(
 def _tweet_id_from(value: str, name: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ToolError(f"{name} is empty: give a tweet id or a post URL")
-    value = value.strip()
-    match = STATUS_URL.match(value)
-    return match.group(1) if match else value
-
-
-def _media_with_captions(index: ChunkIndex, tweet_id: str, media: list[dict]) -> list[dict]:
-    """Each media item, with `caption` from the card, or else from the photo's
-    `image` passages (the caption stage writes one per photo, ref = photo URL)."""
-    out = []
-    for item in media:
-        item = dict(item)
-        caption = item.get("caption")
-        if not caption and item.get("url"):
-            passages = [p for p in index.passages(tweet_id=tweet_id, ref=item["url"]) if p["source"] == "image"]
-            caption = "\n\n".join(p["text"] for p in passages)
-        if caption:
-            item["caption"], cut = clip_words(caption, CAPTION_WORDS)
-            if cut:
-                item["caption_cut"] = True
-        out.append(item)
-    return out
-
-
-def _documents(outline: list[dict]) -> list[dict]:
-    documents: dict[tuple[str, str], dict] = {}
-    for row in outline:
-        doc = documents.setdefault((row["source"], row["ref"]),
-                                   {"source": row["source"], "ref": row["ref"], "passages": 0, "words": 0})
-        doc["passages"] += 1
-        doc["words"] += row["word_count"] or 0
-    return sorted(documents.values(), key=lambda d: (SOURCE_ORDER.get(d["source"], 9), d["source"], d["ref"]))
+    return tweet_id_from(value)
 
 
 # --- read_document ---------------------------------------------------------------
@@ -285,48 +232,31 @@ def _resolve_document(value: str) -> dict:
     """The passages of a bookmark (tweet id, post URL) or of a page (its URL)."""
     if not isinstance(value, str) or not value.strip():
         raise ToolError("tweet_id_or_url is empty: give a tweet id, a post URL or a page URL")
-    value = value.strip()
     index = INDEX.get()
     if index is None:
-        raise ToolError(f"tweet_id_or_url={value!r} is not in the index: the index is empty")
-    # A post URL means the bookmark with all the texts behind it, not only
-    # the passage whose ref is that URL.
-    tweet_id = _tweet_id_from(value, "tweet_id_or_url")
-    if tweet_id != value or not URL.match(value):
-        rows = index.passages(tweet_id=tweet_id)
-        if rows or index.bookmark(tweet_id) is not None:
-            return _document(index, rows, tweet_id=tweet_id, ref=None, label=tweet_id)
-    if URL.match(value):
-        for ref in _url_forms(value):
-            rows = index.passages(ref=ref)
-            if rows:
-                return _document(index, rows, tweet_id=None, ref=ref, label=ref)
-    what = "no bookmark and no page has this URL" if URL.match(value) else "no bookmark has this id"
-    raise ToolError(f"tweet_id_or_url={value!r} is not in the index: {what}")
+        raise ToolError(f"tweet_id_or_url={value.strip()!r} is not in the index: the index is empty")
+    try:
+        document = resolve_document(index, value, name="tweet_id_or_url")
+    except (ValueError, DocumentNotFound) as exc:
+        raise ToolError(str(exc)) from exc
+    return _document(index, document)
 
 
-def _url_forms(url: str) -> list[str]:
-    """The URL as given, and without or with a final slash."""
-    forms = [url]
-    forms.append(url.rstrip("/") if url.endswith("/") else url + "/")
-    return forms
-
-
-def _document(index: ChunkIndex, rows: list[dict], *, tweet_id: str | None, ref: str | None, label: str) -> dict:
-    rows = sorted(rows, key=lambda r: (SOURCE_ORDER.get(r["source"], 9), r["source"], r["ref"], r["position"]))
+def _document(index: ChunkIndex, document: Document) -> dict:
+    rows = document.rows
     first = rows[0] if rows else {}
     created = first.get("created_at")
     header: dict[str, Any] = {
-        "tweet_id": tweet_id,
-        "ref": ref,
+        "tweet_id": document.tweet_id,
+        "ref": document.ref,
         "url": first.get("url", ""),
         "author": first.get("author", ""),
         "created_at": created.isoformat() if created is not None else None,
-        "sources": sorted({r["source"] for r in rows}, key=lambda s: (SOURCE_ORDER.get(s, 9), s)),
+        "sources": sorted({r["source"] for r in rows}, key=lambda s: (source_rank(s), s)),
     }
-    passages = [Passage(r["source"], r["ref"], int(r["position"]), r["text"]) for r in rows]
-    return {"index": index, "header": header, "passages": passages, "label": label,
-            "tweet_id": tweet_id, "ref": ref, "last_sync": index.last_sync()}
+    return {"index": index, "header": header, "passages": document.passages,
+            "label": document.tweet_id or document.ref, "tweet_id": document.tweet_id, "ref": document.ref,
+            "last_sync": index.last_sync()}
 
 
 def _document_passages(document: dict, query: str) -> dict:
@@ -373,7 +303,7 @@ def search_wiki(
     the wiki has pages."""
     _check_query(query)
     index = INDEX.get()
-    if index is None or WIKI_SOURCE not in INDEX.source_kinds(index):
+    if index is None or WIKI_SOURCE not in SOURCE_KINDS.of(index):
         empty = _empty_search(query, limit, index, note="The index has no wiki pages yet.")
         return {"query": empty["query"], "limit": empty["limit"], "last_sync": empty["last_sync"], "count": 0,
                 "pages": [], "note": empty["note"]}
@@ -393,62 +323,20 @@ def read_wiki_page(
     """Read one wiki page: its Markdown text (with frontmatter), at most about 2,000 words from `offset`; when
     has_more is true, call again with offset=next_offset. path: as search_wiki gives it
     (wiki/concepts/vector-search.md), or a link target (concepts/vector-search). Only pages inside the wiki folder."""
-    relative = checked_wiki_path(path)
-    root = get_settings().wiki_dir
-    if not root.is_dir():
-        raise ToolError(f"path={path!r}: the wiki does not exist yet (no folder {root})")
-    file = wiki_page_file(root, relative, path)
-    text = file.read_text(encoding="utf-8", errors="replace")
-    frontmatter, _ = split_frontmatter(text)
-    rel = file.relative_to(root.resolve()).as_posix()
     try:
-        page = page_of([Passage(WIKI_SOURCE, rel, 0, text)], offset)
-    except OffsetError as exc:
+        wiki_file = read_wiki_file(get_settings().wiki_dir, path)
+        page = page_of([Passage(WIKI_SOURCE, wiki_file.path, 0, wiki_file.text)], offset)
+    except (ValueError, WikiPageNotFound) as exc:  # WikiPathError and OffsetError are ValueErrors
         raise ToolError(str(exc)) from exc
-    return {"path": rel, "title": frontmatter.get("title") or frontmatter.get("name") or _heading(text),
-            "type": frontmatter.get("type"), "offset": page.offset, "next_offset": page.next_offset,
-            "has_more": page.has_more, "page_words": page.words, "total_words": page.total_words,
-            "text": "".join(part["text"] for part in page.parts)}
+    frontmatter = wiki_file.frontmatter
+    title = frontmatter.get("title") or frontmatter.get("name") or _heading(wiki_file.body)
+    return {"path": wiki_file.path, "title": title, "type": frontmatter.get("type"), "offset": page.offset,
+            "next_offset": page.next_offset, "has_more": page.has_more, "page_words": page.words,
+            "total_words": page.total_words, "text": "".join(part["text"] for part in page.parts)}
 
 
-def checked_wiki_path(path: str) -> PurePosixPath:
-    """The page path relative to the wiki folder. Refuses every path that
-    could leave the wiki folder (absolute, `..`), hidden files (.git) and
-    files that are not Markdown pages. A link target (concepts/x#para3|text)
-    is a path too."""
-    if not isinstance(path, str) or not path.strip():
-        raise ToolError("path is empty: give a page path as search_wiki gives it, "
-                        "for example wiki/concepts/vector-search.md")
-    raw = path.strip().split("#", 1)[0].split("|", 1)[0].strip().replace("\\", "/")
-    if not raw:
-        raise ToolError(f"path={path!r} names no page")
-    if raw.startswith(("/", "~")) or PureWindowsPath(path.strip()).drive:
-        raise ToolError(f"path={path!r} is absolute: give a path inside the wiki folder")
-    relative = PurePosixPath(raw)
-    if ".." in relative.parts:
-        raise ToolError(f"path={path!r} leaves the wiki folder: '..' is not allowed")
-    if any(part.startswith(".") for part in relative.parts):
-        raise ToolError(f"path={path!r} is a hidden file: only wiki pages can be read")
-    if relative.suffix and relative.suffix != ".md":
-        raise ToolError(f"path={path!r} is not a Markdown page (.md)")
-    return relative if relative.suffix else relative.with_name(relative.name + ".md")
-
-
-def wiki_page_file(root: Path, relative: PurePosixPath, path: str) -> Path:
-    """The file of the page: the path from the wiki folder, or from its
-    wiki/ folder (as in a link). A symbolic link out of the folder is refused."""
-    base = root.resolve()
-    for candidate in (relative, PurePosixPath("wiki") / relative):
-        file = (base / candidate).resolve()
-        if not file.is_relative_to(base):
-            raise ToolError(f"path={path!r} leaves the wiki folder")
-        if file.is_file():
-            return file
-    raise ToolError(f"path={path!r} is not a wiki page: there is no file {relative} in the wiki")
-
-
-def _heading(text: str) -> str | None:
-    for line in split_frontmatter(text)[1].splitlines():
+def _heading(body: list[str]) -> str | None:
+    for line in body:
         if line.startswith("# "):
             return line[2:].strip()
     return None

@@ -25,13 +25,13 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from kb_assets.chunking import chunk_text
+from kb_assets.reading import PAGE_CHARS
 from kb_assets.search import search
 from kb_assets.wiki_index import wiki_index, wiki_page_files
 from kb_resources.duckdb_store import DuckDBStore
 from kb_resources.embedder import Embedder
 from kb_resources.lance_index import ChunkIndex
 from kb_resources.wiki import Wiki
-from mcp_server.pages import PAGE_CHARS, Passage, page_of
 
 T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
 SYNCED = datetime(2024, 4, 2, 6, 30, tzinfo=timezone.utc)
@@ -627,28 +627,3 @@ def test_wiki_index_removes_deleted_pages(kb_home):
     hits = search("quokka", source="wiki", index=index, embedder=hasher).hits
     assert [h.best_ref for h in hits] == ["wiki/concepts/b.md"]
     assert hits[0].best_chunk == "# b\n\nnumbat and quokka facts"
-
-
-def test_pages_never_exceed_the_bound_and_rejoin():
-    rng = random.Random(3)
-    passages = [Passage("link", "r", i, " ".join(f"w{i}x{j}" for j in range(rng.randint(1, 900))))
-                for i in range(40)]
-    # A passage with no spaces at all (base64, or Chinese text) is bounded too.
-    passages.append(Passage("link", "r", 40, "字" * 50_000))
-    offset, texts = 0, []
-    while True:
-        page = page_of(passages, offset)
-        assert page.words <= PAGE_WORDS
-        assert sum(len(p["text"]) for p in page.parts) <= PAGE_CHARS
-        texts.append(page.parts)
-        if not page.has_more:
-            break
-        offset = page.next_offset
-    pieces: dict[int, list[str]] = {}
-    for parts in texts:
-        for part in parts:
-            pieces.setdefault(part["position"], []).append(part["text"])
-    # A page ends after a word and the next starts with the next word.
-    for passage in passages[:-1]:
-        assert " ".join(pieces[passage.position]).split() == passage.text.split()
-    assert "".join(pieces[40]) == passages[-1].text

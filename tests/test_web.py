@@ -26,7 +26,7 @@ from kb_assets.wiki_index import page_rows, wiki_page_files
 from kb_resources.embedder import Embedder
 from kb_resources.lance_index import ChunkIndex
 from kb_resources.settings import Settings
-from mcp_server.pages import PAGE_WORDS
+from kb_assets.reading import PAGE_WORDS
 
 pytestmark = pytest.mark.browser
 

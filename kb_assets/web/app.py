@@ -36,10 +36,12 @@ from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from kb_assets.web.reader import (WIKI_SOURCE, DocumentNotFound, WikiPageNotFound, WikiReader, bookmark_documents,
-                                  highlight_spans, media_captions, page_path, query_terms, read_document, snippet)
+from kb_assets.reading import (DocumentNotFound, SourceKinds, WikiPageNotFound, bookmark_documents, bookmark_sources,
+                               media_with_captions, source_list)
+from kb_assets.web.reader import WikiReader, highlight_spans, page_path, query_terms, read_document, snippet
 from kb_assets.web.status_panel import collect_web_status
 from kb_assets.web.wiki_html import render_page
+from kb_assets.wiki_index import WIKI_SOURCE
 from kb_resources.embedder import EmbedderError
 from kb_resources.lance_index import ChunkIndex, IndexModelMismatch
 from kb_resources.settings import Settings, get_settings
@@ -113,37 +115,9 @@ def _index(request: Request) -> ChunkIndex | None:
     return index if index.db_path().is_dir() else None
 
 
-class SourceKinds:
-    """The source kinds in the index, counted again only when the passages
-    table has a new version: a search per key press must not scan the
-    table's source column each time."""
-
-    def __init__(self, index: ChunkIndex):
-        self.index = index
-        self._cached: tuple[int | None, list[str]] = (None, [])
-        self._lock = threading.Lock()
-
-    def get(self) -> list[str]:
-        if not self.index.db_path().is_dir():
-            return []
-        version = self.index.version()
-        with self._lock:
-            if version is not None and self._cached[0] == version:
-                return self._cached[1]
-        kinds = self.index.source_kinds()
-        with self._lock:
-            self._cached = (version, kinds)
-        return kinds
-
-
-def _bookmark_sources(request: Request) -> list[str] | None:
-    """The source filter of a bookmark search. Wiki passages share the index
-    (the wiki has its own search): leave them out. None: no filter."""
-    asked = [s.strip().lower() for s in (_param(request, "source") or "").split(",") if s.strip()]
-    if asked:
-        return [s for s in asked if s != WIKI_SOURCE]
-    kinds = request.app.state.kinds.get()
-    return [k for k in kinds if k != WIKI_SOURCE] if WIKI_SOURCE in kinds else None
+def _source_kinds(request: Request) -> list[str]:
+    state = request.app.state
+    return state.kinds.of(state.index)
 
 
 def api_search(request: Request) -> KbJSON:
@@ -155,7 +129,7 @@ def api_search(request: Request) -> KbJSON:
     if index is None:
         return KbJSON({"query": query or "", "mode": mode, "hits": [], "last_sync": None,
                        "note": "The index is empty: run `kb sync`."})
-    sources = _bookmark_sources(request)
+    sources = bookmark_sources(source_list(_param(request, "source")), lambda: _source_kinds(request))
     if query is None or sources == []:
         return KbJSON({"query": query or "", "mode": mode, "hits": [], "last_sync": index.last_sync()})
     try:
@@ -178,7 +152,7 @@ def api_bookmark(request: Request) -> KbJSON:
     card = index.bookmark(tweet_id) if index is not None else None
     if card is None:
         return _error(404, f"tweet_id={tweet_id!r} is not in the index: no bookmark has this id")
-    card["media"] = media_captions(index, tweet_id, card.get("media") or [])
+    card["media"] = media_with_captions(index, tweet_id, card.get("media") or [])
     card["documents"] = bookmark_documents(index.outline(tweet_id))
     return KbJSON(card)
 
@@ -212,7 +186,7 @@ def api_wiki_search(request: Request) -> KbJSON:
         return _error(400, f"limit={_param(request, 'limit')!r} is not a whole number")
     if not query_terms(query):
         return KbJSON({"query": query, "exists": wiki.exists(), "searched": "nothing", "hits": []})
-    if WIKI_SOURCE in request.app.state.kinds.get():
+    if WIKI_SOURCE in _source_kinds(request):
         try:
             response = search(query, limit=limit, source=WIKI_SOURCE, mode=_param(request, "mode") or "hybrid",
                               index=_index(request))
@@ -283,7 +257,7 @@ def create_app(settings: Settings | None = None, *, allowed_hosts: list[str] | N
     app = Starlette(routes=routes, middleware=middleware)
     app.state.settings = settings
     app.state.index = ChunkIndex(path=str(settings.lancedb_dir))
-    app.state.kinds = SourceKinds(app.state.index)
+    app.state.kinds = SourceKinds()
     app.state.wiki = WikiReader(settings.wiki_dir)
     app.state.status_lock = threading.Lock()
     app.state.status_cache = None

@@ -1,11 +1,10 @@
 """What the search page reads: documents from the LanceDB index, pages from
 the wiki folder. Never DuckDB.
 
-Documents are paged exactly as the MCP tool read_document pages them: the
-same paging helper (mcp_server/pages.py: word offsets, pages of at most
-about 2,000 words that end at a passage end when they can) and the same
-reading order (the post first). So a page of the web and a page of the MCP
-tool with the same offset hold the same words.
+Documents are read and paged through kb_assets/reading.py, as the MCP tool
+read_document reads and pages them: the same id gives the same passages in
+the same reading order, and a page of the web and a page of the MCP tool
+with the same offset hold the same words.
 
 The wiki: `WikiReader` reads one page, resolves a wikilink, and searches the
 page files by their words. The page searches the wiki through the index
@@ -23,65 +22,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kb_assets.urls import normalize_url
-from kb_assets.wiki_checks import WIKILINK, _split_frontmatter
+from kb_assets.reading import WikiPageNotFound, is_wiki_page, page_of, resolve_document
+from kb_assets.wiki_checks import WIKILINK, split_frontmatter
 from kb_resources.lance_index import ChunkIndex
-from mcp_server.pages import OffsetError, Passage, page_of
 
-# The reading order of the texts behind one bookmark, as in read_document
-# (mcp_server/server.py): the post, then what it quotes and links to, then
-# what its media hold.
-SOURCE_ORDER = {"post": 0, "quote": 1, "article": 2, "link": 3, "video": 4, "image": 5}
-WIKI_SOURCE = "wiki"
-X_STATUS = re.compile(r"^https?://(?:[\w-]+\.)?(?:x|twitter)\.com/(?:[^/?#]+|i(?:/web)?)/status(?:es)?/(\d+)",
-                      re.IGNORECASE)
 TOKEN = re.compile(r"\w+", re.UNICODE)
 STOP_WORDS = frozenset(
     "a an and are as at be but by for from has have how i in is it its of on or that the this to was what "
     "when where which who why will with you your does do did not no can".split())
 
 
-class DocumentNotFound(LookupError):
-    """No bookmark and no page in the index has this id or URL."""
-
-
 # --- documents in the index ------------------------------------------------------
-
-
-def reading_order(rows: list[dict]) -> list[dict]:
-    return sorted(rows, key=lambda r: (SOURCE_ORDER.get(r["source"], 9), r["source"], r["ref"], r["position"]))
-
-
-def resolve_document(target: str, index: ChunkIndex) -> tuple[str | None, str | None, list[dict]]:
-    """(tweet_id, ref, passages) of what `target` names: a bookmark id or
-    post URL (every text behind the bookmark), or the URL of one page."""
-    target = (target or "").strip()
-    if not target:
-        raise ValueError("id is empty: give a bookmark id or the URL of a document")
-    status = X_STATUS.match(target)
-    tweet_id = status.group(1) if status else (target if "://" not in target else None)
-    if tweet_id is not None:
-        rows = index.passages(tweet_id=tweet_id)
-        if rows or index.bookmark(tweet_id) is not None:
-            return tweet_id, None, reading_order(rows)
-    if "://" in target:
-        for ref in _url_forms(target):
-            rows = index.passages(ref=ref)
-            if rows:
-                return None, ref, reading_order(rows)
-        raise DocumentNotFound(f"id={target!r} is not in the index: no bookmark and no page has this URL")
-    raise DocumentNotFound(f"id={target!r} is not in the index: no bookmark has this id")
-
-
-def _url_forms(url: str) -> list[str]:
-    # As given, with and without a final slash, and as the documents stage
-    # stores a page (kb_assets/urls.py normalize_url).
-    forms = [url, url.rstrip("/") if url.endswith("/") else url + "/"]
-    try:
-        forms.append(normalize_url(url))
-    except ValueError:
-        pass
-    return list(dict.fromkeys(forms))
 
 
 def read_document(target: str, offset: int | str = 0, *, index: ChunkIndex) -> dict:
@@ -90,47 +41,15 @@ def read_document(target: str, offset: int | str = 0, *, index: ChunkIndex) -> d
         offset = int(offset)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"offset={offset!r} is not a whole number") from exc
-    tweet_id, ref, rows = resolve_document(target, index)
-    passages = [Passage(r["source"], r["ref"], int(r["position"]), r["text"]) for r in rows]
-    try:
-        page = page_of(passages, offset)
-    except OffsetError as exc:
-        raise ValueError(str(exc)) from exc
-    return {"id": target, "tweet_id": tweet_id, "ref": ref, "offset": page.offset,
+    document = resolve_document(index, target, name="id")
+    passages = document.passages
+    page = page_of(passages, offset)  # OffsetError is a ValueError
+    return {"id": target, "tweet_id": document.tweet_id, "ref": document.ref, "offset": page.offset,
             "next_offset": page.next_offset, "has_more": page.has_more, "page_words": page.words,
             "total_words": page.total_words, "total_passages": len(passages), "parts": page.parts}
 
 
-def bookmark_documents(outline: list[dict]) -> list[dict]:
-    """The texts behind one bookmark (from ChunkIndex.outline), one entry
-    per (source, ref) in reading order, with their passages and words."""
-    documents: dict[tuple[str, str], dict] = {}
-    for row in reading_order(outline):
-        doc = documents.setdefault((row["source"], row["ref"]),
-                                   {"source": row["source"], "ref": row["ref"], "passages": 0, "words": 0})
-        doc["passages"] += 1
-        doc["words"] += row.get("word_count") or 0
-    return list(documents.values())
-
-
-def media_captions(index: ChunkIndex, tweet_id: str, media: list[dict]) -> list[dict]:
-    """Each media item with `caption`: from the card, or else the text of
-    the photo's `image` passages (ref = the photo URL)."""
-    out = []
-    for item in media:
-        item = dict(item)
-        if not item.get("caption") and item.get("url"):
-            rows = [r for r in index.passages(tweet_id=tweet_id, ref=item["url"]) if r["source"] == "image"]
-            item["caption"] = "\n\n".join(r["text"] for r in rows)
-        out.append(item)
-    return out
-
-
 # --- the wiki ------------------------------------------------------------------------
-
-
-class WikiPageNotFound(LookupError):
-    """No wiki page has this path."""
 
 
 @dataclass
@@ -172,12 +91,9 @@ class WikiReader:
             return []
         tops = [(f.stem, f) for f in sorted(self.root.glob("*.md"))]
         pages = [(page_path(f.relative_to(self.root).as_posix()), f) for f in sorted((self.root / "wiki").rglob("*.md"))]
-        # Hidden files are not pages, and a symbolic link out of the wiki
-        # folder is not one either: the page shows the wiki, nothing else.
-        inside = self.root.resolve()
-        return [(path, f) for path, f in tops + pages
-                if f.is_file() and f.resolve().is_relative_to(inside)
-                and not any(part.startswith(".") for part in f.relative_to(self.root).parts)]
+        # The page shows the wiki, nothing else: no hidden file, and no
+        # symbolic link out of the folder.
+        return [(path, f) for path, f in tops + pages if is_wiki_page(self.root, f)]
 
     def pages(self) -> list[WikiPage]:
         with self._lock:
@@ -195,7 +111,7 @@ class WikiReader:
         cached = self._cache.get(file)
         if cached and cached[0] == key:
             return cached[1]
-        frontmatter, _, body_lines, _ = _split_frontmatter(file.read_text(encoding="utf-8", errors="replace"))
+        frontmatter, _, body_lines, _ = split_frontmatter(file.read_text(encoding="utf-8", errors="replace"))
         frontmatter = frontmatter or {}
         body = "\n".join(body_lines)
         title = _title(frontmatter, body_lines, path)

@@ -19,7 +19,8 @@ from datetime import datetime, timezone
 
 import httpx
 
-from kb_assets.web.reader import WIKI_SOURCE, WikiReader
+from kb_assets.web.reader import WikiReader
+from kb_assets.wiki_index import WIKI_SOURCE
 from kb_resources.lance_index import BOOKMARKS, CHUNKS, ChunkIndex
 from kb_resources.raw_store import RawStore
 from kb_resources.settings import Settings
