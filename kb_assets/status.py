@@ -88,29 +88,66 @@ def _index_counts() -> dict:
         return {"state": f"unreadable: {exc}"}
 
 
+def _embedder_readiness() -> tuple[bool, str]:
+    """Ollama and its model, and the local model, in one line."""
+    from kb_resources.embedder import Embedder
+
+    report = Embedder().readiness()
+    ollama, local = report["ollama"], report["local"]
+    ollama_text = ("ollama ready" if ollama["has_model"] else f"ollama not ready ({ollama['error']})")
+    local_text = (f"local model loads ({local['dim']}-d)" if local["loads"] else f"local model fails ({local['error']})")
+    return bool(report["ready"]), f"active {report['active']}; {ollama_text}; {local_text}"
+
+
 def _services(settings: Settings) -> dict:
     from kb_resources.browser import Browser
-    from kb_resources.embedder import Embedder
+    from kb_resources.gate import QualityGate
     from kb_resources.transcriber import Transcriber
     from kb_resources.translator import Translator
     from kb_resources.vision import Captioner
+    from kb_resources.wiki_agent import WikiAgent
+    from telegram_bridge.telegram_api import readiness as telegram_readiness
 
-    def secret_state(value) -> str:
-        return "set" if value is not None and value.get_secret_value() else "not set"
-
+    checks = {
+        # Browser.readiness() covers the X login state too, and never shows its content.
+        "browser": Browser().readiness,
+        "embedder": _embedder_readiness,
+        "captions": Captioner().readiness,
+        "transcripts": Transcriber().readiness,
+        "translation": Translator().readiness,
+        "quality_gate": QualityGate().readiness,
+        "wiki_agent": WikiAgent().readiness,
+        "telegram": lambda: telegram_readiness(settings),
+    }
     services = {}
-    # Browser.readiness() covers the X login state too, and never shows its content.
-    for name, resource in (("browser", Browser()), ("embedder", Embedder()), ("captions", Captioner()),
-                           ("transcripts", Transcriber()), ("translation", Translator())):
+    for name, check in checks.items():
         try:
-            ok, detail = resource.readiness()
-        except Exception as exc:
+            ok, detail = check()
+        except Exception as exc:  # one broken service must not hide the others
             ok, detail = False, f"{type(exc).__name__}: {exc}"
         services[name] = {"ready": ok, "detail": detail}
+    # Only whether each key is set: never any part of its value.
     for key in ("groq_api_key", "deepseek_api_key", "anthropic_auth_token", "telegram_bot_token"):
         value = getattr(settings, key)
-        services[key] = {"ready": secret_state(value) == "set", "detail": secret_state(value)}
+        is_set = value is not None and bool(value.get_secret_value())
+        services[key] = {"ready": is_set, "detail": "set" if is_set else "not set"}
     return services
+
+
+def _wiki_state(settings: Settings) -> dict:
+    """Telegram sources per state, read from Dagster (runs and materializations)."""
+    if not (settings.dagster_home / "dagster.yaml").exists():
+        return {"sources": {}, "waiting": [], "failed": []}
+    import dagster as dg
+
+    from kb_assets.wiki import wiki_status
+    from kb_resources.dagster_home import ensure_dagster_home
+
+    ensure_dagster_home(settings)
+    with dg.DagsterInstance.get() as instance:
+        state = wiki_status(instance)
+    state.pop("agent", None)  # the services list shows it
+    return state
 
 
 def collect_status(settings: Settings | None = None) -> dict:
@@ -121,6 +158,7 @@ def collect_status(settings: Settings | None = None) -> dict:
         "capture": _capture_counts(settings),
         "normalized": _duckdb_counts(settings),
         "index": _index_counts(),
+        "wiki": _wiki_state(settings),
         "services": _services(settings),
     }
 
@@ -161,6 +199,12 @@ def format_status(report: dict) -> str:
     index = report["index"]
     lines.append(f"  indexed     {index.get('bookmarks', 0)} bookmarks, {index.get('chunks', 0)} chunks"
                  + (f", model {index['model']}" if index.get("model") else ""))
+    wiki = report.get("wiki") or {}
+    if wiki.get("sources"):
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(wiki["sources"].items()))
+        lines.append(f"  telegram    {counts}")
+        if wiki.get("waiting"):
+            lines.append(f"  waiting for the wiki agent: {', '.join(wiki['waiting'][:10])}")
     lines.append("services")
     for name, svc in report["services"].items():
         lines.append(f"  {name:<22} {'ready' if svc['ready'] else 'not ready':<10} {svc['detail']}")
