@@ -5,20 +5,23 @@ Modes:
 - `dense`: cosine similarity of embedding vectors.
 - `hybrid` (default): both, fused.
 
-Fusion (hybrid): each list's scores are normalized and summed with equal
-weights ("convex combination", see FUSION_METHODS). Unlike reciprocal rank
-fusion, it keeps the size of the gaps between scores. That matters for a
-rare exact keyword: BM25 gives its passage a score far above the rest, and
-rank fusion would throw that gap away and let semantic neighbours that rank
-well in both lists push it down. Plain RRF stays available as
-`fusion="rrf"`. The figures that chose this are in benchmarks/README.md.
+Fusion (hybrid): each list's scores are scaled to [0, 1] over the
+candidates (min-max) and summed with equal weights ("convex combination").
+Unlike reciprocal rank fusion, it keeps the size of the gaps between scores:
+when BM25 puts one passage far above the rest (a rare word matched), the
+gap survives, where rank fusion would give it the same credit as a narrow
+lead. Plain RRF stays available as `fusion="rrf"`. On SciFact it gives
+nDCG@10 0.735 against 0.713 for RRF (figures in benchmarks/index_and_retrieval.md).
 
-Exact words come first. A passage that holds the exact query phrase (or
-every "quoted phrase" of the query), or every rare word of the query, ranks
-above passages that do not. A word is rare when at most RARE_SHARE of the
-passages (and at least RARE_MIN) hold it: a name, an identifier, a CVE
-number. A person who types such a word wants the place where it occurs, and
-an embedding model, which has never seen the word, cannot find it.
+Exact words first:
+- A passage that holds the exact query phrase (or every "quoted phrase")
+  ranks above the passages that do not.
+- A rare word is one that at most RARE_SHARE of the passages hold (at least
+  RARE_MIN): a name, an identifier, a CVE number. An embedding model has
+  never seen such a word, so semantic neighbours can outscore the one
+  passage that holds it. For a keyword query (at most KEYWORD_QUERY_WORDS
+  content words), the passages that hold every rare word rank first. For a
+  longer query, the best such passage is kept among the first RARE_SLOT hits.
 
 Results: one best passage per bookmark, with chunk_count and word_count of
 everything behind the bookmark. With `tweet_id` or `ref` set (read one
@@ -49,8 +52,6 @@ FUSION_METHODS = ("convex", "rrf")
 DEFAULT_FUSION = "convex"
 MAX_LIMIT = 100
 RRF_K = 60
-# Passages fetched from each retriever before grouping by bookmark. Several
-# passages of one bookmark can fill the list, so it is deeper than `limit`.
 # A query word is rare when at most this share of the passages holds it
 # (but never fewer than RARE_MIN passages). One small full-text look-up per
 # query word finds out, for at most MAX_PROBES words per query: the words that
@@ -61,9 +62,19 @@ MAX_PROBES = 3
 STOP_WORDS = frozenset(
     "a an and are as at be but by for from has have how i in is it its of on or that the this to was what "
     "when where which who why will with you your does do did not no can".split())
+# A query of at most this many content words is a keyword look-up: passages
+# that hold all its rare words rank first. A longer query is a question or a
+# description: the best passage that holds all its rare words is kept among
+# the first RARE_SLOT hits, and the fusion orders the rest. (On SciFact,
+# pinning such passages first for long queries cost 0.02 nDCG@10; the slot
+# costs nothing.)
+KEYWORD_QUERY_WORDS = 4
+RARE_SLOT = 3
+# Passages fetched from each retriever before grouping by bookmark. Several
+# passages of one bookmark can fill the list, so it is deeper than `limit`.
 MIN_DEPTH = 100
-MAX_DEPTH = 400
-DEPTH_PER_HIT = 4
+MAX_DEPTH = 300
+DEPTH_PER_HIT = 2
 
 RESULT_COLUMNS = ["chunk_id", "tweet_id", "url", "author", "created_at", "source", "ref", "position",
                   "text", "source_text", "word_count", "lang", "bookmark_chunks", "bookmark_words"]
@@ -126,7 +137,8 @@ class _Candidate:
     dense_rank: int | None = None
     bm25_rank: int | None = None
     score: float = 0.0
-    exact: bool = False  # holds the exact phrase, or every rare query word
+    exact: bool = False  # holds the exact query phrase
+    rare: bool = False  # holds every rare query word
 
 
 def search(
@@ -173,6 +185,7 @@ def search(
         response.took_ms = _ms(started)
         return response
 
+    index.check_schema(table)
     per_document = tweet_id is not None or ref is not None
     depth = min(MAX_DEPTH, max(MIN_DEPTH, limit * DEPTH_PER_HIT))
     phrases = _phrases(query)
@@ -197,12 +210,17 @@ def search(
         rare_ids = _rare_word_passages(table, query, where, lexical, candidates)
 
     _score(list(candidates.values()), mode, fusion)
+    rare_ids = rare_ids or set()
+    keyword_query = len(_content_words(query)) <= KEYWORD_QUERY_WORDS
     for chunk_id, cand in candidates.items():
-        cand.exact = (rare_ids is not None and chunk_id in rare_ids) or _holds_phrases(cand.row["text"], phrases)
-    if not per_document and GROUP_FIRST:
-        _score_bookmarks(list(candidates.values()), mode, fusion)
-    ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.score), reverse=True)
-    chosen = _pick(ranked, limit, per_document)
+        cand.exact = _holds_phrases(cand.row["text"], phrases)
+        cand.rare = chunk_id in rare_ids
+    if keyword_query:
+        ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.rare, c.score), reverse=True)
+        chosen = _pick(ranked, limit, per_document)
+    else:
+        ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.score), reverse=True)
+        chosen = _keep_rare_in_top(ranked, _pick(ranked, limit, per_document), limit, per_document)
     response.hits = _hits(index, chosen)
     response.took_ms = _ms(started)
     return response
@@ -342,9 +360,9 @@ def _rare_word_passages(table, query: str, where: str | None, lexical: list[dict
         return None
     # A word that more than rare_max lexical hits hold is not rare: no
     # look-up needed. (Stemming can hide a hit from this count, never add one.)
+    pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, held_by)) + r")\b")
     for row in lexical:
-        words = set(TOKEN.findall(row["text"].lower()))
-        for word in held_by.keys() & words:
+        for word in set(pattern.findall(row["text"].lower())):
             held_by[word] += 1
     maybe_rare = sorted((n, w) for w, n in held_by.items() if n <= rare_max)[:MAX_PROBES]
     if not maybe_rare:
@@ -377,89 +395,21 @@ def _score(cands: list[_Candidate], mode: str, fusion: str) -> None:
         for c in cands:
             c.score = sum(1.0 / (RRF_K + r + 1) for r in (c.dense_rank, c.bm25_rank) if r is not None)
         return
-    if NORM == "mm_max":
-        dense = _min_max([c.dense for c in cands])
-        bm25 = _max_scaled([c.bm25 for c in cands])
-    elif NORM == "mm_mm":
-        dense = _min_max([c.dense for c in cands])
-        bm25 = _min_max([c.bm25 for c in cands])
-    elif NORM == "z":
-        dense = _z([c.dense for c in cands])
-        bm25 = _z([c.bm25 for c in cands])
-    elif NORM == "dbsf":
-        dense = _dbsf([c.dense for c in cands])
-        bm25 = _dbsf([c.bm25 for c in cands])
+    dense = _min_max([c.dense for c in cands])
+    bm25 = _min_max([c.bm25 for c in cands])
     for c, d, b in zip(cands, dense, bm25):
-        c.score = W_DENSE * d + (1 - W_DENSE) * b
-
-
-def _z(values):
-    present = np.array([v for v in values if v is not None])
-    if not len(present):
-        return [0.0] * len(values)
-    mu, sd = present.mean(), present.std() or 1.0
-    floor = (present.min() - mu) / sd
-    return [floor if v is None else (v - mu) / sd for v in values]
-
-
-def _dbsf(values):
-    present = np.array([v for v in values if v is not None])
-    if not len(present):
-        return [0.0] * len(values)
-    mu, sd = present.mean(), present.std() or 1.0
-    lo, hi = mu - 3 * sd, mu + 3 * sd
-    return [0.0 if v is None else (v - lo) / (hi - lo) for v in values]
-
-
-GROUP_FIRST = False
-NORM = "mm_max"
-W_DENSE = 0.5
-
-
-def _score_bookmarks(cands: list[_Candidate], mode: str, fusion: str) -> None:
-    """Fuse at the bookmark level: each list's score of a bookmark is its best
-    passage's score; the fused bookmark score goes to its best passage."""
-    groups: dict[str, list[_Candidate]] = {}
-    for c in cands:
-        groups.setdefault(c.row["tweet_id"], []).append(c)
-    docs = []
-    for members in groups.values():
-        dense = [m.dense for m in members if m.dense is not None]
-        bm25 = [m.bm25 for m in members if m.bm25 is not None]
-        best = max(members, key=lambda m: m.score)
-        docs.append((best, max(dense) if dense else None, max(bm25) if bm25 else None, members))
-    fused = [_Candidate(d[0].row, dense=d[1], bm25=d[2]) for d in docs]
-    if fusion == "rrf":
-        for attr, rank_attr in (("dense", "dense_rank"), ("bm25", "bm25_rank")):
-            order = sorted((f for f in fused if getattr(f, attr) is not None), key=lambda f: getattr(f, attr), reverse=True)
-            for rank, f in enumerate(order):
-                setattr(f, rank_attr, rank)
-    _score(fused, mode, fusion)
-    for (best, _, _, members), f in zip(docs, fused):
-        for m in members:
-            m.score = f.score if m is best else -1e9 + m.score
+        c.score = 0.5 * d + 0.5 * b
 
 
 def _min_max(values: list[float | None]) -> list[float]:
-    """Cosine similarities to [0, 1] over this candidate list. A passage
-    that the list does not hold scores 0, as the list's worst would."""
+    """Scores to [0, 1] over this candidate list: the list's best is 1, its
+    worst 0. A passage that the list does not hold scores 0 too."""
     present = [v for v in values if v is not None]
     if not present:
         return [0.0] * len(values)
     low, high = min(present), max(present)
     span = high - low or 1.0
     return [0.0 if v is None else (v - low) / span for v in values]
-
-
-def _max_scaled(values: list[float | None]) -> list[float]:
-    """BM25 scores divided by the best one. BM25 has a natural zero (no
-    query word), so the zero stays: a passage that matches one common word
-    keeps a low score even when it is the list's worst."""
-    present = [v for v in values if v is not None]
-    if not present or max(present) <= 0:
-        return [0.0] * len(values)
-    high = max(present)
-    return [0.0 if v is None else v / high for v in values]
 
 
 def _phrases(query: str) -> list[str]:
@@ -482,14 +432,42 @@ def _holds_phrases(text: str, phrases: list[str]) -> bool:
 
 
 # --- results -----------------------------------------------------------------
+def _content_words(query: str) -> list[str]:
+    return [w for w in TOKEN.findall(query.lower()) if w not in STOP_WORDS]
+
+
+def _keep_rare_in_top(ranked: list[_Candidate], chosen: list[_Candidate], limit: int,
+                      per_document: bool) -> list[_Candidate]:
+    """Put the best passage that holds every rare query word among the first
+    RARE_SLOT hits, when it is not there yet."""
+    best = next((c for c in ranked if c.rare), None)
+    if best is None:
+        return chosen
+    key = _document_key if per_document else _bookmark_key
+    position = next((i for i, c in enumerate(chosen) if key(c) == key(best)), None)
+    if position is not None and position < RARE_SLOT:
+        return chosen
+    rest = [c for c in chosen if key(c) != key(best)]
+    slot = min(RARE_SLOT - 1, len(rest))
+    return (rest[:slot] + [best] + rest[slot:])[:limit]
+
+
+def _bookmark_key(cand: _Candidate):
+    return cand.row["tweet_id"]
+
+
+def _document_key(cand: _Candidate):
+    # A page stored once per owning bookmark counts once.
+    return (cand.row["source"], cand.row["ref"], cand.row["position"])
+
+
 def _pick(ranked: list[_Candidate], limit: int, per_document: bool) -> list[_Candidate]:
     chosen: list[_Candidate] = []
     seen: set = set()
+    document_key = _document_key if per_document else _bookmark_key
     for cand in ranked:
-        row = cand.row
-        # One document read: passages, but a page stored once per owning
-        # bookmark appears once. Else: one passage per bookmark.
-        key = (row["source"], row["ref"], row["position"]) if per_document else row["tweet_id"]
+        # One document read: its passages. Else: one passage per bookmark.
+        key = document_key(cand)
         if key in seen:
             continue
         seen.add(key)
@@ -524,7 +502,7 @@ def _hits(index: ChunkIndex, chosen: list[_Candidate]) -> list[Hit]:
             best_source_text=row["source_text"] or "",
             best_position=int(row["position"] or 0),
             chunk_id=row["chunk_id"],
-            exact_match=cand.exact,
+            exact_match=cand.exact or cand.rare,
         ))
     return hits
 

@@ -213,6 +213,14 @@ class ChunkIndex(dg.ConfigurableResource):
             f"Use the same embedding model, or: {REBUILD_HINT}"
         )
 
+    def check_schema(self, table) -> None:
+        """Raise IndexModelMismatch when the passages table lacks a column
+        that this version of kb writes and reads (an index from older code)."""
+        missing = set(CHUNK_FIELDS) - set(table.schema.names)
+        if missing:
+            raise IndexModelMismatch(
+                f"The index at {self.db_path()} has an old layout (no {', '.join(sorted(missing))}). {REBUILD_HINT}")
+
     def rebuild(self) -> None:
         """Drop every passage and the model record. The next replace_chunks
         starts a new index with the embedder that it gets. Bookmark cards do
@@ -239,6 +247,8 @@ class ChunkIndex(dg.ConfigurableResource):
                     table.delete(sql_in("tweet_id", part))
             return {"written": 0, "embedded": 0}
         model_name, dim = embedder.model_name, embedder.dim
+        if table is not None:
+            self.check_schema(table)
         self.check_model(model_name, dim, table=table)
         before = dict(getattr(embedder, "stats", {}) or {})
         vectors = embedder.embed_documents([r["text"] for r in data_rows])

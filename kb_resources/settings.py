@@ -178,6 +178,29 @@ def get_settings() -> Settings:
     return _cached_settings(key)
 
 
+REDACTED = "<redacted>"
+
+
+def secret_values(settings: Settings | None = None) -> list[str]:
+    """Every key and token that the settings hold (the SecretStr fields)."""
+    settings = settings or get_settings()
+    values = (getattr(settings, name) for name in Settings.model_fields)
+    return [v.get_secret_value() for v in values if isinstance(v, SecretStr) and v.get_secret_value()]
+
+
+def redact_secrets(text: str, settings: Settings | None = None) -> str:
+    """The text with every key and token of the settings replaced.
+
+    Why: an OpenAI-compatible server can quote the key it got in its error
+    text ("Incorrect API key provided: sk-..."), and error texts go to the
+    Dagster event log and the compute logs. tests/test_security.py found the
+    Groq, gate and caption keys there, through such a server."""
+    for secret in secret_values(settings):
+        if len(secret) >= 8:  # a short value would blank out common words
+            text = text.replace(secret, REDACTED)
+    return text
+
+
 def excluded_sources(settings: Settings | None = None) -> set[str]:
     """Source kinds that the owner excluded: `exclude` in config.toml, plus
     KB_EXCLUDE for one run (`kb sync --no-image` sets it). An excluded

@@ -1,0 +1,227 @@
+"""Index benchmark: kb's LanceDB index against SQLite FTS5 + sqlite-vec.
+
+For each corpus size (default 10k and 100k passages) it builds a synthetic
+corpus: texts drawn from a Zipf-distributed pseudo-word list, 384-dimension
+random unit vectors (the size of all-MiniLM-L6-v2), about 3 passages per
+bookmark. Then it measures:
+
+- kb: index build time (replace_chunks in batches, then maintain(): the
+  full-text index, the scalar indexes and, above kb_vector_index_min_rows,
+  the HNSW vector index); the time to fold 1% new bookmarks into a built
+  index; and the query time of kb_assets.search.search() in hybrid, bm25
+  and dense modes (the whole function: retrieval, fusion, grouping by
+  bookmark, chunk counts and bookmark cards).
+- SQLite, the stack of the tool that kb replaces: the same rows in an FTS5
+  table and a sqlite-vec vec0 table (apsw loads the extension; Python's
+  sqlite3 module cannot), queried with the same depth, fused by reciprocal
+  rank fusion and grouped by bookmark.
+
+Query vectors are given, so no time goes to embedding. Results are printed
+as a table and written as JSON.
+
+    .venv/bin/python benchmarks/bench_index.py --sizes 10000 100000 --out benchmarks/results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+
+from kb_assets.search import search
+from kb_resources.lance_index import ChunkIndex
+
+DIM = 384
+DEPTH = 100  # passages per retriever, as kb's search fetches for limit <= 25
+RRF_K = 60
+SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "po", "qu", "ba", "de", "fi", "go", "hu"]
+
+
+class PrecomputedEmbedder:
+    """Gives the corpus's synthetic vectors: the benchmark measures the index,
+    not an embedding model."""
+
+    model_name = "bench:random-384"
+    dim = DIM
+    stats = {"embedded": 0, "cached": 0}
+
+    def __init__(self, vectors: dict[str, np.ndarray]):
+        self.vectors = vectors
+
+    def embed_documents(self, texts):
+        return np.stack([self.vectors[t] for t in texts])
+
+
+def vocabulary(size: int, rng: np.random.Generator) -> list[str]:
+    words: set[str] = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(SYLLABLES, rng.integers(2, 5))))
+    return sorted(words)
+
+
+def make_corpus(n: int, seed: int = 7) -> tuple[list[dict], dict[str, np.ndarray], list[str], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    vocab = vocabulary(30_000, rng)
+    ranks = np.arange(1, len(vocab) + 1)
+    weights = ranks ** -1.07
+    weights /= weights.sum()
+    start = datetime(2020, 1, 1, tzinfo=timezone.utc)
+    rows, vectors = [], {}
+    all_vectors = rng.standard_normal((n, DIM)).astype(np.float32)
+    all_vectors /= np.linalg.norm(all_vectors, axis=1, keepdims=True)
+    for i in range(n):
+        words = rng.choice(len(vocab), size=int(rng.integers(40, 200)), p=weights)
+        text = f"p{i} " + " ".join(vocab[w] for w in words)  # the id keeps every text unique
+        tweet_id = str(i // 3)
+        rows.append({"chunk_id": f"c{i}", "tweet_id": tweet_id, "url": f"https://x.com/u/status/{tweet_id}",
+                     "author": f"user{int(tweet_id) % 200}", "created_at": start + timedelta(hours=int(tweet_id)),
+                     "source": ("post", "link", "article", "video")[i % 4], "ref": f"https://example.com/{tweet_id}",
+                     "position": i % 3, "text": text, "word_count": len(words) + 1, "lang": "en"})
+        vectors[text] = all_vectors[i]
+    queries = [" ".join(vocab[w] for w in rng.integers(50, 5000, size=int(rng.integers(2, 6)))) for _ in range(200)]
+    picks = rng.integers(0, n, size=len(queries))
+    noise = rng.standard_normal((len(queries), DIM)).astype(np.float32) * 0.05
+    query_vectors = all_vectors[picks] + noise
+    query_vectors /= np.linalg.norm(query_vectors, axis=1, keepdims=True)
+    return rows, vectors, queries, query_vectors
+
+
+def percentiles(times: list[float]) -> dict:
+    ordered = sorted(times)
+    return {"p50_ms": round(statistics.median(ordered), 2),
+            "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 2)}
+
+
+# --- kb (LanceDB) --------------------------------------------------------------
+def bench_kb(rows, vectors, queries, query_vectors, folder: Path) -> dict:
+    embedder = PrecomputedEmbedder(vectors)
+    index = ChunkIndex(path=str(folder / "lancedb"))
+    new_share = max(1, len(rows) // 100)
+    base, fresh = rows[:-new_share], rows[-new_share:]
+    started = time.perf_counter()
+    batch = 20_000
+    for at in range(0, len(base), batch):
+        part = base[at:at + batch]
+        index.replace_chunks(sorted({r["tweet_id"] for r in part}), [dict(r) for r in part], embedder)
+    written = time.perf_counter()
+    index.maintain()
+    built = time.perf_counter()
+    # 1% new bookmarks (their tweet ids are new), as one sync batch does.
+    index.replace_chunks(sorted({r["tweet_id"] for r in fresh}), [dict(r) for r in fresh], embedder)
+    index.maintain()
+    updated = time.perf_counter()
+    out = {"write_s": round(written - started, 2), "maintain_s": round(built - written, 2),
+           "build_s": round(built - started, 2), "update_1pct_s": round(updated - built, 2),
+           "vector_index": index.counts()["vector_index"]}
+    for mode in ("hybrid", "bm25", "dense"):
+        for query, vector in list(zip(queries, query_vectors))[:5]:  # warm the caches
+            search(query, mode=mode, index=index, query_vector=vector)
+        times = []
+        for query, vector in zip(queries, query_vectors):
+            t = time.perf_counter()
+            response = search(query, mode=mode, index=index, query_vector=vector)
+            times.append((time.perf_counter() - t) * 1000)
+            assert response.hits or mode == "bm25", (mode, query)
+        out[mode] = percentiles(times)
+    return out
+
+
+# --- SQLite FTS5 + sqlite-vec --------------------------------------------------
+def sqlite_connect(path: Path):
+    import apsw
+    import sqlite_vec
+
+    conn = apsw.Connection(str(path))
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    return conn
+
+
+def bench_sqlite(rows, vectors, queries, query_vectors, folder: Path) -> dict:
+    conn = sqlite_connect(folder / "bench.sqlite")
+    started = time.perf_counter()
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("""CREATE TABLE chunks (id INTEGER PRIMARY KEY, chunk_id TEXT UNIQUE, tweet_id TEXT, url TEXT,
+                    author TEXT, created_at TEXT, source TEXT, ref TEXT, position INT, text TEXT, word_count INT)""")
+    conn.execute("CREATE INDEX chunks_tweet ON chunks(tweet_id)")
+    conn.execute("CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content='chunks', content_rowid='id')")
+    conn.execute(f"CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{DIM}] distance_metric=cosine)")
+    with conn:
+        for i, r in enumerate(rows, 1):
+            conn.execute("INSERT INTO chunks VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                         (i, r["chunk_id"], r["tweet_id"], r["url"], r["author"], r["created_at"].isoformat(),
+                          r["source"], r["ref"], r["position"], r["text"], r["word_count"]))
+            conn.execute("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", (i, r["text"]))
+            conn.execute("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)",
+                         (i, vectors[r["text"]].astype(np.float32).tobytes()))
+    build_s = time.perf_counter() - started
+
+    def query_sqlite(text: str, vector: np.ndarray, limit: int = 10) -> list[dict]:
+        match = " OR ".join('"' + word.replace('"', '""') + '"' for word in text.split())
+        lexical = [r[0] for r in conn.execute(
+            "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY bm25(chunks_fts) LIMIT ?", (match, DEPTH))]
+        dense = [r[0] for r in conn.execute(
+            "SELECT rowid FROM chunks_vec WHERE embedding MATCH ? AND k = ?", (vector.tobytes(), DEPTH))]
+        fused: dict[int, float] = {}
+        for ranked in (lexical, dense):
+            for rank, rowid in enumerate(ranked):
+                fused[rowid] = fused.get(rowid, 0.0) + 1.0 / (RRF_K + rank + 1)
+        order = sorted(fused, key=fused.get, reverse=True)
+        marks = ",".join("?" * len(order))
+        found = {r[0]: r for r in conn.execute(
+            f"SELECT id, tweet_id, url, author, created_at, source, ref, text FROM chunks WHERE id IN ({marks})", order)}
+        hits, seen = [], set()
+        for rowid in order:
+            row = found[rowid]
+            if row[1] in seen:
+                continue
+            seen.add(row[1])
+            hits.append({"tweet_id": row[1], "score": fused[rowid], "text": row[7]})
+            if len(hits) == limit:
+                break
+        return hits
+
+    for query, vector in list(zip(queries, query_vectors))[:5]:
+        query_sqlite(query, vector)
+    times = []
+    for query, vector in zip(queries, query_vectors):
+        t = time.perf_counter()
+        hits = query_sqlite(query, vector)
+        times.append((time.perf_counter() - t) * 1000)
+        assert hits
+    conn.close()
+    return {"build_s": round(build_s, 2), "hybrid": percentiles(times)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
+    args = parser.parse_args()
+    results = {}
+    for size in args.sizes:
+        rows, vectors, queries, query_vectors = make_corpus(size)
+        with tempfile.TemporaryDirectory(prefix="kb-bench-") as tmp:
+            kb = bench_kb(rows, vectors, queries, query_vectors, Path(tmp))
+            sqlite = bench_sqlite(rows, vectors, queries, query_vectors, Path(tmp))
+        results[size] = {
+            "kb_lancedb": kb, "sqlite_fts5_vec": sqlite,
+            "ratio_kb_over_sqlite": {
+                "build": round(kb["build_s"] / sqlite["build_s"], 2),
+                "hybrid_p50": round(kb["hybrid"]["p50_ms"] / sqlite["hybrid"]["p50_ms"], 2),
+                "hybrid_p95": round(kb["hybrid"]["p95_ms"] / sqlite["hybrid"]["p95_ms"], 2),
+            },
+        }
+        print(json.dumps({size: results[size]}, indent=2), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

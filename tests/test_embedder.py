@@ -1,0 +1,153 @@
+"""The Embedder resource: Ollama through a loopback server that speaks its
+HTTP API, the bundled local model loaded offline, the hash test embedder,
+and the LanceDB vector cache."""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import pytest
+
+from kb_resources.embedder import (
+    OLLAMA_DOCUMENT_PROMPT,
+    OLLAMA_QUERY_PROMPT,
+    CACHE_TABLE,
+    Embedder,
+    EmbedderError,
+    forget_backend_choice,
+)
+from kb_resources.settings import get_settings
+from tests.fake_ollama import DIM, FakeOllama
+
+
+@pytest.fixture(autouse=True)
+def fresh_backend_choice():
+    # `auto` decides once per process; each test starts a new decision.
+    forget_backend_choice()
+    yield
+    forget_backend_choice()
+
+
+@pytest.fixture
+def ollama(monkeypatch):
+    with FakeOllama() as fake:
+        monkeypatch.setenv("OLLAMA_URL", fake.url)
+        yield fake
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def test_auto_uses_ollama_when_it_has_the_model(ollama):
+    embedder = Embedder()
+    assert embedder.resolved_backend() == "ollama"
+    assert embedder.model_name == "ollama:embeddinggemma"
+    assert embedder.dim == DIM
+
+    docs = embedder.embed_documents(["Rust borrow checker explained", "Sourdough starter care"])
+    query = embedder.embed_query("how does the borrow checker work")
+
+    assert docs.shape == (2, DIM) and docs.dtype == np.float32
+    assert np.allclose(np.linalg.norm(docs, axis=1), 1.0, atol=1e-5)
+    # embeddinggemma's asymmetric prompts reach the server.
+    sent = ollama.embed_inputs()
+    assert OLLAMA_DOCUMENT_PROMPT.format(text="Rust borrow checker explained") in sent
+    assert OLLAMA_QUERY_PROMPT.format(text="how does the borrow checker work") in sent
+    assert float(docs[0] @ query) > float(docs[1] @ query)
+
+
+def test_ollama_batches_and_never_embeds_unchanged_text_twice(ollama):
+    texts = [f"passage number {i} about topic {i % 3}" for i in range(5)]
+    first = Embedder(batch_size=2)
+    vectors = first.embed_documents(texts)
+    calls = [r for r in ollama.requests if r["path"] == "/api/embed" and "dimension probe" not in str(r["body"])]
+    assert [len(r["body"]["input"]) for r in calls] == [2, 2, 1]
+
+    # A new embedder (as in a new run) finds the vectors in the LanceDB cache.
+    before = len(ollama.embed_inputs())
+    second = Embedder(batch_size=2)
+    again = second.embed_documents(texts + ["a new passage", texts[0]])
+    new_inputs = ollama.embed_inputs()[before:]
+    assert new_inputs == [OLLAMA_DOCUMENT_PROMPT.format(text="a new passage")]
+    assert np.allclose(again[:5], vectors, atol=1e-6)
+    assert np.allclose(again[6], vectors[0], atol=1e-6)
+    assert second.stats == {"embedded": 1, "cached": 6}
+    assert (get_settings().lancedb_dir / f"{CACHE_TABLE}.lance").is_dir()
+
+
+def test_cache_is_per_model(ollama):
+    Embedder(backend="hash").embed_documents(["same text"])
+    ollama_embedder = Embedder(backend="ollama")
+    ollama_embedder.embed_documents(["same text"])
+    assert ollama_embedder.stats["embedded"] == 1
+
+
+def test_auto_falls_back_to_local_when_ollama_lacks_the_model(monkeypatch):
+    with FakeOllama(models=["nomic-embed-text:latest"]) as fake:
+        monkeypatch.setenv("OLLAMA_URL", fake.url)
+        embedder = Embedder()
+        assert embedder.resolved_backend() == "local"
+        assert embedder.model_name == "local:all-MiniLM-L6-v2"
+        assert embedder.dim == 384
+        status = embedder.readiness()
+    assert status["ollama"]["answers"] is True
+    assert status["ollama"]["has_model"] is False
+    assert "ollama pull embeddinggemma" in status["ollama"]["error"]
+    assert status["local"]["loads"] is True
+    assert status["active"] == "local:all-MiniLM-L6-v2"
+
+
+def test_auto_falls_back_to_local_when_ollama_does_not_answer(monkeypatch):
+    monkeypatch.setenv("OLLAMA_URL", closed_port_url())
+    embedder = Embedder()
+    assert embedder.resolved_backend() == "local"
+    status = embedder.readiness()
+    assert status["ollama"]["answers"] is False
+    assert "does not answer" in status["ollama"]["error"]
+
+
+def test_ollama_backend_names_the_missing_model(monkeypatch):
+    with FakeOllama(models=["nomic-embed-text:latest"]) as fake:
+        monkeypatch.setenv("OLLAMA_URL", fake.url)
+        with pytest.raises(EmbedderError, match="ollama pull embeddinggemma"):
+            Embedder(backend="ollama").embed_documents(["text"])
+
+
+def test_readiness_with_ollama(ollama):
+    status = Embedder().readiness()
+    assert status["ollama"] == {"url": ollama.url, "model": "embeddinggemma", "answers": True,
+                                "has_model": True, "error": None}
+    assert status["active"] == "ollama:embeddinggemma"
+    assert status["ready"] is True
+
+
+def test_unknown_backend_is_an_error(monkeypatch):
+    monkeypatch.setenv("KB_EMBED_BACKEND", "openai")
+    with pytest.raises(EmbedderError, match="'openai' is unknown"):
+        Embedder().model_name
+
+
+def test_local_model_loads_offline_and_ranks_a_paraphrase_first(monkeypatch):
+    # Any hub access would go to a closed port and fail.
+    monkeypatch.setenv("HF_ENDPOINT", closed_port_url())
+    embedder = Embedder(backend="local")
+    query = embedder.embed_query("How do I bake bread at home?")
+    docs = embedder.embed_documents([
+        "The central bank raised interest rates by a quarter point.",
+        "A beginner's guide to making your own loaf in a home kitchen oven.",
+    ])
+    unrelated, paraphrase = docs @ query
+    assert paraphrase > unrelated + 0.2
+
+
+def test_hash_embedder_is_deterministic():
+    first = Embedder(backend="hash", use_cache=False).embed_documents(["alpha beta", "gamma"])
+    second = Embedder(backend="hash", use_cache=False).embed_documents(["alpha beta", "gamma"])
+    assert np.array_equal(first, second)
+    query = Embedder(backend="hash").embed_query("beta")
+    assert first[0] @ query > 0.5 and abs(first[1] @ query) < 1e-6

@@ -1,0 +1,325 @@
+"""The LanceDB index and the one search function, on real LanceDB files.
+
+Most tests use the deterministic hash embedder (shared words make near
+vectors). The rare-keyword and model-change tests use the bundled local model,
+which is loaded once per test process."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from kb_assets.search import search
+from kb_resources.embedder import Embedder
+from kb_resources.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch
+
+T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
+
+
+def chunk(tweet_id: str, position: int, text: str, *, source: str = "post", author: str = "alice",
+          created_at: datetime = T0, ref: str | None = None, **extra) -> dict:
+    return {"chunk_id": f"{tweet_id}-{source}-{position}", "tweet_id": tweet_id,
+            "url": f"https://x.com/{author}/status/{tweet_id}", "author": author, "created_at": created_at,
+            "source": source, "ref": ref or f"https://x.com/{author}/status/{tweet_id}", "position": position,
+            "text": text, **extra}
+
+
+def index_rows(index: ChunkIndex, rows: list[dict], embedder: Embedder) -> None:
+    tweet_ids = sorted({r["tweet_id"] for r in rows})
+    index.replace_chunks(tweet_ids, rows, embedder)
+
+
+@pytest.fixture
+def hasher() -> Embedder:
+    return Embedder(backend="hash")
+
+
+@pytest.fixture
+def index() -> ChunkIndex:
+    return ChunkIndex()
+
+
+CORPUS = [
+    chunk("1", 0, "Rust ownership and the borrow checker explained with small examples", author="Alice"),
+    chunk("2", 0, "Sourdough bread: feeding the starter and shaping the loaf", author="bob",
+          created_at=T0 + timedelta(days=3)),
+    chunk("3", 0, "Kubernetes operators reconcile the cluster state in a control loop", author="carol",
+          created_at=T0 - timedelta(days=3)),
+    chunk("4", 0, "A talk on the Rust borrow checker and lifetimes", source="video", author="dave",
+          created_at=T0 + timedelta(days=10), ref="https://youtube.com/watch?v=abc"),
+    chunk("5", 0, "Espresso extraction: grind size, dose and water temperature", author="bob",
+          created_at=T0 + timedelta(days=20)),
+]
+
+
+@pytest.fixture
+def small_index(index, hasher) -> ChunkIndex:
+    index_rows(index, CORPUS, hasher)
+    index.upsert_bookmark_cards([
+        {"tweet_id": "4", "url": "https://x.com/dave/status/4", "author": "dave", "author_name": "Dave",
+         "created_at": T0 + timedelta(days=10), "text": "watch this", "lang": "en",
+         "media": [{"kind": "video", "url": "https://video.twimg.com/4.mp4"}],
+         "last_sync": T0 + timedelta(days=30)},
+    ])
+    return index
+
+
+@pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid"])
+def test_ranking_on_a_small_corpus(small_index, hasher, mode):
+    response = search("sourdough starter loaf", mode=mode, index=small_index, embedder=hasher)
+    assert response.hits[0].tweet_id == "2"
+    response = search("borrow checker", mode=mode, index=small_index, embedder=hasher, limit=2)
+    assert {h.tweet_id for h in response.hits} == {"1", "4"}
+
+
+def test_hit_fields_and_card_data(small_index, hasher):
+    response = search("borrow checker talk lifetimes", index=small_index, embedder=hasher)
+    hit = response.hits[0]
+    assert hit.tweet_id == "4"
+    assert hit.best_source == "video" and hit.best_ref == "https://youtube.com/watch?v=abc"
+    assert hit.author == "dave" and hit.created_at == (T0 + timedelta(days=10)).isoformat()
+    assert hit.media == [{"kind": "video", "url": "https://video.twimg.com/4.mp4"}]
+    assert hit.chunk_count == 1 and hit.word_count == 9
+    assert response.model == "hash:bow-256"
+    assert response.last_sync == (T0 + timedelta(days=30)).isoformat()
+    as_dict = response.to_dict()
+    for name in ("tweet_id", "url", "author", "created_at", "score", "best_source", "best_chunk", "best_ref",
+                 "chunk_count", "word_count", "media", "lang", "best_source_text"):
+        assert name in as_dict["hits"][0]
+
+
+def test_filters(small_index, hasher):
+    def ids(**filters):
+        return [h.tweet_id for h in search("rust borrow checker bread espresso kubernetes", index=small_index,
+                                           embedder=hasher, **filters).hits]
+
+    assert sorted(ids(author="ALICE")) == ["1"]  # case-insensitive, stored as "Alice"
+    assert sorted(ids(author="@bob")) == ["2", "5"]
+    assert ids(source="video") == ["4"]
+    # after is inclusive, before exclusive, on the post date (UTC).
+    assert sorted(ids(after="2024-03-01")) == ["1", "2", "4", "5"]
+    assert sorted(ids(before="2024-03-01")) == ["3"]
+    assert sorted(ids(after="2024-03-04", before="2024-03-11T00:00:00Z")) == ["2"]
+    assert sorted(ids(after=T0 + timedelta(days=10), before=T0 + timedelta(days=10, seconds=1))) == ["4"]
+
+
+def test_filters_apply_before_ranking(index, hasher):
+    # 300 posts match the query well; 3 videos match it weakly. A filter
+    # applied after ranking would find no video in the top passages.
+    rows = [chunk(f"p{i}", 0, f"postgres index tuning guide part {i}") for i in range(300)]
+    rows += [chunk(f"v{i}", 0, f"a video about gardening and postgres number {i}", source="video")
+             for i in range(3)]
+    rows += [chunk("v9", 0, "cooking show with no match at all", source="video")]
+    index_rows(index, rows, hasher)
+    for mode in ("bm25", "dense", "hybrid"):
+        hits = search("postgres index tuning guide", source="video", limit=3, mode=mode,
+                      index=index, embedder=hasher).hits
+        assert len(hits) == 3, mode
+        assert all(h.best_source == "video" for h in hits)
+
+
+def test_one_passage_per_bookmark(index, hasher):
+    long_page = [chunk("7", i, f"compiler optimization pass {i} inlining loop unrolling", source="article",
+                       ref="https://blog.example/compilers") for i in range(5)]
+    index_rows(index, long_page + [chunk("8", 0, "compiler optimization inlining basics")], hasher)
+    response = search("compiler optimization inlining", index=index, embedder=hasher)
+    assert [h.tweet_id for h in response.hits].count("7") == 1
+    hit = next(h for h in response.hits if h.tweet_id == "7")
+    assert hit.chunk_count == 5 and hit.word_count == 5 * 7
+
+    # Reading one document gives its passages, best first.
+    passages = search("loop unrolling pass 3", tweet_id="7", index=index, embedder=hasher).hits
+    assert len(passages) == 5 and passages[0].best_position == 3
+
+
+def test_a_page_shared_by_two_bookmarks_is_found_from_each(index, hasher):
+    page = "https://blog.example/shared"
+    rows = [chunk("a", 0, "vector clocks and causal ordering", source="link", ref=page, author="ann"),
+            chunk("b", 0, "vector clocks and causal ordering", source="link", ref=page, author="ben")]
+    index_rows(index, rows, hasher)
+    hasher.embed_documents(["warm"])
+    assert hasher.stats["embedded"] <= 2  # the second copy came from the cache
+    assert [h.tweet_id for h in search("vector clocks", author="ben", index=index, embedder=hasher).hits] == ["b"]
+    # Reading the page by URL gives it once, not once per bookmark.
+    assert len(search("causal ordering", ref=page, index=index, embedder=hasher).hits) == 1
+    assert len(index.passages(ref=page)) == 1
+
+
+def test_replace_chunks_twice_makes_no_duplicates(index, hasher):
+    rows = [chunk("1", i, f"passage {i} of the first bookmark") for i in range(3)]
+    index_rows(index, rows, hasher)
+    index_rows(index, rows, hasher)
+    table = index.table(CHUNKS)
+    assert table.count_rows() == 3
+    # A shorter new version removes the stale passages of that bookmark only.
+    index_rows(index, [chunk("2", 0, "another bookmark")], hasher)
+    index.replace_chunks(["1"], rows[:1], hasher)
+    ids = sorted(table.to_arrow().column("chunk_id").to_pylist())
+    assert ids == ["1-post-0", "2-post-0"]
+    # A bookmark with no passages left leaves the index.
+    index.replace_chunks(["1"], [], hasher)
+    assert table.to_arrow().column("chunk_id").to_pylist() == ["2-post-0"]
+
+
+def test_replace_chunks_rejects_bad_rows(index, hasher):
+    with pytest.raises(ValueError, match="occurs twice"):
+        index.replace_chunks(["1"], [chunk("1", 0, "a"), chunk("1", 0, "b")], hasher)
+    with pytest.raises(ValueError, match="not in tweet_ids"):
+        index.replace_chunks(["1"], [chunk("2", 0, "a")], hasher)
+    with pytest.raises(ValueError, match="created_at"):
+        index.replace_chunks(["1"], [chunk("1", 0, "a", created_at="last tuesday")], hasher)
+
+
+def test_remove_bookmarks_and_sources(small_index, hasher):
+    small_index.remove_bookmarks(["2"])
+    small_index.remove_sources(["video"])
+    hits = search("sourdough borrow checker", mode="bm25", index=small_index, embedder=hasher).hits
+    assert {h.tweet_id for h in hits} == {"1"}
+    assert small_index.table(CHUNKS).count_rows("source = 'video'") == 0
+    assert small_index.bookmark("4") is not None and small_index.bookmark("2") is None
+
+
+def test_readers_see_new_data_without_a_restart(small_index, hasher):
+    reader = ChunkIndex()
+    assert search("zeppelin", index=reader, embedder=hasher, mode="bm25").hits == []
+    writer = ChunkIndex()
+    index_rows(writer, [chunk("9", 0, "zeppelin airship history")], hasher)
+    assert [h.tweet_id for h in search("zeppelin", index=reader, embedder=hasher, mode="bm25").hits] == ["9"]
+    assert search("zeppelin", index=reader, embedder=hasher).hits[0].tweet_id == "9"
+
+
+def test_search_while_another_thread_writes(index, hasher):
+    base = [chunk(f"b{i}", 0, f"distributed systems consensus raft paxos note {i}") for i in range(50)]
+    index_rows(index, base, hasher)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        writer = ChunkIndex()
+        round_ = 0
+        try:
+            while not stop.is_set():
+                round_ += 1
+                rows = [chunk(f"b{i}", p, f"raft consensus leader election round {round_} part {p}")
+                        for i in range(0, 50, 5) for p in range(round_ % 3 + 1)]
+                writer.replace_chunks([f"b{i}" for i in range(0, 50, 5)], rows, hasher)
+                if round_ % 4 == 0:
+                    writer.maintain()
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        searches = 0
+        while searches < 40 or thread.is_alive() and searches < 40:
+            response = search("raft consensus", limit=20, index=ChunkIndex(), embedder=hasher)
+            assert len(response.hits) == 20
+            assert len({h.tweet_id for h in response.hits}) == 20
+            searches += 1
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not errors, errors
+
+
+def test_maintain_folds_rows_into_the_indexes(index, hasher):
+    small = ChunkIndex(vector_index_min_rows=200)
+    rows = [chunk(f"m{i}", 0, f"note {i} about graph databases and query planners") for i in range(260)]
+    index_rows(small, rows, hasher)
+    index_rows(small, [chunk("late", 0, "a late note about query planners")], hasher)
+    assert small.counts()["fts_unindexed_rows"] == 1
+    small.maintain()
+    counts = small.counts()
+    assert counts["fts_unindexed_rows"] == 0 and counts["vector_index"] is True
+    assert counts["chunks"] == 261 and counts["indexed_bookmarks"] == 261
+    assert counts["model"] == "hash:bow-256" and counts["dim"] == 256
+    hits = search("late note query planners", index=small, embedder=hasher).hits
+    assert hits[0].tweet_id == "late"
+
+
+def test_bad_input(small_index, hasher):
+    with pytest.raises(ValueError, match="query is empty"):
+        search("   ", index=small_index, embedder=hasher)
+    with pytest.raises(ValueError, match="after="):
+        search("rust", after="next week", index=small_index, embedder=hasher)
+    with pytest.raises(ValueError, match="before="):
+        search("rust", before="2024-13-45", index=small_index, embedder=hasher)
+    with pytest.raises(ValueError, match="mode="):
+        search("rust", mode="fuzzy", index=small_index, embedder=hasher)
+    assert search("rust", limit=500, index=small_index, embedder=hasher).limit == 100
+
+
+def test_empty_index_gives_no_hits(index, hasher):
+    assert search("anything", index=index, embedder=hasher).hits == []
+
+
+def test_bm25_needs_no_embedder(small_index, monkeypatch):
+    monkeypatch.setenv("KB_EMBED_BACKEND", "ollama")
+    monkeypatch.setenv("OLLAMA_URL", "http://127.0.0.1:9")
+    hits = search("espresso grind", mode="bm25", index=small_index).hits
+    assert hits[0].tweet_id == "5"
+
+
+# --- with the bundled local model ------------------------------------------------
+SEMANTIC_NEIGHBOURS = [
+    "Supply chain attacks on open source compression libraries are a growing threat.",
+    "How a malicious maintainer slipped a backdoor into a widely used Linux package.",
+    "Lessons from the SolarWinds supply chain compromise for software vendors.",
+    "Why signed releases and reproducible builds stop tampered open source packages.",
+    "A timeline of the most damaging open source supply chain attacks.",
+    "Detecting backdoors in compression code with binary analysis.",
+    "OpenSSH hardening: what to check after a suspected supply chain attack.",
+    "Open source maintainers burn out, and attackers exploit that to gain trust.",
+    "The anatomy of a backdoor hidden in build scripts of a Linux library.",
+    "Security teams should audit transitive dependencies for supply chain risk.",
+    "Social engineering of open source maintainers: a new attack pattern.",
+    "Why compression libraries make attractive targets for backdoors.",
+]
+RARE = "Homelab log: patched CVE-2024-3094 on all my Debian boxes today; it took ten minutes."
+
+
+@pytest.fixture(scope="module")
+def local_index(tmp_path_factory) -> tuple[ChunkIndex, Embedder]:
+    # Module scope: the passages are embedded once for the tests that only read.
+    folder = tmp_path_factory.mktemp("local_index")
+    embedder = Embedder(backend="local", cache_dir=str(folder / "cache"))
+    rows = [chunk(f"n{i}", 0, text) for i, text in enumerate(SEMANTIC_NEIGHBOURS)]
+    rows.append(chunk("rare", 0, RARE))
+    index = ChunkIndex(path=str(folder / "index"))
+    index_rows(index, rows, embedder)
+    return index, embedder
+
+
+@pytest.mark.parametrize("query", [
+    "CVE-2024-3094 open source backdoor supply chain attack",
+    "CVE-2024-3094",
+    '"CVE-2024-3094" backdoor',
+])
+def test_a_rare_exact_keyword_keeps_its_hit(local_index, query):
+    index, embedder = local_index
+    hits = search(query, limit=3, index=index, embedder=embedder).hits
+    assert "rare" in [h.tweet_id for h in hits]
+
+
+def test_exact_phrase_ranks_first(local_index):
+    index, embedder = local_index
+    hits = search("patched CVE-2024-3094", index=index, embedder=embedder).hits
+    assert hits[0].tweet_id == "rare" and hits[0].exact_match
+
+
+def test_another_model_gives_a_clear_error(index, hasher):
+    local = Embedder(backend="local")
+    index_rows(index, [chunk("n1", 0, SEMANTIC_NEIGHBOURS[1])], local)
+    with pytest.raises(IndexModelMismatch, match=r"local:all-MiniLM-L6-v2.*hash:bow-256.*kb index --rebuild"):
+        search("backdoor", index=index, embedder=hasher)
+    with pytest.raises(IndexModelMismatch, match="kb index --rebuild"):
+        index.replace_chunks(["x"], [chunk("x", 0, "text")], hasher)
+    # bm25 needs no vectors, so it still answers.
+    assert search("backdoor", mode="bm25", index=index).hits[0].tweet_id == "n1"
+    # After a rebuild the index takes the new model.
+    index.rebuild()
+    index_rows(index, [chunk("x", 0, "backdoor text")], hasher)
+    assert search("backdoor", index=index, embedder=hasher).hits[0].tweet_id == "x"
