@@ -30,8 +30,9 @@ import dagster as dg
 import duckdb
 
 from kb_resources.settings import excluded_sources
+from kb_assets.enrichment import ResultWriter, backend_stopped, coverage_check, failure_reasons, waiting_rows
 from kb_assets.partitions import sync_batches
-from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
+from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore
 from kb_resources.settings import get_settings
 from kb_resources.vision import CaptionBackendError, Captioner, CaptionResult
 
@@ -61,14 +62,7 @@ class Photo:
 def waiting_photos(conn: duckdb.DuckDBPyConnection, batches: list[str] | None, *, retry: bool) -> list[Photo]:
     """Photos with no caption yet (and the failed ones when `retry`), of the
     given batches (None: of every batch), in batch order."""
-    rows = conn.execute(
-        f"""SELECT url, batch, attempts FROM ({PHOTOS_SQL})
-            WHERE (status IS NULL OR (status = 'failed' AND ?))
-              AND (? OR list_contains(?, batch))
-            ORDER BY batch, url""",
-        [retry, batches is None, batches or []],
-    ).fetchall()
-    return [Photo(*row) for row in rows]
+    return [Photo(*row) for row in waiting_rows(conn, PHOTOS_SQL, "url, batch, attempts", batches, retry=retry)]
 
 
 def waiting_by_batch(conn: duckdb.DuckDBPyConnection, *, retry: bool = False) -> dict[str, int]:
@@ -142,34 +136,22 @@ def captions(
     model = captioner.model_name()
     by_url = {photo.url: photo for photo in photos}
     context.log.info(f"Captioning {len(photos)} photo(s) of {len(batches)} batch(es) with {model}")
-    written: list[dict] = []
-    pending: list[dict] = []
-
-    def flush() -> None:
-        if pending:
-            with duckdb.transaction() as conn:
-                insert_rows(conn, "captions", pending)
-            written.extend(pending)
-            pending.clear()
-
     error: CaptionBackendError | None = None
-    try:
-        for result in captioner.caption(list(by_url)):
-            pending.append(caption_row(result, by_url[result.url], model, datetime.now(timezone.utc)))
-            if len(pending) >= WRITE_EVERY:
-                flush()
-    except CaptionBackendError as exc:
-        error = exc
-    finally:
-        flush()  # what was captioned is kept, also when the backend stopped
+    # The writer keeps what was captioned, also when the backend stopped.
+    with ResultWriter(duckdb, "captions", WRITE_EVERY) as writer:
+        try:
+            for result in captioner.caption(list(by_url)):
+                writer.add(caption_row(result, by_url[result.url], model, datetime.now(timezone.utc)))
+        except CaptionBackendError as exc:
+            error = exc
 
-    reasons = Counter(row["reason"] for row in written if row["status"] == "failed")
+    written = writer.written
     for row in written:
         if row["status"] == "failed":
             context.log.info(f"{row['url']}: {row['reason']} {row['detail'] or ''}".rstrip())
     metadata = {
         "captioned": sum(row["status"] == "ok" for row in written),
-        "failed": dg.MetadataValue.json(dict(sorted(reasons.items()))),
+        "failed": failure_reasons(written),
         "waiting": all_waiting - len(written),
         "model": model,
         "backend": captioner.backend_name(),
@@ -177,8 +159,7 @@ def captions(
         "retry": config.retry,
     }
     if error:
-        raise dg.Failure(description=f"The caption backend stopped: {error}. "
-                         f"{len(written)} result(s) were stored; the other photos wait.", metadata=metadata)
+        raise backend_stopped("caption", error, len(written), "photos", metadata)
     return dg.MaterializeResult(metadata=metadata)
 
 
@@ -187,13 +168,8 @@ def captions(
 def captions_coverage(duckdb: DuckDBStore) -> dg.AssetCheckResult:
     with duckdb.connect() as conn:
         numbers = photo_coverage(conn)
-    excluded = SOURCE in excluded_sources()
-    share = numbers["captioned"] / numbers["photos"] if numbers["photos"] else 1.0
-    return dg.AssetCheckResult(
-        passed=excluded or numbers["waiting"] == 0,
-        severity=dg.AssetCheckSeverity.WARN,
-        metadata={**numbers, "coverage": dg.MetadataValue.float(round(share, 4)), "excluded": excluded},
-    )
+    return coverage_check(numbers, done=numbers["captioned"], total=numbers["photos"],
+                          off=SOURCE in excluded_sources(), off_key="excluded")
 
 
 # --- `kb caption` --------------------------------------------------------------------

@@ -59,19 +59,26 @@ def _clean(paragraph: str) -> str:
 
 def _merge(pieces: list[str], max_words: int) -> list[str]:
     """Join neighbouring pieces while the sum stays within the limit."""
-    chunks: list[str] = []
+    return _pack(pieces, max_words, "\n\n")
+
+
+def _pack(pieces: list[str], max_words: int, separator: str, target: float = math.inf) -> list[str]:
+    """Join neighbouring pieces with `separator`, in order. A part closes
+    when it reached `target` words, or when the next piece would push it
+    over `max_words`."""
+    parts: list[str] = []
     current: list[str] = []
     size = 0
     for piece in pieces:
         words = word_count(piece)
-        if current and size + words > max_words:
-            chunks.append("\n\n".join(current))
+        if current and (size >= target or size + words > max_words):
+            parts.append(separator.join(current))
             current, size = [], 0
         current.append(piece)
         size += words
     if current:
-        chunks.append("\n\n".join(current))
-    return chunks
+        parts.append(separator.join(current))
+    return parts
 
 
 def _split_long(paragraph: str, max_words: int) -> list[str]:
@@ -87,22 +94,8 @@ def _split_long(paragraph: str, max_words: int) -> list[str]:
             sentences.append(sentence)
     total = sum(word_count(s) for s in sentences)
     parts = math.ceil(total / max_words)
-    target = total / parts
-    out: list[str] = []
-    current: list[str] = []
-    size = 0
-    for sentence in sentences:
-        words = word_count(sentence)
-        # Close the part when it reached the target, or when this sentence
-        # would push it over the limit.
-        if current and (size >= target or size + words > max_words):
-            out.append(" ".join(current))
-            current, size = [], 0
-        current.append(sentence)
-        size += words
-    if current:
-        out.append(" ".join(current))
-    return out
+    # Parts of about equal size: each closes once it reached the mean.
+    return _pack(sentences, max_words, " ", target=total / parts)
 
 
 def _split_words(sentence: str, max_words: int) -> list[str]:

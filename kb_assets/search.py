@@ -39,13 +39,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
-from typing import Any
 
 import numpy as np
 from lancedb.query import PhraseQuery
 
 from kb_resources.embedder import Embedder, EmbedderError
-from kb_resources.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch, sql_in, sql_str
+from kb_resources.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch, sql_in, sql_str, to_utc
 
 MODES = ("bm25", "dense", "hybrid")
 FUSION_METHODS = ("convex", "rrf")
@@ -169,8 +168,8 @@ def search(
         raise ValueError(f"mode={mode!r} is unknown: use one of {', '.join(MODES)}")
     if fusion not in FUSION_METHODS:
         raise ValueError(f"fusion={fusion!r} is unknown: use one of {', '.join(FUSION_METHODS)}")
-    after_dt = _parse_date(after, "after")
-    before_dt = _parse_date(before, "before")
+    after_dt = to_utc(after, name="after")
+    before_dt = to_utc(before, name="before")
     sources = _sources(source)
     where = _where(author=author, sources=sources, after=after_dt, before=before_dt, tweet_id=tweet_id, ref=ref)
     filters = {"author": author, "source": source, "after": after_dt and after_dt.isoformat(),
@@ -241,21 +240,6 @@ def _check_limit(limit: int) -> int:
     if limit < 1:
         raise ValueError(f"limit={limit} must be 1 or more")
     return min(limit, MAX_LIMIT)
-
-
-def _parse_date(value: Any, name: str) -> datetime | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
-    if isinstance(value, date):
-        return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
-    if isinstance(value, str):
-        try:
-            return _parse_date(datetime.fromisoformat(value.strip().replace("Z", "+00:00")), name)
-        except ValueError:
-            pass
-    raise ValueError(f"{name}={value!r} is not a date: use YYYY-MM-DD or an ISO 8601 time")
 
 
 def _sources(source: str | list[str] | None) -> list[str]:

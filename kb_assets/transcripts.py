@@ -30,8 +30,9 @@ import dagster as dg
 import duckdb
 
 from kb_resources.settings import excluded_sources
+from kb_assets.enrichment import ResultWriter, backend_stopped, coverage_check, failure_reasons, waiting_rows
 from kb_assets.partitions import sync_batches
-from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
+from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore
 from kb_resources.transcriber import TranscribeBackendError, Transcriber, TranscriptResult
 
 SOURCE = "video"  # the chunk source that transcripts feed; `exclude = ["video"]` turns this stage off
@@ -70,12 +71,7 @@ class Video:
 
 def waiting_videos(conn: duckdb.DuckDBPyConnection, batches: list[str], *, retry: bool) -> list[Video]:
     """Videos of the batches with no transcript yet (and the failed ones when `retry`)."""
-    rows = conn.execute(
-        f"""SELECT media_key, url, video_url, batch, attempts FROM ({VIDEOS_SQL})
-            WHERE (status IS NULL OR (status = 'failed' AND ?)) AND list_contains(?, batch)
-            ORDER BY batch, url""",
-        [retry, batches],
-    ).fetchall()
+    rows = waiting_rows(conn, VIDEOS_SQL, "media_key, url, video_url, batch, attempts", batches, retry=retry)
     return [Video(*row) for row in rows]
 
 
@@ -147,45 +143,35 @@ def transcripts(
     # A video with no MP4 variant cannot be read: that is its result.
     no_mp4 = [v for v in videos if not v.video_url]
     by_mp4 = {v.video_url: v for v in videos if v.video_url}
-    pending = [transcript_row(v, TranscriptResult("", reason="no_mp4", detail=f"{v.url}: X offers no MP4 variant"),
-                              model, now()) for v in no_mp4]
-    written: list[dict] = []
-
-    def flush() -> None:
-        if pending:
-            with duckdb.transaction() as conn:
-                insert_rows(conn, "transcripts", pending)
-            written.extend(pending)
-            pending.clear()
-
     context.log.info(f"Transcribing {len(by_mp4)} video(s) with {model} ({transcriber.backend_name()})")
     error: TranscribeBackendError | None = None
-    try:
-        for result in transcriber.transcribe(list(by_mp4)):
-            video = by_mp4[result.video_url]
-            pending.append(transcript_row(video, result, model, now()))
-            if not result.ok:
-                context.log.info(f"{video.url}: {result.reason} {result.detail or ''}".rstrip())
-            if len(pending) >= WRITE_EVERY:
-                flush()
-    except TranscribeBackendError as exc:
-        error = exc
-    finally:
-        flush()  # what was transcribed is kept, also when the backend stopped
+    # The writer keeps what was transcribed, also when the backend stopped.
+    with ResultWriter(duckdb, "transcripts", WRITE_EVERY) as writer:
+        for video in no_mp4:
+            writer.add(transcript_row(
+                video, TranscriptResult("", reason="no_mp4", detail=f"{video.url}: X offers no MP4 variant"),
+                model, now()))
+        try:
+            for result in transcriber.transcribe(list(by_mp4)):
+                video = by_mp4[result.video_url]
+                writer.add(transcript_row(video, result, model, now()))
+                if not result.ok:
+                    context.log.info(f"{video.url}: {result.reason} {result.detail or ''}".rstrip())
+        except TranscribeBackendError as exc:
+            error = exc
 
-    reasons = Counter(row["reason"] for row in written if row["status"] == "failed")
+    written = writer.written
     metadata = {
         "transcribed": sum(row["status"] == "ok" for row in written),
         "no_speech": sum(row["status"] == "ok" and row["word_count"] == 0 for row in written),
-        "failed": dg.MetadataValue.json(dict(sorted(reasons.items()))),
+        "failed": failure_reasons(written),
         "languages": dg.MetadataValue.json(dict(Counter(r["language"] for r in written if r["status"] == "ok"))),
         "waiting": all_waiting - len(written),
         "model": model,
         "retry": config.retry,
     }
     if error:
-        raise dg.Failure(description=f"The transcription backend stopped: {error}. "
-                         f"{len(written)} result(s) were stored; the other videos wait.", metadata=metadata)
+        raise backend_stopped("transcription", error, len(written), "videos", metadata)
     return dg.MaterializeResult(metadata=metadata)
 
 
@@ -194,10 +180,5 @@ def transcripts(
 def transcripts_coverage(duckdb: DuckDBStore) -> dg.AssetCheckResult:
     with duckdb.connect() as conn:
         numbers = video_coverage(conn)
-    excluded = SOURCE in excluded_sources()
-    share = numbers["transcribed"] / numbers["videos"] if numbers["videos"] else 1.0
-    return dg.AssetCheckResult(
-        passed=excluded or numbers["waiting"] == 0,
-        severity=dg.AssetCheckSeverity.WARN,
-        metadata={**numbers, "coverage": dg.MetadataValue.float(round(share, 4)), "excluded": excluded},
-    )
+    return coverage_check(numbers, done=numbers["transcribed"], total=numbers["videos"],
+                          off=SOURCE in excluded_sources(), off_key="excluded")

@@ -29,8 +29,9 @@ import duckdb
 
 from kb_assets.chunks import partition_bookmarks
 from kb_resources.settings import excluded_sources
+from kb_assets.enrichment import ResultWriter, coverage_check
 from kb_assets.partitions import sync_batches
-from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
+from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore
 from kb_resources.settings import get_settings
 from kb_resources.translator import TranslateError, Translator
 
@@ -101,21 +102,13 @@ def translations(
 
     model = translator.model_name()
     client = translator.client()
-    pending: list[dict] = []
-    written: list[dict] = []
     failures: list[str] = []
     in_a_row = 0
 
-    def flush() -> None:
-        if pending:
-            with duckdb.transaction() as conn:
-                insert_rows(conn, "translations", pending)
-            written.extend(pending)
-            pending.clear()
-
     context.log.info(f"Translating {len(waiting)} chunk text(s) with {model}")
     stop: str | None = None
-    try:
+    # The writer keeps what was translated, also when the run stops.
+    with ResultWriter(duckdb, "translations", WRITE_EVERY) as writer:
         for text_hash, text in waiting:
             try:
                 english = translator.translate(text, client)
@@ -128,13 +121,10 @@ def translations(
                     break
                 continue
             in_a_row = 0
-            pending.append({"text_hash": text_hash, "english": english, "model": model,
-                            "translated_at": datetime.now(timezone.utc)})
-            if len(pending) >= WRITE_EVERY:
-                flush()
-    finally:
-        flush()  # what was translated is kept, also when the run stops
+            writer.add({"text_hash": text_hash, "english": english, "model": model,
+                        "translated_at": datetime.now(timezone.utc)})
 
+    written = writer.written
     metadata = {
         "translated": sum(row["english"] is not None for row in written),
         "already_english": sum(row["english"] is None for row in written),
@@ -158,10 +148,5 @@ def translations_coverage(duckdb: DuckDBStore) -> dg.AssetCheckResult:
     with duckdb.connect() as conn:
         numbers = translation_coverage(conn, skip)
     turned_off = get_settings().owner_config().get("translate", True) is False
-    done = numbers["translated"] + numbers["already_english"]
-    share = done / numbers["foreign_texts"] if numbers["foreign_texts"] else 1.0
-    return dg.AssetCheckResult(
-        passed=turned_off or numbers["waiting"] == 0,
-        severity=dg.AssetCheckSeverity.WARN,
-        metadata={**numbers, "coverage": dg.MetadataValue.float(round(share, 4)), "translate_off": turned_off},
-    )
+    return coverage_check(numbers, done=numbers["translated"] + numbers["already_english"],
+                          total=numbers["foreign_texts"], off=turned_off, off_key="translate_off")

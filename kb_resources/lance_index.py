@@ -128,7 +128,7 @@ def to_utc(value: Any, *, name: str = "created_at") -> datetime | None:
             return to_utc(datetime.fromisoformat(value.strip().replace("Z", "+00:00")), name=name)
         except ValueError:
             pass
-    raise ValueError(f"{name}={value!r} is not a date or time (use ISO 8601, for example 2024-05-01)")
+    raise ValueError(f"{name}={value!r} is not a date: use YYYY-MM-DD or an ISO 8601 time")
 
 
 class ChunkIndex(dg.ConfigurableResource):

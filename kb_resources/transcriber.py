@@ -20,9 +20,8 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import dagster as dg
-
 from kb_resources.modal_apps import shared
+from kb_resources.model_backend import ModelBackendResource
 from kb_resources.settings import get_settings
 
 BACKENDS = ("off", "local", "modal")
@@ -116,39 +115,21 @@ class TranscribeBackendError(RuntimeError):
     """The transcription backend did not start or stopped. The videos wait."""
 
 
-class Transcriber(dg.ConfigurableResource):
+class Transcriber(ModelBackendResource):
     """Transcripts of videos. Empty fields take their value from the settings."""
 
-    backend: str = ""
-    model: str = ""
+    BACKEND_SETTING = "kb_transcribe_backend"
+    BACKENDS = BACKENDS
 
-    def backend_name(self) -> str:
-        name = (self.backend or get_settings().kb_transcribe_backend or "off").strip().lower()
-        if name not in BACKENDS:
-            raise ValueError(f"KB_TRANSCRIBE_BACKEND={name!r} is not one of {', '.join(BACKENDS)}")
-        return name
+    model: str = ""
 
     def model_name(self) -> str:
         if self.backend_name() == "modal":
             return self.model or get_settings().kb_transcribe_modal_model
         return self.model or default_whisper_model()
 
-    def off_reason(self) -> str | None:
-        backend = self.backend_name()
-        if backend == "off":
-            return "KB_TRANSCRIBE_BACKEND is off"
-        if backend == "modal":
-            from kb_resources.modal_runner import modal_ready
-
-            ready, detail = modal_ready()
-            return None if ready else detail
-        return None
-
-    def readiness(self) -> tuple[bool, str]:
-        reason = self.off_reason()
-        if reason:
-            return False, reason
-        return True, f"{self.model_name()} ({self.backend_name()})"
+    def ready_detail(self) -> str:
+        return f"{self.model_name()} ({self.backend_name()})"
 
     def transcribe(self, video_urls: list[str]) -> Iterator[TranscriptResult]:
         """One result per MP4 URL that was worked on. Raises

@@ -23,12 +23,12 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import dagster as dg
 import httpx
 import openai
 
 from kb_resources.modal_apps import shared
-from kb_resources.settings import get_settings
+from kb_resources.model_backend import ModelBackendResource
+from kb_resources.settings import get_settings, redact_secrets
 
 BACKENDS = ("off", "openai", "modal")
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
@@ -58,12 +58,14 @@ class CaptionBackendError(RuntimeError):
     """The caption backend does not answer. The photos wait for the next run."""
 
 
-class Captioner(dg.ConfigurableResource):
+class Captioner(ModelBackendResource):
     """Captions and OCR text of photos. Empty fields take their value from
     the settings; the key always comes from the settings, so it never shows
     in the Dagster UI."""
 
-    backend: str = ""
+    BACKEND_SETTING = "kb_caption_backend"
+    BACKENDS = BACKENDS
+
     base_url: str = ""
     model: str = ""
     timeout_s: float = 120.0
@@ -71,12 +73,6 @@ class Captioner(dg.ConfigurableResource):
     max_tokens: int = 512
 
     # --- configuration ------------------------------------------------------
-    def backend_name(self) -> str:
-        name = (self.backend or get_settings().kb_caption_backend or "off").strip().lower()
-        if name not in BACKENDS:
-            raise ValueError(f"KB_CAPTION_BACKEND={name!r} is not one of {', '.join(BACKENDS)}")
-        return name
-
     def _base_url(self) -> str:
         return self.base_url or get_settings().kb_caption_base_url
 
@@ -88,25 +84,13 @@ class Captioner(dg.ConfigurableResource):
 
     def off_reason(self) -> str | None:
         """Why captions are off, or None when they are on."""
-        backend = self.backend_name()
-        if backend == "off":
-            return "KB_CAPTION_BACKEND is off"
-        if backend == "openai" and not (self._base_url() and self.model_name()):
+        if self.backend_name() == "openai" and not (self._base_url() and self.model_name()):
             return "the openai caption backend needs KB_CAPTION_BASE_URL and KB_CAPTION_MODEL"
-        if backend == "modal":
-            from kb_resources.modal_runner import modal_ready
+        return super().off_reason()
 
-            ready, detail = modal_ready()
-            return None if ready else detail
-        return None
-
-    def readiness(self) -> tuple[bool, str]:
-        """(ready, detail) for `kb status`."""
-        reason = self.off_reason()
-        if reason:
-            return False, reason
+    def ready_detail(self) -> str:
         where = self._base_url() if self.backend_name() == "openai" else "Modal"
-        return True, f"{self.model_name()} at {where}"
+        return f"{self.model_name()} at {where}"
 
     # --- work -----------------------------------------------------------------
     def caption(self, urls: list[str]) -> Iterator[CaptionResult]:
@@ -147,11 +131,13 @@ class Captioner(dg.ConfigurableResource):
                         temperature=0, max_tokens=self.max_tokens)
                 except openai.APIStatusError as exc:
                     if exc.status_code in PHOTO_REJECTED:
-                        return CaptionResult(url, reason=f"http_{exc.status_code}", detail=str(exc)[:300])
-                    raise CaptionBackendError(f"the caption endpoint {self._base_url()} failed: {exc}"[:500]) from None
-                except openai.APIError as exc:
+                        return CaptionResult(url, reason=f"http_{exc.status_code}", detail=redact_secrets(str(exc))[:300])
+                    # The endpoint's error text can quote the key: redact it before it reaches a log.
                     raise CaptionBackendError(
-                        f"the caption endpoint {self._base_url()} does not answer: {type(exc).__name__}: {exc}"[:500]
+                        redact_secrets(f"the caption endpoint {self._base_url()} failed: {exc}")[:500]) from None
+                except openai.APIError as exc:
+                    raise CaptionBackendError(redact_secrets(
+                        f"the caption endpoint {self._base_url()} does not answer: {type(exc).__name__}: {exc}")[:500]
                     ) from None
                 content = response.choices[0].message.content if response.choices else None
                 try:

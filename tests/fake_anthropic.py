@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.loopback import LoopbackServer, QuietHandler
 
 
 def text(value: str) -> dict:
@@ -57,7 +57,7 @@ class Stall:
 
 
 @dataclass
-class FakeAnthropic:
+class FakeAnthropic(LoopbackServer):
     """Plays `turns`; each turn is a list of content blocks or a Stall."""
 
     turns: list[list[dict] | Stall] = field(default_factory=list)
@@ -68,11 +68,8 @@ class FakeAnthropic:
     def __enter__(self) -> "FakeAnthropic":
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:  # keep pytest output clean
-                pass
 
             def do_GET(self) -> None:
                 fake.unknown.append(f"GET {self.path}")
@@ -103,28 +100,12 @@ class FakeAnthropic:
 
             def _send(self, status: int, data: bytes, content_type: str) -> None:
                 try:
-                    self.send_response(status)
-                    self.send_header("content-type", content_type)
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    self.send_body(status, data, content_type)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client went away (a timeout test killed it)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    @property
-    def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        self.bind(Handler)
+        return super().__enter__()
 
     # --- the script --------------------------------------------------------
 

@@ -11,15 +11,15 @@ the real `openai` client sent and when.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.loopback import LoopbackServer, QuietHandler
 
 PATH = "/openai/v1/chat/completions"
 
 
-class FakeGroq:
+class FakeGroq(LoopbackServer):
     def __init__(self, translations: dict[str, str] | None = None, english_texts: set[str] | None = None,
                  *, rate_limits: int = 0, retry_after: str = "1", status_code: int | None = None):
         self.translations = dict(translations or {})
@@ -34,9 +34,9 @@ class FakeGroq:
         self.lock = threading.Lock()
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                body = self.read_json()
                 with fake.lock:
                     fake.paths.append(self.path)
                     fake.headers.append({k.lower(): v for k, v in self.headers.items()})
@@ -46,33 +46,22 @@ class FakeGroq:
                     if limited:
                         fake.rate_limits -= 1
                 if self.path != PATH:
-                    self._send(404, {"error": {"message": f"unknown path {self.path}", "type": "invalid_request_error"}})
+                    self.send_json(404, {"error": {"message": f"unknown path {self.path}", "type": "invalid_request_error"}})
                 elif limited:
-                    self._send(429, {"error": {"message": "Rate limit reached for model openai/gpt-oss-120b. "
+                    self.send_json(429, {"error": {"message": "Rate limit reached for model openai/gpt-oss-120b. "
                                                "Please try again in 1s.", "type": "tokens", "code": "rate_limit_exceeded"}},
                                {"retry-after": fake.retry_after})
                 elif fake.status_code:
-                    self._send(fake.status_code, {"error": {"message": "Invalid API Key", "type": "invalid_request_error",
+                    self.send_json(fake.status_code, {"error": {"message": "Invalid API Key", "type": "invalid_request_error",
                                                             "code": "invalid_api_key"}})
                 else:
-                    self._send(200, fake.completion(body))
+                    self.send_json(200, fake.completion(body))
 
-            def _send(self, code: int, payload: dict, headers: dict | None = None) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
+        self.bind(Handler)
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self.server.server_port}/openai/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    @property
+    def base_url(self) -> str:
+        return super().base_url + "/openai/v1"
 
     def completion(self, body: dict) -> dict:
         text = next(m["content"] for m in body["messages"] if m["role"] == "user")
@@ -93,11 +82,3 @@ class FakeGroq:
 
     def user_texts(self) -> list[str]:
         return [next(m["content"] for m in r["messages"] if m["role"] == "user") for r in self.requests]
-
-    def __enter__(self) -> FakeGroq:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()

@@ -19,9 +19,10 @@ import json
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pymupdf
+
+from tests.loopback import LoopbackServer, QuietHandler
 
 
 def png(width: int, height: int, rgb: tuple[int, int, int] = (200, 30, 30)) -> bytes:
@@ -30,22 +31,7 @@ def png(width: int, height: int, rgb: tuple[int, int, int] = (200, 30, 30)) -> b
     return pixmap.tobytes("png")
 
 
-class _Server:
-    def _start(self, handler) -> None:
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.base_url = f"http://127.0.0.1:{self.server.server_port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-class MediaServer(_Server):
+class MediaServer(LoopbackServer):
     """routes: path -> (body, content type) or (body, content type, declared length)."""
 
     def __init__(self, routes: dict[str, tuple]):
@@ -53,7 +39,7 @@ class MediaServer(_Server):
         self.hits: Counter[str] = Counter()
         media = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self):
@@ -61,12 +47,7 @@ class MediaServer(_Server):
                 media.hits[path] += 1
                 route = media.routes.get(path)
                 if route is None:
-                    body = b"not found"
-                    self.send_response(404)
-                    self.send_header("Content-Type", "text/plain")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
+                    self.send_body(404, b"not found", "text/plain")
                     return
                 body, content_type, *declared = route
                 self.send_response(200)
@@ -79,16 +60,13 @@ class MediaServer(_Server):
                 if declared:
                     self.close_connection = True
 
-            def log_message(self, *args):
-                pass
-
-        self._start(Handler)
+        self.bind(Handler)
 
     def url(self, path: str) -> str:
         return self.base_url + path
 
 
-class FakeVisionServer(_Server):
+class FakeVisionServer(LoopbackServer):
     """An OpenAI-compatible vision endpoint that answers from the image bytes.
 
     mode "json": a JSON caption (default); "prose": an answer with no JSON
@@ -105,14 +83,14 @@ class FakeVisionServer(_Server):
         self.lock = threading.Lock()
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                body = self.read_json()
                 with fake.lock:
                     fake.paths.append(self.path)
                     fake.requests.append(body)
                 if fake.status_code:
-                    self._send(fake.status_code, {"error": {"message": "the model is not loaded", "type": "server_error"}})
+                    self.send_json(fake.status_code, {"error": {"message": "the model is not loaded", "type": "server_error"}})
                     return
                 image = fake.image_of(body)
                 with fake.lock:
@@ -126,7 +104,7 @@ class FakeVisionServer(_Server):
                         "caption": f"A plain picture of {pixmap.width} by {pixmap.height} pixels.",
                         "ocr_text": fake.ocr_by_sha.get(digest, ""),
                     }) + "\n```"
-                self._send(200, {
+                self.send_json(200, {
                     "id": "chatcmpl-vision", "object": "chat.completion", "created": int(time.time()),
                     "model": body.get("model", ""),
                     "choices": [{"index": 0, "finish_reason": "stop",
@@ -134,18 +112,7 @@ class FakeVisionServer(_Server):
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                 })
 
-            def _send(self, code: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self._start(Handler)
+        self.bind(Handler)
 
     @staticmethod
     def image_of(body: dict) -> bytes:

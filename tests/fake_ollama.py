@@ -14,26 +14,23 @@ cached texts are not sent again.
 
 from __future__ import annotations
 
-import json
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from kb_resources.embedder import hash_vectors
+from tests.loopback import LoopbackServer, QuietHandler
 
 DIM = 768  # embeddinggemma's dimension
 
 
 @dataclass
-class FakeOllama:
+class FakeOllama(LoopbackServer):
     models: list[str] = field(default_factory=lambda: ["embeddinggemma:latest"])
     requests: list[dict] = field(default_factory=list)
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self.base_url
 
     def embed_inputs(self) -> list[str]:
         """Every text that was sent to /api/embed, in order."""
@@ -42,11 +39,8 @@ class FakeOllama:
     def __enter__(self) -> "FakeOllama":
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
 
             def do_GET(self) -> None:
                 fake.requests.append({"method": "GET", "path": self.path, "body": None})
@@ -58,8 +52,7 @@ class FakeOllama:
                     self._json(404, {"error": "not found"})
 
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
+                body = self.read_json()
                 fake.requests.append({"method": "POST", "path": self.path, "body": body})
                 if self.path != "/api/embed":
                     self._json(404, {"error": "not found"})
@@ -76,18 +69,7 @@ class FakeOllama:
                                  "load_duration": 10, "prompt_eval_count": len(inputs)})
 
             def _json(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.send_json(status, payload, content_type="application/json; charset=utf-8")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self.bind(Handler)
+        return super().__enter__()

@@ -11,10 +11,9 @@ When the script is empty, the last answer repeats.
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.loopback import LoopbackServer, QuietHandler
 
 
 def chat(content: str) -> tuple[int, dict]:
@@ -33,7 +32,7 @@ def status(code: int, message: str = "server error") -> tuple[int, dict]:
     return code, {"error": {"message": message, "type": "server_error", "code": code}}
 
 
-class FakeOpenAIChat:
+class FakeOpenAIChat(LoopbackServer):
     def __init__(self, *answers: tuple[int, dict]):
         self.script = list(answers)
         self.requests: list[dict] = []
@@ -41,31 +40,13 @@ class FakeOpenAIChat:
         self.paths: list[str] = []
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = self.read_json()
                 fake.paths.append(self.path)
                 fake.headers.append({k.lower(): v for k, v in self.headers.items()})
-                fake.requests.append(json.loads(body or b"{}"))
+                fake.requests.append(body)
                 code, payload = fake.script.pop(0) if len(fake.script) > 1 else fake.script[0]
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.send_json(code, payload)
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self.server.server_port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self) -> FakeOpenAIChat:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.bind(Handler)

@@ -7,9 +7,9 @@ every other path.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.loopback import LoopbackServer, QuietHandler
 
 
 def page(body: str | bytes, status: int = 200, content_type: str = "text/html; charset=utf-8") -> tuple[int, str, bytes]:
@@ -24,37 +24,20 @@ def article_html(title: str, paragraphs: list[str]) -> str:
             f"<footer>Copyright 2026 Example Site</footer></body></html>")
 
 
-class LoopbackSite:
+class LoopbackSite(LoopbackServer):
     def __init__(self, routes: dict[str, tuple[int, str, bytes]]):
         self.routes = dict(routes)
         self.hits: Counter[str] = Counter()
         site = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):
                 path = self.path.split("?")[0].rstrip("/") or "/"
                 site.hits[path] += 1
                 status, content_type, body = site.routes.get(path, (404, "text/html", b"<h1>Not Found</h1>"))
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.send_body(status, body, content_type)
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self.server.server_port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.bind(Handler)
 
     def url(self, path: str) -> str:
         return self.base_url + path
-
-    def __enter__(self) -> LoopbackSite:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()

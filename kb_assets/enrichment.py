@@ -1,0 +1,88 @@
+"""What the enrichment assets (captions, transcripts, translations) share.
+
+Each of them reads the items that wait, closes DuckDB, lets a model work,
+and writes the results in groups. The rules behind that:
+- A failed item is tried again only on request (`retry`): a failure that
+  comes back on every run would hide the items that wait.
+- No connection is open while the model works (the pool `duckdb` is
+  short). Each group of results goes in its own short transaction, so an
+  interrupted run keeps what it wrote and the next run goes on from there.
+"""
+
+from collections import Counter
+
+import dagster as dg
+import duckdb
+
+from kb_resources.duckdb_store import DuckDBStore, insert_rows
+
+
+def waiting_rows(conn: duckdb.DuckDBPyConnection, items_sql: str, columns: str,
+                 batches: list[str] | None, *, retry: bool) -> list[tuple]:
+    """`columns` of the items in `items_sql` with no result yet (and the
+    failed ones when `retry`), of the given batches (None: of every batch),
+    in batch order. `items_sql` gives the columns batch, url, status and
+    attempts."""
+    return conn.execute(
+        f"""SELECT {columns} FROM ({items_sql})
+            WHERE (status IS NULL OR (status = 'failed' AND ?))
+              AND (? OR list_contains(?, batch))
+            ORDER BY batch, url""",
+        [retry, batches is None, batches or []],
+    ).fetchall()
+
+
+class ResultWriter:
+    """Collects result rows and inserts them into `table`, `every` rows per
+    short transaction. Use it in a `with` block: on exit it writes the rest,
+    also when the model stopped with an error."""
+
+    def __init__(self, duckdb: DuckDBStore, table: str, every: int):
+        self.duckdb = duckdb
+        self.table = table
+        self.every = every
+        self.pending: list[dict] = []
+        self.written: list[dict] = []
+
+    def add(self, row: dict) -> None:
+        self.pending.append(row)
+        if len(self.pending) >= self.every:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            with self.duckdb.transaction() as conn:
+                insert_rows(conn, self.table, self.pending)
+            self.written.extend(self.pending)
+            self.pending.clear()
+
+    def __enter__(self) -> "ResultWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.flush()
+
+
+def failure_reasons(rows: list[dict]) -> dg.MetadataValue:
+    """How many rows failed, per reason, as JSON metadata."""
+    reasons = Counter(row["reason"] for row in rows if row["status"] == "failed")
+    return dg.MetadataValue.json(dict(sorted(reasons.items())))
+
+
+def backend_stopped(backend: str, error: Exception, stored: int, items: str, metadata: dict) -> dg.Failure:
+    """The failure of a run whose backend stopped answering. The results
+    before it are stored; the other items wait for the next run."""
+    return dg.Failure(description=f"The {backend} backend stopped: {error}. "
+                      f"{stored} result(s) were stored; the other {items} wait.", metadata=metadata)
+
+
+def coverage_check(numbers: dict, *, done: int, total: int, off: bool, off_key: str) -> dg.AssetCheckResult:
+    """The coverage check of a stage: it passes when no item waits, or when
+    the stage is off (`off`, shown as `off_key`). Only a warning: the items
+    that wait get their turn in the next run."""
+    share = done / total if total else 1.0
+    return dg.AssetCheckResult(
+        passed=off or numbers["waiting"] == 0,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={**numbers, "coverage": dg.MetadataValue.float(round(share, 4)), off_key: off},
+    )
