@@ -114,16 +114,24 @@ def chunk_index(
         rows = _chunk_rows(conn, live, skip)
         cards = _bookmark_cards(conn, live, synced_at)
     # No DuckDB connection is open from here on.
-    lance.remove_bookmarks(removed)
+    deleted = lance.remove_bookmarks(removed)
     if skip:
-        lance.remove_sources(sorted(skip))
-    lance.replace_chunks(live, rows, embedder)
+        deleted += lance.remove_sources(sorted(skip))
+    # Bookmarks whose passages are stored already are not written again
+    # (most of a sync's top page): see ChunkIndex.replace_chunks.
+    written = lance.replace_chunks(live, rows, embedder)
     lance.upsert_bookmark_cards(cards)
-    lance.maintain()
+    # With nothing deleted and every row indexed, optimize() has nothing to
+    # do, and its compaction would rewrite the whole table.
+    maintained = lance.maintain(skip_if_current=not (deleted or written["deleted"]))
     counts = lance.counts()
     return dg.MaterializeResult(metadata={
         "bookmarks": len(live),
-        "chunks_written": len(rows),
+        "chunks": len(rows),
+        "chunks_written": written["written"],
+        "chunks_embedded": written["embedded"],
+        "unchanged_bookmarks": written["unchanged_bookmarks"],
+        "optimize": maintained.get("optimize", "done"),
         "removed_bookmarks": len(removed),
         "index_chunks": counts.get("chunks", 0),
         "model": str(counts.get("model", "")),

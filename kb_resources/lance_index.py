@@ -237,18 +237,35 @@ class ChunkIndex(dg.ConfigurableResource):
         One commit (merge_insert by chunk_id that also deletes the stale
         passages of these bookmarks), so a reader sees the old set or the new
         set, never a moment with the bookmark missing. Running it twice gives
-        the same table: no duplicates."""
+        the same table: no duplicates.
+
+        A bookmark whose passages are all stored already, field for field, is
+        not written again. Each sync captures the top page again, so most of
+        its bookmarks are known. LanceDB writes an updated row as a new row
+        and marks the old one deleted; the next optimize() then rewrites
+        every fragment next to the marked ones, which is the whole table
+        below a million rows (benchmarks/bench_sync.py measured it)."""
         tweet_ids = sorted({str(t) for t in tweet_ids})
         data_rows = self._validated_chunk_rows(tweet_ids, rows)
         table = self.table(CHUNKS)
-        if not data_rows:
-            if table is not None and tweet_ids:
-                for part in _parts(tweet_ids):
-                    table.delete(sql_in("tweet_id", part))
-            return {"written": 0, "embedded": 0}
-        model_name, dim = embedder.model_name, embedder.dim
         if table is not None:
             self.check_schema(table)
+        stored = self._stored_passages(table, tweet_ids) if table is not None else {}
+        by_bookmark: dict[str, dict[str, dict]] = {}
+        for row in data_rows:
+            by_bookmark.setdefault(row["tweet_id"], {})[row["chunk_id"]] = row
+        unchanged = {t for t in tweet_ids if _same_passages(by_bookmark.get(t, {}), stored.get(t, {}))}
+        tweet_ids = [t for t in tweet_ids if t not in unchanged]
+        data_rows = [r for r in data_rows if r["tweet_id"] not in unchanged]
+        new_ids = {r["chunk_id"] for r in data_rows}
+        counts = {"written": 0, "embedded": 0, "unchanged_bookmarks": len(unchanged),
+                  "deleted": sum(c not in new_ids for t in tweet_ids for c in stored.get(t, {}))}
+        if not data_rows:
+            if table is not None and counts["deleted"]:
+                for part in _parts(tweet_ids):
+                    table.delete(sql_in("tweet_id", part))
+            return counts
+        model_name, dim = embedder.model_name, embedder.dim
         self.check_model(model_name, dim, table=table)
         before = dict(getattr(embedder, "stats", {}) or {})
         vectors = embedder.embed_documents([r["text"] for r in data_rows])
@@ -264,8 +281,19 @@ class ChunkIndex(dg.ConfigurableResource):
             self._create_fts(table)
         else:
             self._merge(table, tweet_ids, data)
-        return {"written": len(data_rows),
-                "embedded": after.get("embedded", 0) - before.get("embedded", 0)}
+        counts.update(written=len(data_rows), embedded=after.get("embedded", 0) - before.get("embedded", 0))
+        return counts
+
+    def _stored_passages(self, table, tweet_ids: list[str]) -> dict[str, dict[str, dict]]:
+        """The stored passages of these bookmarks, without vectors:
+        {tweet_id: {chunk_id: row}}."""
+        stored: dict[str, dict[str, dict]] = {}
+        for part in _parts(tweet_ids):
+            found = (table.search().where(sql_in("tweet_id", part)).select(list(CHUNK_FIELDS))
+                     .limit(None).to_arrow().to_pylist())
+            for row in found:
+                stored.setdefault(row["tweet_id"], {})[row["chunk_id"]] = row
+        return stored
 
     def _merge(self, table, tweet_ids: list[str], data: pa.Table) -> None:
         if len(tweet_ids) <= 5000:
@@ -390,9 +418,13 @@ class ChunkIndex(dg.ConfigurableResource):
     def _create_fts(self, table) -> None:
         table.create_index("text", config=FTS_CONFIG, replace=True)
 
-    def maintain(self) -> dict:
+    def maintain(self, *, skip_if_current: bool = False) -> dict:
         """Fold new rows into the indexes, build the vector index once the
-        table is large, compact files and prune old versions."""
+        table is large, compact files and prune old versions.
+
+        skip_if_current: leave the passages table as it is when every index
+        covers every row. The caller sets it when it deleted no passages: then
+        nothing waits for an index or for pruning."""
         report: dict[str, Any] = {}
         table = self.table(CHUNKS)
         if table is not None:
@@ -414,7 +446,13 @@ class ChunkIndex(dg.ConfigurableResource):
                                                             num_partitions=max(1, rows // 500_000 + 1)))
                 report["vector_index"] = "created"
             # optimize(): compaction, new rows into every index, prune versions.
-            table.optimize(cleanup_older_than=KEEP_VERSIONS)
+            # Its compaction rewrites every fragment below a million rows that
+            # lies next to another one, so on a table of that size each call
+            # rewrites the whole table. When nothing is new, skip it.
+            if skip_if_current and not report and not self._unindexed_rows(table):
+                report["optimize"] = "skipped: every row is indexed"
+            else:
+                table.optimize(cleanup_older_than=KEEP_VERSIONS)
             report["chunks"] = rows
         cards = self.table(BOOKMARKS)
         if cards is not None:
@@ -425,6 +463,15 @@ class ChunkIndex(dg.ConfigurableResource):
         if meta is not None:
             meta.optimize(cleanup_older_than=KEEP_VERSIONS)
         return report
+
+    @staticmethod
+    def _unindexed_rows(table) -> int:
+        """Rows that at least one index of the table does not cover yet."""
+        most = 0
+        for ix in table.list_indices():
+            stats = table.index_stats(ix.name)
+            most = max(most, getattr(stats, "num_unindexed_rows", 0) or 0)
+        return most
 
     # --- reads ------------------------------------------------------------
     def counts(self) -> dict:
@@ -537,6 +584,16 @@ def _bookmark_totals(rows: list[dict]) -> dict[str, tuple[int, int]]:
         total[0] += 1
         total[1] += int(row["word_count"] or 0)
     return {tweet_id: (count, words) for tweet_id, (count, words) in totals.items()}
+
+
+def _same_passages(new: dict[str, dict], stored: dict[str, dict]) -> bool:
+    """True when a bookmark's stored passages are exactly its new rows (both
+    {chunk_id: row}): the same chunk ids, each field equal. Their vectors
+    are equal too: the same text, and check_model() keeps one model per
+    index. Timestamps compare as instants, so a stored UTC value equals the
+    new one."""
+    return bool(stored) and new.keys() == stored.keys() and all(
+        row[name] == stored[chunk_id].get(name) for chunk_id, row in new.items() for name in CHUNK_FIELDS)
 
 
 def _parts(values: list, size: int = 1000):

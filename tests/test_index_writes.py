@@ -1,0 +1,86 @@
+"""What a sync writes to the LanceDB index when little is new.
+
+Each sync captures the top page of bookmarks again. Their passages are
+stored already, and writing them again costs more than the rows: LanceDB
+marks the old rows deleted, and the next optimize() rewrites the whole table
+(benchmarks/bench_sync.py). These tests hold the index to "unchanged
+passages are not written, and an index with nothing new is not optimized"."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from kb_assets.search import search
+from kb_resources.embedder import Embedder
+from kb_resources.lance_index import CHUNKS, ChunkIndex
+
+T0 = "2024-03-01T08:00:00+00:00"
+
+
+def passage(tweet_id: str, position: int, text: str, **extra) -> dict:
+    return {"chunk_id": f"{tweet_id}-{position}", "tweet_id": tweet_id, "url": f"https://x.com/a/status/{tweet_id}",
+            "author": "alice", "created_at": T0, "source": "post", "ref": f"https://x.com/a/status/{tweet_id}",
+            "position": position, "text": text, **extra}
+
+
+def bookmark_rows() -> list[dict]:
+    return [passage("1", 0, "raft consensus and leader election"),
+            passage("1", 1, "log replication in raft"),
+            passage("2", 0, "sourdough starter feeding schedule"),
+            passage("3", 0, "roman roads and the grain fleet")]
+
+
+@pytest.fixture
+def hasher() -> Embedder:
+    return Embedder(backend="hash")
+
+
+@pytest.fixture
+def built(hasher) -> ChunkIndex:
+    index = ChunkIndex()
+    index.replace_chunks(["1", "2", "3"], bookmark_rows(), hasher)
+    index.maintain()
+    return index
+
+
+def test_unchanged_passages_make_no_commit(built, hasher):
+    table = built.table(CHUNKS)
+    version = table.version
+    # The same passages, with the time as a naive datetime: the same instant.
+    again = [dict(r, created_at=datetime(2024, 3, 1, 8, 0)) for r in bookmark_rows()]
+    result = built.replace_chunks(["1", "2", "3"], again, hasher)
+    assert result == {"written": 0, "embedded": 0, "unchanged_bookmarks": 3, "deleted": 0}
+    assert table.version == version
+    report = built.maintain(skip_if_current=True)
+    assert report["optimize"].startswith("skipped")
+    assert table.version == version
+
+
+def test_only_changed_bookmarks_are_written(built, hasher):
+    table = built.table(CHUNKS)
+    rows = bookmark_rows()
+    rows[2] = passage("2", 0, "rye sourdough with a stiff starter")  # new text
+    rows[3] = passage("3", 0, "roman roads and the grain fleet", author="bob")  # same text, new author
+    result = built.replace_chunks(["1", "2", "3"], rows, hasher)
+    assert (result["written"], result["unchanged_bookmarks"], result["deleted"]) == (2, 1, 0)
+    assert result["embedded"] == 1  # the author changed, not the text: its vector comes from the cache
+    assert table.count_rows() == 4
+    assert search("rye", mode="bm25", index=built, embedder=hasher).hits[0].tweet_id == "2"
+    assert built.passages(tweet_id="3")[0]["author"] == "bob"
+    # New rows wait for the full-text index: maintain() folds them in even when asked to skip.
+    assert built.counts()["fts_unindexed_rows"] > 0
+    report = built.maintain(skip_if_current=True)
+    assert "optimize" not in report and built.counts()["fts_unindexed_rows"] == 0
+
+
+def test_stale_passages_still_leave(built, hasher):
+    rows = [r for r in bookmark_rows() if r["chunk_id"] != "1-1"]
+    result = built.replace_chunks(["1", "2", "3"], rows, hasher)
+    assert (result["written"], result["deleted"], result["unchanged_bookmarks"]) == (1, 1, 2)
+    assert sorted(built.table(CHUNKS).to_arrow().column("chunk_id").to_pylist()) == ["1-0", "2-0", "3-0"]
+    assert [p["bookmark_chunks"] for p in built.passages(tweet_id="1")] == [1]
+    # A bookmark with no passages left leaves the index.
+    result = built.replace_chunks(["3"], [], hasher)
+    assert result["deleted"] == 1 and built.passages(tweet_id="3") == []
