@@ -25,6 +25,11 @@ import lxml.html
 # A page with fewer words than this is "thin": a teaser, a login wall, a
 # cookie notice or an empty JavaScript shell, not an article.
 THIN_WORDS = 60
+# pymupdf4llm's layout analysis (headings, tables) costs about one second per
+# page on 2 cores: a 300-page PDF took 5 minutes in tests/test_bad_input.py,
+# while the documents run held its DuckDB pool slot. A longer PDF is read
+# as plain text, page by page: all the words, in some milliseconds per page.
+MAX_LAYOUT_PAGES = 40
 
 
 class Reason(StrEnum):
@@ -214,25 +219,56 @@ def extract_pdf(data: bytes, url: str | None = None) -> Extracted:
     every other document. Page headers and footers are left out: they repeat
     on every page and are not the content.
 
-    Raises ValueError when the bytes are not a PDF that PyMuPDF can open."""
+    A PDF of more than MAX_LAYOUT_PAGES pages is read as plain text.
+    Raises ValueError (naming the URL) when the bytes are not a PDF that
+    PyMuPDF can open, when the PDF needs a password, or when its text
+    cannot be read."""
     import markdown
     import pymupdf
     import pymupdf4llm
 
+    where = url or "the file"
     try:
         doc = pymupdf.open(stream=data, filetype="pdf")
     except Exception as exc:  # PyMuPDF raises its own types for bad files
-        raise ValueError(f"{url or 'the file'} is not a readable PDF: {exc}") from exc
+        raise ValueError(f"{where} is not a readable PDF: {exc}") from exc
     try:
-        # OCR is off: no OCR engine is installed, and a scanned PDF without a
-        # text layer gives a thin document, which is the honest result.
-        md = pymupdf4llm.to_markdown(doc, use_ocr=False, header=False, footer=False, show_progress=False)
+        if doc.needs_pass:
+            # Without this check pymupdf4llm fails with a TypeError that says
+            # nothing of the cause.
+            raise ValueError(f"{where} is an encrypted PDF: it needs a password")
+        if doc.page_count > MAX_LAYOUT_PAGES:
+            fragment = _plain_pdf_html(doc)
+        else:
+            try:
+                # OCR is off: no OCR engine is installed, and a scanned PDF without a
+                # text layer gives a thin document, which is the honest result.
+                md = pymupdf4llm.to_markdown(doc, use_ocr=False, header=False, footer=False, show_progress=False)
+            except Exception as exc:  # the layout parser fails in many ways on damaged files
+                raise ValueError(f"{where}: the PDF text cannot be read ({type(exc).__name__}: {exc})") from exc
+            fragment = f"<article>{markdown.markdown(md, extensions=['tables'])}</article>"
         title = (doc.metadata or {}).get("title") or None
     finally:
         doc.close()
-    fragment = f"<article>{markdown.markdown(md, extensions=['tables'])}</article>"
     text = html_to_text(fragment)
     return Extracted(text_html=fragment, text=text, title=title or _first_heading(fragment), word_count=count_words(text))
+
+
+def pdf_paragraphs(doc) -> list[str]:
+    """The text of every page of an open PyMuPDF document: one paragraph
+    per text block, in reading order. No headings or tables, but fast: the
+    reading of a PDF of more than MAX_LAYOUT_PAGES pages."""
+    paragraphs = []
+    for page in doc:
+        for block in page.get_text("blocks", sort=True):
+            text = " ".join(block[4].split())
+            if block[6] == 0 and text:  # block type 0 is text, 1 is an image
+                paragraphs.append(text)
+    return paragraphs
+
+
+def _plain_pdf_html(doc) -> str:
+    return "<article>" + "".join(f"<p>{html_lib.escape(p)}</p>" for p in pdf_paragraphs(doc)) + "</article>"
 
 
 def _first_heading(fragment: str) -> str | None:
@@ -308,7 +344,7 @@ def extract_file(path: str | Path, url: str | None = None) -> str:
     if not data.strip():
         raise ValueError(f"{path}: the file is empty")
     if is_pdf(data):
-        return extract_pdf(data, url).text
+        return extract_pdf(data, url or str(path)).text  # an error then names the file
     if b"\x00" in data[:4096]:
         raise ValueError(f"{path}: the file is binary, not HTML or PDF")
     return extract_html(data, url).text

@@ -128,6 +128,14 @@ class FetchedPage:
     content_type: str
     body: bytes
     blocked: str | None = None  # "HTTP 403" when the server refused the script
+    charset: str | None = None  # from the Content-Type header, when the server names one
+
+    def html(self) -> str | bytes:
+        """The page for trafilatura. With no charset in the header, the bytes:
+        trafilatura reads <meta charset> and guesses the rest. A decode as
+        UTF-8 turned every Latin-1 page into replacement characters, with
+        no error (found by tests/test_bad_input.py)."""
+        return _decoded(self.body, self.charset) if self.charset else self.body
 
 
 def fetch_page(url: str, *, timeout_s: float) -> FetchedPage:
@@ -149,8 +157,9 @@ def fetch_page(url: str, *, timeout_s: float) -> FetchedPage:
                     if size > MAX_PAGE_BYTES:
                         raise PermanentParseError(f"{url}: the page is larger than {MAX_PAGE_BYTES // 1024 // 1024} MB")
                     chunks.append(chunk)
-                content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
-                return FetchedPage(str(response.url), content_type, b"".join(chunks))
+                header = response.headers.get("content-type", "")
+                content_type = header.split(";")[0].strip().lower()
+                return FetchedPage(str(response.url), content_type, b"".join(chunks), charset=_charset(header))
     except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError) as exc:
         raise TransientParseError(f"{url}: {type(exc).__name__}: {exc}") from None
     except httpx.UnsupportedProtocol as exc:
@@ -159,7 +168,28 @@ def fetch_page(url: str, *, timeout_s: float) -> FetchedPage:
         raise PermanentParseError(f"{url}: not a valid web address ({exc})") from None
 
 
-def extract_html(html: str, url: str) -> tuple[str, str | None]:
+def _charset(content_type_header: str) -> str | None:
+    """The charset that a Content-Type header names, when Python knows it."""
+    import codecs
+
+    for param in content_type_header.split(";")[1:]:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset":
+            value = value.strip().strip("'\"")
+            try:
+                return codecs.lookup(value).name
+            except LookupError:
+                return None
+    return None
+
+
+def _decoded(data: bytes, charset: str) -> str:
+    # The server named the charset; a byte that breaks it is the server's
+    # fault and becomes U+FFFD, not a failure of the whole page.
+    return data.decode(charset, errors="replace").removeprefix("\ufeff")
+
+
+def extract_html(html: str | bytes, url: str) -> tuple[str, str | None]:
     """(Markdown text, title) of an HTML page, by trafilatura."""
     import trafilatura
 
@@ -183,14 +213,14 @@ def parse_web(url: str, *, timeout_s: float = 30.0, render: Callable[[str], str]
     if page.content_type == "application/pdf":
         return parse_pdf_bytes(page.body, url, url=url)
     if page.content_type in ("text/plain", "text/markdown"):
-        body = decode_text(page.body, url)
+        body = _decoded(page.body, page.charset) if page.charset else decode_text(page.body, url)
         title = first_heading(body) or first_line(body)
         return ParsedSource(title, body, "httpx", url=page.url)
     text, title = "", None
     if not page.blocked:
         if page.content_type and "html" not in page.content_type and "xml" not in page.content_type:
             raise PermanentParseError(f"{url}: content type {page.content_type} is not a web page")
-        text, title = extract_html(page.body.decode("utf-8", errors="replace"), page.url)
+        text, title = extract_html(page.html(), page.url)
         if len(text) >= MIN_CHARS["web"]:
             return ParsedSource(title or first_line(text) or page.url, text, "trafilatura", url=page.url)
     if render is None:
@@ -369,6 +399,8 @@ def parse_pdf_bytes(data: bytes, where: str, url: str | None = None) -> ParsedSo
     import pymupdf
     import pymupdf4llm
 
+    from kb_assets.extract import MAX_LAYOUT_PAGES, pdf_paragraphs
+
     if not data:
         raise PermanentParseError(f"{where}: the PDF file is empty")
     try:
@@ -381,9 +413,14 @@ def parse_pdf_bytes(data: bytes, where: str, url: str | None = None) -> ParsedSo
         if doc.page_count == 0:
             raise PermanentParseError(f"{where}: the PDF has no pages")
         try:
-            # use_ocr=False: no OCR engine is installed, and a scan without a
-            # text layer is better refused (too short) than guessed.
-            body = pymupdf4llm.to_markdown(doc, use_ocr=False, show_progress=False)
+            if doc.page_count > MAX_LAYOUT_PAGES:
+                # The layout analysis costs about a second per page: a long
+                # PDF is read as plain text, as the documents stage does.
+                body = "\n\n".join(pdf_paragraphs(doc))
+            else:
+                # use_ocr=False: no OCR engine is installed, and a scan without a
+                # text layer is better refused (too short) than guessed.
+                body = pymupdf4llm.to_markdown(doc, use_ocr=False, show_progress=False)
         except Exception as exc:  # the layout parser fails in many ways on damaged files
             raise PermanentParseError(f"{where}: the PDF text cannot be read ({type(exc).__name__}: {exc})") from None
         meta_title = (doc.metadata or {}).get("title") or ""

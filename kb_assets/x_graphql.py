@@ -49,8 +49,15 @@ def load_page(raw: bytes | str, *, name: str = "<page>") -> dict:
     """Parse raw bytes of a captured page; PageShapeError names the file."""
     try:
         payload = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PageShapeError(f"{name}: not JSON ({exc})") from exc
+    except RecursionError:
+        # json.loads recurses once per nesting level. A page nested deeper
+        # than the recursion limit is no X page; say so, do not crash the batch.
+        raise PageShapeError(f"{name}: not a Bookmarks page (JSON nested too deep to read)") from None
+    except ValueError as exc:
+        # ValueError, not only JSONDecodeError: bytes that are not UTF-8/16/32
+        # raise UnicodeDecodeError, and an integer of more than 4300 digits
+        # raises a plain ValueError (Python's int conversion limit).
+        raise PageShapeError(f"{name}: not JSON ({str(exc)[:200]})") from exc
     if not isinstance(payload, dict):
         raise PageShapeError(f"{name}: top level is {type(payload).__name__}, not an object")
     return payload
@@ -76,7 +83,11 @@ def timeline_entries(payload: dict, *, name: str = "<page>") -> list[dict]:
         if not isinstance(instruction, dict):
             continue
         if instruction.get("type") == "TimelineAddEntries" or "entries" in instruction:
-            for entry in instruction.get("entries") or []:
+            found = instruction.get("entries")
+            # Only a list holds entries. A number or true here made the loop
+            # raise TypeError, which stopped the whole batch (found by the
+            # generated pages of tests/test_bad_input.py).
+            for entry in found if isinstance(found, list) else []:
                 if isinstance(entry, dict):
                     entries.append(entry)
     return entries
@@ -102,17 +113,27 @@ def summarize_page(payload: dict, *, name: str = "<page>") -> PageSummary:
     return summary
 
 
+# X wraps a post in TweetWithVisibilityResults once. More levels than this
+# are not an X page; the post counts as unavailable.
+MAX_TWEET_WRAPPERS = 8
+
+
 def unwrap_tweet(result: Any) -> dict | None:
     """The Tweet object inside a tweet_results.result, or None for a tombstone
     or an unavailable post. TweetWithVisibilityResults wraps it in `tweet`."""
-    if not isinstance(result, dict):
-        return None
-    typename = result.get("__typename")
-    if typename == "TweetWithVisibilityResults" or ("tweet" in result and "legacy" not in result):
-        return unwrap_tweet(result.get("tweet"))
-    if typename in ("TweetTombstone", "TweetUnavailable") or "legacy" not in result:
-        return None
-    return result
+    # A loop with a limit, not recursion: a generated page with hundreds of
+    # wrappers hit the recursion limit and stopped the whole batch.
+    for _ in range(MAX_TWEET_WRAPPERS + 1):
+        if not isinstance(result, dict):
+            return None
+        typename = result.get("__typename")
+        if typename == "TweetWithVisibilityResults" or ("tweet" in result and "legacy" not in result):
+            result = result.get("tweet")
+            continue
+        if typename in ("TweetTombstone", "TweetUnavailable") or "legacy" not in result:
+            return None
+        return result
+    return None
 
 
 # ---------------------------------------------------------------------------
@@ -210,6 +231,32 @@ def parse_tweet_time(value: Any) -> datetime | None:
         return None
 
 
+# X gives each field one JSON type. A field of another type (a number where
+# a string belongs) made a whole batch fail at the DuckDB insert, because
+# Arrow cannot mix types in one column (found by tests/test_bad_input.py).
+# So every value that goes into a row passes one of these: a value of the
+# wrong type counts as absent.
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int(value: Any) -> int | None:
+    """A whole number that fits a BIGINT column, or None."""
+    if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
+        return value
+    return None
+
+
+def _id(value: Any) -> str | None:
+    """An id: X writes them as strings, some older fields as numbers."""
+    if isinstance(value, str):
+        return value or None
+    number = _int(value)
+    return str(number) if number is not None else None
+
+
 def parse_user(user_result: Any) -> dict | None:
     """{author_id, handle, name, description} of a User object.
 
@@ -221,15 +268,15 @@ def parse_user(user_result: Any) -> dict | None:
     core = user_result.get("core") if isinstance(user_result.get("core"), dict) else {}
     legacy = user_result.get("legacy") if isinstance(user_result.get("legacy"), dict) else {}
     bio = user_result.get("profile_bio") if isinstance(user_result.get("profile_bio"), dict) else {}
-    author_id = user_result.get("rest_id")
-    handle = core.get("screen_name") or legacy.get("screen_name")
+    author_id = _id(user_result.get("rest_id"))
+    handle = _str(core.get("screen_name")) or _str(legacy.get("screen_name"))
     if not author_id or not handle:
         return None
     return {
-        "author_id": str(author_id),
+        "author_id": author_id,
         "handle": handle,
-        "name": core.get("name") or legacy.get("name"),
-        "description": legacy.get("description") or bio.get("description"),
+        "name": _str(core.get("name")) or _str(legacy.get("name")),
+        "description": _str(legacy.get("description")) or _str(bio.get("description")),
     }
 
 
@@ -237,10 +284,10 @@ def video_variant_choice(variants: list[dict]) -> tuple[str | None, str | None]:
     """(smallest MP4, best MP4) by bitrate. The smallest is enough for a
     transcript and is the least to download; the best is for viewing. The
     HLS playlist (.m3u8) variant has no bitrate and is not an MP4."""
-    mp4s = [v for v in variants if v.get("content_type") == "video/mp4" and v.get("url")]
+    mp4s = [v for v in variants if isinstance(v, dict) and v.get("content_type") == "video/mp4" and _str(v.get("url"))]
     if not mp4s:
         return None, None
-    by_bitrate = sorted(mp4s, key=lambda v: int(v.get("bitrate") or 0))
+    by_bitrate = sorted(mp4s, key=lambda v: _int(v.get("bitrate")) or 0)
     return by_bitrate[0]["url"], by_bitrate[-1]["url"]
 
 
@@ -280,8 +327,8 @@ def _url_entities(tweet: dict) -> list[dict]:
         _dig(tweet, "note_tweet", "note_tweet_results", "result", "entity_set", "urls"),
     )
     for urls in sources:
-        for entity in urls or []:
-            if isinstance(entity, dict) and entity.get("url") and entity["url"] not in seen:
+        for entity in urls if isinstance(urls, list) else []:
+            if isinstance(entity, dict) and _str(entity.get("url")) and entity["url"] not in seen:
                 seen.add(entity["url"])
                 out.append(entity)
     return out
@@ -289,14 +336,14 @@ def _url_entities(tweet: dict) -> list[dict]:
 
 def _media_entities(tweet: dict) -> list[dict]:
     legacy = tweet.get("legacy") or {}
-    media = _dig(legacy, "extended_entities", "media") or _dig(legacy, "entities", "media") or []
-    return [m for m in media if isinstance(m, dict)]
+    media = _dig(legacy, "extended_entities", "media") or _dig(legacy, "entities", "media")
+    return [m for m in media if isinstance(m, dict)] if isinstance(media, list) else []
 
 
 def _displayed_text(legacy: dict) -> str:
     """full_text cut to display_text_range. A reply's text starts with the
     @handles it answers, and X hides them by this range; they carry no words."""
-    text = legacy.get("full_text") or ""
+    text = _str(legacy.get("full_text")) or ""
     span = legacy.get("display_text_range")
     if isinstance(span, list) and len(span) == 2 and all(isinstance(i, int) for i in span):
         start = max(0, min(span[0], len(text)))
@@ -320,12 +367,12 @@ def _post_text(tweet: dict, tco_map: dict[str, str], media: list[dict]) -> tuple
 
 def _read_post(tweet: dict, *, with_quote: bool = True) -> _Post:
     user = parse_user(_dig(tweet, "core", "user_results", "result"))
-    tco_map = {e["url"]: e["expanded_url"] for e in _url_entities(tweet) if e.get("expanded_url")}
+    tco_map = {e["url"]: e["expanded_url"] for e in _url_entities(tweet) if _str(e.get("expanded_url"))}
     media = _media_entities(tweet)
     text, is_long = _post_text(tweet, tco_map, media)
-    tweet_id = str(tweet.get("rest_id") or _dig(tweet, "legacy", "id_str") or "")
+    tweet_id = _id(tweet.get("rest_id")) or _id(_dig(tweet, "legacy", "id_str")) or ""
     handle = user["handle"] if user else "i"  # x.com/i/status/<id> opens any post
-    quoted_id = _dig(tweet, "legacy", "quoted_status_id_str")
+    quoted_id = _id(_dig(tweet, "legacy", "quoted_status_id_str"))
     quoted = None
     if with_quote:
         quoted_tweet = unwrap_tweet(_dig(tweet, "quoted_status_result", "result"))
@@ -338,24 +385,24 @@ def _read_post(tweet: dict, *, with_quote: bool = True) -> _Post:
         created_at=parse_tweet_time(_dig(tweet, "legacy", "created_at")),
         text=text,
         is_long=is_long,
-        lang=_dig(tweet, "legacy", "lang"),
+        lang=_str(_dig(tweet, "legacy", "lang")),
         url=f"{X_ORIGIN}/{handle}/status/{tweet_id}",
         media=media,
         tco_map=tco_map,
         card=tweet.get("card") if isinstance(tweet.get("card"), dict) else None,
         article=_dig(tweet, "article", "article_results", "result"),
-        quoted_id=str(quoted_id) if quoted_id else None,
+        quoted_id=quoted_id or None,
         quoted=quoted,
     )
 
 
 def _article_fields(article: dict) -> dict:
-    article_id = str(article.get("rest_id") or "")
+    article_id = _id(article.get("rest_id"))
     return {
-        "article_id": article_id or None,
-        "article_title": article.get("title"),
+        "article_id": article_id,
+        "article_title": _str(article.get("title")),
         "article_text": article_plain_text(article.get("content_state")),
-        "article_preview": article.get("preview_text"),
+        "article_preview": _str(article.get("preview_text")),
         "article_url": f"{X_ORIGIN}/i/article/{article_id}" if article_id else None,
     }
 
@@ -365,16 +412,16 @@ def _card_tco(card: dict) -> str | None:
     bindings = _dig(card, "legacy", "binding_values") or []
     for binding in bindings:
         if isinstance(binding, dict) and binding.get("key") == "card_url":
-            value = _dig(binding, "value", "string_value")
+            value = _str(_dig(binding, "value", "string_value"))
             if value:
                 return value
-    return _dig(card, "legacy", "url") or card.get("rest_id")
+    return _str(_dig(card, "legacy", "url")) or _str(card.get("rest_id"))
 
 
 def _card_text(card: dict, key: str) -> str | None:
     for binding in _dig(card, "legacy", "binding_values") or []:
         if isinstance(binding, dict) and binding.get("key") == key:
-            return _dig(binding, "value", "string_value")
+            return _str(_dig(binding, "value", "string_value"))
     return None
 
 
@@ -396,16 +443,17 @@ class _RowBuilder:
     def add_media(self, bookmark_id: str, post: _Post, *, from_quote: bool, start: int) -> int:
         position = start
         for item in post.media:
-            key = str(item.get("media_key") or item.get("id_str") or "")
-            kind = item.get("type")
-            url = item.get("media_url_https") or item.get("media_url")
+            key = _id(item.get("media_key")) or _id(item.get("id_str"))
+            kind = _str(item.get("type"))
+            url = _str(item.get("media_url_https")) or _str(item.get("media_url"))
             if not key or not kind or not url:
                 self.page.problems.append(f"post {post.tweet_id}: media item without media_key, type or URL skipped")
                 continue
             if (bookmark_id, key) in self._media_keys:
                 continue
             self._media_keys.add((bookmark_id, key))
-            variants = _dig(item, "video_info", "variants") or []
+            variants = _dig(item, "video_info", "variants")
+            variants = [v for v in variants if isinstance(v, dict)] if isinstance(variants, list) else []
             smallest, best = video_variant_choice(variants)
             self.page.media.append({
                 "tweet_id": bookmark_id,
@@ -414,8 +462,8 @@ class _RowBuilder:
                 "kind": kind,
                 "from_quote": from_quote,
                 "url": url,
-                "alt_text": item.get("ext_alt_text"),
-                "duration_ms": _dig(item, "video_info", "duration_millis"),
+                "alt_text": _str(item.get("ext_alt_text")),
+                "duration_ms": _int(_dig(item, "video_info", "duration_millis")),
                 "variants": json.dumps(variants) if variants else None,
                 "smallest_mp4": smallest,
                 "best_mp4": best,
@@ -479,6 +527,22 @@ class _RowBuilder:
             if fields["article_url"]:
                 self.add_link(bookmark_id, expanded=fields["article_url"], tco=None, kind="article",
                               from_quote=from_quote, source_post=post.tweet_id)
+
+    def checkpoint(self) -> tuple:
+        """The state before one entry, for rollback()."""
+        page = self.page
+        return (len(page.bookmarks), len(page.media), len(page.links), dict(self._authors),
+                set(self._media_keys), dict(self._links), Counter(self._link_count))
+
+    def rollback(self, state: tuple) -> None:
+        """Drop every row that one entry added. An entry that fails half way
+        must give no row at all: a bookmark row without the media and links
+        that its post holds looks complete, and nothing would fetch the rest."""
+        n_bookmarks, n_media, n_links, authors, media_keys, links, link_count = state
+        del self.page.bookmarks[n_bookmarks:]
+        del self.page.media[n_media:]
+        del self.page.links[n_links:]
+        self._authors, self._media_keys, self._links, self._link_count = authors, media_keys, links, link_count
 
     def finish(self) -> None:
         self.page.authors = list(self._authors.values())
@@ -568,7 +632,7 @@ def parse_page(payload: dict, *, raw_file: str, batch: str, captured_at: datetim
             continue
         tweet_id = entry_id.removeprefix("tweet-")
         page.seen_tweet_ids.append(tweet_id)
-        sort_index = entry.get("sortIndex")
+        sort_index = _id(entry.get("sortIndex"))
         if not sort_index:
             page.problems.append(f"entry {entry_id}: no sortIndex; skipped")
             continue
@@ -577,10 +641,13 @@ def parse_page(payload: dict, *, raw_file: str, batch: str, captured_at: datetim
         if tweet is None:
             page.unavailable_tweet_ids.append(tweet_id)
             continue
+        state = builder.checkpoint()
         try:
             _bookmark_row(tweet_id, tweet, str(sort_index), builder)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            # One odd tweet must not cost the rest of the page.
-            page.problems.append(f"entry {entry_id}: cannot read the post ({type(exc).__name__}: {exc})")
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+            # One odd tweet must not cost the rest of the page. The raw page
+            # keeps the post, and its id still counts as seen.
+            builder.rollback(state)
+            page.problems.append(f"entry {entry_id}: cannot read the post ({type(exc).__name__}: {str(exc)[:200]}); skipped")
     builder.finish()
     return page

@@ -75,6 +75,26 @@ class _Backend:
 # each model is loaded once per process and shared by every Embedder.
 _LOCK = threading.Lock()
 _LOCAL_MODELS: dict[str, object] = {}
+_CPU_THREADS: int | None = None  # set by use_cpu_threads(); None: torch's default (one per core)
+
+
+def use_cpu_threads(count: int = 1) -> None:
+    """Let the local model of this process use `count` CPU threads.
+
+    The serving processes (kb-mcp, `kb search`) call it with 1. Why: each
+    torch process starts one thread per core, and its idle threads spin for
+    a while after each call. With four MCP servers and a sync on 2 cores,
+    the threads fought for the cores: a query embedding took 850 ms (p50)
+    instead of 290 ms with one thread each (benchmarks/bench_load.py). One
+    short query gains nothing from more threads; a sync's batches keep the
+    default."""
+    global _CPU_THREADS
+    _CPU_THREADS = count
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(count)
 _OLLAMA_DIMS: dict[tuple[str, str], int] = {}
 _QUERY_CACHE: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
 _QUERY_CACHE_SIZE = 512
@@ -119,6 +139,10 @@ def load_local_model(name: str):
             # The weight-loading progress bar would pollute the CLI's output.
             hf_logging.disable_progress_bar()
             model = SentenceTransformer(path, device="cpu", local_files_only=True)
+            if _CPU_THREADS is not None:
+                import torch
+
+                torch.set_num_threads(_CPU_THREADS)
             _LOCAL_MODELS[path] = model
     return model
 

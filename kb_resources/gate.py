@@ -26,7 +26,7 @@ from pathlib import Path
 import dagster as dg
 import openai
 
-from kb_resources.settings import get_settings
+from kb_resources.settings import get_settings, redact_secrets
 
 MAX_ATTEMPTS = 3
 FALLBACK_SCORE = 65
@@ -187,9 +187,9 @@ class QualityGate(dg.ConfigurableResource):
                 score, topics, reason = parse_answer(content)
                 return GateVerdict(score, topics, reason, "scored", attempt, model, threshold, errors)
             except (openai.OpenAIError, GateAnswerError) as exc:
-                # openai errors name the status and the endpoint's message,
-                # never the key.
-                errors.append(f"attempt {attempt}: {type(exc).__name__}: {str(exc)[:200]}")
+                # openai errors name the status and the endpoint's message.
+                # The message can quote the key (a careless server): redact it.
+                errors.append(f"attempt {attempt}: {type(exc).__name__}: {redact_secrets(str(exc))[:200]}")
                 if log is not None:
                     log.warning(f"quality gate {errors[-1]}")
                 if attempt < MAX_ATTEMPTS and self.retry_delay_s > 0:

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 import dagster as dg
 import openai
 
-from kb_resources.settings import get_settings
+from kb_resources.settings import get_settings, redact_secrets
 
 PIECE_CHARS = 1_500
 ENGLISH = "ENGLISH"
@@ -191,13 +191,14 @@ class Translator(dg.ConfigurableResource):
                 continue
             except openai.APIStatusError as exc:
                 if exc.status_code < 500:
+                    # The endpoint's error text can quote the key: redact it before it reaches a log.
                     raise TranslateError(f"{self._base_url()} refused the request: HTTP {exc.status_code}: "
-                                         f"{str(exc)[:200]}", fatal=exc.status_code in FATAL_STATUSES) from None
+                                         f"{redact_secrets(str(exc))[:200]}", fatal=exc.status_code in FATAL_STATUSES) from None
                 server_errors += 1
             except openai.APIError as exc:  # connection errors and timeouts
                 server_errors += 1
                 if server_errors >= SERVER_ERROR_ATTEMPTS:
-                    raise TranslateError(f"{self._base_url()} does not answer: {type(exc).__name__}: {exc}",
+                    raise TranslateError(redact_secrets(f"{self._base_url()} does not answer: {type(exc).__name__}: {exc}"),
                                          fatal=True) from None
                 time.sleep(2.0 * server_errors)
                 continue

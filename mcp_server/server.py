@@ -37,7 +37,7 @@ from kb_assets.reading import (PAGE_CHARS, PAGE_WORDS, Document, DocumentNotFoun
                                tweet_id_from, word_offsets)
 from kb_assets.search import MAX_LIMIT, SearchResponse, search
 from kb_assets.wiki_index import WIKI_ID_PREFIX, WIKI_SOURCE
-from kb_resources.embedder import EmbedderError
+from kb_resources.embedder import EmbedderError, use_cpu_threads
 from kb_resources.lance_index import ChunkIndex, IndexModelMismatch, to_utc
 from kb_resources.settings import get_settings
 
@@ -362,6 +362,9 @@ def configure_logging() -> None:
 def main() -> None:
     """The console command `kb-mcp`: serve the tools on stdin and stdout."""
     configure_logging()
+    # Agent clients start one server each; one CPU thread per server keeps
+    # them from fighting for the cores (see use_cpu_threads).
+    use_cpu_threads(1)
     settings = get_settings()
     server = build_server()
     log.info("kb-mcp serves the index at %s and the wiki at %s", settings.lancedb_dir, settings.wiki_dir)

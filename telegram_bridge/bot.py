@@ -42,6 +42,11 @@ log = logging.getLogger("kb.bot")
 
 STATUS_LIMIT = 10
 MAX_REPLY_CHARS = 3500  # Telegram's limit is 4096; keep room for the rest of the reply
+# A reply quotes at most this much of what the user typed. Telegram refuses a
+# message of more than 4096 characters, so a reply that quoted a long /status
+# argument in full was never sent (found by tests/test_bad_input.py).
+MAX_ECHO_CHARS = 60
+MAX_TOPIC_CHARS = 200  # a topic is a few words; a longer one is a pasted text
 DOWNLOAD_TIMEOUT_S = 120
 OVERRIDABLE = ("rejected", "duplicate")
 TOPIC_WORD = re.compile(r"[A-Za-z0-9]")
@@ -72,6 +77,11 @@ class AllowlistMiddleware(BaseMiddleware):
             log.info("ignored a message from user %s: not on the allowlist", user.id if user else "unknown")
             return None
         return await handler(event, data)
+
+
+def echo(text: str) -> str:
+    """What the user typed, short enough to quote in a reply."""
+    return text if len(text) <= MAX_ECHO_CHARS else text[: MAX_ECHO_CHARS - 1] + "…"
 
 
 def age(iso_time: str, now: datetime | None = None) -> str:
@@ -139,7 +149,7 @@ class BotApp:
         if wanted:
             item = self.own_item(message, wanted)
             if item is None:
-                await message.reply(f"no item {wanted} of yours. Send /status for your last items.")
+                await message.reply(f"no item {echo(wanted)} of yours. Send /status for your last items.")
                 return
             states = await asyncio.to_thread(self.read_states, [item.id])
             await message.reply(status_detail(item, states[item.id]))
@@ -159,7 +169,7 @@ class BotApp:
             return
         item = self.own_item(message, wanted)
         if item is None:
-            await message.reply(f"no item {wanted} of yours. Send /status for your last items.")
+            await message.reply(f"no item {echo(wanted)} of yours. Send /status for your last items.")
             return
         state = (await asyncio.to_thread(self.read_states, [item.id]))[item.id]
         if state.state not in OVERRIDABLE:
@@ -174,9 +184,12 @@ class BotApp:
 
     async def on_synthesize(self, message: Message, command: CommandObject) -> None:
         topic = (command.args or "").strip()
+        if len(topic) > MAX_TOPIC_CHARS:
+            await message.reply(f"the topic is too long: {len(topic)} characters; the limit is {MAX_TOPIC_CHARS}.")
+            return
         if topic and not TOPIC_WORD.search(topic):
             # The wiki names a topic page by its Latin letters and digits (kb_assets.wiki.topic_key).
-            await message.reply(f"the topic {topic!r} has no Latin letters or digits. Example: /synthesize raft consensus")
+            await message.reply(f"the topic {echo(topic)!r} has no Latin letters or digits. Example: /synthesize raft consensus")
             return
         self.inbox.add_request("synthesize", topic=topic, user_id=message.from_user.id)
         what = f"a synthesis of {topic!r}" if topic else "the weekly synthesis"
@@ -184,7 +197,7 @@ class BotApp:
 
     async def on_unknown_command(self, message: Message) -> None:
         command = message.text.split()[0].lstrip("/").split("@")[0]
-        await message.reply(replies.unknown_command(command))
+        await message.reply(replies.unknown_command(echo(command)))
 
     # --- sources ----------------------------------------------------------------------
     async def on_source(self, message: Message, bot: Bot) -> None:

@@ -27,6 +27,7 @@ from aiohttp import web
 
 BOT_ID = 123456
 BOT_USERNAME = "kb_test_bot"
+MAX_MESSAGE_CHARS = 4096  # Telegram refuses a longer sendMessage text
 
 
 @dataclass
@@ -165,6 +166,8 @@ class FakeTelegram:
     async def _m_sendmessage(self, params):
         if self.send_errors:
             return self._error(*self.send_errors.pop(0))
+        if len(params.get("text", "")) > MAX_MESSAGE_CHARS:
+            return self._error(400, "Bad Request: message is too long")
         reply = json.loads(params["reply_parameters"]) if params.get("reply_parameters") else {}
         chat_id = int(params["chat_id"])
         record = {
