@@ -42,14 +42,22 @@ def login() -> None:
 
 
 def _print_sync_report(report) -> None:
+    if report.gone_runs:
+        click.echo(f"Marked {len(report.gone_runs)} runs failed: their process is gone. Their pool slots are free.")
+    if report.resumed:
+        click.echo(f"Finished the stages that earlier syncs left undone, in batches: {', '.join(report.resumed)}.")
     for stage in report.stages:
         mark = "ok" if stage.ok else "FAILED"
-        line = f"  {stage.stage:<13} {mark:<7} {stage.seconds:6.1f} s"
+        earlier = f" (batch {stage.batch})" if stage.batch and stage.batch != report.batch else ""
+        line = f"  {stage.stage + earlier:<13} {mark:<7} {stage.seconds:6.1f} s"
         click.echo(line + (f"  {stage.error}" if stage.error else ""))
+    for note in report.notes:
+        click.echo(f"Note: {note}", err=True)
+    name = f"Batch {report.batch}" if report.batch else "Index"
     if report.failed:
-        click.echo(f"Batch {report.batch}: these stages failed: {', '.join(report.failed)}.", err=True)
+        click.echo(f"{name}: these stages failed: {', '.join(report.failed)}.", err=True)
     else:
-        click.echo(f"Batch {report.batch}: all stages finished.")
+        click.echo(f"{name}: all stages finished.")
 
 
 def _stage_printer(name: str, number: int, total: int) -> None:
@@ -148,6 +156,50 @@ def search(query, limit, author, source, after, before, mode, as_json) -> None:
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     _echo_json(response.to_dict()) if as_json else _print_hits(response)
+
+
+@main.command("index")
+@click.option("--rebuild", is_flag=True, required=True, help="Drop the vectors and index every batch again.")
+def index_command(rebuild: bool) -> None:
+    """Rebuild the search index, for example after a change of embedding model.
+    Unchanged texts come from the vector cache of the new model, when it has them."""
+    from kb_assets.sync import rebuild_index
+
+    report = rebuild_index(on_stage=_stage_printer)
+    _print_sync_report(report)
+    sys.exit(1 if report.failed else 0)
+
+
+@main.command()
+@click.argument("dest", required=False, type=click.Path())
+@click.option("--no-dagster", is_flag=True, help="Leave out the Dagster home (runs, inbox cursor).")
+def backup(dest: str | None, no_dagster: bool) -> None:
+    """Write one archive of KB_HOME: DuckDB, LanceDB, the wiki as a git bundle, raw files."""
+    from kb_assets.backup import BackupError, create_backup
+
+    try:
+        result = create_backup(Path(dest) if dest else None, include_dagster=not no_dagster)
+    except BackupError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(str(result.archive))
+
+
+@main.command()
+@click.argument("archive", type=click.Path(exists=True, dir_okay=False))
+@click.option("--force", is_flag=True, help="Restore into a KB_HOME that is not empty (its content moves aside).")
+def restore(archive: str, force: bool) -> None:
+    """Restore a `kb backup` archive into KB_HOME, which must be empty."""
+    from kb_assets.backup import BackupError, restore_backup
+
+    try:
+        result = restore_backup(Path(archive), force=force)
+    except BackupError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"Restored into {result.home}: {result.checked_files} files checked against their checksums.")
+    if result.moved_aside:
+        click.echo(f"The earlier content of KB_HOME is in {result.moved_aside}.")
+    for note in result.notes:
+        click.echo(f"Note: {note}")
 
 
 # --- demo --------------------------------------------------------------------------

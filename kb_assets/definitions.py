@@ -34,6 +34,7 @@ from kb_resources.vision import Captioner
 from kb_resources.wiki import Wiki
 from kb_resources.wiki_agent import WikiAgent
 from sensors.captions import captions_sensor, captions_to_index_sensor
+from sensors.run_health import dead_runs_sensor
 from sensors.inbox import bot_requests_sensor, inbox_sensor, wiki_requests_sensor
 from sensors.schedules import x_sync_sensor
 from sensors.source_notifications import source_failures_sensor, source_outcomes_sensor
@@ -76,6 +77,6 @@ defs = dg.Definitions(
     sensors=[
         x_sync_sensor, captions_sensor, captions_to_index_sensor,
         inbox_sensor, bot_requests_sensor, wiki_requests_sensor, source_outcomes_sensor, source_failures_sensor,
-        wiki_waiting_sensor,
+        wiki_waiting_sensor, dead_runs_sensor,
     ],
 )

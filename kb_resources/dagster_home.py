@@ -2,8 +2,14 @@
 
 The pools `duckdb` and `wiki` are both of size one, so one default limit of
 1 serves both: DuckDB allows one writing process per file, and two wiki
-ingests at once would fight over one git tree. Run monitoring finds a run
-whose process is gone and frees its pool slots.
+ingests at once would fight over one git tree.
+
+Run monitoring alone does not find a run whose process was killed: the
+default run launcher cannot tell whether a worker lives, and `kb sync` runs
+have no launcher. Only max_runtime_seconds catches them, late, and only
+when the daemon runs. kb_resources/run_monitor.py finds them by their
+process ids, marks them failed and frees their pool slots (`kb sync` and
+the sensor `dead_runs_sensor` call it).
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ run_monitoring:
   cancel_timeout_seconds: 180
   max_runtime_seconds: 7200
   poll_interval_seconds: 60
-  # Free the pool slots of a run that died, so the next run can start.
+  # Free the pool slots of a run that ended, so the next run can start. A run
+  # whose process was killed never ends: kb_resources/run_monitor.py does that.
   free_slots_after_run_end_seconds: 60
 
 run_retries:

@@ -1,0 +1,667 @@
+"""Crash safety: SIGKILL the run process at chosen points, run the same
+command again, and check that nothing is lost, repeated or left half done.
+
+How each kill point is reached (each one is deterministic):
+- capture: the fake X (tests/fake_x.py) holds the request for page 3 open;
+- gate call: a loopback OpenAI-compatible endpoint holds the request open;
+- wiki ingest: the fake Messages API (tests/fake_anthropic.py) holds a turn;
+- normalize, chunks, index: these stages call no outside service. A hook in
+  the killed process waits inside the stage's write: after write_batch and
+  before COMMIT (normalize), after the insert and before COMMIT (chunks),
+  after the LanceDB commit of the passages and before the commit of the
+  cards (index). The hook calls the real function unchanged, then waits to
+  be killed. It exists only in the killed process; no product code knows it.
+
+The killed process is a fork of the test process that runs the `kb` command
+line (kb_assets.cli.main) or the job of an inbox item: a real process with
+its own pid, which SIGKILL ends with no cleanup. The fork saves the
+interpreter start (~10 s of imports on 2 busy cores) for each kill.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import psutil
+import pytest
+
+# Imported here, once: each forked process then starts with the whole graph
+# loaded, as the `kb` process has it when it reaches the kill point.
+import kb_assets.cli  # noqa: F401
+import kb_assets.definitions  # noqa: F401
+from kb_assets.sample_data import sample_pages
+from kb_assets.x_graphql import load_page, parse_page
+from kb_resources.dagster_home import ensure_dagster_home
+from kb_resources.lance_index import BOOKMARKS, CHUNKS, ChunkIndex
+from kb_resources.raw_store import RawStore
+from kb_resources.run_monitor import PROCESS_GONE_TAG
+from kb_resources.settings import excluded_sources, get_settings
+from tests.fake_anthropic import FakeAnthropic, bash, report, text, tool_use, write
+from tests.fake_openai_chat import FakeOpenAIChat, chat
+from tests.fake_x import FakeX
+
+pytestmark = [
+    # LanceDB warns at each fork that its fork support is experimental. The
+    # test process does not use LanceDB while it forks.
+    pytest.mark.filterwarnings("ignore:lancedb fork support is experimental"),
+    pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork"),
+    pytest.mark.filterwarnings("ignore:coroutine 'BaseEventLoop.shutdown_asyncgens' was never awaited"),
+]
+
+WAIT_S = 90  # longest wait for a kill point; far more than the ~1-10 s each takes
+LOGIN = "TEST-SECRET-auth-token-crash-0001"
+GATE_KEY = "sk-TEST-SECRET-GATE-KEY-crash-0003"
+AGENT_TOKEN = "sk-TEST-SECRET-agent-crash-0004"
+
+
+# --- the killed process ------------------------------------------------------------------
+
+
+def install_pause(point: str, flag: Path) -> None:
+    """In the killed process only: wait for ever at `point`, after writing `flag`."""
+
+    def hold() -> None:
+        flag.write_text(point)
+        while True:
+            time.sleep(3600)
+
+    if point == "normalize":
+        import kb_assets.normalize as module
+
+        real_write_batch = module.write_batch
+
+        def write_batch(conn, rows, *, now):
+            real_write_batch(conn, rows, now=now)
+            hold()  # every row is written; the transaction is open, not committed
+
+        module.write_batch = write_batch
+    elif point == "chunks":
+        import kb_assets.chunks as module
+
+        real_insert_rows = module.insert_rows
+
+        def insert_rows(conn, table, rows):
+            real_insert_rows(conn, table, rows)
+            hold()  # the old chunks are deleted and the new ones inserted; no COMMIT yet
+
+        module.insert_rows = insert_rows
+    elif point == "index":
+        def upsert_bookmark_cards(self, rows):
+            hold()  # replace_chunks has committed the passages; the cards are not written
+
+        ChunkIndex.upsert_bookmark_cards = upsert_bookmark_cards
+    else:
+        raise ValueError(point)
+
+
+@dataclass
+class KilledProcess:
+    pid: int
+    log: Path
+    flag: Path | None = None
+
+    def exited(self) -> int | None:
+        pid, status = os.waitpid(self.pid, os.WNOHANG)
+        if not pid:
+            return None
+        FORKED.remove(self.pid)  # collected: its pid may go to another process now
+        return os.waitstatus_to_exitcode(status)
+
+    def wait_for(self, ready: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while not ready():
+            code = self.exited()
+            if code is not None:
+                pytest.fail(f"the process ended (exit {code}) before {what}:\n{self.log.read_text()[-4000:]}")
+            if time.monotonic() > deadline:
+                self.kill()
+                pytest.fail(f"no {what} within {WAIT_S} s:\n{self.log.read_text()[-4000:]}")
+            time.sleep(0.05)
+
+    def wait_paused(self) -> None:
+        self.wait_for(self.flag.exists, f"pause at {self.flag.read_text() if self.flag.exists() else self.flag.name}")
+
+    def kill(self, *, keep_children: bool = False) -> list[int]:
+        """SIGKILL the process, collect it, and return the pids of its children."""
+        try:
+            children = [c.pid for c in psutil.Process(self.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            children = []
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        FORKED.remove(self.pid)
+        if not keep_children:
+            end_processes(children, wait_s=0)  # Chromium, its driver, Dagster's log tails
+        return children
+
+
+def end_processes(pids: list[int], wait_s: float) -> None:
+    """Give orphans `wait_s` to end on their own, then end the ones left, by pid."""
+    deadline = time.monotonic() + wait_s
+    alive = [pid for pid in pids if psutil.pid_exists(pid)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [pid for pid in alive if _running(pid)]
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+FORKED: list[int] = []  # every process that fork_process made, for the clean-up below
+
+
+@pytest.fixture(autouse=True)
+def no_process_left():
+    """A test that fails before its kill must not leave a paused process (and
+    its Chromium or agent CLI) behind: it would hold files and pipes for ever."""
+    yield
+    while FORKED:
+        pid = FORKED.pop()
+        try:
+            children = [c.pid for c in psutil.Process(pid).children(recursive=True)]
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (psutil.NoSuchProcess, ProcessLookupError, ChildProcessError):
+            continue
+        end_processes(children, wait_s=0)
+
+
+def fork_process(tmp: Path, name: str, *, argv: list[str] | None = None, target: Callable[[], None] | None = None,
+                 pause: str | None = None) -> KilledProcess:
+    """Fork a process that runs `kb <argv>` (or `target`), with an optional pause point."""
+    log, flag = tmp / f"{name}.log", tmp / f"{name}.paused"
+    pid = os.fork()
+    if pid == 0:  # the child: it never returns into pytest
+        code = 70
+        try:
+            out = open(log, "w", buffering=1)
+            os.dup2(out.fileno(), 1)
+            os.dup2(out.fileno(), 2)
+            sys.stdout = sys.stderr = out
+            if pause:
+                install_pause(pause, flag)
+            if target is not None:
+                target()
+            else:
+                from kb_assets.cli import main
+
+                main(argv, prog_name="kb", standalone_mode=False)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+            code = 71
+        finally:
+            os._exit(code)
+    FORKED.append(pid)
+    return KilledProcess(pid, log, flag if pause else None)
+
+
+# --- reading the stores ------------------------------------------------------------------
+
+
+def duck(sql: str, params=()) -> list[tuple]:
+    """Read DuckDB while no writer runs. The connection closes at once: the
+    next forked process must find the file free."""
+    conn = duckdb.connect(str(get_settings().duckdb_path), read_only=True)
+    try:
+        return conn.execute(sql, list(params)).fetchall()
+    finally:
+        conn.close()
+
+
+def lance_rows(name: str, columns: list[str]) -> list[dict]:
+    table = ChunkIndex().table(name)
+    return [] if table is None else table.to_arrow().select(columns).to_pylist()
+
+
+def dagster_instance() -> dg.DagsterInstance:
+    return dg.DagsterInstance.from_config(str(ensure_dagster_home()))
+
+
+def stage_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
+    """kb sync's runs, oldest first."""
+    records = instance.get_run_records(filters=dg.RunsFilter(tags={"kb/stage": ["capture", "normalize", "documents",
+                                       "captions", "transcripts", "chunks", "translations", "index"]}))
+    return [r.dagster_run for r in sorted(records, key=lambda r: r.create_timestamp)]
+
+
+def claimed_slots(instance: dg.DagsterInstance) -> dict[str, list[str]]:
+    storage = instance.event_log_storage
+    return {pool: [s.run_id for s in storage.get_concurrency_info(pool).claimed_slots]
+            for pool in ("duckdb", "wiki")}
+
+
+def failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
+    [entry] = instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+    return entry.dagster_event.message or ""
+
+
+def sample_entries() -> list[dict]:
+    """The tweet entries of the sample capture that `kb demo` ships."""
+    entries = []
+    for page in sample_pages():
+        timeline = json.loads(page.read_bytes())["data"]["bookmark_timeline_v2"]["timeline"]
+        for instruction in timeline["instructions"]:
+            entries += [e for e in instruction.get("entries", []) if e["entryId"].startswith("tweet-")]
+    return entries
+
+
+def bookmarks_in(pages: list[bytes]) -> set[str]:
+    """The bookmarks that a clean normalize makes of these pages."""
+    now = datetime.now(timezone.utc)
+    ids: set[str] = set()
+    for n, body in enumerate(pages):
+        parsed = parse_page(load_page(body, name=f"p{n}"), raw_file=f"p{n}", batch="b", captured_at=now)
+        ids |= {b["tweet_id"] for b in parsed.bookmarks}
+    return ids
+
+
+def assert_store_consistent(live: set[str], removed: set[str]) -> None:
+    """No bookmark lost or repeated; DuckDB and LanceDB agree: every chunk of a
+    live bookmark is indexed once, nothing of a removed bookmark is."""
+    rows = duck("SELECT tweet_id, removed_at FROM bookmarks")
+    assert len(rows) == len({r[0] for r in rows}), "a bookmark is repeated"
+    assert {t for t, r in rows if r is None} == live
+    assert {t for t, r in rows if r is not None} == removed
+    skip = excluded_sources()
+    chunks = duck("SELECT chunk_id, tweet_id, source FROM chunks")
+    assert {t for _, t, _ in chunks} <= live, "DuckDB holds chunks of a bookmark that is not live"
+    expected = {c: t for c, t, s in chunks if s not in skip}
+    with_text = {r[0] for r in duck("SELECT tweet_id FROM bookmarks WHERE removed_at IS NULL AND text <> ''")}
+    assert with_text - set(expected.values()) == set(), "a live bookmark with text has no chunk"
+    indexed = lance_rows(CHUNKS, ["chunk_id", "tweet_id"])
+    assert len(indexed) == len({r["chunk_id"] for r in indexed}), "a chunk is indexed twice"
+    assert {r["chunk_id"]: r["tweet_id"] for r in indexed} == expected
+    cards = [r["tweet_id"] for r in lance_rows(BOOKMARKS, ["tweet_id"])]
+    assert sorted(cards) == sorted(live)
+
+
+# --- fixtures ----------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    # The deterministic embedder (no model load) and no fetch of the sample's links.
+    monkeypatch.setenv("KB_EMBED_BACKEND", "hash")
+    monkeypatch.setenv("KB_EXCLUDE", "link")
+
+
+@pytest.fixture
+def fake_x(monkeypatch):
+    server = FakeX("127.0.0.1")
+    monkeypatch.setenv("KB_X_BASE_URL", server.url)
+    monkeypatch.setenv("KB_CHROMIUM_PATH", "/usr/bin/chromium")
+    monkeypatch.setenv("KB_CAPTURE_SCROLL_WAIT_S", "0.5")
+    monkeypatch.setenv("KB_CAPTURE_MAX_IDLE_SCROLLS", "3")
+    monkeypatch.setenv("KB_BROWSER_TIMEOUT_S", "60")  # longer than any hold: the kill comes first
+    state = {"cookies": [{"name": "auth_token", "value": LOGIN, "domain": "127.0.0.1", "path": "/",
+                          "expires": -1, "httpOnly": True, "secure": False, "sameSite": "Lax"}], "origins": []}
+    get_settings().x_state_path.write_text(json.dumps(state))
+    yield server
+    server.stop()
+
+
+# --- the X path --------------------------------------------------------------------------
+
+
+@pytest.mark.browser
+def test_a_sync_killed_in_each_stage_is_finished_by_the_next_sync(fake_x, tmp_path):
+    from kb_assets.sync import run_sync
+
+    entries = sample_entries()
+    served = fake_x.serve_entries(entries, page_size=10)  # 4 pages of 10, then the end page
+    fake_x.state.fail_after, fake_x.state.fail_mode, fake_x.state.hang_s = 2, "hang", WAIT_S
+    instance = dagster_instance()
+    raw = RawStore()
+
+    # 1. Capture: X holds the request for page 3; the kill comes while it waits.
+    kb = fork_process(tmp_path, "sync-1", argv=["sync"])
+    bookmarks_requests = lambda: sum(1 for s in fake_x.state.seen if s.path.endswith("/Bookmarks"))
+    kb.wait_for(lambda: bookmarks_requests() >= 3 and len(raw.batches()) == 1 and len(raw.pages(raw.batches()[0])) == 2,
+                "the request for Bookmarks page 3")
+    kb.kill()
+    [batch1] = raw.batches()
+    assert [p.read_bytes() for p in raw.pages(batch1)] == served[:2]  # the pages kept, byte for byte
+    manifest = raw.manifest(batch1)
+    assert manifest.complete is False and manifest.error == "the capture started and did not finish"
+    assert raw.watermark() is None  # no complete capture: the watermark did not move
+    [capture_run] = stage_runs(instance)
+    assert capture_run.status == dg.DagsterRunStatus.STARTED  # the run record outlives its process
+
+    # 2. Normalize, killed inside its transaction.
+    kb = fork_process(tmp_path, "sync-2", argv=["sync"], pause="normalize")
+    kb.wait_paused()
+    # The new sync saw that the capture's process was gone and marked the run failed.
+    capture_run = instance.get_run_by_id(capture_run.run_id)
+    assert capture_run.status == dg.DagsterRunStatus.FAILURE
+    assert capture_run.tags[PROCESS_GONE_TAG] == "true"
+    assert "is gone: it was killed or it crashed" in failure_message(instance, capture_run.run_id)
+    normalize_run = stage_runs(instance)[-1]
+    assert normalize_run.tags["kb/stage"] == "normalize" and normalize_run.tags["kb/sync_batch"] == batch1
+    kb.kill()
+    assert claimed_slots(instance)["duckdb"] == [normalize_run.run_id]  # the dead run keeps its pool slot
+    assert duck("SELECT count(*) FROM bookmarks") == [(0,)]  # the open transaction rolled back
+
+    # 3. Chunks, killed inside its transaction. To get here, the sync had to
+    # free the dead run's slot in the pool `duckdb`: else normalize waits for ever.
+    kb = fork_process(tmp_path, "sync-3", argv=["sync"], pause="chunks")
+    kb.wait_paused()
+    kb.kill()
+    chunks_run = stage_runs(instance)[-1]
+    assert chunks_run.tags["kb/stage"] == "chunks"
+    assert instance.get_run_by_id(normalize_run.run_id).status == dg.DagsterRunStatus.FAILURE
+    first_pages = bookmarks_in(served[:2])
+    assert {r[0] for r in duck("SELECT tweet_id FROM bookmarks WHERE batch = ?", [batch1])} == first_pages
+    assert duck("SELECT count(*) FROM chunks") == [(0,)]
+
+    # 4. Index, killed between the LanceDB commit of the passages and that of the cards.
+    kb = fork_process(tmp_path, "sync-4", argv=["sync"], pause="index")
+    kb.wait_paused()
+    kb.kill()
+    index_run = stage_runs(instance)[-1]
+    assert index_run.tags["kb/stage"] == "index"
+    chunk_ids = {r[0] for r in duck("SELECT chunk_id FROM chunks WHERE source <> 'link'")}
+    assert chunk_ids and {r["chunk_id"] for r in lance_rows(CHUNKS, ["chunk_id"])} == chunk_ids
+    assert lance_rows(BOOKMARKS, ["tweet_id"]) == []  # half an index: passages, no cards
+
+    # 5. The owner removed one bookmark of batch 1 meanwhile. `kb sync --full`
+    # finishes batch 1 first, then captures everything in a new batch.
+    removed = entries[3]["entryId"].removeprefix("tweet-")
+    assert removed in first_pages
+    now_served = fake_x.serve_entries([e for e in entries if e is not entries[3]], page_size=10)
+    fake_x.state.fail_after = None
+    report = run_sync(full=True)
+
+    assert report.failed == [], report.stages
+    assert report.gone_runs == [index_run.run_id]
+    assert report.resumed == [batch1]
+    assert [s.stage for s in report.stages if s.batch == batch1] == ["index"]  # only what was left
+    assert raw.pages(report.batch) and [p.read_bytes() for p in raw.pages(report.batch)] == now_served
+    # Now the capture is complete: the watermark moved, to its first bookmark.
+    assert raw.watermark() == {"tweet_id": entries[0]["entryId"].removeprefix("tweet-"),
+                               "sort_index": entries[0]["sortIndex"], "batch": report.batch}
+    assert [p.read_bytes() for p in raw.pages(batch1)] == served[:2]  # batch 1's raw pages stay as they came
+    assert_store_consistent(live=bookmarks_in(served) - {removed}, removed={removed})
+
+    # Every run ended; the four killed ones are failed and marked so; no pool slot is held.
+    runs = stage_runs(instance)
+    assert all(r.is_finished for r in runs)
+    killed = [capture_run, normalize_run, chunks_run, index_run]
+    assert [r.run_id for r in runs if r.tags.get(PROCESS_GONE_TAG)] == [r.run_id for r in killed]
+    assert all(instance.get_run_by_id(r.run_id).status == dg.DagsterRunStatus.FAILURE for r in killed)
+    assert claimed_slots(instance) == {"duckdb": [], "wiki": []}
+
+
+@pytest.mark.slow  # the demo always loads the local embedding model
+def test_kb_demo_killed_in_chunks_finishes_when_run_again(tmp_path, monkeypatch):
+    """`kb demo` on its sample: killed once, then run again, it exits 0 and
+    every demo search finds its post. It loads the local model."""
+    from kb_assets.demo import run_demo
+
+    home = tmp_path / "demo-home"
+    # run_demo sets these in os.environ; monkeypatch puts them back after the test.
+    for name, value in (("KB_HOME", str(home)), ("DAGSTER_HOME", str(home / "dagster")),
+                        ("KB_EMBED_BACKEND", "local"), ("KB_EXCLUDE", "link")):
+        monkeypatch.setenv(name, value)
+
+    kb = fork_process(tmp_path, "demo-1", argv=["demo", "--home", str(home)], pause="chunks")
+    kb.wait_paused()
+    kb.kill()
+    instance = dagster_instance()
+    [killed] = [r for r in stage_runs(instance) if r.tags["kb/stage"] == "chunks"]
+    assert killed.status == dg.DagsterRunStatus.STARTED
+
+    assert run_demo(home) == 0
+    runs = stage_runs(instance)
+    assert instance.get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE
+    first = killed.tags["kb/sync_batch"]
+    # The killed batch got its chunks and index; a new batch imported the sample again.
+    assert [r.tags["kb/stage"] for r in runs if r.tags["kb/sync_batch"] == first][-3:] == [
+        "chunks", "translations", "index"]
+    assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs[-8:])
+    assert_store_consistent(live=bookmarks_in([p.read_bytes() for p in sample_pages()]), removed=set())
+
+
+def test_which_earlier_batches_a_sync_finishes(tmp_path):
+    """The rules of unfinished_batches, on run records as kb sync leaves them."""
+    from kb_assets.sync import MAX_DEATHS, unfinished_batches
+
+    stages = ["capture", "normalize", "chunks", "index"]
+    raw = RawStore()
+    instance = dagster_instance()
+    gone = dg.DagsterRunStatus.FAILURE, {PROCESS_GONE_TAG: "true"}
+    ok, failed = (dg.DagsterRunStatus.SUCCESS, {}), (dg.DagsterRunStatus.FAILURE, {})
+    history = {
+        "b1-done": [("capture", ok), ("normalize", failed), ("chunks", ok), ("index", ok)],
+        "b2-chunks-died": [("capture", ok), ("normalize", ok), ("chunks", gone)],
+        "b3-between-stages": [("capture", ok), ("normalize", ok)],
+        "b4-no-page-kept": [("capture", gone)],
+        "b5-pages-kept": [("capture", gone)],
+        "b6-dies-each-time": [("capture", ok)] + [("normalize", gone)] * MAX_DEATHS,
+        "b7-live-sync": [("capture", ok)],
+        "b8-not-kb": [],  # a batch of the Dagster UI or a sensor: no kb sync runs
+    }
+    for batch, runs in history.items():
+        instance.add_dynamic_partitions("sync_batches", [batch])
+        if batch != "b4-no-page-kept":
+            raw.write_page(batch, 1, b"{}")
+        for stage, (status, tags) in runs:
+            owner = os.getppid() if batch == "b7-live-sync" else 999_999_999  # a live process; no process
+            instance.add_run(dg.DagsterRun(job_name="__ephemeral_asset_job__", status=status, tags={
+                "kb/sync_batch": batch, "kb/stage": stage, "kb/pid": str(owner), **tags}))
+
+    found = {u.batch: (u.stages, u.note) for u in unfinished_batches(instance, stages, raw)}
+
+    assert found == {
+        "b2-chunks-died": (["chunks", "index"], ""),
+        "b3-between-stages": (["chunks", "index"], ""),
+        "b5-pages-kept": (["normalize", "chunks", "index"], ""),  # the capture is not run again
+        "b6-dies-each-time": ([], f"the process died {MAX_DEATHS} times in the stage normalize; "
+                                  "materialize the batch in the Dagster UI"),
+    }
+
+
+# --- the Telegram inflow: gate call and wiki ingest --------------------------------------
+
+
+class HeldEndpoint:
+    """An OpenAI-compatible endpoint that takes each request and does not
+    answer it: the gate call is in flight when the test kills the run."""
+
+    def __init__(self) -> None:
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                endpoint.arrived.set()
+                endpoint.release.wait(WAIT_S)
+                self.close_connection = True
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class HeldAnthropic(FakeAnthropic):
+    """The fake Messages API; it holds turn `hold_turn` until `release` is set."""
+
+    def __init__(self, turns: list, hold_turn: int) -> None:
+        super().__init__(turns=turns)
+        self.hold_turn = hold_turn
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+
+    def _answer(self, body: dict):
+        if any(t.get("name") == "mcp__kb__report_result" for t in body.get("tools", [])):
+            if sum(1 for m in body.get("messages", []) if m.get("role") == "assistant") == self.hold_turn:
+                self.arrived.set()
+                self.release.wait(WAIT_S)
+        return super()._answer(body)
+
+
+def ingest_turns(slug: str) -> list:
+    """A good ingest: read, write the source page, one commit, report."""
+    return [
+        [tool_use("Read", file_path="index.md"), tool_use("Read", file_path="log.md")],
+        [write(f"wiki/sources/{slug}.md", f"---\ntype: source\ntitle: {slug}\n---\n# {slug}\n"),
+         tool_use("Edit", file_path="index.md", old_string="## Sources\n", new_string=f"## Sources\n- [[sources/{slug}]]\n"),
+         tool_use("Edit", file_path="log.md", old_string="newest last.\n",
+                  new_string=f"newest last.\n\n## ingest {slug}\n"),
+         bash("git add wiki index.md log.md"),
+         bash(f'git commit -m "ingest: {slug}"')],
+        [report(status="done", pages_created=[f"wiki/sources/{slug}.md"], pages_updated=["index.md", "log.md"],
+                log_entry=f"## ingest {slug}", summary="One source page.", warnings=[])],
+        [text("Done.")],
+    ]
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def processes_in(root: Path) -> list[int]:
+    """Processes whose working folder is `root` (the agent's CLI runs in the wiki)."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.cwd() == str(root) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_path, monkeypatch):
+    from sensors.run_health import dead_runs_sensor
+    from telegram_bridge.item_state import read_item_state
+    from tests import source_helpers as h
+
+    home = tmp_path / "agent-home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))  # the agent's CLI writes nothing in the real HOME
+    monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", AGENT_TOKEN)
+    monkeypatch.setenv("DEEPSEEK_API_KEY", GATE_KEY)
+    monkeypatch.setenv("KB_AGENT_TIMEOUT_S", "60")
+    instance = h.instance()
+    item = h.add_item("text", 7, text="Write-ahead logging makes a database crash safe: the log comes first.")
+    instance.add_dynamic_partitions("sources", [item.id])
+    job = h.intake_job()
+
+    def run_item() -> None:  # what a run worker of the daemon does for the item
+        job.execute_in_process(partition_key=item.id, instance=dg.DagsterInstance.get(), raise_on_error=False)
+
+    def sweep() -> str:
+        return dead_runs_sensor(dg.build_sensor_context(instance=instance)).skip_message
+
+    # 1. The gate call is in flight.
+    held_gate = HeldEndpoint()
+    try:
+        monkeypatch.setenv("KB_GATE_BASE_URL", held_gate.base_url)
+        run = fork_process(tmp_path, "intake-1", target=run_item)
+        run.wait_for(held_gate.arrived.is_set, "the gate call")
+        run.kill()
+    finally:
+        held_gate.stop()
+    [first] = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": item.id}))
+    assert first.status == dg.DagsterRunStatus.STARTED
+    assert claimed_slots(instance)["duckdb"] == [first.run_id]  # the gate call holds the pool `duckdb`
+    assert read_item_state(instance, item.id).state == "processing"  # what /status says before the check
+    [(status, parsed_path)] = duck("SELECT status, parsed_path FROM sources")
+    assert status == "parsed" and duck("SELECT count(*) FROM gate_results") == [(0,)]
+
+    assert sweep() == "1 run(s) of dead processes marked failed"
+    first = instance.get_run_by_id(first.run_id)
+    assert first.status == dg.DagsterRunStatus.FAILURE
+    assert first.tags["dagster/will_retry"] == "true"  # Dagster's run retries take it from here
+    assert read_item_state(instance, item.id).state == "retrying"
+    assert claimed_slots(instance)["duckdb"] == []
+    assert sweep() == "every run has a live process"
+
+    # 2. The retry: the gate answers; the agent has committed and its report turn is held.
+    slug = Path(parsed_path).stem
+    wiki_root = get_settings().wiki_dir
+    with FakeOpenAIChat(chat('{"score": 80, "topics": ["databases"], "reason": "solid"}')) as gate, \
+            HeldAnthropic(ingest_turns(slug), hold_turn=2) as agent:
+        monkeypatch.setenv("KB_GATE_BASE_URL", gate.base_url)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", agent.base_url)
+        # What the agent does when its process outlives the run: a change of its own.
+        agent.turns[2] = [write("wiki/entities/orphan.md", "# orphan\n"), bash("git add wiki"),
+                          bash('git commit -m "ingest: orphan"')]
+        run = fork_process(tmp_path, "intake-2", target=run_item)
+        run.wait_for(agent.arrived.is_set, "the agent's report turn")
+        init = git(wiki_root, "rev-list", "--max-parents=0", "HEAD")
+        assert git(wiki_root, "log", "--format=%s") == f"ingest: {slug}\ninit: wiki"  # committed, not yet verified
+        unverified = git(wiki_root, "rev-parse", "HEAD")
+        cli = run.kill(keep_children=True)
+        assert cli, "the agent's CLI ran as a child of the run"
+        agent.release.set()  # the orphaned CLI gets its turn: a write and a commit
+        deadline = time.monotonic() + 20
+        while processes_in(wiki_root) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = processes_in(wiki_root)
+        end_processes(cli, wait_s=0)
+        assert left == [], "the agent's CLI outlived its run"
+    # With its run gone, the CLI's tool calls are denied: it changed nothing.
+    assert git(wiki_root, "rev-parse", "HEAD") == unverified
+    assert not (wiki_root / "wiki/entities/orphan.md").exists()
+    assert (wiki_root / ".git/kb-change-in-progress").exists()  # the next change rolls this one back
+
+    assert sweep() == "1 run(s) of dead processes marked failed"
+    assert claimed_slots(instance)["wiki"] == []
+
+    # 3. The next retry rolls the unverified commit back and ingests once.
+    with FakeAnthropic(turns=ingest_turns(slug)) as agent:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", agent.base_url)
+        with FakeOpenAIChat(chat('{"score": 80, "topics": ["databases"], "reason": "solid"}')) as gate:
+            monkeypatch.setenv("KB_GATE_BASE_URL", gate.base_url)
+            result = job.execute_in_process(partition_key=item.id, instance=instance, raise_on_error=False)
+    assert result.success
+    assert git(wiki_root, "log", "--format=%s") == f"ingest: {slug}\ninit: wiki"  # one clean commit further
+    assert git(wiki_root, "rev-list", "--max-parents=0", "HEAD") == init
+    assert git(wiki_root, "rev-parse", "HEAD^") == init
+    assert subprocess.run(["git", "merge-base", "--is-ancestor", unverified, "HEAD"], cwd=wiki_root).returncode == 1
+    assert git(wiki_root, "status", "--porcelain") == ""
+    assert not (wiki_root / ".git/kb-change-in-progress").exists()
+    assert (wiki_root / parsed_path).is_file()  # the parsed source is kept
+    assert duck("SELECT status FROM sources") == [("accepted",)]
+    assert duck("SELECT count(*), min(decision) FROM gate_results") == [(1, "accepted")]
+    state = read_item_state(instance, item.id)
+    assert state.state == "done" and state.commit == git(wiki_root, "rev-parse", "HEAD")
+    assert claimed_slots(instance) == {"duckdb": [], "wiki": []}
