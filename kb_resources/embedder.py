@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import re
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -351,7 +352,14 @@ class Embedder(dg.ConfigurableResource):
         pending_vectors: list[np.ndarray] = []
         items = list(missing.items())
         batch = self._batch()
-        for start in range(0, len(items), batch):
+        starts = range(0, len(items), batch)
+        # The long part of a sync: show a progress bar when a person watches
+        # a terminal; never in logs, tests or the MCP server.
+        if len(starts) > 2 and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            starts = tqdm(starts, desc=f"embedding {len(items)} passages", unit="batch", leave=False)
+        for start in starts:
             part = items[start:start + batch]
             vectors = impl.embed_documents([text for _, text in part])
             for (key, _), vector in zip(part, vectors):
