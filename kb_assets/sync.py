@@ -87,7 +87,8 @@ class SyncReport:
     @property
     def failed(self) -> list[str]:
         """The stages that failed; a stage of an earlier batch names its batch."""
-        return [f"{s.stage} (batch {s.batch})" if s.batch else s.stage for s in self.stages if not s.ok]
+        return [f"{s.stage} (batch {s.batch})" if s.batch and s.batch != self.batch else s.stage
+                for s in self.stages if not s.ok]
 
 
 @dataclass(frozen=True)

@@ -265,3 +265,25 @@ def sticker_fields(file_id: str) -> dict:
 def video_fields(file_id: str) -> dict:
     return {"video": {"file_id": file_id, "file_unique_id": "u" + file_id, "width": 640, "height": 360,
                       "duration": 5, "mime_type": "video/mp4", "file_size": 50_000}}
+
+
+def converse(fake: "FakeTelegram", *updates: dict, timeout: float = 20) -> None:
+    """Run the real bot's long polling against this fake until it has handled
+    and confirmed every update. The bot is the code under test; the fake only
+    speaks the Bot API."""
+    from kb_resources.settings import get_settings
+    from telegram_bridge.bot import build
+
+    async def session():
+        bot, dispatcher = build(get_settings())
+        fake.push(*updates)
+        # handle_as_tasks=False: one update after another, so "all confirmed"
+        # means "all handled".
+        polling = asyncio.create_task(dispatcher.start_polling(
+            bot, polling_timeout=1, handle_signals=False, handle_as_tasks=False, allowed_updates=["message"]))
+        try:
+            await fake.wait_until(fake.all_confirmed, timeout)
+        finally:
+            await dispatcher.stop_polling()
+            await polling
+    asyncio.run(session())

@@ -20,7 +20,6 @@ tests/test_wiki_agent.py::test_source_that_says_delete_the_wiki and
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import itertools
 import json
@@ -47,11 +46,10 @@ from kb_resources.duckdb_store import DuckDBStore, insert_rows
 from kb_resources.raw_store import CaptureManifest, RawStore
 from kb_resources.schema import TABLES
 from kb_resources.settings import get_settings
-from telegram_bridge.bot import build
 from telegram_bridge.inbox import Inbox, telegram_item_id
 from tests import fake_telegram as tg
 from tests import source_helpers as h
-from tests.fake_telegram import FakeTelegram
+from tests.fake_telegram import FakeTelegram, converse
 from tests.loopback_site import LoopbackSite, page
 
 CAPTURED = datetime(2026, 11, 1, 10, 0, tzinfo=timezone.utc)
@@ -367,18 +365,6 @@ LONG_TEXT = "Idea: keep a log of every schema change, with the reason, so that a
 PRIVATE = "PRIVATE-WORDS-of-a-malformed-update"
 
 
-def converse(fake: FakeTelegram, *updates: dict, timeout: float = 15) -> None:
-    async def session():
-        bot, dispatcher = build(get_settings())
-        fake.push(*updates)
-        polling = asyncio.create_task(dispatcher.start_polling(
-            bot, polling_timeout=1, handle_signals=False, handle_as_tasks=False, allowed_updates=["message"]))
-        try:
-            await fake.wait_until(fake.all_confirmed, timeout)
-        finally:
-            await dispatcher.stop_polling()
-            await polling
-    asyncio.run(session())
 
 
 # aiogram warns about each update with no event: the stand-in that keeps

@@ -59,13 +59,12 @@ from kb_resources.lance_index import ChunkIndex
 from kb_resources.settings import get_settings
 from kb_resources.wiki import Wiki
 from kb_resources.wiki_agent import WikiAgent
-from telegram_bridge.bot import build
 from telegram_bridge.inbox import Inbox, telegram_item_id
 from tests import fake_telegram as tg
 from tests import source_helpers as h
 from tests.fake_anthropic import FakeAnthropic
 from tests.fake_media import png
-from tests.fake_telegram import FakeTelegram
+from tests.fake_telegram import FakeTelegram, converse
 from tests.test_bad_input import entry, tweet
 from tests.test_mcp_server import build_corpus, write_wiki
 from tests.test_wiki_agent import PARSED, SOURCE_TEXT, good_turns
@@ -101,18 +100,6 @@ def leaks(texts: list[str], roots: list[Path], secrets: list[str]) -> list[str]:
 
 # --- the Telegram bot ---------------------------------------------------------------------------
 
-def converse(fake: FakeTelegram, *updates: dict, timeout: float = 15) -> None:
-    async def session():
-        bot, dispatcher = build(get_settings())
-        fake.push(*updates)
-        polling = asyncio.create_task(dispatcher.start_polling(
-            bot, polling_timeout=1, handle_signals=False, handle_as_tasks=False, allowed_updates=["message"]))
-        try:
-            await fake.wait_until(fake.all_confirmed, timeout)
-        finally:
-            await dispatcher.stop_polling()
-            await polling
-    asyncio.run(session())
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from telegram_bridge.bot import build, main, run
 from telegram_bridge.inbox import Inbox, telegram_item_id
 from tests import fake_telegram as tg
 from tests import source_helpers as h
-from tests.fake_telegram import FakeTelegram
+from tests.fake_telegram import FakeTelegram, converse
 from tests.loopback_site import LoopbackSite
 
 TOKEN = "123456:TEST-SECRET-TOKEN"
@@ -32,21 +32,6 @@ def fake(monkeypatch):
     server.stop()
 
 
-def converse(fake: FakeTelegram, *updates: dict, timeout: float = 20) -> None:
-    """Run the bot's long polling until it has handled and confirmed every update."""
-    async def session():
-        bot, dispatcher = build(get_settings())
-        fake.push(*updates)
-        # handle_as_tasks=False: one update after another, so "all confirmed"
-        # means "all handled".
-        polling = asyncio.create_task(dispatcher.start_polling(
-            bot, polling_timeout=1, handle_signals=False, handle_as_tasks=False, allowed_updates=["message"]))
-        try:
-            await fake.wait_until(fake.all_confirmed, timeout)
-        finally:
-            await dispatcher.stop_polling()
-            await polling
-    asyncio.run(session())
 
 
 def msg(fake: FakeTelegram, message_id: int, user: int = OWNER, **fields) -> dict:
