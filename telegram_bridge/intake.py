@@ -12,6 +12,7 @@ any object with the same attributes.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -119,6 +120,12 @@ def safe_file_name(name: str | None, default: str) -> str:
     return base[:120] or default
 
 
+def readable_text(text: str) -> str:
+    """The text without control and format characters (NUL, zero-width and
+    the like), which carry no words: 60 NUL characters are not a source."""
+    return "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch)[0] != "C")
+
+
 def classify(message, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Accepted | Refused:
     """The source that a message holds, or the reason that it holds none."""
     voice = getattr(message, "voice", None)
@@ -146,7 +153,7 @@ def classify(message, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Accept
         return Refused(replies.several_urls(len(urls)))
     if len(urls) == 1:
         return Accepted(type=source_type_of_url(urls[0]), url=urls[0], text=text)
-    stripped = text.strip()
+    stripped = readable_text(text).strip()
     if len(stripped) < MIN_TEXT_CHARS:
         return Refused(replies.too_short(len(stripped), MIN_TEXT_CHARS))
     return Accepted(type="text", text=stripped)

@@ -257,3 +257,17 @@ def test_redaction_removes_the_token_from_text_and_log_records():
         record = logging.LogRecord("kb", logging.ERROR, __file__, 1, "boom", (), sys.exc_info())
     RedactingFilter(TOKEN).filter(record)
     assert "TEST-SECRET" not in logging.Formatter().format(record)
+
+
+def test_text_of_control_characters_only_is_too_short():
+    """A text of NUL or zero-width characters holds no words: it is refused,
+    and a real text keeps its words without them."""
+    from types import SimpleNamespace
+
+    from telegram_bridge.intake import Accepted, Refused, classify
+
+    empty = classify(SimpleNamespace(text="\x00" * 60 + "\u200b" * 10, entities=None))
+    assert isinstance(empty, Refused) and "too short" in empty.reply
+    words = "A note with real words in it, long enough to keep as a source.\x00"
+    kept = classify(SimpleNamespace(text=words, entities=None))
+    assert isinstance(kept, Accepted) and kept.type == "text" and "\x00" not in kept.text
