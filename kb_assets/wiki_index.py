@@ -18,9 +18,9 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 
 import dagster as dg
-import yaml
 
 from kb_assets.chunking import chunk_text
+from kb_assets.wiki_checks import split_frontmatter
 from kb_resources.duckdb_store import DUCKDB_POOL
 from kb_resources.embedder import Embedder
 from kb_resources.lance_index import ChunkIndex
@@ -53,25 +53,6 @@ def wiki_page_files(root: Path) -> list[Path]:
                   and not any(p.startswith(".") for p in f.relative_to(root).parts))
 
 
-def split_frontmatter(text: str) -> tuple[dict, str]:
-    """(frontmatter, body). A page with no frontmatter, or with frontmatter
-    that is not YAML, gets an empty dict and keeps its whole text as body."""
-    if not text.startswith("---"):
-        return {}, text
-    lines = text.split("\n")
-    if lines[0].strip() != "---":
-        return {}, text
-    for end in range(1, len(lines)):
-        if lines[end].strip() == "---":
-            try:
-                data = yaml.safe_load("\n".join(lines[1:end]))
-            except yaml.YAMLError:
-                return {}, text
-            body = "\n".join(lines[end + 1:])
-            return (data if isinstance(data, dict) else {}), body
-    return {}, text
-
-
 def page_date(frontmatter: dict, file: Path) -> datetime:
     for name in DATE_FIELDS:
         value = frontmatter.get(name)
@@ -99,7 +80,10 @@ def wiki_chunk_id(rel_path: str, position: int) -> str:
 def page_rows(root: Path, file: Path) -> list[dict]:
     """The passages of one page, as rows for ChunkIndex.replace_chunks."""
     rel = file.relative_to(root).as_posix()
-    frontmatter, body = split_frontmatter(file.read_text(encoding="utf-8", errors="replace"))
+    # The same split as the wiki checks and the readers, so a page has one
+    # frontmatter everywhere.
+    page = split_frontmatter(file.read_text(encoding="utf-8", errors="replace"))
+    frontmatter, body = page.data or {}, "\n".join(page.body)
     created_at = page_date(frontmatter, file)
     return [{
         "chunk_id": wiki_chunk_id(rel, position),
