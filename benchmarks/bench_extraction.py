@@ -41,7 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kb_assets.extract import extract_html  # noqa: E402
+from kb.extract import extract_html  # noqa: E402
 
 SHARED = Path(os.environ.get("KB_SHARED_DIR", REPO.parent / "shared"))
 DEFAULT_CORPUS = SHARED / "eval" / "scifact" / "corpus.jsonl"

@@ -8,7 +8,7 @@ bookmark. Then it measures:
 - kb: index build time (replace_chunks in batches, then maintain(): the
   full-text index, the scalar indexes and, above kb_vector_index_min_rows,
   the HNSW vector index); the time to fold 1% new bookmarks into a built
-  index; and the query time of kb_assets.search.search() in hybrid, bm25
+  index; and the query time of kb.search.search() in hybrid, bm25
   and dense modes (the whole function: retrieval, fusion, grouping by
   bookmark, chunk counts and bookmark cards).
 - SQLite, the stack of the tool that kb replaces: the same rows in an FTS5
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kb_assets.search import search
+from kb.search import search
 from kb_resources.lance_index import ChunkIndex
 
 DIM = 384

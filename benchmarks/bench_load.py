@@ -12,7 +12,7 @@ commits the next one (DESIGN.md, "Stores"). This benchmark measures it.
   number of passages, so the embedder works; bookmark cards and
   ChunkIndex.maintain() (compaction, index update, old versions pruned)
   every few commits, as the `chunk_index` asset does at the end of a sync.
-- The clients: `--cli` processes that call kb_assets.search.search() as
+- The clients: `--cli` processes that call kb.search.search() as
   `kb search` does, and `--mcp` MCP clients, each with its own
   `python -m mcp_server.server` over stdio (an agent client starts its own
   server), calling search_bookmarks. All start together, after the writer's
@@ -192,7 +192,7 @@ class ClientResult:
 
 def cli_client(lancedb_dir: str, backend: str, batch: list[Query], go=None) -> ClientResult:
     """What `kb search` does, in this thread or process: search() on the index."""
-    from kb_assets.search import search
+    from kb.search import search
     from kb_resources.embedder import Embedder
     from kb_resources.lance_index import ChunkIndex
 

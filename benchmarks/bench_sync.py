@@ -2,13 +2,13 @@
 each as a ratio of the full build, on a 1,000-bookmark corpus.
 
 The corpus is raw X `Bookmarks` pages, in the envelope and tweet shape of
-kb_assets/sample_data/generate.py (its helpers build every tweet): 1,000
+benchmarks/make_sample_data.py (its helpers build every tweet): 1,000
 posts of 30 to 120 words from varied sentences, 20 bookmarks a page, one
 end page with cursors only. About one post in four links to example.com.
 The benchmark sets KB_EXCLUDE=link, so the documents stage fetches none of
 these links (no network).
 
-Every step goes through the real pipeline, `kb_assets.sync.run_sync(files=...)`
+Every step goes through the real pipeline, `kb.apps.sync.run_sync(files=...)`
 (the code of `kb import` and `kb sync`), in a temporary KB_HOME:
 
 1. full build: every page into an empty KB_HOME (once);
@@ -50,7 +50,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from kb_assets.sample_data import generate as gen
+import make_sample_data as gen
 
 PAGE_SIZE = 20  # X's page size for Bookmarks
 NEW_SHARE = 0.01
@@ -239,7 +239,7 @@ def compute_seconds(instance, batch: str) -> dict[str, float]:
     record, its event log, resource set-up."""
     import dagster as dg
 
-    from kb_assets.sync import BATCH_TAG, STAGE_TAG
+    from kb.apps.sync import BATCH_TAG, STAGE_TAG
 
     out: dict[str, float] = {}
     for record in instance.get_run_records(filters=dg.RunsFilter(tags={BATCH_TAG: batch})):
@@ -253,9 +253,9 @@ def run_step(name: str, files: list[Path]) -> dict:
     """One run_sync call, with what it embedded and wrote."""
     import dagster as dg
 
-    from kb_assets.sync import run_sync
+    from kb.apps.sync import run_sync
     from kb_resources.embedder import Embedder
-    from kb_resources.settings import get_settings
+    from kb.settings import get_settings
 
     lancedb_dir = get_settings().lancedb_dir
     embedder = Embedder()
@@ -317,8 +317,8 @@ def worker(backend: str, bookmarks: int, rounds: int) -> dict:
         corpus_s = time.perf_counter() - made
 
         # Warm-up in a throw-away home: imports, model load, Dagster's first run.
-        from kb_assets.sample_data import sample_pages
-        from kb_assets.sync import run_sync
+        from kb.sample_data import sample_pages
+        from kb.apps.sync import run_sync
 
         use_home(root / "warm")
         warm = time.perf_counter()
@@ -351,7 +351,7 @@ def worker(backend: str, bookmarks: int, rounds: int) -> dict:
 
 def check_index(fresh_ids: list[str], bookmarks: int) -> dict:
     """The index after every step: each bookmark once, the newest one found."""
-    from kb_assets.search import search
+    from kb.search import search
     from kb_resources.lance_index import ChunkIndex
 
     index = ChunkIndex()

@@ -5,23 +5,10 @@ from __future__ import annotations
 
 import dagster as dg
 
-from kb_assets import (
-    capture,
-    captions,
-    chunks,
-    documents,
-    index,
-    normalize,
-    sources,
-    transcripts,
-    translations,
-    wiki,
-    wiki_checks,
-    wiki_index,
-)
+from kb_assets import enrich, index, telegram, wiki, x
 from kb_assets.jobs import x_sync_job
-from kb_assets.sources import source_intake_job
-from kb_assets.wiki import wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job
+from kb_assets.telegram.sources import source_intake_job
+from kb_assets.wiki.wiki_pages import wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job
 from kb_resources.browser import Browser
 from kb_resources.duckdb_store import DuckDBStore
 from kb_resources.embedder import Embedder
@@ -31,20 +18,18 @@ from kb_resources.raw_store import RawStore
 from kb_resources.transcriber import Transcriber
 from kb_resources.translator import Translator
 from kb_resources.vision import Captioner
-from kb_resources.wiki import Wiki
+from kb_resources.wiki_repo import Wiki
 from kb_resources.wiki_agent import WikiAgent
-from sensors.captions import captions_sensor, captions_to_index_sensor
+from sensors.waiting_photos import captions_sensor, captions_to_index_sensor
 from sensors.run_health import dead_runs_sensor
-from sensors.inbox import bot_requests_sensor, inbox_sensor, wiki_requests_sensor
-from sensors.schedules import x_sync_sensor
-from sensors.source_notifications import source_failures_sensor, source_outcomes_sensor
-from telegram_bridge.notify import TelegramNotifier
-from sensors.wiki import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
+from sensors.telegram_inbox import bot_requests_sensor, inbox_sensor, wiki_requests_sensor
+from sensors.x_sync_sensor import x_sync_sensor
+from sensors.source_outcomes import source_failures_sensor, source_outcomes_sensor
+from kb_resources.telegram_notifier import TelegramNotifier
+from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 
-STAGE_MODULES = [
-    capture, normalize, documents, captions, transcripts, chunks, translations, index,
-    sources, wiki, wiki_checks, wiki_index,
-]
+# One package per asset group, as the Dagster UI shows them.
+ASSET_GROUPS = [x, enrich, index, telegram, wiki]
 
 
 def build_resources() -> dict:
@@ -65,8 +50,8 @@ def build_resources() -> dict:
     }
 
 
-all_assets = dg.load_assets_from_modules(STAGE_MODULES)
-all_checks = dg.load_asset_checks_from_modules(STAGE_MODULES)
+all_assets = [a for group in ASSET_GROUPS for a in dg.load_assets_from_package_module(group)]
+all_checks = [c for group in ASSET_GROUPS for c in dg.load_asset_checks_from_package_module(group)]
 
 defs = dg.Definitions(
     assets=all_assets,

@@ -10,3 +10,18 @@ x_sync_job = dg.define_asset_job(
     selection=dg.AssetSelection.groups("x", "enrich", "index") - dg.AssetSelection.assets("wiki_index"),
     description="Capture new bookmarks and carry them through every stage to the index.",
 )
+
+captions_job = dg.define_asset_job(
+    "captions_job",
+    selection=dg.AssetSelection.assets("captions"),
+    description="Caption the photos that wait, over a range of sync batches, in one run.",
+)
+
+# The stages after captions, for one sync batch: what carries new captions into the index.
+INDEX_STAGES = ["chunks", "translations", "chunk_index"]
+
+captions_to_index_job = dg.define_asset_job(
+    "captions_to_index_job",
+    selection=dg.AssetSelection.assets(*INDEX_STAGES),
+    description="Carry new captions of one sync batch into its chunks, translations and index.",
+)

@@ -45,7 +45,7 @@ from playwright.sync_api import Browser as PlaywrightBrowser
 from playwright.sync_api import BrowserContext, Frame, Page, Route, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
 
-from kb_resources.settings import Settings, _playwright_browser_installed, get_settings
+from kb.settings import Settings, _playwright_browser_installed, get_settings
 
 # --no-sandbox: Chromium's sandbox needs user namespaces that containers and
 # CI machines often do not give. --disable-background-networking: no update

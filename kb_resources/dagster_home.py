@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kb_resources.raw_store import write_atomic
-from kb_resources.settings import Settings, get_settings
+from kb.atomic_files import write_atomic
+from kb.settings import Settings, get_settings
 
 DAGSTER_YAML = """\
 # Written by kb. Edit it if you like: kb writes it only when it is absent.

@@ -18,8 +18,8 @@ import dagster as dg
 import duckdb
 import pyarrow as pa
 
-from kb_resources.schema import SCHEMA_VERSION, TABLES
-from kb_resources.settings import get_settings
+from kb.duckdb_schema import SCHEMA_VERSION, TABLES
+from kb.settings import get_settings
 
 DUCKDB_POOL = "duckdb"
 

@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import PrivateAttr
 
-from kb_resources.settings import get_settings
+from kb.settings import get_settings
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import dagster as dg
 import openai
 
-from kb_resources.settings import get_settings, redact_secrets
+from kb.settings import get_settings, redact_secrets
 
 MAX_ATTEMPTS = 3
 FALLBACK_SCORE = 65

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from lancedb.index import FTS, BTree, Bitmap, HnswSq
 from pydantic import PrivateAttr
 
-from kb_resources.settings import get_settings
+from kb.settings import get_settings
 
 log = logging.getLogger(__name__)
 

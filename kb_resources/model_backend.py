@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import dagster as dg
 
-from kb_resources.settings import get_settings
+from kb.settings import get_settings
 
 
 class ModelBackendResource(dg.ConfigurableResource):

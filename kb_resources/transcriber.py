@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from kb_resources.modal_apps import shared
 from kb_resources.model_backend import ModelBackendResource
-from kb_resources.settings import get_settings
+from kb.settings import get_settings
 
 BACKENDS = ("off", "local", "modal")
 MAX_VIDEO_BYTES = 512 * 1024 * 1024

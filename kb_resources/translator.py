@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 import dagster as dg
 import openai
 
-from kb_resources.settings import get_settings, redact_secrets
+from kb.settings import get_settings, redact_secrets
 
 PIECE_CHARS = 1_500
 ENGLISH = "ENGLISH"

@@ -28,7 +28,7 @@ import openai
 
 from kb_resources.modal_apps import shared
 from kb_resources.model_backend import ModelBackendResource
-from kb_resources.settings import get_settings, redact_secrets
+from kb.settings import get_settings, redact_secrets
 
 BACKENDS = ("off", "openai", "modal")
 MAX_IMAGE_BYTES = 20 * 1024 * 1024

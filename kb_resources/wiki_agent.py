@@ -34,7 +34,7 @@ import anyio
 import dagster as dg
 import jsonschema
 
-from kb_resources.settings import get_settings
+from kb.settings import get_settings
 
 REPORT_SERVER = "kb"
 REPORT_TOOL = "report_result"
@@ -42,7 +42,7 @@ REPORT_TOOL_FULL_NAME = f"mcp__{REPORT_SERVER}__{REPORT_TOOL}"
 BUILTIN_TOOLS = ["Read", "Write", "Edit", "Grep", "Glob", "Bash"]
 
 # The part of the wiki that the agent may change. The worker checks the same
-# rule on the commit (kb_resources.wiki.AGENT_AREA); the hook only stops
+# rule on the commit (kb_resources.wiki_repo.AGENT_AREA); the hook only stops
 # the agent earlier, with a reason it can read.
 WRITE_AREA_DIRS = ("wiki",)
 WRITE_AREA_FILES = ("index.md", "log.md")

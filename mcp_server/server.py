@@ -31,15 +31,15 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
-from kb_assets.reading import (PAGE_CHARS, PAGE_WORDS, Document, DocumentNotFound, OffsetError, Passage, SourceKinds,
+from kb.reading import (PAGE_CHARS, PAGE_WORDS, Document, DocumentNotFound, OffsetError, Passage, SourceKinds,
                                WikiPageNotFound, bookmark_documents, bookmark_sources, clip_words, count_words,
                                media_with_captions, page_of, read_wiki_file, resolve_document, source_list, source_rank,
                                tweet_id_from, word_offsets)
-from kb_assets.search import MAX_LIMIT, SearchResponse, search
-from kb_assets.wiki_index import WIKI_ID_PREFIX, WIKI_SOURCE
+from kb.search import MAX_LIMIT, SearchResponse, search
+from kb.wiki_files import WIKI_ID_PREFIX, WIKI_SOURCE
 from kb_resources.embedder import EmbedderError, use_cpu_threads
 from kb_resources.lance_index import ChunkIndex, IndexModelMismatch, to_utc
-from kb_resources.settings import get_settings
+from kb.settings import get_settings
 
 log = logging.getLogger("kb.mcp")
 

@@ -4,7 +4,7 @@ Long polling through aiogram 3 at TELEGRAM_API_BASE. For each message from
 a user on ALLOWED_USER_IDS:
 1. The item id comes from the chat and message ids: the same message twice
    gives one item.
-2. Type detection (telegram_bridge/intake.py) accepts or refuses it.
+2. Type detection (kb/telegram_intake.py) accepts or refuses it.
 3. An attachment (up to telegram_max_file_mb) is downloaded into the inbox.
 4. The manifest is written atomically; the reply says `queued for processing`.
 
@@ -31,12 +31,12 @@ from aiogram.exceptions import TelegramAPIError
 from aiogram.filters import Command, CommandObject
 from aiogram.types import BotCommand, Message
 
-from kb_resources.settings import Settings, get_settings
-from telegram_bridge import replies
-from telegram_bridge.inbox import Inbox, InboxError, InboxItem, telegram_item_id, utc_now_iso
-from telegram_bridge.intake import Accepted, Attachment, Refused, classify
-from telegram_bridge.item_state import ItemState, open_instance, read_item_state
-from telegram_bridge.telegram_api import bot_token, build_bot, install_redaction, redact
+from kb.settings import Settings, get_settings
+from kb import telegram_replies as replies
+from kb.telegram_inbox import Inbox, InboxError, InboxItem, telegram_item_id, utc_now_iso
+from kb.telegram_intake import Accepted, Attachment, Refused, classify
+from kb_assets.telegram.item_state import ItemState, open_instance, read_item_state
+from kb.telegram_api import bot_token, build_bot, install_redaction, redact
 
 log = logging.getLogger("kb.bot")
 
@@ -188,7 +188,7 @@ class BotApp:
             await message.reply(f"the topic is too long: {len(topic)} characters; the limit is {MAX_TOPIC_CHARS}.")
             return
         if topic and not TOPIC_WORD.search(topic):
-            # The wiki names a topic page by its Latin letters and digits (kb_assets.wiki.topic_key).
+            # The wiki names a topic page by its Latin letters and digits (kb_assets.wiki.wiki_pages.topic_key).
             await message.reply(f"the topic {echo(topic)!r} has no Latin letters or digits. Example: /synthesize raft consensus")
             return
         self.inbox.add_request("synthesize", topic=topic, user_id=message.from_user.id)

@@ -271,7 +271,7 @@ def converse(fake: "FakeTelegram", *updates: dict, timeout: float = 20) -> None:
     """Run the real bot's long polling against this fake until it has handled
     and confirmed every update. The bot is the code under test; the fake only
     speaks the Bot API."""
-    from kb_resources.settings import get_settings
+    from kb.settings import get_settings
     from telegram_bridge.bot import build
 
     async def session():

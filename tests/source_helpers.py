@@ -9,16 +9,16 @@ import functools
 import dagster as dg
 
 from kb_assets.partitions import sources
-from kb_assets.sources import gated_sources, parsed_sources, source_intake_job
-from kb_assets.wiki import wiki_pages
+from kb_assets.telegram.sources import gated_sources, parsed_sources, source_intake_job
+from kb_assets.wiki.wiki_pages import wiki_pages
 from kb_resources.browser import Browser
 from kb_resources.dagster_home import ensure_dagster_home
 from kb_resources.duckdb_store import DuckDBStore
 from kb_resources.gate import QualityGate
-from kb_resources.settings import get_settings
-from kb_resources.wiki import Wiki
+from kb.settings import get_settings
+from kb_resources.wiki_repo import Wiki
 from kb_resources.wiki_agent import WikiAgent
-from telegram_bridge.inbox import Inbox, InboxItem, telegram_item_id, utc_now_iso
+from kb.telegram_inbox import Inbox, InboxItem, telegram_item_id, utc_now_iso
 
 OWNER_ID = 111
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from kb_assets.backup import BackupError, create_backup, restore_backup
-from kb_assets.sample_data import DEMO_QUERIES, sample_pages
-from kb_resources.settings import get_settings
-from kb_resources.wiki import Wiki
+from kb.apps.backup import BackupError, create_backup, restore_backup
+from kb.sample_data import DEMO_QUERIES, sample_pages
+from kb.settings import get_settings
+from kb_resources.wiki_repo import Wiki
 
 PAGE = "wiki/concepts/write-ahead-logging.md"
 PARSED = "raw/parsed/text/wal-note-0001.md"
@@ -28,7 +28,7 @@ def git(root: Path, *args: str) -> str:
 
 
 def searches() -> dict[str, list[tuple]]:
-    from kb_assets.search import search
+    from kb.search import search
 
     return {q: [(h.tweet_id, round(h.score, 6), h.best_chunk) for h in search(q, limit=5).hits] for q in QUERIES}
 
@@ -41,7 +41,7 @@ def point_at(monkeypatch, home: Path) -> None:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """One real store for the module: built once (it takes a sync), backed up once."""
-    from kb_assets.sync import run_sync
+    from kb.apps.sync import run_sync
     from tests import source_helpers as h
 
     base = tmp_path_factory.mktemp("backup")

@@ -34,19 +34,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kb_assets.documents import DocumentsConfig, documents
-from kb_assets.extract import MAX_LAYOUT_PAGES, extract_file, extract_html, extract_pdf, html_to_text
-from kb_assets.normalize import normalized_bookmarks, normalized_bookmarks_checks
+from kb_assets.enrich.documents import DocumentsConfig, documents
+from kb.extract import MAX_LAYOUT_PAGES, extract_file, extract_html, extract_pdf, html_to_text
+from kb_assets.x.bookmarks import normalized_bookmarks, normalized_bookmarks_checks
 from kb_assets.partitions import sync_batches
-from kb_assets.source_parsers import PermanentParseError, parse_pdf, parse_web
-from kb_assets.urls import normalize_url
-from kb_assets.x_graphql import PageShapeError, load_page, parse_page, summarize_page
+from kb.source_parsers import PermanentParseError, parse_pdf, parse_web
+from kb.urls import normalize_url
+from kb.x_graphql import PageShapeError, load_page, parse_page, summarize_page
 from kb_resources.browser import Browser
 from kb_resources.duckdb_store import DuckDBStore, insert_rows
 from kb_resources.raw_store import CaptureManifest, RawStore
-from kb_resources.schema import TABLES
-from kb_resources.settings import get_settings
-from telegram_bridge.inbox import Inbox, telegram_item_id
+from kb.duckdb_schema import TABLES
+from kb.settings import get_settings
+from kb.telegram_inbox import Inbox, telegram_item_id
 from tests import fake_telegram as tg
 from tests import source_helpers as h
 from tests.fake_telegram import FakeTelegram, converse

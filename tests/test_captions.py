@@ -14,17 +14,18 @@ from dagster._core.events import DagsterEventType
 from dagster._core.storage.dagster_run import DagsterRun
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from kb_assets.captions import captions, captions_coverage, run_captions
-from kb_assets.chunks import chunks, image_texts
-from kb_resources.settings import excluded_sources
-from kb_assets.index import chunk_index
-from kb_assets.status import _duckdb_counts
+from kb.apps.caption_run import run_captions
+from kb_assets.enrich.photo_captions import captions, captions_coverage
+from kb_assets.index.chunks import chunks, image_texts
+from kb.settings import excluded_sources
+from kb_assets.index.chunk_index import chunk_index
+from kb.apps.status import _duckdb_counts
 from kb_resources.duckdb_store import DuckDBStore
 from kb_resources.embedder import Embedder
 from kb_resources.lance_index import ChunkIndex
-from kb_resources.settings import get_settings
+from kb.settings import get_settings
 from kb_resources.vision import Captioner
-from sensors.captions import captions_job, captions_sensor, captions_to_index_sensor
+from sensors.waiting_photos import captions_job, captions_sensor, captions_to_index_sensor
 from tests.enrich_rows import add_batches, bookmark, media, rows, write
 from tests.fake_media import FakeVisionServer, MediaServer, png
 

@@ -8,11 +8,11 @@ import json
 import dagster as dg
 import pytest
 
-from kb_assets.capture import x_raw_pages
+from kb_assets.x.raw_pages import x_raw_pages
 from kb_assets.partitions import sync_batches
 from kb_resources.browser import Browser, NotAnXPage, XLoginMissing
 from kb_resources.raw_store import RawStore
-from kb_resources.settings import get_settings
+from kb.settings import get_settings
 from tests.fake_x import FakeX, OtherSite
 from tests.x_fixtures import all_tweet_entries
 

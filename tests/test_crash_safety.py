@@ -13,7 +13,7 @@ How each kill point is reached (each one is deterministic):
   be killed. It exists only in the killed process; no product code knows it.
 
 The killed process is a fork of the test process that runs the `kb` command
-line (kb_assets.cli.main) or the job of an inbox item: a real process with
+line (kb.apps.cli.main) or the job of an inbox item: a real process with
 its own pid, which SIGKILL ends with no cleanup. The fork saves the
 interpreter start (~10 s of imports on 2 busy cores) for each kill.
 """
@@ -41,15 +41,15 @@ import pytest
 
 # Imported here, once: each forked process then starts with the whole graph
 # loaded, as the `kb` process has it when it reaches the kill point.
-import kb_assets.cli  # noqa: F401
+import kb.apps.cli  # noqa: F401
 import kb_assets.definitions  # noqa: F401
-from kb_assets.sample_data import sample_pages
-from kb_assets.x_graphql import load_page, parse_page
+from kb.sample_data import sample_pages
+from kb.x_graphql import load_page, parse_page
 from kb_resources.dagster_home import ensure_dagster_home
 from kb_resources.lance_index import BOOKMARKS, CHUNKS, ChunkIndex
 from kb_resources.raw_store import RawStore
 from kb_resources.run_monitor import PROCESS_GONE_TAG
-from kb_resources.settings import excluded_sources, get_settings
+from kb.settings import excluded_sources, get_settings
 from tests.fake_anthropic import FakeAnthropic, bash, report, text, tool_use, write
 from tests.fake_openai_chat import FakeOpenAIChat, chat
 from tests.fake_x import FakeX
@@ -80,7 +80,7 @@ def install_pause(point: str, flag: Path) -> None:
             time.sleep(3600)
 
     if point == "normalize":
-        import kb_assets.normalize as module
+        import kb_assets.x.bookmarks as module
 
         real_write_batch = module.write_batch
 
@@ -90,7 +90,7 @@ def install_pause(point: str, flag: Path) -> None:
 
         module.write_batch = write_batch
     elif point == "chunks":
-        import kb_assets.chunks as module
+        import kb_assets.index.chunks as module
 
         real_insert_rows = module.insert_rows
 
@@ -206,7 +206,7 @@ def fork_process(tmp: Path, name: str, *, argv: list[str] | None = None, target:
             if target is not None:
                 target()
             else:
-                from kb_assets.cli import main
+                from kb.apps.cli import main
 
                 main(argv, prog_name="kb", standalone_mode=False)
             code = 0
@@ -331,7 +331,7 @@ def fake_x(monkeypatch):
 
 @pytest.mark.browser
 def test_a_sync_killed_in_each_stage_is_finished_by_the_next_sync(fake_x, tmp_path):
-    from kb_assets.sync import run_sync
+    from kb.apps.sync import run_sync
 
     entries = sample_entries()
     served = fake_x.serve_entries(entries, page_size=10)  # 4 pages of 10, then the end page
@@ -421,7 +421,7 @@ def test_a_sync_killed_in_each_stage_is_finished_by_the_next_sync(fake_x, tmp_pa
 def test_kb_demo_killed_in_chunks_finishes_when_run_again(tmp_path, monkeypatch):
     """`kb demo` on its sample: killed once, then run again, it exits 0 and
     every demo search finds its post. It loads the local model."""
-    from kb_assets.demo import run_demo
+    from kb.apps.demo import run_demo
 
     home = tmp_path / "demo-home"
     # run_demo sets these in os.environ; monkeypatch puts them back after the test.
@@ -449,7 +449,7 @@ def test_kb_demo_killed_in_chunks_finishes_when_run_again(tmp_path, monkeypatch)
 
 def test_which_earlier_batches_a_sync_finishes(tmp_path):
     """The rules of unfinished_batches, on run records as kb sync leaves them."""
-    from kb_assets.sync import MAX_DEATHS, unfinished_batches
+    from kb.apps.sync import MAX_DEATHS, unfinished_batches
 
     stages = ["capture", "normalize", "chunks", "index"]
     raw = RawStore()
@@ -570,7 +570,7 @@ def processes_in(root: Path) -> list[int]:
 
 def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_path, monkeypatch):
     from sensors.run_health import dead_runs_sensor
-    from telegram_bridge.item_state import read_item_state
+    from kb_assets.telegram.item_state import read_item_state
     from tests import source_helpers as h
 
     home = tmp_path / "agent-home"

@@ -19,9 +19,9 @@ import dagster as dg
 import pymupdf
 import pytest
 
-from kb_assets.documents import DocumentsConfig, documents, documents_coverage, owned_documents
+from kb_assets.enrich.documents import DocumentsConfig, documents, documents_coverage, owned_documents
 from kb_assets.partitions import sync_batches
-from kb_assets.urls import normalize_url
+from kb.urls import normalize_url
 from kb_resources.browser import Browser
 from kb_resources.duckdb_store import DuckDBStore, insert_rows
 

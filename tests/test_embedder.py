@@ -17,7 +17,7 @@ from kb_resources.embedder import (
     EmbedderError,
     forget_backend_choice,
 )
-from kb_resources.settings import get_settings
+from kb.settings import get_settings
 from tests.fake_ollama import DIM, FakeOllama
 
 

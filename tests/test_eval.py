@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kb_assets.eval_retrieval import EvalDataError, document_chunks, evaluate, load_beir, ndcg_at, recall_at
+from kb.apps.eval_retrieval import EvalDataError, document_chunks, evaluate, load_beir, ndcg_at, recall_at
 from kb_resources.embedder import Embedder
 
 LONG_TEXT = " ".join(f"Filler sentence number {i} talks about weather and clouds." for i in range(40)) + \

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pymupdf
 import pytest
 
-from kb_assets.documents import kind_of_content
-from kb_assets.extract import (
+from kb_assets.enrich.documents import kind_of_content
+from kb.extract import (
     THIN_WORDS,
     extract_file,
     extracted_from_text,

@@ -7,8 +7,8 @@ from zoneinfo import ZoneInfo
 import dagster as dg
 
 from kb_assets.partitions import sources
-from kb_assets.sources import OVERRIDE_TAG, gated_sources, parsed_sources, source_intake_job
-from kb_assets.wiki import (
+from kb_assets.telegram.sources import OVERRIDE_TAG, gated_sources, parsed_sources, source_intake_job
+from kb_assets.wiki.wiki_pages import (
     iso_week_label,
     wiki_lint,
     wiki_lint_days,
@@ -21,11 +21,11 @@ from kb_assets.wiki import (
     wiki_topic_synthesis,
     wiki_topics,
 )
-from kb_resources.settings import get_settings
-from sensors.inbox import MAX_ITEMS_PER_TICK, TOPIC_TAG, bot_requests_sensor, inbox_sensor, wiki_requests_sensor
-from sensors.source_notifications import source_failures_sensor, source_outcomes_sensor
-from telegram_bridge.inbox import Inbox, dropped_item_id
-from telegram_bridge.notify import TelegramNotifier
+from kb.settings import get_settings
+from sensors.telegram_inbox import MAX_ITEMS_PER_TICK, TOPIC_TAG, bot_requests_sensor, inbox_sensor, wiki_requests_sensor
+from sensors.source_outcomes import source_failures_sensor, source_outcomes_sensor
+from kb.telegram_inbox import Inbox, dropped_item_id
+from kb_resources.telegram_notifier import TelegramNotifier
 from tests import source_helpers as h
 
 

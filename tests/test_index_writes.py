@@ -12,7 +12,7 @@ from datetime import datetime
 
 import pytest
 
-from kb_assets.search import search
+from kb.search import search
 from kb_resources.embedder import Embedder
 from kb_resources.lance_index import CHUNKS, ChunkIndex
 

@@ -10,8 +10,8 @@ import json
 
 import dagster as dg
 
-from kb_assets.inspect import format_report, inspect_report
-from kb_resources.settings import get_settings
+from kb.apps.capture_report import format_report, inspect_report
+from kb.settings import get_settings
 from tests.test_normalize import GONE, normalize, query, write_raw_batch
 from tests.x_fixtures import all_tweet_entries, bookmarks_page, paged_bookmarks
 

@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from kb_assets.login import (
+from kb.apps.login import (
     LoginStatePathRefused,
     check_state_path,
     has_x_session,
@@ -17,7 +17,7 @@ from kb_assets.login import (
     run_login,
     save_login_state,
 )
-from kb_resources.settings import get_settings
+from kb.settings import get_settings
 
 STATE = {"cookies": [{"name": "auth_token", "value": "TEST-SECRET-auth-token", "domain": ".x.com", "path": "/",
                       "expires": -1, "httpOnly": True, "secure": True, "sameSite": "None"}],
@@ -78,7 +78,7 @@ def test_a_path_inside_kb_home_is_refused(kb_home, monkeypatch):
 
 def test_a_path_inside_the_repo_is_refused(monkeypatch):
     root = project_root()
-    assert root is not None and (root / "kb_assets" / "login.py").exists()
+    assert root is not None and (root / "kb" / "apps" / "login.py").exists()
     path = root / ".kb-state" / "state.json"
     monkeypatch.setenv("KB_X_STATE", str(path))
 

@@ -24,14 +24,15 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from kb_assets.chunking import chunk_text
-from kb_assets.reading import PAGE_CHARS
-from kb_assets.search import search
-from kb_assets.wiki_index import wiki_index, wiki_page_files
+from kb.chunking import chunk_text
+from kb.reading import PAGE_CHARS
+from kb.search import search
+from kb.wiki_files import wiki_page_files
+from kb_assets.index.wiki_index import wiki_index
 from kb_resources.duckdb_store import DuckDBStore
 from kb_resources.embedder import Embedder
 from kb_resources.lance_index import ChunkIndex
-from kb_resources.wiki import Wiki
+from kb_resources.wiki_repo import Wiki
 
 T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
 SYNCED = datetime(2024, 4, 2, 6, 30, tzinfo=timezone.utc)

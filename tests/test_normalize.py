@@ -14,7 +14,7 @@ import dagster as dg
 import duckdb
 import pytest
 
-from kb_assets.normalize import (
+from kb_assets.x.bookmarks import (
     BOOKMARK_ORDER_SQL,
     bookmarks_missing_author_or_sort_index,
     duplicate_keys,
@@ -25,7 +25,7 @@ from kb_assets.normalize import (
 from kb_assets.partitions import sync_batches
 from kb_resources.duckdb_store import DuckDBStore
 from kb_resources.raw_store import CaptureManifest, RawStore
-from kb_resources.settings import get_settings
+from kb.settings import get_settings
 from tests.shared_data import x_fixture
 from tests.x_fixtures import _walk_entries, all_tweet_entries, bookmarks_page, paged_bookmarks
 

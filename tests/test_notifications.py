@@ -6,8 +6,8 @@ import dagster as dg
 import pytest
 
 from kb_assets.partitions import sources
-from sensors.source_notifications import source_failures_sensor, source_outcomes_sensor
-from telegram_bridge.notify import NotificationError, TelegramNotifier, notification_text
+from sensors.source_outcomes import source_failures_sensor, source_outcomes_sensor
+from kb_resources.telegram_notifier import NotificationError, TelegramNotifier, notification_text
 from tests import source_helpers as h
 from tests.fake_openai_chat import FakeOpenAIChat, chat
 from tests.fake_telegram import FakeTelegram
@@ -161,8 +161,8 @@ def test_failures_sensor_sends_a_final_failure_once(fake):
 
 
 def test_readiness_says_what_is_missing(monkeypatch):
-    from kb_resources.settings import get_settings
-    from telegram_bridge.telegram_api import readiness
+    from kb.settings import get_settings
+    from kb.telegram_api import readiness
 
     assert readiness(get_settings()) == (False, f"no TELEGRAM_BOT_TOKEN: no bot; drop files in {get_settings().inbox_dir}")
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)

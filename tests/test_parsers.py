@@ -9,7 +9,7 @@ from pathlib import Path
 import pymupdf
 import pytest
 
-from kb_assets.source_parsers import (
+from kb.source_parsers import (
     ParsedSource,
     PermanentParseError,
     TransientParseError,
@@ -27,7 +27,7 @@ from kb_assets.source_parsers import (
     slugify,
     split_frontmatter,
 )
-from telegram_bridge.intake import youtube_video_id
+from kb.telegram_intake import youtube_video_id
 from tests.fake_youtube import FakeVideo, FakeYouTube
 from tests.loopback_site import LoopbackSite, article_html, page
 

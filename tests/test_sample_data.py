@@ -1,4 +1,4 @@
-"""The sample capture that `kb demo` ships (kb_assets/sample_data).
+"""The sample capture that `kb demo` ships (kb/sample_data).
 
 The pages must read like a real Bookmarks capture: the capture helpers and
 the normalizer read them with no special case. The expected values here
@@ -17,9 +17,9 @@ from functools import cache
 
 import pytest
 
-from kb_assets import x_graphql
-from kb_assets.sample_data import DEMO_QUERIES, SAMPLE_DIR, sample_pages
-from kb_assets.sample_data import generate
+from kb import x_graphql
+from kb.sample_data import DEMO_QUERIES, SAMPLE_DIR, sample_pages
+import make_sample_data as generate  # benchmarks/ is on the test path (pyproject)
 
 MAX_TOTAL_BYTES = 200_000
 
@@ -135,7 +135,7 @@ def test_pages_are_exactly_what_generate_writes():
     shipped = [json.loads(raw) for _, raw in _raw_pages()]
     assert len(built) == len(shipped)
     for number, (want, have) in enumerate(zip(built, shipped), start=1):
-        assert want == have, f"{generate.page_name(number)} differs: run python -m kb_assets.sample_data.generate"
+        assert want == have, f"{generate.page_name(number)} differs: run python benchmarks/make_sample_data.py"
 
 
 def test_pages_are_small():
@@ -247,7 +247,7 @@ def test_each_demo_query_names_an_author_of_the_sample():
 
 
 def test_sample_pages_names_the_folder_when_it_is_empty(tmp_path, monkeypatch):
-    import kb_assets.sample_data as sample_data
+    import kb.sample_data as sample_data
 
     monkeypatch.setattr(sample_data, "SAMPLE_DIR", tmp_path)
     with pytest.raises(FileNotFoundError, match=str(tmp_path)):

@@ -44,22 +44,22 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from kb_assets.documents import DocumentsConfig, documents
-from kb_assets.login import save_login_state
+from kb_assets.enrich.documents import DocumentsConfig, documents
+from kb.apps.login import save_login_state
 from kb_assets.partitions import sync_batches
-from kb_assets.sync import run_sync
-from kb_assets.urls import normalize_url
-from kb_assets.wiki import GateDecision, apply_agent_change, ingest_prompt
-from kb_assets.wiki_index import wiki_index
+from kb.apps.sync import run_sync
+from kb.urls import normalize_url
+from kb_assets.wiki.wiki_pages import GateDecision, apply_agent_change, ingest_prompt
+from kb_assets.index.wiki_index import wiki_index
 from kb_resources.browser import Browser
 from kb_resources.dagster_home import ensure_dagster_home
 from kb_resources.duckdb_store import DuckDBStore, insert_rows
 from kb_resources.embedder import Embedder
 from kb_resources.lance_index import ChunkIndex
-from kb_resources.settings import get_settings
-from kb_resources.wiki import Wiki
+from kb.settings import get_settings
+from kb_resources.wiki_repo import Wiki
 from kb_resources.wiki_agent import WikiAgent
-from telegram_bridge.inbox import Inbox, telegram_item_id
+from kb.telegram_inbox import Inbox, telegram_item_id
 from tests import fake_telegram as tg
 from tests import source_helpers as h
 from tests.fake_anthropic import FakeAnthropic

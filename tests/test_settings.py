@@ -1,13 +1,13 @@
 from pathlib import Path
 
-from kb_resources.settings import Settings, env_example, get_settings
+from kb.settings import Settings, env_example, get_settings
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_env_example_lists_every_setting():
     text = (REPO / ".env.example").read_text()
-    assert text == env_example(), "run: python -c 'from kb_resources.settings import env_example; open(\".env.example\",\"w\").write(env_example())'"
+    assert text == env_example(), "run: python -c 'from kb.settings import env_example; open(\".env.example\",\"w\").write(env_example())'"
     for name in Settings.model_fields:
         assert f"\n{name.upper()}=" in text
 

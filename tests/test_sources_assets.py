@@ -7,11 +7,11 @@ import json
 import dagster as dg
 import pytest
 
-from kb_assets.source_parsers import TransientParseError, split_frontmatter
-from kb_assets.sources import MAX_TRANSIENT_RETRIES, OVERRIDE_TAG, TRANSIENT_WAITS_S, parsed_sources
+from kb.source_parsers import TransientParseError, split_frontmatter
+from kb_assets.telegram.sources import MAX_TRANSIENT_RETRIES, OVERRIDE_TAG, TRANSIENT_WAITS_S, parsed_sources
 from kb_resources.duckdb_store import DuckDBStore
-from kb_resources.settings import get_settings
-from telegram_bridge.item_state import read_item_state
+from kb.settings import get_settings
+from kb_assets.telegram.item_state import read_item_state
 from tests import source_helpers as h
 from tests.fake_openai_chat import FakeOpenAIChat, chat, status
 from tests.loopback_site import LoopbackSite, article_html, page

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from kb_assets.sample_data import sample_pages
+from kb.sample_data import sample_pages
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +22,7 @@ def _materialized_partitions(instance: dg.DagsterInstance, asset: str) -> list[s
 
 
 def test_a_new_sync_materializes_only_the_new_partition():
-    from kb_assets.sync import run_sync
+    from kb.apps.sync import run_sync
     from kb_resources.lance_index import ChunkIndex
 
     pages = sample_pages()
@@ -38,7 +38,7 @@ def test_a_new_sync_materializes_only_the_new_partition():
         assert _materialized_partitions(instance, asset) == sorted([first.batch, second.batch]), asset
 
     import duckdb
-    from kb_resources.settings import get_settings
+    from kb.settings import get_settings
 
     conn = duckdb.connect(str(get_settings().duckdb_path), read_only=True)
     try:
@@ -54,7 +54,7 @@ def test_a_new_sync_materializes_only_the_new_partition():
 
 
 def test_a_failed_stage_does_not_stop_the_stages_after_it(tmp_path):
-    from kb_assets.sync import run_sync
+    from kb.apps.sync import run_sync
 
     missing = tmp_path / "no-such-page.json"
     report = run_sync(files=[str(missing)])

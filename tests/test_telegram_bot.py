@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from kb_resources.settings import get_settings
-from telegram_bridge import replies
+from kb.settings import get_settings
+from kb import telegram_replies as replies
 from telegram_bridge.bot import build, main, run
-from telegram_bridge.inbox import Inbox, telegram_item_id
+from kb.telegram_inbox import Inbox, telegram_item_id
 from tests import fake_telegram as tg
 from tests import source_helpers as h
 from tests.fake_telegram import FakeTelegram, converse
@@ -244,7 +244,7 @@ def test_run_sets_the_command_menu_and_writes_the_manifest_with_the_telegram_ids
 def test_redaction_removes_the_token_from_text_and_log_records():
     import logging
 
-    from telegram_bridge.telegram_api import RedactingFilter, redact
+    from kb.telegram_api import RedactingFilter, redact
 
     assert redact(f"GET http://h/file/bot{TOKEN}/x.pdf failed", TOKEN) == "GET http://h/file/bot<redacted>/x.pdf failed"
     assert redact("secret half TEST-SECRET-TOKEN", TOKEN) == "secret half <redacted>"
@@ -264,7 +264,7 @@ def test_text_of_control_characters_only_is_too_short():
     and a real text keeps its words without them."""
     from types import SimpleNamespace
 
-    from telegram_bridge.intake import Accepted, Refused, classify
+    from kb.telegram_intake import Accepted, Refused, classify
 
     empty = classify(SimpleNamespace(text="\x00" * 60 + "\u200b" * 10, entities=None))
     assert isinstance(empty, Refused) and "too short" in empty.reply

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from kb_assets.chunks import video_texts
-from kb_assets.transcripts import transcripts, transcripts_coverage
+from kb_assets.index.chunks import video_texts
+from kb_assets.enrich.video_transcripts import transcripts, transcripts_coverage
 from kb_resources.duckdb_store import DuckDBStore
 from kb_resources.transcriber import Transcriber, result_from, transcript_text
 from tests.enrich_rows import add_batches, bookmark, media, rows, write

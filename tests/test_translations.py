@@ -10,9 +10,9 @@ import dagster as dg
 import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
-from kb_assets.chunks import SourceText
-from kb_assets.index import chunk_index
-from kb_assets.translations import translations, translations_coverage
+from kb_assets.index.chunks import SourceText
+from kb_assets.index.chunk_index import chunk_index
+from kb_assets.enrich.translations import translations, translations_coverage
 from kb_resources.duckdb_store import DuckDBStore
 from kb_resources.embedder import Embedder
 from kb_resources.lance_index import ChunkIndex

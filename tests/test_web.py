@@ -2,7 +2,7 @@
 against the app on loopback, over a small real LanceDB index and wiki folder
 that the tests build. The hash embedder makes the vectors, so no model loads.
 
-The JSON endpoints and the shared reader (kb_assets/reading.py) are tested
+The JSON endpoints and the shared reader (kb/reading.py) are tested
 through HTTP too, without the browser."""
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ import pytest
 import uvicorn
 from starlette.testclient import TestClient
 
-from kb_assets.web import create_app
-from kb_assets.web.reader import WikiReader
-from kb_assets.web.wiki_html import render_markdown
-from kb_assets.wiki_index import page_rows, wiki_page_files
+from kb.apps.web import create_app
+from kb.apps.web.reader import WikiReader
+from kb.apps.web.wiki_html import render_markdown
+from kb.wiki_files import wiki_page_files
+from kb_assets.index.wiki_index import page_rows
 from kb_resources.embedder import Embedder
 from kb_resources.lance_index import ChunkIndex
-from kb_resources.settings import Settings
-from kb_assets.reading import PAGE_WORDS
+from kb.settings import Settings
+from kb.reading import PAGE_WORDS
 
 pytestmark = pytest.mark.browser
 

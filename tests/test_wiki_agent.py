@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 import dagster as dg
 import pytest
 
-from kb_assets.wiki import (
+from kb_assets.wiki.wiki_pages import (
     GateDecision,
     apply_agent_change,
     ingest_prompt,
@@ -29,11 +29,11 @@ from kb_assets.wiki import (
     wiki_synthesis,
     wiki_topic_synthesis,
 )
-from kb_assets.wiki_checks import wiki_quality
+from kb_assets.wiki.page_checks import wiki_quality
 from kb_resources.duckdb_store import DuckDBStore
-from kb_resources.wiki import SNAPSHOT_MESSAGE, Wiki
+from kb_resources.wiki_repo import SNAPSHOT_MESSAGE, Wiki
 from kb_resources.wiki_agent import WikiAgent, bash_deny_reason, tool_deny_reason
-from sensors.wiki import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
+from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 from tests.fake_anthropic import FakeAnthropic, Stall, bash, report, result_text, text, tool_use, write
 
 TOKEN = "sk-TEST-SECRET-wiki-agent-0001"
@@ -386,7 +386,7 @@ def ephemeral_instance():
 
 
 def record_gate_decision(source_id: str, decision: str, parsed_path: str) -> None:
-    """Write the rows that the gate stage writes (kb_assets/sources.py)."""
+    """Write the rows that the gate stage writes (kb_assets/telegram/sources.py)."""
     with DuckDBStore().transaction() as conn:
         conn.execute(
             """INSERT OR REPLACE INTO sources (item_id, type, origin, title, parsed_path, received_at, status, updated_at)

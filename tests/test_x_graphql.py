@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from kb_assets.urls import normalize_url, url_host
-from kb_assets.x_graphql import (
+from kb.urls import normalize_url, url_host
+from kb.x_graphql import (
     PageShapeError,
     article_plain_text,
     entry_kind,

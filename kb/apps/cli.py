@@ -1,0 +1,285 @@
+"""The `kb` command. Each command is a thin layer over a function that the
+assets, the MCP server and the tests also use. Heavy imports happen inside
+the commands, so `kb --help` starts fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import warnings
+
+import click
+
+from kb.apps.printing import print_hits, print_stage_line, print_sync_report
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Dagster warns about beta parameters at import; the owner cannot act on that.
+warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview).*")
+
+
+def _echo_json(payload) -> None:
+    click.echo(json.dumps(payload, indent=2, default=str, ensure_ascii=False))
+
+
+@click.group()
+def main() -> None:
+    """kb: your X bookmarks and Telegram sources in one searchable store."""
+
+
+# --- X capture -------------------------------------------------------------------
+
+
+@main.command()
+def login() -> None:
+    """Open a browser on X. Sign in by hand. kb keeps the login state in
+    ~/.config/kb/state.json (mode 0600) and never prints it."""
+    from kb.apps.login import run_login
+    from kb.settings import get_settings
+
+    run_login(get_settings())
+
+
+SOURCE_KINDS = ("post", "quote", "article", "link", "image", "video")
+
+
+def _exclusion_options(command):
+    """--no-<source> flags: exclude a source kind for this run only, on top of
+    `exclude` in ~/.config/kb/config.toml."""
+    for kind in reversed(SOURCE_KINDS):
+        command = click.option(f"--no-{kind}", f"no_{kind}", is_flag=True,
+                               help=f"Skip the {kind} source for this run, and take it out of the index.")(command)
+    return command
+
+
+def _apply_exclusions(flags: dict) -> None:
+    names = [kind for kind in SOURCE_KINDS if flags.get(f"no_{kind}")]
+    if names:
+        os.environ["KB_EXCLUDE"] = ",".join(names)
+
+
+@main.command()
+@click.option("--full", is_flag=True, help="Capture all bookmarks, not only new ones, and mark removed ones.")
+@_exclusion_options
+def sync(full: bool, **exclusions) -> None:
+    """Capture new bookmarks and carry them through every stage."""
+    from kb.apps.sync import run_sync
+
+    _apply_exclusions(exclusions)
+    report = run_sync(full=full, on_stage=print_stage_line)
+    print_sync_report(report)
+    sys.exit(1 if report.failed else 0)
+
+
+@main.command("import")
+@click.argument("pages", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@_exclusion_options
+def import_pages(pages: tuple[str, ...], **exclusions) -> None:
+    """Import saved Bookmarks pages (JSON) as one sync batch, with no browser."""
+    from kb.apps.sync import run_sync
+
+    _apply_exclusions(exclusions)
+    report = run_sync(files=[str(Path(p).resolve()) for p in pages], on_stage=print_stage_line)
+    print_sync_report(report)
+    sys.exit(1 if report.failed else 0)
+
+
+@main.command()
+@click.argument("pages", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def inspect(pages: tuple[str, ...], as_json: bool) -> None:
+    """Report what captured data holds. With PAGES: just those raw Bookmarks pages."""
+    from kb.apps.capture_report import format_report, inspect_report
+    from kb.settings import get_settings
+
+    report = inspect_report([Path(p) for p in pages] or None, get_settings())
+    _echo_json(report) if as_json else click.echo(format_report(report))
+
+
+# --- search ----------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("query")
+@click.option("-n", "limit", default=10, show_default=True, help="Number of hits.")
+@click.option("--author", help="Only posts by this handle.")
+@click.option("--source", help="Only this source kind: post, quote, article, link, image, video, wiki.")
+@click.option("--after", help="Posts on or after this date (YYYY-MM-DD).")
+@click.option("--before", help="Posts before this date (YYYY-MM-DD).")
+@click.option("--mode", type=click.Choice(["hybrid", "bm25", "dense"]), default="hybrid", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with a `hits` list.")
+def search(query, limit, author, source, after, before, mode, as_json) -> None:
+    """Search bookmarks: hybrid (vector + BM25), one best passage per bookmark."""
+    from kb.search import search as run_search
+
+    try:
+        response = run_search(query, limit=limit, author=author, source=source, after=after,
+                              before=before, mode=mode)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    _echo_json(response.to_dict()) if as_json else print_hits(response)
+
+
+@main.command("index")
+@click.option("--rebuild", is_flag=True, required=True, help="Drop the vectors and index every batch again.")
+def index_command(rebuild: bool) -> None:
+    """Rebuild the search index, for example after a change of embedding model.
+    Unchanged texts come from the vector cache of the new model, when it has them."""
+    from kb.apps.sync import rebuild_index
+
+    report = rebuild_index(on_stage=print_stage_line)
+    print_sync_report(report)
+    sys.exit(1 if report.failed else 0)
+
+
+@main.command()
+@click.argument("dest", required=False, type=click.Path())
+@click.option("--no-dagster", is_flag=True, help="Leave out the Dagster home (runs, inbox cursor).")
+def backup(dest: str | None, no_dagster: bool) -> None:
+    """Write one archive of KB_HOME: DuckDB, LanceDB, the wiki as a git bundle, raw files."""
+    from kb.apps.backup import BackupError, create_backup
+
+    try:
+        result = create_backup(Path(dest) if dest else None, include_dagster=not no_dagster)
+    except BackupError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(str(result.archive))
+
+
+@main.command()
+@click.argument("archive", type=click.Path(exists=True, dir_okay=False))
+@click.option("--force", is_flag=True, help="Restore into a KB_HOME that is not empty (its content moves aside).")
+def restore(archive: str, force: bool) -> None:
+    """Restore a `kb backup` archive into KB_HOME, which must be empty."""
+    from kb.apps.backup import BackupError, restore_backup
+
+    try:
+        result = restore_backup(Path(archive), force=force)
+    except BackupError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"Restored into {result.home}: {result.checked_files} files checked against their checksums.")
+    if result.moved_aside:
+        click.echo(f"The earlier content of KB_HOME is in {result.moved_aside}.")
+    for note in result.notes:
+        click.echo(f"Note: {note}")
+
+
+# --- demo --------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--home", type=click.Path(file_okay=False), default="kb-demo", show_default=True,
+              help="KB_HOME for the demo. It never touches your real store.")
+def demo(home: str) -> None:
+    """Run the whole graph on the sample capture that kb ships, with the local
+    embedder and no login, key or server, then print a few searches."""
+    from kb.apps.demo import run_demo
+
+    sys.exit(run_demo(Path(home)))
+
+
+# --- status ------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def status(as_json: bool) -> None:
+    """Coverage per stage, last sync, and the readiness of each service."""
+    from kb.apps.status import format_status, collect_status
+
+    report = collect_status()
+    _echo_json(report) if as_json else click.echo(format_status(report))
+
+
+# --- documents and wiki ------------------------------------------------------------
+
+
+@main.command("extract-file")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--url", help="The page's address, for relative links and site rules.")
+def extract_file(path: str, url: str | None) -> None:
+    """Print the main text that the chunker would see for one saved HTML file."""
+    from kb.extract import extract_file as extract
+
+    try:
+        click.echo(extract(Path(path), url))
+    except (FileNotFoundError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@main.group()
+def wiki() -> None:
+    """The git wiki."""
+
+
+@wiki.command("check")
+@click.argument("path", required=False, type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="One list per kind of finding.")
+def wiki_check(path: str | None, as_json: bool) -> None:
+    """Deterministic checks of a wiki folder: dangling links, orphans, stubs,
+    index.md against the files, frontmatter, claims without a citation."""
+    from kb.wiki_checks import check_wiki, findings_count, format_findings
+    from kb.settings import get_settings
+
+    try:
+        findings = check_wiki(Path(path) if path else get_settings().wiki_dir)
+    except FileNotFoundError as exc:
+        raise click.UsageError(str(exc)) from exc
+    _echo_json(findings) if as_json else click.echo(format_findings(findings))
+    sys.exit(1 if findings_count(findings) else 0)
+
+
+@main.command()
+@click.option("--limit", type=int, default=0, help="Caption at most this many photos (0: all that wait).")
+@click.option("--retry", is_flag=True, help="Try photos that failed before once more.")
+def caption(limit: int, retry: bool) -> None:
+    """Caption the photos that wait now, whatever their number, then index them."""
+    from kb.apps.caption_run import run_captions
+
+    result = run_captions(limit=limit, retry=retry)
+    _echo_json(result)
+    sys.exit(0 if result.get("ok", True) and not result.get("index_errors") else 1)
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind. Keep loopback unless you know why.")
+@click.option("--port", default=8765, show_default=True)
+def web(host: str, port: int) -> None:
+    """A search page in the browser, over the same search function."""
+    from kb.apps.web import serve
+
+    serve(host=host, port=port)
+
+
+# --- evaluation --------------------------------------------------------------------
+
+
+@main.group("eval")
+def eval_group() -> None:
+    """Measure the quality of kb's stages."""
+
+
+@eval_group.command("retrieval")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False))
+@click.option("--split", required=True, help="Split name: reads queries.NAME.jsonl and qrels.NAME.tsv.")
+@click.option("--mode", type=click.Choice(["bm25", "dense", "hybrid", "all"]), default="all", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def eval_retrieval(folder: str, split: str, mode: str, as_json: bool) -> None:
+    """nDCG@10, Recall@100 and median query time on a BEIR-format folder."""
+    from kb.apps.eval_retrieval import evaluate
+
+    modes = ["bm25", "dense", "hybrid"] if mode == "all" else [mode]
+    result = evaluate(Path(folder), split, modes)
+    if as_json:
+        _echo_json(result)
+        return
+    click.echo(f"{'mode':<8} {'nDCG@10':>8} {'R@100':>8} {'p50 ms':>8}")
+    for name, m in result.items():
+        click.echo(f"{name:<8} {m['ndcg@10']:>8.3f} {m['recall@100']:>8.3f} {m['p50_ms']:>8.1f}")
+
+
+if __name__ == "__main__":
+    main()

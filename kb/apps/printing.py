@@ -1,0 +1,44 @@
+"""What the `kb` command and `kb demo` print: one copy of each format."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+def print_sync_report(report) -> None:
+    if report.gone_runs:
+        click.echo(f"Marked {len(report.gone_runs)} runs failed: their process is gone. Their pool slots are free.")
+    if report.resumed:
+        click.echo(f"Finished the stages that earlier syncs left undone, in batches: {', '.join(report.resumed)}.")
+    for stage in report.stages:
+        mark = "ok" if stage.ok else "FAILED"
+        earlier = f" (batch {stage.batch})" if stage.batch and stage.batch != report.batch else ""
+        line = f"  {stage.stage + earlier:<13} {mark:<7} {stage.seconds:6.1f} s"
+        click.echo(line + (f"  {stage.error}" if stage.error else ""))
+    for note in report.notes:
+        click.echo(f"Note: {note}", err=True)
+    name = f"Batch {report.batch}" if report.batch else "Index"
+    if report.failed:
+        click.echo(f"{name}: these stages failed: {', '.join(report.failed)}.", err=True)
+    else:
+        click.echo(f"{name}: all stages finished.")
+
+
+def print_stage_line(name: str, number: int, total: int) -> None:
+    if sys.stderr.isatty():
+        done = "#" * (number - 1) + "." * (total - number + 1)
+        click.echo(f"[{done}] {number}/{total} {name}", err=True)
+
+
+def print_hits(response) -> None:
+    hits = response.hits
+    if not hits:
+        click.echo("No results.")
+        return
+    for n, hit in enumerate(hits, start=1):
+        date = str(hit.created_at)[:10] if hit.created_at else "?"
+        click.echo(f"{n}. @{hit.author}  {date}  score {hit.score:.3f}  [{hit.best_source}]")
+        click.echo("   " + " ".join(hit.best_chunk.split())[:400])
+        click.echo(f"   from {hit.best_ref}")

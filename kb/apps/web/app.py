@@ -1,0 +1,297 @@
+"""`kb web`: a search page in the browser over the same search function as
+`kb search` and the MCP server.
+
+One page of plain HTML, CSS and JavaScript (static/), and JSON endpoints:
+
+    GET /api/search?q=&author=&source=&after=&before=&mode=&limit=
+    GET /api/bookmark/<tweet_id>
+    GET /api/document?id=<tweet id or URL>&offset=<word offset>
+    GET /api/wiki/search?q=&limit=
+    GET /api/wiki/page?path=<wiki path>
+    GET /api/status
+
+The app reads only the LanceDB index and the wiki files, like the MCP
+server: it never opens DuckDB, so it answers while a sync writes.
+
+Security: it binds to 127.0.0.1 by default and has no login, so it accepts
+only requests whose Host is a loopback name (a web page that points its own
+domain name at 127.0.0.1 cannot read it: DNS rebinding). Bookmark and wiki
+text is untrusted: the page puts it into the document as text nodes, and
+the Content-Security-Policy allows no inline script.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from kb.reading import (DocumentNotFound, SourceKinds, WikiPageNotFound, bookmark_documents, bookmark_sources,
+                               media_with_captions, source_list)
+from kb.apps.web.reader import WikiReader, highlight_spans, page_path, query_terms, read_document, snippet
+from kb.apps.web.status_panel import collect_web_status
+from kb.apps.web.wiki_html import render_page
+from kb.wiki_files import WIKI_SOURCE
+from kb_resources.embedder import EmbedderError
+from kb_resources.lance_index import ChunkIndex, IndexModelMismatch
+from kb.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+DEFAULT_LIMIT = 20
+WIKI_LIMIT = 8
+# The status panel asks services over HTTP; a page that polls it must not
+# make each service answer again each time.
+STATUS_CACHE_S = 5.0
+LOOPBACK_NAMES = ["127.0.0.1", "localhost"]
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' https: data:; "
+       "media-src https:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+       "frame-ancestors 'none'")
+
+
+class KbJSON(JSONResponse):
+    def render(self, content) -> bytes:
+        return json.dumps(content, ensure_ascii=False, default=str).encode("utf-8")
+
+
+def _error(status: int, message: str) -> KbJSON:
+    return KbJSON({"error": message}, status_code=status)
+
+
+class SecurityHeaders:
+    """Headers on every answer: no inline script, no framing, no sniffing
+    of a JSON answer as HTML, no caching of data."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message):
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers += [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
+                            (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
+                if scope["path"].startswith("/api/"):
+                    headers.append((b"cache-control", b"no-store"))
+                message = dict(message, headers=headers)
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def _param(request: Request, name: str) -> str | None:
+    value = request.query_params.get(name, "").strip()
+    return value or None
+
+
+# --- endpoints ---------------------------------------------------------------------
+
+
+def index_page(request: Request) -> FileResponse:
+    return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8")
+
+
+def _index(request: Request) -> ChunkIndex | None:
+    """The index, or None before the first sync. A reader must not create
+    the index folder (ChunkIndex would) in an empty KB_HOME."""
+    index: ChunkIndex = request.app.state.index
+    return index if index.db_path().is_dir() else None
+
+
+def _source_kinds(request: Request) -> list[str]:
+    state = request.app.state
+    return state.kinds.of(state.index)
+
+
+def api_search(request: Request) -> KbJSON:
+    from kb.search import search
+
+    index = _index(request)
+    query = _param(request, "q")
+    mode = _param(request, "mode") or "hybrid"
+    if index is None:
+        return KbJSON({"query": query or "", "mode": mode, "hits": [], "last_sync": None,
+                       "note": "The index is empty: run `kb sync`."})
+    sources = bookmark_sources(source_list(_param(request, "source")), lambda: _source_kinds(request))
+    if query is None or sources == []:
+        return KbJSON({"query": query or "", "mode": mode, "hits": [], "last_sync": index.last_sync()})
+    try:
+        response = search(query, limit=_param(request, "limit") or DEFAULT_LIMIT, author=_param(request, "author"),
+                          source=sources, after=_param(request, "after"), before=_param(request, "before"),
+                          mode=mode, index=index)
+    except ValueError as exc:
+        return _error(400, str(exc))
+    except (EmbedderError, IndexModelMismatch) as exc:
+        return _error(503, f"{exc} Keyword search (mode bm25) works without the embedder.")
+    payload = response.to_dict()
+    for hit in payload["hits"]:
+        hit["highlights"] = highlight_spans(hit["best_chunk"], query)
+    return KbJSON(payload)
+
+
+def api_bookmark(request: Request) -> KbJSON:
+    index = _index(request)
+    tweet_id = request.path_params["tweet_id"]
+    card = index.bookmark(tweet_id) if index is not None else None
+    if card is None:
+        return _error(404, f"tweet_id={tweet_id!r} is not in the index: no bookmark has this id")
+    card["media"] = media_with_captions(index, tweet_id, card.get("media") or [])
+    card["documents"] = bookmark_documents(index.outline(tweet_id))
+    return KbJSON(card)
+
+
+def api_document(request: Request) -> KbJSON:
+    target = _param(request, "id")
+    if target is None:
+        return _error(400, "id is missing: give a bookmark id or the URL of a document")
+    index = _index(request)
+    if index is None:
+        return _error(404, f"id={target!r} is not in the index: the index is empty")
+    try:
+        page = read_document(target, _param(request, "offset") or 0, index=index)
+    except DocumentNotFound as exc:
+        return _error(404, str(exc))
+    except ValueError as exc:
+        return _error(400, str(exc))
+    return KbJSON(page)
+
+
+def api_wiki_search(request: Request) -> KbJSON:
+    """Wiki pages for a query: through the index with the search function
+    of the bookmarks when the index holds the wiki, else over the files."""
+    from kb.search import search
+
+    wiki: WikiReader = request.app.state.wiki
+    query = _param(request, "q") or ""
+    try:
+        limit = max(1, min(100, int(_param(request, "limit") or WIKI_LIMIT)))
+    except ValueError:
+        return _error(400, f"limit={_param(request, 'limit')!r} is not a whole number")
+    if not query_terms(query):
+        return KbJSON({"query": query, "exists": wiki.exists(), "searched": "nothing", "hits": []})
+    if WIKI_SOURCE in _source_kinds(request):
+        try:
+            response = search(query, limit=limit, source=WIKI_SOURCE, mode=_param(request, "mode") or "hybrid",
+                              index=_index(request))
+        except ValueError as exc:
+            return _error(400, str(exc))
+        except (EmbedderError, IndexModelMismatch) as exc:
+            return _error(503, str(exc))
+        hits = []
+        for hit in response.hits:
+            path = page_path(hit.best_ref)
+            title, kind = wiki.describe(path)
+            hits.append({"path": path, "title": title, "type": kind, "score": hit.score,
+                         "snippet": snippet(hit.best_chunk, query_terms(query))})
+        searched = "index"
+    else:
+        hits, searched = wiki.search(query, limit=limit), "files"
+    for hit in hits:
+        hit["highlights"] = highlight_spans(hit["snippet"], query)
+    return KbJSON({"query": query, "exists": wiki.exists(), "searched": searched, "hits": hits})
+
+
+def api_wiki_page(request: Request) -> KbJSON:
+    wiki: WikiReader = request.app.state.wiki
+    if not wiki.exists():
+        return _error(404, f"there is no wiki at {wiki.root} yet")
+    try:
+        page = wiki.read(_param(request, "path") or "")
+    except WikiPageNotFound as exc:
+        return _error(404, str(exc))
+    except ValueError as exc:
+        return _error(400, str(exc))
+    return KbJSON(render_page(page, wiki))
+
+
+def api_status(request: Request) -> KbJSON:
+    state = request.app.state
+    with state.status_lock:
+        cached = state.status_cache
+        if cached is None or time.monotonic() - cached[0] > STATUS_CACHE_S:
+            cached = state.status_cache = (time.monotonic(),
+                                           collect_web_status(state.settings, state.index, state.wiki))
+    return KbJSON(cached[1])
+
+
+# --- the app -------------------------------------------------------------------------
+
+
+def create_app(settings: Settings | None = None, *, allowed_hosts: list[str] | None = None,
+               warm_up: bool = False) -> Starlette:
+    """The web app over the index and wiki that `settings` name.
+
+    `allowed_hosts`: Host names that the app answers; default loopback names.
+    `warm_up`: load the query embedder in the background at start, so the
+    first search does not wait for the model."""
+    settings = settings or get_settings()
+    routes = [
+        Route("/", index_page),
+        Route("/api/search", api_search),
+        Route("/api/bookmark/{tweet_id}", api_bookmark),
+        Route("/api/document", api_document),
+        Route("/api/wiki/search", api_wiki_search),
+        Route("/api/wiki/page", api_wiki_page),
+        Route("/api/status", api_status),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_NAMES),
+                  Middleware(SecurityHeaders)]
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.settings = settings
+    app.state.index = ChunkIndex(path=str(settings.lancedb_dir))
+    app.state.kinds = SourceKinds()
+    app.state.wiki = WikiReader(settings.wiki_dir)
+    app.state.status_lock = threading.Lock()
+    app.state.status_cache = None
+    if warm_up:
+        threading.Thread(target=_warm_up, args=(app.state.index,), name="kb-web-warm-up", daemon=True).start()
+    return app
+
+
+def _warm_up(index: ChunkIndex) -> None:
+    from kb.search import embedder_for_index
+
+    try:
+        info = index.model_info()
+        if info:
+            embedder_for_index(info).embed_query("warm up")
+    except Exception as exc:  # noqa: BLE001 - the first search reports the real error
+        log.warning("The query embedder did not load at start: %s", exc)
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+
+def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, settings: Settings | None = None) -> None:
+    """Run the web app until Ctrl-C. A host other than loopback opens the
+    page, which has no login, to the network: kb warns about it."""
+    import uvicorn
+
+    allowed = LOOPBACK_NAMES + ([host] if host not in LOOPBACK_NAMES else [])
+    if not is_loopback(host):
+        log.warning("kb web listens on %s: every machine that reaches it can read your bookmarks. "
+                    "It has no login.", host)
+        if host in ("0.0.0.0", "::"):
+            allowed = ["*"]
+    app = create_app(settings, allowed_hosts=allowed, warm_up=True)
+    print(f"kb web: http://{host if ':' not in host else f'[{host}]'}:{port}/  (Ctrl-C stops it)", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

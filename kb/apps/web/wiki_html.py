@@ -1,0 +1,120 @@
+"""Wiki pages as safe HTML, with working wikilinks.
+
+The wiki agent writes pages from text that came from the internet, so a page
+is untrusted input. The renderer allows no raw HTML (it shows as text), no
+attributes outside a short list, and no link or image address with a scheme
+other than http, https or mailto. The page's Content-Security-Policy is a
+second guard, not the only one.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import xml.etree.ElementTree as etree
+from urllib.parse import quote
+
+import markdown
+from markdown.extensions.toc import slugify
+from markdown.inlinepatterns import InlineProcessor
+from markdown.treeprocessors import Treeprocessor
+
+from kb.apps.web.reader import WikiPage, WikiReader
+from kb.wiki_checks import WIKILINK
+
+# Not "extra": its attr_list lets a page set any attribute ({: onclick=...})
+# and its md_in_html lets raw HTML back in.
+EXTENSIONS = ["tables", "fenced_code", "sane_lists", "toc"]
+SAFE_SCHEMES = ("http", "https", "mailto")
+ALLOWED_ATTRIBUTES = {"href", "src", "alt", "title", "id", "class", "align", "start", "colspan", "rowspan"}
+CONTROL = re.compile(r"[\x00-\x20\x7f]+")
+
+
+def wiki_href(path: str, anchor: str = "") -> str:
+    """The page's own address of a wiki page: a fragment, so following a
+    wikilink needs no full reload."""
+    href = "#wiki=" + quote(path, safe="/")
+    return href + ("&anchor=" + quote(anchor, safe="") if anchor else "")
+
+
+def safe_url(url: str) -> str | None:
+    """The address when it is safe in an href or src, else None. Entities
+    and control characters are removed first: a browser reads
+    `&#106;avascript:` and `java\\tscript:` as `javascript:`."""
+    cleaned = CONTROL.sub("", html.unescape(url or ""))
+    if not cleaned:
+        return None
+    head = re.split(r"[/?#]", cleaned, maxsplit=1)[0]
+    if ":" in head and head.split(":", 1)[0].lower() not in SAFE_SCHEMES:
+        return None
+    return cleaned
+
+
+def anchor_id(value: str, separator: str) -> str:
+    """Heading ids get a prefix, so a heading such as "## Results" cannot
+    take the id of an element of the page around it. `### para3` becomes
+    `w-para3`: the target of `[[sources/slug#para3]]`."""
+    return "w-" + slugify(value, separator)
+
+
+class _WikiLinks(InlineProcessor):
+    def __init__(self, resolve, md: markdown.Markdown):
+        super().__init__(WIKILINK.pattern, md)
+        self.resolve = resolve
+
+    def handleMatch(self, m, data):  # noqa: N802 - the name comes from markdown
+        inner = m.group(1)
+        target, _, label = inner.partition("|")
+        path_part, _, anchor = target.partition("#")
+        shown = (label or path_part.rsplit("/", 1)[-1] or inner).strip()
+        if anchor and not label:
+            shown = f"{shown} §{anchor.strip()}"
+        resolved = self.resolve(path_part) if path_part.strip() else None
+        if resolved is None:
+            element = etree.Element("span")
+            element.set("class", "wikilink missing")
+            element.set("title", f"no page {path_part.strip()}")
+        else:
+            element = etree.Element("a")
+            element.set("class", "wikilink")
+            element.set("href", wiki_href(resolved, anchor.strip()))
+        element.text = shown
+        return element, m.start(0), m.end(0)
+
+
+class _Sanitizer(Treeprocessor):
+    def run(self, root):
+        for element in root.iter():
+            for name in list(element.attrib):
+                if name not in ALLOWED_ATTRIBUTES:
+                    del element.attrib[name]
+            for name in ("href", "src"):
+                if name in element.attrib:
+                    if element.attrib[name].startswith("#wiki="):
+                        continue
+                    url = safe_url(element.attrib[name])
+                    if url is None:
+                        del element.attrib[name]
+                    else:
+                        element.set(name, url)
+            if element.tag == "a" and element.get("href", "").startswith(("http:", "https:")):
+                element.set("class", "external")
+
+
+def render_markdown(text: str, reader: WikiReader) -> str:
+    md = markdown.Markdown(extensions=EXTENSIONS, output_format="html",
+                           extension_configs={"toc": {"slugify": anchor_id}})
+    # Raw HTML is shown as text, never passed through.
+    md.preprocessors.deregister("html_block")
+    md.inlinePatterns.deregister("html")
+    # Before the [text](url) patterns (priority 160), so [[a]] is one link.
+    md.inlinePatterns.register(_WikiLinks(reader.resolver(), md), "wikilink", 175)
+    md.treeprocessors.register(_Sanitizer(md), "sanitize", 0)
+    return md.convert(text)
+
+
+def render_page(page: WikiPage, reader: WikiReader) -> dict:
+    """The page as JSON for the web page: the body as safe HTML, the
+    frontmatter as plain values that the page shows as text."""
+    return {"path": page.path, "title": page.title, "type": page.type,
+            "frontmatter": page.frontmatter, "html": render_markdown(page.body, reader)}

@@ -1,0 +1,130 @@
+"""The one place that builds an aiogram `Bot`, for the bot and for the
+notifications, and keeps the token out of every log line and reply.
+
+The token is part of every Bot API URL (/bot<token>/method and
+/file/bot<token>/path), and aiohttp puts the URL into its error messages.
+So every text that leaves kb from here passes `redact()`, and `kb-bot`
+installs `RedactingFilter` on its log handlers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from aiogram import Bot
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
+from aiogram.methods import GetUpdates, Response, TelegramMethod
+from aiogram.types import Update
+from pydantic import ValidationError
+
+from kb.settings import Settings
+
+log = logging.getLogger("kb.bot")
+
+REDACTED = "<redacted>"
+
+
+class UpdateSafeSession(AiohttpSession):
+    """An aiohttp session that reads getUpdates one update at a time.
+
+    Why: aiogram validates the whole getUpdates answer as one list. One
+    update that it cannot read (a field of a type that it does not expect)
+    fails the whole answer; the polling loop then asks again from the same
+    offset, forever, and no later message is handled. Its error log also
+    holds the full answer, with the text of every message in it (strangers'
+    messages too). Here an unreadable update becomes an empty update with
+    the same update_id: the dispatcher skips it, the offset moves past it,
+    and the log names only its update_id and the fields that were wrong."""
+
+    def check_response(self, bot: Bot, method: TelegramMethod, status_code: int, content: str) -> Response:
+        if isinstance(method, GetUpdates):
+            content = readable_updates(bot, content)
+        return super().check_response(bot, method, status_code, content)
+
+
+def readable_updates(bot: Bot, content: str) -> str:
+    """The getUpdates answer with each unreadable update replaced by
+    {"update_id": N}. An update with no whole-number update_id is left out."""
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return content  # aiogram reports the answer that is not JSON
+    if not isinstance(data, dict) or not isinstance(data.get("result"), list):
+        return content
+    kept = []
+    for raw in data["result"]:
+        try:
+            Update.model_validate(raw, context={"bot": bot})
+            kept.append(raw)
+            continue
+        except ValidationError as exc:
+            fields = sorted({".".join(str(part) for part in error["loc"]) for error in exc.errors()})
+        update_id = raw.get("update_id") if isinstance(raw, dict) else None
+        if isinstance(update_id, int) and not isinstance(update_id, bool):
+            log.warning("update %s skipped: it cannot be read (fields: %s)", update_id, ", ".join(fields[:10]))
+            kept.append({"update_id": update_id})
+        else:
+            log.warning("an update with no update_id skipped (fields: %s)", ", ".join(fields[:10]))
+    data["result"] = kept
+    return json.dumps(data)
+
+
+def bot_token(settings: Settings) -> str:
+    token = settings.telegram_bot_token
+    return token.get_secret_value().strip() if token else ""
+
+
+def build_bot(settings: Settings) -> Bot:
+    """A Bot for TELEGRAM_API_BASE: the official Bot API, a local Bot API
+    server, or the loopback stand-in of the tests."""
+    session = UpdateSafeSession(api=TelegramAPIServer.from_base(settings.telegram_api_base.rstrip("/")))
+    return Bot(token=bot_token(settings), session=session)
+
+
+def redact(text: str, token: str) -> str:
+    """The text without the token (and without the token's secret half)."""
+    if not token:
+        return text
+    text = text.replace(token, REDACTED)
+    _, _, secret = token.partition(":")
+    return text.replace(secret, REDACTED) if len(secret) >= 8 else text
+
+
+class RedactingFilter(logging.Filter):
+    """Removes the token from log records before a handler writes them."""
+
+    def __init__(self, token: str):
+        super().__init__()
+        self.token = token
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.token:
+            message = record.getMessage()
+            if self.token in message or (self.token.partition(":")[2] and self.token.partition(":")[2] in message):
+                record.msg, record.args = redact(message, self.token), None
+            if record.exc_info:
+                # Format the traceback now, redacted, so the handler does not
+                # format the raw one.
+                formatted = logging.Formatter().formatException(record.exc_info)
+                record.exc_text, record.exc_info = redact(formatted, self.token), None
+        return True
+
+
+def install_redaction(token: str) -> None:
+    """Put the filter on every handler of the root logger."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter(token))
+
+
+def readiness(settings: Settings) -> tuple[bool, str]:
+    """(ready, detail) of the Telegram bridge for `kb status`. No network call."""
+    if not bot_token(settings):
+        return False, f"no TELEGRAM_BOT_TOKEN: no bot; drop files in {settings.inbox_dir}"
+    allowed = settings.allowed_users()
+    if not allowed:
+        return False, "ALLOWED_USER_IDS is empty: the bot answers nobody"
+    owner = "set" if settings.owner_chat_id.strip() else "not set (system notices go to stdout)"
+    return True, f"kb-bot at {settings.telegram_api_base}, {len(allowed)} allowed users, OWNER_CHAT_ID {owner}"

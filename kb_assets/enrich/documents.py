@@ -1,0 +1,601 @@
+"""Asset `documents`: the full text behind the links and X Articles of the
+bookmarks.
+
+For each web address that a bookmark of the partition links to:
+- An X Article whose GraphQL content_state the capture kept: that text is
+  the document. It is the authoritative copy; no page is opened.
+- Any other X Article: the X context renders it, one page at a time (X
+  throttles one login across browsers), and never scrolls (the article view
+  unmounts what is off screen).
+- A file (by its Content-Type): fetched with httpx, not rendered. A PDF goes
+  through pymupdf4llm; any other file fails as `binary`.
+- Any other page: the clean context (no storage state) renders it, with
+  several workers. A page that is thin at domcontentloaded is read once more
+  at networkidle: many pages fill in their text with JavaScript.
+
+Each address is fetched once. A failure is stored with its reason and is
+tried again only on request (run config `retry`). Links to X posts are not
+documents: the capture holds the posts that the owner sees (quoted posts).
+
+DuckDB is in the pool `duckdb`, but the asset holds no connection while it
+fetches: it reads the addresses, closes, fetches, and writes all results in
+one short transaction.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the config class
+# from the real annotation of the asset function.
+import contextlib
+import queue
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from urllib.parse import urlsplit
+
+import dagster as dg
+import duckdb
+import httpx
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import Page
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from kb.extract import (
+    Extracted,
+    Reason,
+    extract_html,
+    extract_pdf,
+    extracted_from_text,
+    http_reason,
+    is_pdf,
+    looks_blocked,
+    rewrite_arxiv,
+)
+from kb_assets.partitions import sync_batches
+from kb_resources.browser import Browser, XLoginMissing
+from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
+from kb.settings import Settings, excluded_sources, get_settings
+
+# Some servers refuse clients that do not look like a browser. The probe and
+# file downloads send the same User-Agent as a desktop Chrome.
+USER_AGENT = (
+    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
+)
+# A larger download is not a document that a person reads.
+MAX_FILE_BYTES = 50 * 1024 * 1024
+# Content types that the browser shows as a page.
+PAGE_TYPES = ("application/xhtml+xml", "application/xml", "application/json")
+
+# An X Article, by the kind that normalization gave the link or by its path.
+IS_X_ARTICLE = "(l.kind = 'article' OR regexp_matches(l.url_norm, '^https://x\\.com/(i/article|[^/]+/article)/'))"
+# normalize_url() writes every X host as https://x.com.
+IS_X = "regexp_matches(l.url_norm, '^https://x\\.com(/|$)')"
+
+# The addresses that can have a document, one row each. Links to X posts are
+# left out (the capture holds the posts); X Articles are kept. The links of
+# removed bookmarks are left out. The coverage check uses the same rule.
+ELIGIBLE_LINKS = f"""
+    SELECT l.url_norm,
+           min(l.expanded_url) AS url,
+           bool_or({IS_X_ARTICLE}) AS is_article,
+           any_value(b.article_title) FILTER (WHERE b.article_text <> '') AS article_title,
+           any_value(b.article_text) FILTER (WHERE b.article_text <> '') AS article_text
+    FROM links l
+    LEFT JOIN bookmarks b ON b.tweet_id = l.tweet_id AND l.kind = 'article'
+    WHERE NOT EXISTS (SELECT 1 FROM bookmarks r WHERE r.tweet_id = l.tweet_id AND r.removed_at IS NOT NULL)
+      {{batch_filter}}
+    GROUP BY l.url_norm
+    HAVING bool_or({IS_X_ARTICLE}) OR NOT bool_or({IS_X})
+"""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One address to fetch."""
+
+    url_norm: str
+    url: str  # the expanded URL as X gave it
+    is_article: bool
+    article_title: str | None = None
+    article_text: str | None = None  # from content_state, when present
+    attempts: int = 0  # earlier fetches
+
+
+@dataclass
+class Outcome:
+    """The result of one fetch: a usable document or a failure with its reason."""
+
+    target: Target
+    url: str
+    kind: str  # link, article, pdf
+    source: str  # content_state, browser, file
+    final_url: str | None = None
+    extracted: Extracted | None = None
+    reason: str | None = None  # set on failure
+    detail: str | None = None
+    wait: str | None = None  # the load state that the text was read at
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+    def row(self, batch: str, now: datetime) -> dict:
+        ex = self.extracted
+        return {
+            "url_norm": self.target.url_norm,
+            "url": self.url,
+            "final_url": self.final_url,
+            "kind": self.kind,
+            "source": self.source,
+            "title": ex.title if ex else None,
+            "html": ex.text_html if ex else None,
+            "text": ex.text if ex else None,
+            "word_count": ex.word_count if ex else 0,
+            "status": "ok" if self.ok else "failed",
+            "reason": self.reason,
+            "detail": self.detail,
+            "batch": batch,
+            "fetched_at": now,
+            "attempts": self.target.attempts + 1,
+        }
+
+
+def judged(outcome: Outcome, page_html: str | None = None, status: int | None = None) -> Outcome:
+    """Set the failure reason from the HTTP status and the extracted text.
+    A bot wall is `blocked`, whatever status it came with."""
+
+    def blocked() -> bool:
+        return page_html is not None and looks_blocked(page_html)
+
+    if status is not None and status >= 400:
+        outcome.reason = Reason.BLOCKED.value if blocked() else http_reason(status)
+    elif outcome.extracted is None or outcome.extracted.thin:
+        outcome.reason = Reason.BLOCKED.value if blocked() else Reason.THIN.value
+    return outcome
+
+
+# --- reading and writing DuckDB -----------------------------------------------
+
+def targets_for_batch(conn: duckdb.DuckDBPyConnection, batch: str, *, retry: bool) -> list[Target]:
+    """The addresses of the batch that still need a fetch: never fetched, or
+    failed when `retry` is set."""
+    rows = conn.execute(
+        f"""WITH eligible AS ({ELIGIBLE_LINKS.format(batch_filter="AND l.batch = ?")})
+            SELECT e.url_norm, e.url, e.is_article, e.article_title, e.article_text, coalesce(d.attempts, 0)
+            FROM eligible e LEFT JOIN documents d ON d.url_norm = e.url_norm
+            WHERE d.url_norm IS NULL OR (d.status = 'failed' AND ?)
+            ORDER BY e.url_norm""",
+        [batch, retry],
+    ).fetchall()
+    return [Target(*row) for row in rows]
+
+
+def write_outcomes(conn: duckdb.DuckDBPyConnection, outcomes: Iterable[Outcome], batch: str) -> None:
+    now = datetime.now(timezone.utc)
+    insert_rows(conn, "documents", [o.row(batch, now) for o in outcomes])
+
+
+@dataclass(frozen=True)
+class OwnedDocument:
+    tweet_id: str
+    url_norm: str
+    kind: str
+    source: str
+    title: str | None
+    text: str
+
+
+def owned_documents(
+    conn: duckdb.DuckDBPyConnection, tweet_ids: list[str], *, include_content_state: bool = False
+) -> list[OwnedDocument]:
+    """The usable documents of the given bookmarks, one row per (bookmark,
+    document). A document that many bookmarks link to is owned by each.
+
+    Articles from content_state are left out by default: the chunker reads
+    them from `bookmarks.article_text` already."""
+    rows = conn.execute(
+        """SELECT DISTINCT l.tweet_id, d.url_norm, d.kind, d.source, d.title, d.text
+           FROM links l JOIN documents d ON d.url_norm = l.url_norm
+           WHERE l.tweet_id IN (SELECT unnest(?)) AND d.status = 'ok'
+             AND (? OR d.source <> 'content_state')
+           ORDER BY l.tweet_id, d.url_norm""",
+        [tweet_ids, include_content_state],
+    ).fetchall()
+    return [OwnedDocument(*row) for row in rows]
+
+
+# --- X Articles ------------------------------------------------------------------
+
+def article_from_content_state(target: Target) -> Outcome:
+    outcome = Outcome(target, url=target.url, kind="article", source="content_state")
+    outcome.extracted = extracted_from_text(target.article_text or "", target.article_title)
+    return judged(outcome)
+
+
+def x_path(url: str) -> str:
+    """The path and query of an X address. The X context joins it to its own
+    origin (KB_X_BASE_URL), so tests can serve X on loopback."""
+    parts = urlsplit(url)
+    return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+def fetch_articles(targets: list[Target], browser: Browser, settings: Settings) -> list[Outcome]:
+    """Render X Articles in the X context, one at a time, never scrolling.
+    Raises XLoginMissing when there is no saved login."""
+    if not targets:
+        return []
+    outcomes = []
+    with browser.x_context() as x:
+        statuses: dict[str, int] = {}
+
+        def remember_status(response) -> None:
+            # An event handler only records: a call back into Playwright here
+            # can deadlock.
+            if response.request.is_navigation_request() and response.frame.parent_frame is None:
+                statuses["main"] = response.status
+
+        x.context.on("response", remember_status)
+        for target in targets:
+            outcome = Outcome(target, url=target.url, kind="article", source="browser")
+            statuses.clear()
+            try:
+                page = x.open(x_path(target.url))
+            except PlaywrightError as exc:
+                outcomes.append(failure_from_error(outcome, exc))
+                continue
+            except Exception as exc:  # the X context left X, or any other fault
+                outcome.reason, outcome.detail = Reason.ERROR.value, str(exc)[:500]
+                outcomes.append(outcome)
+                continue
+            try:
+                outcomes.append(read_rendered(page, outcome, statuses.get("main"), settings))
+            except Exception as exc:  # one bad page must not lose the others
+                outcome.reason, outcome.detail = Reason.ERROR.value, f"{type(exc).__name__}: {exc}"[:500]
+                outcomes.append(outcome)
+            finally:
+                page.close()
+    return outcomes
+
+
+# --- other links -------------------------------------------------------------------
+
+def probe(client: httpx.Client, url: str) -> tuple[str, str | None]:
+    """What the address holds, from its Content-Type: (`page`, `pdf` or
+    `binary`, the Content-Type). Unknown (the server refuses HEAD and GET,
+    or does not answer) is `page`: the browser then finds out, and reports
+    its own error."""
+    content_type = None
+    try:
+        response = client.head(url)
+        if response.status_code < 400:
+            content_type = response.headers.get("content-type")
+        else:
+            # Many servers answer HEAD with 403, 404 or 405 but serve GET.
+            # Read the headers of a GET and close before the body.
+            with client.stream("GET", url) as response:
+                if response.status_code < 400:
+                    content_type = response.headers.get("content-type")
+    except httpx.HTTPError:
+        return "page", None
+    return kind_of_content(content_type, url), content_type
+
+
+def kind_of_content(content_type: str | None, url: str) -> str:
+    """`page`, `pdf` or `binary` for a Content-Type header. No header is a
+    page: the browser finds out."""
+    media_type = (content_type or "").split(";")[0].strip().lower()
+    if not media_type or media_type in PAGE_TYPES or media_type.startswith("text/") or media_type.endswith(("+xml", "json")):
+        return "page"
+    if media_type == "application/pdf":
+        return "pdf"
+    if media_type in ("application/octet-stream", "binary/octet-stream") and urlsplit(url).path.lower().endswith(".pdf"):
+        return "pdf"  # a PDF served with a generic type; fetch_file checks the bytes
+    return "binary"
+
+
+def fetch_file(client: httpx.Client, outcome: Outcome) -> Outcome:
+    """Download a file and read it when it is a PDF."""
+    outcome.source = "file"
+    try:
+        with client.stream("GET", outcome.url) as response:
+            outcome.final_url = str(response.url)
+            if response.status_code >= 400:
+                outcome.reason = http_reason(response.status_code)
+                return outcome
+            data = bytearray()
+            for block in response.iter_bytes():
+                data += block
+                if len(data) > MAX_FILE_BYTES:
+                    outcome.reason = Reason.ERROR.value
+                    outcome.detail = f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB"
+                    return outcome
+    except httpx.TimeoutException as exc:
+        outcome.reason, outcome.detail = Reason.TIMEOUT.value, str(exc)[:500] or "timed out"
+        return outcome
+    except httpx.HTTPError as exc:
+        outcome.reason, outcome.detail = Reason.ERROR.value, f"{type(exc).__name__}: {exc}"[:500]
+        return outcome
+    if not is_pdf(bytes(data)):
+        outcome.reason = Reason.BINARY.value
+        outcome.detail = f"not a PDF: {response.headers.get('content-type', 'no content type')}"
+        return outcome
+    outcome.kind = "pdf"
+    try:
+        outcome.extracted = extract_pdf(bytes(data), outcome.url)
+    except ValueError as exc:
+        outcome.reason, outcome.detail = Reason.BINARY.value, str(exc)[:500]
+        return outcome
+    return judged(outcome)
+
+
+def fetch_link(get_context: Callable, client: httpx.Client, target: Target, settings: Settings) -> Outcome:
+    """Fetch one address that is not on X: as a file, or rendered."""
+    url = rewrite_arxiv(target.url, arxiv_hosts(settings))
+    outcome = Outcome(target, url=url, kind="link", source="browser")
+    what, content_type = probe(client, url)
+    if what == "binary":
+        outcome.source, outcome.reason, outcome.detail = "file", Reason.BINARY.value, content_type
+        return outcome
+    if what == "pdf":
+        return fetch_file(client, outcome)
+    page = get_context().new_page()
+    try:
+        try:
+            response = page.goto(url, wait_until="domcontentloaded", timeout=settings.kb_browser_timeout_s * 1000)
+        except PlaywrightError as exc:
+            if "Download is starting" in str(exc):
+                # The probe saw a page, but the server sent a file.
+                return fetch_file(client, outcome)
+            return failure_from_error(outcome, exc)
+        return read_rendered(page, outcome, response.status if response else None, settings)
+    finally:
+        page.close()
+
+
+def read_rendered(page: Page, outcome: Outcome, status: int | None, settings: Settings) -> Outcome:
+    """Extract the main content of a loaded page. A page that is thin at
+    domcontentloaded is read once more at networkidle."""
+    outcome.final_url = page.url
+    outcome.wait = "domcontentloaded"
+    html = page_html(page)
+    outcome.extracted = extract_html(html, page.url)
+    if (status is None or status < 400) and outcome.extracted.thin:
+        try:
+            page.wait_for_load_state("networkidle", timeout=settings.kb_browser_timeout_s * 1000)
+        except PlaywrightError:
+            pass  # a page that polls never goes idle: read what it shows now
+        outcome.wait = "networkidle"
+        outcome.final_url = page.url
+        html = page_html(page)
+        outcome.extracted = extract_html(html, page.url)
+    if not outcome.extracted.title:
+        with contextlib.suppress(PlaywrightError):
+            title = page.title().strip()
+            if title:
+                outcome.extracted = Extracted(
+                    outcome.extracted.text_html, outcome.extracted.text, title, outcome.extracted.word_count
+                )
+    return judged(outcome, html, status)
+
+
+def page_html(page: Page) -> str:
+    """The page's HTML. A page that navigates again (a script redirect)
+    refuses content() until the new page has loaded."""
+    try:
+        return page.content()
+    except PlaywrightError:
+        with contextlib.suppress(PlaywrightError):
+            page.wait_for_load_state("domcontentloaded")
+        return page.content()
+
+
+def failure_from_error(outcome: Outcome, exc: Exception) -> Outcome:
+    message = str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__
+    if isinstance(exc, PlaywrightTimeout):
+        outcome.reason = Reason.TIMEOUT.value
+    elif "ERR_BLOCKED_BY" in message:
+        outcome.reason = Reason.BLOCKED.value
+    elif "ERR_TIMED_OUT" in message or "ERR_CONNECTION_TIMED_OUT" in message:
+        outcome.reason = Reason.TIMEOUT.value
+    else:
+        outcome.reason = Reason.ERROR.value
+    outcome.detail = message
+    return outcome
+
+
+def arxiv_hosts(settings: Settings) -> frozenset[str]:
+    return frozenset(h.strip().lower() for h in settings.kb_arxiv_hosts.split(",") if h.strip())
+
+
+class BrowserDidNotStart(RuntimeError):
+    """The clean context could not be opened."""
+
+
+@dataclass
+class _Pool:
+    """Workers that share one queue of targets. Each worker opens its own
+    clean context, and only when it meets its first page: the sync Playwright
+    API is bound to one thread, and a run of PDFs needs no browser."""
+
+    browser: Browser
+    settings: Settings
+    targets: queue.Queue = field(default_factory=queue.Queue)
+    outcomes: list[Outcome] = field(default_factory=list)
+    errors: list[BaseException] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def work(self) -> None:
+        with contextlib.ExitStack() as stack:
+            client = stack.enter_context(
+                httpx.Client(
+                    follow_redirects=True,
+                    timeout=self.settings.kb_browser_timeout_s,
+                    headers={"User-Agent": USER_AGENT},
+                )
+            )
+            context = None
+
+            def get_context():
+                nonlocal context
+                if context is None:
+                    try:
+                        context = stack.enter_context(self.browser.clean_context())
+                    except Exception as exc:
+                        raise BrowserDidNotStart(f"{type(exc).__name__}: {exc}") from exc
+                return context
+
+            while True:
+                try:
+                    target = self.targets.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    outcome = fetch_link(get_context, client, target, self.settings)
+                except BrowserDidNotStart as exc:
+                    # No other page can be rendered by this worker either. Its
+                    # target stays unfetched (no row), so the next run tries it.
+                    with self.lock:
+                        self.errors.append(exc)
+                    return
+                except Exception as exc:  # one bad page must not lose the others
+                    outcome = Outcome(target, url=target.url, kind="link", source="browser",
+                                      reason=Reason.ERROR.value, detail=f"{type(exc).__name__}: {exc}"[:500])
+                with self.lock:
+                    self.outcomes.append(outcome)
+
+
+def fetch_links(targets: list[Target], browser: Browser, settings: Settings, workers: int) -> tuple[list[Outcome], list[BaseException]]:
+    """Fetch addresses that are not on X with `workers` threads.
+    Returns the outcomes, and the errors that stopped a worker."""
+    pool = _Pool(browser, settings)
+    for target in targets:
+        pool.targets.put(target)
+    threads = [threading.Thread(target=pool.work, name=f"documents-{n}") for n in range(min(workers, len(targets)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return pool.outcomes, pool.errors
+
+
+# --- the asset -------------------------------------------------------------------------
+
+class DocumentsConfig(dg.Config):
+    retry: bool = False  # fetch the failed addresses of the batch again
+    workers: int = 4  # clean-context pages at the same time
+
+
+@dg.asset(
+    partitions_def=sync_batches,
+    deps=["links", "bookmarks"],
+    pool=DUCKDB_POOL,
+    group_name="enrich",
+    kinds={"duckdb", "playwright"},
+    description="The main content behind each link and X Article of the bookmarks, "
+    "or the reason why there is none. Keyed by the normalized URL.",
+)
+def documents(
+    context: dg.AssetExecutionContext, config: DocumentsConfig, duckdb: DuckDBStore, browser: Browser
+) -> dg.MaterializeResult:
+    batch = context.partition_key
+    settings = get_settings()
+    with duckdb.connect() as conn:
+        targets = targets_for_batch(conn, batch, retry=config.retry)
+
+    # An excluded source kind is not fetched at all (config.toml `exclude`,
+    # or `kb sync --no-link` / `--no-article` for one run).
+    skip = excluded_sources(settings)
+    if "article" in skip:
+        targets = [t for t in targets if not t.is_article]
+    if "link" in skip:
+        targets = [t for t in targets if t.is_article]
+    from_state = [t for t in targets if t.is_article and t.article_text]
+    articles = [t for t in targets if t.is_article and not t.article_text]
+    links = [t for t in targets if not t.is_article]
+    context.log.info(
+        f"{len(targets)} addresses to fetch: {len(from_state)} articles from content_state, "
+        f"{len(articles)} articles to render, {len(links)} other links"
+    )
+
+    outcomes = [article_from_content_state(t) for t in from_state]
+    # X Articles render in their own thread, one at a time, while the
+    # workers of the clean context fetch the other links.
+    rendered: dict = {}
+
+    def render_articles() -> None:
+        try:
+            rendered["outcomes"] = fetch_articles(articles, browser, settings)
+        except Exception as exc:
+            rendered["error"] = exc
+
+    x_thread = threading.Thread(target=render_articles, name="documents-x")
+    x_thread.start()
+    link_outcomes, errors = fetch_links(links, browser, settings, max(1, config.workers))
+    x_thread.join()
+    outcomes += link_outcomes + rendered.get("outcomes", [])
+    waiting_for_login = 0
+    if isinstance(rendered.get("error"), XLoginMissing):
+        # Not a failure of the articles: they wait for `kb login`, and the
+        # next run tries them without `retry`.
+        waiting_for_login = len(articles)
+        context.log.warning(f"{waiting_for_login} X Articles wait: {rendered['error']}")
+    elif "error" in rendered:
+        errors.append(rendered["error"])
+
+    # Write what was fetched before any error is raised: nothing is lost, and
+    # the rest waits for the next run.
+    with duckdb.transaction() as conn:
+        write_outcomes(conn, outcomes, batch)
+
+    for outcome in outcomes:
+        if not outcome.ok:
+            context.log.info(f"{outcome.url}: {outcome.reason} {outcome.detail or ''}".rstrip())
+    if errors:
+        raise dg.Failure(
+            description=f"Some addresses were not fetched: {errors[0]}. The next run fetches them.",
+            metadata={"documents_written": len(outcomes)},
+        )
+    reasons = Counter(o.reason for o in outcomes if not o.ok)
+    return dg.MaterializeResult(metadata={
+        "fetched": len(outcomes),
+        "ok": sum(o.ok for o in outcomes),
+        "failed": dg.MetadataValue.json(dict(sorted(reasons.items()))),
+        "by_kind": dg.MetadataValue.json(dict(Counter(o.kind for o in outcomes if o.ok))),
+        "read_at_networkidle": sum(o.wait == "networkidle" and o.ok for o in outcomes),
+        "articles_waiting_for_login": waiting_for_login,
+        "retry": config.retry,
+    })
+
+
+@dg.asset_check(
+    asset=documents,
+    pool=DUCKDB_POOL,  # DuckDB lets no other process open the file while one writes
+    description="Share of links with a usable document. It passes when every link has a fetch result: "
+    "a dead link is a fault of the web, not of the stage.",
+)
+def documents_coverage(duckdb: DuckDBStore) -> dg.AssetCheckResult:
+    with duckdb.connect() as conn:
+        total, usable, failed = conn.execute(
+            f"""WITH eligible AS ({ELIGIBLE_LINKS.format(batch_filter="")})
+                SELECT count(*), count(*) FILTER (WHERE d.status = 'ok'), count(*) FILTER (WHERE d.status = 'failed')
+                FROM eligible e LEFT JOIN documents d ON d.url_norm = e.url_norm"""
+        ).fetchone()
+        reasons = dict(conn.execute(
+            f"""WITH eligible AS ({ELIGIBLE_LINKS.format(batch_filter="")})
+                SELECT d.reason, count(*) FROM eligible e JOIN documents d ON d.url_norm = e.url_norm
+                WHERE d.status = 'failed' GROUP BY d.reason ORDER BY d.reason"""
+        ).fetchall())
+    pending = total - usable - failed
+    coverage = usable / total if total else 1.0
+    return dg.AssetCheckResult(
+        passed=pending == 0,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "coverage": dg.MetadataValue.float(round(coverage, 4)),
+            "links": total,
+            "usable": usable,
+            "failed": failed,
+            "pending": pending,
+            "failed_by_reason": dg.MetadataValue.json(reasons),
+        },
+    )

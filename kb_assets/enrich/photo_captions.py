@@ -1,0 +1,172 @@
+"""Asset `captions`: a caption and the OCR text of each photo of the bookmarks.
+
+Photos wait until enough of them make a run worth its start: with the Modal
+backend a GPU start costs the same for 1 photo as for 600. So:
+- in a sync, the asset captions the batch's photos only when at least
+  settings.kb_caption_min_photos wait; else it records that they wait;
+- the sensor `captions_sensor` (sensors/waiting_photos.py) starts one run over
+  every batch with waiting photos once there are enough of them;
+- `kb caption` (kb/apps/caption_run.py) starts that run at once, whatever the count.
+
+One run can cover a range of sync batches (BackfillPolicy.single_run), so
+the photos of many batches share one GPU start.
+
+DuckDB is in the pool `duckdb`, but no connection is open while the model
+works: the asset reads the waiting photos, closes, and writes each group of
+results in its own short transaction. An interrupted run keeps what it
+wrote, and the next run goes on from there.
+
+A failed photo is stored with its reason and tried again only on request
+(run config `retry`, `kb caption --retry`).
+"""
+
+# No `from __future__ import annotations`: Dagster reads the config class
+# from the real annotation of the asset function.
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import dagster as dg
+import duckdb
+
+from kb.settings import excluded_sources
+from kb_assets.enrich.enrichment import ResultWriter, backend_stopped, coverage_check, failure_reasons, waiting_rows
+from kb_assets.partitions import sync_batches
+from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore
+from kb.settings import get_settings
+from kb_resources.vision import CaptionBackendError, Captioner, CaptionResult
+
+SOURCE = "image"  # the chunk source that captions feed; `exclude = ["image"]` turns this stage off
+WRITE_EVERY = 25  # results per write: an interrupted run loses at most this many
+
+# Photos of live bookmarks, one row per photo URL, with the batch of the
+# bookmark that shows it (a bookmark belongs to the batch that captured it
+# last). `{where}` narrows the photos.
+PHOTOS_SQL = """
+    SELECT m.url, min(b.batch) AS batch, any_value(c.status) AS status, coalesce(any_value(c.attempts), 0) AS attempts
+    FROM media m
+    JOIN bookmarks b ON b.tweet_id = m.tweet_id AND b.removed_at IS NULL
+    LEFT JOIN captions c ON c.url = m.url
+    WHERE m.kind = 'photo'
+    GROUP BY m.url
+"""
+
+
+@dataclass(frozen=True)
+class Photo:
+    url: str
+    batch: str
+    attempts: int
+
+
+def waiting_photos(conn: duckdb.DuckDBPyConnection, batches: list[str] | None, *, retry: bool) -> list[Photo]:
+    """Photos with no caption yet (and the failed ones when `retry`), of the
+    given batches (None: of every batch), in batch order."""
+    return [Photo(*row) for row in waiting_rows(conn, PHOTOS_SQL, "url, batch, attempts", batches, retry=retry)]
+
+
+def waiting_by_batch(conn: duckdb.DuckDBPyConnection, *, retry: bool = False) -> dict[str, int]:
+    """How many photos wait, per sync batch."""
+    return dict(Counter(photo.batch for photo in waiting_photos(conn, None, retry=retry)))
+
+
+def photo_coverage(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Photos of live bookmarks: total, captioned, failed, waiting."""
+    total, ok, failed = conn.execute(
+        f"""SELECT count(*), count(*) FILTER (WHERE status = 'ok'), count(*) FILTER (WHERE status = 'failed')
+            FROM ({PHOTOS_SQL})""").fetchone()
+    return {"photos": total, "captioned": ok, "failed": failed, "waiting": total - ok - failed}
+
+
+def caption_row(result: CaptionResult, photo: Photo, model: str, now: datetime) -> dict:
+    return {
+        "url": result.url,
+        "caption": result.caption,
+        "ocr_text": result.ocr_text if result.ok else None,
+        "status": "ok" if result.ok else "failed",
+        "reason": result.reason,
+        "detail": result.detail,
+        "model": model,
+        "batch": photo.batch,
+        "captioned_at": now,
+        "attempts": photo.attempts + 1,
+    }
+
+
+class CaptionsConfig(dg.Config):
+    limit: int = 0  # most photos in this run; 0: every photo that waits
+    retry: bool = False  # caption the failed photos again
+    min_photos: int = -1  # run only when this many photos wait; -1: settings.kb_caption_min_photos; 0: always
+
+
+def _skipped(reason: str, waiting: int, context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    context.log.info(f"No captions in this run: {reason}")
+    return dg.MaterializeResult(metadata={"captioned": 0, "failed": 0, "waiting": waiting, "skipped": reason})
+
+
+@dg.asset(
+    partitions_def=sync_batches,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    deps=["media", "bookmarks"],
+    pool=DUCKDB_POOL,
+    group_name="enrich",
+    kinds={"duckdb"},
+    description="A caption and the text in the image (OCR) for each photo of the bookmarks, "
+    "or the reason why there is none. Keyed by the photo URL.",
+)
+def captions(
+    context: dg.AssetExecutionContext, config: CaptionsConfig, duckdb: DuckDBStore, captioner: Captioner
+) -> dg.MaterializeResult:
+    batches = list(context.partition_keys)
+    if SOURCE in excluded_sources():
+        return _skipped(f"the owner excluded the source {SOURCE!r}", 0, context)
+    with duckdb.connect() as conn:
+        photos = waiting_photos(conn, batches, retry=config.retry)
+    off = captioner.off_reason()
+    if off:
+        return _skipped(f"captions are off: {off}", len(photos), context)
+    threshold = config.min_photos if config.min_photos >= 0 else get_settings().kb_caption_min_photos
+    if len(photos) < threshold:
+        return _skipped(f"{len(photos)} photo(s) wait; a caption run starts at {threshold} "
+                        "(KB_CAPTION_MIN_PHOTOS; `kb caption` starts one now)", len(photos), context)
+    all_waiting = len(photos)
+    if config.limit > 0:
+        photos = photos[:config.limit]
+
+    model = captioner.model_name()
+    by_url = {photo.url: photo for photo in photos}
+    context.log.info(f"Captioning {len(photos)} photo(s) of {len(batches)} batch(es) with {model}")
+    error: CaptionBackendError | None = None
+    # The writer keeps what was captioned, also when the backend stopped.
+    with ResultWriter(duckdb, "captions", WRITE_EVERY) as writer:
+        try:
+            for result in captioner.caption(list(by_url)):
+                writer.add(caption_row(result, by_url[result.url], model, datetime.now(timezone.utc)))
+        except CaptionBackendError as exc:
+            error = exc
+
+    written = writer.written
+    for row in written:
+        if row["status"] == "failed":
+            context.log.info(f"{row['url']}: {row['reason']} {row['detail'] or ''}".rstrip())
+    metadata = {
+        "captioned": sum(row["status"] == "ok" for row in written),
+        "failed": failure_reasons(written),
+        "waiting": all_waiting - len(written),
+        "model": model,
+        "backend": captioner.backend_name(),
+        "batches": len(batches),
+        "retry": config.retry,
+    }
+    if error:
+        raise backend_stopped("caption", error, len(written), "photos", metadata)
+    return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.asset_check(asset=captions, description="Share of the photos that have a caption. "
+                "Passes when no photo waits; a photo that is gone is a failure of the web, not of the stage.")
+def captions_coverage(duckdb: DuckDBStore) -> dg.AssetCheckResult:
+    with duckdb.connect() as conn:
+        numbers = photo_coverage(conn)
+    return coverage_check(numbers, done=numbers["captioned"], total=numbers["photos"],
+                          off=SOURCE in excluded_sources(), off_key="excluded")

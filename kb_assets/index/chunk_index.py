@@ -1,0 +1,138 @@
+"""Asset `chunk_index`: the LanceDB serving index of one sync batch.
+
+It reads the chunks and bookmark facts from DuckDB in one short connection,
+then embeds and writes LanceDB with no DuckDB connection open: embedding is
+slow, and an open connection would lock the file for every other process.
+"""
+
+
+import json
+from datetime import datetime, timezone
+
+import dagster as dg
+
+from kb_assets.index.chunks import partition_bookmarks
+from kb.settings import excluded_sources
+from kb_assets.partitions import sync_batches
+from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore
+from kb_resources.embedder import Embedder
+from kb_resources.lance_index import ChunkIndex
+from kb.settings import get_settings
+
+# A translated chunk is indexed in English (the full-text index stems
+# English, and the owner searches in English); the original stays in
+# source_text. english is NULL when the text was English already.
+CHUNK_QUERY = """
+    SELECT c.chunk_id, c.tweet_id, b.url, b.author_handle AS author, b.created_at, c.source, c.ref,
+           c.position, coalesce(t.english, c.text) AS text,
+           CASE WHEN t.english IS NULL THEN '' ELSE c.text END AS source_text,
+           c.word_count, coalesce(c.lang, b.lang) AS lang
+    FROM chunks c JOIN bookmarks b USING (tweet_id)
+    LEFT JOIN translations t ON t.text_hash = c.text_hash AND ?
+    WHERE c.tweet_id IN (SELECT unnest(?)) AND b.removed_at IS NULL
+    ORDER BY c.tweet_id, c.source, c.ref, c.position
+"""
+
+
+def use_translations() -> bool:
+    """False when the owner set `translate = false`: then the index shows
+    the original texts, also where a translation was made before."""
+    return get_settings().owner_config().get("translate", True) is not False
+
+
+def _chunk_rows(conn, tweet_ids: list[str], skip: set[str]) -> list[dict]:
+    cursor = conn.execute(CHUNK_QUERY, [use_translations(), tweet_ids])
+    names = [d[0] for d in cursor.description]
+    rows = []
+    for values in cursor.fetchall():
+        row = dict(zip(names, values))
+        if row["source"] in skip:
+            continue
+        row["author"] = row["author"] or ""
+        row["lang"] = row["lang"] or ""
+        if row["source_text"]:
+            row["word_count"] = len(row["text"].split())  # the words of the English text
+        rows.append(row)
+    return rows
+
+
+def _bookmark_cards(conn, tweet_ids: list[str], synced_at: datetime) -> list[dict]:
+    """What get_bookmark answers with: cheap and bounded, no document bodies."""
+    cards = []
+    bookmarks = conn.execute(
+        """SELECT b.tweet_id, b.url, b.author_handle, a.name, b.created_at, b.text, b.lang,
+                  b.quoted_tweet_id, b.quoted_author_handle, b.quoted_author_name, b.quoted_text,
+                  b.article_title, b.article_url
+           FROM bookmarks b LEFT JOIN authors a ON a.author_id = b.author_id
+           WHERE b.tweet_id IN (SELECT unnest(?)) AND b.removed_at IS NULL""",
+        [tweet_ids],
+    ).fetchall()
+    links = _grouped(conn, "SELECT tweet_id, expanded_url, kind, from_quote, card_title FROM links "
+                     "WHERE tweet_id IN (SELECT unnest(?)) ORDER BY position", tweet_ids)
+    media = _grouped(conn, "SELECT tweet_id, kind, url, alt_text, best_mp4, from_quote FROM media "
+                     "WHERE tweet_id IN (SELECT unnest(?)) ORDER BY position", tweet_ids)
+    for (tweet_id, url, handle, name, created_at, text, lang, q_id, q_handle, q_name, q_text,
+         article_title, article_url) in bookmarks:
+        quoted = {"tweet_id": q_id, "author": q_handle, "author_name": q_name, "text": q_text} if q_id else None
+        article = {"title": article_title, "url": article_url} if article_title else None
+        cards.append({
+            "tweet_id": tweet_id, "url": url, "author": handle or "", "author_name": name or "",
+            "created_at": created_at, "text": text or "", "lang": lang or "",
+            "payload": json.dumps({
+                "quoted": quoted, "article": article,
+                "links": [dict(zip(("url", "kind", "from_quote", "title"), row)) for row in links.get(tweet_id, [])],
+                "media": [dict(zip(("kind", "url", "alt_text", "video_url", "from_quote"), row))
+                          for row in media.get(tweet_id, [])],
+            }),
+            "last_sync": synced_at,
+        })
+    return cards
+
+
+def _grouped(conn, sql: str, tweet_ids: list[str]) -> dict[str, list[tuple]]:
+    out: dict[str, list[tuple]] = {}
+    for row in conn.execute(sql, [tweet_ids]).fetchall():
+        out.setdefault(row[0], []).append(row[1:])
+    return out
+
+
+@dg.asset(
+    partitions_def=sync_batches,
+    deps=["chunks", "translations"],
+    pool=DUCKDB_POOL,
+    group_name="index",
+    description="LanceDB index of the batch's chunks: vectors and a full-text index, plus bookmark cards.",
+)
+def chunk_index(
+    context: dg.AssetExecutionContext, duckdb: DuckDBStore, embedder: Embedder, lance: ChunkIndex
+) -> dg.MaterializeResult:
+    batch = context.partition_key
+    skip = excluded_sources()
+    synced_at = datetime.now(timezone.utc)
+    with duckdb.connect() as conn:
+        live, removed = partition_bookmarks(conn, batch)
+        rows = _chunk_rows(conn, live, skip)
+        cards = _bookmark_cards(conn, live, synced_at)
+    # No DuckDB connection is open from here on.
+    deleted = lance.remove_bookmarks(removed)
+    if skip:
+        deleted += lance.remove_sources(sorted(skip))
+    # Bookmarks whose passages are stored already are not written again
+    # (most of a sync's top page): see ChunkIndex.replace_chunks.
+    written = lance.replace_chunks(live, rows, embedder)
+    lance.upsert_bookmark_cards(cards)
+    # With nothing deleted and every row indexed, optimize() has nothing to
+    # do, and its compaction would rewrite the whole table.
+    maintained = lance.maintain(skip_if_current=not (deleted or written["deleted"]))
+    counts = lance.counts()
+    return dg.MaterializeResult(metadata={
+        "bookmarks": len(live),
+        "chunks": len(rows),
+        "chunks_written": written["written"],
+        "chunks_embedded": written["embedded"],
+        "unchanged_bookmarks": written["unchanged_bookmarks"],
+        "optimize": maintained.get("optimize", "done"),
+        "removed_bookmarks": len(removed),
+        "index_chunks": counts.get("chunks", 0),
+        "model": str(counts.get("model", "")),
+    })

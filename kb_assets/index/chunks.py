@@ -1,0 +1,187 @@
+"""Asset `chunks`: paragraph-aligned passages of every bookmark's text.
+
+Each chunk source is one function that reads one normalized or enriched
+table and yields texts. A new enrichment adds one function to CHUNK_SOURCES:
+it only adds rows, and no other source changes.
+"""
+
+
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import dagster as dg
+import duckdb
+
+from kb.chunking import chunk_text
+from kb_assets.enrich.documents import owned_documents
+from kb_assets.x.bookmarks import BOOKMARK_ORDER_SQL
+from kb_assets.partitions import sync_batches
+from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
+from kb.settings import excluded_sources
+
+@dataclass(frozen=True)
+class SourceText:
+    """One text behind a bookmark, before it is cut into chunks."""
+
+    tweet_id: str
+    source: str  # post, quote, article, link, image, video, ...
+    ref: str  # the URL the text came from
+    text: str
+    lang: str | None = None
+
+
+ChunkSource = Callable[[duckdb.DuckDBPyConnection, list[str]], Iterable[SourceText]]
+
+
+# The normalize stage already put real URLs in place of t.co links.
+def post_texts(conn, tweet_ids):
+    rows = conn.execute(
+        "SELECT tweet_id, url, text, lang FROM bookmarks WHERE tweet_id IN (SELECT unnest(?))", [tweet_ids]
+    ).fetchall()
+    for tweet_id, url, text, lang in rows:
+        yield SourceText(tweet_id, "post", url, text or "", lang)
+
+
+def quote_texts(conn, tweet_ids):
+    rows = conn.execute(
+        """SELECT tweet_id, quoted_tweet_id, quoted_author_handle, quoted_text, lang FROM bookmarks
+           WHERE tweet_id IN (SELECT unnest(?)) AND quoted_text IS NOT NULL AND quoted_text <> ''""",
+        [tweet_ids],
+    ).fetchall()
+    for tweet_id, quoted_id, handle, text, lang in rows:
+        ref = f"https://x.com/{handle or 'i'}/status/{quoted_id}"
+        yield SourceText(tweet_id, "quote", ref, text, None)
+
+
+def article_texts(conn, tweet_ids):
+    """X Articles from the GraphQL content_state: the authoritative copy.
+    Without content_state, the preview text still says what the article is
+    about; the documents stage may fetch the whole article later."""
+    rows = conn.execute(
+        """SELECT b.tweet_id, coalesce(b.article_url, b.url), b.article_title,
+                  coalesce(nullif(b.article_text, ''), b.article_preview) FROM bookmarks b
+           WHERE b.tweet_id IN (SELECT unnest(?)) AND coalesce(b.article_text, b.article_preview, '') <> ''
+             -- a rendered article (documents stage) replaces the preview
+             AND (coalesce(b.article_text, '') <> '' OR NOT EXISTS (
+                  SELECT 1 FROM links l JOIN documents d ON d.url_norm = l.url_norm
+                  WHERE l.tweet_id = b.tweet_id AND l.kind = 'article' AND d.status = 'ok'))""",
+        [tweet_ids],
+    ).fetchall()
+    for tweet_id, ref, title, text in rows:
+        body = f"{title}\n\n{text}" if title else text
+        yield SourceText(tweet_id, "article", ref, body, None)
+
+
+def document_texts(conn, tweet_ids):
+    """Pages behind links, and X Articles the browser rendered. A page that
+    many bookmarks link to is yielded once per bookmark, so each of them
+    finds it and can read it."""
+    for doc in owned_documents(conn, tweet_ids):
+        source = "article" if doc.kind == "article" else "link"
+        body = f"{doc.title}\n\n{doc.text}" if doc.title and not doc.text.startswith(doc.title) else doc.text
+        yield SourceText(doc.tweet_id, source, doc.url_norm, body, None)
+
+
+def image_texts(conn, tweet_ids):
+    """Photo captions and the text in each photo (asset `captions`). The
+    ref is the photo URL."""
+    rows = conn.execute(
+        """SELECT m.tweet_id, m.url, c.caption, c.ocr_text FROM media m JOIN captions c ON c.url = m.url
+           WHERE m.tweet_id IN (SELECT unnest(?)) AND m.kind = 'photo' AND c.status = 'ok'
+           ORDER BY m.tweet_id, m.position""",
+        [tweet_ids],
+    ).fetchall()
+    for tweet_id, url, caption, ocr_text in rows:
+        text = "\n\n".join(part for part in (caption, ocr_text) if part and part.strip())
+        yield SourceText(tweet_id, "image", url, text, None)
+
+
+def video_texts(conn, tweet_ids):
+    """Video transcripts (asset `transcripts`). The ref is the video's
+    address on X. A transcript with no speech (word_count 0) is never served."""
+    rows = conn.execute(
+        """SELECT DISTINCT ON (m.tweet_id, t.url) m.tweet_id, t.url, t.text, t.language, m.position
+           FROM media m JOIN transcripts t ON t.media_key = m.media_key
+           WHERE m.tweet_id IN (SELECT unnest(?)) AND m.kind = 'video' AND t.status = 'ok' AND t.word_count > 0
+           ORDER BY m.tweet_id, t.url, m.position""",
+        [tweet_ids],
+    ).fetchall()
+    for tweet_id, url, text, language, _position in rows:
+        yield SourceText(tweet_id, "video", url, text, language)
+
+
+CHUNK_SOURCES: dict[str, ChunkSource] = {
+    "post": post_texts,
+    "quote": quote_texts,
+    "article": article_texts,
+    "link": document_texts,
+    "image": image_texts,
+    "video": video_texts,
+}
+
+
+def chunk_id(tweet_id: str, source: str, ref: str, position: int) -> str:
+    key = f"{tweet_id}\x1f{source}\x1f{ref}\x1f{position}"
+    return hashlib.sha1(key.encode()).hexdigest()[:24]
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def chunk_rows(texts: Iterable[SourceText], batch: str) -> list[dict]:
+    rows = []
+    for item in texts:
+        for position, passage in enumerate(chunk_text(item.text)):
+            rows.append({
+                "chunk_id": chunk_id(item.tweet_id, item.source, item.ref, position),
+                "tweet_id": item.tweet_id,
+                "source": item.source,
+                "ref": item.ref,
+                "position": position,
+                "text": passage,
+                "text_hash": text_hash(passage),
+                "word_count": len(passage.split()),
+                "lang": item.lang,
+                "batch": batch,
+            })
+    return rows
+
+
+def partition_bookmarks(conn, batch: str) -> tuple[list[str], list[str]]:
+    """(live tweet ids of this batch, ids that a full capture marked removed)."""
+    live = [r[0] for r in conn.execute(
+        "SELECT tweet_id FROM bookmarks WHERE batch = ? AND removed_at IS NULL ORDER BY " + BOOKMARK_ORDER_SQL, [batch]
+    ).fetchall()]
+    removed = [r[0] for r in conn.execute("SELECT tweet_id FROM bookmarks WHERE removed_at IS NOT NULL").fetchall()]
+    return live, removed
+
+
+@dg.asset(
+    partitions_def=sync_batches,
+    deps=["bookmarks", "links", "media", "documents", "captions", "transcripts"],
+    pool=DUCKDB_POOL,
+    group_name="index",
+    description="Paragraph-aligned passages of each bookmark's texts: post, quote, article, and enrichments.",
+)
+def chunks(context: dg.AssetExecutionContext, duckdb: DuckDBStore) -> dg.MaterializeResult:
+    batch = context.partition_key
+    skip = excluded_sources()
+    with duckdb.transaction() as conn:
+        live, removed = partition_bookmarks(conn, batch)
+        texts = [t for source in CHUNK_SOURCES.values() for t in source(conn, live) if t.source not in skip]
+        rows = chunk_rows(texts, batch)
+        # Replace the partition's rows: re-materializing never duplicates.
+        conn.execute("DELETE FROM chunks WHERE tweet_id IN (SELECT unnest(?))", [live + removed])
+        insert_rows(conn, "chunks", rows)
+    by_source: dict[str, int] = {}
+    for row in rows:
+        by_source[row["source"]] = by_source.get(row["source"], 0) + 1
+    return dg.MaterializeResult(metadata={
+        "bookmarks": len(live),
+        "chunks": len(rows),
+        "by_source": dg.MetadataValue.json(by_source),
+        "removed_bookmarks_dropped": len(removed),
+        "excluded_sources": dg.MetadataValue.json(sorted(skip)),
+    })

@@ -1,0 +1,116 @@
+"""Asset `wiki_index`: the wiki pages in the LanceDB serving index.
+
+Each page under wiki/ (sources, entities, concepts, syntheses) is cut into
+passages and written into the same `chunks` table as the bookmarks, as its
+own source kind `wiki`, so the MCP server can search it (search_wiki) with
+the same search function. Each page is one "document":
+tweet_id = "wiki:<path>", ref = "<path>", author = "wiki", where <path> is
+relative to the wiki folder (for example wiki/concepts/vector-search.md).
+
+Every run makes the index hold exactly the pages that are on disk: changed
+pages are written again (the embedding cache keeps unchanged passages from
+being embedded again), and a page that was deleted leaves the index.
+"""
+
+
+import hashlib
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+import dagster as dg
+
+from kb.chunking import chunk_text
+from kb.wiki_files import WIKI_AUTHOR, WIKI_ID_PREFIX, WIKI_SOURCE, split_frontmatter, wiki_page_files
+from kb_resources.duckdb_store import DUCKDB_POOL
+from kb_resources.embedder import Embedder
+from kb_resources.lance_index import ChunkIndex
+from kb_resources.wiki_repo import Wiki
+
+# The first of these frontmatter fields that holds a date is the page date
+# (entity and concept pages: updated; source pages: ingested; syntheses:
+# created). A page with none of them gets the time of its last change.
+DATE_FIELDS = ("updated", "ingested", "created", "date")
+
+# Every asset that changes the wiki pages.
+WIKI_WRITERS = [dg.AssetKey("wiki_pages"), dg.AssetKey("wiki_lint"), dg.AssetKey("wiki_synthesis"),
+                dg.AssetKey("wiki_topic_synthesis")]
+
+
+def page_date(frontmatter: dict, file: Path) -> datetime:
+    for name in DATE_FIELDS:
+        value = frontmatter.get(name)
+        if isinstance(value, datetime):
+            return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        if isinstance(value, date):
+            return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
+        if isinstance(value, str):
+            try:
+                parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return datetime.fromtimestamp(file.stat().st_mtime, tz=timezone.utc)
+
+
+def wiki_page_id(rel_path: str) -> str:
+    return WIKI_ID_PREFIX + rel_path
+
+
+def wiki_chunk_id(rel_path: str, position: int) -> str:
+    return hashlib.sha1(f"{WIKI_SOURCE}\x1f{rel_path}\x1f{position}".encode()).hexdigest()[:24]
+
+
+def page_rows(root: Path, file: Path) -> list[dict]:
+    """The passages of one page, as rows for ChunkIndex.replace_chunks."""
+    rel = file.relative_to(root).as_posix()
+    # The same split as the wiki checks and the readers, so a page has one
+    # frontmatter everywhere.
+    page = split_frontmatter(file.read_text(encoding="utf-8", errors="replace"))
+    frontmatter, body = page.data or {}, "\n".join(page.body)
+    created_at = page_date(frontmatter, file)
+    return [{
+        "chunk_id": wiki_chunk_id(rel, position),
+        "tweet_id": wiki_page_id(rel),
+        "url": "",
+        "author": WIKI_AUTHOR,
+        "created_at": created_at,
+        "source": WIKI_SOURCE,
+        "ref": rel,
+        "position": position,
+        "text": passage,
+        "lang": "",
+    } for position, passage in enumerate(chunk_text(body))]
+
+
+@dg.asset(
+    deps=WIKI_WRITERS,
+    # The pool serializes this asset with chunk_index, the other writer of
+    # the LanceDB tables: two processes that compact and index one table at
+    # the same time make commit conflicts. This asset never opens DuckDB.
+    pool=DUCKDB_POOL,
+    group_name="index",
+    # Re-index after any wiki change, with no job to remember.
+    automation_condition=dg.AutomationCondition.eager(),
+    description="The wiki pages in the LanceDB search index, as source kind `wiki`. Deleted pages leave the index.",
+)
+def wiki_index(context: dg.AssetExecutionContext, wiki: Wiki, embedder: Embedder,
+               lance: ChunkIndex) -> dg.MaterializeResult:
+    root = wiki.root()
+    files = wiki_page_files(root)
+    rows = [row for file in files for row in page_rows(root, file)]
+    on_disk = {wiki_page_id(f.relative_to(root).as_posix()) for f in files}
+    indexed = lance.tweet_ids(source=WIKI_SOURCE)
+    removed = sorted(indexed - on_disk)
+    # One call for all pages: the pages that are gone are in the id list
+    # with no rows, so the same commit deletes their passages.
+    written = lance.replace_chunks(sorted(on_disk | indexed), rows, embedder)
+    if rows or removed:
+        lance.maintain()
+    context.log.info(f"wiki_index: {len(files)} pages, {len(rows)} passages, {len(removed)} pages removed")
+    return dg.MaterializeResult(metadata={
+        "pages": len(files),
+        "passages": len(rows),
+        "removed_pages": dg.MetadataValue.json(removed),
+        "embedded": written.get("embedded", 0),
+        "wiki": str(root),
+    })

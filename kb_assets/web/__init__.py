@@ -1,5 +1,0 @@
-"""The search page in the browser (`kb web`). See app.py."""
-
-from kb_assets.web.app import create_app, serve
-
-__all__ = ["create_app", "serve"]

@@ -1,0 +1,31 @@
+"""The deterministic wiki checks as Dagster asset checks on `wiki_pages`.
+The rules themselves live in kb/wiki_checks.py, so `kb wiki check` and these
+checks give the same findings."""
+
+import dagster as dg
+
+from kb.wiki_checks import FINDING_KINDS, check_wiki
+from kb_resources.wiki_repo import Wiki
+
+WIKI_PAGES = dg.AssetKey("wiki_pages")
+
+
+@dg.multi_asset_check(
+    specs=[dg.AssetCheckSpec(name=f"wiki_{kind}", asset=WIKI_PAGES, description=f"No {kind.replace('_', ' ')} in the wiki.")
+           for kind in FINDING_KINDS],
+    can_subset=False,
+)
+def wiki_quality(wiki: Wiki):
+    """The deterministic findings on the whole wiki, one check per kind.
+    They warn and do not block: the daily lint agent fixes them."""
+    root = wiki.ensure()
+    findings = check_wiki(root)
+    for kind in FINDING_KINDS:
+        items = findings[kind]
+        yield dg.AssetCheckResult(
+            asset_key=WIKI_PAGES,
+            check_name=f"wiki_{kind}",
+            passed=not items,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={"count": len(items), "first": dg.MetadataValue.json(items[:20])},
+        )

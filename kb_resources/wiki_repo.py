@@ -1,0 +1,320 @@
+"""The wiki: a folder in KB_HOME that is its own git repository.
+
+Each change to the wiki is one git commit, or nothing. This resource owns
+every git operation on the wiki: create it, snapshot the owner's edits,
+roll back a failed change, verify the agent's commit, and push.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dagster as dg
+
+from kb.atomic_files import write_atomic
+from kb.settings import get_settings
+
+
+@contextlib.contextmanager
+def raw_files_lock(wiki_dir: Path):
+    """Hold the lock on the wiki's raw/ folder.
+
+    An ingest checks that raw/ did not change while the agent worked, because
+    git cannot roll raw/ back. The intake stages write raw/ too (a parsed
+    file, a move to raw/rejected/), so they hold this lock while they write,
+    and an ingest holds it for its whole change. Otherwise an intake run for
+    one item would fail the ingest of another. The lock file lives next to
+    the wiki, not in it: it must never show in raw/ or in git."""
+    wiki_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(wiki_dir.parent / f".{wiki_dir.name}.raw.lock", "a+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+from kb.wiki_playbook import CLAUDE_MD, GITIGNORE, INDEX_MD, LOG_MD, PURPOSE_MD
+
+BRANCH = "main"
+PAGE_DIRS = (
+    "wiki/entities",
+    "wiki/concepts",
+    "wiki/sources",
+    "wiki/syntheses/weekly",
+    "wiki/syntheses/lint",
+    "wiki/syntheses/topics",
+)
+# The agent may change these, and nothing else (the hook in
+# kb_resources/wiki_agent.py stops it earlier with the same rule).
+AGENT_AREA_DIRS = ("wiki/",)
+AGENT_AREA_FILES = ("index.md", "log.md")
+SNAPSHOT_MESSAGE = "manual: pre-ingest snapshot"
+# Written before an agent starts, removed after its change is verified or
+# rolled back. When it is still there, the run before died mid-change.
+CHANGE_MARKER = "kb-change-in-progress"
+GIT_IDENTITY = ("kb wiki", "kb-wiki@localhost")
+WIKILINK = re.compile(r"\[\[([^\]\n]+?)\]\]")
+
+
+class WikiGitError(RuntimeError):
+    """A git command in the wiki failed."""
+
+
+@dataclass(frozen=True)
+class Change:
+    status: str  # A, M or D
+    path: str
+
+
+@dataclass
+class BeforeChange:
+    """What the wiki was before an agent run, so the worker can compare."""
+
+    sha: str
+    raw_files: dict[str, tuple[int, int]]
+    index_links: set[str]
+
+
+@dataclass
+class Verdict:
+    problems: list[str] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    sha: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class Wiki(dg.ConfigurableResource):
+    """The git-versioned Markdown wiki. Empty fields come from the settings."""
+
+    path: str = ""
+    remote: str = ""
+
+    # --- the folder ---------------------------------------------------------------
+
+    def root(self) -> Path:
+        return Path(self.path).expanduser().resolve() if self.path else get_settings().wiki_dir
+
+    def ensure(self) -> Path:
+        """Create the wiki on first use: the files, the folders and the repository.
+        A wiki that exists is left as it is, but missing folders come back."""
+        root = self.root()
+        root.mkdir(parents=True, exist_ok=True)
+        new_repo = not (root / ".git").exists()
+        if new_repo:
+            self._run("init", "-q", "-b", BRANCH)
+        # Local identity and no signing: the owner's global git settings must
+        # not stop a commit that runs with nobody at the keyboard.
+        self._run("config", "user.name", GIT_IDENTITY[0])
+        self._run("config", "user.email", GIT_IDENTITY[1])
+        self._run("config", "commit.gpgsign", "false")
+        for name, text in (("CLAUDE.md", CLAUDE_MD), ("purpose.md", PURPOSE_MD), ("index.md", INDEX_MD),
+                           ("log.md", LOG_MD), (".gitignore", GITIGNORE)):
+            if not (root / name).exists():
+                write_atomic(root / name, text.encode())
+        for folder in PAGE_DIRS:
+            (root / folder).mkdir(parents=True, exist_ok=True)
+            keep = root / folder / ".gitkeep"  # git keeps no empty folders
+            if not any((root / folder).iterdir()):
+                keep.touch()
+        (root / "raw" / "parsed").mkdir(parents=True, exist_ok=True)
+        if new_repo:
+            self._run("add", "-A")
+            self._run("commit", "-q", "-m", "init: wiki")
+        return root
+
+    # --- git --------------------------------------------------------------------
+
+    def _run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+        proc = subprocess.run(["git", *args], cwd=self.root(), capture_output=True, text=True,
+                              env=env, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise WikiGitError(f"git {args[0]} failed in {self.root()}: {proc.stderr.strip() or proc.stdout.strip()}")
+        return proc
+
+    def git(self, *args: str) -> str:
+        return self._run(*args).stdout.strip()
+
+    def head(self) -> str:
+        return self.git("rev-parse", "HEAD")
+
+    def dirty_paths(self) -> list[str]:
+        """Tracked changes and untracked files (ignored files do not count)."""
+        out = self._run("status", "--porcelain", "--untracked-files=all").stdout
+        return [line[3:] for line in out.splitlines() if line.strip()]
+
+    def commit_all(self, message: str) -> str | None:
+        """Commit everything that is dirty. Returns the new SHA, or None when clean."""
+        if not self.dirty_paths():
+            return None
+        self._run("add", "-A")
+        self._run("commit", "-q", "-m", message)
+        return self.head()
+
+    def rollback(self, sha: str) -> None:
+        """Put the wiki back to `sha`: tracked files reset, untracked files removed.
+        Ignored files (raw/) stay: they are not the agent's, and may be a
+        source that waits for its ingest."""
+        self._run("reset", "-q", "--hard", sha)
+        self._run("clean", "-q", "-fd")
+
+    def commits_since(self, sha: str) -> list[tuple[str, str]]:
+        out = self.git("log", "--format=%H%x09%s", f"{sha}..HEAD")
+        return [tuple(line.split("\t", 1)) for line in out.splitlines() if line]  # type: ignore[misc]
+
+    def changes_since(self, sha: str) -> list[Change]:
+        # --no-renames: a rename is a delete and an add, so a moved source
+        # page counts as a deleted one.
+        out = self.git("diff", "--name-status", "--no-renames", f"{sha}..HEAD")
+        changes = []
+        for line in out.splitlines():
+            status, _, path = line.partition("\t")
+            changes.append(Change(status[:1], path))
+        return changes
+
+    def show(self, sha: str, path: str) -> str | None:
+        proc = self._run("show", f"{sha}:{path}", check=False)
+        return proc.stdout if proc.returncode == 0 else None
+
+    def log_between(self, since_iso: str, until_iso: str, prefix: str) -> list[tuple[str, str]]:
+        """Commits whose subject starts with prefix, in [since, until)."""
+        out = self.git("log", "--format=%H%x09%s", f"--since={since_iso}", f"--until={until_iso}")
+        return [tuple(line.split("\t", 1)) for line in out.splitlines()  # type: ignore[misc]
+                if line and line.split("\t", 1)[1].startswith(prefix)]
+
+    # --- one change -------------------------------------------------------------
+
+    def _marker(self) -> Path:
+        return self.root() / ".git" / CHANGE_MARKER
+
+    def recover_interrupted_change(self) -> str | None:
+        """When the run before died during an agent run, roll its work back.
+        Returns the SHA it went back to, or None when there was nothing."""
+        marker = self._marker()
+        if not marker.exists():
+            return None
+        sha = marker.read_text().strip()
+        self.clear_stale_lock()
+        self.rollback(sha)
+        marker.unlink()
+        return sha
+
+    def clear_stale_lock(self) -> bool:
+        """A run killed during `git commit` leaves index.lock, and then every
+        git command fails. Only one wiki change runs at a time (pool `wiki`),
+        so a lock that is older than a minute is stale."""
+        lock = self.root() / ".git" / "index.lock"
+        if lock.exists() and time.time() - lock.stat().st_mtime > 60:
+            lock.unlink()
+            return True
+        return False
+
+    def begin_change(self) -> BeforeChange:
+        """Pre-flight: commit the owner's edits, then note the state to compare with."""
+        self.ensure()
+        self.recover_interrupted_change()
+        self.clear_stale_lock()
+        self.commit_all(SNAPSHOT_MESSAGE)
+        before = BeforeChange(sha=self.head(), raw_files=self.raw_manifest(), index_links=self.index_links())
+        write_atomic(self._marker(), before.sha.encode())
+        return before
+
+    def end_change(self) -> None:
+        self._marker().unlink(missing_ok=True)
+
+    def raw_manifest(self) -> dict[str, tuple[int, int]]:
+        """Size and mtime of every file in raw/. raw/ is not in git, so this is
+        how the worker sees that the agent changed it. Size and mtime, not a
+        hash: raw/ grows with every source, and this runs on every change."""
+        raw = self.root() / "raw"
+        manifest = {}
+        if raw.exists():
+            for file in raw.rglob("*"):
+                if file.is_file():
+                    stat = file.stat()
+                    manifest[str(file.relative_to(self.root()))] = (stat.st_size, stat.st_mtime_ns)
+        return manifest
+
+    def index_links(self) -> set[str]:
+        index = self.root() / "index.md"
+        if not index.exists():
+            return set()
+        return {_link_target(m) for m in WIKILINK.findall(index.read_text(errors="replace"))}
+
+    def verify_change(self, before: BeforeChange, prefix: str, *, may_delete_pages: bool) -> Verdict:
+        """Check the agent's change against the rules. Each broken rule is one problem."""
+        verdict = Verdict()
+        head = self.head()
+        verdict.sha = head
+        if head == before.sha:
+            verdict.problems.append("HEAD did not move: the agent made no commit")
+            return verdict
+        commits = self.commits_since(before.sha)
+        if len(commits) != 1 or self.git("rev-parse", "HEAD^") != before.sha:
+            verdict.problems.append(f"expected exactly one commit on top of {before.sha[:10]}, found {len(commits)}")
+        subject = self.git("log", "-1", "--format=%s", "HEAD")
+        if not subject.startswith(prefix):
+            verdict.problems.append(f"the commit message {subject!r} does not start with {prefix!r}")
+        for change in self.changes_since(before.sha):
+            in_area = change.path in AGENT_AREA_FILES or change.path.startswith(AGENT_AREA_DIRS)
+            if not in_area:
+                verdict.problems.append(f"{change.path} is outside the agent's area (wiki/, index.md, log.md)")
+            if change.status == "D":
+                verdict.deleted.append(change.path)
+                if change.path.startswith("wiki/sources/") and not change.path.endswith(".gitkeep"):
+                    verdict.problems.append(f"the source page {change.path} was deleted")
+                elif not may_delete_pages and not change.path.endswith(".gitkeep"):
+                    verdict.problems.append(f"the page {change.path} was deleted")
+            elif change.status == "A":
+                verdict.created.append(change.path)
+            else:
+                verdict.updated.append(change.path)
+        after_raw = self.raw_manifest()
+        for path, stat in before.raw_files.items():
+            if path not in after_raw:
+                verdict.problems.append(f"{path} was deleted from raw/")
+            elif after_raw[path] != stat:
+                verdict.problems.append(f"{path} in raw/ was changed")
+        lost = sorted(before.index_links - self.index_links())
+        if lost and not may_delete_pages:
+            verdict.problems.append(f"index.md lost {len(lost)} entries, for example {lost[0]}")
+        left = self.dirty_paths()
+        if left:
+            verdict.problems.append(f"the agent left changes that are not committed: {', '.join(left[:5])}")
+        return verdict
+
+    # --- push ---------------------------------------------------------------------
+
+    def push(self) -> str | None:
+        """Push the branch when a remote is set. Returns an error text, or None.
+        A failed push is not a failed change: the commit stays, and the next
+        push takes it."""
+        remote = self.remote or get_settings().kb_wiki_remote
+        if not remote:
+            return None
+        proc = self._run("push", "-q", remote, f"HEAD:refs/heads/{BRANCH}", check=False, timeout=120)
+        if proc.returncode != 0:
+            detail = _redact_userinfo((proc.stderr or proc.stdout).strip())[:300]
+            return f"push to the wiki remote failed: {detail}"
+        return None
+
+
+def _redact_userinfo(text: str) -> str:
+    """A remote URL can hold a token (https://user:token@host/...): never log it."""
+    return re.sub(r"//[^/@\s]+@", "//***@", text)
+
+
+def _link_target(inner: str) -> str:
+    """`sources/a#para3|text` -> `sources/a`."""
+    return inner.split("|", 1)[0].split("#", 1)[0].strip()

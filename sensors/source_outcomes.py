@@ -1,0 +1,103 @@
+"""Sensors that tell the owner how an item ended: done, failed, rejected,
+duplicate. Each notification goes out at most once per item and state
+(TelegramNotifier records it), so a sensor that reads an event twice after
+a restart sends nothing twice.
+
+`source_outcomes_sensor` reads new materializations of `gated_sources`
+(rejected, duplicate) and `wiki_pages` (done) after its cursor: the storage
+ids of the last events it handled. A send that fails stops the tick before
+that event, so the next tick tries it again.
+
+`source_failures_sensor` reads failed runs of a `sources` partition (any
+job: the intake or the wiki). A run that Dagster will retry is not the end,
+so it sends nothing for it. A failed send is not tried again: Dagster moves
+a run status sensor past the event even when the sensor raises.
+"""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+
+from kb_assets.partitions import sources
+from kb.settings import get_settings
+from kb.telegram_inbox import Inbox
+from kb_assets.telegram.item_state import GATED_ASSET, WIKI_ASSET, WILL_RETRY_TAG, commit_of, failure_message
+from kb_resources.telegram_notifier import NotificationError, TelegramNotifier, describe, notification_text
+
+EVENTS_PER_TICK = 100
+
+
+def _value(metadata, key):
+    value = metadata.get(key)
+    return getattr(value, "value", value)
+
+
+def notify_outcome(notifier: TelegramNotifier, inbox: Inbox, record, asset_key: dg.AssetKey) -> bool:
+    """Notify the outcome in one materialization record. True when sent now."""
+    item_id = record.partition_key
+    metadata = record.asset_materialization.metadata
+    item = inbox.find(item_id) if item_id else None
+    what = describe(item, item_id, _value(metadata, "title"))
+    if asset_key == WIKI_ASSET:
+        state = "done"
+        text = notification_text("done", what, commit=commit_of({k: _value(metadata, k) for k in metadata}))
+    else:
+        state = _value(metadata, "status")
+        if state not in ("rejected", "duplicate"):
+            return False  # accepted: the wiki tells when it is done
+        score = _value(metadata, "score")
+        text = notification_text(
+            state, what, score=score if isinstance(score, int) and score >= 0 else None,
+            threshold=_value(metadata, "threshold"), reason=_value(metadata, "reason"),
+            duplicate_of=_value(metadata, "duplicate_of"), item_id=item_id,
+        )
+    return notifier.notify(item_id, state, text)
+
+
+@dg.sensor(
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Tells the owner when a source is rejected, a duplicate, or done (in the wiki).",
+)
+def source_outcomes_sensor(context: dg.SensorEvaluationContext, telegram: TelegramNotifier) -> dg.SkipReason:
+    cursor = json.loads(context.cursor) if context.cursor else {}
+    inbox = Inbox(get_settings().inbox_dir)
+    sent = 0
+    for asset_key in (GATED_ASSET, WIKI_ASSET):
+        name = asset_key.to_user_string()
+        result = context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=asset_key, after_storage_id=cursor.get(name)),
+            limit=EVENTS_PER_TICK, ascending=True,
+        )
+        for record in result.records:
+            if record.partition_key and context.instance.has_dynamic_partition(sources.name, record.partition_key):
+                try:
+                    sent += notify_outcome(telegram, inbox, record, asset_key)
+                except NotificationError as exc:
+                    context.log.warning(str(exc))
+                    break
+            cursor[name] = record.storage_id
+    context.update_cursor(json.dumps(cursor))
+    return dg.SkipReason(f"{sent} notifications sent")
+
+
+@dg.run_failure_sensor(
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Tells the owner when a source failed for good.",
+)
+def source_failures_sensor(context: dg.RunFailureSensorContext, telegram: TelegramNotifier) -> None:
+    run = context.dagster_run
+    item_id = run.tags.get("dagster/partition")
+    if not item_id or not context.instance.has_dynamic_partition(sources.name, item_id):
+        return
+    if run.tags.get(WILL_RETRY_TAG) == "true":
+        context.log.info(f"item {item_id}: run {run.run_id} failed; Dagster runs it again, so no notification yet")
+        return
+    inbox = Inbox(get_settings().inbox_dir)
+    error = failure_message(context.instance, run.run_id)
+    text = notification_text("failed", describe(inbox.find(item_id), item_id, None), error=error)
+    # Dagster moves a run status sensor past the event even when it raises,
+    # so a failed send shows on the sensor tick and is not sent again.
+    telegram.notify(item_id, "failed", text)

@@ -1,0 +1,174 @@
+"""Sensors of the Telegram inflow: the inbox, and the bot's requests.
+
+`inbox_sensor`: each new inbox item becomes a partition of `sources` and a
+run of `source_intake` for it.
+- The cursor is the name of the last manifest seen. Names only go up in the
+  order the files appear (see telegram_bridge/inbox.py), so an item cannot
+  appear behind the cursor.
+- The run key is the item id. The daemon applies the partition requests,
+  then the run requests, then stores the cursor. If it dies between two of
+  these steps, the next tick sees the same items again: adding a partition
+  that exists does nothing, and Dagster does not start a second run with
+  the same run key. So a crash neither loses nor repeats an item.
+- Files that the owner drops in the inbox (no bot) are made into items first.
+
+`bot_requests_sensor`: /override <id> from the bot, as a request file.
+`wiki_requests_sensor`: /lint and /synthesize [topic], as request files,
+run the wiki stage's jobs (kb_assets/wiki/wiki_pages.py).
+Each request sensor keeps its own cursor over inbox/requests/; the run key
+is the request's file name, so each request gives one run.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+import dagster as dg
+
+from kb_assets.partitions import sources
+from kb_assets.telegram.sources import OVERRIDE_TAG, source_intake_job
+from kb_assets.wiki.wiki_pages import (
+    iso_week_label,
+    topic_key,
+    wiki_lint_days,
+    wiki_lint_job,
+    wiki_synthesis_job,
+    wiki_synthesis_weeks,
+    wiki_topic_job,
+    wiki_topics,
+)
+from kb.settings import get_settings
+from kb.telegram_inbox import Inbox, InboxError, item_id_of_manifest
+
+# A burst of items (a backfill of dropped files) is taken in slices, so
+# that one tick stays short.
+MAX_ITEMS_PER_TICK = 100
+
+TOPIC_TAG = "kb/topic"
+REQUESTED_BY_TAG = "kb/requested_by"
+
+
+def adopt_dropped_files(inbox: Inbox, log) -> None:
+    for path in inbox.dropped_files():
+        try:
+            item = inbox.adopt_dropped_file(path)
+        except OSError as exc:
+            log.warning(f"inbox: cannot take the dropped file {path.name}: {exc}")
+            continue
+        if item is None:
+            log.warning(f"inbox: {path.name} is not a type kb can parse; moved to {inbox.root / 'unsupported'}")
+        else:
+            log.info(f"inbox: the dropped file {path.name} is item {item.id} ({item.type})")
+
+
+@dg.sensor(
+    job=source_intake_job,
+    minimum_interval_seconds=15,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Each new inbox item (from the bot, or a file dropped in the inbox) becomes a "
+                "partition of `sources` and a run keyed by the item id.",
+)
+def inbox_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+    inbox = Inbox(get_settings().inbox_dir)
+    adopt_dropped_files(inbox, context.log)
+    names = inbox.manifest_names_after(context.cursor, limit=MAX_ITEMS_PER_TICK)
+    if not names:
+        return dg.SkipReason("no new inbox items")
+    item_ids = [item_id_of_manifest(name) for name in names]
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(run_key=item_id, partition_key=item_id) for item_id in item_ids],
+        dynamic_partitions_requests=[sources.build_add_request(item_ids)],
+        cursor=names[-1],
+    )
+
+
+def _requests(inbox: Inbox, cursor: str | None, kinds: set[str], log) -> tuple[list[tuple[str, dict]], str | None]:
+    """(name, request) of new requests of these kinds, and the new cursor."""
+    names = inbox.request_names_after(cursor)
+    found = []
+    for name in names:
+        try:
+            request = inbox.read_request(name)
+        except InboxError as exc:
+            log.warning(str(exc))
+            continue
+        if request["kind"] in kinds:
+            found.append((name, request))
+    return found, (names[-1] if names else cursor)
+
+
+@dg.sensor(
+    job=source_intake_job,
+    minimum_interval_seconds=15,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="/override <id> from the bot: run the item again and accept it whatever the gate says.",
+)
+def bot_requests_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+    inbox = Inbox(get_settings().inbox_dir)
+    found, cursor = _requests(inbox, context.cursor, {"override"}, context.log)
+    run_requests, item_ids = [], []
+    for name, request in found:
+        item_id = str(request.get("item_id", ""))
+        if inbox.find(item_id) is None:
+            context.log.warning(f"request {name}: no inbox item {item_id!r}")
+            continue
+        item_ids.append(item_id)
+        run_requests.append(dg.RunRequest(
+            run_key=f"override-{name}", partition_key=item_id,
+            tags={OVERRIDE_TAG: "true", REQUESTED_BY_TAG: str(request.get("user_id", ""))},
+        ))
+    if cursor == context.cursor:
+        return dg.SkipReason("no new requests")
+    return dg.SensorResult(
+        run_requests=run_requests,
+        dynamic_partitions_requests=[sources.build_add_request(item_ids)] if item_ids else [],
+        cursor=cursor,
+    )
+
+
+def wiki_run_request(name: str, request: dict) -> tuple[dg.RunRequest, str | None]:
+    """(run request, new wiki_topics partition or None) for a /lint or
+    /synthesize request. Raises ValueError for a topic with no words."""
+    tags = {REQUESTED_BY_TAG: str(request.get("user_id", ""))}
+    if request["kind"] == "lint":
+        # end_offset=1: the newest day partition is today.
+        return dg.RunRequest(run_key=name, job_name=wiki_lint_job.name, tags=tags,
+                             partition_key=wiki_lint_days.get_last_partition_key()), None
+    topic = str(request.get("topic") or "").strip()
+    if topic:
+        key = topic_key(topic)
+        return dg.RunRequest(run_key=name, job_name=wiki_topic_job.name, partition_key=key,
+                             tags={**tags, TOPIC_TAG: topic}), key
+    # No topic: the weekly synthesis of the week that is running (end_offset=1).
+    week = wiki_synthesis_weeks.get_last_partition_key()
+    return dg.RunRequest(run_key=name, job_name=wiki_synthesis_job.name, partition_key=week,
+                         tags={**tags, "week": iso_week_label(date.fromisoformat(week))}), None
+
+
+@dg.sensor(
+    jobs=[wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
+    minimum_interval_seconds=15,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="/lint and /synthesize [topic] from the bot: run the wiki lint (today), the synthesis of a "
+                "topic (a partition of wiki_topics), or the weekly synthesis (this week) now.",
+)
+def wiki_requests_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+    inbox = Inbox(get_settings().inbox_dir)
+    found, cursor = _requests(inbox, context.cursor, {"lint", "synthesize"}, context.log)
+    run_requests, topics = [], []
+    for name, request in found:
+        try:
+            run_request, topic = wiki_run_request(name, request)
+        except ValueError as exc:
+            context.log.warning(f"request {name}: {exc}")
+            continue
+        run_requests.append(run_request)
+        if topic:
+            topics.append(topic)
+    if cursor == context.cursor:
+        return dg.SkipReason("no new requests")
+    return dg.SensorResult(
+        run_requests=run_requests,
+        dynamic_partitions_requests=[wiki_topics.build_add_request(topics)] if topics else [],
+        cursor=cursor,
+    )

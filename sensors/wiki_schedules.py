@@ -1,0 +1,84 @@
+"""Schedules and sensors of the wiki stage.
+
+- wiki_lint_schedule: every day at 02:00 (settings.tz), lints the wiki.
+- wiki_synthesis_schedule: every Sunday at 09:00 (settings.tz), sums up the
+  ISO week that ends that day.
+- wiki_waiting_sensor: sources that waited because no agent endpoint was set
+  get their ingest run when an endpoint is set. Nothing that waited is lost.
+"""
+
+
+from datetime import timedelta
+
+import dagster as dg
+
+from kb_assets.wiki.wiki_pages import (
+    WIKI_PAGES,
+    iso_week_label,
+    wiki_ingest_job,
+    wiki_lint_job,
+    wiki_synthesis_job,
+)
+from kb.settings import get_settings
+from kb_resources.wiki_agent import WikiAgent
+
+@dg.schedule(
+    job=wiki_lint_job,
+    cron_schedule="0 2 * * *",
+    execution_timezone=get_settings().tz,
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Every day at 02:00: lint the wiki; the partition is the day of the run.",
+)
+def wiki_lint_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+    key = context.scheduled_execution_time.date().isoformat()
+    return dg.RunRequest(run_key=key, partition_key=key)
+
+
+@dg.schedule(
+    job=wiki_synthesis_job,
+    cron_schedule="0 9 * * 0",
+    execution_timezone=get_settings().tz,
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Sunday 09:00: the weekly synthesis of the ISO week that ends today.",
+)
+def wiki_synthesis_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+    sunday = context.scheduled_execution_time.date()
+    monday = sunday - timedelta(days=sunday.weekday())
+    key = monday.isoformat()
+    return dg.RunRequest(run_key=key, partition_key=key, tags={"week": iso_week_label(monday)})
+
+
+@dg.sensor(
+    job=wiki_ingest_job,
+    minimum_interval_seconds=300,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="When an agent endpoint is set, ingest the sources that waited for one.",
+)
+def wiki_waiting_sensor(context: dg.SensorEvaluationContext):
+    if not WikiAgent().configured():
+        # The cursor does not move: the waiting sources stay in the queue.
+        return dg.SkipReason("No agent endpoint (ANTHROPIC_BASE_URL): approved sources wait.")
+    after = int(context.cursor) if context.cursor else None
+    records = context.instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=WIKI_PAGES, after_storage_id=after), limit=500, ascending=True,
+    ).records
+    requests = []
+    for record in records:
+        observation = record.event_log_entry.asset_observation
+        partition = record.partition_key
+        if observation is None or partition is None:
+            continue
+        if observation.metadata.get("state") is None or observation.metadata["state"].value != "waiting":
+            continue
+        later = context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=WIKI_PAGES, asset_partitions=[partition],
+                                  after_storage_id=record.storage_id),
+            limit=1,
+        ).records
+        if later:
+            continue  # someone ingested it since
+        requests.append(dg.RunRequest(run_key=f"wiki-waited-{partition}-{record.storage_id}",
+                                      partition_key=partition))
+    if records:
+        context.update_cursor(str(records[-1].storage_id))
+    return requests or dg.SkipReason("No source waits for the wiki agent.")
