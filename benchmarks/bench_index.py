@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from kb.search import search
-from kb_resources.lance_index import ChunkIndex
+from kb.lance_index import ChunkIndex
 
 DIM = 384
 DEPTH = 100  # passages per retriever, as kb's search fetches for limit <= 25
@@ -101,7 +101,7 @@ def percentiles(times: list[float]) -> dict:
 # --- kb (LanceDB) --------------------------------------------------------------
 def bench_kb(rows, vectors, queries, query_vectors, folder: Path) -> dict:
     embedder = PrecomputedEmbedder(vectors)
-    index = ChunkIndex(path=str(folder / "lancedb"))
+    index = ChunkIndex.from_settings(path=str(folder / "lancedb"))
     new_share = max(1, len(rows) // 100)
     base, fresh = rows[:-new_share], rows[-new_share:]
     started = time.perf_counter()

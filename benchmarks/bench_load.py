@@ -101,11 +101,11 @@ def cards(tweet_ids: list[str], synced: datetime) -> list[dict]:
 
 
 def build_index(lancedb_dir: Path, backend: str, n_bookmarks: int, n_churn: int) -> None:
-    from kb_resources.embedder import Embedder
-    from kb_resources.lance_index import ChunkIndex
+    from kb.embedder import Embedder
+    from kb.lance_index import ChunkIndex
 
-    index = ChunkIndex(path=str(lancedb_dir))
-    embedder = Embedder(backend=backend, cache_dir=str(lancedb_dir))
+    index = ChunkIndex.from_settings(path=str(lancedb_dir))
+    embedder = Embedder.from_settings(backend=backend, cache_dir=str(lancedb_dir))
     rows = stable_rows(n_bookmarks)
     for start in range(0, len(rows), 3000):
         part = rows[start:start + 3000]
@@ -119,11 +119,11 @@ def build_index(lancedb_dir: Path, backend: str, n_bookmarks: int, n_churn: int)
 def write_loop(lancedb_dir: str, backend: str, n_churn: int, stop, commits, errors, maintain_every: int = 5) -> None:
     """Commit new versions until `stop` is set. `commits` is a shared counter
     (multiprocessing.Value or a one-item list); `errors` collects texts."""
-    from kb_resources.embedder import Embedder
-    from kb_resources.lance_index import ChunkIndex
+    from kb.embedder import Embedder
+    from kb.lance_index import ChunkIndex
 
-    index = ChunkIndex(path=lancedb_dir)
-    embedder = Embedder(backend=backend, cache_dir=lancedb_dir)
+    index = ChunkIndex.from_settings(path=lancedb_dir)
+    embedder = Embedder.from_settings(backend=backend, cache_dir=lancedb_dir)
     ids = [f"c{c}" for c in range(n_churn)]
     version = 0
     while not stop.is_set():
@@ -193,12 +193,12 @@ class ClientResult:
 def cli_client(lancedb_dir: str, backend: str, batch: list[Query], go=None) -> ClientResult:
     """What `kb search` does, in this thread or process: search() on the index."""
     from kb.search import search
-    from kb_resources.embedder import Embedder
-    from kb_resources.lance_index import ChunkIndex
+    from kb.embedder import Embedder
+    from kb.lance_index import ChunkIndex
 
     result = ClientResult("cli")
-    index = ChunkIndex(path=lancedb_dir)
-    embedder = Embedder(backend=backend, cache_dir=lancedb_dir)
+    index = ChunkIndex.from_settings(path=lancedb_dir)
+    embedder = Embedder.from_settings(backend=backend, cache_dir=lancedb_dir)
     # Warm up as an MCP client does with its first call: the model, the
     # index files and the full-text index are loaded before the clock runs.
     search("warm up", limit=1, index=index, embedder=embedder)
@@ -221,7 +221,7 @@ def cli_client(lancedb_dir: str, backend: str, batch: list[Query], go=None) -> C
 
 def cli_process(args: tuple) -> ClientResult:
     """cli_client in a process of its own (multiprocessing)."""
-    from kb_resources.embedder import use_cpu_threads
+    from kb.embedder import use_cpu_threads
 
     lancedb_dir, backend, batch, go = args
     use_cpu_threads(1)  # as a serving process does (kb-mcp; `kb search` once wired)

@@ -254,11 +254,11 @@ def run_step(name: str, files: list[Path]) -> dict:
     import dagster as dg
 
     from kb.apps.sync import run_sync
-    from kb_resources.embedder import Embedder
+    from kb.embedder import Embedder
     from kb.settings import get_settings
 
     lancedb_dir = get_settings().lancedb_dir
-    embedder = Embedder()
+    embedder = Embedder.from_settings()
     cached_before = embedder.cached_count()
     files_before = lance_files(lancedb_dir)
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -352,9 +352,9 @@ def worker(backend: str, bookmarks: int, rounds: int) -> dict:
 def check_index(fresh_ids: list[str], bookmarks: int) -> dict:
     """The index after every step: each bookmark once, the newest one found."""
     from kb.search import search
-    from kb_resources.lance_index import ChunkIndex
+    from kb.lance_index import ChunkIndex
 
-    index = ChunkIndex()
+    index = ChunkIndex.from_settings()
     counts = index.counts()
     expected = bookmarks + len(fresh_ids)
     if counts["indexed_bookmarks"] != expected or counts["bookmarks"] != expected:

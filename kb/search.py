@@ -43,8 +43,8 @@ from datetime import date, datetime, timezone
 import numpy as np
 from lancedb.query import PhraseQuery
 
-from kb_resources.embedder import Embedder, EmbedderError
-from kb_resources.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch, sql_in, sql_str, to_utc
+from kb.embedder import Embedder, EmbedderError
+from kb.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch, sql_in, sql_str, to_utc
 
 MODES = ("bm25", "dense", "hybrid")
 FUSION_METHODS = ("convex", "rrf")
@@ -175,7 +175,7 @@ def search(
     filters = {"author": author, "source": source, "after": after_dt and after_dt.isoformat(),
                "before": before_dt and before_dt.isoformat(), "tweet_id": tweet_id, "ref": ref}
 
-    index = index or ChunkIndex()
+    index = index or ChunkIndex.from_settings()
     table = index.table(CHUNKS)
     meta = index.meta()
     response = SearchResponse(query=query, mode=mode, hits=[], limit=limit, filters=filters,
@@ -284,11 +284,11 @@ def embedder_for_index(info: tuple[str, int] | None) -> Embedder:
     `auto` keeps to the index's backend. Else a query embedded with the
     local model would meet Ollama vectors whenever Ollama is down for a
     moment, and the error would be confusing."""
-    embedder = Embedder()
+    embedder = Embedder.from_settings()
     if info and embedder._backend_setting() == "auto":
         backend = info[0].split(":", 1)[0]
         if backend in ("ollama", "local", "hash"):
-            return Embedder(backend=backend)
+            return Embedder.from_settings(backend=backend)
     return embedder
 
 

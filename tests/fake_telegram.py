@@ -271,11 +271,14 @@ def converse(fake: "FakeTelegram", *updates: dict, timeout: float = 20) -> None:
     """Run the real bot's long polling against this fake until it has handled
     and confirmed every update. The bot is the code under test; the fake only
     speaks the Bot API."""
+    from kb.apps.bot_runner import dagster_reader
     from kb.settings import get_settings
     from telegram_bridge.bot import build
 
     async def session():
-        bot, dispatcher = build(get_settings())
+        # The state reader `kb-bot` uses: commands read a real Dagster instance.
+        settings = get_settings()
+        bot, dispatcher = build(settings, dagster_reader(settings))
         fake.push(*updates)
         # handle_as_tasks=False: one update after another, so "all confirmed"
         # means "all handled".

@@ -11,14 +11,16 @@ import dagster as dg
 from kb_assets.partitions import sources
 from kb_assets.telegram.sources import gated_sources, parsed_sources, source_intake_job
 from kb_assets.wiki.wiki_pages import wiki_pages
-from kb_resources.browser import Browser
+from kb.browser import Browser
 from kb_resources.dagster_home import ensure_dagster_home
-from kb_resources.duckdb_store import DuckDBStore
-from kb_resources.gate import QualityGate
+from kb.duckdb_store import DuckDBStore
+from kb.gate import QualityGate
 from kb.settings import get_settings
-from kb_resources.wiki_repo import Wiki
-from kb_resources.wiki_agent import WikiAgent
+from kb.wiki_repo import Wiki
+from kb.wiki_agent import WikiAgent
 from kb.telegram_inbox import Inbox, InboxItem, telegram_item_id, utc_now_iso
+from kb_resources.services import BrowserResource, QualityGateResource, WikiAgentResource
+from kb_resources.stores import DuckDBResource, InboxResource, WikiResource
 
 OWNER_ID = 111
 
@@ -57,8 +59,9 @@ def add_item(type_: str, message_id: int, *, url: str | None = None, text: str |
 
 
 def resources() -> dict:
-    return {"duckdb": DuckDBStore(), "browser": Browser(), "gate": QualityGate(retry_delay_s=0),
-            "wiki": Wiki(), "wiki_agent": WikiAgent()}
+    return {"duckdb": DuckDBResource.from_settings(), "browser": BrowserResource.from_settings(), "gate": QualityGateResource.from_settings(retry_delay_s=0),
+            "wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(),
+            "inbox": InboxResource.from_settings()}
 
 
 def run_item(dagster: dg.DagsterInstance, item_id: str, *, tags: dict | None = None,

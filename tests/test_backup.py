@@ -16,7 +16,7 @@ import pytest
 from kb.apps.backup import BackupError, create_backup, restore_backup
 from kb.sample_data import DEMO_QUERIES, sample_pages
 from kb.settings import get_settings
-from kb_resources.wiki_repo import Wiki
+from kb.wiki_repo import Wiki
 
 PAGE = "wiki/concepts/write-ahead-logging.md"
 PARSED = "raw/parsed/text/wal-note-0001.md"
@@ -56,7 +56,7 @@ def store(tmp_path_factory):
         report = run_sync(files=[str(p) for p in sample_pages()])
         assert report.failed == []
         item = h.add_item("text", 1, text="A note that waits in the inbox.")
-        wiki = Wiki()
+        wiki = Wiki.from_settings()
         root = wiki.ensure()
         (root / PAGE).write_text("---\ntype: concept\n---\n# Write-ahead logging\nThe log comes first.\n")
         wiki.commit_all("ingest: write-ahead logging")

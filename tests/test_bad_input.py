@@ -41,9 +41,9 @@ from kb_assets.partitions import sync_batches
 from kb.source_parsers import PermanentParseError, parse_pdf, parse_web
 from kb.urls import normalize_url
 from kb.x_graphql import PageShapeError, load_page, parse_page, summarize_page
-from kb_resources.browser import Browser
-from kb_resources.duckdb_store import DuckDBStore, insert_rows
-from kb_resources.raw_store import CaptureManifest, RawStore
+from kb.browser import Browser
+from kb.duckdb_store import DuckDBStore, insert_rows
+from kb.raw_store import CaptureManifest, RawStore
 from kb.duckdb_schema import TABLES
 from kb.settings import get_settings
 from kb.telegram_inbox import Inbox, telegram_item_id
@@ -51,6 +51,8 @@ from tests import fake_telegram as tg
 from tests import source_helpers as h
 from tests.fake_telegram import FakeTelegram, converse
 from tests.loopback_site import LoopbackSite, page
+from kb_resources.services import BrowserResource
+from kb_resources.stores import DuckDBResource, RawStoreResource
 
 CAPTURED = datetime(2026, 11, 1, 10, 0, tzinfo=timezone.utc)
 # Keep the generated cases few: the whole file runs in well under 30 s.
@@ -305,7 +307,7 @@ def test_a_page_in_utf16_is_read_and_the_wrappers_have_a_limit():
 # --- the normalize asset: generated pages in a batch with good pages ----------------------
 
 def write_raw_batch(batch: str, pages: list[bytes]) -> list:
-    store = RawStore()
+    store = RawStore.from_settings()
     paths = [store.write_page(batch, n, body) for n, body in enumerate(pages, start=1)]
     store.write_manifest(CaptureManifest(batch=batch, mode="files", full=True, complete=True,
                                          pages=[p.name for p in paths], started_at=CAPTURED.isoformat()))
@@ -341,7 +343,7 @@ def test_generated_pages_in_a_batch_never_stop_the_normalize_asset(bad):
     instance.add_dynamic_partitions(sync_batches.name, [batch])
 
     result = dg.materialize([normalized_bookmarks, normalized_bookmarks_checks], partition_key=batch,
-                            instance=instance, resources={"duckdb": DuckDBStore(), "raw_store": RawStore()},
+                            instance=instance, resources={"duckdb": DuckDBResource.from_settings(), "raw_store": RawStoreResource.from_settings()},
                             raise_on_error=False)
 
     assert result.success, [e.message for e in result.all_events if e.is_failure]
@@ -565,7 +567,7 @@ def test_documents_asset_stores_a_reason_for_every_bad_pdf(kb_home, monkeypatch)
         links = [{"tweet_id": "1", "url_norm": normalize_url(site.url(path)), "position": n,
                   "expanded_url": site.url(path), "host": "127.0.0.1", "kind": "link", "from_quote": False,
                   "batch": batch} for n, path in enumerate(routes)]
-        with DuckDBStore().transaction() as conn:
+        with DuckDBStore.from_settings().transaction() as conn:
             insert_rows(conn, "bookmarks", [{"tweet_id": "1", "batch": batch, "sort_index": "1",
                                              "url": "https://x.com/a/status/1", "text": "pdfs", "is_long": False,
                                              "raw_file": "p", "captured_at": CAPTURED}])
@@ -573,7 +575,7 @@ def test_documents_asset_stores_a_reason_for_every_bad_pdf(kb_home, monkeypatch)
         instance = dg.DagsterInstance.ephemeral()
         instance.add_dynamic_partitions(sync_batches.name, [batch])
         result = dg.materialize([documents], partition_key=batch, instance=instance,
-                                resources={"duckdb": DuckDBStore(), "browser": Browser()},
+                                resources={"duckdb": DuckDBResource.from_settings(), "browser": BrowserResource.from_settings()},
                                 run_config=dg.RunConfig({"documents": DocumentsConfig(workers=2)}))
         assert result.success
         found = {url.rsplit("/", 1)[1]: (status, reason, detail or "") for url, status, reason, detail in rows(
@@ -624,7 +626,7 @@ def test_bad_sources_fail_with_a_named_reason_keep_their_files_and_stop_nothing_
         finally:
             dagster.dispose()
 
-    with DuckDBStore().connect() as conn:
+    with DuckDBStore.from_settings().connect() as conn:
         sources = {r[0]: r[1:] for r in conn.execute("SELECT item_id, status, error FROM sources").fetchall()}
     for name, (item, data, reason) in items.items():
         assert not results[name].success, name

@@ -20,14 +20,16 @@ from kb_assets.index.chunks import chunks, image_texts
 from kb.settings import excluded_sources
 from kb_assets.index.chunk_index import chunk_index
 from kb.apps.status import _duckdb_counts
-from kb_resources.duckdb_store import DuckDBStore
-from kb_resources.embedder import Embedder
-from kb_resources.lance_index import ChunkIndex
+from kb.duckdb_store import DuckDBStore
+from kb.embedder import Embedder
+from kb.lance_index import ChunkIndex
 from kb.settings import get_settings
-from kb_resources.vision import Captioner
+from kb.vision import Captioner
 from sensors.waiting_photos import captions_job, captions_sensor, captions_to_index_sensor
 from tests.enrich_rows import add_batches, bookmark, media, rows, write
 from tests.fake_media import FakeVisionServer, MediaServer, png
+from kb_resources.services import CaptionerResource, EmbedderResource
+from kb_resources.stores import ChunkIndexResource, DuckDBResource
 
 B1, B2 = "20261101T000000000Z", "20261102T000000000Z"
 KEY = "sk-TEST-SECRET-vision-0000"
@@ -71,7 +73,7 @@ def _write_bookmarks(photos: MediaServer) -> None:
 def _materialize(instance, assets, batch=B1, config=None, **resources):
     return dg.materialize(
         assets, partition_key=batch, instance=instance, raise_on_error=False,
-        resources={"duckdb": DuckDBStore(), "captioner": Captioner(), **resources},
+        resources={"duckdb": DuckDBResource.from_settings(), "captioner": CaptionerResource.from_settings(), **resources},
         run_config={"ops": {"captions": {"config": config}}} if config else None)
 
 
@@ -113,7 +115,7 @@ def test_photos_wait_below_the_threshold_then_get_captions(vision, photos, insta
     assert _caption_rows()["gone.png"][:2] == ("failed", "http_404") and _caption_rows()["gone.png"][-1] == 2
     assert photos.hits["/media/gone.png"] == 2
 
-    with DuckDBStore().connect() as conn:
+    with DuckDBStore.from_settings().connect() as conn:
         texts = list(image_texts(conn, ["1", "2"]))
     assert [(t.tweet_id, t.source, t.ref) for t in texts] == [
         ("1", "image", photos.url("/media/red.png")), ("1", "image", photos.url("/media/blue.png"))]
@@ -124,8 +126,8 @@ def test_kb_caption_runs_every_waiting_batch_in_one_run(vision, photos, instance
     _write_bookmarks(photos)
     vision.prose_for.add(hashlib.sha256(BLUE).hexdigest())
     monkeypatch.setattr(dg.DagsterInstance, "get", staticmethod(lambda: instance))
-    resources = {"duckdb": DuckDBStore(), "captioner": Captioner(), "embedder": Embedder(backend="hash"),
-                 "lance": ChunkIndex()}
+    resources = {"duckdb": DuckDBResource.from_settings(), "captioner": CaptionerResource.from_settings(), "embedder": EmbedderResource.from_settings(backend="hash"),
+                 "lance": ChunkIndexResource.from_settings()}
     graph = [captions, chunks, chunk_index]
     summary = run_captions(limit=0, retry=False, resources=resources, assets=graph)
     assert summary["ok"] and summary["batches"] == 2 and summary["waiting_before"] == 4
@@ -137,7 +139,7 @@ def test_kb_caption_runs_every_waiting_batch_in_one_run(vision, photos, instance
     assert instance.get_materialized_partitions(dg.AssetKey("captions")) == {B1, B2}
     # Then the new caption went on to the index, batch by batch.
     assert summary["indexed_batches"] == 2 and summary["index_errors"] == []
-    image = [p for p in ChunkIndex().passages(tweet_id="1") if p["source"] == "image"]
+    image = [p for p in ChunkIndex.from_settings().passages(tweet_id="1") if p["source"] == "image"]
     assert [p["ref"] for p in image] == [photos.url("/media/red.png")]
     found = _caption_rows()
     assert found["page.jpg"][:2] == ("failed", "not_image")
@@ -155,7 +157,7 @@ def test_a_failing_endpoint_stops_the_run_and_the_photos_wait(photos, instance, 
         monkeypatch.setenv("KB_CAPTION_BACKEND", "openai")
         monkeypatch.setenv("KB_CAPTION_BASE_URL", down.base_url + "/v1")
         monkeypatch.setenv("KB_CAPTION_MODEL", "test-vl")
-        result = _materialize(instance, [captions], config={"min_photos": 0}, captioner=Captioner(timeout_s=5, max_retries=0))
+        result = _materialize(instance, [captions], config={"min_photos": 0}, captioner=Captioner.from_settings(timeout_s=5, max_retries=0))
     assert not result.success
     failure = next(e for e in result.all_events if e.is_step_failure)
     assert "The caption backend stopped" in failure.step_failure_data.error.message
@@ -169,29 +171,29 @@ def test_a_failing_endpoint_stops_the_run_and_the_photos_wait(photos, instance, 
 def test_the_sensor_starts_one_run_when_enough_photos_wait(vision, photos, instance, monkeypatch):
     _write_bookmarks(photos)
     monkeypatch.setenv("KB_CAPTION_MIN_PHOTOS", "5")
-    skipped = captions_sensor(dg.build_sensor_context(instance=instance))
+    skipped = captions_sensor(dg.build_sensor_context(instance=instance, resources={"captioner": CaptionerResource.from_settings()}))
     assert isinstance(skipped, dg.SkipReason) and "4 photo(s) wait" in skipped.skip_message
 
     monkeypatch.setenv("KB_CAPTION_MIN_PHOTOS", "4")
-    request = captions_sensor(dg.build_sensor_context(instance=instance))
+    request = captions_sensor(dg.build_sensor_context(instance=instance, resources={"captioner": CaptionerResource.from_settings()}))
     assert isinstance(request, dg.RunRequest)
     assert (request.tags[ASSET_PARTITION_RANGE_START_TAG], request.tags[ASSET_PARTITION_RANGE_END_TAG]) == (B1, B2)
     assert request.run_config["ops"]["captions"]["config"]["min_photos"] == 0
 
     instance.add_run(DagsterRun(job_name=captions_job.name, run_id="a-caption-run",
                                 status=dg.DagsterRunStatus.STARTED))
-    busy = captions_sensor(dg.build_sensor_context(instance=instance))
+    busy = captions_sensor(dg.build_sensor_context(instance=instance, resources={"captioner": CaptionerResource.from_settings()}))
     assert isinstance(busy, dg.SkipReason) and "a-caption-run" in busy.skip_message
 
     monkeypatch.setenv("KB_CAPTION_BACKEND", "off")
-    off = captions_sensor(dg.build_sensor_context(instance=instance))
+    off = captions_sensor(dg.build_sensor_context(instance=instance, resources={"captioner": CaptionerResource.from_settings()}))
     assert isinstance(off, dg.SkipReason) and "off" in off.skip_message
 
 
 def test_after_a_caption_run_each_batch_goes_on_to_the_index(vision, photos, instance):
     _write_bookmarks(photos)
     defs = dg.Definitions(assets=[captions], jobs=[captions_job],
-                          resources={"duckdb": DuckDBStore(), "captioner": Captioner()})
+                          resources={"duckdb": DuckDBResource.from_settings(), "captioner": CaptionerResource.from_settings()})
     result = defs.resolve_job_def(captions_job.name).execute_in_process(
         instance=instance, run_config={"ops": {"captions": {"config": {"min_photos": 0}}}},
         tags={ASSET_PARTITION_RANGE_START_TAG: B1, ASSET_PARTITION_RANGE_END_TAG: B2})
@@ -207,10 +209,10 @@ def test_after_a_caption_run_each_batch_goes_on_to_the_index(vision, photos, ins
 
 def test_excluded_images_leave_the_index_but_stay_in_duckdb(vision, photos, instance, monkeypatch, kb_home):
     _write_bookmarks(photos)
-    index_resources = {"embedder": Embedder(backend="hash"), "lance": ChunkIndex()}
+    index_resources = {"embedder": EmbedderResource.from_settings(backend="hash"), "lance": ChunkIndexResource.from_settings()}
     assert _materialize(instance, [captions], config={"min_photos": 0}).success
     assert _materialize(instance, [chunks, chunk_index], **index_resources).success
-    assert {p["source"] for p in ChunkIndex().passages(tweet_id="1")} == {"post", "image"}
+    assert {p["source"] for p in ChunkIndex.from_settings().passages(tweet_id="1")} == {"post", "image"}
 
     monkeypatch.setenv("KB_EXCLUDE", "image")
     requests_before = len(vision.requests)
@@ -218,13 +220,13 @@ def test_excluded_images_leave_the_index_but_stay_in_duckdb(vision, photos, inst
     assert skipped.success and len(vision.requests) == requests_before
     assert "excluded" in skipped.asset_materializations_for_node("captions")[0].metadata["skipped"].value
     assert _materialize(instance, [chunks, chunk_index], **index_resources).success
-    assert {p["source"] for p in ChunkIndex().passages(tweet_id="1")} == {"post"}
+    assert {p["source"] for p in ChunkIndex.from_settings().passages(tweet_id="1")} == {"post"}
     assert rows("SELECT count(*) FROM captions WHERE status = 'ok'") == [(2,)]  # kept for a later run
     assert rows("SELECT count(*) FROM chunks WHERE source = 'image'") == [(0,)]
 
     monkeypatch.delenv("KB_EXCLUDE")
     assert _materialize(instance, [chunks, chunk_index], **index_resources).success
-    assert {p["source"] for p in ChunkIndex().passages(tweet_id="1")} == {"post", "image"}  # back, with no new caption
+    assert {p["source"] for p in ChunkIndex.from_settings().passages(tweet_id="1")} == {"post", "image"}  # back, with no new caption
     assert len(vision.requests) == requests_before
 
 

@@ -10,11 +10,13 @@ import pytest
 
 from kb_assets.x.raw_pages import x_raw_pages
 from kb_assets.partitions import sync_batches
-from kb_resources.browser import Browser, NotAnXPage, XLoginMissing
-from kb_resources.raw_store import RawStore
+from kb.browser import Browser, NotAnXPage, XLoginMissing
+from kb.raw_store import RawStore
 from kb.settings import get_settings
 from tests.fake_x import FakeX, OtherSite
 from tests.x_fixtures import all_tweet_entries
+from kb_resources.services import BrowserResource
+from kb_resources.stores import RawStoreResource
 
 pytestmark = [
     pytest.mark.browser,
@@ -44,7 +46,7 @@ def other_server():
 @pytest.fixture(scope="module", autouse=True)
 def one_chromium():
     """One Chromium for the whole module; every test still gets new contexts."""
-    with Browser().kept_open():
+    with Browser.from_settings().kept_open():
         yield
 
 
@@ -83,14 +85,14 @@ def capture(instance, batch: str, **config) -> dg.ExecuteInProcessResult:
         [x_raw_pages],
         partition_key=batch,
         instance=instance,
-        resources={"browser": Browser(), "raw_store": RawStore()},
+        resources={"browser": BrowserResource.from_settings(), "raw_store": RawStoreResource.from_settings()},
         run_config={"ops": {"x_raw_pages": {"config": config}}},
         raise_on_error=False,
     )
 
 
 def kept_pages(batch: str) -> list[bytes]:
-    return [p.read_bytes() for p in RawStore().pages(batch)]
+    return [p.read_bytes() for p in RawStore.from_settings().pages(batch)]
 
 
 def metadata(result: dg.ExecuteInProcessResult) -> dict:
@@ -115,11 +117,11 @@ def test_capture_keeps_every_bookmarks_page_as_it_came(fake_x, instance, entries
     assert (meta["pages"], meta["tweets"], meta["complete"]) == (7, 117, True)
     # The page also called UserByScreenName; the capture did not keep it.
     assert any("/UserByScreenName" in s.path for s in fake_x.state.seen)
-    manifest = RawStore().manifest("b-all")
+    manifest = RawStore.from_settings().manifest("b-all")
     assert manifest.complete and manifest.error is None and manifest.mode == "browser"
     assert manifest.pages == [f"page-{n:04d}.json" for n in range(1, 8)]
     first = entries[0]["entryId"].removeprefix("tweet-")
-    assert RawStore().watermark() == {"tweet_id": first, "sort_index": entries[0]["sortIndex"], "batch": "b-all"}
+    assert RawStore.from_settings().watermark() == {"tweet_id": first, "sort_index": entries[0]["sortIndex"], "batch": "b-all"}
     # The X context sent the saved login to X.
     assert all(SECRET in c for c in fake_x.cookies_on("/i/api/graphql/"))
 
@@ -127,7 +129,7 @@ def test_capture_keeps_every_bookmarks_page_as_it_came(fake_x, instance, entries
 def test_incremental_capture_stops_one_page_after_the_watermark(fake_x, instance, entries):
     fake_x.serve_entries(entries[30:])
     assert capture(instance, "b-first").success
-    assert RawStore().watermark()["tweet_id"] == entries[30]["entryId"].removeprefix("tweet-")
+    assert RawStore.from_settings().watermark()["tweet_id"] == entries[30]["entryId"].removeprefix("tweet-")
 
     # 30 new bookmarks arrive on top. The old newest (entry 30) is on page 2.
     served = fake_x.serve_entries(entries)
@@ -139,19 +141,19 @@ def test_incremental_capture_stops_one_page_after_the_watermark(fake_x, instance
     assert fake_x.state.served_pages == [0, 1, 2]
     meta = metadata(result)
     assert meta["met_watermark"] is True and meta["complete"] is True and meta["tweets"] == 60
-    assert RawStore().watermark()["tweet_id"] == entries[0]["entryId"].removeprefix("tweet-")
-    assert RawStore().watermark()["batch"] == "b-next"
+    assert RawStore.from_settings().watermark()["tweet_id"] == entries[0]["entryId"].removeprefix("tweet-")
+    assert RawStore.from_settings().watermark()["batch"] == "b-next"
 
 
 def test_full_capture_ignores_the_watermark(fake_x, instance, entries):
     served = fake_x.serve_entries(entries)
-    RawStore().move_watermark(entries[0]["entryId"].removeprefix("tweet-"), entries[0]["sortIndex"], "old")
+    RawStore.from_settings().move_watermark(entries[0]["entryId"].removeprefix("tweet-"), entries[0]["sortIndex"], "old")
 
     result = capture(instance, "b-full", full=True)
 
     assert result.success
     assert kept_pages("b-full") == served
-    assert RawStore().manifest("b-full").full is True
+    assert RawStore.from_settings().manifest("b-full").full is True
 
 
 def test_a_new_query_id_changes_nothing(fake_x, instance, entries):
@@ -182,16 +184,16 @@ def test_x_asking_the_top_again_does_not_end_the_capture(fake_x, instance, entri
 @pytest.mark.parametrize("fail_mode", ["500", "close"])
 def test_a_capture_cut_off_keeps_its_pages_and_not_the_watermark(fake_x, instance, entries, fail_mode):
     served = fake_x.serve_entries(entries)
-    RawStore().move_watermark("1", "1", "old")
+    RawStore.from_settings().move_watermark("1", "1", "old")
     fake_x.state.fail_after, fake_x.state.fail_mode = 2, fail_mode
 
     result = capture(instance, f"b-cut-{fail_mode}")
 
     assert not result.success
     assert kept_pages(f"b-cut-{fail_mode}") == served[:2]
-    manifest = RawStore().manifest(f"b-cut-{fail_mode}")
+    manifest = RawStore.from_settings().manifest(f"b-cut-{fail_mode}")
     assert manifest.complete is False and manifest.pages == ["page-0001.json", "page-0002.json"]
-    assert RawStore().watermark() == {"tweet_id": "1", "sort_index": "1", "batch": "old"}
+    assert RawStore.from_settings().watermark() == {"tweet_id": "1", "sort_index": "1", "batch": "old"}
     message = failure_message(result)
     assert "cut off after 2 pages" in message and "watermark did not move" in message
     assert ("HTTP 500" if fail_mode == "500" else "failed") in message
@@ -200,7 +202,7 @@ def test_a_capture_cut_off_keeps_its_pages_and_not_the_watermark(fake_x, instanc
     fake_x.state.fail_after = None
     assert capture(instance, f"b-cut-{fail_mode}").success
     assert kept_pages(f"b-cut-{fail_mode}") == served
-    [aside] = (RawStore().x_dir() / ".superseded").glob(f"b-cut-{fail_mode}-*")
+    [aside] = (RawStore.from_settings().x_dir() / ".superseded").glob(f"b-cut-{fail_mode}-*")
     assert [p.read_bytes() for p in sorted(aside.glob("page-*.json"))] == served[:2]
 
 
@@ -212,8 +214,8 @@ def test_max_pages_keeps_a_partial_capture_that_is_not_complete(fake_x, instance
     assert result.success
     assert kept_pages("b-max") == served[:2]
     assert metadata(result)["complete"] is False
-    assert RawStore().manifest("b-max").complete is False
-    assert RawStore().watermark() is None
+    assert RawStore.from_settings().manifest("b-max").complete is False
+    assert RawStore.from_settings().watermark() is None
 
 
 def test_a_stalled_client_is_a_cut_off_not_the_end(fake_x, instance, entries):
@@ -225,7 +227,7 @@ def test_a_stalled_client_is_a_cut_off_not_the_end(fake_x, instance, entries):
     assert not result.success
     assert "bottom cursor" in failure_message(result)
     assert kept_pages("b-stall") == served[:2]
-    assert RawStore().watermark() is None
+    assert RawStore.from_settings().watermark() is None
 
 
 def test_no_answer_within_the_timeout_is_a_cut_off(fake_x, instance, entries, monkeypatch):
@@ -247,9 +249,9 @@ def test_missing_login_fails_with_kb_login_hint(fake_x, instance):
 
     assert not result.success
     assert "Run `kb login`" in failure_message(result)
-    assert RawStore().manifest("b-nologin").complete is False
+    assert RawStore.from_settings().manifest("b-nologin").complete is False
     with pytest.raises(XLoginMissing, match="kb login"):
-        with Browser().x_context():
+        with Browser.from_settings().x_context():
             pass
 
 
@@ -267,8 +269,8 @@ def test_files_mode_imports_pages_byte_for_byte(fake_x, instance, entries, tmp_p
     assert kept_pages("b-import") == [pages[0], pages[1], b"<html>not json</html>"]
     meta = metadata(result)
     assert (meta["pages"], meta["tweets"], meta["bad_pages"]) == (3, 30, 1)
-    assert RawStore().manifest("b-import").mode == "files"
-    assert RawStore().watermark() is None  # an import never moves the watermark
+    assert RawStore.from_settings().manifest("b-import").mode == "files"
+    assert RawStore.from_settings().watermark() is None  # an import never moves the watermark
     assert not fake_x.state.seen  # no browser
 
     result = capture(instance, "b-import-missing", files=[files[0], str(tmp_path / "absent.json")])
@@ -282,7 +284,7 @@ def test_files_mode_imports_pages_byte_for_byte(fake_x, instance, entries, tmp_p
 
 def test_clean_context_sends_no_x_cookies(fake_x, other_server, entries):
     fake_x.serve_entries(entries[:5])
-    browser = Browser()
+    browser = Browser.from_settings()
     with browser.clean_context() as context:
         page = context.new_page()
         page.goto(other_server.url + "/article")
@@ -300,7 +302,7 @@ def test_clean_context_sends_no_x_cookies(fake_x, other_server, entries):
 
 def test_x_context_refuses_pages_that_are_not_x(fake_x, other_server, entries):
     fake_x.serve_entries(entries[:5])
-    with Browser().x_context() as x:
+    with Browser.from_settings().x_context() as x:
         with pytest.raises(NotAnXPage, match="localhost"):
             x.open(other_server.url + "/")
         assert other_server.seen == []
@@ -317,7 +319,7 @@ def test_x_context_refuses_pages_that_are_not_x(fake_x, other_server, entries):
             x.raise_if_left_x()
 
     # A redirect is not seen by routes; the landing check stops it.
-    with Browser().x_context() as x:
+    with Browser.from_settings().x_context() as x:
         with pytest.raises(NotAnXPage, match="landed on localhost"):
             x.open(f"/leave?{other_server.url}/landing")
         assert [p.url for p in x.context.pages] == []  # the page that left X is closed
@@ -325,15 +327,15 @@ def test_x_context_refuses_pages_that_are_not_x(fake_x, other_server, entries):
 
 
 def test_readiness_names_what_is_missing_and_never_shows_the_login(fake_x):
-    ok, detail = Browser().readiness()
+    ok, detail = Browser.from_settings().readiness()
     assert ok and "/usr/bin/chromium" in detail and SECRET not in detail
 
     get_settings().x_state_path.unlink()
-    ok, detail = Browser().readiness()
+    ok, detail = Browser.from_settings().readiness()
     assert not ok and "kb login" in detail
 
 
 def test_readiness_names_a_chromium_that_is_not_there(fake_x, monkeypatch, tmp_path):
     monkeypatch.setenv("KB_CHROMIUM_PATH", str(tmp_path / "no-chromium"))
-    ok, detail = Browser().readiness()
+    ok, detail = Browser.from_settings().readiness()
     assert not ok and "no-chromium" in detail and "not executable" in detail

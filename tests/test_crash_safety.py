@@ -46,8 +46,8 @@ import kb_assets.definitions  # noqa: F401
 from kb.sample_data import sample_pages
 from kb.x_graphql import load_page, parse_page
 from kb_resources.dagster_home import ensure_dagster_home
-from kb_resources.lance_index import BOOKMARKS, CHUNKS, ChunkIndex
-from kb_resources.raw_store import RawStore
+from kb.lance_index import BOOKMARKS, CHUNKS, ChunkIndex
+from kb.raw_store import RawStore
 from kb_resources.run_monitor import PROCESS_GONE_TAG
 from kb.settings import excluded_sources, get_settings
 from tests.fake_anthropic import FakeAnthropic, bash, report, text, tool_use, write
@@ -235,7 +235,7 @@ def duck(sql: str, params=()) -> list[tuple]:
 
 
 def lance_rows(name: str, columns: list[str]) -> list[dict]:
-    table = ChunkIndex().table(name)
+    table = ChunkIndex.from_settings().table(name)
     return [] if table is None else table.to_arrow().select(columns).to_pylist()
 
 
@@ -337,7 +337,7 @@ def test_a_sync_killed_in_each_stage_is_finished_by_the_next_sync(fake_x, tmp_pa
     served = fake_x.serve_entries(entries, page_size=10)  # 4 pages of 10, then the end page
     fake_x.state.fail_after, fake_x.state.fail_mode, fake_x.state.hang_s = 2, "hang", WAIT_S
     instance = dagster_instance()
-    raw = RawStore()
+    raw = RawStore.from_settings()
 
     # 1. Capture: X holds the request for page 3; the kill comes while it waits.
     kb = fork_process(tmp_path, "sync-1", argv=["sync"])
@@ -452,7 +452,7 @@ def test_which_earlier_batches_a_sync_finishes(tmp_path):
     from kb.apps.sync import MAX_DEATHS, unfinished_batches
 
     stages = ["capture", "normalize", "chunks", "index"]
-    raw = RawStore()
+    raw = RawStore.from_settings()
     instance = dagster_instance()
     gone = dg.DagsterRunStatus.FAILURE, {PROCESS_GONE_TAG: "true"}
     ok, failed = (dg.DagsterRunStatus.SUCCESS, {}), (dg.DagsterRunStatus.FAILURE, {})

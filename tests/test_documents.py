@@ -19,11 +19,14 @@ import dagster as dg
 import pymupdf
 import pytest
 
-from kb_assets.enrich.documents import DocumentsConfig, documents, documents_coverage, owned_documents
+from kb.queries import owned_documents
+from kb_assets.enrich.documents import DocumentsConfig, documents, documents_coverage
 from kb_assets.partitions import sync_batches
 from kb.urls import normalize_url
-from kb_resources.browser import Browser
-from kb_resources.duckdb_store import DuckDBStore, insert_rows
+from kb.browser import Browser
+from kb.duckdb_store import DuckDBStore, insert_rows
+from kb_resources.services import BrowserResource
+from kb_resources.stores import DuckDBResource
 
 pytestmark = pytest.mark.browser
 
@@ -211,7 +214,7 @@ def run_documents(store: DuckDBStore, *, retry: bool = False, workers: int = 2) 
         [documents, documents_coverage],
         partition_key=BATCH,
         instance=instance,
-        resources={"duckdb": store, "browser": Browser()},
+        resources={"duckdb": DuckDBResource(path=store.path), "browser": BrowserResource.from_settings()},
         run_config=dg.RunConfig({"documents": DocumentsConfig(retry=retry, workers=workers)}),
     )
 
@@ -243,7 +246,7 @@ def fetched(sites, tmp_path_factory):
     home = tmp_path_factory.mktemp("documents_home")
     with pytest.MonkeyPatch.context() as monkeypatch:
         env_for(monkeypatch, home, web, x)
-        store = DuckDBStore(path=str(home / "kb.duckdb"))
+        store = DuckDBStore.from_settings(path=str(home / "kb.duckdb"))
         paths = ["/article", "/js-page", "/report.pdf", "/pdf/2401.01234", "/missing", "/slow",
                  "/photo.png", "/short", "/challenge"]
         links = [link("100", web.base + p, position=n) for n, p in enumerate(paths)]
@@ -390,7 +393,7 @@ def test_coverage_check_reports_the_share_of_usable_documents(fetched):
 def test_fetched_addresses_are_not_fetched_again_and_retry_tries_failures(sites, tmp_path, monkeypatch):
     web, x = sites
     env_for(monkeypatch, tmp_path, web, x)
-    store = DuckDBStore(path=str(tmp_path / "kb.duckdb"))
+    store = DuckDBStore.from_settings(path=str(tmp_path / "kb.duckdb"))
     seed(store, [link("200", web.base + "/flaky"), link("200", web.base + "/article", position=1)], [bookmark("200")])
 
     run_documents(store, workers=1)  # one browser start: the test is about what is fetched
@@ -414,13 +417,13 @@ def test_without_a_browser_the_run_fails_and_keeps_what_it_fetched(sites, tmp_pa
     web, x = sites
     env_for(monkeypatch, tmp_path, web, x)
     monkeypatch.setenv("KB_CHROMIUM_PATH", str(tmp_path / "no-chromium"))
-    store = DuckDBStore(path=str(tmp_path / "kb.duckdb"))
+    store = DuckDBStore.from_settings(path=str(tmp_path / "kb.duckdb"))
     seed(store, [link("300", web.base + "/article"), link("301", "https://x.com/i/article/555", kind="article")],
          [bookmark("300"), bookmark("301", article_title="State article", article_text=STATE_ARTICLE)])
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(sync_batches.name, [BATCH])
     result = dg.materialize([documents], partition_key=BATCH, instance=instance, raise_on_error=False,
-                            resources={"duckdb": store, "browser": Browser()})
+                            resources={"duckdb": DuckDBResource(path=store.path), "browser": BrowserResource.from_settings()})
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert "no-chromium" in failure.step_failure_data.error.message

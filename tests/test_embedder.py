@@ -9,7 +9,7 @@ import socket
 import numpy as np
 import pytest
 
-from kb_resources.embedder import (
+from kb.embedder import (
     OLLAMA_DOCUMENT_PROMPT,
     OLLAMA_QUERY_PROMPT,
     CACHE_TABLE,
@@ -44,7 +44,7 @@ def closed_port_url() -> str:
 
 
 def test_auto_uses_ollama_when_it_has_the_model(ollama):
-    embedder = Embedder()
+    embedder = Embedder.from_settings()
     assert embedder.resolved_backend() == "ollama"
     assert embedder.model_name == "ollama:embeddinggemma"
     assert embedder.dim == DIM
@@ -63,14 +63,14 @@ def test_auto_uses_ollama_when_it_has_the_model(ollama):
 
 def test_ollama_batches_and_never_embeds_unchanged_text_twice(ollama):
     texts = [f"passage number {i} about topic {i % 3}" for i in range(5)]
-    first = Embedder(batch_size=2)
+    first = Embedder.from_settings(batch_size=2)
     vectors = first.embed_documents(texts)
     calls = [r for r in ollama.requests if r["path"] == "/api/embed" and "dimension probe" not in str(r["body"])]
     assert [len(r["body"]["input"]) for r in calls] == [2, 2, 1]
 
     # A new embedder (as in a new run) finds the vectors in the LanceDB cache.
     before = len(ollama.embed_inputs())
-    second = Embedder(batch_size=2)
+    second = Embedder.from_settings(batch_size=2)
     again = second.embed_documents(texts + ["a new passage", texts[0]])
     new_inputs = ollama.embed_inputs()[before:]
     assert new_inputs == [OLLAMA_DOCUMENT_PROMPT.format(text="a new passage")]
@@ -81,8 +81,8 @@ def test_ollama_batches_and_never_embeds_unchanged_text_twice(ollama):
 
 
 def test_cache_is_per_model(ollama):
-    Embedder(backend="hash").embed_documents(["same text"])
-    ollama_embedder = Embedder(backend="ollama")
+    Embedder.from_settings(backend="hash").embed_documents(["same text"])
+    ollama_embedder = Embedder.from_settings(backend="ollama")
     ollama_embedder.embed_documents(["same text"])
     assert ollama_embedder.stats["embedded"] == 1
 
@@ -90,7 +90,7 @@ def test_cache_is_per_model(ollama):
 def test_auto_falls_back_to_local_when_ollama_lacks_the_model(monkeypatch):
     with FakeOllama(models=["nomic-embed-text:latest"]) as fake:
         monkeypatch.setenv("OLLAMA_URL", fake.url)
-        embedder = Embedder()
+        embedder = Embedder.from_settings()
         assert embedder.resolved_backend() == "local"
         assert embedder.model_name == "local:all-MiniLM-L6-v2"
         assert embedder.dim == 384
@@ -104,7 +104,7 @@ def test_auto_falls_back_to_local_when_ollama_lacks_the_model(monkeypatch):
 
 def test_auto_falls_back_to_local_when_ollama_does_not_answer(monkeypatch):
     monkeypatch.setenv("OLLAMA_URL", closed_port_url())
-    embedder = Embedder()
+    embedder = Embedder.from_settings()
     assert embedder.resolved_backend() == "local"
     status = embedder.readiness()
     assert status["ollama"]["answers"] is False
@@ -115,11 +115,11 @@ def test_ollama_backend_names_the_missing_model(monkeypatch):
     with FakeOllama(models=["nomic-embed-text:latest"]) as fake:
         monkeypatch.setenv("OLLAMA_URL", fake.url)
         with pytest.raises(EmbedderError, match="ollama pull embeddinggemma"):
-            Embedder(backend="ollama").embed_documents(["text"])
+            Embedder.from_settings(backend="ollama").embed_documents(["text"])
 
 
 def test_readiness_with_ollama(ollama):
-    status = Embedder().readiness()
+    status = Embedder.from_settings().readiness()
     assert status["ollama"] == {"url": ollama.url, "model": "embeddinggemma", "answers": True,
                                 "has_model": True, "error": None}
     assert status["active"] == "ollama:embeddinggemma"
@@ -129,13 +129,13 @@ def test_readiness_with_ollama(ollama):
 def test_unknown_backend_is_an_error(monkeypatch):
     monkeypatch.setenv("KB_EMBED_BACKEND", "openai")
     with pytest.raises(EmbedderError, match="'openai' is unknown"):
-        Embedder().model_name
+        Embedder.from_settings().model_name
 
 
 def test_local_model_loads_offline_and_ranks_a_paraphrase_first(monkeypatch):
     # Any hub access would go to a closed port and fail.
     monkeypatch.setenv("HF_ENDPOINT", closed_port_url())
-    embedder = Embedder(backend="local")
+    embedder = Embedder.from_settings(backend="local")
     query = embedder.embed_query("How do I bake bread at home?")
     docs = embedder.embed_documents([
         "The central bank raised interest rates by a quarter point.",
@@ -146,8 +146,8 @@ def test_local_model_loads_offline_and_ranks_a_paraphrase_first(monkeypatch):
 
 
 def test_hash_embedder_is_deterministic():
-    first = Embedder(backend="hash", use_cache=False).embed_documents(["alpha beta", "gamma"])
-    second = Embedder(backend="hash", use_cache=False).embed_documents(["alpha beta", "gamma"])
+    first = Embedder.from_settings(backend="hash", use_cache=False).embed_documents(["alpha beta", "gamma"])
+    second = Embedder.from_settings(backend="hash", use_cache=False).embed_documents(["alpha beta", "gamma"])
     assert np.array_equal(first, second)
-    query = Embedder(backend="hash").embed_query("beta")
+    query = Embedder.from_settings(backend="hash").embed_query("beta")
     assert first[0] @ query > 0.5 and abs(first[1] @ query) < 1e-6

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kb.apps.eval_retrieval import EvalDataError, document_chunks, evaluate, load_beir, ndcg_at, recall_at
-from kb_resources.embedder import Embedder
+from kb.embedder import Embedder
 
 LONG_TEXT = " ".join(f"Filler sentence number {i} talks about weather and clouds." for i in range(40)) + \
     " The final sentence mentions the zirconium isotope ratio."
@@ -68,7 +68,7 @@ def test_long_documents_become_several_passages():
 
 def test_evaluate_runs_every_mode_through_the_index(tmp_path):
     folder = write_beir(tmp_path / "tiny")
-    result = evaluate(folder, "test", ["bm25", "dense", "hybrid"], embedder=Embedder(backend="hash"))
+    result = evaluate(folder, "test", ["bm25", "dense", "hybrid"], embedder=Embedder.from_settings(backend="hash"))
     assert set(result) == {"bm25", "dense", "hybrid"}
     for mode, figures in result.items():
         assert figures["queries"] == 4, mode  # q5 has no judgement
@@ -83,7 +83,7 @@ def test_evaluate_runs_every_mode_through_the_index(tmp_path):
 
 def test_evaluate_one_mode(tmp_path):
     folder = write_beir(tmp_path / "tiny", split="dev")
-    result = evaluate(folder, "dev", ["bm25"], embedder=Embedder(backend="hash"))
+    result = evaluate(folder, "dev", ["bm25"], embedder=Embedder.from_settings(backend="hash"))
     assert list(result) == ["bm25"]
 
 
@@ -92,7 +92,7 @@ def test_bad_folders_give_clear_errors(tmp_path):
     with pytest.raises(EvalDataError, match=r"queries\.train\.jsonl is missing"):
         load_beir(folder, "train")
     with pytest.raises(ValueError, match="mode='sparse'"):
-        evaluate(folder, "test", ["sparse"], embedder=Embedder(backend="hash"))
+        evaluate(folder, "test", ["sparse"], embedder=Embedder.from_settings(backend="hash"))
     (folder / "corpus.jsonl").write_text('{"_id": "d1", "title": "x", "text": "y"}\nnot json\n')
     with pytest.raises(EvalDataError, match="line 2 is not JSON"):
         load_beir(folder, "test")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from kb_resources.gate import (
+from kb.gate import (
     DEFAULT_PURPOSE,
     FALLBACK_SCORE,
     QualityGate,
@@ -26,7 +26,7 @@ def gate_env(monkeypatch):
         monkeypatch.setenv("KB_GATE_MODEL", "deepseek-chat")
         if key:
             monkeypatch.setenv("DEEPSEEK_API_KEY", key)
-        return QualityGate(retry_delay_s=0)
+        return QualityGate.from_settings(retry_delay_s=0)
     return configure
 
 

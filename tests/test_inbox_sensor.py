@@ -22,16 +22,19 @@ from kb_assets.wiki.wiki_pages import (
     wiki_topics,
 )
 from kb.settings import get_settings
-from sensors.telegram_inbox import MAX_ITEMS_PER_TICK, TOPIC_TAG, bot_requests_sensor, inbox_sensor, wiki_requests_sensor
+from sensors.inbox_folder import MAX_ITEMS_PER_TICK, TOPIC_TAG, bot_requests_sensor, inbox_sensor, wiki_requests_sensor
 from sensors.source_outcomes import source_failures_sensor, source_outcomes_sensor
 from kb.telegram_inbox import Inbox, dropped_item_id
-from kb_resources.telegram_notifier import TelegramNotifier
+from kb.telegram_notifier import TelegramNotifier
 from tests import source_helpers as h
+from kb_resources.services import TelegramNotifierResource
+from kb_resources.stores import InboxResource
 
 
 def tick(sensor, cursor=None, instance=None, definitions=None):
     context = dg.build_sensor_context(cursor=cursor, instance=instance or dg.DagsterInstance.ephemeral(),
-                                      definitions=definitions)
+                                      definitions=definitions,
+                                      resources=None if definitions else {"inbox": InboxResource.from_settings()})
     return sensor(context)
 
 
@@ -186,7 +189,7 @@ def test_the_sensors_load_with_the_real_wiki_stage():
         jobs=[source_intake_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
         sensors=[inbox_sensor, bot_requests_sensor, wiki_requests_sensor, source_outcomes_sensor,
                  source_failures_sensor],
-        resources={**h.resources(), "telegram": TelegramNotifier()},
+        resources={**h.resources(), "telegram": TelegramNotifierResource.from_settings()},
     )
     dg.Definitions.validate_loadable(definitions)
     job = definitions.resolve_job_def(source_intake_job.name)

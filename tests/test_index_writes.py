@@ -13,8 +13,8 @@ from datetime import datetime
 import pytest
 
 from kb.search import search
-from kb_resources.embedder import Embedder
-from kb_resources.lance_index import CHUNKS, ChunkIndex
+from kb.embedder import Embedder
+from kb.lance_index import CHUNKS, ChunkIndex
 
 T0 = "2024-03-01T08:00:00+00:00"
 
@@ -34,12 +34,12 @@ def bookmark_rows() -> list[dict]:
 
 @pytest.fixture
 def hasher() -> Embedder:
-    return Embedder(backend="hash")
+    return Embedder.from_settings(backend="hash")
 
 
 @pytest.fixture
 def built(hasher) -> ChunkIndex:
-    index = ChunkIndex()
+    index = ChunkIndex.from_settings()
     index.replace_chunks(["1", "2", "3"], bookmark_rows(), hasher)
     index.maintain()
     return index

@@ -29,10 +29,12 @@ from kb.reading import PAGE_CHARS
 from kb.search import search
 from kb.wiki_files import wiki_page_files
 from kb_assets.index.wiki_index import wiki_index
-from kb_resources.duckdb_store import DuckDBStore
-from kb_resources.embedder import Embedder
-from kb_resources.lance_index import ChunkIndex
-from kb_resources.wiki_repo import Wiki
+from kb.duckdb_store import DuckDBStore
+from kb.embedder import Embedder
+from kb.lance_index import ChunkIndex
+from kb.wiki_repo import Wiki
+from kb_resources.services import EmbedderResource
+from kb_resources.stores import ChunkIndexResource, WikiResource
 
 T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
 SYNCED = datetime(2024, 4, 2, 6, 30, tzinfo=timezone.utc)
@@ -80,8 +82,8 @@ def changelog_text() -> str:
 
 
 def build_corpus(home: Path) -> dict:
-    index = ChunkIndex(path=str(home / "lancedb"))
-    embedder = Embedder(backend="hash", cache_dir=str(home / "lancedb"))
+    index = ChunkIndex.from_settings(path=str(home / "lancedb"))
+    embedder = Embedder.from_settings(backend="hash", cache_dir=str(home / "lancedb"))
     changelog = changelog_text()
     changelog_passages = chunk_text(changelog)
     post_104 = "Release notes of the big project, worth a read: " + CHANGELOG
@@ -150,9 +152,9 @@ def write_wiki(home: Path) -> Path:
 
 def materialize_wiki_index(home: Path) -> dg.ExecuteInProcessResult:
     return dg.materialize([wiki_index], resources={
-        "wiki": Wiki(path=str(home / "wiki")),
-        "embedder": Embedder(backend="hash", cache_dir=str(home / "lancedb")),
-        "lance": ChunkIndex(path=str(home / "lancedb")),
+        "wiki": WikiResource.from_settings(path=str(home / "wiki")),
+        "embedder": EmbedderResource.from_settings(backend="hash", cache_dir=str(home / "lancedb")),
+        "lance": ChunkIndexResource.from_settings(path=str(home / "lancedb")),
     })
 
 
@@ -297,9 +299,9 @@ def corpus(home, server) -> dict:
     write_wiki(home)
     # The asset function itself: a whole Dagster run costs seconds, and
     # test_wiki_index_removes_deleted_pages runs the asset through Dagster.
-    wiki_index(dg.build_asset_context(), wiki=Wiki(path=str(home / "wiki")),
-               embedder=Embedder(backend="hash", cache_dir=str(home / "lancedb")),
-               lance=ChunkIndex(path=str(home / "lancedb")))
+    wiki_index(dg.build_asset_context(), wiki=Wiki.from_settings(path=str(home / "wiki")),
+               embedder=Embedder.from_settings(backend="hash", cache_dir=str(home / "lancedb")),
+               lance=ChunkIndex.from_settings(path=str(home / "lancedb")))
     return {"home": home, **facts}
 
 
@@ -546,8 +548,8 @@ def test_server_started_before_the_first_sync(server):
 
 
 def test_calls_while_the_index_is_written(client, home):
-    index = ChunkIndex(path=str(home / "lancedb"))
-    embedder = Embedder(backend="hash", cache_dir=str(home / "lancedb"))
+    index = ChunkIndex.from_settings(path=str(home / "lancedb"))
+    embedder = Embedder.from_settings(backend="hash", cache_dir=str(home / "lancedb"))
 
     def version(n: int) -> list[dict]:
         # Each version of bookmark 200 has its own number of passages and one word throughout.
@@ -572,7 +574,7 @@ def test_calls_while_the_index_is_written(client, home):
 
     try:
         # A sync holds the DuckDB file: a server that opened it would fail.
-        with DuckDBStore(path=str(home / "kb.duckdb")).transaction() as conn:
+        with DuckDBStore.from_settings(path=str(home / "kb.duckdb")).transaction() as conn:
             conn.execute("INSERT INTO schema_info VALUES (0)")
             pid = client.server_pid()
             thread = threading.Thread(target=writer)
@@ -612,9 +614,9 @@ def test_wiki_index_removes_deleted_pages(kb_home):
     (root / "wiki" / "concepts" / ".hidden.md").write_text("hidden quokka")
     assert [f.name for f in wiki_page_files(root)] == ["a.md", "b.md"]
     assert materialize_wiki_index(kb_home).success
-    index = ChunkIndex(path=str(kb_home / "lancedb"))
+    index = ChunkIndex.from_settings(path=str(kb_home / "lancedb"))
     assert index.tweet_ids(source="wiki") == {"wiki:wiki/concepts/a.md", "wiki:wiki/concepts/b.md"}
-    hasher = Embedder(backend="hash")
+    hasher = Embedder.from_settings(backend="hash")
     hit = search("quokka", source="wiki", index=index, embedder=hasher).hits[0]
     assert (hit.best_ref, hit.author, hit.best_source) == ("wiki/concepts/a.md", "wiki", "wiki")
 

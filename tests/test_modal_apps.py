@@ -25,10 +25,10 @@ import modal
 import pymupdf
 import pytest
 
-from kb_resources.modal_apps import caption_app, shared, transcribe_app
-from kb_resources.modal_runner import ModalRunError, mapped_results, modal_ready, run_on_modal, wait_for_zero
-from kb_resources.transcriber import cpu_whisper, default_whisper_model
-from kb_resources.vision import Captioner, photo_batches
+from kb.modal_apps import caption_app, shared, transcribe_app
+from kb.modal_runner import ModalRunError, mapped_results, modal_ready, run_on_modal, wait_for_zero
+from kb.transcriber import cpu_whisper, default_whisper_model
+from kb.vision import Captioner, photo_batches
 from tests.fake_media import MediaServer, png
 from tests.speech_media import videos  # noqa: F401  (a fixture)
 
@@ -251,7 +251,7 @@ def test_modal_backends_need_a_token(monkeypatch):
     monkeypatch.delenv("MODAL_TOKEN_SECRET", raising=False)
     if modal_ready()[0]:
         pytest.skip("this machine has a Modal token in ~/.modal.toml")
-    reason = Captioner(backend="modal").off_reason()
+    reason = Captioner.from_settings(backend="modal").off_reason()
     assert reason and "modal token new" in reason
 
 

@@ -23,11 +23,12 @@ from kb_assets.x.bookmarks import (
     normalized_bookmarks_checks,
 )
 from kb_assets.partitions import sync_batches
-from kb_resources.duckdb_store import DuckDBStore
-from kb_resources.raw_store import CaptureManifest, RawStore
+from kb.duckdb_store import DuckDBStore
+from kb.raw_store import CaptureManifest, RawStore
 from kb.settings import get_settings
 from tests.shared_data import x_fixture
 from tests.x_fixtures import _walk_entries, all_tweet_entries, bookmarks_page, paged_bookmarks
+from kb_resources.stores import DuckDBResource, RawStoreResource
 
 # Batch keys sort by time, as new_batch_key() makes them.
 B1, B2, B3, B4, B5 = (f"2026110{n}T000000000Z" for n in range(1, 6))
@@ -46,7 +47,7 @@ def ids(entries: list[dict]) -> list[str]:
 
 def write_raw_batch(batch: str, pages: list, *, full: bool, complete: bool = True) -> list:
     """Raw pages as x_raw_pages leaves them: page-NNNN.json, then capture.json."""
-    store = RawStore()
+    store = RawStore.from_settings()
     paths = []
     for number, page in enumerate(pages, start=1):
         body = page if isinstance(page, bytes) else json.dumps(page).encode()
@@ -65,7 +66,7 @@ def normalize(instance, batch: str, *, with_checks: bool = False, **kwargs) -> d
     return dg.materialize(
         definitions,
         partition_key=batch,
-        resources={"duckdb": DuckDBStore(), "raw_store": RawStore()},
+        resources={"duckdb": DuckDBResource.from_settings(), "raw_store": RawStoreResource.from_settings()},
         instance=instance,
         **kwargs,
     )
@@ -252,7 +253,7 @@ def test_checks_fail_on_rows_that_break_the_rules(instance):
     entries = all_tweet_entries()
     write_raw_batch(B1, [bookmarks_page(entries[:10], bottom_cursor="x")], full=False)
     normalize(instance, B1)
-    with DuckDBStore().transaction() as conn:
+    with DuckDBStore.from_settings().transaction() as conn:
         conn.execute("""INSERT INTO bookmarks (tweet_id, batch, sort_index, url, author_id, text, is_long,
                         raw_file, captured_at) VALUES ('999', 'old', '5', 'https://x.com/i/status/999', 'nobody',
                         'orphan', false, 'old/page-0001.json', now())""")
@@ -263,7 +264,7 @@ def test_checks_fail_on_rows_that_break_the_rules(instance):
     result = normalize(instance, B2, with_checks=True)
     assert checks(result) == {"every_bookmark_has_author_and_sort_index": False, "no_duplicate_ids": True,
                               "every_link_has_normalized_url": False}
-    with DuckDBStore().connect() as conn:
+    with DuckDBStore.from_settings().connect() as conn:
         assert bookmarks_missing_author_or_sort_index(conn) == ["999"]
         assert links_not_normalized(conn) == [
             "999: https://Example.com/A/ -> 'https://Example.com/A/' (expected 'https://example.com/A')"]

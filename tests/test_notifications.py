@@ -7,11 +7,13 @@ import pytest
 
 from kb_assets.partitions import sources
 from sensors.source_outcomes import source_failures_sensor, source_outcomes_sensor
-from kb_resources.telegram_notifier import NotificationError, TelegramNotifier, notification_text
+from kb.telegram_notifier import NotificationError, TelegramNotifier, notification_text
 from tests import source_helpers as h
 from tests.fake_openai_chat import FakeOpenAIChat, chat
 from tests.fake_telegram import FakeTelegram
 from tests.loopback_site import LoopbackSite
+from kb_resources.services import TelegramNotifierResource
+from kb_resources.stores import InboxResource
 
 TOKEN = "123456:TEST-SECRET-TOKEN"
 OWNER_CHAT = 555
@@ -30,10 +32,10 @@ def fake(monkeypatch):
 
 def test_a_notification_is_a_reply_and_goes_out_once_per_state(fake):
     item = h.add_item("web", 42, url="https://example.com/a")
-    notifier = TelegramNotifier()
+    notifier = TelegramNotifier.from_settings()
     assert notifier.notify(item.id, "rejected", "rejected: a") is True
     assert notifier.notify(item.id, "rejected", "rejected: a") is False
-    assert TelegramNotifier().notify(item.id, "rejected", "after a restart") is False
+    assert TelegramNotifier.from_settings().notify(item.id, "rejected", "after a restart") is False
     assert notifier.notify(item.id, "done", "done: a") is True
     assert fake.sent == [
         {"chat_id": h.OWNER_ID, "text": "rejected: a", "reply_to_message_id": 42},
@@ -46,16 +48,16 @@ def test_system_items_go_to_the_owner_chat(fake):
     inbox.root.mkdir(parents=True)
     (inbox.root / "dropped.md").write_text("# Dropped\n\nA file that the owner dropped in the inbox folder.")
     item = inbox.adopt_dropped_file(inbox.root / "dropped.md")
-    TelegramNotifier().notify(item.id, "failed", "failed: dropped.md")
+    TelegramNotifier.from_settings().notify(item.id, "failed", "failed: dropped.md")
     assert fake.sent == [{"chat_id": OWNER_CHAT, "text": "failed: dropped.md", "reply_to_message_id": None}]
 
 
 def test_without_a_token_the_notification_goes_to_stdout(capsys, monkeypatch):
     monkeypatch.delenv("TELEGRAM_BOT_TOKEN", raising=False)
     item = h.add_item("text", 1, text=NOTE)
-    assert TelegramNotifier().notify(item.id, "done", "done: a note") is True
+    assert TelegramNotifier.from_settings().notify(item.id, "done", "done: a note") is True
     assert capsys.readouterr().out == "[kb] done: a note\n"
-    assert TelegramNotifier().notify(item.id, "done", "done: a note") is False
+    assert TelegramNotifier.from_settings().notify(item.id, "done", "done: a note") is False
     assert capsys.readouterr().out == ""
 
 
@@ -63,12 +65,12 @@ def test_a_failed_send_is_not_recorded_and_names_no_token(fake):
     item = h.add_item("text", 2, text=NOTE)
     fake.send_errors = [(500, "Internal Server Error")]
     with pytest.raises(NotificationError) as error:
-        TelegramNotifier().notify(item.id, "done", "done: a note")
+        TelegramNotifier.from_settings().notify(item.id, "done", "done: a note")
     assert "Internal Server Error" in str(error.value)
     assert TOKEN not in str(error.value) and "TEST-SECRET" not in str(error.value)
     assert fake.sent == []
     # Not recorded: the next try sends it.
-    assert TelegramNotifier().notify(item.id, "done", "done: a note") is True
+    assert TelegramNotifier.from_settings().notify(item.id, "done", "done: a note") is True
     assert [m["text"] for m in fake.sent] == ["done: a note"]
 
 
@@ -97,7 +99,7 @@ def test_outcomes_sensor_sends_rejected_duplicate_and_done_once_each(fake, monke
             h.run_item(dagster, item.id, raise_on_error=True)
 
     def tick(cursor=None):
-        context = dg.build_sensor_context(cursor=cursor, instance=dagster, resources={"telegram": TelegramNotifier()})
+        context = dg.build_sensor_context(cursor=cursor, instance=dagster, resources={"telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
         source_outcomes_sensor(context)
         return context.cursor
 
@@ -128,10 +130,10 @@ def test_outcomes_sensor_tries_a_failed_send_again_next_tick(fake, monkeypatch):
         item = h.add_item("text", 20, text="Buy cheap watches now, best prices, click the link today!")
         h.run_item(dagster, item.id, raise_on_error=True)
     fake.send_errors = [(502, "Bad Gateway")]
-    context = dg.build_sensor_context(instance=dagster, resources={"telegram": TelegramNotifier()})
+    context = dg.build_sensor_context(instance=dagster, resources={"telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
     source_outcomes_sensor(context)
     assert fake.sent == []
-    context = dg.build_sensor_context(cursor=context.cursor, instance=dagster, resources={"telegram": TelegramNotifier()})
+    context = dg.build_sensor_context(cursor=context.cursor, instance=dagster, resources={"telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
     source_outcomes_sensor(context)
     assert [m["text"].split(":")[0] for m in fake.sent] == ["rejected"]
 
@@ -146,7 +148,7 @@ def test_failures_sensor_sends_a_final_failure_once(fake):
     def evaluate(run):
         context = dg.build_run_status_sensor_context(
             sensor_name=source_failures_sensor.name, dagster_event=result.get_run_failure_event(),
-            dagster_instance=dagster, dagster_run=run, resources={"telegram": TelegramNotifier()},
+            dagster_instance=dagster, dagster_run=run, resources={"telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()},
         ).for_run_failure()
         source_failures_sensor(context)
 

@@ -128,12 +128,12 @@ def test_web_pdf_link_is_parsed_as_pdf(tmp_path):
 
 @pytest.mark.browser
 def test_web_page_that_needs_javascript_falls_back_to_the_browser(site):
-    from kb_resources.browser import Browser
+    from kb.browser import Browser
 
     without_browser = parse_web(site.url("/js"), timeout_s=10)
     assert "Vector clocks order events" not in without_browser.body
     parsed = parse_web(site.url("/js"), timeout_s=20,
-                       render=lambda url: render_with_browser(Browser(), url, 20))
+                       render=lambda url: render_with_browser(Browser.from_settings(), url, 20))
     assert parsed.parser == "trafilatura+playwright"
     assert "Vector clocks order events in a distributed system" in parsed.body
     check_length("web", parsed, "the JS page")

@@ -15,8 +15,8 @@ import pytest
 from kb.reading import (PAGE_CHARS, PAGE_WORDS, DocumentNotFound, OffsetError, Passage, WikiPageNotFound,
                                WikiPathError, clip_words, is_wiki_page, media_with_captions, page_of, read_wiki_file,
                                resolve_document, wiki_page_file, wiki_page_path)
-from kb_resources.embedder import Embedder
-from kb_resources.lance_index import ChunkIndex
+from kb.embedder import Embedder
+from kb.lance_index import ChunkIndex
 
 T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
 POST = "https://x.com/alice/status/100"
@@ -92,12 +92,12 @@ def row(tweet_id: str, source: str, ref: str, position: int, text: str) -> dict:
 @pytest.fixture(scope="module")
 def index(tmp_path_factory) -> ChunkIndex:
     folder = tmp_path_factory.mktemp("reading") / "lancedb"
-    index = ChunkIndex(path=str(folder))
+    index = ChunkIndex.from_settings(path=str(folder))
     rows = [row("100", "image", "https://pbs.twimg.com/media/crab.jpg", 0, "A crab with a padlock."),
             row("100", "link", PAGE, 1, "Second passage of the notes."),
             row("100", "link", PAGE, 0, "First passage of the notes."),
             row("100", "post", POST, 0, "Notes on Rust ownership.")]
-    index.replace_chunks(["100"], rows, Embedder(backend="hash", cache_dir=str(folder)))
+    index.replace_chunks(["100"], rows, Embedder.from_settings(backend="hash", cache_dir=str(folder)))
     return index
 
 

@@ -12,8 +12,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from kb.search import search
-from kb_resources.embedder import Embedder
-from kb_resources.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch
+from kb.embedder import Embedder
+from kb.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch
 
 T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
 
@@ -33,12 +33,12 @@ def index_rows(index: ChunkIndex, rows: list[dict], embedder: Embedder) -> None:
 
 @pytest.fixture
 def hasher() -> Embedder:
-    return Embedder(backend="hash")
+    return Embedder.from_settings(backend="hash")
 
 
 @pytest.fixture
 def index() -> ChunkIndex:
-    return ChunkIndex()
+    return ChunkIndex.from_settings()
 
 
 CORPUS = [
@@ -182,9 +182,9 @@ def test_remove_bookmarks_and_sources(small_index, hasher):
 
 
 def test_readers_see_new_data_without_a_restart(small_index, hasher):
-    reader = ChunkIndex()
+    reader = ChunkIndex.from_settings()
     assert search("zeppelin", index=reader, embedder=hasher, mode="bm25").hits == []
-    writer = ChunkIndex()
+    writer = ChunkIndex.from_settings()
     index_rows(writer, [chunk("9", 0, "zeppelin airship history")], hasher)
     assert [h.tweet_id for h in search("zeppelin", index=reader, embedder=hasher, mode="bm25").hits] == ["9"]
     assert search("zeppelin", index=reader, embedder=hasher).hits[0].tweet_id == "9"
@@ -197,7 +197,7 @@ def test_search_while_another_thread_writes(index, hasher):
     stop = threading.Event()
 
     def write() -> None:
-        writer = ChunkIndex()
+        writer = ChunkIndex.from_settings()
         round_ = 0
         try:
             while not stop.is_set():
@@ -215,7 +215,7 @@ def test_search_while_another_thread_writes(index, hasher):
     try:
         searches = 0
         while searches < 40 or thread.is_alive() and searches < 40:
-            response = search("raft consensus", limit=20, index=ChunkIndex(), embedder=hasher)
+            response = search("raft consensus", limit=20, index=ChunkIndex.from_settings(), embedder=hasher)
             assert len(response.hits) == 20
             assert len({h.tweet_id for h in response.hits}) == 20
             searches += 1
@@ -226,7 +226,7 @@ def test_search_while_another_thread_writes(index, hasher):
 
 
 def test_maintain_folds_rows_into_the_indexes(index, hasher):
-    small = ChunkIndex(vector_index_min_rows=200)
+    small = ChunkIndex.from_settings(vector_index_min_rows=200)
     rows = [chunk(f"m{i}", 0, f"note {i} about graph databases and query planners") for i in range(260)]
     index_rows(small, rows, hasher)
     index_rows(small, [chunk("late", 0, "a late note about query planners")], hasher)
@@ -285,10 +285,10 @@ RARE = "Homelab log: patched CVE-2024-3094 on all my Debian boxes today; it took
 def local_index(tmp_path_factory) -> tuple[ChunkIndex, Embedder]:
     # Module scope: the passages are embedded once for the tests that only read.
     folder = tmp_path_factory.mktemp("local_index")
-    embedder = Embedder(backend="local", cache_dir=str(folder / "cache"))
+    embedder = Embedder.from_settings(backend="local", cache_dir=str(folder / "cache"))
     rows = [chunk(f"n{i}", 0, text) for i, text in enumerate(SEMANTIC_NEIGHBOURS)]
     rows.append(chunk("rare", 0, RARE))
-    index = ChunkIndex(path=str(folder / "index"))
+    index = ChunkIndex.from_settings(path=str(folder / "index"))
     index_rows(index, rows, embedder)
     return index, embedder
 
@@ -311,7 +311,7 @@ def test_exact_phrase_ranks_first(local_index):
 
 
 def test_another_model_gives_a_clear_error(index, hasher):
-    local = Embedder(backend="local")
+    local = Embedder.from_settings(backend="local")
     index_rows(index, [chunk("n1", 0, SEMANTIC_NEIGHBOURS[1])], local)
     with pytest.raises(IndexModelMismatch, match=r"local:all-MiniLM-L6-v2.*hash:bow-256.*kb index --rebuild"):
         search("backdoor", index=index, embedder=hasher)

@@ -51,14 +51,14 @@ from kb.apps.sync import run_sync
 from kb.urls import normalize_url
 from kb_assets.wiki.wiki_pages import GateDecision, apply_agent_change, ingest_prompt
 from kb_assets.index.wiki_index import wiki_index
-from kb_resources.browser import Browser
+from kb.browser import Browser
 from kb_resources.dagster_home import ensure_dagster_home
-from kb_resources.duckdb_store import DuckDBStore, insert_rows
-from kb_resources.embedder import Embedder
-from kb_resources.lance_index import ChunkIndex
+from kb.duckdb_store import DuckDBStore, insert_rows
+from kb.embedder import Embedder
+from kb.lance_index import ChunkIndex
 from kb.settings import get_settings
-from kb_resources.wiki_repo import Wiki
-from kb_resources.wiki_agent import WikiAgent
+from kb.wiki_repo import Wiki
+from kb.wiki_agent import WikiAgent
 from kb.telegram_inbox import Inbox, telegram_item_id
 from tests import fake_telegram as tg
 from tests import source_helpers as h
@@ -68,6 +68,8 @@ from tests.fake_telegram import FakeTelegram, converse
 from tests.test_bad_input import entry, tweet
 from tests.test_mcp_server import build_corpus, write_wiki
 from tests.test_wiki_agent import PARSED, SOURCE_TEXT, good_turns
+from kb_resources.services import BrowserResource
+from kb_resources.stores import DuckDBResource
 
 OWNER, STRANGER = h.OWNER_ID, 999
 LONG_TEXT = "Idea: keep a log of every schema change, with the reason, so that a rebuild can replay it."
@@ -246,7 +248,7 @@ def test_documents_send_the_x_login_to_x_only(kb_home, monkeypatch, capfd, caplo
 
         batch = "20261101T000000000Z"
         urls = [other.base + "/article", other.base + "/report.pdf", "https://x.com/i/article/777"]
-        with DuckDBStore().transaction() as conn:
+        with DuckDBStore.from_settings().transaction() as conn:
             insert_rows(conn, "bookmarks", [{"tweet_id": "1", "batch": batch, "sort_index": "1",
                                              "url": "https://x.com/a/status/1", "text": "links", "is_long": False,
                                              "raw_file": "p", "captured_at": datetime.now(timezone.utc)}])
@@ -256,11 +258,11 @@ def test_documents_send_the_x_login_to_x_only(kb_home, monkeypatch, capfd, caplo
         instance = dg.DagsterInstance.from_config(str(ensure_dagster_home()))  # logs on disk, to scan
         instance.add_dynamic_partitions(sync_batches.name, [batch])
         result = dg.materialize([documents], partition_key=batch, instance=instance,
-                                resources={"duckdb": DuckDBStore(), "browser": Browser()},
+                                resources={"duckdb": DuckDBResource.from_settings(), "browser": BrowserResource.from_settings()},
                                 run_config=dg.RunConfig({"documents": DocumentsConfig(workers=2)}))
         instance.dispose()
         assert result.success
-        with DuckDBStore().connect() as conn:
+        with DuckDBStore.from_settings().connect() as conn:
             statuses = dict(conn.execute("SELECT url, status FROM documents").fetchall())
     finally:
         x.close()
@@ -358,14 +360,14 @@ def sync_page(photo_url: str) -> dict:
 
 def ingest_with_the_agent(fake: FakeAnthropic, monkeypatch) -> bool:
     """One wiki ingest by the real agent CLI against the loopback Messages API."""
-    wiki = Wiki()
+    wiki = Wiki.from_settings()
     root = wiki.ensure()
     (root / PARSED).parent.mkdir(parents=True, exist_ok=True)
     (root / PARSED).write_text(SOURCE_TEXT)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
     decision = GateDecision(source_id="src1", approved=True, parsed_path=PARSED, topics=("computing",))
     prompt = ingest_prompt(decision, {"title": "Notes on the Engine"}, "2026-11-29")
-    return apply_agent_change(wiki, WikiAgent(), prompt, prefix="ingest:", max_turns=20).ok
+    return apply_agent_change(wiki, WikiAgent.from_settings(), prompt, prefix="ingest:", max_turns=20).ok
 
 
 def test_no_key_or_token_reaches_a_log_or_a_file(kb_home, tmp_path, monkeypatch, telegram, capfd, caplog):
@@ -481,9 +483,9 @@ def test_mcp_tools_are_read_only_and_calls_change_no_byte(tmp_path, capfd):
     home.mkdir(parents=True)
     build_corpus(home)
     write_wiki(home)
-    wiki_index(dg.build_asset_context(), wiki=Wiki(path=str(home / "wiki")),
-               embedder=Embedder(backend="hash", cache_dir=str(home / "lancedb")),
-               lance=ChunkIndex(path=str(home / "lancedb")))
+    wiki_index(dg.build_asset_context(), wiki=Wiki.from_settings(path=str(home / "wiki")),
+               embedder=Embedder.from_settings(backend="hash", cache_dir=str(home / "lancedb")),
+               lance=ChunkIndex.from_settings(path=str(home / "lancedb")))
     before = content_hashes(home)
     env = {"KB_HOME": str(home), "KB_EMBED_BACKEND": "hash", "KB_CONFIG_FILE": str(home / "none.toml"),
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": os.environ.get("PATH", ""), **KEYS}

@@ -9,7 +9,7 @@ import pytest
 
 from kb.source_parsers import TransientParseError, split_frontmatter
 from kb_assets.telegram.sources import MAX_TRANSIENT_RETRIES, OVERRIDE_TAG, TRANSIENT_WAITS_S, parsed_sources
-from kb_resources.duckdb_store import DuckDBStore
+from kb.duckdb_store import DuckDBStore
 from kb.settings import get_settings
 from kb_assets.telegram.item_state import read_item_state
 from tests import source_helpers as h
@@ -21,7 +21,7 @@ NOTE = "Consistent hashing maps keys and nodes onto one ring, so adding a node m
 
 
 def rows(sql: str, params=()):
-    with DuckDBStore().connect() as conn:
+    with DuckDBStore.from_settings().connect() as conn:
         return conn.execute(sql, list(params)).fetchall()
 
 
@@ -177,7 +177,7 @@ def test_transient_errors_retry_after_60_120_240_seconds_over_the_items_life(dag
     
         def invoke():
             context = dg.build_asset_context(partition_key=item.id, instance=dagster)
-            return parsed_sources(context, duckdb=DuckDBStore(), browser=h.resources()["browser"])
+            return parsed_sources(context, duckdb=h.resources()["duckdb"], browser=h.resources()["browser"])
 
         # Direct invocation does not retry, so each call is one attempt, and
         # the RetryRequested that it raises shows the wait.
@@ -200,7 +200,7 @@ def test_transient_errors_retry_after_60_120_240_seconds_over_the_items_life(dag
         # /override gives the item its retries again.
         with pytest.raises(dg.RetryRequested):
             context = dg.build_asset_context(partition_key=item.id, instance=dagster, run_tags={OVERRIDE_TAG: "true"})
-            parsed_sources(context, duckdb=DuckDBStore(), browser=h.resources()["browser"])
+            parsed_sources(context, duckdb=h.resources()["duckdb"], browser=h.resources()["browser"])
         assert busy.hits["/busy"] == 5
 
 

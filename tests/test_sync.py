@@ -23,7 +23,7 @@ def _materialized_partitions(instance: dg.DagsterInstance, asset: str) -> list[s
 
 def test_a_new_sync_materializes_only_the_new_partition():
     from kb.apps.sync import run_sync
-    from kb_resources.lance_index import ChunkIndex
+    from kb.lance_index import ChunkIndex
 
     pages = sample_pages()
     first = run_sync(files=[str(p) for p in pages[:2]])
@@ -48,7 +48,7 @@ def test_a_new_sync_materializes_only_the_new_partition():
         conn.close()
     assert set(per_batch) == {first.batch, second.batch}
     assert sum(per_batch.values()) == 39
-    counts = ChunkIndex().counts()
+    counts = ChunkIndex.from_settings().counts()
     assert counts["bookmarks"] == 39
     assert counts["chunks"] > 0 and chunked > 30
 

@@ -10,7 +10,8 @@ import pytest
 
 from kb.settings import get_settings
 from kb import telegram_replies as replies
-from telegram_bridge.bot import build, main, run
+from kb.apps.bot_runner import dagster_reader, main
+from telegram_bridge.bot import build, run
 from kb.telegram_inbox import Inbox, telegram_item_id
 from tests import fake_telegram as tg
 from tests import source_helpers as h
@@ -202,7 +203,8 @@ def test_a_wrong_token_gets_no_updates_and_leaks_nothing(fake, monkeypatch, capl
     fake.push(msg(fake, 1, **tg.text_fields(LONG_TEXT)))
 
     async def session():
-        bot, dispatcher = build(get_settings())
+        settings = get_settings()
+        bot, dispatcher = build(settings, dagster_reader(settings))
         with pytest.raises(Exception) as error:
             await dispatcher.start_polling(bot, polling_timeout=1, handle_signals=False)
         return error.value
@@ -215,14 +217,15 @@ def test_a_wrong_token_gets_no_updates_and_leaks_nothing(fake, monkeypatch, capl
 
 def test_main_without_a_token_says_what_to_do(capsys, monkeypatch):
     monkeypatch.delenv("TELEGRAM_BOT_TOKEN", raising=False)
-    assert main([]) == 2
+    assert main() == 2
     assert "TELEGRAM_BOT_TOKEN is not set: there is no bot. Drop files in" in capsys.readouterr().err
 
 
 def test_run_sets_the_command_menu_and_writes_the_manifest_with_the_telegram_ids(fake, kb_home):
     async def session():
         fake.push(msg(fake, 7, **tg.text_fields(LONG_TEXT)))
-        task = asyncio.create_task(run(get_settings(), polling_timeout=1, handle_signals=False))
+        settings = get_settings()
+        task = asyncio.create_task(run(settings, dagster_reader(settings), polling_timeout=1, handle_signals=False))
         try:
             await fake.wait_until(lambda: fake.replies_to(7))
         finally:

@@ -10,11 +10,13 @@ import pytest
 
 from kb_assets.index.chunks import video_texts
 from kb_assets.enrich.video_transcripts import transcripts, transcripts_coverage
-from kb_resources.duckdb_store import DuckDBStore
-from kb_resources.transcriber import Transcriber, result_from, transcript_text
+from kb.duckdb_store import DuckDBStore
+from kb.transcriber import result_from, transcript_text
+from kb_resources.services import TranscriberResource
 from tests.enrich_rows import add_batches, bookmark, media, rows, write
 from tests.fake_media import MediaServer
 from tests.speech_media import videos  # noqa: F401  (a fixture)
+from kb_resources.stores import DuckDBResource
 
 BATCH = "20261101T000000000Z"
 
@@ -29,7 +31,7 @@ def instance():
 def _materialize(instance, assets, transcriber, config=None):
     return dg.materialize(
         assets, partition_key=BATCH, instance=instance, raise_on_error=False,
-        resources={"duckdb": DuckDBStore(), "transcriber": transcriber},
+        resources={"duckdb": DuckDBResource.from_settings(), "transcriber": transcriber},
         run_config={"ops": {"transcripts": {"config": config}}} if config else None)
 
 
@@ -50,7 +52,7 @@ def test_local_transcripts_of_speech_silence_and_a_cut_download(videos, instance
                media("12", "7_4", 0, "video", server.url("/p/4.jpg"), BATCH, smallest_mp4=server.url("/v/cut.mp4")),
                # The same video in another post: one transcript.
                media("13", "7_2", 0, "video", server.url("/p/2.jpg"), BATCH, smallest_mp4=server.url("/v/speech.mp4"))])
-        result = _materialize(instance, [transcripts, transcripts_coverage], Transcriber(backend="local"))
+        result = _materialize(instance, [transcripts, transcripts_coverage], TranscriberResource.from_settings(backend="local"))
         assert result.success
         assert server.hits["/v/speech.mp4"] == 1
 
@@ -67,7 +69,7 @@ def test_local_transcripts_of_speech_silence_and_a_cut_download(videos, instance
     assert (status, reason) == ("failed", "truncated")
     assert "/v/cut.mp4" in detail
 
-    with DuckDBStore().connect() as conn:
+    with DuckDBStore.from_settings().connect() as conn:
         texts = list(video_texts(conn, ["10", "11", "12", "13"]))
     # The speech serves both posts that show it; silence and the failure are never served.
     assert sorted((t.tweet_id, t.ref, t.lang) for t in texts) == [
@@ -83,7 +85,7 @@ def test_a_model_that_does_not_load_stops_the_run(instance, tmp_path):
     write([bookmark("10", BATCH)], [media("10", "7_2", 0, "video", "http://127.0.0.1:9/p.jpg", BATCH,
                                           smallest_mp4="http://127.0.0.1:9/v.mp4")])
     missing = str(tmp_path / "no-model-here")
-    result = _materialize(instance, [transcripts], Transcriber(backend="local", model=missing))
+    result = _materialize(instance, [transcripts], TranscriberResource.from_settings(backend="local", model=missing))
     assert not result.success
     message = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error.message
     assert "did not load" in message and missing in message
@@ -92,7 +94,7 @@ def test_a_model_that_does_not_load_stops_the_run(instance, tmp_path):
 
 def test_transcripts_are_off_by_default(instance):
     write([bookmark("10", BATCH)], [media("10", "7_2", 0, "video", "http://x/p.jpg", BATCH, smallest_mp4="http://x/v.mp4")])
-    result = _materialize(instance, [transcripts], Transcriber())
+    result = _materialize(instance, [transcripts], TranscriberResource.from_settings())
     assert result.success
     metadata = result.asset_materializations_for_node("transcripts")[0].metadata
     assert metadata["skipped"].value == "KB_TRANSCRIBE_BACKEND is off" and metadata["waiting"].value == 1

@@ -13,12 +13,14 @@ from hypothesis import given, settings as hypothesis_settings, strategies as st
 from kb_assets.index.chunks import SourceText
 from kb_assets.index.chunk_index import chunk_index
 from kb_assets.enrich.translations import translations, translations_coverage
-from kb_resources.duckdb_store import DuckDBStore
-from kb_resources.embedder import Embedder
-from kb_resources.lance_index import ChunkIndex
-from kb_resources.translator import PIECE_CHARS, TranslateError, Translator, retry_after_seconds, split_pieces
+from kb.duckdb_store import DuckDBStore
+from kb.embedder import Embedder
+from kb.lance_index import ChunkIndex
+from kb.translator import PIECE_CHARS, TranslateError, Translator, retry_after_seconds, split_pieces
 from tests.enrich_rows import add_batches, bookmark, rows, write
 from tests.fake_groq import PATH, FakeGroq
+from kb_resources.services import TranslatorResource
+from kb_resources.stores import DuckDBResource
 
 KEY = "sk-TEST-SECRET-groq-0000"
 BATCH = "20261101T000000000Z"
@@ -90,7 +92,7 @@ def test_retry_after_reads_seconds_milliseconds_and_dates():
 def test_a_429_waits_for_retry_after_then_translates(groq_env, monkeypatch):
     with FakeGroq({SPANISH: SPANISH_EN}, rate_limits=1, retry_after="1") as groq:
         monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
-        assert Translator().translate(SPANISH) == SPANISH_EN
+        assert Translator.from_settings().translate(SPANISH) == SPANISH_EN
     assert groq.paths == [PATH, PATH]
     assert groq.times[1] - groq.times[0] >= 0.95  # it waited the second that retry-after asked for
     request = groq.requests[1]
@@ -104,7 +106,7 @@ def test_the_wait_after_a_429_is_capped(groq_env, monkeypatch):
     with FakeGroq({SPANISH: SPANISH_EN}, rate_limits=2, retry_after="30") as groq:
         monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
         started = time.monotonic()
-        assert Translator(max_wait_s=0.3).translate(SPANISH) == SPANISH_EN
+        assert Translator.from_settings(max_wait_s=0.3).translate(SPANISH) == SPANISH_EN
         assert time.monotonic() - started < 5
     assert len(groq.requests) == 3
 
@@ -112,7 +114,7 @@ def test_the_wait_after_a_429_is_capped(groq_env, monkeypatch):
 def test_english_answer_means_no_translation(groq_env, monkeypatch):
     with FakeGroq(english_texts={TAGGED_ES_BUT_ENGLISH}) as groq:
         monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
-        assert Translator().translate(TAGGED_ES_BUT_ENGLISH) is None
+        assert Translator.from_settings().translate(TAGGED_ES_BUT_ENGLISH) is None
 
 
 def test_a_long_text_goes_out_in_pieces_and_comes_back_in_order(groq_env, monkeypatch):
@@ -121,7 +123,7 @@ def test_a_long_text_goes_out_in_pieces_and_comes_back_in_order(groq_env, monkey
     english = {p.strip(): f"Part {n} in English." for n, p in enumerate(parts)}
     with FakeGroq(english) as groq:
         monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
-        result = Translator().translate(text)
+        result = Translator.from_settings().translate(text)
     assert groq.user_texts() == [p.strip() for p in parts]
     assert all(len(t) <= PIECE_CHARS for t in groq.user_texts())
     assert result == "Part 0 in English.\n\nPart 1 in English.\n\nPart 2 in English."
@@ -131,7 +133,7 @@ def test_a_bad_key_is_fatal(groq_env, monkeypatch):
     with FakeGroq(status_code=401) as groq:
         monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
         with pytest.raises(TranslateError, match="HTTP 401") as info:
-            Translator().translate(SPANISH)
+            Translator.from_settings().translate(SPANISH)
     assert info.value.fatal
     assert KEY not in str(info.value)
 
@@ -157,7 +159,7 @@ def _write_chunks() -> None:
 
 
 def _materialize(instance, *assets, **resources):
-    base = {"duckdb": DuckDBStore(), "translator": Translator()}
+    base = {"duckdb": DuckDBResource.from_settings(), "translator": TranslatorResource.from_settings()}
     return dg.materialize(list(assets), partition_key=BATCH, instance=instance, resources={**base, **resources},
                           raise_on_error=False)
 
@@ -181,9 +183,9 @@ def test_translations_asset_caches_foreign_chunks_and_the_index_shows_english(gr
     cached = dict(rows("SELECT c.text, t.english FROM translations t JOIN chunks c USING (text_hash)"))
     assert cached == {SPANISH: SPANISH_EN, RUSSIAN: RUSSIAN_EN, TAGGED_ES_BUT_ENGLISH: None}
 
-    index = _materialize(instance, chunk_index, embedder=Embedder(backend="hash"), lance=ChunkIndex())
+    index = _materialize(instance, chunk_index, embedder=Embedder.from_settings(backend="hash"), lance=ChunkIndex.from_settings())
     assert index.success
-    passages = {p["ref"] + " " + p["source"]: p for t in ("1", "4", "5") for p in ChunkIndex().passages(tweet_id=t)}
+    passages = {p["ref"] + " " + p["source"]: p for t in ("1", "4", "5") for p in ChunkIndex.from_settings().passages(tweet_id=t)}
     spanish = passages["https://x.com/alice/status/1 post"]
     assert spanish["text"] == SPANISH_EN and spanish["source_text"] == SPANISH
     russian = passages["https://x.com/boris/status/50 quote"]

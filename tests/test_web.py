@@ -24,8 +24,8 @@ from kb.apps.web.reader import WikiReader
 from kb.apps.web.wiki_html import render_markdown
 from kb.wiki_files import wiki_page_files
 from kb_assets.index.wiki_index import page_rows
-from kb_resources.embedder import Embedder
-from kb_resources.lance_index import ChunkIndex
+from kb.embedder import Embedder
+from kb.lance_index import ChunkIndex
 from kb.settings import Settings
 from kb.reading import PAGE_WORDS
 
@@ -189,13 +189,13 @@ def settings(tmp_path_factory) -> Settings:
     # Dagster UI address has nothing listening.
     settings = Settings(kb_home=home, groq_api_key=SECRET, deepseek_api_key=None, anthropic_auth_token=None,
                         telegram_bot_token=None, kb_dagster_ui_url=f"http://127.0.0.1:{closed_port()}")
-    index = ChunkIndex(path=str(settings.lancedb_dir))
+    index = ChunkIndex.from_settings(path=str(settings.lancedb_dir))
     write_wiki(settings.wiki_dir)
     # The wiki pages go into the same index, as the wiki_index asset writes them.
     rows = corpus_rows() + [row for file in wiki_page_files(settings.wiki_dir)
                             for row in page_rows(settings.wiki_dir, file)]
     index.replace_chunks(sorted({r["tweet_id"] for r in rows}), rows,
-                         Embedder(backend="hash", cache_dir=str(settings.lancedb_dir)))
+                         Embedder.from_settings(backend="hash", cache_dir=str(settings.lancedb_dir)))
     index.upsert_bookmark_cards(cards())
     # Not a DuckDB file: if the app opened it, the answer would be an error.
     settings.duckdb_path.write_bytes(b"this is not a DuckDB database")
@@ -229,10 +229,10 @@ def server(settings):
 def browser(settings):
     from playwright.sync_api import sync_playwright
 
-    from kb_resources.browser import chromium_launch_options
+    from kb.browser import chromium_launch_options
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(**chromium_launch_options(settings, headless=True))
+        browser = playwright.chromium.launch(**chromium_launch_options(settings.chromium_executable(), headless=True))
         yield browser
         browser.close()
 

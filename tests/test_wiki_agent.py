@@ -30,11 +30,13 @@ from kb_assets.wiki.wiki_pages import (
     wiki_topic_synthesis,
 )
 from kb_assets.wiki.page_checks import wiki_quality
-from kb_resources.duckdb_store import DuckDBStore
-from kb_resources.wiki_repo import SNAPSHOT_MESSAGE, Wiki
-from kb_resources.wiki_agent import WikiAgent, bash_deny_reason, tool_deny_reason
+from kb.duckdb_store import DuckDBStore
+from kb.wiki_repo import SNAPSHOT_MESSAGE, Wiki
+from kb.wiki_agent import WikiAgent, bash_deny_reason, tool_deny_reason
 from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 from tests.fake_anthropic import FakeAnthropic, Stall, bash, report, result_text, text, tool_use, write
+from kb_resources.services import WikiAgentResource
+from kb_resources.stores import DuckDBResource, WikiResource
 
 TOKEN = "sk-TEST-SECRET-wiki-agent-0001"
 SLUG = "engine-notes"
@@ -96,7 +98,7 @@ def agent_env(tmp_path, monkeypatch):
 @pytest.fixture
 def wiki(tmp_path):
     """A wiki with one page already in it, and a parsed source in raw/."""
-    w = Wiki()
+    w = Wiki.from_settings()
     root = w.ensure()
     (root / "wiki/concepts/symbols.md").write_text(
         "---\ntype: concept\nname: symbols\nsources: []\nupdated: 2026-11-01\n---\n# symbols\n")
@@ -140,7 +142,7 @@ def run_ingest(wiki: Wiki, fake: FakeAnthropic, monkeypatch, parsed: str = PARSE
     monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
     decision = GateDecision(source_id="src1", approved=True, parsed_path=parsed, topics=("computing",))
     prompt = ingest_prompt(decision, {"title": "Notes on the Engine"}, "2026-11-29")
-    return apply_agent_change(wiki, WikiAgent(), prompt, prefix="ingest:", max_turns=20)
+    return apply_agent_change(wiki, WikiAgent.from_settings(), prompt, prefix="ingest:", max_turns=20)
 
 
 def good_turns(commit_message: str = f"ingest: {SLUG}", call_report: bool = True) -> list:
@@ -387,7 +389,7 @@ def ephemeral_instance():
 
 def record_gate_decision(source_id: str, decision: str, parsed_path: str) -> None:
     """Write the rows that the gate stage writes (kb_assets/telegram/sources.py)."""
-    with DuckDBStore().transaction() as conn:
+    with DuckDBStore.from_settings().transaction() as conn:
         conn.execute(
             """INSERT OR REPLACE INTO sources (item_id, type, origin, title, parsed_path, received_at, status, updated_at)
                VALUES (?, 'web', 'drop', 'Notes on the Engine', ?, now(), ?, now())""",
@@ -402,7 +404,7 @@ def materialize_source(instance, source_id: str, **kw):
     instance.add_dynamic_partitions("sources", [source_id])
     return dg.materialize(
         [wiki_pages, wiki_quality], partition_key=source_id, instance=instance, raise_on_error=False,
-        resources={"wiki": Wiki(), "wiki_agent": WikiAgent(), "duckdb": DuckDBStore()}, **kw,
+        resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "duckdb": DuckDBResource.from_settings()}, **kw,
     )
 
 
@@ -445,7 +447,7 @@ def test_without_an_endpoint_sources_wait_and_the_sensor_picks_them_up(wiki, mon
         states = wiki_ingest_states(instance)
         assert states["src1"]["state"] == "waiting"
         assert states["src2"]["state"] == "rejected"
-        status = wiki_status(instance)
+        status = wiki_status(instance, WikiAgent.from_settings())
         assert status["waiting"] == ["src1"] and status["agent"]["ready"] is False
         assert not instance.fetch_materializations(dg.AssetKey("wiki_pages"), limit=5).records
         assert_unchanged(before, root)  # nothing written, nothing lost
@@ -464,7 +466,7 @@ def test_lint_without_agent_commits_the_findings(wiki, monkeypatch):
     root = wiki.root()
     with ephemeral_instance() as instance:
         result = dg.materialize([wiki_lint], partition_key="2026-11-28", instance=instance,
-                                resources={"wiki": Wiki(), "wiki_agent": WikiAgent()})
+                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
     assert result.success
     assert subjects(root)[0] == "lint: 2026-11-28"
     report_page = (root / "wiki/syntheses/lint/2026-11-28.md").read_text()
@@ -485,7 +487,7 @@ def test_lint_agent_gets_the_findings(wiki, monkeypatch):
     with FakeAnthropic(turns=turns) as fake, ephemeral_instance() as instance:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         result = dg.materialize([wiki_lint], partition_key=day, instance=instance,
-                                resources={"wiki": Wiki(), "wiki_agent": WikiAgent()})
+                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
         prompt = fake.first_prompt_text()
     assert result.success
     assert subjects(root)[0] == f"lint: {day}"
@@ -510,7 +512,7 @@ def test_synthesis_of_a_thin_week(wiki, monkeypatch):
     with FakeAnthropic(turns=turns) as fake, ephemeral_instance() as instance:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         result = dg.materialize([wiki_synthesis], partition_key=week, instance=instance,
-                                resources={"wiki": Wiki(), "wiki_agent": WikiAgent()})
+                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
         prompt = fake.first_prompt_text()
     assert result.success
     assert subjects(root)[0] == "synthesis: weekly 2026-W48"
@@ -521,7 +523,7 @@ def test_synthesis_of_an_empty_week_needs_no_agent(wiki):
     root = wiki.root()
     with ephemeral_instance() as instance:
         result = dg.materialize([wiki_synthesis], partition_key="2026-11-16", instance=instance,
-                                resources={"wiki": Wiki(), "wiki_agent": WikiAgent()})
+                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
     assert result.success
     assert subjects(root)[0] == "synthesis: weekly 2026-W47"
     assert "Thin week: no new sources" in (root / "wiki/syntheses/weekly/2026-W47.md").read_text()
@@ -533,9 +535,9 @@ def test_a_change_interrupted_by_a_crash_is_rolled_back_at_the_next_start(wiki):
     wiki.begin_change()
     (root / "wiki/entities/Half.md").write_text("half written")  # then the worker dies
     (root / "index.md").write_text("# Index\n")
-    again = Wiki().begin_change()
+    again = Wiki.from_settings().begin_change()
     assert again.sha == before["head"]  # no snapshot commit of the dead agent's work
-    Wiki().end_change()
+    Wiki.from_settings().end_change()
     assert_unchanged(before, root)
 
 
@@ -555,7 +557,7 @@ def test_topic_synthesis_is_one_commit(wiki, monkeypatch):
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         instance.add_dynamic_partitions("wiki_topics", [key])
         result = dg.materialize([wiki_topic_synthesis], partition_key=key, instance=instance,
-                                resources={"wiki": Wiki(), "wiki_agent": WikiAgent()})
+                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
         results = fake.tool_results()
     assert result.success
     assert subjects(root)[0] == "synthesis: topic computing"

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from kb.wiki_checks import FINDING_KINDS, check_wiki, findings_count, format_findings
-from kb_resources.wiki_repo import Wiki
+from kb.wiki_repo import Wiki
 
 SOURCE = """\
 ---
@@ -183,7 +183,7 @@ def test_fixing_a_page_removes_its_findings(problem_wiki):
 
 
 def test_new_wiki_has_no_findings(tmp_path):
-    root = Wiki(path=str(tmp_path / "fresh")).ensure()
+    root = Wiki.from_settings(path=str(tmp_path / "fresh")).ensure()
     found = check_wiki(root)
     assert findings_count(found) == 0, found
     assert set(found) == set(FINDING_KINDS)
@@ -211,7 +211,7 @@ def test_raw_files_lock_keeps_intake_writes_out_of_an_ingest(tmp_path):
     import threading
     import time as _time
 
-    from kb_resources.wiki_repo import raw_files_lock
+    from kb.wiki_repo import raw_files_lock
 
     wiki_dir = tmp_path / "wiki"
     events: list[str] = []

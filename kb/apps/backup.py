@@ -71,7 +71,7 @@ WIKI_WORKTREE = "wiki-worktree"
 # The agent's CLI keeps its own settings and session files in KB_HOME/agent:
 # not data, and they can hold tokens. Not backed up.
 HOME_FOLDERS = ("raw", "inbox")
-CHANGE_MARKER = ".git/kb-change-in-progress"  # see kb_resources/wiki_repo.py
+CHANGE_MARKER = ".git/kb-change-in-progress"  # see kb/wiki_repo.py
 LANCE_COPY_ATTEMPTS = 3
 CHUNK = 1 << 20
 

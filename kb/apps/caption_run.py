@@ -10,8 +10,8 @@ from kb.apps.sync import _first_error
 from kb_assets.enrich.photo_captions import captions, captions_coverage, waiting_by_batch
 from kb_assets.jobs import INDEX_STAGES
 from kb_assets.partitions import sync_batches
-from kb_resources.duckdb_store import DuckDBStore
-from kb_resources.vision import Captioner
+from kb.duckdb_store import DuckDBStore
+from kb.vision import Captioner
 
 
 def run_captions(*, limit: int = 0, retry: bool = False, resources: dict | None = None,
@@ -29,7 +29,7 @@ def run_captions(*, limit: int = 0, retry: bool = False, resources: dict | None 
     ensure_dagster_home()
     instance = dg.DagsterInstance.get()
     known = instance.get_dynamic_partitions(sync_batches.name)
-    with DuckDBStore().connect() as conn:
+    with DuckDBStore.from_settings().connect() as conn:
         by_batch = waiting_by_batch(conn, retry=retry)
     batches = [key for key in known if key in by_batch]
     if not batches:
@@ -38,7 +38,7 @@ def run_captions(*, limit: int = 0, retry: bool = False, resources: dict | None 
         from kb_assets.definitions import build_resources
 
         resources = build_resources()
-    resources = {"captioner": Captioner(), **resources}
+    resources = {"captioner": Captioner.from_settings(), **resources}
     result = dg.materialize(
         [captions, captions_coverage],
         instance=instance,

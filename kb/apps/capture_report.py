@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kb_assets.x.bookmarks import BatchRows, read_batch, removal_sweep_allowed
 from kb.x_graphql import PageShapeError, load_page, parse_page
-from kb_resources.raw_store import RawStore
+from kb.raw_store import RawStore
 from kb.settings import Settings
 
 FILES_BATCH = "<files>"
@@ -82,7 +82,7 @@ def inspect_report(paths: list[Path] | None, settings: Settings) -> dict:
         batches = [read_files(list(paths))]
         source = "files"
     else:
-        store = RawStore(root=str(settings.x_raw_dir))
+        store = RawStore.from_settings(root=str(settings.x_raw_dir))
         batches = []
         for batch in store.batches():
             if store.pages(batch) or store.manifest(batch):

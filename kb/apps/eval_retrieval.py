@@ -28,8 +28,8 @@ from pathlib import Path
 
 from kb.chunking import DEFAULT_MAX_WORDS, chunk_text
 from kb.search import DEFAULT_FUSION, MODES, search
-from kb_resources.embedder import Embedder
-from kb_resources.lance_index import ChunkIndex
+from kb.embedder import Embedder
+from kb.lance_index import ChunkIndex
 
 INDEX_BATCH = 1000  # documents per replace_chunks call
 
@@ -144,9 +144,9 @@ def evaluate(
     corpus, queries, qrels = load_beir(Path(folder), split)
     if max_queries:
         queries = dict(list(queries.items())[:max_queries])
-    embedder = embedder or Embedder()
+    embedder = embedder or Embedder.from_settings()
     with tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
-        index = ChunkIndex(path=str(workdir or Path(tmp) / "index"))
+        index = ChunkIndex.from_settings(path=str(workdir or Path(tmp) / "index"))
         index.rebuild()
         build_index(corpus, index, embedder, max_words=max_words,
                     progress=(lambda done, total: progress("index", done, total)) if progress else None)

@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kb_resources.browser import BrowserNotFound, chromium_launch_options, is_x_host
+from kb.browser import BrowserNotFound, chromium_launch_options, is_x_host
 from kb.atomic_files import write_atomic
 from kb.settings import Settings
 
@@ -137,7 +137,7 @@ def run_login(settings: Settings) -> Path:
     if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         raise RuntimeError("`kb login` opens a browser window, but there is no display (DISPLAY is not set).")
     try:
-        options = chromium_launch_options(settings, headless=False)
+        options = chromium_launch_options(settings.chromium_executable(), headless=False)
     except BrowserNotFound as exc:
         raise RuntimeError(str(exc)) from exc
     login_url = settings.kb_x_base_url.rstrip("/") + "/login"

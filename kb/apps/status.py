@@ -63,9 +63,9 @@ def _enrichment_coverage(conn) -> dict:
 
 
 def _capture_counts(settings: Settings) -> dict:
-    from kb_resources.raw_store import RawStore
+    from kb.raw_store import RawStore
 
-    store = RawStore()
+    store = RawStore.from_settings()
     batches = store.batches()
     manifests = [m for m in (store.manifest(b) for b in batches) if m]
     complete = [m for m in manifests if m.complete]
@@ -80,19 +80,19 @@ def _capture_counts(settings: Settings) -> dict:
 
 
 def _index_counts() -> dict:
-    from kb_resources.lance_index import ChunkIndex
+    from kb.lance_index import ChunkIndex
 
     try:
-        return ChunkIndex().counts()
+        return ChunkIndex.from_settings().counts()
     except Exception as exc:  # the status report must never crash on one store
         return {"state": f"unreadable: {exc}"}
 
 
 def _embedder_readiness() -> tuple[bool, str]:
     """Ollama and its model, and the local model, in one line."""
-    from kb_resources.embedder import Embedder
+    from kb.embedder import Embedder
 
-    report = Embedder().readiness()
+    report = Embedder.from_settings().readiness()
     ollama, local = report["ollama"], report["local"]
     ollama_text = ("ollama ready" if ollama["has_model"] else f"ollama not ready ({ollama['error']})")
     local_text = (f"local model loads ({local['dim']}-d)" if local["loads"] else f"local model fails ({local['error']})")
@@ -100,23 +100,23 @@ def _embedder_readiness() -> tuple[bool, str]:
 
 
 def _services(settings: Settings) -> dict:
-    from kb_resources.browser import Browser
-    from kb_resources.gate import QualityGate
-    from kb_resources.transcriber import Transcriber
-    from kb_resources.translator import Translator
-    from kb_resources.vision import Captioner
-    from kb_resources.wiki_agent import WikiAgent
+    from kb.browser import Browser
+    from kb.gate import QualityGate
+    from kb.transcriber import Transcriber
+    from kb.translator import Translator
+    from kb.vision import Captioner
+    from kb.wiki_agent import WikiAgent
     from kb.telegram_api import readiness as telegram_readiness
 
     checks = {
         # Browser.readiness() covers the X login state too, and never shows its content.
-        "browser": Browser().readiness,
+        "browser": Browser.from_settings().readiness,
         "embedder": _embedder_readiness,
-        "captions": Captioner().readiness,
-        "transcripts": Transcriber().readiness,
-        "translation": Translator().readiness,
-        "quality_gate": QualityGate().readiness,
-        "wiki_agent": WikiAgent().readiness,
+        "captions": Captioner.from_settings().readiness,
+        "transcripts": Transcriber.from_settings().readiness,
+        "translation": Translator.from_settings().readiness,
+        "quality_gate": QualityGate.from_settings().readiness,
+        "wiki_agent": WikiAgent.from_settings().readiness,
         "telegram": lambda: telegram_readiness(settings),
     }
     services = {}
@@ -145,7 +145,7 @@ def _wiki_state(settings: Settings) -> dict:
 
     ensure_dagster_home(settings)
     with dg.DagsterInstance.get() as instance:
-        state = wiki_status(instance)
+        state = wiki_status(instance, WikiAgent.from_settings(settings))
     state.pop("agent", None)  # the services list shows it
     return state
 

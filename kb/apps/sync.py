@@ -27,7 +27,7 @@ import dagster as dg
 
 from kb_assets.partitions import new_batch_key, sync_batches
 from kb_resources.dagster_home import ensure_dagster_home
-from kb_resources.raw_store import RawStore
+from kb.raw_store import RawStore
 from kb_resources.run_monitor import (
     PID_TAG,
     PROCESS_GONE_TAG,
@@ -132,7 +132,7 @@ def unfinished_batches(instance: dg.DagsterInstance, stage_names: list[str],
     """Earlier batches of `kb sync` that did not reach the last stage, oldest
     first, each with the stages to run again. Call it after
     fail_runs_of_dead_processes, so that a dead run is a failed run."""
-    raw_store = raw_store or RawStore()
+    raw_store = raw_store or RawStore.from_settings()
     batches = sorted(instance.get_dynamic_partitions(sync_batches.name))[-RESUME_LOOKBACK:]
     if not batches:
         return []
@@ -199,13 +199,13 @@ def rebuild_index(*, resources: dict | None = None, on_stage: Callable[[str, int
     every sync batch and the wiki again. Use it after a change of embedding
     model. Texts that the vector cache holds for the model are not embedded again."""
     from kb_assets.definitions import build_resources
-    from kb_resources.lance_index import ChunkIndex
+    from kb.lance_index import ChunkIndex
 
     ensure_dagster_home()
     instance = dg.DagsterInstance.get()
     gone = fail_runs_of_dead_processes(instance)
     resources = resources or build_resources()
-    ChunkIndex().rebuild()
+    ChunkIndex.from_settings().rebuild()
     batches = sorted(instance.get_dynamic_partitions(sync_batches.name))
     results: list[StageResult] = []
     for number, batch in enumerate(batches, start=1):

@@ -52,9 +52,11 @@ from kb.extract import (
     rewrite_arxiv,
 )
 from kb_assets.partitions import sync_batches
-from kb_resources.browser import Browser, XLoginMissing
-from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
+from kb.browser import Browser, XLoginMissing
+from kb.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
 from kb.settings import Settings, excluded_sources, get_settings
+from kb_resources.services import BrowserResource
+from kb_resources.stores import DuckDBResource
 
 # Some servers refuse clients that do not look like a browser. The probe and
 # file downloads send the same User-Agent as a desktop Chrome.
@@ -173,35 +175,6 @@ def targets_for_batch(conn: duckdb.DuckDBPyConnection, batch: str, *, retry: boo
 def write_outcomes(conn: duckdb.DuckDBPyConnection, outcomes: Iterable[Outcome], batch: str) -> None:
     now = datetime.now(timezone.utc)
     insert_rows(conn, "documents", [o.row(batch, now) for o in outcomes])
-
-
-@dataclass(frozen=True)
-class OwnedDocument:
-    tweet_id: str
-    url_norm: str
-    kind: str
-    source: str
-    title: str | None
-    text: str
-
-
-def owned_documents(
-    conn: duckdb.DuckDBPyConnection, tweet_ids: list[str], *, include_content_state: bool = False
-) -> list[OwnedDocument]:
-    """The usable documents of the given bookmarks, one row per (bookmark,
-    document). A document that many bookmarks link to is owned by each.
-
-    Articles from content_state are left out by default: the chunker reads
-    them from `bookmarks.article_text` already."""
-    rows = conn.execute(
-        """SELECT DISTINCT l.tweet_id, d.url_norm, d.kind, d.source, d.title, d.text
-           FROM links l JOIN documents d ON d.url_norm = l.url_norm
-           WHERE l.tweet_id IN (SELECT unnest(?)) AND d.status = 'ok'
-             AND (? OR d.source <> 'content_state')
-           ORDER BY l.tweet_id, d.url_norm""",
-        [tweet_ids, include_content_state],
-    ).fetchall()
-    return [OwnedDocument(*row) for row in rows]
 
 
 # --- X Articles ------------------------------------------------------------------
@@ -495,8 +468,9 @@ class DocumentsConfig(dg.Config):
     "or the reason why there is none. Keyed by the normalized URL.",
 )
 def documents(
-    context: dg.AssetExecutionContext, config: DocumentsConfig, duckdb: DuckDBStore, browser: Browser
+    context: dg.AssetExecutionContext, config: DocumentsConfig, duckdb: DuckDBResource, browser: BrowserResource
 ) -> dg.MaterializeResult:
+    duckdb, browser = duckdb.get_client(), browser.get_client()
     batch = context.partition_key
     settings = get_settings()
     with duckdb.connect() as conn:
@@ -573,7 +547,8 @@ def documents(
     description="Share of links with a usable document. It passes when every link has a fetch result: "
     "a dead link is a fault of the web, not of the stage.",
 )
-def documents_coverage(duckdb: DuckDBStore) -> dg.AssetCheckResult:
+def documents_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
+    duckdb = duckdb.get_client()
     with duckdb.connect() as conn:
         total, usable, failed = conn.execute(
             f"""WITH eligible AS ({ELIGIBLE_LINKS.format(batch_filter="")})

@@ -14,7 +14,7 @@ from collections import Counter
 import dagster as dg
 import duckdb
 
-from kb_resources.duckdb_store import DuckDBStore, insert_rows
+from kb.duckdb_store import DuckDBStore, insert_rows
 
 
 def waiting_rows(conn: duckdb.DuckDBPyConnection, items_sql: str, columns: str,

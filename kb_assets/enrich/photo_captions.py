@@ -32,9 +32,11 @@ import duckdb
 from kb.settings import excluded_sources
 from kb_assets.enrich.enrichment import ResultWriter, backend_stopped, coverage_check, failure_reasons, waiting_rows
 from kb_assets.partitions import sync_batches
-from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore
+from kb.duckdb_store import DUCKDB_POOL, DuckDBStore
 from kb.settings import get_settings
-from kb_resources.vision import CaptionBackendError, Captioner, CaptionResult
+from kb.vision import CaptionBackendError, Captioner, CaptionResult
+from kb_resources.services import CaptionerResource
+from kb_resources.stores import DuckDBResource
 
 SOURCE = "image"  # the chunk source that captions feed; `exclude = ["image"]` turns this stage off
 WRITE_EVERY = 25  # results per write: an interrupted run loses at most this many
@@ -115,8 +117,9 @@ def _skipped(reason: str, waiting: int, context: dg.AssetExecutionContext) -> dg
     "or the reason why there is none. Keyed by the photo URL.",
 )
 def captions(
-    context: dg.AssetExecutionContext, config: CaptionsConfig, duckdb: DuckDBStore, captioner: Captioner
+    context: dg.AssetExecutionContext, config: CaptionsConfig, duckdb: DuckDBResource, captioner: CaptionerResource
 ) -> dg.MaterializeResult:
+    duckdb, captioner = duckdb.get_client(), captioner.get_client()
     batches = list(context.partition_keys)
     if SOURCE in excluded_sources():
         return _skipped(f"the owner excluded the source {SOURCE!r}", 0, context)
@@ -165,7 +168,8 @@ def captions(
 
 @dg.asset_check(asset=captions, description="Share of the photos that have a caption. "
                 "Passes when no photo waits; a photo that is gone is a failure of the web, not of the stage.")
-def captions_coverage(duckdb: DuckDBStore) -> dg.AssetCheckResult:
+def captions_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
+    duckdb = duckdb.get_client()
     with duckdb.connect() as conn:
         numbers = photo_coverage(conn)
     return coverage_check(numbers, done=numbers["captioned"], total=numbers["photos"],

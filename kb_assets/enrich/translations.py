@@ -27,13 +27,15 @@ from datetime import datetime, timezone
 import dagster as dg
 import duckdb
 
-from kb_assets.index.chunks import partition_bookmarks
+from kb.queries import partition_bookmarks
 from kb.settings import excluded_sources
 from kb_assets.enrich.enrichment import ResultWriter, coverage_check
 from kb_assets.partitions import sync_batches
-from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore
+from kb.duckdb_store import DUCKDB_POOL, DuckDBStore
 from kb.settings import get_settings
-from kb_resources.translator import TranslateError, Translator
+from kb.translator import TranslateError, Translator
+from kb_resources.services import TranslatorResource
+from kb_resources.stores import DuckDBResource
 
 WRITE_EVERY = 20  # translations per write: an interrupted run loses at most this many
 FAILURES_IN_A_ROW = 3  # then the endpoint is taken as down and the run stops
@@ -85,8 +87,9 @@ class TranslationsConfig(dg.Config):
     "(english NULL: the text was English already).",
 )
 def translations(
-    context: dg.AssetExecutionContext, config: TranslationsConfig, duckdb: DuckDBStore, translator: Translator
+    context: dg.AssetExecutionContext, config: TranslationsConfig, duckdb: DuckDBResource, translator: TranslatorResource
 ) -> dg.MaterializeResult:
+    duckdb, translator = duckdb.get_client(), translator.get_client()
     batch = context.partition_key
     skip = excluded_sources()
     with duckdb.connect() as conn:
@@ -143,7 +146,8 @@ def translations(
 
 @dg.asset_check(asset=translations, description="Share of the foreign chunk texts that have a cached "
                 "translation (or were found English). Passes when none waits, or when the owner set translate = false.")
-def translations_coverage(duckdb: DuckDBStore) -> dg.AssetCheckResult:
+def translations_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
+    duckdb = duckdb.get_client()
     skip = excluded_sources()
     with duckdb.connect() as conn:
         numbers = translation_coverage(conn, skip)

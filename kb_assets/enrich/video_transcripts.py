@@ -32,8 +32,10 @@ import duckdb
 from kb.settings import excluded_sources
 from kb_assets.enrich.enrichment import ResultWriter, backend_stopped, coverage_check, failure_reasons, waiting_rows
 from kb_assets.partitions import sync_batches
-from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore
-from kb_resources.transcriber import TranscribeBackendError, Transcriber, TranscriptResult
+from kb.duckdb_store import DUCKDB_POOL, DuckDBStore
+from kb.transcriber import TranscribeBackendError, Transcriber, TranscriptResult
+from kb_resources.services import TranscriberResource
+from kb_resources.stores import DuckDBResource
 
 SOURCE = "video"  # the chunk source that transcripts feed; `exclude = ["video"]` turns this stage off
 WRITE_EVERY = 5  # results per write: a video takes long, so write often
@@ -122,8 +124,9 @@ class TranscriptsConfig(dg.Config):
     "https://x.com/<handle>/status/<id>/video/<n>, one paragraph per minute led by [m:ss].",
 )
 def transcripts(
-    context: dg.AssetExecutionContext, config: TranscriptsConfig, duckdb: DuckDBStore, transcriber: Transcriber
+    context: dg.AssetExecutionContext, config: TranscriptsConfig, duckdb: DuckDBResource, transcriber: TranscriberResource
 ) -> dg.MaterializeResult:
+    duckdb, transcriber = duckdb.get_client(), transcriber.get_client()
     batch = context.partition_key
     if SOURCE in excluded_sources():
         context.log.info(f"No transcripts: the owner excluded the source {SOURCE!r}")
@@ -177,7 +180,8 @@ def transcripts(
 
 @dg.asset_check(asset=transcripts, description="Share of the videos that have a transcript "
                 "(a video with no speech counts as done). Passes when no video waits.")
-def transcripts_coverage(duckdb: DuckDBStore) -> dg.AssetCheckResult:
+def transcripts_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
+    duckdb = duckdb.get_client()
     with duckdb.connect() as conn:
         numbers = video_coverage(conn)
     return coverage_check(numbers, done=numbers["transcribed"], total=numbers["videos"],

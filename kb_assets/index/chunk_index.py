@@ -11,13 +11,15 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
-from kb_assets.index.chunks import partition_bookmarks
+from kb.queries import partition_bookmarks
 from kb.settings import excluded_sources
 from kb_assets.partitions import sync_batches
-from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore
-from kb_resources.embedder import Embedder
-from kb_resources.lance_index import ChunkIndex
+from kb.duckdb_store import DUCKDB_POOL, DuckDBStore
+from kb.embedder import Embedder
+from kb.lance_index import ChunkIndex
 from kb.settings import get_settings
+from kb_resources.services import EmbedderResource
+from kb_resources.stores import ChunkIndexResource, DuckDBResource
 
 # A translated chunk is indexed in English (the full-text index stems
 # English, and the owner searches in English); the original stays in
@@ -104,8 +106,9 @@ def _grouped(conn, sql: str, tweet_ids: list[str]) -> dict[str, list[tuple]]:
     description="LanceDB index of the batch's chunks: vectors and a full-text index, plus bookmark cards.",
 )
 def chunk_index(
-    context: dg.AssetExecutionContext, duckdb: DuckDBStore, embedder: Embedder, lance: ChunkIndex
+    context: dg.AssetExecutionContext, duckdb: DuckDBResource, embedder: EmbedderResource, lance: ChunkIndexResource
 ) -> dg.MaterializeResult:
+    duckdb, embedder, lance = duckdb.get_client(), embedder.get_client(), lance.get_client()
     batch = context.partition_key
     skip = excluded_sources()
     synced_at = datetime.now(timezone.utc)

@@ -14,11 +14,11 @@ import dagster as dg
 import duckdb
 
 from kb.chunking import chunk_text
-from kb_assets.enrich.documents import owned_documents
-from kb_assets.x.bookmarks import BOOKMARK_ORDER_SQL
+from kb.queries import owned_documents, partition_bookmarks
 from kb_assets.partitions import sync_batches
-from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
+from kb.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
 from kb.settings import excluded_sources
+from kb_resources.stores import DuckDBResource
 
 @dataclass(frozen=True)
 class SourceText:
@@ -149,15 +149,6 @@ def chunk_rows(texts: Iterable[SourceText], batch: str) -> list[dict]:
     return rows
 
 
-def partition_bookmarks(conn, batch: str) -> tuple[list[str], list[str]]:
-    """(live tweet ids of this batch, ids that a full capture marked removed)."""
-    live = [r[0] for r in conn.execute(
-        "SELECT tweet_id FROM bookmarks WHERE batch = ? AND removed_at IS NULL ORDER BY " + BOOKMARK_ORDER_SQL, [batch]
-    ).fetchall()]
-    removed = [r[0] for r in conn.execute("SELECT tweet_id FROM bookmarks WHERE removed_at IS NOT NULL").fetchall()]
-    return live, removed
-
-
 @dg.asset(
     partitions_def=sync_batches,
     deps=["bookmarks", "links", "media", "documents", "captions", "transcripts"],
@@ -165,7 +156,8 @@ def partition_bookmarks(conn, batch: str) -> tuple[list[str], list[str]]:
     group_name="index",
     description="Paragraph-aligned passages of each bookmark's texts: post, quote, article, and enrichments.",
 )
-def chunks(context: dg.AssetExecutionContext, duckdb: DuckDBStore) -> dg.MaterializeResult:
+def chunks(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
+    duckdb = duckdb.get_client()
     batch = context.partition_key
     skip = excluded_sources()
     with duckdb.transaction() as conn:

@@ -21,10 +21,12 @@ import dagster as dg
 
 from kb.chunking import chunk_text
 from kb.wiki_files import WIKI_AUTHOR, WIKI_ID_PREFIX, WIKI_SOURCE, split_frontmatter, wiki_page_files
-from kb_resources.duckdb_store import DUCKDB_POOL
-from kb_resources.embedder import Embedder
-from kb_resources.lance_index import ChunkIndex
-from kb_resources.wiki_repo import Wiki
+from kb.duckdb_store import DUCKDB_POOL
+from kb.embedder import Embedder
+from kb.lance_index import ChunkIndex
+from kb.wiki_repo import Wiki
+from kb_resources.services import EmbedderResource
+from kb_resources.stores import ChunkIndexResource, WikiResource
 
 # The first of these frontmatter fields that holds a date is the page date
 # (entity and concept pages: updated; source pages: ingested; syntheses:
@@ -93,8 +95,9 @@ def page_rows(root: Path, file: Path) -> list[dict]:
     automation_condition=dg.AutomationCondition.eager(),
     description="The wiki pages in the LanceDB search index, as source kind `wiki`. Deleted pages leave the index.",
 )
-def wiki_index(context: dg.AssetExecutionContext, wiki: Wiki, embedder: Embedder,
-               lance: ChunkIndex) -> dg.MaterializeResult:
+def wiki_index(context: dg.AssetExecutionContext, wiki: WikiResource, embedder: EmbedderResource,
+               lance: ChunkIndexResource) -> dg.MaterializeResult:
+    wiki, embedder, lance = wiki.get_client(), embedder.get_client(), lance.get_client()
     root = wiki.root()
     files = wiki_page_files(root)
     rows = [row for file in files for row in page_rows(root, file)]

@@ -4,29 +4,17 @@ Dagster is the only state store of an item: its partition of `sources`,
 the runs of that partition, and the materializations of `gated_sources`
 and `wiki_pages` for it. There is no second table to keep in step.
 
-States:
-    received    in the inbox; the inbox sensor has not seen it yet
-    queued      a partition of `sources`; no run has started
-    processing  a run of the partition is queued or running
-    parsed      parsed, but the gate has not run yet
-    retrying    the last run failed and Dagster will run it again
-    failed      the last run failed for good (the error says why)
-    rejected    the quality gate scored it below the threshold
-    duplicate   an earlier item has the same URL or the same words
-    approved    accepted by the gate; the wiki has not run yet
-    waiting     accepted, but the wiki agent has no endpoint (ANTHROPIC_BASE_URL)
-    ingesting   the wiki agent is working on it
-    done        in the wiki (the commit SHA says where)
+The states and what they mean: kb/item_states.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 
+from kb.item_states import ItemState, StateReader
 from kb_assets.partitions import sources
 
 PARSED_ASSET = dg.AssetKey("parsed_sources")
@@ -43,17 +31,6 @@ IN_PROGRESS = {
     DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.MANAGED,
     DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING,
 }
-
-
-@dataclass(frozen=True)
-class ItemState:
-    item_id: str
-    state: str
-    error: str | None = None
-    commit: str | None = None
-    score: int | None = None
-    duplicate_of: str | None = None
-    title: str | None = None
 
 
 def open_instance(dagster_home: Path) -> DagsterInstance | None:
@@ -144,3 +121,16 @@ def read_item_state(instance: DagsterInstance | None, item_id: str) -> ItemState
         if status in ("rejected", "duplicate"):
             return ItemState(item_id, status, title=title, score=score, duplicate_of=gated_meta.get("duplicate_of"))
     return ItemState(item_id, "queued" if latest is None else "parsed", title=title)
+
+
+def state_reader(dagster_home: Path) -> StateReader:
+    """A reader of item states for the bot. Each call opens the instance and
+    closes it again, so the bot holds no Dagster connection between messages."""
+    def read_states(item_ids: list[str]) -> dict[str, ItemState]:
+        instance = open_instance(dagster_home)
+        try:
+            return {item_id: read_item_state(instance, item_id) for item_id in item_ids}
+        finally:
+            if instance is not None:
+                instance.dispose()
+    return read_states

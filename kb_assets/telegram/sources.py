@@ -44,13 +44,15 @@ from kb.source_parsers import (
     split_frontmatter,
 )
 from kb.urls import normalize_url
-from kb_resources.browser import Browser
-from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore
-from kb_resources.gate import GateVerdict, QualityGate, read_purpose
+from kb.browser import Browser
+from kb.duckdb_store import DUCKDB_POOL, DuckDBStore
+from kb.gate import GateVerdict, QualityGate, read_purpose
 from kb.atomic_files import write_atomic
-from kb_resources.wiki_repo import raw_files_lock
+from kb.wiki_repo import raw_files_lock
 from kb.settings import Settings, get_settings
 from kb.telegram_inbox import Inbox, InboxError, InboxItem
+from kb_resources.services import BrowserResource, QualityGateResource
+from kb_resources.stores import DuckDBResource
 
 # Transient errors that the parsers name (timeouts, HTTP 5xx) retry after
 # 60, 120 and 240 seconds, at most 3 times over the item's whole life. A
@@ -108,7 +110,7 @@ def parse_item(item: InboxItem, inbox: Inbox, settings: Settings, browser: Brows
         text = item.text if item.text is not None else decode_text(read_file(attachment), str(attachment))
         return parse_text(text)
     if item.type == "voice":
-        return parse_voice(attachment)
+        return parse_voice(attachment, settings.kb_whisper_model)
     raise PermanentParseError(f"inbox item {item.id}: unknown type {item.type!r}")
 
 
@@ -214,7 +216,8 @@ def fail(description: str, item_id: str) -> dg.Failure:
     description="Each inbox item parsed to Markdown with YAML frontmatter (raw/parsed/<type>/<slug>.md "
                 "in the wiki folder) and its row in the DuckDB table `sources`.",
 )
-def parsed_sources(context: dg.AssetExecutionContext, duckdb: DuckDBStore, browser: Browser) -> dg.MaterializeResult:
+def parsed_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, browser: BrowserResource) -> dg.MaterializeResult:
+    duckdb, browser = duckdb.get_client(), browser.get_client()
     settings = get_settings()
     item_id = context.partition_key
     inbox = Inbox(settings.inbox_dir)
@@ -313,7 +316,8 @@ def move_parsed_file(wiki_dir: Path, current: Path, rejected: bool, item_type: s
     description="The quality gate's verdict on each parsed source (DuckDB `gate_results`, `sources.status`): "
                 "accepted, rejected (file moved to raw/rejected/) or duplicate.",
 )
-def gated_sources(context: dg.AssetExecutionContext, duckdb: DuckDBStore, gate: QualityGate) -> dg.MaterializeResult:
+def gated_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, gate: QualityGateResource) -> dg.MaterializeResult:
+    duckdb, gate = duckdb.get_client(), gate.get_client()
     settings = get_settings()
     item_id = context.partition_key
     override = is_override(context)

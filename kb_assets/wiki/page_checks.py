@@ -5,7 +5,8 @@ checks give the same findings."""
 import dagster as dg
 
 from kb.wiki_checks import FINDING_KINDS, check_wiki
-from kb_resources.wiki_repo import Wiki
+from kb.wiki_repo import Wiki
+from kb_resources.stores import WikiResource
 
 WIKI_PAGES = dg.AssetKey("wiki_pages")
 
@@ -15,9 +16,10 @@ WIKI_PAGES = dg.AssetKey("wiki_pages")
            for kind in FINDING_KINDS],
     can_subset=False,
 )
-def wiki_quality(wiki: Wiki):
+def wiki_quality(wiki: WikiResource):
     """The deterministic findings on the whole wiki, one check per kind.
     They warn and do not block: the daily lint agent fixes them."""
+    wiki = wiki.get_client()
     root = wiki.ensure()
     findings = check_wiki(root)
     for kind in FINDING_KINDS:

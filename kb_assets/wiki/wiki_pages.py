@@ -32,10 +32,12 @@ import dagster as dg
 from kb_assets.partitions import sources
 from kb.wiki_files import read_frontmatter
 from kb.wiki_checks import check_wiki, findings_count
-from kb_resources.duckdb_store import DuckDBStore
+from kb.duckdb_store import DuckDBStore
 from kb.settings import get_settings
-from kb_resources.wiki_repo import Wiki, raw_files_lock
-from kb_resources.wiki_agent import AgentRun, WikiAgent
+from kb.wiki_repo import Wiki, raw_files_lock
+from kb.wiki_agent import AgentRun, WikiAgent
+from kb_resources.services import WikiAgentResource
+from kb_resources.stores import DuckDBResource, WikiResource
 
 WIKI_POOL = "wiki"
 WIKI_PAGES = dg.AssetKey("wiki_pages")
@@ -334,11 +336,11 @@ def wiki_ingest_states(instance: dg.DagsterInstance, limit: int = 1000) -> dict[
     return states
 
 
-def wiki_status(instance: dg.DagsterInstance) -> dict:
+def wiki_status(instance: dg.DagsterInstance, agent: WikiAgent) -> dict:
     """The wiki part of `kb status`: agent readiness, sources per state, and
     the sources that wait."""
     states = wiki_ingest_states(instance)
-    ready, detail = WikiAgent().readiness()
+    ready, detail = agent.readiness()
     return {
         "agent": {"ready": ready, "detail": detail},
         "sources": dict(Counter(s["state"] for s in states.values())),
@@ -359,7 +361,8 @@ def wiki_status(instance: dg.DagsterInstance) -> dict:
     group_name="wiki",
     description="The wiki pages that the agent made or updated for one approved source: one git commit.",
 )
-def wiki_pages(context: dg.AssetExecutionContext, wiki: Wiki, wiki_agent: WikiAgent, duckdb: DuckDBStore):
+def wiki_pages(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource, duckdb: DuckDBResource):
+    wiki, wiki_agent, duckdb = wiki.get_client(), wiki_agent.get_client(), duckdb.get_client()
     source_id = context.partition_key
     decision = read_gate_decision(duckdb, source_id)
     if decision is None:
@@ -415,7 +418,8 @@ def _finish(context: dg.AssetExecutionContext, outcome: ChangeOutcome, subject: 
     group_name="wiki",
     description="The daily lint: deterministic findings, fixed by the agent, and a report page. One commit.",
 )
-def wiki_lint(context: dg.AssetExecutionContext, wiki: Wiki, wiki_agent: WikiAgent) -> dg.MaterializeResult:
+def wiki_lint(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource) -> dg.MaterializeResult:
+    wiki, wiki_agent = wiki.get_client(), wiki_agent.get_client()
     day = context.partition_key
     root = wiki.ensure()
     findings = check_wiki(root)
@@ -448,7 +452,8 @@ def wiki_lint(context: dg.AssetExecutionContext, wiki: Wiki, wiki_agent: WikiAge
     group_name="wiki",
     description="The weekly synthesis of the week's sources. A thin week says so. One commit.",
 )
-def wiki_synthesis(context: dg.AssetExecutionContext, wiki: Wiki, wiki_agent: WikiAgent):
+def wiki_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource):
+    wiki, wiki_agent = wiki.get_client(), wiki_agent.get_client()
     settings = get_settings()
     week_start = date.fromisoformat(context.partition_key)
     label = iso_week_label(week_start)
@@ -484,7 +489,8 @@ def wiki_synthesis(context: dg.AssetExecutionContext, wiki: Wiki, wiki_agent: Wi
     group_name="wiki",
     description="A synthesis page about one topic that the owner asked for. One commit.",
 )
-def wiki_topic_synthesis(context: dg.AssetExecutionContext, wiki: Wiki, wiki_agent: WikiAgent):
+def wiki_topic_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource):
+    wiki, wiki_agent = wiki.get_client(), wiki_agent.get_client()
     topic = context.partition_key
     if not wiki_agent.configured():
         _observe(context, "waiting", reason="ANTHROPIC_BASE_URL is not set")

@@ -29,18 +29,17 @@ import dagster as dg
 import duckdb
 import pyarrow as pa
 
+from kb.queries import BOOKMARK_ORDER_SQL
 from kb_assets.partitions import sync_batches
 from kb.urls import normalize_url
 from kb.x_graphql import PageShapeError, ParsedPage, load_page, parse_page
-from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore
-from kb_resources.raw_store import CaptureManifest, RawStore
+from kb.duckdb_store import DUCKDB_POOL, DuckDBStore
+from kb.raw_store import CaptureManifest, RawStore
+from kb_resources.stores import DuckDBResource, RawStoreResource
 
 X_RAW_PAGES = dg.AssetKey("x_raw_pages")
 NORMALIZED_TABLES = ("bookmarks", "authors", "media", "links")
 
-# sortIndex is a decimal string with no leading zeros, so length first, then
-# text, is numeric order. It orders by bookmark time; created_at is post time.
-BOOKMARK_ORDER_SQL = "length(sort_index) DESC, sort_index DESC"
 METADATA_LIST_LIMIT = 20  # keep the run metadata readable in the UI
 
 
@@ -316,7 +315,8 @@ def batch_metadata(rows: BatchRows, stats: WriteStats) -> dict[str, dict]:
     partitions_def=sync_batches,
     pool=DUCKDB_POOL,
 )
-def normalized_bookmarks(context: dg.AssetExecutionContext, duckdb: DuckDBStore, raw_store: RawStore):
+def normalized_bookmarks(context: dg.AssetExecutionContext, duckdb: DuckDBResource, raw_store: RawStoreResource):
+    duckdb, raw_store = duckdb.get_client(), raw_store.get_client()
     batch = context.partition_key
     rows = read_batch(raw_store, batch, log=context.log)  # all parsing before the connection opens
     now = datetime.now(timezone.utc)
@@ -378,7 +378,8 @@ CHECK_SPECS = [
 
 
 @dg.multi_asset_check(specs=CHECK_SPECS, pool=DUCKDB_POOL)
-def normalized_bookmarks_checks(duckdb: DuckDBStore):
+def normalized_bookmarks_checks(duckdb: DuckDBResource):
+    duckdb = duckdb.get_client()
     with duckdb.connect() as conn:
         missing = bookmarks_missing_author_or_sort_index(conn)
         duplicates = duplicate_keys(conn)

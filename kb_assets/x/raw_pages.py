@@ -42,9 +42,11 @@ from playwright.sync_api import Page, Request, Response
 
 from kb_assets.partitions import sync_batches
 from kb.x_graphql import PageShapeError, is_bookmarks_response, load_page, summarize_page
-from kb_resources.browser import Browser, XContext
-from kb_resources.raw_store import CaptureManifest, RawStore
+from kb.browser import Browser, XContext
+from kb.raw_store import CaptureManifest, RawStore
 from kb.settings import get_settings
+from kb_resources.services import BrowserResource
+from kb_resources.stores import RawStoreResource
 
 BOOKMARKS_PATH = "/i/bookmarks"
 # Sign-in paths of the X web client. X sends a logged-out browser there.
@@ -356,9 +358,10 @@ def capture_metadata(progress: CaptureProgress, batch_dir: Path) -> dict:
 def x_raw_pages(
     context: dg.AssetExecutionContext,
     config: CaptureConfig,
-    browser: Browser,
-    raw_store: RawStore,
+    browser: BrowserResource,
+    raw_store: RawStoreResource,
 ) -> dg.MaterializeResult:
+    browser, raw_store = browser.get_client(), raw_store.get_client()
     batch = context.partition_key
     mode = "files" if config.files else "browser"
     moved = set_aside_earlier_attempt(raw_store, batch)

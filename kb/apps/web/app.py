@@ -42,8 +42,8 @@ from kb.apps.web.reader import WikiReader, highlight_spans, page_path, query_ter
 from kb.apps.web.status_panel import collect_web_status
 from kb.apps.web.wiki_html import render_page
 from kb.wiki_files import WIKI_SOURCE
-from kb_resources.embedder import EmbedderError
-from kb_resources.lance_index import ChunkIndex, IndexModelMismatch
+from kb.embedder import EmbedderError
+from kb.lance_index import ChunkIndex, IndexModelMismatch
 from kb.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -256,7 +256,7 @@ def create_app(settings: Settings | None = None, *, allowed_hosts: list[str] | N
                   Middleware(SecurityHeaders)]
     app = Starlette(routes=routes, middleware=middleware)
     app.state.settings = settings
-    app.state.index = ChunkIndex(path=str(settings.lancedb_dir))
+    app.state.index = ChunkIndex.from_settings(settings)
     app.state.kinds = SourceKinds()
     app.state.wiki = WikiReader(settings.wiki_dir)
     app.state.status_lock = threading.Lock()

@@ -21,8 +21,8 @@ import httpx
 
 from kb.apps.web.reader import WikiReader
 from kb.wiki_files import WIKI_SOURCE
-from kb_resources.lance_index import BOOKMARKS, CHUNKS, ChunkIndex
-from kb_resources.raw_store import RawStore
+from kb.lance_index import BOOKMARKS, CHUNKS, ChunkIndex
+from kb.raw_store import RawStore
 from kb.settings import Settings
 
 SERVICE_TIMEOUT_S = 1.0
@@ -58,7 +58,7 @@ def _guarded(collect) -> dict:
 
 def capture_counts(settings: Settings) -> dict:
     """Sync batches from the capture manifests on disk."""
-    store = RawStore(root=str(settings.x_raw_dir))
+    store = RawStore.from_settings(root=str(settings.x_raw_dir))
     batches = store.batches()
     manifests = []
     for batch in batches:
@@ -172,7 +172,7 @@ def service_readiness(settings: Settings, index: ChunkIndex) -> dict:
 def _query_embedder(settings: Settings, index: ChunkIndex) -> dict:
     """Whether the search page can embed a query with the index's model.
     It checks that the model is there; it does not load it."""
-    from kb_resources.embedder import EmbedderError, local_model_path, ollama_models
+    from kb.embedder import EmbedderError, local_model_path, ollama_models
 
     info = index.model_info() if index.db_path().is_dir() else None
     if info is None:
@@ -198,10 +198,10 @@ def _query_embedder(settings: Settings, index: ChunkIndex) -> dict:
 
 
 def _browser() -> dict:
-    from kb_resources.browser import Browser
+    from kb.browser import Browser
 
     try:
-        ready, detail = Browser().readiness()
+        ready, detail = Browser.from_settings().readiness()
     except Exception as exc:  # noqa: BLE001 - the panel reports every failure
         ready, detail = False, f"{type(exc).__name__}: {exc}"
     return {"ready": ready, "detail": detail}

@@ -14,12 +14,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import dagster as dg
 import duckdb
 import pyarrow as pa
+from pydantic import BaseModel
 
 from kb.duckdb_schema import SCHEMA_VERSION, TABLES
-from kb.settings import get_settings
+from kb.settings import Settings, get_settings
 
 DUCKDB_POOL = "duckdb"
 
@@ -67,13 +67,18 @@ def insert_rows(conn: duckdb.DuckDBPyConnection, table: str, rows: list[dict]) -
         conn.unregister("incoming_rows")
 
 
-class DuckDBStore(dg.ConfigurableResource):
+class DuckDBStore(BaseModel):
     """Short-lived connections to the kb DuckDB file."""
 
-    path: str = ""
+    path: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides) -> DuckDBStore:
+        settings = settings or get_settings()
+        return cls(**{"path": str(settings.duckdb_path), **overrides})
 
     def db_path(self) -> Path:
-        return Path(self.path) if self.path else get_settings().duckdb_path
+        return Path(self.path)
 
     @contextlib.contextmanager
     def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:

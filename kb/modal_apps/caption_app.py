@@ -1,7 +1,7 @@
 """Modal app: a caption and the OCR text of each photo, by a vision model
 under vLLM on a GPU.
 
-kb_resources.vision runs it ephemeral (`with app.run():`), one run per
+kb.vision runs it ephemeral (`with app.run():`), one run per
 caption run, so no GPU waits between runs. Each call gets one batch of at
 most `max_num_seqs` photo URLs: one call fills the vLLM engine exactly.
 
@@ -23,12 +23,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import modal
 
-from kb_resources.modal_apps import shared
+from kb.modal_apps import shared
 
 APP_NAME = "kb-captions"
 VLLM_VERSION = "0.33.0"
 # Modal fixes the GPU type when the function is defined, that is when this
-# module is imported. kb_resources.vision sets the variable from the
+# module is imported. kb.vision sets the variable from the
 # settings before the import.
 GPU = os.environ.get("KB_CAPTION_MODAL_GPU") or "L40S"
 MODEL_CACHE = "/root/.cache/huggingface"

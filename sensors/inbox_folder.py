@@ -38,6 +38,7 @@ from kb_assets.wiki.wiki_pages import (
     wiki_topics,
 )
 from kb.settings import get_settings
+from kb_resources.stores import InboxResource
 from kb.telegram_inbox import Inbox, InboxError, item_id_of_manifest
 
 # A burst of items (a backfill of dropped files) is taken in slices, so
@@ -68,8 +69,8 @@ def adopt_dropped_files(inbox: Inbox, log) -> None:
     description="Each new inbox item (from the bot, or a file dropped in the inbox) becomes a "
                 "partition of `sources` and a run keyed by the item id.",
 )
-def inbox_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-    inbox = Inbox(get_settings().inbox_dir)
+def inbox_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult | dg.SkipReason:
+    inbox = inbox.get_client()
     adopt_dropped_files(inbox, context.log)
     names = inbox.manifest_names_after(context.cursor, limit=MAX_ITEMS_PER_TICK)
     if not names:
@@ -103,8 +104,8 @@ def _requests(inbox: Inbox, cursor: str | None, kinds: set[str], log) -> tuple[l
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="/override <id> from the bot: run the item again and accept it whatever the gate says.",
 )
-def bot_requests_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-    inbox = Inbox(get_settings().inbox_dir)
+def bot_requests_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult | dg.SkipReason:
+    inbox = inbox.get_client()
     found, cursor = _requests(inbox, context.cursor, {"override"}, context.log)
     run_requests, item_ids = [], []
     for name, request in found:
@@ -152,8 +153,8 @@ def wiki_run_request(name: str, request: dict) -> tuple[dg.RunRequest, str | Non
     description="/lint and /synthesize [topic] from the bot: run the wiki lint (today), the synthesis of a "
                 "topic (a partition of wiki_topics), or the weekly synthesis (this week) now.",
 )
-def wiki_requests_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
-    inbox = Inbox(get_settings().inbox_dir)
+def wiki_requests_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult | dg.SkipReason:
+    inbox = inbox.get_client()
     found, cursor = _requests(inbox, context.cursor, {"lint", "synthesize"}, context.log)
     run_requests, topics = [], []
     for name, request in found:

@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import dagster as dg
+from pydantic import BaseModel, SecretStr
 import jsonschema
 
-from kb.settings import get_settings
+from kb.settings import Settings, get_settings
 
 REPORT_SERVER = "kb"
 REPORT_TOOL = "report_result"
@@ -42,7 +42,7 @@ REPORT_TOOL_FULL_NAME = f"mcp__{REPORT_SERVER}__{REPORT_TOOL}"
 BUILTIN_TOOLS = ["Read", "Write", "Edit", "Grep", "Glob", "Bash"]
 
 # The part of the wiki that the agent may change. The worker checks the same
-# rule on the commit (kb_resources.wiki_repo.AGENT_AREA); the hook only stops
+# rule on the commit (kb.wiki_repo.AGENT_AREA); the hook only stops
 # the agent earlier, with a reason it can read.
 WRITE_AREA_DIRS = ("wiki",)
 WRITE_AREA_FILES = ("index.md", "log.md")
@@ -251,19 +251,26 @@ def parse_report(tool_input: dict) -> tuple[dict | None, str | None]:
     return dict(tool_input), None
 
 
-class WikiAgent(dg.ConfigurableResource):
-    """Claude Code through claude-agent-sdk, at the endpoint in the settings.
+class WikiAgent(BaseModel):
+    """Claude Code through claude-agent-sdk (ANTHROPIC_BASE_URL,
+    ANTHROPIC_AUTH_TOKEN, KB_AGENT_MODEL, KB_AGENT_MAX_TURNS, KB_AGENT_TIMEOUT_S)."""
 
-    Empty fields take their value from the settings, so tests and the owner
-    change one place (.env).
-    """
+    base_url: str  # empty: no endpoint, approved sources wait
+    model: str
+    auth_token: SecretStr | None = None
+    max_turns: int = 30
+    timeout_s: float = 600.0
+    config_dir: str  # the agent's own Claude Code config folder, in KB_HOME
 
-    base_url: str = ""
-    model: str = ""
-    timeout_s: float = 0.0
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides) -> WikiAgent:
+        s = settings or get_settings()
+        return cls(**{"base_url": s.anthropic_base_url, "model": s.kb_agent_model, "auth_token": s.anthropic_auth_token,
+                      "max_turns": s.kb_agent_max_turns, "timeout_s": s.kb_agent_timeout_s,
+                      "config_dir": str(s.home / "agent" / "claude-config"), **overrides})
 
     def _base_url(self) -> str:
-        return self.base_url or get_settings().anthropic_base_url
+        return self.base_url
 
     def configured(self) -> bool:
         """True when an endpoint is set. Without one, approved sources wait."""
@@ -272,12 +279,11 @@ class WikiAgent(dg.ConfigurableResource):
     def readiness(self) -> tuple[bool, str]:
         if not self.configured():
             return False, "ANTHROPIC_BASE_URL is not set: approved sources wait"
-        return True, f"{self._base_url()} model {self.model or get_settings().kb_agent_model}"
+        return True, f"{self._base_url()} model {self.model}"
 
     def _env(self) -> dict[str, str]:
-        settings = get_settings()
-        token = settings.anthropic_auth_token.get_secret_value() if settings.anthropic_auth_token else ""
-        config_dir = settings.home / "agent" / "claude-config"
+        token = self.auth_token.get_secret_value() if self.auth_token else ""
+        config_dir = Path(self.config_dir)
         config_dir.mkdir(parents=True, exist_ok=True)
         return {
             "ANTHROPIC_BASE_URL": self._base_url(),
@@ -300,12 +306,11 @@ class WikiAgent(dg.ConfigurableResource):
         """Run the agent to its end, to its turn limit, or to the timeout."""
         if not self.configured():
             raise RuntimeError("The wiki agent has no endpoint: set ANTHROPIC_BASE_URL.")
-        settings = get_settings()
-        timeout = self.timeout_s or settings.kb_agent_timeout_s
+        timeout = self.timeout_s
         run = AgentRun()
         started = time.monotonic()
         try:
-            anyio.run(self._run, prompt, Path(cwd), max_turns or settings.kb_agent_max_turns, timeout, run)
+            anyio.run(self._run, prompt, Path(cwd), max_turns or self.max_turns, timeout, run)
         except Exception as exc:  # the CLI died or could not start: the worker rolls back
             run.error = f"{type(exc).__name__}: {_first_line(str(exc))}"
             if run.stderr_tail:
@@ -342,7 +347,7 @@ class WikiAgent(dg.ConfigurableResource):
 
         options = ClaudeAgentOptions(
             cwd=str(root),
-            model=self.model or get_settings().kb_agent_model,
+            model=self.model,
             max_turns=max_turns,
             system_prompt=SYSTEM_PROMPT,
             setting_sources=["project"],  # loads CLAUDE.md, the playbook

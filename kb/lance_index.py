@@ -9,7 +9,7 @@ Tables in one LanceDB folder (settings.lancedb_dir):
   The table's schema metadata records the embedding model and dimension.
 - `bookmarks`: one card per bookmark (post, quoted post, links, media).
 - `index_meta`: key/value facts, for now the last sync.
-- `embedding_cache`: owned by kb_resources.embedder.
+- `embedding_cache`: owned by kb.embedder.
 
 One writer (the `chunk_index` asset) and many readers (search, MCP, bot).
 LanceDB tables are versioned: a reader sees one committed version, and with
@@ -27,15 +27,15 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
+
 import lancedb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from lancedb.index import FTS, BTree, Bitmap, HnswSq
-from pydantic import PrivateAttr
+from pydantic import BaseModel, PrivateAttr
 
-from kb.settings import get_settings
+from kb.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -131,19 +131,25 @@ def to_utc(value: Any, *, name: str = "created_at") -> datetime | None:
     raise ValueError(f"{name}={value!r} is not a date: use YYYY-MM-DD or an ISO 8601 time")
 
 
-class ChunkIndex(dg.ConfigurableResource):
-    """The LanceDB index. `path` empty: settings.lancedb_dir."""
+class ChunkIndex(BaseModel):
+    """The LanceDB index."""
 
-    path: str = ""
-    vector_index_min_rows: int = 0
+    path: str
+    vector_index_min_rows: int
 
     _db: Any = PrivateAttr(default=None)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
     _meta_cache: Any = PrivateAttr(default=None)  # (table version, meta dict)
 
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides) -> ChunkIndex:
+        settings = settings or get_settings()
+        return cls(**{"path": str(settings.lancedb_dir),
+                      "vector_index_min_rows": settings.kb_vector_index_min_rows, **overrides})
+
     # --- connection -------------------------------------------------------
     def db_path(self) -> Path:
-        return Path(self.path) if self.path else get_settings().lancedb_dir
+        return Path(self.path)
 
     def _connect(self):
         with self._lock:
@@ -161,7 +167,7 @@ class ChunkIndex(dg.ConfigurableResource):
             return None
 
     def _vector_index_min_rows(self) -> int:
-        return self.vector_index_min_rows or get_settings().kb_vector_index_min_rows
+        return self.vector_index_min_rows
 
     # --- model record -------------------------------------------------------
     def meta(self) -> dict[str, str]:

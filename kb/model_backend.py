@@ -1,19 +1,17 @@
-"""The backend choice that the model resources share (Captioner, Transcriber).
+"""The backend choice that the model clients share (Captioner, Transcriber).
 
 Each of them runs its model on one of a few backends: `off`, `modal` and
-one that runs here or at an endpoint. The choice comes from the resource's
-`backend` field, else from a setting (for example KB_CAPTION_BACKEND), else
-`off`. A Modal backend is ready only when Modal has a token.
+one that runs here or at an endpoint. The choice is the client's `backend`
+field (from a setting, for example KB_CAPTION_BACKEND). A Modal backend is
+ready only when Modal has a token.
 """
 
 from typing import ClassVar
 
-import dagster as dg
-
-from kb.settings import get_settings
+from pydantic import BaseModel
 
 
-class ModelBackendResource(dg.ConfigurableResource):
+class ModelBackendClient(BaseModel):
     """A model resource with a backend choice. A subclass sets BACKEND_SETTING
     (the settings field; its env var is the same name in capitals) and
     BACKENDS, and says in `ready_detail` where the model runs."""
@@ -21,10 +19,10 @@ class ModelBackendResource(dg.ConfigurableResource):
     BACKEND_SETTING: ClassVar[str]
     BACKENDS: ClassVar[tuple[str, ...]]
 
-    backend: str = ""
+    backend: str = "off"
 
     def backend_name(self) -> str:
-        name = (self.backend or getattr(get_settings(), self.BACKEND_SETTING) or "off").strip().lower()
+        name = (self.backend or "off").strip().lower()
         if name not in self.BACKENDS:
             raise ValueError(f"{self.BACKEND_SETTING.upper()}={name!r} is not one of {', '.join(self.BACKENDS)}")
         return name
@@ -35,7 +33,7 @@ class ModelBackendResource(dg.ConfigurableResource):
         if backend == "off":
             return f"{self.BACKEND_SETTING.upper()} is off"
         if backend == "modal":
-            from kb_resources.modal_runner import modal_ready
+            from kb.modal_runner import modal_ready
 
             ready, detail = modal_ready()
             return None if ready else detail

@@ -16,10 +16,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import dagster as dg
+
 
 from kb.atomic_files import write_atomic
-from kb.settings import get_settings
+from pydantic import BaseModel
+
+from kb.settings import Settings, get_settings
 
 
 @contextlib.contextmanager
@@ -51,7 +53,7 @@ PAGE_DIRS = (
     "wiki/syntheses/topics",
 )
 # The agent may change these, and nothing else (the hook in
-# kb_resources/wiki_agent.py stops it earlier with the same rule).
+# kb/wiki_agent.py stops it earlier with the same rule).
 AGENT_AREA_DIRS = ("wiki/",)
 AGENT_AREA_FILES = ("index.md", "log.md")
 SNAPSHOT_MESSAGE = "manual: pre-ingest snapshot"
@@ -94,16 +96,21 @@ class Verdict:
         return not self.problems
 
 
-class Wiki(dg.ConfigurableResource):
-    """The git-versioned Markdown wiki. Empty fields come from the settings."""
+class Wiki(BaseModel):
+    """The git-versioned Markdown wiki."""
 
-    path: str = ""
-    remote: str = ""
+    path: str
+    remote: str = ""  # push here after each commit; empty: no push
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides) -> Wiki:
+        settings = settings or get_settings()
+        return cls(**{"path": str(settings.wiki_dir), "remote": settings.kb_wiki_remote, **overrides})
 
     # --- the folder ---------------------------------------------------------------
 
     def root(self) -> Path:
-        return Path(self.path).expanduser().resolve() if self.path else get_settings().wiki_dir
+        return Path(self.path).expanduser().resolve()
 
     def ensure(self) -> Path:
         """Create the wiki on first use: the files, the folders and the repository.
@@ -300,7 +307,7 @@ class Wiki(dg.ConfigurableResource):
         """Push the branch when a remote is set. Returns an error text, or None.
         A failed push is not a failed change: the commit stays, and the next
         push takes it."""
-        remote = self.remote or get_settings().kb_wiki_remote
+        remote = self.remote
         if not remote:
             return None
         proc = self._run("push", "-q", remote, f"HEAD:refs/heads/{BRANCH}", check=False, timeout=120)

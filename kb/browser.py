@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
-import dagster as dg
+from pydantic import BaseModel
 from playwright.sync_api import Browser as PlaywrightBrowser
 from playwright.sync_api import BrowserContext, Frame, Page, Route, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
@@ -80,8 +80,9 @@ def is_x_host(host: str, x_host: str) -> bool:
     return host == x_host or host.endswith("." + x_host)
 
 
-def chromium_launch_options(settings: Settings, *, headless: bool) -> dict:
-    executable = settings.chromium_executable()
+def chromium_launch_options(executable: str | None, *, headless: bool) -> dict:
+    """Playwright's launch options. `executable` None: Playwright's own
+    Chromium (Settings.chromium_executable() finds the one to use)."""
     if executable is None and not _playwright_browser_installed():
         raise BrowserNotFound(
             "No Chromium found: set KB_CHROMIUM_PATH, install Debian's chromium, "
@@ -114,11 +115,11 @@ def load_login_state(path: Path) -> dict:
 class XContext:
     """A browser context with the owner's X login, limited to X pages."""
 
-    def __init__(self, context: BrowserContext, settings: Settings):
+    def __init__(self, context: BrowserContext, x_base_url: str, timeout_s: float):
         self.context = context
-        self.base_url = settings.kb_x_base_url.rstrip("/")
-        self.x_host = settings.x_host
-        self.timeout_ms = settings.kb_browser_timeout_s * 1000
+        self.base_url = x_base_url.rstrip("/")
+        self.x_host = urlsplit(self.base_url).hostname or "x.com"
+        self.timeout_ms = timeout_s * 1000
         self.violations: list[str] = []
         context.route("**/*", self._guard_navigation)
 
@@ -174,15 +175,32 @@ class XContext:
             self.violations.append(f"page landed on {host_of(frame.url)}")
 
 
-class Browser(dg.ConfigurableResource):
-    """Playwright on Chromium. Chromium comes from settings (KB_CHROMIUM_PATH,
+class Browser(BaseModel):
+    """Playwright on Chromium. from_settings() finds Chromium (KB_CHROMIUM_PATH,
     Debian's /usr/bin/chromium, or Playwright's own browser)."""
 
+    chromium_path: str  # empty: Playwright's own Chromium
+    x_state_path: str  # the saved X login; used on X pages only
+    x_base_url: str
+    timeout_s: float
     headless: bool = True
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides) -> Browser:
+        settings = settings or get_settings()
+        return cls(**{"chromium_path": settings.chromium_executable() or "", "x_state_path": str(settings.x_state_path),
+                      "x_base_url": settings.kb_x_base_url, "timeout_s": settings.kb_browser_timeout_s, **overrides})
+
+    @property
+    def x_host(self) -> str:
+        return urlsplit(self.x_base_url).hostname or "x.com"
+
+    def _launch_options(self, *, headless: bool) -> dict:
+        return chromium_launch_options(self.chromium_path or None, headless=headless)
 
     @contextlib.contextmanager
     def _browser(self) -> Iterator[PlaywrightBrowser]:
-        options = chromium_launch_options(get_settings(), headless=self.headless)
+        options = self._launch_options(headless=self.headless)
         kept = getattr(_kept_open, "browser", None)
         if kept is not None and _kept_open.options == options and kept.is_connected():
             yield kept
@@ -202,7 +220,7 @@ class Browser(dg.ConfigurableResource):
         once. Each context stays separate: no cookie or storage is shared."""
         with self._browser() as browser:
             _kept_open.browser = browser
-            _kept_open.options = chromium_launch_options(get_settings(), headless=self.headless)
+            _kept_open.options = self._launch_options(headless=self.headless)
             try:
                 yield
             finally:
@@ -211,16 +229,15 @@ class Browser(dg.ConfigurableResource):
     @contextlib.contextmanager
     def x_context(self) -> Iterator[XContext]:
         """A context with the saved X login. Opens X pages only."""
-        settings = get_settings()
-        state = load_login_state(settings.x_state_path)
+        state = load_login_state(Path(self.x_state_path))
         with self._browser() as browser:
             # X registers a service worker. Requests that it handles bypass
             # Playwright routes (the navigation guard) and their bodies can be
             # unreadable, so the X context blocks service workers.
             context = browser.new_context(storage_state=state, service_workers="block")
-            context.set_default_timeout(settings.kb_browser_timeout_s * 1000)
+            context.set_default_timeout(self.timeout_s * 1000)
             try:
-                yield XContext(context, settings)
+                yield XContext(context, self.x_base_url, self.timeout_s)
             finally:
                 context.close()
 
@@ -228,10 +245,9 @@ class Browser(dg.ConfigurableResource):
     def clean_context(self) -> Iterator[BrowserContext]:
         """A context with no storage state, for every site that is not X.
         bypass_csp lets extraction scripts run on pages with a strict CSP."""
-        settings = get_settings()
         with self._browser() as browser:
             context = browser.new_context(bypass_csp=True)
-            context.set_default_timeout(settings.kb_browser_timeout_s * 1000)
+            context.set_default_timeout(self.timeout_s * 1000)
             try:
                 yield context
             finally:
@@ -239,17 +255,16 @@ class Browser(dg.ConfigurableResource):
 
     def readiness(self) -> tuple[bool, str]:
         """(ready, detail) for `kb status`. Never shows the login state itself."""
-        settings = get_settings()
         try:
-            options = chromium_launch_options(settings, headless=True)
+            options = self._launch_options(headless=True)
         except BrowserNotFound as exc:
             return False, str(exc)
         chromium = options.get("executable_path", "Playwright's own Chromium")
         try:
-            state = load_login_state(settings.x_state_path)
+            state = load_login_state(Path(self.x_state_path))
         except XLoginMissing as exc:
             return False, f"chromium: {chromium}; {exc}"
-        x_cookies = sum(1 for c in state["cookies"] if is_x_host(str(c.get("domain", "")).lstrip("."), settings.x_host))
+        x_cookies = sum(1 for c in state["cookies"] if is_x_host(str(c.get("domain", "")).lstrip("."), self.x_host))
         if not x_cookies:
-            return False, f"chromium: {chromium}; the login state at {settings.x_state_path} has no {settings.x_host} cookie. Run `kb login`."
-        return True, f"chromium: {chromium}; X login saved at {settings.x_state_path}"
+            return False, f"chromium: {chromium}; the login state at {self.x_state_path} has no {self.x_host} cookie. Run `kb login`."
+        return True, f"chromium: {chromium}; X login saved at {self.x_state_path}"

@@ -12,11 +12,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import dagster as dg
-
 from kb.atomic_files import write_atomic
 
-from kb.settings import get_settings
+from pydantic import BaseModel
+
+from kb.settings import Settings, get_settings
 
 
 @dataclass
@@ -34,13 +34,18 @@ class CaptureManifest:
     finished_at: str = ""
 
 
-class RawStore(dg.ConfigurableResource):
+class RawStore(BaseModel):
     """The folder of raw captured pages."""
 
-    root: str = ""
+    root: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides) -> RawStore:
+        settings = settings or get_settings()
+        return cls(**{"root": str(settings.x_raw_dir), **overrides})
 
     def x_dir(self) -> Path:
-        return Path(self.root) if self.root else get_settings().x_raw_dir
+        return Path(self.root)
 
     def batch_dir(self, batch: str) -> Path:
         if not batch or "/" in batch or batch.startswith("."):

@@ -1,6 +1,6 @@
 """Modal app: the speech in a video, by faster-whisper large-v3-turbo on a GPU.
 
-kb_resources.transcriber runs it ephemeral (`with app.run():`), one run
+kb.transcriber runs it ephemeral (`with app.run():`), one run
 per transcripts run. Each call gets one video URL: the container downloads
 the MP4 itself (the byte count is checked against Content-Length) and
 answers with the segments and the detected language.
@@ -15,11 +15,11 @@ import tempfile
 
 import modal
 
-from kb_resources.modal_apps import shared
+from kb.modal_apps import shared
 
 APP_NAME = "kb-transcripts"
 FASTER_WHISPER_VERSION = "1.2.1"
-# Fixed when the function is defined (at import); kb_resources.transcriber
+# Fixed when the function is defined (at import); kb.transcriber
 # sets these from the settings before the import.
 GPU = os.environ.get("KB_TRANSCRIBE_MODAL_GPU") or "L4"
 MAX_CONTAINERS = int(os.environ.get("KB_TRANSCRIBE_MODAL_CONTAINERS") or "4")

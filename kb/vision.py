@@ -26,9 +26,11 @@ from dataclasses import dataclass
 import httpx
 import openai
 
-from kb_resources.modal_apps import shared
-from kb_resources.model_backend import ModelBackendResource
-from kb.settings import get_settings, redact_secrets
+from kb.modal_apps import shared
+from pydantic import SecretStr
+
+from kb.model_backend import ModelBackendClient
+from kb.settings import Settings, get_settings, redact_secrets
 
 BACKENDS = ("off", "openai", "modal")
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
@@ -58,29 +60,39 @@ class CaptionBackendError(RuntimeError):
     """The caption backend does not answer. The photos wait for the next run."""
 
 
-class Captioner(ModelBackendResource):
-    """Captions and OCR text of photos. Empty fields take their value from
-    the settings; the key always comes from the settings, so it never shows
-    in the Dagster UI."""
+class Captioner(ModelBackendClient):
+    """Captions and OCR text of photos."""
 
     BACKEND_SETTING = "kb_caption_backend"
     BACKENDS = BACKENDS
 
     base_url: str = ""
-    model: str = ""
+    api_key: SecretStr | None = None
+    model: str = ""  # on the openai backend
+    modal_model: str = ""
+    modal_gpu: str = "L40S"
+    max_num_seqs: int = 64
+    workers: int = 4
     timeout_s: float = 120.0
     max_retries: int = 2  # the openai client's retries of a connection error or a 5xx
     max_tokens: int = 512
 
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides) -> "Captioner":
+        s = settings or get_settings()
+        return cls(**{"backend": s.kb_caption_backend, "base_url": s.kb_caption_base_url, "api_key": s.kb_caption_api_key,
+                      "model": s.kb_caption_model, "modal_model": s.kb_caption_modal_model,
+                      "modal_gpu": s.kb_caption_modal_gpu, "max_num_seqs": s.kb_caption_max_num_seqs,
+                      "workers": s.kb_caption_workers, **overrides})
+
     # --- configuration ------------------------------------------------------
     def _base_url(self) -> str:
-        return self.base_url or get_settings().kb_caption_base_url
+        return self.base_url
 
     def model_name(self) -> str:
-        settings = get_settings()
         if self.backend_name() == "modal":
-            return self.model or settings.kb_caption_modal_model
-        return self.model or settings.kb_caption_model
+            return self.modal_model
+        return self.model
 
     def off_reason(self) -> str | None:
         """Why captions are off, or None when they are on."""
@@ -108,8 +120,7 @@ class Captioner(ModelBackendResource):
             yield from self._caption_with_openai(urls)
 
     def _caption_with_openai(self, urls: list[str]) -> Iterator[CaptionResult]:
-        settings = get_settings()
-        key = settings.kb_caption_api_key
+        key = self.api_key
         client = openai.OpenAI(
             base_url=self._base_url(),
             # Local servers need no key, but the client needs a value.
@@ -146,18 +157,17 @@ class Captioner(ModelBackendResource):
                     return CaptionResult(url, reason="bad_answer", detail=str(exc))
                 return CaptionResult(url, caption, ocr_text)
 
-            with ThreadPoolExecutor(max(1, settings.kb_caption_workers)) as pool:
+            with ThreadPoolExecutor(max(1, self.workers)) as pool:
                 yield from pool.map(one, urls)
 
     def _caption_on_modal(self, urls: list[str]) -> Iterator[CaptionResult]:
-        from kb_resources.modal_runner import ModalRunError, run_on_modal
+        from kb.modal_runner import ModalRunError, run_on_modal
 
-        settings = get_settings()
         # Modal reads the GPU type when the module defines the function.
-        os.environ["KB_CAPTION_MODAL_GPU"] = settings.kb_caption_modal_gpu
-        from kb_resources.modal_apps import caption_app
+        os.environ["KB_CAPTION_MODAL_GPU"] = self.modal_gpu
+        from kb.modal_apps import caption_app
 
-        size = max(1, settings.kb_caption_max_num_seqs)
+        size = max(1, self.max_num_seqs)
         kwargs = {"model": self.model_name(), "max_num_seqs": size, "max_tokens": self.max_tokens}
         try:
             for _batch, results in run_on_modal(caption_app.app, caption_app.caption_batch, photo_batches(urls, size),

@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import dagster as dg
+from pathlib import Path
+
+from pydantic import BaseModel, SecretStr
 
 from kb.settings import Settings, get_settings
+from kb.telegram_api import bot_at, redact
 from kb.telegram_inbox import Inbox, InboxItem
-from kb.telegram_api import bot_token, build_bot, redact
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +53,10 @@ def notification_text(state: str, what: str, *, error: str | None = None, commit
     raise ValueError(f"no notification for state {state!r}; states: {', '.join(NOTIFIED_STATES)}")
 
 
-async def _send(settings: Settings, chat_id: int | str, text: str, reply_to: int | None) -> None:
+async def _send(api_base: str, token: str, chat_id: int | str, text: str, reply_to: int | None) -> None:
     from aiogram.types import ReplyParameters
 
-    bot = build_bot(settings)
+    bot = bot_at(api_base, token)
     try:
         reply = ReplyParameters(message_id=reply_to, allow_sending_without_reply=True) if reply_to else None
         await bot.send_message(chat_id=chat_id, text=text, reply_parameters=reply)
@@ -62,28 +64,38 @@ async def _send(settings: Settings, chat_id: int | str, text: str, reply_to: int
         await bot.session.close()
 
 
-class TelegramNotifier(dg.ConfigurableResource):
+class TelegramNotifier(BaseModel):
     """Sends item notifications through the Bot API (TELEGRAM_BOT_TOKEN,
-    TELEGRAM_API_BASE, OWNER_CHAT_ID come from the settings)."""
+    TELEGRAM_API_BASE, OWNER_CHAT_ID)."""
+
+    inbox_dir: str
+    api_base: str
+    bot_token: SecretStr | None = None
+    owner_chat_id: str = ""
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides) -> TelegramNotifier:
+        s = settings or get_settings()
+        return cls(**{"inbox_dir": str(s.inbox_dir), "api_base": s.telegram_api_base,
+                      "bot_token": s.telegram_bot_token, "owner_chat_id": s.owner_chat_id, **overrides})
 
     def notify(self, item_id: str, state: str, text: str) -> bool:
         """Send once. True when sent now, False when it was sent before.
         Raises NotificationError when the Bot API refuses it (not recorded)."""
-        settings = get_settings()
-        inbox = Inbox(settings.inbox_dir)
+        inbox = Inbox(Path(self.inbox_dir))
         if not inbox.claim_notification(item_id, state):
             return False
         item = inbox.find(item_id)
-        token = bot_token(settings)
+        token = self.bot_token.get_secret_value().strip() if self.bot_token else ""
         if item is not None and not item.is_system:
             chat_id, reply_to = item.chat_id, item.message_id
         else:
-            chat_id, reply_to = settings.owner_chat_id.strip() or None, None
+            chat_id, reply_to = self.owner_chat_id.strip() or None, None
         if not token or chat_id is None:
             print(f"[kb] {text}", flush=True)
             return True
         try:
-            asyncio.run(_send(settings, chat_id, text, reply_to))
+            asyncio.run(_send(self.api_base, token, chat_id, text, reply_to))
         except Exception as exc:  # aiogram and aiohttp raise many kinds
             inbox.release_notification(item_id, state)
             raise NotificationError(f"notification {state} of item {item_id} not sent: "

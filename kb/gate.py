@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import dagster as dg
+from pydantic import BaseModel, SecretStr
 import openai
 
-from kb.settings import get_settings, redact_secrets
+from kb.settings import Settings, get_settings, redact_secrets
 
 MAX_ATTEMPTS = 3
 FALLBACK_SCORE = 65
@@ -128,34 +128,36 @@ def read_purpose(wiki_dir: Path) -> str:
     return DEFAULT_PURPOSE
 
 
-class QualityGate(dg.ConfigurableResource):
-    """Scores sources through an OpenAI-compatible chat endpoint.
+class QualityGate(BaseModel):
+    """Scores sources through an OpenAI-compatible chat endpoint
+    (KB_GATE_BASE_URL, KB_GATE_MODEL, KB_GATE_THRESHOLD, DEEPSEEK_API_KEY)."""
 
-    Empty fields take their value from the settings (KB_GATE_BASE_URL,
-    KB_GATE_MODEL, KB_GATE_THRESHOLD). The key always comes from the
-    settings (DEEPSEEK_API_KEY), so it never shows in the Dagster UI."""
-
-    base_url: str = ""
-    model: str = ""
-    threshold: int = -1
+    base_url: str
+    model: str
+    threshold: int
+    api_key: SecretStr | None = None
     timeout_s: float = 60.0
     retry_delay_s: float = 2.0
 
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides) -> QualityGate:
+        s = settings or get_settings()
+        return cls(**{"base_url": s.kb_gate_base_url, "model": s.kb_gate_model, "threshold": s.kb_gate_threshold,
+                      "api_key": s.deepseek_api_key, **overrides})
+
     def _threshold(self) -> int:
-        return self.threshold if self.threshold >= 0 else get_settings().kb_gate_threshold
+        return self.threshold
 
     def _model(self) -> str:
-        return self.model or get_settings().kb_gate_model
+        return self.model
 
     def is_configured(self) -> bool:
-        key = get_settings().deepseek_api_key
-        return bool(key and key.get_secret_value())
+        return bool(self.api_key and self.api_key.get_secret_value())
 
     def _client(self) -> openai.OpenAI:
-        settings = get_settings()
         return openai.OpenAI(
-            base_url=self.base_url or settings.kb_gate_base_url,
-            api_key=settings.deepseek_api_key.get_secret_value(),
+            base_url=self.base_url,
+            api_key=self.api_key.get_secret_value(),
             timeout=self.timeout_s,
             # The gate counts its own attempts (3, then accept); the client
             # must not multiply them.
@@ -199,8 +201,7 @@ class QualityGate(dg.ConfigurableResource):
 
     def readiness(self) -> tuple[bool, str]:
         """(ready, detail) for `kb status`."""
-        settings = get_settings()
-        base = self.base_url or settings.kb_gate_base_url
+        base = self.base_url
         if not self.is_configured():
             return False, f"no DEEPSEEK_API_KEY: sources are accepted without a score ({base})"
         return True, f"{self._model()} at {base}, threshold {self._threshold()}"

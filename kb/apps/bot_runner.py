@@ -1,0 +1,22 @@
+"""`kb-bot`: starts the Telegram bot with a reader of the Dagster instance.
+
+The bot (telegram_bridge/bot.py) must not import Dagster or the graph, so
+this app, which may, builds the state reader and hands it to the bot.
+"""
+
+from __future__ import annotations
+
+from kb.settings import Settings, get_settings
+from kb.item_states import StateReader
+from kb_assets.telegram.item_state import state_reader
+from telegram_bridge.bot import serve
+
+
+def dagster_reader(settings: Settings) -> StateReader:
+    """The state reader that `kb-bot` gives the bot."""
+    return state_reader(settings.dagster_home)
+
+
+def main() -> int:
+    settings = get_settings()
+    return serve(settings, dagster_reader(settings))

@@ -1,0 +1,144 @@
+"""Resources for the outside services: the browser, the embedder, the
+caption, transcript and translation models, the quality gate, the wiki
+agent and the Telegram notifier. Each hands out its core client."""
+
+from __future__ import annotations
+
+from kb.browser import Browser
+from kb.embedder import Embedder
+from kb.gate import QualityGate
+from kb.telegram_notifier import TelegramNotifier
+from kb.transcriber import Transcriber
+from kb.translator import Translator
+from kb.vision import Captioner
+from kb.wiki_agent import WikiAgent
+from kb_resources.client_resource import ClientResource
+
+
+class BrowserResource(ClientResource):
+    """Playwright on Chromium. The X login state is used on X pages only."""
+
+    client_class = Browser
+    chromium_path: str
+    x_state_path: str
+    x_base_url: str
+    timeout_s: float
+    headless: bool = True
+
+    def get_client(self) -> Browser:
+        return super().get_client()
+
+
+class EmbedderResource(ClientResource):
+    """The embedding model: local, Ollama or the test hash."""
+
+    client_class = Embedder
+    backend: str
+    ollama_url: str
+    ollama_model: str
+    local_model: str
+    batch_size: int
+    cache_dir: str
+    use_cache: bool = True
+    ollama_timeout_s: float = 120.0
+
+    def get_client(self) -> Embedder:
+        return super().get_client()
+
+
+class CaptionerResource(ClientResource):
+    """Captions and OCR text of photos."""
+
+    client_class = Captioner
+    SECRETS = {"api_key": "KB_CAPTION_API_KEY"}
+    backend: str = "off"
+    base_url: str = ""
+    api_key: str = ""
+    model: str = ""
+    modal_model: str = ""
+    modal_gpu: str = "L40S"
+    max_num_seqs: int = 64
+    workers: int = 4
+    timeout_s: float = 120.0
+    max_retries: int = 2
+    max_tokens: int = 512
+
+    def get_client(self) -> Captioner:
+        return super().get_client()
+
+
+class TranscriberResource(ClientResource):
+    """Transcripts of videos."""
+
+    client_class = Transcriber
+    backend: str = "off"
+    model: str = ""
+    modal_model: str = "large-v3-turbo"
+    modal_gpu: str = "L4"
+    modal_containers: int = 4
+    whisper_model: str = ""
+
+    def get_client(self) -> Transcriber:
+        return super().get_client()
+
+
+class TranslatorResource(ClientResource):
+    """English translations through Groq."""
+
+    client_class = Translator
+    SECRETS = {"api_key": "GROQ_API_KEY"}
+    base_url: str
+    model: str
+    api_key: str = ""
+    max_wait_s: float = 60.0
+    timeout_s: float = 120.0
+    turned_off: str = ""
+
+    def get_client(self) -> Translator:
+        return super().get_client()
+
+
+class QualityGateResource(ClientResource):
+    """The LLM quality gate of Telegram sources."""
+
+    client_class = QualityGate
+    SECRETS = {"api_key": "DEEPSEEK_API_KEY"}
+    base_url: str
+    model: str
+    threshold: int
+    api_key: str = ""
+    timeout_s: float = 60.0
+    retry_delay_s: float = 2.0
+
+    def get_client(self) -> QualityGate:
+        return super().get_client()
+
+
+class WikiAgentResource(ClientResource):
+    """The wiki agent (Claude Code through claude-agent-sdk)."""
+
+    client_class = WikiAgent
+    SECRETS = {"auth_token": "ANTHROPIC_AUTH_TOKEN"}
+    base_url: str
+    model: str
+    auth_token: str = ""
+    max_turns: int = 30
+    timeout_s: float = 600.0
+    config_dir: str
+
+    def get_client(self) -> WikiAgent:
+        return super().get_client()
+
+
+class TelegramNotifierResource(ClientResource):
+    """Item notifications through the Bot API."""
+
+    client_class = TelegramNotifier
+    SECRETS = {"bot_token": "TELEGRAM_BOT_TOKEN"}
+    inbox_dir: str
+    api_base: str
+    bot_token: str = ""
+    owner_chat_id: str = ""
+
+    def get_client(self) -> TelegramNotifier:
+        return super().get_client()

@@ -1,0 +1,72 @@
+"""Resources for the stores: DuckDB, raw files, the LanceDB index, the wiki
+repository and the Telegram inbox. Each hands out its core client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+
+from kb.duckdb_store import DuckDBStore
+from kb.lance_index import ChunkIndex
+from kb.raw_store import RawStore
+from kb.settings import Settings, get_settings
+from kb.telegram_inbox import Inbox
+from kb.wiki_repo import Wiki
+from kb_resources.client_resource import ClientResource
+
+
+class DuckDBResource(ClientResource):
+    """The DuckDB file. Every asset that writes it is in the pool `duckdb`."""
+
+    client_class = DuckDBStore
+    path: str
+
+    def get_client(self) -> DuckDBStore:
+        return super().get_client()
+
+
+class RawStoreResource(ClientResource):
+    """The folder of raw captured pages."""
+
+    client_class = RawStore
+    root: str
+
+    def get_client(self) -> RawStore:
+        return super().get_client()
+
+
+class ChunkIndexResource(ClientResource):
+    """The LanceDB serving index."""
+
+    client_class = ChunkIndex
+    path: str
+    vector_index_min_rows: int
+
+    def get_client(self) -> ChunkIndex:
+        return super().get_client()
+
+
+class WikiResource(ClientResource):
+    """The git-versioned Markdown wiki."""
+
+    client_class = Wiki
+    path: str
+    remote: str = ""
+
+    def get_client(self) -> Wiki:
+        return super().get_client()
+
+
+class InboxResource(dg.ConfigurableResource):
+    """The Telegram inbox folder that the bot writes and the sensors read."""
+
+    path: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides) -> InboxResource:
+        settings = settings or get_settings()
+        return cls(**{"path": str(settings.inbox_dir), **overrides})
+
+    def get_client(self) -> Inbox:
+        return Inbox(Path(self.path))

@@ -1,0 +1,120 @@
+"""The floor plan holds: the serving apps load no Dagster, the import-linter
+core list is complete, module names are unique, resources mirror their
+clients, and the one wiki listing keeps a link to .git/config out of the index.
+The layers themselves are import-linter contracts (pyproject.toml), run by .ci/run."""
+
+from __future__ import annotations
+
+import pkgutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import kb
+import kb_assets
+import kb_resources
+import mcp_server
+import sensors
+import telegram_bridge
+from kb_resources.client_resource import ClientResource
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = [kb, kb_assets, kb_resources, sensors, telegram_bridge, mcp_server]
+
+NO_GRAPH_CHECK = """
+import sys
+import {module}
+graph = sorted(n for n in sys.modules if n.split(".")[0] in ("kb_assets", "kb_resources", "sensors"))
+assert "dagster" not in sys.modules, "{module} loaded dagster"
+assert "duckdb" not in sys.modules, "{module} loaded duckdb"
+assert not graph, "{module} loaded " + ", ".join(graph)
+"""
+
+
+@pytest.mark.parametrize("module", ["mcp_server.server", "telegram_bridge.bot", "kb.search", "kb.reading"])
+def test_serving_apps_and_the_core_load_no_dagster(module):
+    # A fresh interpreter: in this one, other tests have already imported Dagster.
+    # The MCP server must start fast and must never open DuckDB.
+    result = subprocess.run([sys.executable, "-c", NO_GRAPH_CHECK.format(module=module)], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def all_modules() -> list[str]:
+    names = []
+    for package in PACKAGES:
+        names.append(package.__name__)
+        names += [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
+    return names
+
+
+def test_the_core_contract_names_every_core_module():
+    """A new core module that the contract does not name could import Dagster unseen."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    contract = next(c for c in config["contracts"] if c["name"].startswith("The core imports no Dagster"))
+    core = {m.split(".")[1] for m in all_modules() if m.startswith("kb.") and not m.startswith("kb.apps")}
+    listed = {m.split(".")[1] for m in contract["source_modules"]}
+    assert core == listed, f"add to or remove from the contract: {sorted(core ^ listed)}"
+
+
+def test_module_names_are_unique_and_no_standard_library_name():
+    leaves: dict[str, list[str]] = {}
+    for name in all_modules():
+        leaves.setdefault(name.rsplit(".", 1)[-1], []).append(name)
+    twice = {leaf: names for leaf, names in leaves.items() if len(names) > 1}
+    assert not twice, f"two modules with one name: {twice}"
+    shadows = sorted(leaf for leaf in leaves if leaf in sys.stdlib_module_names)
+    assert not shadows, f"modules named like a standard-library module: {shadows}"
+
+
+def resource_classes() -> list[type[ClientResource]]:
+    found, todo = [], list(ClientResource.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo += cls.__subclasses__()
+    return found
+
+
+def test_every_resource_mirrors_its_client_and_builds_it_from_the_settings():
+    import kb_resources.services  # noqa: F401  (defines the subclasses)
+    import kb_resources.stores  # noqa: F401
+
+    classes = resource_classes()
+    assert len(classes) >= 12
+    for cls in classes:
+        assert set(cls.model_fields) == set(cls.client_class.model_fields), cls.__name__
+        client = cls.from_settings().get_client()
+        assert isinstance(client, cls.client_class)
+
+
+def test_a_secret_reaches_the_client_but_the_resource_shows_only_its_variable(monkeypatch):
+    from kb_resources.services import QualityGateResource
+
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-test-secret-0123")
+    resource = QualityGateResource.from_settings()
+    assert resource.api_key == "DEEPSEEK_API_KEY"  # an EnvVar: the UI shows the name
+    assert resource.get_client().api_key.get_secret_value() == "sk-test-secret-0123"
+
+
+def test_a_symlink_to_git_config_is_no_page_for_any_reader(kb_home):
+    """One listing of wiki pages serves the index, the checks and the readers."""
+    from kb.wiki_checks import check_wiki
+    from kb.wiki_files import wiki_page_files
+    from kb_assets.index.wiki_index import page_rows
+
+    root = kb_home / "wiki"
+    (root / ".git").mkdir(parents=True)
+    (root / ".git" / "config").write_text("[remote]\n\turl = https://user:token@example.org/wiki.git\n")
+    (root / "wiki" / "concepts").mkdir(parents=True)
+    (root / "wiki" / "concepts" / "real.md").write_text("---\ntype: concept\n---\n# Real\n\nA page.\n")
+    (root / "wiki" / "concepts" / "leak.md").symlink_to(root / ".git" / "config")
+    pages = wiki_page_files(root)
+    assert [p.name for p in pages] == ["real.md"]
+    rows = [row for page in pages for row in page_rows(root, page)]
+    assert rows and not any("token" in row["text"] for row in rows)
+    findings = check_wiki(root)
+    assert not any("leak" in str(item) for items in findings.values() for item in items)
