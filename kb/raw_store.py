@@ -89,3 +89,27 @@ class RawStore(BaseModel):
     def move_watermark(self, tweet_id: str, sort_index: str, batch: str) -> None:
         payload = {"tweet_id": tweet_id, "sort_index": sort_index, "batch": batch}
         write_atomic(self.x_dir() / "watermark.json", json.dumps(payload).encode())
+
+    def capture_counts(self) -> dict:
+        """What the captures on disk hold, for `kb status` and the web page's
+        status panel (one count for both). Never raises on a bad manifest:
+        it names the batch in `error`."""
+        batches = self.batches()
+        manifests = []
+        for batch in batches:
+            try:
+                manifest = self.manifest(batch)
+            except (ValueError, TypeError) as exc:
+                return {"batches": len(batches), "error": f"capture manifest of batch {batch} is not readable: {exc}"}
+            if manifest:
+                manifests.append(manifest)
+        complete = [m for m in manifests if m.complete]
+        last = max(complete, key=lambda m: m.finished_at, default=None)
+        return {
+            "batches": len(batches),
+            "pages": sum(len(self.pages(b)) for b in batches),
+            "incomplete_batches": len(manifests) - len(complete),
+            "last_capture": last.finished_at if last else None,
+            "last_batch": last.batch if last else None,
+            "watermark": (self.watermark() or {}).get("tweet_id"),
+        }

@@ -25,8 +25,9 @@ from datetime import date
 
 import dagster as dg
 
+from kb_assets.keys import REQUESTED_BY_TAG, TOPIC_TAG
 from kb_assets.partitions import sources
-from kb_assets.telegram.sources import OVERRIDE_TAG, source_intake_job
+from kb_assets.telegram.sources import source_intake_job
 from kb_assets.wiki.wiki_pages import (
     iso_week_label,
     topic_key,
@@ -45,8 +46,6 @@ from kb.telegram_inbox import Inbox, InboxError, item_id_of_manifest
 # that one tick stays short.
 MAX_ITEMS_PER_TICK = 100
 
-TOPIC_TAG = "kb/topic"
-REQUESTED_BY_TAG = "kb/requested_by"
 
 
 def adopt_dropped_files(inbox: Inbox, log) -> None:

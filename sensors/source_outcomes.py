@@ -20,10 +20,11 @@ import json
 
 import dagster as dg
 
+from kb_assets.keys import GATED_SOURCES, PARTITION_TAG, WIKI_PAGES, WILL_RETRY_TAG
 from kb_assets.partitions import sources
 from kb_resources.stores import InboxResource
 from kb.telegram_inbox import Inbox
-from kb_assets.telegram.item_state import GATED_ASSET, WIKI_ASSET, WILL_RETRY_TAG, commit_of, failure_message
+from kb_assets.telegram.item_state import commit_of, failure_message
 from kb.telegram_notifier import NotificationError, TelegramNotifier, describe, notification_text
 from kb_resources.services import TelegramNotifierResource
 
@@ -41,7 +42,7 @@ def notify_outcome(notifier: TelegramNotifier, inbox: Inbox, record, asset_key: 
     metadata = record.asset_materialization.metadata
     item = inbox.find(item_id) if item_id else None
     what = describe(item, item_id, _value(metadata, "title"))
-    if asset_key == WIKI_ASSET:
+    if asset_key == WIKI_PAGES:
         state = "done"
         text = notification_text("done", what, commit=commit_of({k: _value(metadata, k) for k in metadata}))
     else:
@@ -67,7 +68,7 @@ def source_outcomes_sensor(context: dg.SensorEvaluationContext, telegram: Telegr
     cursor = json.loads(context.cursor) if context.cursor else {}
     inbox = inbox.get_client()
     sent = 0
-    for asset_key in (GATED_ASSET, WIKI_ASSET):
+    for asset_key in (GATED_SOURCES, WIKI_PAGES):
         name = asset_key.to_user_string()
         result = context.instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=asset_key, after_storage_id=cursor.get(name)),
@@ -91,7 +92,7 @@ def source_outcomes_sensor(context: dg.SensorEvaluationContext, telegram: Telegr
 )
 def source_failures_sensor(context: dg.RunFailureSensorContext, telegram: TelegramNotifierResource, inbox: InboxResource) -> None:
     run = context.dagster_run
-    item_id = run.tags.get("dagster/partition")
+    item_id = run.tags.get(PARTITION_TAG)
     if not item_id or not context.instance.has_dynamic_partition(sources.name, item_id):
         return
     if run.tags.get(WILL_RETRY_TAG) == "true":

@@ -21,6 +21,7 @@ import duckdb as duckdb_lib
 # Dagster has no public name for these tags; they make one run cover a range of partitions.
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
+from kb_assets.keys import PARTITION_TAG, STAGE_TAG
 from kb_assets.enrich.photo_captions import SOURCE, waiting_by_batch
 from kb.settings import excluded_sources
 from kb_assets.jobs import captions_job, captions_to_index_job
@@ -80,7 +81,7 @@ def captions_sensor(context: dg.SensorEvaluationContext, captioner: CaptionerRes
         return dg.SkipReason(f"{total} photo(s) wait; a caption run starts at {threshold}")
     return dg.RunRequest(
         tags={ASSET_PARTITION_RANGE_START_TAG: batches[0], ASSET_PARTITION_RANGE_END_TAG: batches[-1],
-              "kb/stage": "captions"},
+              STAGE_TAG: "captions"},
         # The run captions whatever waits in the range: the count was checked here.
         run_config={"ops": {"captions": {"config": {"min_photos": 0}}}},
     )
@@ -88,8 +89,8 @@ def captions_sensor(context: dg.SensorEvaluationContext, captioner: CaptionerRes
 
 def batches_of_run(run: dg.DagsterRun, known: list[str]) -> list[str]:
     """The sync batches that a run covered: its partition, or its range."""
-    if run.tags.get("dagster/partition"):
-        return [run.tags["dagster/partition"]]
+    if run.tags.get(PARTITION_TAG):
+        return [run.tags[PARTITION_TAG]]
     start, end = run.tags.get(ASSET_PARTITION_RANGE_START_TAG), run.tags.get(ASSET_PARTITION_RANGE_END_TAG)
     if start not in known or end not in known:
         return []

@@ -7,7 +7,8 @@ from zoneinfo import ZoneInfo
 import dagster as dg
 
 from kb_assets.partitions import sources
-from kb_assets.telegram.sources import OVERRIDE_TAG, gated_sources, parsed_sources, source_intake_job
+from kb_assets.keys import OVERRIDE_TAG, TOPIC_TAG
+from kb_assets.telegram.sources import gated_sources, parsed_sources, source_intake_job
 from kb_assets.wiki.wiki_pages import (
     iso_week_label,
     wiki_lint,
@@ -22,7 +23,7 @@ from kb_assets.wiki.wiki_pages import (
     wiki_topics,
 )
 from kb.settings import get_settings
-from sensors.inbox_folder import MAX_ITEMS_PER_TICK, TOPIC_TAG, bot_requests_sensor, inbox_sensor, wiki_requests_sensor
+from sensors.inbox_folder import MAX_ITEMS_PER_TICK, bot_requests_sensor, inbox_sensor, wiki_requests_sensor
 from sensors.source_outcomes import source_failures_sensor, source_outcomes_sensor
 from kb.telegram_inbox import Inbox, dropped_item_id
 from kb.telegram_notifier import TelegramNotifier

@@ -65,18 +65,9 @@ def _enrichment_coverage(conn) -> dict:
 def _capture_counts(settings: Settings) -> dict:
     from kb.raw_store import RawStore
 
-    store = RawStore.from_settings()
-    batches = store.batches()
-    manifests = [m for m in (store.manifest(b) for b in batches) if m]
-    complete = [m for m in manifests if m.complete]
-    last = max(complete, key=lambda m: m.finished_at, default=None)
-    return {
-        "batches": len(batches),
-        "pages": sum(len(store.pages(b)) for b in batches),
-        "incomplete_batches": len(manifests) - len(complete),
-        "last_sync": last.finished_at if last else None,
-        "watermark": (store.watermark() or {}).get("tweet_id"),
-    }
+    counts = RawStore.from_settings(settings).capture_counts()
+    # kb status calls the last complete capture the last sync.
+    return {"last_sync": counts.get("last_capture"), **counts}
 
 
 def _index_counts() -> dict:
@@ -184,8 +175,9 @@ def _coverage_lines(norm: dict) -> list[str]:
 def format_status(report: dict) -> str:
     lines = [f"KB_HOME  {report['kb_home']}"]
     cap = report["capture"]
-    lines.append(f"last sync  {cap['last_sync'] or 'never'}   batches {cap['batches']}   pages {cap['pages']}"
-                 + (f"   incomplete {cap['incomplete_batches']}" if cap["incomplete_batches"] else ""))
+    lines.append(f"last sync  {cap['last_sync'] or 'never'}   batches {cap['batches']}   pages {cap.get('pages', '?')}"
+                 + (f"   incomplete {cap['incomplete_batches']}" if cap.get("incomplete_batches") else "")
+                 + (f"   ERROR {cap['error']}" if cap.get("error") else ""))
     norm = report["normalized"]
     if norm.get("state") == "ok":
         total = norm["bookmarks"] or 1

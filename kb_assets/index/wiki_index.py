@@ -13,6 +13,7 @@ being embedded again), and a page that was deleted leaves the index.
 """
 
 
+from kb_assets.keys import WIKI_WRITERS
 import hashlib
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -34,8 +35,6 @@ from kb_resources.stores import ChunkIndexResource, WikiResource
 DATE_FIELDS = ("updated", "ingested", "created", "date")
 
 # Every asset that changes the wiki pages.
-WIKI_WRITERS = [dg.AssetKey("wiki_pages"), dg.AssetKey("wiki_lint"), dg.AssetKey("wiki_synthesis"),
-                dg.AssetKey("wiki_topic_synthesis")]
 
 
 def page_date(frontmatter: dict, file: Path) -> datetime:

@@ -15,17 +15,13 @@ import dagster as dg
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 
 from kb.item_states import ItemState, StateReader
+from kb_assets.keys import GATED_SOURCES, PARSED_SOURCES, PARTITION_TAG, WIKI_PAGES, WILL_RETRY_TAG
 from kb_assets.partitions import sources
 
-PARSED_ASSET = dg.AssetKey("parsed_sources")
-GATED_ASSET = dg.AssetKey("gated_sources")
-WIKI_ASSET = dg.AssetKey("wiki_pages")
 # The wiki asset names its commit with one of these metadata keys.
 COMMIT_KEYS = ("commit_sha", "commit", "sha")
-PARTITION_TAG = "dagster/partition"
 # Observations of wiki_pages that say where an accepted source stands.
 WIKI_STATES = ("waiting", "retrying", "failed")
-WILL_RETRY_TAG = "dagster/will_retry"
 
 IN_PROGRESS = {
     DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.MANAGED,
@@ -91,8 +87,8 @@ def read_item_state(instance: DagsterInstance | None, item_id: str) -> ItemState
         return ItemState(item_id, "received")
     runs = instance.get_run_records(dg.RunsFilter(tags={PARTITION_TAG: item_id}), limit=1)
     latest = runs[0].dagster_run if runs else None
-    gated = latest_materialization(instance, GATED_ASSET, item_id)
-    wiki = latest_materialization(instance, WIKI_ASSET, item_id)
+    gated = latest_materialization(instance, GATED_SOURCES, item_id)
+    wiki = latest_materialization(instance, WIKI_PAGES, item_id)
     gated_meta, wiki_meta = _metadata(gated), _metadata(wiki)
     title = gated_meta.get("title") or None
     score = gated_meta.get("score")
@@ -100,7 +96,7 @@ def read_item_state(instance: DagsterInstance | None, item_id: str) -> ItemState
 
     if latest is not None and latest.status in IN_PROGRESS:
         selection = latest.asset_selection or set()
-        wiki_only = WIKI_ASSET in selection and GATED_ASSET not in selection
+        wiki_only = WIKI_PAGES in selection and GATED_SOURCES not in selection
         return ItemState(item_id, "ingesting" if wiki_only else "processing", title=title, score=score)
     if latest is not None and latest.status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED):
         state = "retrying" if latest.tags.get(WILL_RETRY_TAG) == "true" else "failed"
@@ -112,7 +108,7 @@ def read_item_state(instance: DagsterInstance | None, item_id: str) -> ItemState
         status = gated_meta.get("status")
         if status == "accepted":
             # The wiki stage records why it did not ingest (yet) as an observation.
-            seen = latest_observation(instance, WIKI_ASSET, item_id)
+            seen = latest_observation(instance, WIKI_PAGES, item_id)
             seen_meta = _metadata(seen)
             if seen is not None and seen.storage_id > gated.storage_id and seen_meta.get("state") in WIKI_STATES:
                 return ItemState(item_id, seen_meta["state"], title=title, score=score,

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from kb_assets.keys import OVERRIDE_TAG, RETRY_ON_ASSET_FAILURE_TAG, WIKI_PAGES
 from kb_assets.partitions import sources
 from kb.source_parsers import (
     ParsedSource,
@@ -66,7 +67,6 @@ MAX_TRANSIENT_RETRIES = len(TRANSIENT_WAITS_S)
 UNEXPECTED_ERROR_RETRY = dg.RetryPolicy(max_retries=3, delay=60, backoff=dg.Backoff.EXPONENTIAL)
 
 # Run tag of an /override run: ingest a rejected or duplicate source anyway.
-OVERRIDE_TAG = "kb/override"
 
 PARSED_DIR = Path("raw/parsed")
 REJECTED_DIR = Path("raw/rejected")
@@ -390,7 +390,6 @@ def gated_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, gat
 
 
 # The wiki stage's asset (kb_assets/wiki/wiki_pages.py): it ingests the accepted sources.
-WIKI_PAGES = dg.AssetKey("wiki_pages")
 
 source_intake_job = dg.define_asset_job(
     "source_intake",
@@ -400,6 +399,6 @@ source_intake_job = dg.define_asset_job(
     # Run retries (dagster.yaml) are for runs whose process died. An asset
     # that failed has used its own retries already; one more run would break
     # "a permanent error fails at once" and the 3-retry limit.
-    tags={"dagster/retry_on_asset_or_op_failure": "false"},
+    tags={RETRY_ON_ASSET_FAILURE_TAG: "false"},
     description="One inbox item: parse it, pass it through the quality gate, and ingest it into the wiki.",
 )

@@ -2,13 +2,13 @@
 The rules themselves live in kb/wiki_checks.py, so `kb wiki check` and these
 checks give the same findings."""
 
+from kb_assets.keys import WIKI_PAGES
 import dagster as dg
 
 from kb.wiki_checks import FINDING_KINDS, check_wiki
 from kb.wiki_repo import Wiki
 from kb_resources.stores import WikiResource
 
-WIKI_PAGES = dg.AssetKey("wiki_pages")
 
 
 @dg.multi_asset_check(

@@ -29,6 +29,7 @@ from zoneinfo import ZoneInfo
 
 import dagster as dg
 
+from kb_assets.keys import GATED_SOURCES, WIKI_PAGES
 from kb_assets.partitions import sources
 from kb.wiki_files import read_frontmatter
 from kb.wiki_checks import check_wiki, findings_count
@@ -40,8 +41,6 @@ from kb_resources.services import WikiAgentResource
 from kb_resources.stores import DuckDBResource, WikiResource
 
 WIKI_POOL = "wiki"
-WIKI_PAGES = dg.AssetKey("wiki_pages")
-GATED_SOURCES = dg.AssetKey("gated_sources")
 MAX_TRIES = 3
 # Three tries in all. The delay lets a rate limit or a busy endpoint recover.
 WIKI_RETRY = dg.RetryPolicy(max_retries=MAX_TRIES - 1, delay=60, backoff=dg.Backoff.EXPONENTIAL)

@@ -30,6 +30,7 @@ import duckdb
 import pyarrow as pa
 
 from kb.queries import BOOKMARK_ORDER_SQL
+from kb_assets.keys import X_RAW_PAGES
 from kb_assets.partitions import sync_batches
 from kb.urls import normalize_url
 from kb.x_graphql import PageShapeError, ParsedPage, load_page, parse_page
@@ -37,7 +38,6 @@ from kb.duckdb_store import DUCKDB_POOL, DuckDBStore
 from kb.raw_store import CaptureManifest, RawStore
 from kb_resources.stores import DuckDBResource, RawStoreResource
 
-X_RAW_PAGES = dg.AssetKey("x_raw_pages")
 NORMALIZED_TABLES = ("bookmarks", "authors", "media", "links")
 
 METADATA_LIST_LIMIT = 20  # keep the run metadata readable in the UI

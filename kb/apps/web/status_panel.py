@@ -58,24 +58,7 @@ def _guarded(collect) -> dict:
 
 def capture_counts(settings: Settings) -> dict:
     """Sync batches from the capture manifests on disk."""
-    store = RawStore.from_settings(root=str(settings.x_raw_dir))
-    batches = store.batches()
-    manifests = []
-    for batch in batches:
-        try:
-            manifest = store.manifest(batch)
-        except (ValueError, TypeError) as exc:
-            return {"error": f"capture manifest of batch {batch} is not readable: {exc}"}
-        if manifest:
-            manifests.append(manifest)
-    complete = [m for m in manifests if m.complete]
-    last = max(complete, key=lambda m: m.finished_at, default=None)
-    return {
-        "batches": len(batches),
-        "incomplete_batches": len(manifests) - len(complete),
-        "last_capture": last.finished_at if last else None,
-        "last_batch": last.batch if last else None,
-    }
+    return RawStore.from_settings(settings).capture_counts()
 
 
 def index_coverage(index: ChunkIndex) -> dict:

@@ -1,0 +1,31 @@
+"""Asset keys and run tags: one copy of each name.
+
+Sensors, jobs, the wiki stage, the item state reader and the `kb` command
+all name the same assets and tags. A second copy of a name once drifted.
+"""
+
+import dagster as dg
+
+# --- asset keys ----------------------------------------------------------------------
+X_RAW_PAGES = dg.AssetKey("x_raw_pages")
+PARSED_SOURCES = dg.AssetKey("parsed_sources")
+GATED_SOURCES = dg.AssetKey("gated_sources")
+WIKI_PAGES = dg.AssetKey("wiki_pages")
+WIKI_LINT = dg.AssetKey("wiki_lint")
+WIKI_SYNTHESIS = dg.AssetKey("wiki_synthesis")
+WIKI_TOPIC_SYNTHESIS = dg.AssetKey("wiki_topic_synthesis")
+# Every asset that changes the wiki pages.
+WIKI_WRITERS = [WIKI_PAGES, WIKI_LINT, WIKI_SYNTHESIS, WIKI_TOPIC_SYNTHESIS]
+
+# --- run tags that Dagster defines ------------------------------------------------------
+PARTITION_TAG = "dagster/partition"
+WILL_RETRY_TAG = "dagster/will_retry"
+MAX_RETRIES_TAG = "dagster/max_retries"
+RETRY_ON_ASSET_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
+
+# --- run tags of kb -----------------------------------------------------------------
+BATCH_TAG = "kb/sync_batch"
+STAGE_TAG = "kb/stage"
+OVERRIDE_TAG = "kb/override"
+TOPIC_TAG = "kb/topic"
+REQUESTED_BY_TAG = "kb/requested_by"
