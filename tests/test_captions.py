@@ -157,7 +157,7 @@ def test_a_failing_endpoint_stops_the_run_and_the_photos_wait(photos, instance, 
         monkeypatch.setenv("KB_CAPTION_BACKEND", "openai")
         monkeypatch.setenv("KB_CAPTION_BASE_URL", down.base_url + "/v1")
         monkeypatch.setenv("KB_CAPTION_MODEL", "test-vl")
-        result = _materialize(instance, [captions], config={"min_photos": 0}, captioner=Captioner.from_settings(timeout_s=5, max_retries=0))
+        result = _materialize(instance, [captions], config={"min_photos": 0}, captioner=CaptionerResource.from_settings(timeout_s=5, max_retries=0))
     assert not result.success
     failure = next(e for e in result.all_events if e.is_step_failure)
     assert "The caption backend stopped" in failure.step_failure_data.error.message

@@ -299,9 +299,9 @@ def corpus(home, server) -> dict:
     write_wiki(home)
     # The asset function itself: a whole Dagster run costs seconds, and
     # test_wiki_index_removes_deleted_pages runs the asset through Dagster.
-    wiki_index(dg.build_asset_context(), wiki=Wiki.from_settings(path=str(home / "wiki")),
-               embedder=Embedder.from_settings(backend="hash", cache_dir=str(home / "lancedb")),
-               lance=ChunkIndex.from_settings(path=str(home / "lancedb")))
+    wiki_index(dg.build_asset_context(), wiki=WikiResource.from_settings(path=str(home / "wiki")),
+               embedder=EmbedderResource.from_settings(backend="hash", cache_dir=str(home / "lancedb")),
+               lance=ChunkIndexResource.from_settings(path=str(home / "lancedb")))
     return {"home": home, **facts}
 
 

@@ -68,8 +68,8 @@ from tests.fake_telegram import FakeTelegram, converse
 from tests.test_bad_input import entry, tweet
 from tests.test_mcp_server import build_corpus, write_wiki
 from tests.test_wiki_agent import PARSED, SOURCE_TEXT, good_turns
-from kb_resources.services import BrowserResource
-from kb_resources.stores import DuckDBResource
+from kb_resources.services import BrowserResource, EmbedderResource
+from kb_resources.stores import ChunkIndexResource, DuckDBResource, WikiResource
 
 OWNER, STRANGER = h.OWNER_ID, 999
 LONG_TEXT = "Idea: keep a log of every schema change, with the reason, so that a rebuild can replay it."
@@ -483,9 +483,9 @@ def test_mcp_tools_are_read_only_and_calls_change_no_byte(tmp_path, capfd):
     home.mkdir(parents=True)
     build_corpus(home)
     write_wiki(home)
-    wiki_index(dg.build_asset_context(), wiki=Wiki.from_settings(path=str(home / "wiki")),
-               embedder=Embedder.from_settings(backend="hash", cache_dir=str(home / "lancedb")),
-               lance=ChunkIndex.from_settings(path=str(home / "lancedb")))
+    wiki_index(dg.build_asset_context(), wiki=WikiResource.from_settings(path=str(home / "wiki")),
+               embedder=EmbedderResource.from_settings(backend="hash", cache_dir=str(home / "lancedb")),
+               lance=ChunkIndexResource.from_settings(path=str(home / "lancedb")))
     before = content_hashes(home)
     env = {"KB_HOME": str(home), "KB_EMBED_BACKEND": "hash", "KB_CONFIG_FILE": str(home / "none.toml"),
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": os.environ.get("PATH", ""), **KEYS}

@@ -19,8 +19,8 @@ from kb.lance_index import ChunkIndex
 from kb.translator import PIECE_CHARS, TranslateError, Translator, retry_after_seconds, split_pieces
 from tests.enrich_rows import add_batches, bookmark, rows, write
 from tests.fake_groq import PATH, FakeGroq
-from kb_resources.services import TranslatorResource
-from kb_resources.stores import DuckDBResource
+from kb_resources.services import EmbedderResource, TranslatorResource
+from kb_resources.stores import ChunkIndexResource, DuckDBResource
 
 KEY = "sk-TEST-SECRET-groq-0000"
 BATCH = "20261101T000000000Z"
@@ -183,7 +183,7 @@ def test_translations_asset_caches_foreign_chunks_and_the_index_shows_english(gr
     cached = dict(rows("SELECT c.text, t.english FROM translations t JOIN chunks c USING (text_hash)"))
     assert cached == {SPANISH: SPANISH_EN, RUSSIAN: RUSSIAN_EN, TAGGED_ES_BUT_ENGLISH: None}
 
-    index = _materialize(instance, chunk_index, embedder=Embedder.from_settings(backend="hash"), lance=ChunkIndex.from_settings())
+    index = _materialize(instance, chunk_index, embedder=EmbedderResource.from_settings(backend="hash"), lance=ChunkIndexResource.from_settings())
     assert index.success
     passages = {p["ref"] + " " + p["source"]: p for t in ("1", "4", "5") for p in ChunkIndex.from_settings().passages(tweet_id=t)}
     spanish = passages["https://x.com/alice/status/1 post"]

@@ -83,7 +83,7 @@ def _embedder_readiness() -> tuple[bool, str]:
     """Ollama and its model, and the local model, in one line."""
     from kb.embedder import Embedder
 
-    report = Embedder.from_settings().readiness()
+    report = Embedder.from_settings(settings).readiness()
     ollama, local = report["ollama"], report["local"]
     ollama_text = ("ollama ready" if ollama["has_model"] else f"ollama not ready ({ollama['error']})")
     local_text = (f"local model loads ({local['dim']}-d)" if local["loads"] else f"local model fails ({local['error']})")
@@ -101,13 +101,13 @@ def _services(settings: Settings) -> dict:
 
     checks = {
         # Browser.readiness() covers the X login state too, and never shows its content.
-        "browser": Browser.from_settings().readiness,
+        "browser": Browser.from_settings(settings).readiness,
         "embedder": _embedder_readiness,
-        "captions": Captioner.from_settings().readiness,
-        "transcripts": Transcriber.from_settings().readiness,
-        "translation": Translator.from_settings().readiness,
-        "quality_gate": QualityGate.from_settings().readiness,
-        "wiki_agent": WikiAgent.from_settings().readiness,
+        "captions": Captioner.from_settings(settings).readiness,
+        "transcripts": Transcriber.from_settings(settings).readiness,
+        "translation": Translator.from_settings(settings).readiness,
+        "quality_gate": QualityGate.from_settings(settings).readiness,
+        "wiki_agent": WikiAgent.from_settings(settings).readiness,
         "telegram": lambda: telegram_readiness(settings),
     }
     services = {}
@@ -136,6 +136,8 @@ def _wiki_state(settings: Settings) -> dict:
 
     ensure_dagster_home(settings)
     with dg.DagsterInstance.get() as instance:
+        from kb.wiki_agent import WikiAgent
+
         state = wiki_status(instance, WikiAgent.from_settings(settings))
     state.pop("agent", None)  # the services list shows it
     return state
