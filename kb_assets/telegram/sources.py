@@ -23,7 +23,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from kb_assets.keys import OVERRIDE_TAG, RETRY_ON_ASSET_FAILURE_TAG, WIKI_PAGES
+from kb_assets.keys import OVERRIDE_TAG, RETRY_ON_ASSET_FAILURE_TAG, SOURCE_PASSAGES, WIKI_PAGES
 from kb_assets.partitions import sources
 from kb.source_parsers import (
     ParsedSource,
@@ -393,12 +393,15 @@ def gated_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, gat
 
 source_intake_job = dg.define_asset_job(
     "source_intake",
-    # One run per item takes it all the way: parse, gate, wiki. The run's
-    # state is then the item's state (the bot's /status reads it).
-    selection=dg.AssetSelection.assets(parsed_sources, gated_sources, WIKI_PAGES),
+    # One run per item takes it all the way: parse, gate, index, wiki. The
+    # run's state is then the item's state (the bot's /status reads it).
+    # The index (source_passages) and the wiki both follow the gate, and
+    # neither waits for the other: a source is searchable before the agent
+    # has written about it, and also when the agent fails.
+    selection=dg.AssetSelection.assets(parsed_sources, gated_sources, SOURCE_PASSAGES, WIKI_PAGES),
     # Run retries (dagster.yaml) are for runs whose process died. An asset
     # that failed has used its own retries already; one more run would break
     # "a permanent error fails at once" and the 3-retry limit.
     tags={RETRY_ON_ASSET_FAILURE_TAG: "false"},
-    description="One inbox item: parse it, pass it through the quality gate, and ingest it into the wiki.",
+    description="One inbox item: parse it, pass it through the quality gate, index it for search, and ingest it into the wiki.",
 )
