@@ -9,7 +9,7 @@ import functools
 import dagster as dg
 
 from kb_assets.partitions import sources
-from kb_assets.index.source_index import source_passages
+from kb_assets.telegram.source_index import source_passages
 from kb_assets.telegram.sources import gated_sources, parsed_sources, source_intake_job
 from kb_assets.wiki.wiki_pages import wiki_pages
 from kb.browser import Browser

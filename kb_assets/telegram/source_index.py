@@ -31,7 +31,7 @@ from kb_resources.stores import ChunkIndexResource, DuckDBResource
     # One writer of the LanceDB tables at a time (see wiki_index); this pool
     # also keeps the short DuckDB read in line with the other writers.
     pool=DUCKDB_POOL,
-    group_name="index",
+    group_name="telegram",
     kinds={"lancedb"},
     description="An approved Telegram source in the LanceDB search index (source kind `telegram`), "
                 "before and independent of the wiki ingest. Rejected and duplicate sources leave the index.",
