@@ -167,6 +167,10 @@ The system checks each change. When a rule is broken, it resets the wiki to
 the state before your change, and your work is lost.
 """
 
+# While purpose.md holds this line, the owner has not written it: the gate
+# uses its default purpose, and `kb status` asks the owner to write it.
+PURPOSE_PLACEHOLDER_MARK = "Write here what you want this wiki to be for"
+
 PURPOSE_MD = """\
 # Purpose
 

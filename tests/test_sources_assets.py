@@ -100,6 +100,9 @@ def test_web_source_below_the_threshold_is_rejected_and_moved(site, gate, dagste
     # The gate got purpose.md's default and the page text.
     [request] = gate.requests
     assert "Amazing offer" in request["messages"][1]["content"]
+    # The gate sees what the source is, and its raw answer is kept for audit.
+    assert request["messages"][1]["content"].startswith(f"Type: web\nURL: {site.url('/ads')}\nTitle: Buy now\n")
+    assert rows("SELECT raw_answer FROM gate_results") == [('{"score": 20, "topics": ["Advertising"], "reason": "an advert"}',)]
     state = read_item_state(dagster, item.id)
     assert (state.state, state.score) == ("rejected", 20)
 

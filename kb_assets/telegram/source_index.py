@@ -46,13 +46,12 @@ def source_passages(context: dg.AssetExecutionContext, duckdb: DuckDBResource, e
             "SELECT status, title, url, type, parsed_path, received_at FROM sources WHERE item_id = ?",
             [item_id],
         ).fetchone()
-    if row is None or row[0] not in ("accepted", "rejected", "duplicate"):
-        raise dg.Failure(f"source {item_id}: the gate has no decision for it yet; materialize gated_sources first",
-                         allow_retries=False)
-    status, title, url, source_type, parsed_path, received_at = row
+    status, title, url, source_type, parsed_path, received_at = row or ("unknown",) + (None,) * 5
     document_id = source_document_id(item_id)
     # No DuckDB connection is open from here on: embedding is slow.
     if status != "accepted":
+        # Rejected, a duplicate, or not gated (a failed parse; `kb index
+        # --rebuild` asks for every source): not in the index.
         removed = lance.remove_bookmarks([document_id])
         context.log.info(f"source {item_id}: {status}, so it is not in the index ({removed} passages removed)")
         return dg.MaterializeResult(metadata={"item_id": item_id, "status": status, "passages": 0,

@@ -340,7 +340,9 @@ def gated_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, gat
         decision = "duplicate"
     else:
         _, body = split_frontmatter(current.read_text(encoding="utf-8"))
-        verdict = gate.judge(body, read_purpose(settings.wiki_dir), log=context.log)
+        item = Inbox(settings.inbox_dir).find(item_id)
+        verdict = gate.judge(body, read_purpose(settings.wiki_dir), log=context.log, source_type=item_type,
+                             url=url, file_name=item.file_name if item else None, title=title)
         decision = "accepted" if override or verdict.accepted else "rejected"
 
     with raw_files_lock(settings.wiki_dir):  # an ingest must not see raw/ change
@@ -354,7 +356,7 @@ def gated_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, gat
         conn.execute("DELETE FROM gate_results WHERE item_id = ?", [item_id])
         conn.execute(
             """INSERT INTO gate_results (item_id, score, topics, reason, gate, model, attempts, threshold,
-                   decision, overridden, gated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   decision, overridden, gated_at, raw_answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             [item_id,
              verdict.score if verdict else None,
              json.dumps(verdict.topics if verdict else []),
@@ -363,7 +365,7 @@ def gated_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, gat
              verdict.model if verdict else None,
              verdict.attempts if verdict else 0,
              verdict.threshold if verdict else settings.kb_gate_threshold,
-             decision, override, now],
+             decision, override, now, verdict.raw_answer if verdict else None],
         )
     context.log.info(f"inbox item {item_id}: {decision}"
                      + (f" (score {verdict.score}, gate {verdict.gate})" if verdict else f" of {duplicate_of}"))
