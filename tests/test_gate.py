@@ -148,3 +148,19 @@ def test_purpose_comes_from_the_wiki_or_a_default(tmp_path):
     assert read_purpose(tmp_path) == DEFAULT_PURPOSE and purpose_is_default(tmp_path)
     (tmp_path / "purpose.md").write_text(PURPOSE)
     assert read_purpose(tmp_path) == PURPOSE and not purpose_is_default(tmp_path)
+
+
+def test_kb_status_asks_the_owner_to_write_purpose_while_it_is_the_placeholder():
+    from kb.apps.status import _purpose_state, format_status
+    from kb.settings import get_settings
+
+    settings = get_settings()
+    settings.wiki_dir.mkdir(parents=True)
+    (settings.wiki_dir / "purpose.md").write_text(PURPOSE_MD)
+    report = {"kb_home": str(settings.home), "capture": {"last_sync": None, "batches": 0},
+              "normalized": {"state": "missing"}, "index": {}, "services": {}}
+    text = format_status({**report, "purpose": _purpose_state(settings)})
+    assert f"purpose.md is not written yet: write {settings.wiki_dir / 'purpose.md'}." in text
+    assert "the quality gate uses a\n  default purpose" in text
+    (settings.wiki_dir / "purpose.md").write_text(PURPOSE)
+    assert "purpose.md" not in format_status({**report, "purpose": _purpose_state(settings)})
