@@ -27,7 +27,7 @@ from kb.source_parsers import (
     slugify,
     split_frontmatter,
 )
-from kb.telegram_intake import youtube_video_id
+from kb.telegram_intake import extract_urls, youtube_video_id
 from tests.fake_youtube import FakeVideo, FakeYouTube
 from tests.loopback_site import LoopbackSite, article_html, page
 
@@ -332,6 +332,20 @@ def test_youtube_unreachable_is_transient():
 ])
 def test_youtube_video_ids(url, video_id):
     assert youtube_video_id(url) == video_id
+
+
+@pytest.mark.parametrize("text, urls", [
+    ("see (https://a.b/c)", ["https://a.b/c"]),
+    ("[https://a.b/c]", ["https://a.b/c"]),
+    ("read https://a.b/c.", ["https://a.b/c"]),
+    ("(https://a.b/c).", ["https://a.b/c"]),
+    ("'https://a.b/c'", ["https://a.b/c"]),
+    ("https://en.wikipedia.org/wiki/Rust_(language)", ["https://en.wikipedia.org/wiki/Rust_(language)"]),
+    ("(see https://en.wikipedia.org/wiki/Rust_(language))", ["https://en.wikipedia.org/wiki/Rust_(language)"]),
+    ("https://a.b/q?x=[1]", ["https://a.b/q?x=[1]"]),
+])
+def test_a_url_in_text_leaves_the_sentence_punctuation(text, urls):
+    assert extract_urls(text) == urls
 
 
 def test_group_paragraphs_starts_a_new_paragraph_after_30_seconds():
