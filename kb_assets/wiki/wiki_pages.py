@@ -439,6 +439,7 @@ def wiki_lint(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent:
     return dg.MaterializeResult(metadata={
         **outcome.metadata(), "mode": mode,
         "findings_before": findings_count(findings), "findings_after": findings_count(after),
+        "findings_by_kind": dg.MetadataValue.json({kind: len(items) for kind, items in findings.items()}),
     })
 
 
