@@ -20,6 +20,8 @@ import json
 
 import dagster as dg
 
+from kb.settings import get_settings
+
 from kb_assets.keys import GATED_SOURCES, PARTITION_TAG, REQUESTED_BY_TAG, WIKI_PAGES, WILL_RETRY_TAG
 from kb_assets.partitions import sources
 from kb_resources.stores import InboxResource
@@ -66,7 +68,7 @@ def notify_outcome(notifier: TelegramNotifier, inbox: Inbox, record, asset_key: 
 
 
 @dg.sensor(
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=get_settings().kb_notify_sensor_interval_s,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Tells the owner when a source is rejected, a duplicate, waits for the wiki agent, or is done (in the wiki).",
 )

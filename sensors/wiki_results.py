@@ -16,6 +16,8 @@ import json
 
 import dagster as dg
 
+from kb.settings import get_settings
+
 from kb.telegram_notifier import NotificationError, TelegramNotifier, wiki_result_text
 from kb_assets.keys import REQUESTED_BY_TAG, WIKI_LINT, WIKI_SYNTHESIS, WIKI_TOPIC_SYNTHESIS
 from kb_resources.services import TelegramNotifierResource
@@ -36,7 +38,7 @@ def notify_result(instance: dg.DagsterInstance, notifier: TelegramNotifier, reco
 
 
 @dg.sensor(
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=get_settings().kb_notify_sensor_interval_s,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Tells the owner the result of each wiki lint, weekly synthesis and topic synthesis.",
 )

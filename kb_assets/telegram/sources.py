@@ -56,12 +56,13 @@ from kb_resources.services import BrowserResource, QualityGateResource
 from kb_resources.stores import DuckDBResource
 
 # Transient errors that the parsers name (timeouts, HTTP 5xx) retry after
-# 60, 120 and 240 seconds, at most 3 times over the item's whole life. A
+# the waits of KB_SOURCE_RETRY_WAITS_S (default 60, 120 and 240 seconds: at
+# most 3 times) over the item's whole life. A
 # RetryPolicy cannot give these waits (Dagster's exponential backoff is
 # delay * (2^n - 1): 60, 180, 420), so the asset raises RetryRequested with
 # the wait. The count lives in sources.transient_failures, so a run that is
 # started again (run retry, backfill) does not reset it.
-TRANSIENT_WAITS_S = (60, 120, 240)
+TRANSIENT_WAITS_S = get_settings().source_retry_waits
 MAX_TRANSIENT_RETRIES = len(TRANSIENT_WAITS_S)
 # Errors that no parser names (a bug, a locked file) retry by this policy.
 UNEXPECTED_ERROR_RETRY = dg.RetryPolicy(max_retries=3, delay=60, backoff=dg.Backoff.EXPONENTIAL)
