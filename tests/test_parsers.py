@@ -238,15 +238,30 @@ def spoken_note(tmp_path_factory) -> Path:
     return path
 
 
-def test_voice_note_is_transcribed_by_tiny_en(spoken_note):
-    parsed = parse_voice(spoken_note)
+def test_voice_note_is_transcribed_by_tiny_en_when_small_cannot_load(spoken_note):
+    # The default model `small` cannot come from the hub here (HF_HUB_OFFLINE):
+    # the bundled tiny.en stands in.
+    parsed = parse_voice(spoken_note, "small")
     words = parsed.body.lower()
     for word in ("quick", "fox", "lazy dog", "river"):
         assert word in words
     assert parsed.parser == "faster-whisper"
     assert parsed.extra["language"] == "en" and 2 < parsed.extra["duration_s"] < 8
-    assert parsed.title.startswith("Voice note: The quick")
+    assert parsed.extra["whisper_model"] == "tiny.en"
+    assert parsed.title == parsed.body[:60].rstrip() + "…" and len(parsed.title) == 61
     check_length("voice", parsed, "note.wav")
+
+
+def test_a_voice_note_in_another_language_fails_instead_of_making_nonsense(tmp_path):
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed")
+    path = tmp_path / "notiz.wav"
+    subprocess.run(["espeak-ng", "-v", "de", "-w", str(path),
+                    "Die Bundesregierung hat heute neue Regeln für den Datenschutz beschlossen."],
+                   check=True, capture_output=True)
+    with pytest.raises(PermanentParseError, match=r"notiz.wav: the speech is not English, or not clear enough "
+                       r"\(confidence -[0-9.]+ < -0.76\), and the model tiny.en knows English only"):
+        parse_voice(path, "small")
 
 
 def test_voice_file_that_is_not_audio_fails_permanently(tmp_path):
