@@ -25,7 +25,7 @@ from datetime import date
 
 import dagster as dg
 
-from kb_assets.keys import REQUESTED_BY_TAG, TOPIC_TAG
+from kb_assets.keys import OVERRIDE_TAG, REQUESTED_BY_TAG, TOPIC_TAG
 from kb_assets.partitions import sources
 from kb_assets.telegram.sources import source_intake_job
 from kb_assets.wiki.wiki_pages import (
