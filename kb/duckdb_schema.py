@@ -164,8 +164,14 @@ TABLES["gate_results"] = """
         threshold   INTEGER NOT NULL,
         decision    VARCHAR NOT NULL,        -- accepted, rejected, duplicate
         overridden  BOOLEAN NOT NULL,        -- /override: accepted whatever the gate said
-        gated_at    TIMESTAMPTZ NOT NULL
+        gated_at    TIMESTAMPTZ NOT NULL,
+        raw_answer  VARCHAR                  -- the model's answer as it came, for audit
     )"""
+
+# Columns added to a table after its first release. A new SCHEMA_VERSION
+# would drop every table, and `sources` and `gate_results` cannot be rebuilt
+# from the raw files (the gate's answers would be lost): add the column.
+ADDED_COLUMNS = [("gate_results", "raw_answer", "VARCHAR")]
 
 # One row per photo (keyed by its URL): a caption and the text in the image,
 # or why there is none. A failure is tried again only on request (--retry).

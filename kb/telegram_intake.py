@@ -30,9 +30,26 @@ PDF_MIME = "application/pdf"
 
 YOUTUBE_HOSTS = frozenset({"youtube.com", "www.youtube.com", "m.youtube.com", "music.youtube.com", "youtu.be"})
 
-# A URL ends at white space. Punctuation at its end belongs to the sentence.
-URL_PATTERN = re.compile(r"https?://[^\s<>\"]+", re.IGNORECASE)
+# A URL ends at white space, a quote or an angle bracket. Punctuation at
+# its end belongs to the sentence: ",.;:!?" and quotes always, a closing ")"
+# or "]" only when the URL has no matching opener. "(https://a.b/c)" gives
+# https://a.b/c, and https://en.wikipedia.org/wiki/Rust_(language) keeps its ")".
+URL_PATTERN = re.compile(r"https?://[^\s<>\"'`]+", re.IGNORECASE)
 TRAILING_PUNCTUATION = ",.;:!?"
+CLOSERS = {")": "(", "]": "["}
+
+
+def trim_url(url: str) -> str:
+    """A URL found in text, without the sentence punctuation at its end."""
+    while url:
+        last = url[-1]
+        if last in TRAILING_PUNCTUATION:
+            url = url[:-1]
+        elif last in CLOSERS and url.count(last) > url.count(CLOSERS[last]):
+            url = url[:-1]
+        else:
+            break
+    return url
 
 # Message kinds that are not sources, in the words of the reply.
 UNSUPPORTED_KINDS = (
@@ -75,7 +92,7 @@ def extract_urls(text: str | None, entities: Iterable | None = None) -> list[str
     """URLs in the text and in text_link entities, in order, each once."""
     found: list[str] = []
     for match in URL_PATTERN.finditer(text or ""):
-        found.append(match.group(0).rstrip(TRAILING_PUNCTUATION))
+        found.append(trim_url(match.group(0)))
     for entity in entities or ():
         if getattr(entity, "type", None) == "text_link" and getattr(entity, "url", None):
             found.append(entity.url.strip())

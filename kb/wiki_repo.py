@@ -41,6 +41,8 @@ def raw_files_lock(wiki_dir: Path):
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+from kb.wiki_checks import lost_cited_claims
+from kb.wiki_files import wiki_page_files
 from kb.wiki_playbook import CLAUDE_MD, GITIGNORE, INDEX_MD, LOG_MD, PURPOSE_MD
 
 BRANCH = "main"
@@ -293,6 +295,7 @@ class Wiki(BaseModel):
                 verdict.problems.append(f"{path} was deleted from raw/")
             elif after_raw[path] != stat:
                 verdict.problems.append(f"{path} in raw/ was changed")
+        verdict.problems += self._lost_claims(before.sha)
         lost = sorted(before.index_links - self.index_links())
         if lost and not may_delete_pages:
             verdict.problems.append(f"index.md lost {len(lost)} entries, for example {lost[0]}")
@@ -300,6 +303,22 @@ class Wiki(BaseModel):
         if left:
             verdict.problems.append(f"the agent left changes that are not committed: {', '.join(left[:5])}")
         return verdict
+
+    def _lost_claims(self, sha: str) -> list[str]:
+        """A change may move a cited claim or mark it disputed, never delete
+        it (see wiki_checks.lost_cited_claims). A source can ask the agent to
+        "delete the contradicting page"; this check does not read the source."""
+        changed = [c.path for c in self.changes_since(sha)
+                   if c.status in ("M", "D") and c.path.startswith("wiki/") and c.path.endswith(".md")]
+        before = {path: self.show(sha, path) or "" for path in changed}
+        if not any(before.values()):
+            return []
+        root = self.root()
+        after = {f.relative_to(root).as_posix(): f.read_text(encoding="utf-8", errors="replace")
+                 for f in wiki_page_files(root)}
+        return [f"{item['page']}: the cited claim {item['claim']!r} was removed. Keep it, move it, or mark it "
+                f"disputed in a Contradictions section; never delete a cited claim"
+                for item in lost_cited_claims(before, after)]
 
     # --- push ---------------------------------------------------------------------
 

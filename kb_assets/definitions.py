@@ -26,6 +26,7 @@ from sensors.run_health import dead_runs_sensor
 from sensors.inbox_folder import bot_requests_sensor, inbox_sensor, wiki_requests_sensor
 from sensors.x_sync_sensor import x_sync_sensor
 from sensors.source_outcomes import source_failures_sensor, source_outcomes_sensor
+from sensors.wiki_results import wiki_results_sensor
 from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 
 # One package per asset group, as the Dagster UI shows them.
@@ -65,6 +66,6 @@ defs = dg.Definitions(
     sensors=[
         x_sync_sensor, captions_sensor, captions_to_index_sensor,
         inbox_sensor, bot_requests_sensor, wiki_requests_sensor, source_outcomes_sensor, source_failures_sensor,
-        wiki_waiting_sensor, dead_runs_sensor,
+        wiki_waiting_sensor, wiki_results_sensor, dead_runs_sensor,
     ],
 )

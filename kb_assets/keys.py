@@ -10,6 +10,7 @@ import dagster as dg
 X_RAW_PAGES = dg.AssetKey("x_raw_pages")
 PARSED_SOURCES = dg.AssetKey("parsed_sources")
 GATED_SOURCES = dg.AssetKey("gated_sources")
+SOURCE_PASSAGES = dg.AssetKey("source_passages")
 WIKI_PAGES = dg.AssetKey("wiki_pages")
 WIKI_LINT = dg.AssetKey("wiki_lint")
 WIKI_SYNTHESIS = dg.AssetKey("wiki_synthesis")

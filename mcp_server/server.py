@@ -107,12 +107,14 @@ def search_bookmarks(
     limit: Annotated[int, Field(description="Number of bookmarks, 1 to 100.")] = 10,
     author: Annotated[str | None, Field(description="Only posts by this X handle, for example karpathy.")] = None,
     source: Annotated[str | None, Field(description="Only passages of this kind: post, quote, article, link, "
-                                                    "video or image. Commas for more than one.")] = None,
+                                                    "video, image or telegram. Commas for more than one.")] = None,
     after: Annotated[str | None, Field(description="Only posts on or after this date (YYYY-MM-DD).")] = None,
     before: Annotated[str | None, Field(description="Only posts before this date (YYYY-MM-DD).")] = None,
 ) -> dict[str, Any]:
     """Search the bookmarks and the texts behind them (posts, quoted posts, articles, linked pages,
-    video transcripts, photo captions): hybrid vector and keyword search, one best passage per bookmark.
+    video transcripts, photo captions), and the sources sent to the Telegram bot (best_source `telegram`,
+    tweet_id `telegram:<item id>`, best_ref the parsed file): hybrid vector and keyword search, one best
+    passage per bookmark or source.
 
     Filters apply before ranking. author: an X handle. source: post, quote, article, link, video or image
     (commas for more than one). after (inclusive) and before (exclusive): YYYY-MM-DD or ISO 8601, on the post
@@ -191,6 +193,9 @@ def get_bookmark(
         "media": media_with_captions(index, tweet_id, card.get("media") or [], max_words=CAPTION_WORDS),
         "documents": bookmark_documents(outline),
         "last_sync": index.last_sync(),
+        # A source sent to the Telegram bot: its title, type, file name and parsed file.
+        **({"source": {k: card.get(k, "") for k in ("source_kind", "item_id", "title", "type", "file_name",
+                                                     "parsed_path")}} if card.get("source_kind") else {}),
     }
 
 

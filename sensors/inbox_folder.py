@@ -25,7 +25,7 @@ from datetime import date
 
 import dagster as dg
 
-from kb_assets.keys import REQUESTED_BY_TAG, TOPIC_TAG
+from kb_assets.keys import OVERRIDE_TAG, REQUESTED_BY_TAG, TOPIC_TAG
 from kb_assets.partitions import sources
 from kb_assets.telegram.sources import source_intake_job
 from kb_assets.wiki.wiki_pages import (
@@ -63,7 +63,7 @@ def adopt_dropped_files(inbox: Inbox, log) -> None:
 
 @dg.sensor(
     job=source_intake_job,
-    minimum_interval_seconds=15,
+    minimum_interval_seconds=get_settings().kb_inbox_sensor_interval_s,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Each new inbox item (from the bot, or a file dropped in the inbox) becomes a "
                 "partition of `sources` and a run keyed by the item id.",
@@ -99,7 +99,7 @@ def _requests(inbox: Inbox, cursor: str | None, kinds: set[str], log) -> tuple[l
 
 @dg.sensor(
     job=source_intake_job,
-    minimum_interval_seconds=15,
+    minimum_interval_seconds=get_settings().kb_inbox_sensor_interval_s,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="/override <id> from the bot: run the item again and accept it whatever the gate says.",
 )
@@ -147,7 +147,7 @@ def wiki_run_request(name: str, request: dict) -> tuple[dg.RunRequest, str | Non
 
 @dg.sensor(
     jobs=[wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
-    minimum_interval_seconds=15,
+    minimum_interval_seconds=get_settings().kb_inbox_sensor_interval_s,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="/lint and /synthesize [topic] from the bot: run the wiki lint (today), the synthesis of a "
                 "topic (a partition of wiki_topics), or the weekly synthesis (this week) now.",

@@ -20,7 +20,9 @@ import json
 
 import dagster as dg
 
-from kb_assets.keys import GATED_SOURCES, PARTITION_TAG, WIKI_PAGES, WILL_RETRY_TAG
+from kb.settings import get_settings
+
+from kb_assets.keys import GATED_SOURCES, PARTITION_TAG, REQUESTED_BY_TAG, WIKI_PAGES, WILL_RETRY_TAG
 from kb_assets.partitions import sources
 from kb_resources.stores import InboxResource
 from kb.telegram_inbox import Inbox
@@ -29,6 +31,8 @@ from kb.telegram_notifier import NotificationError, TelegramNotifier, describe, 
 from kb_resources.services import TelegramNotifierResource
 
 EVENTS_PER_TICK = 100
+# The jobs that /lint and /synthesize start.
+WIKI_JOBS = ("wiki_lint_job", "wiki_synthesis_job", "wiki_topic_job")
 
 
 def _value(metadata, key):
@@ -36,15 +40,20 @@ def _value(metadata, key):
     return getattr(value, "value", value)
 
 
-def notify_outcome(notifier: TelegramNotifier, inbox: Inbox, record, asset_key: dg.AssetKey) -> bool:
+def notify_outcome(notifier: TelegramNotifier, inbox: Inbox, record, asset_key: dg.AssetKey,
+                   instance: dg.DagsterInstance | None = None) -> bool:
     """Notify the outcome in one materialization record. True when sent now."""
     item_id = record.partition_key
     metadata = record.asset_materialization.metadata
     item = inbox.find(item_id) if item_id else None
-    what = describe(item, item_id, _value(metadata, "title"))
+    title = _value(metadata, "title") or (_gated_title(instance, item_id) if instance and item_id else None)
+    what = describe(item, item_id, title)
     if asset_key == WIKI_PAGES:
         state = "done"
-        text = notification_text("done", what, commit=commit_of({k: _value(metadata, k) for k in metadata}))
+        values = {k: _value(metadata, k) for k in metadata}
+        text = notification_text("done", what, commit=commit_of(values), created=values.get("pages_created"),
+                                 updated=values.get("pages_updated"), summary=values.get("summary"),
+                                 warnings=values.get("warnings"))
     else:
         state = _value(metadata, "status")
         if state not in ("rejected", "duplicate"):
@@ -59,9 +68,9 @@ def notify_outcome(notifier: TelegramNotifier, inbox: Inbox, record, asset_key: 
 
 
 @dg.sensor(
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=get_settings().kb_notify_sensor_interval_s,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Tells the owner when a source is rejected, a duplicate, or done (in the wiki).",
+    description="Tells the owner when a source is rejected, a duplicate, waits for the wiki agent, or is done (in the wiki).",
 )
 def source_outcomes_sensor(context: dg.SensorEvaluationContext, telegram: TelegramNotifierResource, inbox: InboxResource) -> dg.SkipReason:
     telegram = telegram.get_client()
@@ -77,13 +86,51 @@ def source_outcomes_sensor(context: dg.SensorEvaluationContext, telegram: Telegr
         for record in result.records:
             if record.partition_key and context.instance.has_dynamic_partition(sources.name, record.partition_key):
                 try:
-                    sent += notify_outcome(telegram, inbox, record, asset_key)
+                    sent += notify_outcome(telegram, inbox, record, asset_key, context.instance)
                 except NotificationError as exc:
                     context.log.warning(str(exc))
                     break
             cursor[name] = record.storage_id
+    sent += _notify_waiting(context, telegram, inbox, cursor)
     context.update_cursor(json.dumps(cursor))
     return dg.SkipReason(f"{sent} notifications sent")
+
+
+WAITING_CURSOR = "wiki_pages_waiting"
+
+
+def _notify_waiting(context: dg.SensorEvaluationContext, telegram: TelegramNotifier, inbox: Inbox,
+                    cursor: dict) -> int:
+    """One notice per source that waits for the wiki agent (an observation
+    of wiki_pages with state `waiting`). The claim file keeps it to one,
+    also when the source waits again after a restart."""
+    sent = 0
+    result = context.instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=WIKI_PAGES, after_storage_id=cursor.get(WAITING_CURSOR)),
+        limit=EVENTS_PER_TICK, ascending=True,
+    )
+    for record in result.records:
+        observation = record.event_log_entry.asset_observation
+        item_id = record.partition_key
+        if (observation is not None and item_id and _value(observation.metadata, "state") == "waiting"
+                and context.instance.has_dynamic_partition(sources.name, item_id)):
+            what = describe(inbox.find(item_id), item_id, _gated_title(context.instance, item_id))
+            try:
+                sent += telegram.notify(item_id, "waiting", notification_text("waiting", what))
+            except NotificationError as exc:
+                context.log.warning(str(exc))
+                break
+        cursor[WAITING_CURSOR] = record.storage_id
+    return sent
+
+
+def _gated_title(instance: dg.DagsterInstance, item_id: str) -> str | None:
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=GATED_SOURCES, asset_partitions=[item_id]), limit=1).records
+    if not records:
+        return None
+    title = _value(records[0].asset_materialization.metadata, "title")
+    return str(title) if title else None
 
 
 @dg.run_failure_sensor(
@@ -93,6 +140,14 @@ def source_outcomes_sensor(context: dg.SensorEvaluationContext, telegram: Telegr
 def source_failures_sensor(context: dg.RunFailureSensorContext, telegram: TelegramNotifierResource, inbox: InboxResource) -> None:
     run = context.dagster_run
     item_id = run.tags.get(PARTITION_TAG)
+    requester = run.tags.get(REQUESTED_BY_TAG)
+    if run.job_name in WIKI_JOBS and requester and run.tags.get(WILL_RETRY_TAG) != "true":
+        # /lint or /synthesize failed: the owner who asked hears of it.
+        error = failure_message(context.instance, run.run_id)
+        telegram.get_client().notify(f"run{run.run_id.replace('-', '')}", "failed",
+                                     f"failed: {run.job_name} {item_id or ''}: {error or 'no error message'}",
+                                     chat_id=requester)
+        return
     if not item_id or not context.instance.has_dynamic_partition(sources.name, item_id):
         return
     if run.tags.get(WILL_RETRY_TAG) == "true":

@@ -1,8 +1,9 @@
 """Schedules and sensors of the wiki stage.
 
-- wiki_lint_schedule: every day at 02:00 (settings.tz), lints the wiki.
-- wiki_synthesis_schedule: every Sunday at 09:00 (settings.tz), sums up the
-  ISO week that ends that day.
+- wiki_lint_schedule: every day at KB_LINT_TIME (02:00, in settings.tz),
+  lints the wiki.
+- wiki_synthesis_schedule: on KB_SYNTHESIS_DAY at KB_SYNTHESIS_TIME (Sunday
+  09:00, in settings.tz), sums up the ISO week of that day.
 - wiki_waiting_sensor: sources that waited because no agent endpoint was set
   get their ingest run when an endpoint is set. Nothing that waited is lost.
 """
@@ -24,10 +25,10 @@ from kb_resources.services import WikiAgentResource
 
 @dg.schedule(
     job=wiki_lint_job,
-    cron_schedule="0 2 * * *",
+    cron_schedule=get_settings().cron_at(get_settings().kb_lint_time),
     execution_timezone=get_settings().tz,
     default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Every day at 02:00: lint the wiki; the partition is the day of the run.",
+    description=f"Every day at {get_settings().kb_lint_time}: lint the wiki; the partition is the day of the run.",
 )
 def wiki_lint_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
     key = context.scheduled_execution_time.date().isoformat()
@@ -36,21 +37,22 @@ def wiki_lint_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
 
 @dg.schedule(
     job=wiki_synthesis_job,
-    cron_schedule="0 9 * * 0",
+    cron_schedule=get_settings().cron_at(get_settings().kb_synthesis_time, get_settings().kb_synthesis_day),
     execution_timezone=get_settings().tz,
     default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Sunday 09:00: the weekly synthesis of the ISO week that ends today.",
+    description=f"{get_settings().kb_synthesis_day} {get_settings().kb_synthesis_time}: the weekly synthesis of "
+                "the ISO week of that day.",
 )
 def wiki_synthesis_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-    sunday = context.scheduled_execution_time.date()
-    monday = sunday - timedelta(days=sunday.weekday())
+    day = context.scheduled_execution_time.date()
+    monday = day - timedelta(days=day.weekday())
     key = monday.isoformat()
     return dg.RunRequest(run_key=key, partition_key=key, tags={"week": iso_week_label(monday)})
 
 
 @dg.sensor(
     job=wiki_ingest_job,
-    minimum_interval_seconds=300,
+    minimum_interval_seconds=get_settings().kb_waiting_sensor_interval_s,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="When an agent endpoint is set, ingest the sources that waited for one.",
 )

@@ -9,6 +9,7 @@ import functools
 import dagster as dg
 
 from kb_assets.partitions import sources
+from kb_assets.telegram.source_index import source_passages
 from kb_assets.telegram.sources import gated_sources, parsed_sources, source_intake_job
 from kb_assets.wiki.wiki_pages import wiki_pages
 from kb.browser import Browser
@@ -19,8 +20,8 @@ from kb.settings import get_settings
 from kb.wiki_repo import Wiki
 from kb.wiki_agent import WikiAgent
 from kb.telegram_inbox import Inbox, InboxItem, telegram_item_id, utc_now_iso
-from kb_resources.services import BrowserResource, QualityGateResource, WikiAgentResource
-from kb_resources.stores import DuckDBResource, InboxResource, WikiResource
+from kb_resources.services import BrowserResource, EmbedderResource, QualityGateResource, WikiAgentResource
+from kb_resources.stores import ChunkIndexResource, DuckDBResource, InboxResource, WikiResource
 
 OWNER_ID = 111
 
@@ -61,7 +62,9 @@ def add_item(type_: str, message_id: int, *, url: str | None = None, text: str |
 def resources() -> dict:
     return {"duckdb": DuckDBResource.from_settings(), "browser": BrowserResource.from_settings(), "gate": QualityGateResource.from_settings(retry_delay_s=0),
             "wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(),
-            "inbox": InboxResource.from_settings()}
+            "inbox": InboxResource.from_settings(),
+            # The test embedder: deterministic and fast; the index is a real LanceDB folder.
+            "embedder": EmbedderResource.from_settings(backend="hash"), "lance": ChunkIndexResource.from_settings()}
 
 
 def run_item(dagster: dg.DagsterInstance, item_id: str, *, tags: dict | None = None,
@@ -74,10 +77,15 @@ def run_item(dagster: dg.DagsterInstance, item_id: str, *, tags: dict | None = N
                                            raise_on_error=raise_on_error)
 
 
-@functools.cache
 def intake_job() -> dg.JobDefinition:
-    """The job with its resources. The resources read paths and keys from
-    the settings at run time, so one job serves every test."""
-    defs = dg.Definitions(assets=[parsed_sources, gated_sources, wiki_pages], jobs=[source_intake_job],
+    """The job with its resources, built from the settings of this test."""
+    return _intake_job(str(get_settings().home))
+
+
+@functools.cache
+def _intake_job(home: str) -> dg.JobDefinition:
+    # A resource keeps the paths of the settings that built it, so one job
+    # per KB_HOME: each test has its own.
+    defs = dg.Definitions(assets=[parsed_sources, gated_sources, source_passages, wiki_pages], jobs=[source_intake_job],
                           resources=resources())
     return defs.resolve_job_def(source_intake_job.name)

@@ -10,9 +10,11 @@ from kb.gate import (
     FALLBACK_SCORE,
     QualityGate,
     parse_answer,
+    purpose_is_default,
     read_purpose,
     source_excerpt,
 )
+from kb.wiki_playbook import PURPOSE_MD
 from tests.fake_openai_chat import FakeOpenAIChat, chat, status
 
 FAKE_KEY = "sk-TEST-SECRET-GATE-KEY-0001"
@@ -35,21 +37,31 @@ def test_good_json_is_scored_and_the_request_has_the_gate_rules(gate_env):
                          "reason": "A clear explanation of Raft."})
     long_source = "Raft elects a leader. " * 2000  # ~44,000 characters
     with FakeOpenAIChat(chat(answer)) as server:
-        verdict = gate_env(server.base_url).judge(long_source, PURPOSE)
+        verdict = gate_env(server.base_url).judge(long_source, PURPOSE, source_type="pdf", file_name="raft.pdf",
+                                                  title="In Search of an Understandable Consensus Algorithm")
     assert (verdict.score, verdict.gate, verdict.attempts, verdict.accepted) == (81, "scored", 1, True)
     assert verdict.topics == ["raft-consensus", "distributed-systems"]
     assert verdict.reason == "A clear explanation of Raft."
+    assert verdict.raw_answer == answer  # kept as it came, for audit
     [request] = server.requests
     assert server.paths == ["/chat/completions"]
     assert request["temperature"] == 0
+    assert request["max_tokens"] == 400
     assert request["response_format"] == {"type": "json_object"}
     assert request["model"] == "deepseek-chat"
     system, user = request["messages"]
     assert system["role"] == "system" and system["content"].startswith(PURPOSE)
-    # Only the start of the source goes out: ~2,000 tokens, cut at a word.
-    assert user["content"] == source_excerpt(long_source)
-    assert 7_000 < len(user["content"]) <= 8_000
-    assert long_source.startswith(user["content"])
+    # The spec's bar and rubric.
+    for rule in ("is this content?", "0-30: spam", "30-60: thin", "60-80: useful", "80-100: excellent",
+                 "When you are unsure, give 65."):
+        assert rule in system["content"]
+    # What the source is, then only the start of its text: ~2,000 tokens, cut at a word.
+    header, text = user["content"].split("\n\nText:\n")
+    assert header == ("Type: pdf\nFile name: raft.pdf\n"
+                      "Title: In Search of an Understandable Consensus Algorithm")
+    assert text == source_excerpt(long_source)
+    assert 7_000 < len(text) <= 8_000
+    assert long_source.startswith(text)
     assert server.headers[0]["authorization"] == f"Bearer {FAKE_KEY}"
 
 
@@ -130,6 +142,25 @@ def test_answers_that_are_not_the_asked_json_are_errors(content):
 
 
 def test_purpose_comes_from_the_wiki_or_a_default(tmp_path):
-    assert read_purpose(tmp_path) == DEFAULT_PURPOSE
+    assert read_purpose(tmp_path) == DEFAULT_PURPOSE and purpose_is_default(tmp_path)
+    # A new wiki's placeholder tells the model nothing: the default stands in.
+    (tmp_path / "purpose.md").write_text(PURPOSE_MD)
+    assert read_purpose(tmp_path) == DEFAULT_PURPOSE and purpose_is_default(tmp_path)
     (tmp_path / "purpose.md").write_text(PURPOSE)
-    assert read_purpose(tmp_path) == PURPOSE
+    assert read_purpose(tmp_path) == PURPOSE and not purpose_is_default(tmp_path)
+
+
+def test_kb_status_asks_the_owner_to_write_purpose_while_it_is_the_placeholder():
+    from kb.apps.status import _purpose_state, format_status
+    from kb.settings import get_settings
+
+    settings = get_settings()
+    settings.wiki_dir.mkdir(parents=True)
+    (settings.wiki_dir / "purpose.md").write_text(PURPOSE_MD)
+    report = {"kb_home": str(settings.home), "capture": {"last_sync": None, "batches": 0},
+              "normalized": {"state": "missing"}, "index": {}, "services": {}}
+    text = format_status({**report, "purpose": _purpose_state(settings)})
+    assert f"purpose.md is not written yet: write {settings.wiki_dir / 'purpose.md'}." in text
+    assert "the quality gate uses a\n  default purpose" in text
+    (settings.wiki_dir / "purpose.md").write_text(PURPOSE)
+    assert "purpose.md" not in format_status({**report, "purpose": _purpose_state(settings)})

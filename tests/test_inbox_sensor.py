@@ -27,6 +27,7 @@ from sensors.inbox_folder import MAX_ITEMS_PER_TICK, bot_requests_sensor, inbox_
 from sensors.source_outcomes import source_failures_sensor, source_outcomes_sensor
 from kb.telegram_inbox import Inbox, dropped_item_id
 from kb.telegram_notifier import TelegramNotifier
+from kb_assets.telegram.source_index import source_passages
 from tests import source_helpers as h
 from kb_resources.services import TelegramNotifierResource
 from kb_resources.stores import InboxResource
@@ -186,7 +187,8 @@ def test_lint_and_synthesis_requests_run_the_wiki_jobs():
 
 def test_the_sensors_load_with_the_real_wiki_stage():
     definitions = dg.Definitions(
-        assets=[parsed_sources, gated_sources, wiki_pages, wiki_lint, wiki_synthesis, wiki_topic_synthesis],
+        assets=[parsed_sources, gated_sources, source_passages, wiki_pages, wiki_lint, wiki_synthesis,
+                wiki_topic_synthesis],
         jobs=[source_intake_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
         sensors=[inbox_sensor, bot_requests_sensor, wiki_requests_sensor, source_outcomes_sensor,
                  source_failures_sensor],
@@ -195,4 +197,4 @@ def test_the_sensors_load_with_the_real_wiki_stage():
     dg.Definitions.validate_loadable(definitions)
     job = definitions.resolve_job_def(source_intake_job.name)
     assert {key.to_user_string() for key in job.asset_layer.selected_asset_keys} == {
-        "parsed_sources", "gated_sources", "wiki_pages"}
+        "parsed_sources", "gated_sources", "source_passages", "wiki_pages"}

@@ -78,7 +78,13 @@ def test_notification_texts():
     assert notification_text("rejected", "Ads (id x1)", score=20, threshold=60, reason="an advert", item_id="x1") == (
         "rejected: Ads (id x1), score 20 < 60: an advert. Send /override x1 to ingest it anyway.")
     assert notification_text("done", "A (id x2)", commit="0123456789abcdef0123") == (
-        "done: A (id x2) is in the wiki (commit 0123456789ab).")
+        "done: A (id x2) is in the wiki (commit 0123456789ab). Pages: 0 created, 0 updated.")
+    assert notification_text("done", "A (id x2)", created=["wiki/sources/a.md", "wiki/concepts/b.md"],
+                             updated=["index.md"], summary="Two pages  about\nleases.", warnings=["w"]) == (
+        "done: A (id x2) is in the wiki. Pages: 2 created, 1 updated. Summary: Two pages about leases. Warnings: 1.")
+    assert notification_text("waiting", "A (id x2)") == (
+        "waiting: A (id x2) is approved and searchable now. The wiki agent has no endpoint (ANTHROPIC_BASE_URL), "
+        "so the wiki ingest waits. Nothing is lost: it starts when you set one.")
     assert notification_text("duplicate", "B (id x3)", duplicate_of="x0", item_id="x3") == (
         "duplicate: B (id x3) is the same as item x0. Send /override x3 to ingest it anyway.")
     with pytest.raises(ValueError, match="no notification for state 'parsed'"):
@@ -104,22 +110,28 @@ def test_outcomes_sensor_sends_rejected_duplicate_and_done_once_each(fake, monke
         return context.cursor
 
     cursor = tick()
-    assert [(m["reply_to_message_id"], m["text"].split(":")[0]) for m in fake.sent] == [(10, "rejected"), (12, "duplicate")]
+    assert [(m["reply_to_message_id"], m["text"].split(":")[0]) for m in fake.sent] == [
+        (10, "rejected"), (12, "duplicate"), (11, "waiting")]
     assert "score 15 < 60: thin" in fake.sent[0]["text"]
     assert f"the same as item {accepted.id}" in fake.sent[1]["text"]
+    assert fake.sent[2]["text"] == notification_text("waiting", f"{NOTE[:79]}… (id {accepted.id})")
     # The cursor lost (a restart with old state): the events are read again, nothing is sent again.
     tick(cursor=None)
-    assert len(fake.sent) == 2
+    assert len(fake.sent) == 3
 
     @dg.asset(partitions_def=sources, name="wiki_pages")
     def wiki_pages():
-        return dg.MaterializeResult(metadata={"commit_sha": "feedfacecafe0001"})
+        return dg.MaterializeResult(metadata={
+            "commit_sha": "feedfacecafe0001", "pages_created": dg.MetadataValue.json(["wiki/sources/leases.md"]),
+            "pages_updated": dg.MetadataValue.json(["index.md", "log.md"]), "summary": "One page on leases.",
+            "warnings": dg.MetadataValue.json([])})
 
     dg.materialize([wiki_pages], partition_key=accepted.id, instance=dagster)
     tick(cursor=cursor)
     assert fake.sent[-1]["reply_to_message_id"] == 11
-    assert fake.sent[-1]["text"].startswith("done: ") and "(commit feedfacecafe)" in fake.sent[-1]["text"]
-    assert len(fake.sent) == 3
+    assert fake.sent[-1]["text"] == (f"done: {NOTE[:79]}… (id {accepted.id}) is in the wiki (commit feedfacecafe). "
+                                     "Pages: 1 created, 2 updated. Summary: One page on leases.")
+    assert len(fake.sent) == 4
 
 
 def test_outcomes_sensor_tries_a_failed_send_again_next_tick(fake, monkeypatch):
@@ -172,3 +184,42 @@ def test_readiness_says_what_is_missing(monkeypatch):
     monkeypatch.setenv("ALLOWED_USER_IDS", "111,222")
     ready, detail = readiness(get_settings())
     assert ready and "2 allowed users" in detail and TOKEN not in detail
+
+
+def test_wiki_results_reach_the_owner_once_and_a_failed_send_is_tried_again(fake):
+    """The daily lint digest (a real wiki_lint run with no agent), a topic
+    synthesis that /synthesize asked for, and a send that fails once."""
+    from kb_assets.keys import REQUESTED_BY_TAG
+    from kb_assets.wiki.wiki_pages import wiki_lint
+    from kb_resources.services import WikiAgentResource
+    from kb_resources.stores import WikiResource
+    from sensors.wiki_results import wiki_results_sensor
+
+    dagster = h.ephemeral_instance()
+    dg.materialize([wiki_lint], partition_key="2026-11-30", instance=dagster,
+                   resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
+
+    @dg.asset(partitions_def=dg.DynamicPartitionsDefinition(name="wiki_topics"), name="wiki_topic_synthesis")
+    def topic():
+        return dg.MaterializeResult(metadata={"topic": "raft", "summary": "Raft elects one leader per term.",
+                                              "warnings": dg.MetadataValue.json(["contradiction: x"])})
+
+    dagster.add_dynamic_partitions("wiki_topics", ["raft"])
+    dg.materialize([topic], partition_key="raft", instance=dagster, tags={REQUESTED_BY_TAG: "777"})
+
+    def tick(cursor):
+        context = dg.build_sensor_context(cursor=cursor, instance=dagster,
+                                          resources={"telegram": TelegramNotifierResource.from_settings()})
+        wiki_results_sensor(context)
+        return context.cursor
+
+    fake.send_errors = [(502, "Bad Gateway")]
+    cursor = tick(None)
+    assert fake.sent == []
+    cursor = tick(cursor)
+    assert [(m["chat_id"], m["text"]) for m in fake.sent] == [
+        (OWNER_CHAT, "lint 2026-11-30: 0 findings (none); 0 fixed, 0 left. Report: wiki/syntheses/lint/2026-11-30.md."),
+        (777, "topic synthesis raft: Raft elects one leader per term. Page: wiki/syntheses/topics/raft.md. Warnings: 1."),
+    ]
+    tick(None)  # a lost cursor sends nothing twice
+    assert len(fake.sent) == 2

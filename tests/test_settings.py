@@ -24,3 +24,28 @@ def test_kb_home_comes_from_the_environment(kb_home):
 def test_settings_follow_environment_changes(monkeypatch, tmp_path):
     monkeypatch.setenv("KB_HOME", str(tmp_path / "other"))
     assert get_settings().home == (tmp_path / "other").resolve()
+
+
+def test_schedule_and_retry_settings_have_the_spec_defaults_and_clear_errors(monkeypatch):
+    import pytest
+    from pydantic import ValidationError
+
+    from kb.settings import local_zone
+
+    monkeypatch.delenv("TZ", raising=False)
+    assert Settings().tz == local_zone()  # empty: the machine's zone
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    assert local_zone() == "Europe/Berlin"
+    settings = Settings()
+    assert (settings.tz, settings.source_retry_waits, settings.kb_wiki_max_tries) == ("Europe/Berlin", (60, 120, 240), 3)
+    assert settings.cron_at(settings.kb_lint_time) == "0 2 * * *"
+    assert settings.cron_at(settings.kb_synthesis_time, settings.kb_synthesis_day) == "0 9 * * sun"
+    for name, value, words in (("TZ", "Mars/Olympus", "TZ='Mars/Olympus' is not a time zone name"),
+                               ("KB_SOURCE_RETRY_WAITS_S", "60,soon", "must be whole seconds above 0"),
+                               ("KB_LINT_TIME", "25:00", "KB_LINT_TIME='25:00' is not a time of day"),
+                               ("KB_SYNTHESIS_DAY", "someday", "KB_SYNTHESIS_DAY='someday' is not a day")):
+        monkeypatch.setenv(name, value)
+        with pytest.raises(ValidationError, match=words.replace("(", r"\(").replace("[", r"\[")):
+            Settings()
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("TZ", "Europe/Berlin")

@@ -100,6 +100,9 @@ def test_web_source_below_the_threshold_is_rejected_and_moved(site, gate, dagste
     # The gate got purpose.md's default and the page text.
     [request] = gate.requests
     assert "Amazing offer" in request["messages"][1]["content"]
+    # The gate sees what the source is, and its raw answer is kept for audit.
+    assert request["messages"][1]["content"].startswith(f"Type: web\nURL: {site.url('/ads')}\nTitle: Buy now\n")
+    assert rows("SELECT raw_answer FROM gate_results") == [('{"score": 20, "topics": ["Advertising"], "reason": "an advert"}',)]
     state = read_item_state(dagster, item.id)
     assert (state.state, state.score) == ("rejected", 20)
 
@@ -230,3 +233,52 @@ def test_done_when_the_wiki_materializes_the_partition(dagster):
     state = read_item_state(dagster, item.id)
     assert (state.state, state.commit) == ("done", "0123456789abcdef")
     assert json.loads(rows("SELECT topics FROM gate_results")[0][0]) == []
+
+
+def test_an_approved_source_is_searchable_at_once_and_a_rejected_one_only_after_override(site, gate, dagster):
+    """Item 1 of issue 16: the intake run indexes the source; no wiki agent is needed."""
+    from kb_assets.index.wiki_index import wiki_index
+    from kb_resources.services import EmbedderResource
+    from kb_resources.stores import ChunkIndexResource, WikiResource
+    from mcp_server import server
+
+    accepted = h.add_item("web", 14, url=site.url("/article"))
+    result = h.run_item(dagster, accepted.id, raise_on_error=True)
+    [(path,)] = rows("SELECT parsed_path FROM sources WHERE item_id = ?", [accepted.id])
+    # The wiki agent has no endpoint: the wiki waits, the search does not.
+    assert read_item_state(dagster, accepted.id).state == "waiting"
+    [indexed] = [e for e in result.get_asset_materialization_events()
+                 if e.asset_key == dg.AssetKey("source_passages")]
+    assert indexed.materialization.metadata["passages"].value == 1
+    found = server.search_bookmarks("replays the log after a crash", limit=5)
+    [hit] = [x for x in found["hits"] if x["tweet_id"] == f"telegram:{accepted.id}"]
+    assert (hit["best_source"], hit["best_ref"], hit["url"]) == ("telegram", path, site.url("/article"))
+    assert hit["best_chunk"].splitlines()[0] == "# Write-ahead logging"  # the title is searchable too
+    card = server.get_bookmark(f"telegram:{accepted.id}")
+    assert card["source"] == {"source_kind": "telegram", "item_id": accepted.id, "title": "Write-ahead logging",
+                              "type": "web", "file_name": "", "parsed_path": path}
+
+    gate.script = [chat('{"score": 20, "topics": ["ads"], "reason": "an advert"}')]
+    rejected = h.add_item("web", 15, url=site.url("/ads"))
+    h.run_item(dagster, rejected.id, raise_on_error=True)
+    ids = {x["tweet_id"] for x in server.search_bookmarks("best gadget offer", limit=10)["hits"]}
+    assert f"telegram:{rejected.id}" not in ids
+    h.run_item(dagster, rejected.id, tags={OVERRIDE_TAG: "true"}, raise_on_error=True)
+    ids = {x["tweet_id"] for x in server.search_bookmarks("best gadget offer", limit=10)["hits"]}
+    assert f"telegram:{rejected.id}" in ids
+
+    # The wiki page about the source comes later: both are findable, and the
+    # source kind of each hit says which is which.
+    page = get_settings().wiki_dir / "wiki" / "sources" / "write-ahead-logging.md"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text("---\ntype: source\ningested: 2026-01-05\n---\n# Write-ahead logging\n\n"
+                    "The database replays the log after a crash [^1].\n\n[^1]: " + path + "\n")
+    dg.materialize([wiki_index], instance=dagster, resources={
+        "wiki": WikiResource.from_settings(), "embedder": EmbedderResource.from_settings(backend="hash"),
+        "lance": ChunkIndexResource.from_settings()})
+    from kb.search import search
+    hits = search("replays the log after a crash", limit=10).hits
+    kinds = {(x.best_source, x.best_ref) for x in hits}
+    assert {("telegram", path), ("wiki", "wiki/sources/write-ahead-logging.md")} <= kinds
+    assert [x["path"] for x in server.search_wiki("replays the log after a crash")["pages"]] == [
+        "wiki/sources/write-ahead-logging.md"]

@@ -274,3 +274,36 @@ def test_text_of_control_characters_only_is_too_short():
     words = "A note with real words in it, long enough to keep as a source.\x00"
     kept = classify(SimpleNamespace(text=words, entities=None))
     assert isinstance(kept, Accepted) and kept.type == "text" and "\x00" not in kept.text
+
+
+def test_a_link_sent_to_the_bot_is_searchable_and_the_owner_hears_that_it_waits(fake, monkeypatch):
+    """Issue 16 through the real bot: the URL leaves the sentence's ")", the
+    intake run indexes the page before any wiki agent, and the outcomes
+    sensor sends one "waiting" notice as a reply to the message."""
+    import dagster as dg
+
+    from kb.telegram_notifier import notification_text
+    from kb_resources.services import TelegramNotifierResource
+    from kb_resources.stores import InboxResource
+    from mcp_server import server
+    from sensors.source_outcomes import source_outcomes_sensor
+    from tests.loopback_site import article_html, page
+    from tests.test_parsers import PARAGRAPHS
+
+    with LoopbackSite({"/wal": page(article_html("Write-ahead logging", PARAGRAPHS))}) as site:
+        converse(fake, msg(fake, 40, **tg.text_fields(f"A good one ({site.url('/wal')}).")))
+        item_id = telegram_item_id(OWNER, 40)
+        assert Inbox(get_settings().inbox_dir).get(item_id).url == site.url("/wal")
+        dagster = h.instance()
+        h.run_item(dagster, item_id, raise_on_error=True)
+
+    hits = server.search_bookmarks("database replays the log after a crash", limit=3)["hits"]
+    assert [(x["tweet_id"], x["best_source"], x["url"]) for x in hits] == [
+        (f"telegram:{item_id}", "telegram", site.url("/wal"))]
+    for _ in range(2):  # a second tick (or a restart) sends nothing again
+        context = dg.build_sensor_context(instance=dagster, resources={
+            "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
+        source_outcomes_sensor(context)
+    dagster.dispose()
+    assert fake.replies_to(40)[-1:] == [notification_text("waiting", f"Write-ahead logging (id {item_id})")]
+    assert len([t for t in fake.replies_to(40) if t.startswith("waiting:")]) == 1

@@ -131,6 +131,7 @@ def _wiki_state(settings: Settings) -> dict:
         return {"sources": {}, "waiting": [], "failed": []}
     import dagster as dg
 
+    from kb.wiki_agent import WikiAgent
     from kb_assets.wiki.wiki_pages import wiki_status
     from kb_resources.dagster_home import ensure_dagster_home
 
@@ -143,6 +144,18 @@ def _wiki_state(settings: Settings) -> dict:
     return state
 
 
+def _purpose_state(settings: Settings) -> dict:
+    from kb.gate import purpose_is_default
+
+    path = settings.wiki_dir / "purpose.md"
+    return {"written": not purpose_is_default(settings.wiki_dir), "path": str(path)}
+
+
+PURPOSE_HINT = ("  purpose.md is not written yet: write {path}. Until you do, the quality gate uses a\n"
+                "  default purpose (it keeps explanations, research and analysis; it rejects advertising,\n"
+                "  thin news and link lists), and the wiki agent has no guide to your subjects.")
+
+
 def collect_status(settings: Settings | None = None) -> dict:
     settings = settings or get_settings()
     return {
@@ -152,6 +165,7 @@ def collect_status(settings: Settings | None = None) -> dict:
         "normalized": _duckdb_counts(settings),
         "index": _index_counts(),
         "wiki": _wiki_state(settings),
+        "purpose": _purpose_state(settings),
         "services": _services(settings),
     }
 
@@ -199,6 +213,9 @@ def format_status(report: dict) -> str:
         lines.append(f"  telegram    {counts}")
         if wiki.get("waiting"):
             lines.append(f"  waiting for the wiki agent: {', '.join(wiki['waiting'][:10])}")
+    purpose = report.get("purpose") or {}
+    if purpose and not purpose.get("written"):
+        lines.append(PURPOSE_HINT.format(path=purpose["path"]))
     lines.append("services")
     for name, svc in report["services"].items():
         lines.append(f"  {name:<22} {'ready' if svc['ready'] else 'not ready':<10} {svc['detail']}")

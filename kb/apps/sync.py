@@ -215,6 +215,11 @@ def rebuild_index(*, resources: dict | None = None, on_stage: Callable[[str, int
     if on_stage:
         on_stage("wiki index", len(batches) + 1, len(batches) + 1)
     results.append(materialize_stage(instance, resources, "wiki index", ["wiki_index"], None, log_level=log_level))
+    # The Telegram sources were in the dropped table too: index each again
+    # (a rejected one only leaves nothing behind).
+    for item_id in sorted(instance.get_dynamic_partitions("sources")):
+        results.append(materialize_stage(instance, resources, "source index", ["source_passages"], item_id,
+                                         log_level=log_level))
     return SyncReport(batch="", stages=results, gone_runs=[g.run_id for g in gone])
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from kb_assets.keys import OVERRIDE_TAG, RETRY_ON_ASSET_FAILURE_TAG, WIKI_PAGES
+from kb_assets.keys import OVERRIDE_TAG, RETRY_ON_ASSET_FAILURE_TAG, SOURCE_PASSAGES, WIKI_PAGES
 from kb_assets.partitions import sources
 from kb.source_parsers import (
     ParsedSource,
@@ -56,12 +56,13 @@ from kb_resources.services import BrowserResource, QualityGateResource
 from kb_resources.stores import DuckDBResource
 
 # Transient errors that the parsers name (timeouts, HTTP 5xx) retry after
-# 60, 120 and 240 seconds, at most 3 times over the item's whole life. A
+# the waits of KB_SOURCE_RETRY_WAITS_S (default 60, 120 and 240 seconds: at
+# most 3 times) over the item's whole life. A
 # RetryPolicy cannot give these waits (Dagster's exponential backoff is
 # delay * (2^n - 1): 60, 180, 420), so the asset raises RetryRequested with
 # the wait. The count lives in sources.transient_failures, so a run that is
 # started again (run retry, backfill) does not reset it.
-TRANSIENT_WAITS_S = (60, 120, 240)
+TRANSIENT_WAITS_S = get_settings().source_retry_waits
 MAX_TRANSIENT_RETRIES = len(TRANSIENT_WAITS_S)
 # Errors that no parser names (a bug, a locked file) retry by this policy.
 UNEXPECTED_ERROR_RETRY = dg.RetryPolicy(max_retries=3, delay=60, backoff=dg.Backoff.EXPONENTIAL)
@@ -340,7 +341,9 @@ def gated_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, gat
         decision = "duplicate"
     else:
         _, body = split_frontmatter(current.read_text(encoding="utf-8"))
-        verdict = gate.judge(body, read_purpose(settings.wiki_dir), log=context.log)
+        item = Inbox(settings.inbox_dir).find(item_id)
+        verdict = gate.judge(body, read_purpose(settings.wiki_dir), log=context.log, source_type=item_type,
+                             url=url, file_name=item.file_name if item else None, title=title)
         decision = "accepted" if override or verdict.accepted else "rejected"
 
     with raw_files_lock(settings.wiki_dir):  # an ingest must not see raw/ change
@@ -354,7 +357,7 @@ def gated_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, gat
         conn.execute("DELETE FROM gate_results WHERE item_id = ?", [item_id])
         conn.execute(
             """INSERT INTO gate_results (item_id, score, topics, reason, gate, model, attempts, threshold,
-                   decision, overridden, gated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   decision, overridden, gated_at, raw_answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             [item_id,
              verdict.score if verdict else None,
              json.dumps(verdict.topics if verdict else []),
@@ -363,7 +366,7 @@ def gated_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, gat
              verdict.model if verdict else None,
              verdict.attempts if verdict else 0,
              verdict.threshold if verdict else settings.kb_gate_threshold,
-             decision, override, now],
+             decision, override, now, verdict.raw_answer if verdict else None],
         )
     context.log.info(f"inbox item {item_id}: {decision}"
                      + (f" (score {verdict.score}, gate {verdict.gate})" if verdict else f" of {duplicate_of}"))
@@ -393,12 +396,15 @@ def gated_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, gat
 
 source_intake_job = dg.define_asset_job(
     "source_intake",
-    # One run per item takes it all the way: parse, gate, wiki. The run's
-    # state is then the item's state (the bot's /status reads it).
-    selection=dg.AssetSelection.assets(parsed_sources, gated_sources, WIKI_PAGES),
+    # One run per item takes it all the way: parse, gate, index, wiki. The
+    # run's state is then the item's state (the bot's /status reads it).
+    # The index (source_passages) and the wiki both follow the gate, and
+    # neither waits for the other: a source is searchable before the agent
+    # has written about it, and also when the agent fails.
+    selection=dg.AssetSelection.assets(parsed_sources, gated_sources, SOURCE_PASSAGES, WIKI_PAGES),
     # Run retries (dagster.yaml) are for runs whose process died. An asset
     # that failed has used its own retries already; one more run would break
     # "a permanent error fails at once" and the 3-retry limit.
     tags={RETRY_ON_ASSET_FAILURE_TAG: "false"},
-    description="One inbox item: parse it, pass it through the quality gate, and ingest it into the wiki.",
+    description="One inbox item: parse it, pass it through the quality gate, index it for search, and ingest it into the wiki.",
 )

@@ -41,9 +41,11 @@ from kb_resources.services import WikiAgentResource
 from kb_resources.stores import DuckDBResource, WikiResource
 
 WIKI_POOL = "wiki"
-MAX_TRIES = 3
-# Three tries in all. The delay lets a rate limit or a busy endpoint recover.
-WIKI_RETRY = dg.RetryPolicy(max_retries=MAX_TRIES - 1, delay=60, backoff=dg.Backoff.EXPONENTIAL)
+# KB_WIKI_MAX_TRIES tries in all (3). The delay (KB_WIKI_RETRY_DELAY_S) lets
+# a rate limit or a busy endpoint recover.
+MAX_TRIES = get_settings().kb_wiki_max_tries
+WIKI_RETRY = dg.RetryPolicy(max_retries=MAX_TRIES - 1, delay=get_settings().kb_wiki_retry_delay_s,
+                            backoff=dg.Backoff.EXPONENTIAL)
 
 # Lint and synthesis partitions start here; no backfill before it is useful.
 PARTITIONS_START = "2026-01-01"
@@ -439,6 +441,7 @@ def wiki_lint(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent:
     return dg.MaterializeResult(metadata={
         **outcome.metadata(), "mode": mode,
         "findings_before": findings_count(findings), "findings_after": findings_count(after),
+        "findings_by_kind": dg.MetadataValue.json({kind: len(items) for kind, items in findings.items()}),
     })
 
 
