@@ -4,6 +4,13 @@ Each field name is also its environment variable (case does not matter):
 `kb_home` is read from KB_HOME, `telegram_bot_token` from TELEGRAM_BOT_TOKEN.
 `.env.example` lists every variable with its default and purpose; a test in
 tests/test_settings.py keeps the two in step.
+
+Where the values come from, last wins: the defaults, the settings file, the
+environment. The settings file is at a fixed place, ~/.config/kb/.env, or
+where KB_ENV_FILE points. Why not `.env` in the working folder: `kb-mcp`
+that an agent client starts, and a daemon started elsewhere, run in another
+folder. They ran without the keys, so the gate accepted everything and
+translation was off, with no word about it.
 """
 
 from __future__ import annotations
@@ -21,9 +28,11 @@ CONFIG_DIR = Path("~/.config/kb").expanduser()
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
+    # No env_file here: get_settings() passes the one file (see settings_file()).
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False)
 
     # --- storage -------------------------------------------------------------
+    kb_env_file: Path = Field(CONFIG_DIR / ".env", description="The settings file that kb reads before the environment. Set it in the environment only: a value in the file itself has no effect.")
     kb_home: Path = Field(Path("~/kb"), description="Folder that holds all data: raw files, DuckDB, LanceDB, wiki, Dagster home.")
     kb_x_state: Path = Field(CONFIG_DIR / "state.json", description="X login state from `kb login`. Kept outside KB_HOME and the repo.")
     kb_config_file: Path = Field(CONFIG_DIR / "config.toml", description="Owner preferences: exclude = [...], translate = true.")
@@ -166,16 +175,35 @@ def _playwright_browser_installed() -> bool:
     return cache.is_dir() and any(p.name.startswith("chromium") for p in cache.iterdir())
 
 
+class SettingsFileError(ValueError):
+    """KB_ENV_FILE names a file that kb cannot read."""
+
+
+def settings_file() -> Path | None:
+    """The settings file that get_settings() reads, or None when there is none.
+    KB_ENV_FILE that names a missing file is an error, not a silent default:
+    the owner set it to give kb its keys."""
+    named = os.environ.get("KB_ENV_FILE", "")
+    if named:
+        path = Path(named).expanduser()
+        if not path.is_file():
+            raise SettingsFileError(f"KB_ENV_FILE={named} is not a file. Give the path of your settings "
+                                    f"file, or unset KB_ENV_FILE to read {CONFIG_DIR / '.env'}.")
+        return path.resolve()
+    path = CONFIG_DIR / ".env"
+    return path if path.is_file() else None
+
+
 @functools.cache
-def _cached_settings(env_key: tuple) -> Settings:
-    return Settings()
+def _cached_settings(env_key: tuple, env_file: Path | None) -> Settings:
+    return Settings(_env_file=env_file)
 
 
 def get_settings() -> Settings:
-    """Settings from the environment. Cached per environment, so tests that
-    change KB_HOME get fresh settings."""
+    """Settings from the settings file and the environment. Cached per
+    environment, so tests that change KB_HOME get fresh settings."""
     key = tuple(sorted((k, v) for k, v in os.environ.items() if k.isupper()))
-    return _cached_settings(key)
+    return _cached_settings(key, settings_file())
 
 
 REDACTED = "<redacted>"
@@ -218,7 +246,8 @@ def env_example() -> str:
     """The text of .env.example, made from the fields above, so the file
     cannot drift from the code (tests/test_settings.py compares them)."""
     lines = ["# Every kb setting, with its default and purpose.",
-             "# Copy to .env (never commit .env) and change what you need.", ""]
+             "# Copy to ~/.config/kb/.env (or the file that KB_ENV_FILE names) and change what you need.",
+             "# The environment overrides the file. Never commit the file: it holds your keys.", ""]
     home = str(Path.home())
     for name, field_info in Settings.model_fields.items():
         default = "" if field_info.default is None else str(field_info.default).replace(home, "~")

@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 
 import duckdb as duckdb_lib
 
+from kb.lance_index import empty_index_note
 from kb.settings import Settings, get_settings
 
 
@@ -143,8 +144,14 @@ def _wiki_state(settings: Settings) -> dict:
 
 def collect_status(settings: Settings | None = None) -> dict:
     settings = settings or get_settings()
+    from kb.settings import CONFIG_DIR, settings_file
+
+    read = settings_file()
     return {
         "kb_home": str(settings.home),
+        # Which settings file this process read: a key in another file is not seen.
+        "settings_file": str(read) if read else None,
+        "settings_file_note": None if read else f"none ({CONFIG_DIR / '.env'} does not exist): the environment only",
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "capture": _capture_counts(settings),
         "normalized": _duckdb_counts(settings),
@@ -173,7 +180,8 @@ def _coverage_lines(norm: dict) -> list[str]:
 
 
 def format_status(report: dict) -> str:
-    lines = [f"KB_HOME  {report['kb_home']}"]
+    lines = [f"KB_HOME  {report['kb_home']}",
+             f"settings file  {report.get('settings_file') or report.get('settings_file_note')}"]
     cap = report["capture"]
     lines.append(f"last sync  {cap['last_sync'] or 'never'}   batches {cap['batches']}   pages {cap.get('pages', '?')}"
                  + (f"   incomplete {cap['incomplete_batches']}" if cap.get("incomplete_batches") else "")
@@ -191,6 +199,8 @@ def format_status(report: dict) -> str:
     index = report["index"]
     lines.append(f"  indexed     {index.get('bookmarks', 0)} bookmarks, {index.get('chunks', 0)} chunks"
                  + (f", model {index['model']}" if index.get("model") else ""))
+    if norm.get("state") == "empty" and not index.get("chunks"):
+        lines.append(empty_index_note(index.get("path") or report["kb_home"]))
     wiki = report.get("wiki") or {}
     if wiki.get("sources"):
         counts = ", ".join(f"{n} {state}" for state, n in sorted(wiki["sources"].items()))
