@@ -43,6 +43,7 @@ class Settings(BaseSettings):
     kb_browser_timeout_s: float = Field(30.0, description="Page load timeout in seconds.")
     kb_arxiv_hosts: str = Field("arxiv.org,www.arxiv.org,export.arxiv.org", description="Comma-separated hosts whose /pdf/<id> links the documents stage reads as /abs/<id>.")
     kb_capture_max_idle_scrolls: int = Field(6, description="Scrolls with no new Bookmarks page before the capture stops. It is the end only when the last page had no bottom cursor.")
+    kb_capture_max_wait_s: float = Field(900.0, description="Longest total wait, in seconds, of one capture after X answers HTTP 429 (rate limit). X's retry-after or x-rate-limit-reset sets each wait. A longer wait ends the capture, and the next sync goes on from the last kept page.")
     kb_capture_scroll_wait_s: float = Field(2.0, description="Seconds the capture waits for a new Bookmarks page after each scroll.")
 
     # --- embeddings ------------------------------------------------------------
