@@ -56,7 +56,7 @@ class Settings(BaseSettings):
 
     # --- LLM services ----------------------------------------------------------
     groq_api_key: SecretStr | None = Field(None, description="Groq key for translation. Empty: translation is off.")
-    groq_base_url: str = Field("https://api.groq.com/openai/v1", description="Groq OpenAI-compatible endpoint.")
+    groq_base_url: str = Field("https://api.groq.com", description="Groq API origin for the groq client. A trailing /openai/v1 is ignored.")
     kb_translate_model: str = Field("openai/gpt-oss-120b", description="Translation model.")
     deepseek_api_key: SecretStr | None = Field(None, description="Key for the quality gate. Empty: the gate accepts and marks the source skipped.")
     kb_gate_base_url: str = Field("https://api.deepseek.com", description="Quality gate OpenAI-compatible endpoint.")
@@ -83,7 +83,7 @@ class Settings(BaseSettings):
     kb_transcribe_modal_model: str = Field("large-v3-turbo", description="faster-whisper model of the Modal transcription app.")
     kb_transcribe_modal_gpu: str = Field("L4", description="Modal GPU type of the transcription app.")
     kb_transcribe_modal_containers: int = Field(4, description="Most Modal containers that transcribe videos at the same time.")
-    kb_translate_max_wait_s: float = Field(120.0, description="Longest wait, in seconds, after a 429 from the translation endpoint. Its retry-after header sets the wait up to this limit.")
+    kb_translate_max_retries: int = Field(6, description="Retries of the groq client after a 429, a 5xx or a lost connection. After a 429 it waits what retry-after asks, up to 60 s.")
     kb_exclude: str = Field("", description="Comma-separated chunk sources (post, quote, article, link, image, video) to leave out for this run, added to `exclude` in config.toml. `kb sync --no-image` sets it.")
 
     # --- Telegram --------------------------------------------------------------

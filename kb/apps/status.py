@@ -38,10 +38,30 @@ def _duckdb_counts(settings: Settings) -> dict:
             "links": one("SELECT count(DISTINCT url_norm) FROM links"),
             "photos": one("SELECT count(*) FROM media WHERE kind = 'photo'"),
             "videos": one("SELECT count(*) FROM media WHERE kind IN ('video', 'animated_gif')"),
+            "documents": _document_counts(conn),
             **_enrichment_coverage(conn),
         }
     finally:
         conn.close()
+
+
+def _document_counts(conn) -> dict:
+    """Documents behind the links: fetched, thin (too little text to keep),
+    and the other failures by reason, so the owner sees what `--retry` would try."""
+    try:
+        rows = conn.execute("SELECT status, coalesce(reason, ''), count(*) FROM documents "
+                            "GROUP BY ALL ORDER BY 3 DESC, 2").fetchall()
+    except duckdb_lib.CatalogException:
+        return {"fetched": 0, "thin": 0, "failed": {}}
+    out: dict = {"fetched": 0, "thin": 0, "failed": {}}
+    for status, reason, count in rows:
+        if status == "ok":
+            out["fetched"] += count
+        elif reason == "thin":
+            out["thin"] += count
+        else:
+            out["failed"][reason or "unknown"] = out["failed"].get(reason or "unknown", 0) + count
+    return out
 
 
 def _enrichment_coverage(conn) -> dict:
@@ -194,6 +214,11 @@ def format_status(report: dict) -> str:
         lines.append(f"  normalized  {norm['bookmarks']} bookmarks ({norm['removed']} removed)")
         lines.append(f"  chunked     {norm['chunked_bookmarks']}/{norm['bookmarks']} "
                      f"({100 * norm['chunked_bookmarks'] / total:.0f}%), {norm['chunks']} chunks")
+        docs = norm.get("documents") or {}
+        failed = docs.get("failed") or {}
+        reasons = ", ".join(f"{reason} {n}" for reason, n in failed.items())
+        lines.append(f"  documents   {docs.get('fetched', 0)} fetched, {docs.get('thin', 0)} thin, "
+                     f"{sum(failed.values())} failed" + (f" ({reasons})" if reasons else ""))
         lines += _coverage_lines(norm)
     else:
         lines.append(f"normalized  {norm.get('state')}")
