@@ -195,7 +195,7 @@ class McpClient:
     async def _main(self) -> None:
         self._stop = asyncio.Event()
         env = {"KB_HOME": str(self.home), "KB_EMBED_BACKEND": "hash", "KB_CONFIG_FILE": str(self.home / "none.toml"),
-               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+               "KB_ENV_FILE": os.environ["KB_ENV_FILE"], "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_server.server"], env=env,
                                        cwd=str(self.home.parent))
         try:
