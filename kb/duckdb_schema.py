@@ -1,11 +1,37 @@
-"""The DuckDB schema, in one module.
+"""The DuckDB schema, in one module, with its versioned migrations.
 
-There are no migrations. When SCHEMA_VERSION changes, the store drops every
-table and the normalize stage rebuilds them from the raw files, which are
-never edited (see DuckDBStore.ensure_schema).
+Hard-won rule: a schema change must never drop data that costs time or money
+to make again. Captions (paid GPU time), transcripts, documents (hours of
+fetching), translations, and the Telegram sources and gate results live only
+here. An earlier design dropped every table on a version change; that lost
+them all. So a change of SCHEMA_VERSION comes with one entry in MIGRATIONS,
+and DuckDBStore.ensure_schema applies the entries in order, in one
+transaction. A migration may drop and rebuild only a DERIVED table (one that
+the normalize stage fills again from the raw files), never a KEPT table.
 """
 
-SCHEMA_VERSION = 2  # 2: bookmarks gained article_preview, article_from_quote, retweet_of_id, retweeted_by_handle
+SCHEMA_VERSION = 3
+
+# version -> the statements that take a file from version - 1 to version.
+# Write each statement so that it can run on a file where the table already
+# has the change (IF NOT EXISTS): a file made by CREATE TABLE of a later
+# release can carry a lower version number.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: (  # bookmarks gained article_preview, article_from_quote, retweet_of_id, retweeted_by_handle
+        "ALTER TABLE bookmarks ADD COLUMN IF NOT EXISTS article_preview VARCHAR",
+        "ALTER TABLE bookmarks ADD COLUMN IF NOT EXISTS article_from_quote BOOLEAN",
+        "ALTER TABLE bookmarks ADD COLUMN IF NOT EXISTS retweet_of_id VARCHAR",
+        "ALTER TABLE bookmarks ADD COLUMN IF NOT EXISTS retweeted_by_handle VARCHAR",
+    ),
+    3: (  # the quality gate's answer as it came, kept for audit
+        "ALTER TABLE gate_results ADD COLUMN IF NOT EXISTS raw_answer VARCHAR",
+    ),
+}
+
+# The tables that nothing can make again for free. A migration must keep their rows.
+KEPT_TABLES = ("documents", "captions", "transcripts", "translations", "sources", "gate_results")
+# The tables that the normalize and chunks stages fill again from the raw files.
+DERIVED_TABLES = ("bookmarks", "authors", "media", "links", "capture_problems", "chunks")
 
 TABLES: dict[str, str] = {
     "bookmarks": """
@@ -168,10 +194,6 @@ TABLES["gate_results"] = """
         raw_answer  VARCHAR                  -- the model's answer as it came, for audit
     )"""
 
-# Columns added to a table after its first release. A new SCHEMA_VERSION
-# would drop every table, and `sources` and `gate_results` cannot be rebuilt
-# from the raw files (the gate's answers would be lost): add the column.
-ADDED_COLUMNS = [("gate_results", "raw_answer", "VARCHAR")]
 
 # One row per photo (keyed by its URL): a caption and the text in the image,
 # or why there is none. A failure is tried again only on request (--retry).

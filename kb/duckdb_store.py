@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 from pydantic import BaseModel
 
-from kb.duckdb_schema import ADDED_COLUMNS, SCHEMA_VERSION, TABLES
+from kb.duckdb_schema import MIGRATIONS, SCHEMA_VERSION, TABLES
 from kb.settings import Settings, get_settings
 
 DUCKDB_POOL = "duckdb"
@@ -37,24 +37,52 @@ def open_duckdb(path: Path, *, attempts: int = 20) -> duckdb.DuckDBPyConnection:
     raise AssertionError("unreachable")
 
 
-def ensure_schema(conn: duckdb.DuckDBPyConnection) -> bool:
-    """Create the tables. Returns True when an old schema was dropped, so the
-    caller knows that the normalized data must be rebuilt from raw files."""
+class SchemaError(RuntimeError):
+    """The DuckDB file has a schema version that this kb cannot use."""
+
+
+def ensure_schema(conn: duckdb.DuckDBPyConnection, *, version: int = SCHEMA_VERSION,
+                  migrations: dict[int, tuple[str, ...]] | None = None) -> list[int]:
+    """Create the tables, or bring an older file up to `version` with the
+    migrations (see kb.duckdb_schema). Returns the versions applied.
+
+    All migrations run in one transaction: when one statement fails, the
+    file keeps its old version and every row, and the error names the step.
+    """
+    migrations = MIGRATIONS if migrations is None else migrations
     conn.execute(TABLES["schema_info"])
     row = conn.execute("SELECT max(version) FROM schema_info").fetchone()
-    dropped = False
-    if row and row[0] is not None and row[0] != SCHEMA_VERSION:
-        for name in TABLES:
-            conn.execute(f"DROP TABLE IF EXISTS {name}")
-        conn.execute(TABLES["schema_info"])
-        dropped = True
-    for name, ddl in TABLES.items():
-        conn.execute(ddl)
-    for table, column, kind in ADDED_COLUMNS:
-        conn.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {kind}")
-    conn.execute("DELETE FROM schema_info")
-    conn.execute("INSERT INTO schema_info VALUES (?)", [SCHEMA_VERSION])
-    return dropped
+    stored = row[0] if row else None
+    if stored == version:
+        for ddl in TABLES.values():
+            conn.execute(ddl)  # a table that a later release added without a version bump
+        return []
+    if stored is not None and stored > version:
+        raise SchemaError(f"The DuckDB file has schema version {stored}, but this kb knows version "
+                          f"{version} only. Update kb, or restore a backup made by this version.")
+    steps = [] if stored is None else list(range(stored + 1, version + 1))
+    missing = [step for step in steps if step not in migrations]
+    if missing:
+        raise SchemaError(f"No migration to schema version {missing[0]} (the file has version {stored}). "
+                          "Add it to MIGRATIONS in kb/duckdb_schema.py.")
+    conn.execute("BEGIN")
+    try:
+        for step in steps:
+            for statement in migrations[step]:
+                try:
+                    conn.execute(statement)
+                except duckdb.Error as exc:
+                    raise SchemaError(f"Migration to schema version {step} failed at {statement!r}: {exc}. "
+                                      f"The file keeps version {stored} and all its rows.") from exc
+        for ddl in TABLES.values():
+            conn.execute(ddl)
+        conn.execute("DELETE FROM schema_info")
+        conn.execute("INSERT INTO schema_info VALUES (?)", [version])
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return steps
 
 
 def insert_rows(conn: duckdb.DuckDBPyConnection, table: str, rows: list[dict]) -> None:

@@ -45,6 +45,12 @@ META = "index_meta"
 MODEL_KEY, DIM_KEY = "kb.model", "kb.dim"
 REBUILD_HINT = "Rebuild the index with `kb index --rebuild`."
 
+
+def empty_index_note(path: Path | str) -> str:
+    """What a reader says when the index has no passages: the next step."""
+    return (f"The index at {path} is empty. Run `kb sync` to capture your bookmarks "
+            "(or `kb import PAGE.json`), or `kb demo` to try kb on sample data.")
+
 # Keep old table versions this long before maintain() prunes them. A reader
 # in another process may still read a version that is a few seconds old;
 # deleting its files under it would fail that search.
@@ -160,7 +166,11 @@ class ChunkIndex(BaseModel):
             return self._db
 
     def table(self, name: str):
-        """The open table, or None when it does not exist yet."""
+        """The open table, or None when it does not exist yet. A read on a
+        missing index creates no folder: lancedb.connect() would make one,
+        and an empty search once left ~/kb/lancedb behind."""
+        if self._db is None and not self.db_path().is_dir():
+            return None
         try:
             return self._connect().open_table(name)
         except ValueError:

@@ -32,6 +32,13 @@ class CaptureManifest:
     error: str | None = None
     started_at: str = ""
     finished_at: str = ""
+    # A capture that did not complete: the bottom cursor of its last kept
+    # page. The next browser capture starts there, not at the top.
+    resume_cursor: str | None = None
+    # A capture that started at an earlier batch's resume_cursor: that batch.
+    # Then newest_* is the newest bookmark of the first batch of the chain:
+    # the chain as a whole reaches from it down to the end or the watermark.
+    resumed_from: str | None = None
 
 
 class RawStore(BaseModel):
@@ -73,6 +80,26 @@ class RawStore(BaseModel):
     def write_manifest(self, manifest: CaptureManifest) -> None:
         path = self.batch_dir(manifest.batch) / "capture.json"
         write_atomic(path, json.dumps(asdict(manifest), indent=2).encode())
+
+    def resume_point(self, *, full: bool) -> CaptureManifest | None:
+        """The manifest of the last browser capture when it did not complete
+        and left a cursor to go on from (with the same `full`), else None.
+        Hard-won fact: a first capture of thousands of bookmarks meets HTTP
+        429; when each sync starts at the top again, it never completes."""
+        captures = []
+        for batch in self.batches():
+            try:
+                manifest = self.manifest(batch)
+            except (ValueError, TypeError):
+                continue
+            if manifest is not None and manifest.mode == "browser":
+                captures.append(manifest)
+        if not captures:
+            return None
+        last = max(captures, key=lambda m: (m.started_at, m.batch))
+        if last.complete or not last.resume_cursor or last.full != full:
+            return None
+        return last
 
     def manifest(self, batch: str) -> CaptureManifest | None:
         path = self.batch_dir(batch) / "capture.json"

@@ -44,7 +44,7 @@ import numpy as np
 from lancedb.query import PhraseQuery
 
 from kb.embedder import Embedder, EmbedderError
-from kb.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch, sql_in, sql_str, to_utc
+from kb.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch, empty_index_note, sql_in, sql_str, to_utc
 
 MODES = ("bm25", "dense", "hybrid")
 FUSION_METHODS = ("convex", "rrf")
@@ -121,6 +121,7 @@ class SearchResponse:
     model: str | None = None
     last_sync: str | None = None
     took_ms: float = 0.0
+    note: str | None = None  # set when there is nothing to search: what to do
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -181,6 +182,7 @@ def search(
     response = SearchResponse(query=query, mode=mode, hits=[], limit=limit, filters=filters,
                               model=meta.get("model"), last_sync=meta.get("last_sync"))
     if table is None:
+        response.note = empty_index_note(index.db_path())
         response.took_ms = _ms(started)
         return response
 

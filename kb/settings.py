@@ -4,6 +4,13 @@ Each field name is also its environment variable (case does not matter):
 `kb_home` is read from KB_HOME, `telegram_bot_token` from TELEGRAM_BOT_TOKEN.
 `.env.example` lists every variable with its default and purpose; a test in
 tests/test_settings.py keeps the two in step.
+
+Where the values come from, last wins: the defaults, the settings file, the
+environment. The settings file is at a fixed place, ~/.config/kb/.env, or
+where KB_ENV_FILE points. Why not `.env` in the working folder: `kb-mcp`
+that an agent client starts, and a daemon started elsewhere, run in another
+folder. They ran without the keys, so the gate accepted everything and
+translation was off, with no word about it.
 """
 
 from __future__ import annotations
@@ -46,9 +53,11 @@ def local_zone() -> str:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
+    # No env_file here: get_settings() passes the one file (see settings_file()).
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False)
 
     # --- storage -------------------------------------------------------------
+    kb_env_file: Path = Field(CONFIG_DIR / ".env", description="The settings file that kb reads before the environment. Set it in the environment only: a value in the file itself has no effect.")
     kb_home: Path = Field(Path("~/kb"), description="Folder that holds all data: raw files, DuckDB, LanceDB, wiki, Dagster home.")
     kb_x_state: Path = Field(CONFIG_DIR / "state.json", description="X login state from `kb login`. Kept outside KB_HOME and the repo.")
     kb_config_file: Path = Field(CONFIG_DIR / "config.toml", description="Owner preferences: exclude = [...], translate = true.")
@@ -59,6 +68,7 @@ class Settings(BaseSettings):
     kb_browser_timeout_s: float = Field(30.0, description="Page load timeout in seconds.")
     kb_arxiv_hosts: str = Field("arxiv.org,www.arxiv.org,export.arxiv.org", description="Comma-separated hosts whose /pdf/<id> links the documents stage reads as /abs/<id>.")
     kb_capture_max_idle_scrolls: int = Field(6, description="Scrolls with no new Bookmarks page before the capture stops. It is the end only when the last page had no bottom cursor.")
+    kb_capture_max_wait_s: float = Field(900.0, description="Longest total wait, in seconds, of one capture after X answers HTTP 429 (rate limit). X's retry-after or x-rate-limit-reset sets each wait. A longer wait ends the capture, and the next sync goes on from the last kept page.")
     kb_capture_scroll_wait_s: float = Field(2.0, description="Seconds the capture waits for a new Bookmarks page after each scroll.")
 
     # --- embeddings ------------------------------------------------------------
@@ -71,7 +81,7 @@ class Settings(BaseSettings):
 
     # --- LLM services ----------------------------------------------------------
     groq_api_key: SecretStr | None = Field(None, description="Groq key for translation. Empty: translation is off.")
-    groq_base_url: str = Field("https://api.groq.com/openai/v1", description="Groq OpenAI-compatible endpoint.")
+    groq_base_url: str = Field("https://api.groq.com", description="Groq API origin for the groq client. A trailing /openai/v1 is ignored.")
     kb_translate_model: str = Field("openai/gpt-oss-120b", description="Translation model.")
     deepseek_api_key: SecretStr | None = Field(None, description="Key for the quality gate. Empty: the gate accepts and marks the source skipped.")
     kb_gate_base_url: str = Field("https://api.deepseek.com", description="Quality gate OpenAI-compatible endpoint.")
@@ -98,7 +108,7 @@ class Settings(BaseSettings):
     kb_transcribe_modal_model: str = Field("large-v3-turbo", description="faster-whisper model of the Modal transcription app.")
     kb_transcribe_modal_gpu: str = Field("L4", description="Modal GPU type of the transcription app.")
     kb_transcribe_modal_containers: int = Field(4, description="Most Modal containers that transcribe videos at the same time.")
-    kb_translate_max_wait_s: float = Field(120.0, description="Longest wait, in seconds, after a 429 from the translation endpoint. Its retry-after header sets the wait up to this limit.")
+    kb_translate_max_retries: int = Field(6, description="Retries of the groq client after a 429, a 5xx or a lost connection. After a 429 it waits what retry-after asks, up to 60 s.")
     kb_exclude: str = Field("", description="Comma-separated chunk sources (post, quote, article, link, image, video) to leave out for this run, added to `exclude` in config.toml. `kb sync --no-image` sets it.")
 
     # --- Telegram --------------------------------------------------------------
@@ -247,16 +257,35 @@ def _playwright_browser_installed() -> bool:
     return cache.is_dir() and any(p.name.startswith("chromium") for p in cache.iterdir())
 
 
+class SettingsFileError(ValueError):
+    """KB_ENV_FILE names a file that kb cannot read."""
+
+
+def settings_file() -> Path | None:
+    """The settings file that get_settings() reads, or None when there is none.
+    KB_ENV_FILE that names a missing file is an error, not a silent default:
+    the owner set it to give kb its keys."""
+    named = os.environ.get("KB_ENV_FILE", "")
+    if named:
+        path = Path(named).expanduser()
+        if not path.is_file():
+            raise SettingsFileError(f"KB_ENV_FILE={named} is not a file. Give the path of your settings "
+                                    f"file, or unset KB_ENV_FILE to read {CONFIG_DIR / '.env'}.")
+        return path.resolve()
+    path = CONFIG_DIR / ".env"
+    return path if path.is_file() else None
+
+
 @functools.cache
-def _cached_settings(env_key: tuple) -> Settings:
-    return Settings()
+def _cached_settings(env_key: tuple, env_file: Path | None) -> Settings:
+    return Settings(_env_file=env_file)
 
 
 def get_settings() -> Settings:
-    """Settings from the environment. Cached per environment, so tests that
-    change KB_HOME get fresh settings."""
+    """Settings from the settings file and the environment. Cached per
+    environment, so tests that change KB_HOME get fresh settings."""
     key = tuple(sorted((k, v) for k, v in os.environ.items() if k.isupper()))
-    return _cached_settings(key)
+    return _cached_settings(key, settings_file())
 
 
 REDACTED = "<redacted>"
@@ -299,7 +328,8 @@ def env_example() -> str:
     """The text of .env.example, made from the fields above, so the file
     cannot drift from the code (tests/test_settings.py compares them)."""
     lines = ["# Every kb setting, with its default and purpose.",
-             "# Copy to .env (never commit .env) and change what you need.", ""]
+             "# Copy to ~/.config/kb/.env (or the file that KB_ENV_FILE names) and change what you need.",
+             "# The environment overrides the file. Never commit the file: it holds your keys.", ""]
     home = str(Path.home())
     for name, field_info in Settings.model_fields.items():
         default = "" if field_info.default is None else str(field_info.default).replace(home, "~")

@@ -1,5 +1,5 @@
-"""Translation into English: Groq `openai/gpt-oss-120b` through the `openai`
-client, at settings.groq_base_url.
+"""Translation into English: Groq `openai/gpt-oss-120b` through the official
+`groq` client, at settings.groq_base_url.
 
 Rules, and why:
 - The text goes out in paragraph-aligned pieces of at most 1,500
@@ -11,26 +11,26 @@ Rules, and why:
 - The model answers ENGLISH when a piece is already English. When every
   piece is, translate() returns None, and the cache stores NULL, so the
   text is never sent again.
-- A 429 waits for the time in its retry-after header (capped at
-  max_wait_s), then asks again. The client's own retries are off
-  (max_retries=0): they cap the wait at their own limit.
+- The `groq` client retries a 429, a 5xx and a lost connection itself
+  (max_retries times). After a 429 it waits what retry-after or
+  retry-after-ms asks, up to 60 s, else a short growing back-off. A
+  rate limit that outlasts the retries is groq.RateLimitError: the piece
+  fails, and the next run tries it again.
 - No key, or `translate = false` in config.toml: translation is off.
 """
 
-import email.utils
 import re
-import time
-from datetime import datetime, timezone
 
+import groq
 from pydantic import BaseModel, SecretStr
-import openai
 
 from kb.settings import Settings, get_settings, redact_secrets
 
 PIECE_CHARS = 1_500
 ENGLISH = "ENGLISH"
-RATE_LIMIT_WAITS = 6  # 429s in a row for one piece before it fails
-SERVER_ERROR_ATTEMPTS = 3  # connection errors and 5xx for one piece before it fails
+# The suffix of Groq's OpenAI-compatible address. The groq client adds it
+# itself, so it comes off a GROQ_BASE_URL that still carries it.
+OPENAI_SUFFIX = "/openai/v1"
 # These statuses mean the whole run cannot work (bad key, no such model).
 FATAL_STATUSES = (401, 403, 404)
 
@@ -98,37 +98,14 @@ def is_english_answer(answer: str) -> bool:
     return answer.strip().strip(".\"'`*").upper() == ENGLISH
 
 
-def retry_after_seconds(headers) -> float | None:
-    """The wait that a 429 asks for: retry-after-ms, or retry-after in
-    seconds or as an HTTP date. None when the answer names none."""
-    value = headers.get("retry-after-ms")
-    if value:
-        try:
-            return max(0.0, float(value) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        moment = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, (moment - datetime.now(timezone.utc)).total_seconds())
-
-
 class Translator(BaseModel):
-    """English translations through Groq's OpenAI-compatible API
+    """English translations through the groq client
     (GROQ_BASE_URL, KB_TRANSLATE_MODEL, GROQ_API_KEY)."""
 
     base_url: str
     model: str
     api_key: SecretStr | None = None
-    max_wait_s: float = 60.0
+    max_retries: int = 6
     timeout_s: float = 120.0
     # Why translation is off by the owner's choice (config.toml), or "".
     turned_off: str = ""
@@ -138,16 +115,13 @@ class Translator(BaseModel):
         s = settings or get_settings()
         off = f"translate = false in {s.kb_config_file}" if s.owner_config().get("translate", True) is False else ""
         return cls(**{"base_url": s.groq_base_url, "model": s.kb_translate_model, "api_key": s.groq_api_key,
-                      "max_wait_s": s.kb_translate_max_wait_s, "turned_off": off, **overrides})
+                      "max_retries": s.kb_translate_max_retries, "turned_off": off, **overrides})
 
     def model_name(self) -> str:
         return self.model
 
     def _base_url(self) -> str:
-        return self.base_url
-
-    def _max_wait(self) -> float:
-        return self.max_wait_s
+        return self.base_url.rstrip("/").removesuffix(OPENAI_SUFFIX)
 
     def off_reason(self) -> str | None:
         if self.turned_off:
@@ -160,11 +134,11 @@ class Translator(BaseModel):
         reason = self.off_reason()
         return (False, reason) if reason else (True, f"{self.model_name()} at {self._base_url()}")
 
-    def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self._base_url(), api_key=self.api_key.get_secret_value(),
-                             timeout=self.timeout_s, max_retries=0)
+    def client(self) -> groq.Groq:
+        return groq.Groq(base_url=self._base_url(), api_key=self.api_key.get_secret_value(),
+                         timeout=self.timeout_s, max_retries=self.max_retries)
 
-    def translate(self, text: str, client: openai.OpenAI | None = None) -> str | None:
+    def translate(self, text: str, client: groq.Groq | None = None) -> str | None:
         """The English of `text`, or None when it is English already."""
         client = client or self.client()
         out, translated = [], False
@@ -180,40 +154,28 @@ class Translator(BaseModel):
                 translated = True
         return "".join(out).strip() if translated else None
 
-    def _ask(self, client: openai.OpenAI, piece: str) -> str:
-        rate_limited = server_errors = 0
-        while True:
-            try:
-                response = client.chat.completions.create(
-                    model=self.model_name(),
-                    messages=[{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": piece}],
-                    reasoning_effort="low",
-                )
-            except openai.RateLimitError as exc:
-                rate_limited += 1
-                if rate_limited > RATE_LIMIT_WAITS:
-                    raise TranslateError(f"{self._base_url()} answered 429 {rate_limited} times in a row") from None
-                asked = retry_after_seconds(exc.response.headers)
-                time.sleep(min(self._max_wait(), asked if asked is not None else 2.0 ** rate_limited))
-                continue
-            except openai.APIStatusError as exc:
-                if exc.status_code < 500:
-                    # The endpoint's error text can quote the key: redact it before it reaches a log.
-                    raise TranslateError(f"{self._base_url()} refused the request: HTTP {exc.status_code}: "
-                                         f"{redact_secrets(str(exc))[:200]}", fatal=exc.status_code in FATAL_STATUSES) from None
-                server_errors += 1
-            except openai.APIError as exc:  # connection errors and timeouts
-                server_errors += 1
-                if server_errors >= SERVER_ERROR_ATTEMPTS:
-                    raise TranslateError(redact_secrets(f"{self._base_url()} does not answer: {type(exc).__name__}: {exc}"),
-                                         fatal=True) from None
-                time.sleep(2.0 * server_errors)
-                continue
-            else:
-                content = response.choices[0].message.content if response.choices else None
-                if not content or not content.strip():
-                    raise TranslateError(f"{self.model_name()} gave an empty answer")
-                return content
-            if server_errors >= SERVER_ERROR_ATTEMPTS:
-                raise TranslateError(f"{self._base_url()} failed {server_errors} times with a server error")
-            time.sleep(2.0 * server_errors)
+    def _ask(self, client: groq.Groq, piece: str) -> str:
+        """One piece, with the client's own retries. Every error text is
+        redacted: an endpoint can quote the key in it."""
+        try:
+            response = client.chat.completions.create(
+                model=self.model_name(),
+                messages=[{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": piece}],
+                reasoning_effort="low",
+            )
+        except groq.RateLimitError:
+            raise TranslateError(f"{self._base_url()} answered 429 (rate limit) {self.max_retries + 1} times "
+                                 "in a row; the text waits for the next run") from None
+        except groq.APIStatusError as exc:
+            if exc.status_code >= 500:
+                raise TranslateError(f"{self._base_url()} failed {self.max_retries + 1} times with "
+                                     f"HTTP {exc.status_code}") from None
+            raise TranslateError(f"{self._base_url()} refused the request: HTTP {exc.status_code}: "
+                                 f"{redact_secrets(str(exc))[:200]}", fatal=exc.status_code in FATAL_STATUSES) from None
+        except groq.APIError as exc:  # connection errors and timeouts, after the retries
+            raise TranslateError(redact_secrets(f"{self._base_url()} does not answer: {type(exc).__name__}: {exc}"),
+                                 fatal=True) from None
+        content = response.choices[0].message.content if response.choices else None
+        if not content or not content.strip():
+            raise TranslateError(f"{self.model_name()} gave an empty answer")
+        return content

@@ -407,6 +407,24 @@ def _article_fields(article: dict) -> dict:
     }
 
 
+def articles_in(payload: Any) -> list[dict]:
+    """Every X Article in a GraphQL payload of any operation: the fields of
+    each node that has a content_state (as _article_fields gives them). The
+    article view of the X web client asks for the article by an operation
+    whose name changes, so the search goes by shape, not by name."""
+    found: list[dict] = []
+    todo = [payload]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            if "content_state" in node and ("rest_id" in node or "title" in node):
+                found.append(_article_fields(node))
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+    return found
+
+
 def _card_tco(card: dict) -> str | None:
     """The t.co address that a card points to, as X names it."""
     bindings = _dig(card, "legacy", "binding_values") or []

@@ -90,7 +90,7 @@ class TranslatorResource(ClientResource):
     base_url: str
     model: str
     api_key: str = ""
-    max_wait_s: float = 60.0
+    max_retries: int = 6
     timeout_s: float = 120.0
     turned_off: str = ""
 

@@ -38,7 +38,7 @@ from kb.reading import (PAGE_CHARS, PAGE_WORDS, Document, DocumentNotFound, Offs
 from kb.search import MAX_LIMIT, SearchResponse, search
 from kb.wiki_files import WIKI_ID_PREFIX, WIKI_SOURCE
 from kb.embedder import EmbedderError, use_cpu_threads
-from kb.lance_index import ChunkIndex, IndexModelMismatch, to_utc
+from kb.lance_index import ChunkIndex, IndexModelMismatch, empty_index_note, to_utc
 from kb.settings import get_settings
 
 log = logging.getLogger("kb.mcp")
@@ -126,7 +126,7 @@ def search_bookmarks(
     index = INDEX.get()
     sources = _bookmark_sources(index, source)
     if index is None or sources == []:
-        return _empty_search(query, limit, index, note="The index has no bookmarks yet: run a sync.",
+        return _empty_search(query, limit, index, note=empty_index_note(get_settings().lancedb_dir),
                              after=after, before=before)
     response = _run_search(index, query, limit=limit, author=author, source=sources, after=after, before=before)
     hits = [{name: getattr(hit, name) for name in HIT_FIELDS} for hit in response.hits]

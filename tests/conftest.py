@@ -21,6 +21,9 @@ def kb_home(tmp_path, monkeypatch):
     monkeypatch.setenv("KB_X_STATE", str(config / "state.json"))
     monkeypatch.setenv("KB_CONFIG_FILE", str(config / "config.toml"))
     monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    # An empty settings file: no test reads the owner's ~/.config/kb/.env.
+    (config / ".env").write_text("")
+    monkeypatch.setenv("KB_ENV_FILE", str(config / ".env"))
     # Keep a developer's .env and real keys out of tests.
     for var in ("TELEGRAM_BOT_TOKEN", "GROQ_API_KEY", "DEEPSEEK_API_KEY", "ANTHROPIC_AUTH_TOKEN",
                 "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "OLLAMA_URL", "KB_EMBED_BACKEND"):

@@ -6,7 +6,7 @@ It answers like a translation model: the user message is looked up in
 answer ENGLISH. Before that, the first `rate_limits` requests get a 429
 with a `retry-after` header, as Groq sends when a rate limit is hit. Every
 request is kept (path, headers, JSON body, time), so tests can check what
-the real `openai` client sent and when.
+the real `groq` client sent and when.
 """
 
 from __future__ import annotations

@@ -125,6 +125,10 @@ class FakeXState:
     fail_after: int | None = None  # serve this many pages, then fail with fail_mode
     fail_mode: str = "500"  # 500, close (drop the connection), hang (no answer for hang_s)
     hang_s: float = 5.0
+    limit_after: int | None = None  # from this page on, answer HTTP 429 ...
+    limit_count: int = 0  # ... this many times, then serve again
+    limit_headers: dict[str, str] = field(default_factory=dict)  # retry-after, x-rate-limit-reset
+    limited: list[int] = field(default_factory=list)  # the page index of each 429 answer
     stop_after: int = 0  # the page script stops asking after this many pages
     refresh_top: bool = False
     seen: list[SeenRequest] = field(default_factory=list)
@@ -198,6 +202,18 @@ class FakeX:
             request.send_body(200, body, "application/json")
             return
         index = 0 if cursor is None else int(cursor.removeprefix("page-"))
+        if state.limit_after is not None and index >= state.limit_after and state.limit_count > 0:
+            # X's answer to too many requests: 429 with its rate-limit headers.
+            state.limit_count -= 1
+            state.limited.append(index)
+            body = b'{"errors":[{"message":"Rate limit exceeded","code":88}]}'
+            request.send_response(429)
+            for name, value in {"Content-Type": "application/json", "Content-Length": str(len(body)),
+                                **state.limit_headers}.items():
+                request.send_header(name, value)
+            request.end_headers()
+            request.wfile.write(body)
+            return
         if state.fail_after is not None and index >= state.fail_after:
             if state.fail_mode == "500":
                 request.send_body(500, b'{"errors":[{"message":"Internal error"}]}', "application/json")

@@ -4,11 +4,12 @@ server that plays the X bookmarks page (tests/fake_x.py)."""
 from __future__ import annotations
 
 import json
+import time
 
 import dagster as dg
 import pytest
 
-from kb_assets.x.raw_pages import x_raw_pages
+from kb_assets.x.raw_pages import rate_limit_wait, x_raw_pages
 from kb_assets.partitions import sync_batches
 from kb.browser import Browser, NotAnXPage, XLoginMissing
 from kb.raw_store import RawStore
@@ -204,6 +205,65 @@ def test_a_capture_cut_off_keeps_its_pages_and_not_the_watermark(fake_x, instanc
     assert kept_pages(f"b-cut-{fail_mode}") == served
     [aside] = (RawStore.from_settings().x_dir() / ".superseded").glob(f"b-cut-{fail_mode}-*")
     assert [p.read_bytes() for p in sorted(aside.glob("page-*.json"))] == served[:2]
+
+
+def test_a_rate_limit_waits_as_x_says_and_goes_on_from_the_last_kept_page(fake_x, instance, entries):
+    served = fake_x.serve_entries(entries)
+    # Page 3 meets one 429 with retry-after 0: no real wait in a test.
+    fake_x.state.limit_after, fake_x.state.limit_count = 2, 1
+    fake_x.state.limit_headers = {"retry-after": "0"}
+
+    result = capture(instance, "b-limit")
+
+    assert result.success, failure_message(result)
+    assert fake_x.state.limited == [2]
+    # The page opened again and asked for page 3 (the last kept cursor), not the top.
+    assert fake_x.state.served_pages == list(range(len(served)))
+    assert kept_pages("b-limit") == served
+    meta = metadata(result)
+    assert (meta["complete"], meta["rate_limit_waits"], meta["tweets"]) == (True, 1, 117)
+    assert RawStore.from_settings().watermark()["batch"] == "b-limit"
+
+
+def test_a_long_rate_limit_ends_the_run_and_the_next_sync_goes_on(fake_x, instance, entries, monkeypatch):
+    monkeypatch.setenv("KB_CAPTURE_MAX_WAIT_S", "60")
+    served = fake_x.serve_entries(entries)
+    fake_x.state.limit_after, fake_x.state.limit_count = 2, 1
+    fake_x.state.limit_headers = {"x-rate-limit-reset": str(int(time.time()) + 900)}
+
+    first = capture(instance, "b-chain-1")
+
+    assert not first.success
+    message = failure_message(first)
+    assert "HTTP 429" in message and "goes on from the last kept page" in message
+    assert kept_pages("b-chain-1") == served[:2]
+    store = RawStore.from_settings()
+    assert store.manifest("b-chain-1").resume_cursor == "page-2"
+    assert store.watermark() is None
+
+    # The next sync starts at the kept cursor, reaches the end, and completes the chain.
+    fake_x.state.served_pages.clear()
+    second = capture(instance, "b-chain-2")
+
+    assert second.success, failure_message(second)
+    assert fake_x.state.served_pages == list(range(2, len(served)))
+    assert kept_pages("b-chain-2") == served[2:]
+    manifest = store.manifest("b-chain-2")
+    assert manifest.complete and manifest.resumed_from == "b-chain-1" and manifest.resume_cursor is None
+    # The watermark is the newest bookmark of the chain: the first batch's top.
+    first_id = entries[0]["entryId"].removeprefix("tweet-")
+    assert store.watermark() == {"tweet_id": first_id, "sort_index": entries[0]["sortIndex"], "batch": "b-chain-2"}
+    # A complete chain: the sync after it starts at the top again.
+    assert store.resume_point(full=False) is None
+
+
+def test_the_wait_after_a_429_follows_the_answer():
+    now = 1_700_000_000.0
+    assert rate_limit_wait({"retry-after": "7"}, 15, now) == 7
+    assert rate_limit_wait({"retry-after": "Tue, 14 Nov 2023 22:14:20 GMT"}, 15, now) == 60
+    assert rate_limit_wait({"x-rate-limit-reset": str(int(now) + 42)}, 15, now) == 42
+    assert rate_limit_wait({"x-rate-limit-reset": str(int(now) - 5)}, 15, now) == 0
+    assert rate_limit_wait({"retry-after": "soon"}, 15, now) == 15
 
 
 def test_max_pages_keeps_a_partial_capture_that_is_not_complete(fake_x, instance, entries):

@@ -194,8 +194,11 @@ class McpClient:
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
+        # An empty settings file: the server never reads the owner's ~/.config/kb/.env.
+        env_file = self.home.parent / "empty.env"
+        env_file.touch()
         env = {"KB_HOME": str(self.home), "KB_EMBED_BACKEND": "hash", "KB_CONFIG_FILE": str(self.home / "none.toml"),
-               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+               "KB_ENV_FILE": str(env_file), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_server.server"], env=env,
                                        cwd=str(self.home.parent))
         try:

@@ -20,6 +20,7 @@ import base64
 import contextlib
 import importlib.util
 import json
+from pathlib import Path
 
 import modal
 import pymupdf
@@ -83,6 +84,41 @@ def test_the_apps_build():
     spec = caption_app.caption_batch._spec_
     assert spec.gpus == caption_app.GPU and caption_app.MODEL_CACHE in spec.volumes
     assert transcribe_app.transcribe_video._spec_.gpus == transcribe_app.GPU
+
+
+def _layers(image: modal.Image) -> tuple[list[str], list[str]]:
+    """(Dockerfile commands, base image names) of an image definition, read
+    from Modal's own objects: no build and no Modal network."""
+    from modal._utils.async_utils import synchronizer
+
+    commands, bases, todo = [], [], [synchronizer._translate_in(image)]
+    while todo:
+        layer = todo.pop()
+        cells = dict(zip(layer._load.__code__.co_freevars, (c.cell_contents for c in layer._load.__closure__ or ())))
+        if "dockerfile_function" in cells and cells["dockerfile_function"] is not None:
+            commands += cells["dockerfile_function"]("2025.06").commands
+        for base in (cells.get("base_images") or {}).values():
+            bases.append(repr(base))
+            todo.append(synchronizer._translate_in(base))
+    return commands, bases
+
+
+def test_the_images_carry_their_pins():
+    import tomllib
+
+    commands, bases = _layers(caption_app.image)
+    # FP8 under vLLM needs the CUDA development image (nvcc for DeepGEMM).
+    assert any(caption_app.BASE_IMAGE in base for base in bases) and "-devel-" in caption_app.BASE_IMAGE
+    assert any(f"vllm=={caption_app.VLLM_VERSION}" in c for c in commands)
+
+    commands, bases = _layers(transcribe_app.image)
+    assert any(transcribe_app.BASE_IMAGE in base for base in bases)
+    [install] = [c for c in commands if "pip install" in c]
+    assert f"faster-whisper=={transcribe_app.FASTER_WHISPER_VERSION}" in install
+    assert "'av<19'" in install or " av<19" in install
+    # The same PyAV pin where kb itself installs faster-whisper.
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert "av<19" in project["project"]["dependencies"]
 
 
 @needs_no_vllm

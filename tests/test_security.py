@@ -488,7 +488,7 @@ def test_mcp_tools_are_read_only_and_calls_change_no_byte(tmp_path, capfd):
                lance=ChunkIndexResource.from_settings(path=str(home / "lancedb")))
     before = content_hashes(home)
     env = {"KB_HOME": str(home), "KB_EMBED_BACKEND": "hash", "KB_CONFIG_FILE": str(home / "none.toml"),
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": os.environ.get("PATH", ""), **KEYS}
+           "KB_ENV_FILE": os.environ["KB_ENV_FILE"], "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": os.environ.get("PATH", ""), **KEYS}
 
     tools, results = asyncio.run(mcp_session(home, env))
 

@@ -120,6 +120,12 @@ def search(query, limit, author, source, after, before, mode, as_json) -> None:
                               before=before, mode=mode)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
+    if response.note:
+        # Nothing to search: say what to do, and fail so that a script notices.
+        if as_json:
+            _echo_json(response.to_dict())
+        click.echo(response.note, err=True)
+        sys.exit(1)
     _echo_json(response.to_dict()) if as_json else print_hits(response)
 
 

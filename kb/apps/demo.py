@@ -7,6 +7,7 @@ stage with the local embedder, and a few searches print their results.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 import click
@@ -36,10 +37,43 @@ def run_demo(home: Path) -> int:
     print_sync_report(report)
     misses = 0
     for demo_query in DEMO_QUERIES:
-        click.echo(f'\n$ kb search "{demo_query.query}" -n 3')
+        click.echo(f"\n$ {demo_env(home)} kb search {shlex.quote(demo_query.query)} -n 3")
         response = search(demo_query.query, limit=3)
         print_hits(response)
         if not any(hit.author == demo_query.expected_author for hit in response.hits):
             misses += 1
             click.echo(f"   (expected a post by @{demo_query.expected_author})", err=True)
+    click.echo("\n" + next_commands(home, DEMO_QUERIES[0].query))
     return 1 if report.failed or misses else 0
+
+
+def _shown(home: Path) -> str:
+    """The demo folder as the user typed it: relative to this folder when inside it."""
+    try:
+        return str(home.relative_to(Path.cwd()))
+    except ValueError:
+        return str(home)
+
+
+def demo_env(home: Path) -> str:
+    """The variables that make a typed command read the demo store. Without
+    KB_HOME it reads ~/kb, and answered "No results." KB_EMBED_BACKEND=local:
+    the demo indexed with the local model, and a search must embed the query
+    with the same model."""
+    return f"KB_HOME={shlex.quote(_shown(home))} KB_EMBED_BACKEND=local"
+
+
+def next_commands(home: Path, query: str) -> str:
+    """The commands that reach the demo store when the user types them in this folder."""
+    env, shown = demo_env(home), _shown(home)
+    # Dagster wants an absolute DAGSTER_HOME; the shell makes it from $PWD.
+    dagster_home = (shlex.quote(str(home / "dagster")) if shown == str(home)
+                    else f'"$PWD"/{shlex.quote(shown)}/dagster')
+    return "\n".join([
+        "Try the demo store yourself. Type these commands in this folder:",
+        f"  {env} kb search {shlex.quote(query)} -n 3",
+        f"  {env} kb status",
+        f"  {env} kb web",
+        f"  {env} DAGSTER_HOME={dagster_home} dagster dev -w workspace.yaml",
+        "Your own store is ~/kb (or KB_HOME): run `kb login`, then `kb sync`.",
+    ])

@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 
 import duckdb as duckdb_lib
 
+from kb.lance_index import empty_index_note
 from kb.settings import Settings, get_settings
 
 
@@ -37,10 +38,30 @@ def _duckdb_counts(settings: Settings) -> dict:
             "links": one("SELECT count(DISTINCT url_norm) FROM links"),
             "photos": one("SELECT count(*) FROM media WHERE kind = 'photo'"),
             "videos": one("SELECT count(*) FROM media WHERE kind IN ('video', 'animated_gif')"),
+            "documents": _document_counts(conn),
             **_enrichment_coverage(conn),
         }
     finally:
         conn.close()
+
+
+def _document_counts(conn) -> dict:
+    """Documents behind the links: fetched, thin (too little text to keep),
+    and the other failures by reason, so the owner sees what `--retry` would try."""
+    try:
+        rows = conn.execute("SELECT status, coalesce(reason, ''), count(*) FROM documents "
+                            "GROUP BY ALL ORDER BY 3 DESC, 2").fetchall()
+    except duckdb_lib.CatalogException:
+        return {"fetched": 0, "thin": 0, "failed": {}}
+    out: dict = {"fetched": 0, "thin": 0, "failed": {}}
+    for status, reason, count in rows:
+        if status == "ok":
+            out["fetched"] += count
+        elif reason == "thin":
+            out["thin"] += count
+        else:
+            out["failed"][reason or "unknown"] = out["failed"].get(reason or "unknown", 0) + count
+    return out
 
 
 def _enrichment_coverage(conn) -> dict:
@@ -158,8 +179,14 @@ PURPOSE_HINT = ("  purpose.md is not written yet: write {path}. Until you do, th
 
 def collect_status(settings: Settings | None = None) -> dict:
     settings = settings or get_settings()
+    from kb.settings import CONFIG_DIR, settings_file
+
+    read = settings_file()
     return {
         "kb_home": str(settings.home),
+        # Which settings file this process read: a key in another file is not seen.
+        "settings_file": str(read) if read else None,
+        "settings_file_note": None if read else f"none ({CONFIG_DIR / '.env'} does not exist): the environment only",
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "capture": _capture_counts(settings),
         "normalized": _duckdb_counts(settings),
@@ -189,7 +216,8 @@ def _coverage_lines(norm: dict) -> list[str]:
 
 
 def format_status(report: dict) -> str:
-    lines = [f"KB_HOME  {report['kb_home']}"]
+    lines = [f"KB_HOME  {report['kb_home']}",
+             f"settings file  {report.get('settings_file') or report.get('settings_file_note')}"]
     cap = report["capture"]
     lines.append(f"last sync  {cap['last_sync'] or 'never'}   batches {cap['batches']}   pages {cap.get('pages', '?')}"
                  + (f"   incomplete {cap['incomplete_batches']}" if cap.get("incomplete_batches") else "")
@@ -201,12 +229,19 @@ def format_status(report: dict) -> str:
         lines.append(f"  normalized  {norm['bookmarks']} bookmarks ({norm['removed']} removed)")
         lines.append(f"  chunked     {norm['chunked_bookmarks']}/{norm['bookmarks']} "
                      f"({100 * norm['chunked_bookmarks'] / total:.0f}%), {norm['chunks']} chunks")
+        docs = norm.get("documents") or {}
+        failed = docs.get("failed") or {}
+        reasons = ", ".join(f"{reason} {n}" for reason, n in failed.items())
+        lines.append(f"  documents   {docs.get('fetched', 0)} fetched, {docs.get('thin', 0)} thin, "
+                     f"{sum(failed.values())} failed" + (f" ({reasons})" if reasons else ""))
         lines += _coverage_lines(norm)
     else:
         lines.append(f"normalized  {norm.get('state')}")
     index = report["index"]
     lines.append(f"  indexed     {index.get('bookmarks', 0)} bookmarks, {index.get('chunks', 0)} chunks"
                  + (f", model {index['model']}" if index.get("model") else ""))
+    if norm.get("state") == "empty" and not index.get("chunks"):
+        lines.append(empty_index_note(index.get("path") or report["kb_home"]))
     wiki = report.get("wiki") or {}
     if wiki.get("sources"):
         counts = ", ".join(f"{n} {state}" for state, n in sorted(wiki["sources"].items()))

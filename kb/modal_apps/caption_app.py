@@ -38,8 +38,15 @@ FETCH_THREADS = 16
 # start-up error by it, also after Modal sent the exception back.
 STARTUP_FAILED = "The caption model did not start: "
 
+# The CUDA development image, not debian_slim or a runtime image. Hard-won
+# fact: an FP8 model under vLLM compiles DeepGEMM kernels at start, which
+# needs nvcc and the CUDA headers; without them the engine stops at the
+# DeepGEMM assert. The default (BF16) model starts on this image too.
+BASE_IMAGE = "nvidia/cuda:12.8.1-devel-ubuntu22.04"
+PACKAGES = (f"vllm=={VLLM_VERSION}", "httpx")
+
 app = modal.App(APP_NAME)
-image = modal.Image.debian_slim(python_version="3.11").uv_pip_install(f"vllm=={VLLM_VERSION}", "httpx")
+image = modal.Image.from_registry(BASE_IMAGE, add_python="3.11").uv_pip_install(*PACKAGES)
 model_cache = modal.Volume.from_name("kb-model-cache", create_if_missing=True)
 
 

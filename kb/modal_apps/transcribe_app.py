@@ -29,10 +29,12 @@ STARTUP_FAILED = "The transcription model did not start: "
 
 app = modal.App(APP_NAME)
 # The CUDA runtime image: CTranslate2 (under faster-whisper) needs cuBLAS and cuDNN.
-image = (
-    modal.Image.from_registry("nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04", add_python="3.11")
-    .uv_pip_install(f"faster-whisper=={FASTER_WHISPER_VERSION}", "httpx")
-)
+BASE_IMAGE = "nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04"
+# Hard-won fact: faster-whisper 1.2.1 fails to decode with PyAV 19 and
+# later, and its own requirement lets them in. pyproject.toml pins it too.
+PYAV_PIN = "av<19"
+PACKAGES = (f"faster-whisper=={FASTER_WHISPER_VERSION}", PYAV_PIN, "httpx")
+image = modal.Image.from_registry(BASE_IMAGE, add_python="3.11").uv_pip_install(*PACKAGES)
 model_cache = modal.Volume.from_name("kb-model-cache", create_if_missing=True)
 
 

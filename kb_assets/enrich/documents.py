@@ -6,7 +6,12 @@ For each web address that a bookmark of the partition links to:
   the document. It is the authoritative copy; no page is opened.
 - Any other X Article: the X context renders it, one page at a time (X
   throttles one login across browsers), and never scrolls (the article view
-  unmounts what is off screen).
+  unmounts what is off screen). While the page renders, the GraphQL answer
+  that carries the article (its content_state) is kept as a raw file
+  (raw/x-articles/<id>.json), and its text is the document: it is the
+  authoritative copy, and it proves that the render was complete. Only
+  when no such answer came does the text come from the page (the DOM).
+  Why: a Bookmarks page carries only the title and preview of an article.
 - A file (by its Content-Type): fetched with httpx, not rendered. A PDF goes
   through pymupdf4llm; any other file fails as `binary`.
 - Any other page: the clean context (no storage state) renders it, with
@@ -25,8 +30,10 @@ one short transaction.
 # No `from __future__ import annotations`: Dagster reads the config class
 # from the real annotation of the asset function.
 import contextlib
+import json
 import queue
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -52,7 +59,9 @@ from kb.extract import (
     rewrite_arxiv,
 )
 from kb_assets.partitions import sync_batches
+from kb.atomic_files import write_atomic
 from kb.browser import Browser, XLoginMissing
+from kb.x_graphql import articles_in
 from kb.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
 from kb.settings import Settings, excluded_sources, get_settings
 from kb_resources.services import BrowserResource
@@ -110,7 +119,7 @@ class Outcome:
     target: Target
     url: str
     kind: str  # link, article, pdf
-    source: str  # content_state, browser, file
+    source: str  # content_state, graphql, browser, file
     final_url: str | None = None
     extracted: Extracted | None = None
     reason: str | None = None  # set on failure
@@ -208,9 +217,12 @@ def fetch_articles(targets: list[Target], browser: Browser, settings: Settings) 
                 statuses["main"] = response.status
 
         x.context.on("response", remember_status)
+        graphql = ArticleTraffic()
+        graphql.attach(x.context)
         for target in targets:
             outcome = Outcome(target, url=target.url, kind="article", source="browser")
             statuses.clear()
+            graphql.clear()
             try:
                 page = x.open(x_path(target.url))
             except PlaywrightError as exc:
@@ -221,13 +233,74 @@ def fetch_articles(targets: list[Target], browser: Browser, settings: Settings) 
                 outcomes.append(outcome)
                 continue
             try:
-                outcomes.append(read_rendered(page, outcome, statuses.get("main"), settings))
+                rendered = read_rendered(page, outcome, statuses.get("main"), settings)
+                outcomes.append(article_from_graphql(target, graphql, page, settings) or rendered)
             except Exception as exc:  # one bad page must not lose the others
                 outcome.reason, outcome.detail = Reason.ERROR.value, f"{type(exc).__name__}: {exc}"[:500]
                 outcomes.append(outcome)
             finally:
                 page.close()
     return outcomes
+
+
+class ArticleTraffic:
+    """The GraphQL answers of the X context while an article renders.
+    The handlers ONLY append: to read a body inside a Playwright event
+    handler deadlocks or races the sync API (see kb_assets/x/raw_pages.py)."""
+
+    def __init__(self) -> None:
+        self.responses: list = []
+        self.finished: list = []
+
+    def attach(self, context) -> None:
+        context.on("response", self._on_response)
+        context.on("requestfinished", self._on_finished)
+
+    def clear(self) -> None:
+        self.responses.clear()
+        self.finished.clear()
+
+    def _on_response(self, response) -> None:
+        if "/i/api/graphql/" in response.url and response.request.method == "GET" and response.status == 200:
+            self.responses.append(response)
+
+    def _on_finished(self, request) -> None:
+        if "/i/api/graphql/" in request.url:
+            self.finished.append(request)
+
+    def bodies(self, page: Page, timeout_s: float) -> list[bytes]:
+        """The bodies that came complete. response.body() has no timeout, so
+        wait for "requestfinished" first, up to the browser timeout."""
+        deadline = time.monotonic() + timeout_s
+        done = lambda r: any(f is r.request for f in self.finished)  # noqa: E731
+        while not all(done(r) for r in self.responses) and time.monotonic() < deadline:
+            page.wait_for_timeout(25)
+        return [r.body() for r in list(self.responses) if done(r)]
+
+
+def article_id_of(url: str) -> str:
+    """The id in /i/article/<id> or /<handle>/article/<id>."""
+    parts = [p for p in urlsplit(url).path.split("/") if p]
+    return parts[parts.index("article") + 1] if "article" in parts[:-1] else ""
+
+
+def article_from_graphql(target: Target, traffic: ArticleTraffic, page: Page, settings: Settings) -> Outcome | None:
+    """The document from the GraphQL answer that carries this article, kept
+    as a raw file; None when no answer with its text came."""
+    wanted = article_id_of(target.url)
+    for body in traffic.bodies(page, settings.kb_browser_timeout_s):
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            continue
+        for article in articles_in(payload):
+            if not article["article_text"] or (wanted and article["article_id"] != wanted):
+                continue
+            write_atomic(settings.raw_dir / "x-articles" / f"{article['article_id'] or wanted}.json", body)
+            outcome = Outcome(target, url=target.url, kind="article", source="graphql", final_url=page.url)
+            outcome.extracted = extracted_from_text(article["article_text"], article["article_title"])
+            return judged(outcome)
+    return None
 
 
 # --- other links -------------------------------------------------------------------

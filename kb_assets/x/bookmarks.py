@@ -167,6 +167,9 @@ def removal_sweep_allowed(rows: BatchRows) -> tuple[bool, str]:
         return False, "not run: the capture was not --full"
     if not m.complete:
         return False, "not run: the --full capture did not reach the end"
+    if m.resumed_from:
+        # This batch holds only the tail of the list; the rest is in earlier batches.
+        return False, f"not run: the --full capture went on from batch {m.resumed_from}; run `kb sync --full` again"
     if rows.bad_pages:
         # The bookmarks on an unreadable page are unknown; they must not be marked removed.
         return False, f"not run: {len(rows.bad_pages)} raw page(s) could not be read"

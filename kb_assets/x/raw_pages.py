@@ -14,6 +14,17 @@ When to stop:
 - when X asks for no more pages and the last page had no bottom cursor;
 - with `full`, the watermark does not count: the capture goes to the end.
 
+Under a rate limit (HTTP 429) the capture waits as X says (retry-after or
+x-rate-limit-reset, else a growing back-off), then opens the page again and
+goes on from the last kept page: it rewrites the X client's first Bookmarks
+request to carry that page's bottom cursor. When the waits would pass
+KB_CAPTURE_MAX_WAIT_S, the capture is cut off, and its manifest keeps the
+cursor: the next sync goes on from there (RawStore.resume_point) and counts
+the chain as one capture. Only a chain that reached the end or the watermark
+is complete and moves the watermark, to the newest bookmark of its first
+batch. Hard-won fact: a first capture of thousands of bookmarks meets 429,
+and when each sync started at the top again, it never completed.
+
 A capture that is cut off (an error, a timeout, a stall) keeps its pages,
 writes a manifest with complete=False, and fails. A capture stopped by
 `max_pages` is not complete either, but it succeeds. Neither moves the
@@ -34,7 +45,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from email.utils import parsedate_to_datetime
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import dagster as dg
 from pydantic import Field
@@ -52,6 +64,9 @@ BOOKMARKS_PATH = "/i/bookmarks"
 # Sign-in paths of the X web client. X sends a logged-out browser there.
 LOGIN_PATHS = ("/login", "/i/flow/login", "/i/flow/signup")
 POLL_MS = 50
+# The back-off after a 429 that names no wait: doubles each time, up to the limit.
+FIRST_BACKOFF_S = 15.0
+MAX_BACKOFF_S = 300.0
 
 
 class CaptureConfig(dg.Config):
@@ -81,6 +96,47 @@ def request_cursor(url: str) -> str | None:
     return cursor if isinstance(cursor, str) else None
 
 
+def with_cursor(url: str, cursor: str) -> str:
+    """The GraphQL GET URL with `cursor` set in its `variables` JSON."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    variables = json.loads(query.get("variables", ["{}"])[0])
+    variables["cursor"] = cursor
+    query["variables"] = [json.dumps(variables, separators=(",", ":"))]
+    return urlunsplit(parts._replace(query=urlencode(query, doseq=True)))
+
+
+def rate_limit_wait(headers: dict[str, str], backoff_s: float, now: float | None = None) -> float:
+    """Seconds to wait after a 429: retry-after (seconds or an HTTP date),
+    else x-rate-limit-reset (epoch seconds, as X sends), else the back-off."""
+    now = time.time() if now is None else now
+    value = headers.get("retry-after", "").strip()
+    if value:
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            try:
+                return max(0.0, parsedate_to_datetime(value).timestamp() - now)
+            except (TypeError, ValueError):
+                pass
+    reset = headers.get("x-rate-limit-reset", "").strip()
+    if reset:
+        try:
+            return max(0.0, float(reset) - now)
+        except ValueError:
+            pass
+    return backoff_s
+
+
+class RateLimited(Exception):
+    """X answered HTTP 429 for a Bookmarks page."""
+
+    def __init__(self, wait_s: float, number: int) -> None:
+        super().__init__(f"X answered HTTP 429 (rate limit) for Bookmarks page {number}")
+        self.wait_s = wait_s
+        self.number = number
+
+
 @dataclass
 class CaptureProgress:
     """What a capture has kept so far. The manifest and the metadata come from it."""
@@ -92,6 +148,8 @@ class CaptureProgress:
     complete: bool = False
     stop_reason: str = ""
     bad_pages: list[str] = field(default_factory=list)
+    resume_cursor: str | None = None  # the bottom cursor of the last kept page in the chain
+    rate_limit_waits: list[float] = field(default_factory=list)
 
     def add_tweets(self, tweets: list[tuple[str, str]]) -> None:
         if self.newest is None and tweets:
@@ -134,6 +192,11 @@ class BookmarksTraffic:
         if self.wanted(request):
             self.finished.append(request)
 
+    def reset(self) -> None:
+        """Forget the traffic of a closed page: its open requests never answer."""
+        for seen in (self.requests, self.responses, self.failures, self.finished):
+            seen.clear()
+
     def body_done(self, response: Response) -> bool:
         request = response.request
         return any(r is request for r in self.finished) or any(r is request for r in self.failures)
@@ -156,7 +219,7 @@ class BookmarksCapture:
     """One browser capture of the bookmarks timeline into one batch."""
 
     def __init__(self, *, raw_store: RawStore, batch: str, watermark_id: str | None, max_pages: int,
-                 log) -> None:
+                 log, resume: CaptureManifest | None = None) -> None:
         settings = get_settings()
         self.raw_store = raw_store
         self.batch = batch
@@ -168,12 +231,59 @@ class BookmarksCapture:
         self.timeout_s = settings.kb_browser_timeout_s
         self.progress = CaptureProgress()
         self.traffic = BookmarksTraffic()
+        self.max_wait_s = settings.kb_capture_max_wait_s
         self.bottom_cursors: set[str] = set()
         self.last_bottom_cursor: str | None = None
+        # Where the X client's first Bookmarks request starts: None is the top.
+        self.start_cursor: str | None = None
+        if resume is not None:
+            self.start_cursor = resume.resume_cursor
+            self.progress.resume_cursor = resume.resume_cursor
+            if resume.newest_tweet_id and resume.newest_sort_index:
+                # The chain's newest bookmark: the watermark moves to it when the chain completes.
+                self.progress.newest = (resume.newest_tweet_id, resume.newest_sort_index)
+        self.backoff_s = FIRST_BACKOFF_S
 
     def run(self, x: XContext) -> CaptureProgress:
         self.traffic.attach(x)  # before the page opens: the first page comes at load
+        x.context.route(lambda url: is_bookmarks_response(url), self._start_at_cursor)
+        while True:
+            try:
+                return self._run_page(x)
+            except RateLimited as limit:
+                self._wait_for_rate_limit(x, limit)
+
+    def _start_at_cursor(self, route) -> None:
+        """Send the X client's first Bookmarks request (no cursor) to the
+        cursor where this capture goes on. Other requests pass unchanged."""
+        request = route.request
+        if self.start_cursor and request.method == "GET" and request_cursor(request.url) is None:
+            route.fallback(url=with_cursor(request.url, self.start_cursor))
+        else:
+            route.fallback()
+
+    def _wait_for_rate_limit(self, x: XContext, limit: RateLimited) -> None:
+        waited = sum(self.progress.rate_limit_waits)
+        if waited + limit.wait_s > self.max_wait_s:
+            raise CaptureCutOff(
+                f"{limit} and asks to wait {limit.wait_s:.0f} s; this capture has waited {waited:.0f} s of "
+                f"KB_CAPTURE_MAX_WAIT_S={self.max_wait_s:g}. The next sync goes on from the last kept page.")
+        self.log.warning(f"{limit}: waiting {limit.wait_s:.0f} s, then going on from the last kept page.")
+        self.progress.rate_limit_waits.append(limit.wait_s)
+        self.backoff_s = min(MAX_BACKOFF_S, self.backoff_s * 2)
+        for page in list(x.context.pages):
+            page.close()  # the X client shows an error and asks for no more pages
+        self.traffic.reset()
+        if self.last_bottom_cursor:
+            self.start_cursor = self.last_bottom_cursor
+        deadline = time.monotonic() + limit.wait_s
+        while time.monotonic() < deadline:
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+    def _run_page(self, x: XContext) -> CaptureProgress:
         page = x.open(BOOKMARKS_PATH)
+        if self.start_cursor:
+            self.bottom_cursors.add(self.start_cursor)  # the first page then follows one of ours
         handled = 0
         idle_scrolls = 0
         while True:
@@ -198,6 +308,8 @@ class BookmarksCapture:
     def _keep(self, page: Page, response: Response) -> bool:
         """Write one Bookmarks page as it came. True when the capture must stop."""
         number = len(self.progress.pages) + 1
+        if response.status == 429:
+            raise RateLimited(rate_limit_wait(response.headers, self.backoff_s), number)
         if response.status != 200:
             raise CaptureCutOff(f"X answered HTTP {response.status} for Bookmarks page {number} ({response.url[:120]}).")
         self._wait_for_body(page, response, number)
@@ -220,6 +332,8 @@ class BookmarksCapture:
             self.log.info(f"Kept {path.name}: its cursor is not one of ours (X refreshed the top).")
             return False
         self.last_bottom_cursor = summary.bottom_cursor
+        if summary.bottom_cursor:
+            self.progress.resume_cursor = summary.bottom_cursor
         self.progress.add_tweets(summary.tweets)
         self.log.info(f"Kept {path.name}: {len(summary.tweets)} bookmarks.")
 
@@ -345,6 +459,7 @@ def capture_metadata(progress: CaptureProgress, batch_dir: Path) -> dict:
         "complete": progress.complete,
         "stop_reason": progress.stop_reason,
         "bad_pages": len(progress.bad_pages),
+        "rate_limit_waits": len(progress.rate_limit_waits),
         "batch_dir": dg.MetadataValue.path(str(batch_dir)),
     }
 
@@ -367,8 +482,13 @@ def x_raw_pages(
     moved = set_aside_earlier_attempt(raw_store, batch)
     if moved:
         context.log.warning(f"Batch {batch} held pages of an earlier attempt; they are kept in {moved}.")
+    # Before this batch's first manifest: the last capture before this one.
+    resume = None if config.files else raw_store.resume_point(full=config.full)
+    if resume is not None:
+        context.log.info(f"Batch {resume.batch} did not complete: this capture goes on from its last kept page.")
     manifest = CaptureManifest(batch=batch, mode=mode, full=config.full, complete=False, started_at=now_iso(),
-                               error="the capture started and did not finish")
+                               error="the capture started and did not finish",
+                               resumed_from=resume.batch if resume else None)
     # A manifest first, so that a capture that is killed is seen as cut off.
     raw_store.write_manifest(manifest)
 
@@ -380,7 +500,7 @@ def x_raw_pages(
         else:
             capture = BookmarksCapture(raw_store=raw_store, batch=batch,
                                        watermark_id=watermark["tweet_id"] if watermark else None,
-                                       max_pages=config.max_pages, log=context.log)
+                                       max_pages=config.max_pages, log=context.log, resume=resume)
             progress = capture.progress
             with browser.x_context() as x:
                 capture.run(x)
@@ -394,6 +514,7 @@ def x_raw_pages(
         manifest.pages = list(progress.pages)
         manifest.complete = progress.complete and manifest.error is None
         manifest.met_watermark = progress.met_watermark
+        manifest.resume_cursor = None if manifest.complete else progress.resume_cursor
         if progress.newest:
             manifest.newest_tweet_id, manifest.newest_sort_index = progress.newest
         manifest.finished_at = now_iso()

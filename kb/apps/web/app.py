@@ -43,7 +43,7 @@ from kb.apps.web.status_panel import collect_web_status
 from kb.apps.web.wiki_html import render_page
 from kb.wiki_files import WIKI_SOURCE
 from kb.embedder import EmbedderError
-from kb.lance_index import ChunkIndex, IndexModelMismatch
+from kb.lance_index import ChunkIndex, IndexModelMismatch, empty_index_note
 from kb.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ def api_search(request: Request) -> KbJSON:
     mode = _param(request, "mode") or "hybrid"
     if index is None:
         return KbJSON({"query": query or "", "mode": mode, "hits": [], "last_sync": None,
-                       "note": "The index is empty: run `kb sync`."})
+                       "note": empty_index_note(request.app.state.index.db_path())})
     sources = bookmark_sources(source_list(_param(request, "source")), lambda: _source_kinds(request))
     if query is None or sources == []:
         return KbJSON({"query": query or "", "mode": mode, "hits": [], "last_sync": index.last_sync()})

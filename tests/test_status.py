@@ -1,0 +1,29 @@
+"""`kb status` on a real DuckDB file: documents fetched, thin, failed by reason."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from kb.apps.status import _capture_counts, _duckdb_counts, format_status
+from kb.duckdb_store import DuckDBStore, insert_rows
+from kb.settings import get_settings
+
+
+def _document(n: int, status: str, reason: str | None) -> dict:
+    return {"url_norm": f"https://site.example/{n}", "url": f"https://site.example/{n}", "kind": "link",
+            "source": "browser", "word_count": 300 if status == "ok" else 0, "status": status, "reason": reason,
+            "batch": "b1", "fetched_at": datetime(2026, 1, 1, tzinfo=timezone.utc), "attempts": 1}
+
+
+def test_status_counts_documents_fetched_thin_and_failed_by_reason():
+    kinds = ([("ok", None)] * 3 + [("failed", "thin")] * 2 + [("failed", "http_404")] * 2
+             + [("failed", "timeout")])
+    with DuckDBStore.from_settings().transaction() as conn:
+        insert_rows(conn, "documents", [_document(n, *kind) for n, kind in enumerate(kinds)])
+
+    settings = get_settings()
+    normalized = _duckdb_counts(settings)
+    assert normalized["documents"] == {"fetched": 3, "thin": 2, "failed": {"http_404": 2, "timeout": 1}}
+    report = {"kb_home": str(settings.home), "settings_file": None, "settings_file_note": "none",
+              "capture": _capture_counts(settings), "normalized": normalized, "index": {}, "services": {}}
+    assert "  documents   3 fetched, 2 thin, 3 failed (http_404 2, timeout 1)" in format_status(report).splitlines()
