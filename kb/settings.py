@@ -28,6 +28,15 @@ class Settings(BaseSettings):
     kb_x_state: Path = Field(CONFIG_DIR / "state.json", description="X login state from `kb login`. Kept outside KB_HOME and the repo.")
     kb_config_file: Path = Field(CONFIG_DIR / "config.toml", description="Owner preferences: exclude = [...], translate = true.")
 
+    # --- shared stores (docs/deploy.md) -------------------------------------------
+    kb_dagster_postgres_url: SecretStr | None = Field(None, description="PostgreSQL URL (postgresql://user:password@host:5432/db) of the Dagster instance: runs, event log, schedules. Empty: SQLite files in KB_HOME/dagster.")
+    kb_lance_uri: str = Field("", description="Place of the LanceDB index. Empty: KB_HOME/lancedb on the local disk. s3://bucket/folder: an S3-compatible bucket (the KB_S3_* settings).")
+    kb_s3_endpoint: str = Field("", description="S3 endpoint URL for an s3:// KB_LANCE_URI. Empty: AWS S3.")
+    kb_s3_region: str = Field("us-east-1", description="S3 region.")
+    kb_s3_access_key_id: SecretStr | None = Field(None, description="S3 access key id. Empty: the AWS default credential chain.")
+    kb_s3_secret_access_key: SecretStr | None = Field(None, description="S3 secret access key.")
+    kb_s3_allow_http: bool = Field(False, description="Allow an http:// S3 endpoint (a server on a private network). Keep it false for a remote endpoint.")
+
     # --- browser -------------------------------------------------------------
     kb_chromium_path: str = Field("", description="Chromium binary for Playwright. Empty: Playwright's own browser, else /usr/bin/chromium.")
     kb_x_base_url: str = Field("https://x.com", description="X web origin. Tests point it at a loopback server.")
@@ -119,6 +128,11 @@ class Settings(BaseSettings):
     @property
     def lancedb_dir(self) -> Path:
         return self.home / "lancedb"
+
+    @property
+    def lance_uri(self) -> str:
+        """The LanceDB index: KB_LANCE_URI, else the local folder."""
+        return self.kb_lance_uri.strip() or str(self.lancedb_dir)
 
     @property
     def wiki_dir(self) -> Path:

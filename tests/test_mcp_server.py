@@ -164,8 +164,9 @@ class McpClient:
     session lives in its own event loop thread, so the sync tests can share
     one server."""
 
-    def __init__(self, home: Path, errlog: Path):
+    def __init__(self, home: Path, errlog: Path, extra_env: dict[str, str] | None = None):
         self.home, self.errlog_path = home, errlog
+        self.extra_env = extra_env or {}
         self.stream_errors: list[Exception] = []
         self._ready = threading.Event()
         self._failure: BaseException | None = None
@@ -195,7 +196,7 @@ class McpClient:
     async def _main(self) -> None:
         self._stop = asyncio.Event()
         env = {"KB_HOME": str(self.home), "KB_EMBED_BACKEND": "hash", "KB_CONFIG_FILE": str(self.home / "none.toml"),
-               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **self.extra_env}
         params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_server.server"], env=env,
                                        cwd=str(self.home.parent))
         try:
