@@ -15,9 +15,13 @@ REGION = "us-east-1"
 def s3_server(bucket: str = "kb-index"):
     """Yield the endpoint URL of a moto S3 server on 127.0.0.1 that holds
     one empty bucket."""
+    import logging
+
     import boto3
     from moto.server import ThreadedMotoServer
 
+    # One log line per S3 request drowns every other line.
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
