@@ -14,14 +14,17 @@ import shutil
 import tomllib
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 CONFIG_DIR = Path("~/.config/kb").expanduser()
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
+    # hide_input_in_errors: a bad value must not appear in the error, since
+    # it can be a key or a URL with a password in it.
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False,
+                                      hide_input_in_errors=True)
 
     # --- storage -------------------------------------------------------------
     kb_home: Path = Field(Path("~/kb"), description="Folder that holds all data: raw files, DuckDB, LanceDB, wiki, Dagster home.")
@@ -103,6 +106,25 @@ class Settings(BaseSettings):
 
     # --- web page --------------------------------------------------------------
     kb_dagster_ui_url: str = Field("http://127.0.0.1:3000", description="Address of the Dagster UI. The status panel of `kb web` links to it and tells whether it answers.")
+
+    @field_validator("kb_dagster_postgres_url")
+    @classmethod
+    def _psycopg2_driver(cls, value: SecretStr | None) -> SecretStr | None:
+        """A postgresql:// URL with the psycopg2 driver named.
+
+        Why: SQLAlchemy 2.1 opens a plain postgresql:// URL with psycopg 3,
+        and dagster-postgres then fails on its first NOTIFY (a syntax error
+        at "$1"). dagster-postgres is written for psycopg2, which it installs."""
+        if value is None:
+            return None
+        url = value.get_secret_value().strip()
+        for scheme in ("postgresql://", "postgres://"):
+            if url.startswith(scheme):
+                url = "postgresql+psycopg2://" + url[len(scheme):]
+        if url and not url.startswith("postgresql+psycopg2://"):
+            raise ValueError("KB_DAGSTER_POSTGRES_URL must start with postgresql:// "
+                             "(postgresql://user:password@host:5432/database)")
+        return SecretStr(url)
 
     # --- derived paths ---------------------------------------------------------
     @property

@@ -132,6 +132,7 @@ def _wiki_state(settings: Settings) -> dict:
         return {"sources": {}, "waiting": [], "failed": []}
     import dagster as dg
 
+    from kb.wiki_agent import WikiAgent
     from kb_assets.wiki.wiki_pages import wiki_status
     from kb_resources.dagster_home import ensure_dagster_home
 
