@@ -126,3 +126,9 @@ def _update_storage(config: Path, wanted: str) -> None:
     log.warning("%s was edited by hand, so kb leaves it as it is. Its storage section does not agree with "
                 "KB_DAGSTER_POSTGRES_URL: put in it the storage that docs/deploy.md shows, or delete the file "
                 "and kb writes it again.", config)
+
+
+if __name__ == "__main__":
+    # `python -m kb_resources.dagster_home`: the webserver and daemon
+    # containers write dagster.yaml from the settings before they start.
+    print(ensure_dagster_home())
