@@ -100,6 +100,20 @@ def test_web_page_and_mcp_server_read_the_bucket(written, settings, endpoint, tm
         assert URI in mcp.stderr() and SECRET_ACCESS_KEY not in mcp.stderr()
 
 
+def test_the_resource_holds_the_keys_as_variable_names(settings):
+    import dagster as dg
+
+    from kb_resources.stores import ChunkIndexResource
+
+    resource = ChunkIndexResource.from_settings(settings)
+    # The Dagster UI shows a resource's fields: the names, never the keys.
+    assert resource.s3_secret_access_key == dg.EnvVar("KB_S3_SECRET_ACCESS_KEY")
+    assert resource.s3_access_key_id == dg.EnvVar("KB_S3_ACCESS_KEY_ID")
+    client = resource.get_client()
+    assert client.storage_options()["aws_secret_access_key"] == SECRET_ACCESS_KEY
+    assert SECRET_ACCESS_KEY not in repr(client)
+
+
 def test_a_bad_index_address_gets_a_clear_error():
     with pytest.raises(ValueError, match=r"KB_LANCE_URI='gs://bucket/index': .* not gs://"):
         ChunkIndex(path="gs://bucket/index", vector_index_min_rows=10)
