@@ -165,7 +165,7 @@ class ChunkIndex(BaseModel):
     @classmethod
     def _known_scheme(cls, value: str) -> str:
         scheme = urlsplit(value).scheme.lower() if "://" in value else ""
-        if scheme not in ("", "s3", "file"):
+        if scheme not in ("", "s3"):
             raise ValueError(f"KB_LANCE_URI={value!r}: kb supports a local folder or an s3:// address, not {scheme}://")
         return value
 
