@@ -7,6 +7,7 @@ web page and the MCP server."""
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 
 import pytest
@@ -91,7 +92,8 @@ def test_web_page_and_mcp_server_read_the_bucket(written, settings, endpoint, tm
         assert status["index"]["indexed_bookmarks"] == 3
     from tests.test_mcp_server import McpClient
 
-    env = {**s3_env(endpoint, URI), "PYTHONPATH": __import__("os").environ.get("PYTHONPATH", "")}
+    # PYTHONPATH: the server runs this checkout's code, as the test does.
+    env = {**s3_env(endpoint, URI), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     with McpClient(settings.home, tmp_path / "mcp.stderr", extra_env=env) as mcp:
         found = mcp.ok("search_bookmarks", query="kubernetes operators")
         assert found["hits"][0]["tweet_id"] == "3"
