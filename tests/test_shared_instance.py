@@ -200,8 +200,12 @@ def _shared_instance_checks(env, procs, outputs, postgres_url, kb_home, tmp_path
     assert "inbox_sensor" in sensors
     # The daemon loaded the graph through the code server too: it ticked a
     # sensor, and the tick is in PostgreSQL, where the webserver reads it.
-    ticks = _wait_for("inbox_sensor tick", lambda: _graphql(web_port, TICKS)["sensorOrError"]
-                      .get("sensorState", {}).get("ticks"), procs)
-    assert ticks[0]["status"] in ("SKIPPED", "SUCCESS")
+    # A tick is STARTED while the daemon evaluates it: wait for one that ended.
+    def ended_ticks():
+        ticks = _graphql(web_port, TICKS)["sensorOrError"].get("sensorState", {}).get("ticks") or []
+        return [t for t in ticks if t["status"] != "STARTED"]
+
+    ticks = _wait_for("an ended inbox_sensor tick", ended_ticks, procs)
+    assert {t["status"] for t in ticks} <= {"SKIPPED", "SUCCESS"}, ticks
     seen = {r["runId"] for r in _graphql(web_port, RUNS)["runsOrError"]["results"]}
     assert seen >= set(runs)
