@@ -26,6 +26,7 @@ import threading
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 
 import lancedb
@@ -33,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from lancedb.index import FTS, BTree, Bitmap, HnswSq
-from pydantic import BaseModel, PrivateAttr
+from pydantic import BaseModel, PrivateAttr, SecretStr, field_validator
 
 from kb.settings import Settings, get_settings
 
@@ -138,31 +139,90 @@ def to_utc(value: Any, *, name: str = "created_at") -> datetime | None:
 
 
 class ChunkIndex(BaseModel):
-    """The LanceDB index."""
+    """The LanceDB index, in a local folder or in an S3-compatible bucket.
+
+    path: a folder, or an s3://bucket/folder address. The s3_* fields go to
+    LanceDB as storage options; they matter only for an s3:// path."""
 
     path: str
     vector_index_min_rows: int
+    s3_endpoint: str = ""
+    s3_region: str = ""
+    s3_access_key_id: SecretStr | None = None
+    s3_secret_access_key: SecretStr | None = None
+    s3_allow_http: bool = False
 
     _db: Any = PrivateAttr(default=None)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
     _meta_cache: Any = PrivateAttr(default=None)  # (table version, meta dict)
+    _seen_tables: bool = PrivateAttr(default=False)
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **overrides) -> ChunkIndex:
         settings = settings or get_settings()
-        return cls(**{"path": str(settings.lancedb_dir),
-                      "vector_index_min_rows": settings.kb_vector_index_min_rows, **overrides})
+        return cls(**{"path": settings.lance_uri,
+                      "vector_index_min_rows": settings.kb_vector_index_min_rows,
+                      "s3_endpoint": settings.kb_s3_endpoint, "s3_region": settings.kb_s3_region,
+                      "s3_access_key_id": settings.kb_s3_access_key_id,
+                      "s3_secret_access_key": settings.kb_s3_secret_access_key,
+                      "s3_allow_http": settings.kb_s3_allow_http, **overrides})
+
+    @field_validator("path")
+    @classmethod
+    def _known_scheme(cls, value: str) -> str:
+        scheme = urlsplit(value).scheme.lower() if "://" in value else ""
+        if scheme not in ("", "s3"):
+            raise ValueError(f"KB_LANCE_URI={value!r}: kb supports a local folder or an s3:// address, not {scheme}://")
+        return value
 
     # --- connection -------------------------------------------------------
+    @property
+    def remote(self) -> bool:
+        """True when the index lives in a bucket, not in a local folder."""
+        return self.path.lower().startswith("s3://")
+
     def db_path(self) -> Path:
+        """The local folder of the index. A bucket has no local folder."""
+        if self.remote:
+            raise ValueError(f"the index at {self.path} is in a bucket, not in a local folder")
         return Path(self.path)
+
+    def storage_options(self) -> dict[str, str]:
+        """LanceDB's object-store options for an s3:// path: endpoint,
+        region and keys. Empty for a local folder. The values hold secrets:
+        never log them."""
+        if not self.remote:
+            return {}
+        options = {"aws_region": self.s3_region or "us-east-1"}
+        if self.s3_endpoint:
+            options["aws_endpoint"] = self.s3_endpoint
+        for key, value in (("aws_access_key_id", self.s3_access_key_id),
+                           ("aws_secret_access_key", self.s3_secret_access_key)):
+            if value is not None and value.get_secret_value():
+                options[key] = value.get_secret_value()
+        if self.s3_allow_http:
+            options["allow_http"] = "true"
+        return options
+
+    def exists(self) -> bool:
+        """True when the index holds at least one table. A reader asks this
+        first: it must not create a folder in an empty KB_HOME."""
+        if not self.remote:
+            return Path(self.path).is_dir()
+        if not self._seen_tables:
+            # A bucket has no folder to create, so connecting is safe. Once
+            # a table exists it stays, so one positive answer is enough.
+            self._seen_tables = bool(self._connect().list_tables().tables)
+        return self._seen_tables
 
     def _connect(self):
         with self._lock:
             if self._db is None:
-                self.db_path().mkdir(parents=True, exist_ok=True)
+                if not self.remote:
+                    self.db_path().mkdir(parents=True, exist_ok=True)
                 # interval 0: every read checks for a newer committed version.
-                self._db = lancedb.connect(str(self.db_path()), read_consistency_interval=timedelta(0))
+                self._db = lancedb.connect(self.path, read_consistency_interval=timedelta(0),
+                                           storage_options=self.storage_options() or None)
             return self._db
 
     def table(self, name: str):
@@ -224,7 +284,7 @@ class ChunkIndex(BaseModel):
             return
         extra = f" ({why})" if why else ""
         raise IndexModelMismatch(
-            f"The index at {self.db_path()} holds vectors of {info[0]} ({info[1]} dimensions), "
+            f"The index at {self.path} holds vectors of {info[0]} ({info[1]} dimensions), "
             f"but the embedder is {model_name} ({dim} dimensions){extra}. "
             f"Use the same embedding model, or: {REBUILD_HINT}"
         )
@@ -235,7 +295,7 @@ class ChunkIndex(BaseModel):
         missing = set(CHUNK_FIELDS) - set(table.schema.names)
         if missing:
             raise IndexModelMismatch(
-                f"The index at {self.db_path()} has an old layout (no {', '.join(sorted(missing))}). {REBUILD_HINT}")
+                f"The index at {self.path} has an old layout (no {', '.join(sorted(missing))}). {REBUILD_HINT}")
 
     def rebuild(self) -> None:
         """Drop every passage and the model record. The next replace_chunks
@@ -494,7 +554,7 @@ class ChunkIndex(BaseModel):
         """For `kb status`: passages, bookmarks with passages, cards, model."""
         out: dict[str, Any] = {"chunks": 0, "indexed_bookmarks": 0, "bookmarks": 0, "model": None, "dim": None,
                                "last_sync": None, "vector_index": False, "fts_unindexed_rows": None,
-                               "path": str(self.db_path())}
+                               "path": self.path}
         meta = self.meta()
         out["model"], out["last_sync"] = meta.get("model"), meta.get("last_sync")
         out["dim"] = int(meta["dim"]) if meta.get("dim") else None

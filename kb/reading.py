@@ -299,17 +299,17 @@ class SourceKinds:
     table's source column each time."""
 
     def __init__(self) -> None:
-        self._cached: tuple[tuple[Path, int] | None, list[str]] = (None, [])
+        self._cached: tuple[tuple[str, int] | None, list[str]] = (None, [])
         self._lock = threading.Lock()
 
     def of(self, index: ChunkIndex) -> list[str]:
         # A reader must not create the index folder (ChunkIndex would) in an
         # empty KB_HOME.
-        if not index.db_path().is_dir():
+        if not index.exists():
             return []
         version = index.version()
-        # The folder is part of the key: two indexes can have equal versions.
-        key = (index.db_path(), version) if version is not None else None
+        # The place is part of the key: two indexes can have equal versions.
+        key = (index.path, version) if version is not None else None
         with self._lock:
             if key is not None and self._cached[0] == key:
                 return self._cached[1]

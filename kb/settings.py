@@ -54,13 +54,24 @@ def local_zone() -> str:
 
 class Settings(BaseSettings):
     # No env_file here: get_settings() passes the one file (see settings_file()).
-    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False)
+    # hide_input_in_errors: a bad value must not appear in the error, since
+    # it can be a key or a URL with a password in it.
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, hide_input_in_errors=True)
 
     # --- storage -------------------------------------------------------------
     kb_env_file: Path = Field(CONFIG_DIR / ".env", description="The settings file that kb reads before the environment. Set it in the environment only: a value in the file itself has no effect.")
     kb_home: Path = Field(Path("~/kb"), description="Folder that holds all data: raw files, DuckDB, LanceDB, wiki, Dagster home.")
     kb_x_state: Path = Field(CONFIG_DIR / "state.json", description="X login state from `kb login`. Kept outside KB_HOME and the repo.")
     kb_config_file: Path = Field(CONFIG_DIR / "config.toml", description="Owner preferences: exclude = [...], translate = true.")
+
+    # --- shared stores (docs/deploy.md) -------------------------------------------
+    kb_dagster_postgres_url: SecretStr | None = Field(None, description="PostgreSQL URL (postgresql://user:password@host:5432/db) of the Dagster instance: runs, event log, schedules. Empty: SQLite files in KB_HOME/dagster.")
+    kb_lance_uri: str = Field("", description="Place of the LanceDB index. Empty: KB_HOME/lancedb on the local disk. s3://bucket/folder: an S3-compatible bucket (the KB_S3_* settings).")
+    kb_s3_endpoint: str = Field("", description="S3 endpoint URL for an s3:// KB_LANCE_URI. Empty: AWS S3.")
+    kb_s3_region: str = Field("us-east-1", description="S3 region.")
+    kb_s3_access_key_id: SecretStr | None = Field(None, description="S3 access key id. Empty: the AWS default credential chain.")
+    kb_s3_secret_access_key: SecretStr | None = Field(None, description="S3 secret access key.")
+    kb_s3_allow_http: bool = Field(False, description="Allow an http:// S3 endpoint (a server on a private network). Keep it false for a remote endpoint.")
 
     # --- browser -------------------------------------------------------------
     kb_chromium_path: str = Field("", description="Chromium binary for Playwright. Empty: Playwright's own browser, else /usr/bin/chromium.")
@@ -186,6 +197,25 @@ class Settings(BaseSettings):
         hours, minutes = time_of_day.split(":")
         return f"{int(minutes)} {int(hours)} * * {day}"
 
+    @field_validator("kb_dagster_postgres_url")
+    @classmethod
+    def _psycopg2_driver(cls, value: SecretStr | None) -> SecretStr | None:
+        """A postgresql:// URL with the psycopg2 driver named.
+
+        Why: SQLAlchemy 2.1 opens a plain postgresql:// URL with psycopg 3,
+        and dagster-postgres then fails on its first NOTIFY (a syntax error
+        at "$1"). dagster-postgres is written for psycopg2, which it installs."""
+        if value is None:
+            return None
+        url = value.get_secret_value().strip()
+        for scheme in ("postgresql://", "postgres://"):
+            if url.startswith(scheme):
+                url = "postgresql+psycopg2://" + url[len(scheme):]
+        if url and not url.startswith("postgresql+psycopg2://"):
+            raise ValueError("KB_DAGSTER_POSTGRES_URL must start with postgresql:// "
+                             "(postgresql://user:password@host:5432/database)")
+        return SecretStr(url)
+
     # --- derived paths ---------------------------------------------------------
     @property
     def home(self) -> Path:
@@ -210,6 +240,11 @@ class Settings(BaseSettings):
     @property
     def lancedb_dir(self) -> Path:
         return self.home / "lancedb"
+
+    @property
+    def lance_uri(self) -> str:
+        """The LanceDB index: KB_LANCE_URI, else the local folder."""
+        return self.kb_lance_uri.strip() or str(self.lancedb_dir)
 
     @property
     def wiki_dir(self) -> Path:

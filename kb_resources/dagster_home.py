@@ -14,11 +14,16 @@ the sensor `dead_runs_sensor` call it).
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
+import yaml
+
 from kb.atomic_files import write_atomic
 from kb.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
 
 DAGSTER_YAML = """\
 # Written by kb. Edit it if you like: kb writes it only when it is absent.
@@ -47,13 +52,83 @@ run_retries:
 """
 
 
+POSTGRES_URL_VAR = "KB_DAGSTER_POSTGRES_URL"
+# The sections of dagster.yaml that instance_storage_sections() owns.
+STORAGE_KEYS = ("storage", "run_coordinator")
+
+
+def instance_storage_sections(settings: Settings | None = None) -> dict:
+    """The storage and run_coordinator sections of dagster.yaml.
+
+    Empty when KB_DAGSTER_POSTGRES_URL is not set: Dagster then keeps runs,
+    the event log and schedules in SQLite files in DAGSTER_HOME. With the URL,
+    all three go to PostgreSQL (dagster-postgres), so the webserver, the
+    daemon and every `kb` command on any host see the same runs. The file
+    names the variable, never its value: the URL holds the password.
+    The queued run coordinator keeps the pools of the `concurrency` section
+    (duckdb and wiki of size one) for every run, whoever starts it."""
+    settings = settings or get_settings()
+    url = settings.kb_dagster_postgres_url
+    if url is None or not url.get_secret_value():
+        return {}
+    return {
+        "storage": {"postgres": {"postgres_url": {"env": POSTGRES_URL_VAR}}},
+        "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"},
+    }
+
+
+def dagster_yaml(settings: Settings | None = None) -> str:
+    """The text of the dagster.yaml that kb writes for these settings."""
+    sections = instance_storage_sections(settings)
+    if not sections:
+        return DAGSTER_YAML
+    return DAGSTER_YAML + "\n# KB_DAGSTER_POSTGRES_URL is set: runs, event log and schedules in PostgreSQL.\n" + \
+        yaml.safe_dump(sections, sort_keys=False)
+
+
 def ensure_dagster_home(settings: Settings | None = None) -> Path:
-    """Create the Dagster home with its dagster.yaml, and point DAGSTER_HOME at it."""
+    """Create the Dagster home with its dagster.yaml, and point DAGSTER_HOME at it.
+
+    kb writes the file when it is absent. It writes it again when the storage
+    choice changed (KB_DAGSTER_POSTGRES_URL set or cleared) and the rest of
+    the file is still kb's own. A file edited by hand stays as it is, with a
+    warning when its storage differs from the settings."""
     settings = settings or get_settings()
     home = settings.dagster_home
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
+    wanted = dagster_yaml(settings)
     if not config.exists():
-        write_atomic(config, DAGSTER_YAML.encode())
+        write_atomic(config, wanted.encode())
+    else:
+        _update_storage(config, wanted)
+    url = settings.kb_dagster_postgres_url
+    if url is not None and url.get_secret_value() and os.environ.get(POSTGRES_URL_VAR) != url.get_secret_value():
+        # A URL from the .env file: Dagster reads only the environment, and
+        # the run workers that it starts must see it too.
+        os.environ[POSTGRES_URL_VAR] = url.get_secret_value()
     os.environ["DAGSTER_HOME"] = str(home)
     return home
+
+
+def _update_storage(config: Path, wanted: str) -> None:
+    try:
+        current = yaml.safe_load(config.read_text()) or {}
+    except yaml.YAMLError:
+        return  # Dagster itself names the bad file and line when it loads it.
+    target = yaml.safe_load(wanted)
+    if not isinstance(current, dict) or all(current.get(k) == target.get(k) for k in STORAGE_KEYS):
+        return
+    rest = {k: v for k, v in current.items() if k not in STORAGE_KEYS}
+    if rest == yaml.safe_load(DAGSTER_YAML):
+        write_atomic(config, wanted.encode())
+        return
+    log.warning("%s was edited by hand, so kb leaves it as it is. Its storage section does not agree with "
+                "KB_DAGSTER_POSTGRES_URL: put in it the storage that docs/deploy.md shows, or delete the file "
+                "and kb writes it again.", config)
+
+
+if __name__ == "__main__":
+    # `python -m kb_resources.dagster_home`: the webserver and daemon
+    # containers write dagster.yaml from the settings before they start.
+    print(ensure_dagster_home())

@@ -40,8 +40,14 @@ class ChunkIndexResource(ClientResource):
     """The LanceDB serving index."""
 
     client_class = ChunkIndex
+    SECRETS = {"s3_access_key_id": "KB_S3_ACCESS_KEY_ID", "s3_secret_access_key": "KB_S3_SECRET_ACCESS_KEY"}
     path: str
     vector_index_min_rows: int
+    s3_endpoint: str = ""
+    s3_region: str = ""
+    s3_access_key_id: str = ""
+    s3_secret_access_key: str = ""
+    s3_allow_http: bool = False
 
     def get_client(self) -> ChunkIndex:
         return super().get_client()

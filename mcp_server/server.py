@@ -67,12 +67,13 @@ class ReadOnlyIndex:
         self._lock = threading.Lock()
 
     def get(self) -> ChunkIndex | None:
-        folder = get_settings().lancedb_dir
+        settings = get_settings()
         with self._lock:
-            if self._index is None or self._index.db_path() != folder:
-                if not folder.is_dir():
+            if self._index is None or self._index.path != settings.lance_uri:
+                index = ChunkIndex.from_settings(settings)
+                if not index.exists():
                     return None
-                self._index = ChunkIndex.from_settings(path=str(folder))
+                self._index = index
             return self._index
 
 
@@ -372,7 +373,7 @@ def main() -> None:
     use_cpu_threads(1)
     settings = get_settings()
     server = build_server()
-    log.info("kb-mcp serves the index at %s and the wiki at %s", settings.lancedb_dir, settings.wiki_dir)
+    log.info("kb-mcp serves the index at %s and the wiki at %s", settings.lance_uri, settings.wiki_dir)
     server.run("stdio")
 
 

@@ -26,7 +26,10 @@ def kb_home(tmp_path, monkeypatch):
     monkeypatch.setenv("KB_ENV_FILE", str(config / ".env"))
     # Keep a developer's .env and real keys out of tests.
     for var in ("TELEGRAM_BOT_TOKEN", "GROQ_API_KEY", "DEEPSEEK_API_KEY", "ANTHROPIC_AUTH_TOKEN",
-                "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "OLLAMA_URL", "KB_EMBED_BACKEND"):
+                "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "OLLAMA_URL", "KB_EMBED_BACKEND",
+                # A developer's shared stores: no test may write to them.
+                "KB_DAGSTER_POSTGRES_URL", "KB_LANCE_URI", "KB_S3_ENDPOINT", "KB_S3_ACCESS_KEY_ID",
+                "KB_S3_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
     return home

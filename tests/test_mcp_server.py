@@ -164,8 +164,9 @@ class McpClient:
     session lives in its own event loop thread, so the sync tests can share
     one server."""
 
-    def __init__(self, home: Path, errlog: Path):
+    def __init__(self, home: Path, errlog: Path, extra_env: dict[str, str] | None = None):
         self.home, self.errlog_path = home, errlog
+        self.extra_env = extra_env or {}
         self.stream_errors: list[Exception] = []
         self._ready = threading.Event()
         self._failure: BaseException | None = None
@@ -198,7 +199,7 @@ class McpClient:
         env_file = self.home.parent / "empty.env"
         env_file.touch()
         env = {"KB_HOME": str(self.home), "KB_EMBED_BACKEND": "hash", "KB_CONFIG_FILE": str(self.home / "none.toml"),
-               "KB_ENV_FILE": str(env_file), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+               "KB_ENV_FILE": str(env_file), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **self.extra_env}
         params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_server.server"], env=env,
                                        cwd=str(self.home.parent))
         try:

@@ -139,7 +139,8 @@ def _services(settings: Settings) -> dict:
             ok, detail = False, f"{type(exc).__name__}: {exc}"
         services[name] = {"ready": ok, "detail": detail}
     # Only whether each key is set: never any part of its value.
-    for key in ("groq_api_key", "deepseek_api_key", "anthropic_auth_token", "telegram_bot_token"):
+    for key in ("groq_api_key", "deepseek_api_key", "anthropic_auth_token", "telegram_bot_token",
+                "kb_dagster_postgres_url", "kb_s3_access_key_id", "kb_s3_secret_access_key"):
         value = getattr(settings, key)
         is_set = value is not None and bool(value.get_secret_value())
         services[key] = {"ready": is_set, "detail": "set" if is_set else "not set"}

@@ -112,7 +112,7 @@ def _index(request: Request) -> ChunkIndex | None:
     """The index, or None before the first sync. A reader must not create
     the index folder (ChunkIndex would) in an empty KB_HOME."""
     index: ChunkIndex = request.app.state.index
-    return index if index.db_path().is_dir() else None
+    return index if index.exists() else None
 
 
 def _source_kinds(request: Request) -> list[str]:

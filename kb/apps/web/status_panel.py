@@ -31,7 +31,7 @@ VIDEO_KINDS = ("video", "animated_gif")
 
 
 def collect_web_status(settings: Settings, index: ChunkIndex, wiki: WikiReader) -> dict:
-    coverage = _guarded(lambda: index_coverage(index)) if index.db_path().is_dir() else {
+    coverage = _guarded(lambda: index_coverage(index)) if index.exists() else {
         "error": "the index is empty: run `kb sync`", "stages": []}
     wiki_state = _guarded(lambda: wiki_counts(wiki, coverage.get("wiki_pages_indexed", 0)))
     if wiki_state.get("exists") and "stages" in coverage:
@@ -157,7 +157,7 @@ def _query_embedder(settings: Settings, index: ChunkIndex) -> dict:
     It checks that the model is there; it does not load it."""
     from kb.embedder import EmbedderError, local_model_path, ollama_models
 
-    info = index.model_info() if index.db_path().is_dir() else None
+    info = index.model_info() if index.exists() else None
     if info is None:
         return {"ready": False, "detail": "the index has no vectors yet: run `kb sync`"}
     backend = info[0].split(":", 1)[0]
