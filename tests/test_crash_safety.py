@@ -45,7 +45,7 @@ import kb.apps.cli  # noqa: F401
 import kb_assets.definitions  # noqa: F401
 from kb.sample_data import sample_pages
 from kb.x_graphql import load_page, parse_page
-from kb_resources.dagster_home import ensure_dagster_home
+from kb_assets.instance_config import ensure_dagster_home
 from kb_resources.lance_index import BOOKMARKS, CHUNKS, ChunkIndex
 from kb_resources.raw_store import RawStore
 from kb_resources.run_monitor import PROCESS_GONE_TAG

@@ -55,7 +55,7 @@ GRAPH_QUERY = """
 
 @pytest.mark.slow
 def test_webserver_serves_the_graph_and_its_partitions(kb_home):
-    from kb_resources.dagster_home import ensure_dagster_home
+    from kb_assets.instance_config import ensure_dagster_home
 
     dagster_home = ensure_dagster_home()
     instance = dg.DagsterInstance.get()

@@ -141,7 +141,7 @@ def _wiki_state(settings: Settings) -> dict:
     import dagster as dg
 
     from kb_assets.wiki.wiki_pages import wiki_status
-    from kb_resources.dagster_home import ensure_dagster_home
+    from kb_assets.instance_config import ensure_dagster_home
 
     ensure_dagster_home(settings)
     with dg.DagsterInstance.get() as instance:

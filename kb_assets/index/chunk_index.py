@@ -11,8 +11,8 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
+from kb_assets.run_choices import excluded_in_run
 from kb_assets.index.chunks import partition_bookmarks
-from kb.settings import excluded_sources
 from kb_assets.partitions import sync_batches
 from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore
 from kb_resources.embedder import Embedder
@@ -107,7 +107,7 @@ def chunk_index(
     context: dg.AssetExecutionContext, duckdb: DuckDBStore, embedder: Embedder, lance: ChunkIndex
 ) -> dg.MaterializeResult:
     batch = context.partition_key
-    skip = excluded_sources()
+    skip = excluded_in_run(context)
     synced_at = datetime.now(timezone.utc)
     with duckdb.connect() as conn:
         live, removed = partition_bookmarks(conn, batch)

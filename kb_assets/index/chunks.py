@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import dagster as dg
 import duckdb
 
+from kb_assets.run_choices import excluded_in_run
 from kb.chunking import chunk_text
 from kb_assets.enrich.documents import owned_documents
 from kb_assets.x.bookmarks import BOOKMARK_ORDER_SQL
 from kb_assets.partitions import sync_batches
 from kb_resources.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
-from kb.settings import excluded_sources
 
 @dataclass(frozen=True)
 class SourceText:
@@ -167,7 +167,7 @@ def partition_bookmarks(conn, batch: str) -> tuple[list[str], list[str]]:
 )
 def chunks(context: dg.AssetExecutionContext, duckdb: DuckDBStore) -> dg.MaterializeResult:
     batch = context.partition_key
-    skip = excluded_sources()
+    skip = excluded_in_run(context)
     with duckdb.transaction() as conn:
         live, removed = partition_bookmarks(conn, batch)
         texts = [t for source in CHUNK_SOURCES.values() for t in source(conn, live) if t.source not in skip]
