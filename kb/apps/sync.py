@@ -41,8 +41,9 @@ PARTITION_TAG = "dagster/partition"
 # Earlier batches that a sync checks for unfinished work. Older ones are for
 # the Dagster UI; the check must stay fast as batches grow.
 RESUME_LOOKBACK = 20
-# A batch whose runs failed this many times is not tried again: the failure
-# may be the stage's own (a bug, the out-of-memory killer). The report says so.
+# A batch whose runs failed this many times in a row at the same steps is not
+# tried again: the failure may be the stage's own (a bug, the out-of-memory
+# killer). The report says so.
 MAX_FAILED_RUNS = 3
 # Per-step detail for the report; the rest of the event log stays in the UI.
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -240,9 +241,17 @@ def unfinished_batches(instance: dg.DagsterInstance) -> list[UnfinishedBatch]:
         runs = sorted(by_batch.get(batch, []), key=lambda r: r.storage_id)
         if not runs or runs[-1].dagster_run.status != dg.DagsterRunStatus.FAILURE:
             continue
-        failures = sum(1 for r in runs if r.dagster_run.status == dg.DagsterRunStatus.FAILURE)
+        # Runs that made no progress: the same steps to do as the last run.
+        # A kill in a later stage each time is progress, and goes on.
+        todo = frozenset(runs[-1].dagster_run.step_keys_to_execute or [])
+        failures = 0
+        for record in reversed(runs):
+            run = record.dagster_run
+            if run.status != dg.DagsterRunStatus.FAILURE or frozenset(run.step_keys_to_execute or []) != todo:
+                break
+            failures += 1
         if failures >= MAX_FAILED_RUNS:
-            found.append(UnfinishedBatch(batch, None, f"its runs failed {failures} times; see run "
+            found.append(UnfinishedBatch(batch, None, f"its runs failed {failures} times at the same step; see run "
                                          f"{runs[-1].dagster_run.run_id} in the Dagster UI, and re-execute it "
                                          "from failure there when the cause is fixed"))
             continue
