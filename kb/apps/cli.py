@@ -247,6 +247,21 @@ def caption(limit: int, retry: bool) -> None:
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind. Keep loopback unless you know why.")
+@click.option("--dagster-port", default=3000, show_default=True, help="Port of the Dagster UI.")
+@click.option("--web-port", default=8765, show_default=True, help="Port of the search page (kb web).")
+@click.option("--no-bot", is_flag=True, help="Do not run the Telegram bot.")
+@click.option("--no-web", is_flag=True, help="Do not run the search page.")
+def up(host: str, dagster_port: int, web_port: int, no_bot: bool, no_web: bool) -> None:
+    """Run the always-on system: the Dagster daemon (sensors, schedules,
+    retries), the Dagster UI, the Telegram bot and the search page. Logs go
+    to $KB_HOME/logs/. Ctrl-C stops every part."""
+    from kb.apps.up import run_up
+
+    sys.exit(run_up(host=host, dagster_port=dagster_port, web_port=web_port, bot=not no_bot, web=not no_web))
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind. Keep loopback unless you know why.")
 @click.option("--port", default=8765, show_default=True)
 def web(host: str, port: int) -> None:
     """A search page in the browser, over the same search function."""

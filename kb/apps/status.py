@@ -160,7 +160,23 @@ def collect_status(settings: Settings | None = None) -> dict:
         "index": _index_counts(),
         "wiki": _wiki_state(settings),
         "services": _services(settings),
+        "daemon": _daemon(settings),
     }
+
+
+def _daemon(settings: Settings) -> dict:
+    """Whether a Dagster daemon runs for this KB_HOME, from its heartbeat in
+    the instance. The sensors, schedules, the bot's requests and every
+    notification need it (`kb up` runs it)."""
+    from kb.apps.up import HEARTBEAT_FRESH_S, daemon_heartbeat
+
+    try:
+        beat = daemon_heartbeat(settings.dagster_home)
+    except Exception as exc:  # a broken instance must not hide the rest of the status
+        return {"running": False, "last_heartbeat": None, "error": f"{type(exc).__name__}: {exc}"}
+    age = (datetime.now(timezone.utc) - beat).total_seconds() if beat else None
+    return {"running": age is not None and age < HEARTBEAT_FRESH_S,
+            "last_heartbeat": beat.isoformat(timespec="seconds") if beat else None}
 
 
 def _coverage_lines(norm: dict) -> list[str]:
@@ -205,6 +221,10 @@ def format_status(report: dict) -> str:
         lines.append(f"  telegram    {counts}")
         if wiki.get("waiting"):
             lines.append(f"  waiting for the wiki agent: {', '.join(wiki['waiting'][:10])}")
+    daemon = report.get("daemon") or {}
+    lines.append("daemon   " + ("running" if daemon.get("running") else "not running: sensors, schedules and the "
+                                "bot's requests wait. Start it with `kb up`")
+                 + (f" (last heartbeat {daemon['last_heartbeat']})" if daemon.get("last_heartbeat") else ""))
     lines.append("services")
     for name, svc in report["services"].items():
         lines.append(f"  {name:<22} {'ready' if svc['ready'] else 'not ready':<10} {svc['detail']}")
