@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import dagster as dg
 import psutil
 import pytest
 
@@ -23,7 +24,7 @@ from tests.fake_telegram import FakeTelegram, message_update, text_fields
 BOT_TOKEN = "123456:TEST-SECRET-up-bot-token"
 AGENT_TOKEN = "sk-TEST-SECRET-up-agent-0001"
 OWNER = 111
-WAIT_S = 240  # the daemon's first ticks and each run worker's imports, on two busy cores
+WAIT_S = 400  # the daemon's first ticks and each run worker's imports, on two busy cores
 NOTE_A = "Write-ahead logging makes a database crash safe: the log record comes before the page write."
 NOTE_B = "Leases let a leader serve reads without a quorum round, as long as the clocks stay close."
 
@@ -74,11 +75,12 @@ def wait_until(ready, what: str, up: Up | None = None) -> None:
         time.sleep(0.5)
 
 
-def kb_status(env: dict[str, str]) -> dict:
-    done = subprocess.run([sys.executable, "-m", "kb.apps.cli", "status", "--json"], env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout)
+def waiting_for_the_agent(instance: dg.DagsterInstance, item: str) -> bool:
+    """The wiki stage observed the item as `waiting` (no agent endpoint), after
+    the gate accepted it: the state that `kb status` and /status show."""
+    records = instance.fetch_observations(dg.AssetKey("wiki_pages"), limit=20).records
+    return any(item in (r.partition_key or "") and r.asset_observation.metadata["state"].value == "waiting"
+               for r in records)
 
 
 def ingest_turns(slug: str) -> list:
@@ -97,6 +99,7 @@ def ingest_turns(slug: str) -> list:
     ]
 
 
+@pytest.mark.timeout(900)  # two kb up starts, each with a daemon, a code server and run workers
 def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
     """Empty KB_HOME, no keys. A message through the Bot API is queued,
     parsed, accepted (no gate key: default accept) and waits for the wiki
@@ -127,10 +130,9 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
         wait_until(lambda: any(r.startswith("queued for processing") for r in telegram.replies_to(1)),
                    "the 'queued' reply", up)
         item_a = telegram.replies_to(1)[0].split("(id ")[1].rstrip(")")
-        wait_until(lambda: any(item_a in i for i in kb_status(env)["wiki"]["waiting"]),
-                   "the item waiting for the wiki agent", up)
-        status = kb_status(env)
-        assert status["daemon"]["running"] is True and status["daemon"]["last_heartbeat"]
+        instance = dg.DagsterInstance.from_config(str(kb_home / "dagster"))
+        wait_until(lambda: waiting_for_the_agent(instance, item_a), "the item waiting for the wiki agent", up)
+        assert instance.get_daemon_heartbeats()  # the daemon of kb up
 
         # A second kb up for the same KB_HOME starts nothing.
         second = subprocess.run([sys.executable, "-m", "kb.apps.cli", "up", "--dagster-port", str(free_port()),
@@ -187,6 +189,21 @@ def test_kb_up_with_bad_input_starts_nothing(kb_home, tmp_path, monkeypatch):
         assert up("--dagster-port", str(free_port()), "--web-port", str(port)).startswith(
             f"Port {port} on 127.0.0.1 (--web-port) is not free")
     assert not (kb_home / "logs").exists()  # nothing started, nothing half made
+
+    # kb status tells whether a daemon runs, from its heartbeat in the instance.
+    from click.testing import CliRunner
+    from dagster._daemon.types import DaemonHeartbeat
+    from kb_assets.instance_config import ensure_dagster_home
+
+    status = json.loads(CliRunner().invoke(main, ["status", "--json"]).output)
+    assert status["daemon"] == {"running": False, "last_heartbeat": None}
+    instance = dg.DagsterInstance.from_config(str(ensure_dagster_home()))
+    instance.add_daemon_heartbeat(DaemonHeartbeat(time.time(), "SENSOR", "a-daemon-of-another-kb-up", errors=[]))
+    status = json.loads(CliRunner().invoke(main, ["status", "--json"]).output)
+    assert status["daemon"]["running"] is True and status["daemon"]["last_heartbeat"]
+    message = up("--dagster-port", str(free_port()), "--web-port", str(free_port()))
+    assert message.startswith("A Dagster daemon already runs for this KB_HOME")
+    assert not (kb_home / "logs").exists()
 
     blocker = tmp_path / "a-file"
     blocker.write_text("")

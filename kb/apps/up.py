@@ -186,6 +186,7 @@ def run_up(*, host: str = "127.0.0.1", dagster_port: int = 3000, web_port: int =
             raise UpError(f"--web-port and --dagster-port are both {web_port}. Give two ports.")
         check_port(host, web_port, "--web-port")
     dagster_home = settings.dagster_home
+    check_no_daemon(dagster_home)
     try:
         write_dagster_yaml(dagster_home)
         logs = settings.home / "logs"
@@ -195,7 +196,6 @@ def run_up(*, host: str = "127.0.0.1", dagster_port: int = 3000, web_port: int =
             workspace.write_text(WORKSPACE_YAML)
     except OSError as exc:
         raise UpError(f"Cannot write in {settings.home}: {exc}") from exc
-    check_no_daemon(dagster_home)
     parts, off = plan_parts(settings, host=host, dagster_port=dagster_port, web_port=web_port, bot=bot,
                             web=web, workspace=workspace, logs=logs)
     env = {**os.environ, "KB_HOME": str(settings.home), "DAGSTER_HOME": str(dagster_home)}
