@@ -199,12 +199,12 @@ def run_up(*, host: str = "127.0.0.1", dagster_port: int = 3000, web_port: int =
     parts, off = plan_parts(settings, host=host, dagster_port=dagster_port, web_port=web_port, bot=bot,
                             web=web, workspace=workspace, logs=logs)
     env = {**os.environ, "KB_HOME": str(settings.home), "DAGSTER_HOME": str(dagster_home)}
-    return Supervisor(parts, off, env).run()
+    return Supervisor(parts, off, env, dagster_home).run()
 
 
 class Supervisor:
-    def __init__(self, parts: list[Part], off: list[str], env: dict[str, str]):
-        self.parts, self.off, self.env = parts, off, env
+    def __init__(self, parts: list[Part], off: list[str], env: dict[str, str], dagster_home: Path):
+        self.parts, self.off, self.env, self.dagster_home = parts, off, env, dagster_home
         self.stopping = False
 
     def _on_signal(self, signum, _frame) -> None:
@@ -278,3 +278,17 @@ class Supervisor:
                 part.process.wait()
         for part in self.parts:
             part.close_log()
+        self.forget_heartbeats()
+
+    def forget_heartbeats(self) -> None:
+        """Our daemon has stopped: remove its heartbeats, so that the next
+        `kb up` does not take it for a daemon that still runs."""
+        if any(p.process is not None and p.process.poll() is None for p in self.parts):
+            return
+        import dagster as dg
+
+        try:
+            with dg.DagsterInstance.from_config(str(self.dagster_home)) as instance:
+                instance.wipe_daemon_heartbeats()
+        except Exception as exc:  # the parts are stopped; this is only a note for the next start
+            click.echo(f"kb up: could not clear the daemon heartbeats: {exc}", err=True)
