@@ -23,6 +23,7 @@ captions_job = dg.define_asset_job(
     "captions_job",
     selection=dg.AssetSelection.assets("captions"),
     description="Caption the photos that wait, over a range of sync batches, in one run.",
+    executor_def=dg.in_process_executor,
     tags=NO_RETRY,
 )
 
@@ -33,6 +34,8 @@ captions_to_index_job = dg.define_asset_job(
     "captions_to_index_job",
     selection=dg.AssetSelection.assets(*INDEX_STAGES),
     description="Carry new captions of one sync batch into its chunks, translations and index.",
+    # Steps in order, one writer at a time (pool duckdb): one process, one model load.
+    executor_def=dg.in_process_executor,
 )
 
 # `kb index --rebuild`: the index of one sync batch again, after a change of
@@ -41,10 +44,12 @@ index_rebuild_job = dg.define_asset_job(
     "index_rebuild",
     selection=dg.AssetSelection.assets("chunk_index"),
     description="Index one sync batch again (after a change of embedding model): `kb index --rebuild`.",
+    executor_def=dg.in_process_executor,
 )
 
 wiki_index_job = dg.define_asset_job(
     "wiki_index_job",
     selection=dg.AssetSelection.assets("wiki_index"),
     description="Index the wiki pages again.",
+    executor_def=dg.in_process_executor,
 )
