@@ -41,6 +41,8 @@ load_from:
 """
 # A daemon heartbeat younger than this means that a daemon runs for this home.
 HEARTBEAT_FRESH_S = 60
+# Written by kb up when it has stopped its daemon: the Unix time of the stop.
+STOPPED_MARKER = "kb-up-stopped-at"
 FIRST_WAIT_S, LONGEST_WAIT_S = 1.0, 60.0
 # A part that ran this long before it died counts as healthy: its wait starts again.
 HEALTHY_RUN_S = 60.0
@@ -133,7 +135,14 @@ def daemon_heartbeat(dagster_home: Path) -> datetime | None:
         beats = instance.get_daemon_heartbeats()
     if not beats:
         return None
-    return datetime.fromtimestamp(max(beat.timestamp for beat in beats.values()), timezone.utc)
+    newest = max(beat.timestamp for beat in beats.values())
+    try:
+        stopped_at = float((dagster_home / STOPPED_MARKER).read_text().strip())
+    except (OSError, ValueError):
+        stopped_at = 0.0
+    if newest <= stopped_at:
+        return None  # the heartbeats of a daemon that kb up stopped
+    return datetime.fromtimestamp(newest, timezone.utc)
 
 
 def check_no_daemon(dagster_home: Path) -> None:
@@ -281,14 +290,13 @@ class Supervisor:
         self.forget_heartbeats()
 
     def forget_heartbeats(self) -> None:
-        """Our daemon has stopped: remove its heartbeats, so that the next
-        `kb up` does not take it for a daemon that still runs."""
+        """Our daemon has stopped: note the time, so that the next `kb up`
+        and `kb status` do not take its last heartbeats for a daemon that
+        still runs. A file, not a write to the instance: a stop must not
+        wait for a database lock."""
         if any(p.process is not None and p.process.poll() is None for p in self.parts):
             return
-        import dagster as dg
-
         try:
-            with dg.DagsterInstance.from_config(str(self.dagster_home)) as instance:
-                instance.wipe_daemon_heartbeats()
-        except Exception as exc:  # the parts are stopped; this is only a note for the next start
-            click.echo(f"kb up: could not clear the daemon heartbeats: {exc}", err=True)
+            (self.dagster_home / STOPPED_MARKER).write_text(f"{time.time()}\n")
+        except OSError as exc:
+            click.echo(f"kb up: could not note the stop in {self.dagster_home}: {exc}", err=True)
