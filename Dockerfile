@@ -38,4 +38,4 @@ VOLUME /data
 EXPOSE 3000 4000
 
 # The code location. The compose file gives each other container its command.
-CMD ["sh", "-c", "python -m kb_resources.dagster_home && exec dagster api grpc -m kb_assets.definitions -h 0.0.0.0 -p 4000"]
+CMD ["sh", "-c", "python -m kb_assets.instance_config && exec dagster api grpc -m kb_assets.definitions -h 0.0.0.0 -p 4000"]

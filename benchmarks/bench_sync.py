@@ -8,7 +8,8 @@ end page with cursors only. About one post in four links to example.com.
 The benchmark sets KB_EXCLUDE=link, so the documents stage fetches none of
 these links (no network).
 
-Every step goes through the real pipeline, `kb.apps.sync.run_sync(files=...)`
+Every step goes through the real pipeline, `kb.apps.sync.run_sync(files=...)`,
+one run of the job x_sync
 (the code of `kb import` and `kb sync`), in a temporary KB_HOME:
 
 1. full build: every page into an empty KB_HOME (once);
@@ -26,8 +27,8 @@ first run do not count against the full build.
 
 For each step it reports the wall time and the CPU time of the process
 (steadier than the wall time on a shared machine), the seconds of each stage
-(StageResult.seconds) and the seconds inside its asset steps (Dagster's step
-stats; the rest is Dagster's own work per run), the texts that were embedded
+(StageResult.seconds, from the run's events) and the seconds inside its asset
+steps (Dagster's step stats; the rest is Dagster's own work), the texts that were embedded
 (new rows in the LanceDB table embedding_cache), the passages that
 chunk_index wrote, and the bytes of new files in each LanceDB table (a
 whole-table rewrite shows there). At the end it checks the index: every
@@ -239,13 +240,13 @@ def compute_seconds(instance, batch: str) -> dict[str, float]:
     record, its event log, resource set-up."""
     import dagster as dg
 
-    from kb.apps.sync import BATCH_TAG, STAGE_TAG
+    from kb.apps.sync import PARTITION_TAG, SYNC_JOB
 
     out: dict[str, float] = {}
-    for record in instance.get_run_records(filters=dg.RunsFilter(tags={BATCH_TAG: batch})):
-        stage = record.dagster_run.tags.get(STAGE_TAG, "?")
-        steps = instance.get_run_step_stats(record.dagster_run.run_id)
-        out[stage] = round(sum((s.end_time or 0) - (s.start_time or 0) for s in steps if s.start_time), 2)
+    for record in instance.get_run_records(filters=dg.RunsFilter(job_name=SYNC_JOB, tags={PARTITION_TAG: batch})):
+        for step in instance.get_run_step_stats(record.dagster_run.run_id):
+            if step.start_time:
+                out[step.step_key] = round(out.get(step.step_key, 0) + (step.end_time or 0) - step.start_time, 2)
     return out
 
 

@@ -120,7 +120,7 @@ class Settings(BaseSettings):
     kb_transcribe_modal_gpu: str = Field("L4", description="Modal GPU type of the transcription app.")
     kb_transcribe_modal_containers: int = Field(4, description="Most Modal containers that transcribe videos at the same time.")
     kb_translate_max_retries: int = Field(6, description="Retries of the groq client after a 429, a 5xx or a lost connection. After a 429 it waits what retry-after asks, up to 60 s.")
-    kb_exclude: str = Field("", description="Comma-separated chunk sources (post, quote, article, link, image, video) to leave out for this run, added to `exclude` in config.toml. `kb sync --no-image` sets it.")
+    kb_exclude: str = Field("", description="Comma-separated chunk sources (post, quote, article, link, image, video) to leave out of every run of this process, added to `exclude` in config.toml. `kb sync --no-image` uses the run tag kb/exclude instead.")
 
     # --- Telegram --------------------------------------------------------------
     telegram_bot_token: SecretStr | None = Field(None, description="Bot token. Empty: no bot; drop files in the inbox.")
@@ -346,17 +346,19 @@ def redact_secrets(text: str, settings: Settings | None = None) -> str:
     return text
 
 
-def excluded_sources(settings: Settings | None = None) -> set[str]:
+def excluded_sources(settings: Settings | None = None, for_this_run: str = "") -> set[str]:
     """Source kinds that the owner excluded: `exclude` in config.toml, plus
-    KB_EXCLUDE for one run (`kb sync --no-image` sets it). An excluded
+    KB_EXCLUDE, plus `for_this_run` (comma-separated: the run tag kb/exclude
+    that `kb sync --no-image` sets). An excluded
     source is skipped at its stage and leaves the index, but its rows stay
     in DuckDB, so taking it off the list brings it back with no new fetch."""
     settings = settings or get_settings()
     configured = settings.owner_config().get("exclude", [])
     if isinstance(configured, str):
         configured = [configured]
-    for_this_run = [name for name in settings.kb_exclude.replace(" ", "").split(",") if name]
-    return {str(name).strip().lower() for name in [*configured, *for_this_run] if str(name).strip()}
+    extra = [name for value in (settings.kb_exclude, for_this_run)
+             for name in value.replace(" ", "").split(",") if name]
+    return {str(name).strip().lower() for name in [*configured, *extra] if str(name).strip()}
 
 
 def env_example() -> str:

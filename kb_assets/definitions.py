@@ -6,7 +6,8 @@ from __future__ import annotations
 import dagster as dg
 
 from kb_assets import enrich, index, telegram, wiki, x
-from kb_assets.jobs import captions_job, captions_to_index_job, x_sync_job
+from kb_assets.instance_config import ensure_on_load
+from kb_assets.jobs import captions_job, captions_to_index_job, index_rebuild_job, wiki_index_job, x_sync_job
 from kb_assets.telegram.sources import source_intake_job
 from kb_assets.wiki.wiki_pages import wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job
 from kb.settings import Settings, get_settings
@@ -22,12 +23,15 @@ from kb_resources.services import (
 )
 from kb_resources.stores import ChunkIndexResource, DuckDBResource, InboxResource, RawStoreResource, WikiResource
 from sensors.waiting_photos import captions_sensor, captions_to_index_sensor
-from sensors.run_health import dead_runs_sensor
 from sensors.inbox_folder import bot_requests_sensor, inbox_sensor, wiki_requests_sensor
 from sensors.x_sync_sensor import x_sync_sensor
 from sensors.source_outcomes import source_failures_sensor, source_outcomes_sensor
 from sensors.wiki_results import wiki_results_sensor
 from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
+
+# dagster dev, the daemon and every code server load this module: each of
+# them then finds kb's dagster.yaml (pools, run monitoring, retries).
+ensure_on_load()
 
 # One package per asset group, as the Dagster UI shows them.
 ASSET_GROUPS = [x, enrich, index, telegram, wiki]
@@ -61,11 +65,12 @@ defs = dg.Definitions(
     assets=all_assets,
     asset_checks=all_checks,
     resources=build_resources(),
-    jobs=[x_sync_job, captions_job, captions_to_index_job, source_intake_job, wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
+    jobs=[x_sync_job, captions_job, captions_to_index_job, index_rebuild_job, wiki_index_job, source_intake_job,
+          wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
     schedules=[wiki_lint_schedule, wiki_synthesis_schedule],
     sensors=[
         x_sync_sensor, captions_sensor, captions_to_index_sensor,
         inbox_sensor, bot_requests_sensor, wiki_requests_sensor, source_outcomes_sensor, source_failures_sensor,
-        wiki_waiting_sensor, wiki_results_sensor, dead_runs_sensor,
+        wiki_waiting_sensor, wiki_results_sensor,
     ],
 )

@@ -2,6 +2,10 @@
 
 import dagster as dg
 
+# Jobs with a GPU stage (captions, transcripts) never retry by themselves: a
+# retry would start a GPU again. Only `kb caption --retry` tries failed items
+# again, and `kb sync` finishes an unfinished batch at its next start.
+NO_RETRY = {"dagster/max_retries": "0"}
 
 # Every stage of the X bookmarks path, for one sync batch.
 x_sync_job = dg.define_asset_job(
@@ -9,12 +13,18 @@ x_sync_job = dg.define_asset_job(
     # Partitioned by sync batch: Dagster infers it from the selected assets.
     selection=dg.AssetSelection.groups("x", "enrich", "index") - dg.AssetSelection.assets("wiki_index"),
     description="Capture new bookmarks and carry them through every stage to the index.",
+    # One process for the whole batch: the pools `duckdb` let one stage write
+    # at a time anyway, and one process loads the embedding model once.
+    executor_def=dg.in_process_executor,
+    tags=NO_RETRY,
 )
 
 captions_job = dg.define_asset_job(
     "captions_job",
     selection=dg.AssetSelection.assets("captions"),
     description="Caption the photos that wait, over a range of sync batches, in one run.",
+    executor_def=dg.in_process_executor,
+    tags=NO_RETRY,
 )
 
 # The stages after captions, for one sync batch: what carries new captions into the index.
@@ -24,4 +34,22 @@ captions_to_index_job = dg.define_asset_job(
     "captions_to_index_job",
     selection=dg.AssetSelection.assets(*INDEX_STAGES),
     description="Carry new captions of one sync batch into its chunks, translations and index.",
+    # Steps in order, one writer at a time (pool duckdb): one process, one model load.
+    executor_def=dg.in_process_executor,
+)
+
+# `kb index --rebuild`: the index of one sync batch again, after a change of
+# embedding model; then the wiki's index.
+index_rebuild_job = dg.define_asset_job(
+    "index_rebuild",
+    selection=dg.AssetSelection.assets("chunk_index"),
+    description="Index one sync batch again (after a change of embedding model): `kb index --rebuild`.",
+    executor_def=dg.in_process_executor,
+)
+
+wiki_index_job = dg.define_asset_job(
+    "wiki_index_job",
+    selection=dg.AssetSelection.assets("wiki_index"),
+    description="Index the wiki pages again.",
+    executor_def=dg.in_process_executor,
 )

@@ -13,7 +13,7 @@ from kb_assets.telegram.source_index import source_passages
 from kb_assets.telegram.sources import gated_sources, parsed_sources, source_intake_job
 from kb_assets.wiki.wiki_pages import wiki_pages
 from kb.browser import Browser
-from kb_resources.dagster_home import ensure_dagster_home
+from kb_assets.instance_config import ensure_dagster_home
 from kb.duckdb_store import DuckDBStore
 from kb.gate import QualityGate
 from kb.settings import get_settings

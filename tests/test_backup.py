@@ -178,7 +178,7 @@ def test_backup_refuses_to_overwrite_or_to_write_into_kb_home(store, monkeypatch
 
 def test_backup_waits_for_no_run(kb_home):
     """A run whose process lives may write: the backup does not start."""
-    from kb_resources.dagster_home import ensure_dagster_home
+    from kb_assets.instance_config import ensure_dagster_home
 
     instance = dg.DagsterInstance.from_config(str(ensure_dagster_home()))
     live = instance.add_run(dg.DagsterRun(job_name="source_intake", status=dg.DagsterRunStatus.STARTED,

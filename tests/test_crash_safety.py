@@ -45,10 +45,9 @@ import kb.apps.cli  # noqa: F401
 import kb_assets.definitions  # noqa: F401
 from kb.sample_data import sample_pages
 from kb.x_graphql import load_page, parse_page
-from kb_resources.dagster_home import ensure_dagster_home
+from kb_assets.instance_config import ensure_dagster_home
 from kb.lance_index import BOOKMARKS, CHUNKS, ChunkIndex
 from kb.raw_store import RawStore
-from kb_resources.run_monitor import PROCESS_GONE_TAG
 from kb.settings import excluded_sources, get_settings
 from tests.fake_anthropic import FakeAnthropic, bash, report, text, tool_use, write
 from tests.fake_openai_chat import FakeOpenAIChat, chat
@@ -243,11 +242,17 @@ def dagster_instance() -> dg.DagsterInstance:
     return dg.DagsterInstance.from_config(str(ensure_dagster_home()))
 
 
-def stage_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
-    """kb sync's runs, oldest first."""
-    records = instance.get_run_records(filters=dg.RunsFilter(tags={"kb/stage": ["capture", "normalize", "documents",
-                                       "captions", "transcripts", "chunks", "translations", "index"]}))
-    return [r.dagster_run for r in sorted(records, key=lambda r: r.create_timestamp)]
+def sync_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
+    """The runs of the job x_sync, oldest first."""
+    records = instance.get_run_records(filters=dg.RunsFilter(job_name="x_sync"))
+    return [r.dagster_run for r in sorted(records, key=lambda r: r.storage_id)]
+
+
+def steps_started(instance: dg.DagsterInstance, run_id: str) -> list[str]:
+    return [e.dagster_event.step_key for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)]
+
+
+GONE = "is gone: it was killed or it crashed"  # the run launcher's health check
 
 
 def claimed_slots(instance: dg.DagsterInstance) -> dict[str, list[str]]:
@@ -331,6 +336,9 @@ def fake_x(monkeypatch):
 
 @pytest.mark.browser
 def test_a_sync_killed_in_each_stage_is_finished_by_the_next_sync(fake_x, tmp_path):
+    """Each sync first asks the run launcher about the started runs: the
+    run of the killed sync is marked failed, its pool slot is freed, and
+    the sync re-executes it from failure (Dagster's re-execution)."""
     from kb.apps.sync import run_sync
 
     entries = sample_entries()
@@ -350,71 +358,77 @@ def test_a_sync_killed_in_each_stage_is_finished_by_the_next_sync(fake_x, tmp_pa
     manifest = raw.manifest(batch1)
     assert manifest.complete is False and manifest.error == "the capture started and did not finish"
     assert raw.watermark() is None  # no complete capture: the watermark did not move
-    [capture_run] = stage_runs(instance)
+    [capture_run] = sync_runs(instance)
     assert capture_run.status == dg.DagsterRunStatus.STARTED  # the run record outlives its process
+    assert capture_run.tags["dagster/partition"] == batch1
 
-    # 2. Normalize, killed inside its transaction.
+    # 2. X answers again. The next sync re-executes batch 1 from failure: the
+    # capture again, then normalize, killed inside its transaction.
+    fake_x.state.fail_after = None
     kb = fork_process(tmp_path, "sync-2", argv=["sync"], pause="normalize")
     kb.wait_paused()
-    # The new sync saw that the capture's process was gone and marked the run failed.
+    # The new sync asked the run launcher: the worker was gone, the run is failed.
     capture_run = instance.get_run_by_id(capture_run.run_id)
     assert capture_run.status == dg.DagsterRunStatus.FAILURE
-    assert capture_run.tags[PROCESS_GONE_TAG] == "true"
-    assert "is gone: it was killed or it crashed" in failure_message(instance, capture_run.run_id)
-    normalize_run = stage_runs(instance)[-1]
-    assert normalize_run.tags["kb/stage"] == "normalize" and normalize_run.tags["kb/sync_batch"] == batch1
+    assert GONE in failure_message(instance, capture_run.run_id)
+    normalize_run = sync_runs(instance)[-1]
+    assert normalize_run.parent_run_id == capture_run.run_id and normalize_run.tags["dagster/partition"] == batch1
+    assert steps_started(instance, normalize_run.run_id)[:2] == ["x_raw_pages", "normalized_bookmarks"]
     kb.kill()
     assert claimed_slots(instance)["duckdb"] == [normalize_run.run_id]  # the dead run keeps its pool slot
     assert duck("SELECT count(*) FROM bookmarks") == [(0,)]  # the open transaction rolled back
+    assert [p.read_bytes() for p in raw.pages(batch1)] == served  # the capture of batch 1 is whole now
 
     # 3. Chunks, killed inside its transaction. To get here, the sync had to
     # free the dead run's slot in the pool `duckdb`: else normalize waits for ever.
     kb = fork_process(tmp_path, "sync-3", argv=["sync"], pause="chunks")
     kb.wait_paused()
     kb.kill()
-    chunks_run = stage_runs(instance)[-1]
-    assert chunks_run.tags["kb/stage"] == "chunks"
+    chunks_run = sync_runs(instance)[-1]
+    assert chunks_run.parent_run_id == normalize_run.run_id
+    assert steps_started(instance, chunks_run.run_id)[0] == "normalized_bookmarks"  # the capture is not redone
     assert instance.get_run_by_id(normalize_run.run_id).status == dg.DagsterRunStatus.FAILURE
-    first_pages = bookmarks_in(served[:2])
-    assert {r[0] for r in duck("SELECT tweet_id FROM bookmarks WHERE batch = ?", [batch1])} == first_pages
+    assert {r[0] for r in duck("SELECT tweet_id FROM bookmarks WHERE batch = ?", [batch1])} == bookmarks_in(served)
     assert duck("SELECT count(*) FROM chunks") == [(0,)]
 
     # 4. Index, killed between the LanceDB commit of the passages and that of the cards.
     kb = fork_process(tmp_path, "sync-4", argv=["sync"], pause="index")
     kb.wait_paused()
     kb.kill()
-    index_run = stage_runs(instance)[-1]
-    assert index_run.tags["kb/stage"] == "index"
+    index_run = sync_runs(instance)[-1]
+    assert index_run.parent_run_id == chunks_run.run_id
     chunk_ids = {r[0] for r in duck("SELECT chunk_id FROM chunks WHERE source <> 'link'")}
     assert chunk_ids and {r["chunk_id"] for r in lance_rows(CHUNKS, ["chunk_id"])} == chunk_ids
     assert lance_rows(BOOKMARKS, ["tweet_id"]) == []  # half an index: passages, no cards
+    assert raw.batches() == [batch1]  # the killed syncs added no batch: each died in the recovery
 
-    # 5. The owner removed one bookmark of batch 1 meanwhile. `kb sync --full`
-    # finishes batch 1 first, then captures everything in a new batch.
+    # 5. The owner removed one bookmark meanwhile. `kb sync --full` finishes
+    # batch 1 first, then captures everything in a new batch.
     removed = entries[3]["entryId"].removeprefix("tweet-")
-    assert removed in first_pages
     now_served = fake_x.serve_entries([e for e in entries if e is not entries[3]], page_size=10)
-    fake_x.state.fail_after = None
     report = run_sync(full=True)
 
     assert report.failed == [], report.stages
     assert report.gone_runs == [index_run.run_id]
     assert report.resumed == [batch1]
-    assert [s.stage for s in report.stages if s.batch == batch1] == ["index"]  # only what was left
+    assert [s.stage for s in report.stages if s.batch == batch1] == ["chunk_index"]  # only what was left
     assert raw.pages(report.batch) and [p.read_bytes() for p in raw.pages(report.batch)] == now_served
-    # Now the capture is complete: the watermark moved, to its first bookmark.
+    # The full capture is complete: the watermark moved, to its first bookmark.
     assert raw.watermark() == {"tweet_id": entries[0]["entryId"].removeprefix("tweet-"),
                                "sort_index": entries[0]["sortIndex"], "batch": report.batch}
-    assert [p.read_bytes() for p in raw.pages(batch1)] == served[:2]  # batch 1's raw pages stay as they came
     assert_store_consistent(live=bookmarks_in(served) - {removed}, removed={removed})
 
-    # Every run ended; the four killed ones are failed and marked so; no pool slot is held.
-    runs = stage_runs(instance)
-    assert all(r.is_finished for r in runs)
+    # Every run ended; the four killed ones are failed by the health check; no pool slot is held.
+    runs = sync_runs(instance)
+    assert all(r.is_finished for r in runs) and len(runs) == 6
     killed = [capture_run, normalize_run, chunks_run, index_run]
-    assert [r.run_id for r in runs if r.tags.get(PROCESS_GONE_TAG)] == [r.run_id for r in killed]
-    assert all(instance.get_run_by_id(r.run_id).status == dg.DagsterRunStatus.FAILURE for r in killed)
+    assert [r.run_id for r in runs if GONE in failure_message_or_empty(instance, r)] == [r.run_id for r in killed]
+    assert [r.status for r in runs[-2:]] == [dg.DagsterRunStatus.SUCCESS] * 2
     assert claimed_slots(instance) == {"duckdb": [], "wiki": []}
+
+
+def failure_message_or_empty(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
+    return failure_message(instance, run.run_id) if run.status == dg.DagsterRunStatus.FAILURE else ""
 
 
 @pytest.mark.slow  # the demo always loads the local embedding model
@@ -426,64 +440,55 @@ def test_kb_demo_killed_in_chunks_finishes_when_run_again(tmp_path, monkeypatch)
     home = tmp_path / "demo-home"
     # run_demo sets these in os.environ; monkeypatch puts them back after the test.
     for name, value in (("KB_HOME", str(home)), ("DAGSTER_HOME", str(home / "dagster")),
-                        ("KB_EMBED_BACKEND", "local"), ("KB_EXCLUDE", "link")):
+                        ("KB_EMBED_BACKEND", "local")):
         monkeypatch.setenv(name, value)
 
     kb = fork_process(tmp_path, "demo-1", argv=["demo", "--home", str(home)], pause="chunks")
     kb.wait_paused()
     kb.kill()
     instance = dagster_instance()
-    [killed] = [r for r in stage_runs(instance) if r.tags["kb/stage"] == "chunks"]
+    [killed] = sync_runs(instance)
     assert killed.status == dg.DagsterRunStatus.STARTED
 
     assert run_demo(home) == 0
-    runs = stage_runs(instance)
-    assert instance.get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE
-    first = killed.tags["kb/sync_batch"]
-    # The killed batch got its chunks and index; a new batch imported the sample again.
-    assert [r.tags["kb/stage"] for r in runs if r.tags["kb/sync_batch"] == first][-3:] == [
-        "chunks", "translations", "index"]
-    assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs[-8:])
+    first, resumed, second = sync_runs(instance)
+    assert first.run_id == killed.run_id and first.status == dg.DagsterRunStatus.FAILURE
+    # The killed batch was re-executed from failure: its chunks and index.
+    assert resumed.parent_run_id == killed.run_id and resumed.status == dg.DagsterRunStatus.SUCCESS
+    assert steps_started(instance, resumed.run_id)[0] == "chunks"
+    # A new batch imported the sample again.
+    assert second.status == dg.DagsterRunStatus.SUCCESS and second.tags["kb/exclude"] == "link"
     assert_store_consistent(live=bookmarks_in([p.read_bytes() for p in sample_pages()]), removed=set())
 
 
-def test_which_earlier_batches_a_sync_finishes(tmp_path):
-    """The rules of unfinished_batches, on run records as kb sync leaves them."""
-    from kb.apps.sync import MAX_DEATHS, unfinished_batches
+def test_which_earlier_batches_a_sync_finishes():
+    """The rules of unfinished_batches, on run records of x_sync."""
+    from kb.apps.sync import MAX_FAILED_RUNS, unfinished_batches
 
-    stages = ["capture", "normalize", "chunks", "index"]
-    raw = RawStore.from_settings()
     instance = dagster_instance()
-    gone = dg.DagsterRunStatus.FAILURE, {PROCESS_GONE_TAG: "true"}
-    ok, failed = (dg.DagsterRunStatus.SUCCESS, {}), (dg.DagsterRunStatus.FAILURE, {})
+    ok, failed = dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE
     history = {
-        "b1-done": [("capture", ok), ("normalize", failed), ("chunks", ok), ("index", ok)],
-        "b2-chunks-died": [("capture", ok), ("normalize", ok), ("chunks", gone)],
-        "b3-between-stages": [("capture", ok), ("normalize", ok)],
-        "b4-no-page-kept": [("capture", gone)],
-        "b5-pages-kept": [("capture", gone)],
-        "b6-dies-each-time": [("capture", ok)] + [("normalize", gone)] * MAX_DEATHS,
-        "b7-live-sync": [("capture", ok)],
-        "b8-not-kb": [],  # a batch of the Dagster UI or a sensor: no kb sync runs
+        "b1-done": [ok],
+        "b2-failed": [failed],
+        "b3-finished-by-re-execution": [failed, ok],
+        "b4-fails-each-time": [failed] * MAX_FAILED_RUNS,
+        "b5-in-progress": [dg.DagsterRunStatus.STARTED],
+        "b6-canceled-by-the-owner": [dg.DagsterRunStatus.CANCELED],
+        "b7-no-run": [],  # a batch of a backfill that is not launched yet
     }
-    for batch, runs in history.items():
+    last = {}
+    for batch, statuses in history.items():
         instance.add_dynamic_partitions("sync_batches", [batch])
-        if batch != "b4-no-page-kept":
-            raw.write_page(batch, 1, b"{}")
-        for stage, (status, tags) in runs:
-            owner = os.getppid() if batch == "b7-live-sync" else 999_999_999  # a live process; no process
-            instance.add_run(dg.DagsterRun(job_name="__ephemeral_asset_job__", status=status, tags={
-                "kb/sync_batch": batch, "kb/stage": stage, "kb/pid": str(owner), **tags}))
+        for status in statuses:
+            last[batch] = dg.DagsterRun(job_name="x_sync", status=status, tags={"dagster/partition": batch})
+            instance.add_run(last[batch])
 
-    found = {u.batch: (u.stages, u.note) for u in unfinished_batches(instance, stages, raw)}
+    found = {u.batch: (u.last_run.run_id if u.last_run else None, u.note) for u in unfinished_batches(instance)}
 
-    assert found == {
-        "b2-chunks-died": (["chunks", "index"], ""),
-        "b3-between-stages": (["chunks", "index"], ""),
-        "b5-pages-kept": (["normalize", "chunks", "index"], ""),  # the capture is not run again
-        "b6-dies-each-time": ([], f"the process died {MAX_DEATHS} times in the stage normalize; "
-                                  "materialize the batch in the Dagster UI"),
-    }
+    assert set(found) == {"b2-failed", "b4-fails-each-time"}
+    assert found["b2-failed"] == (last["b2-failed"].run_id, "")
+    assert found["b4-fails-each-time"][0] is None
+    assert found["b4-fails-each-time"][1].startswith(f"its runs failed {MAX_FAILED_RUNS} times at the same step")
 
 
 # --- the Telegram inflow: gate call and wiki ingest --------------------------------------
@@ -569,7 +574,7 @@ def processes_in(root: Path) -> list[int]:
 
 
 def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_path, monkeypatch):
-    from sensors.run_health import dead_runs_sensor
+    from kb_assets.run_launcher import fail_runs_of_dead_workers
     from kb_assets.telegram.item_state import read_item_state
     from tests import source_helpers as h
 
@@ -587,8 +592,9 @@ def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_p
     def run_item() -> None:  # what a run worker of the daemon does for the item
         job.execute_in_process(partition_key=item.id, instance=dg.DagsterInstance.get(), raise_on_error=False)
 
-    def sweep() -> str:
-        return dead_runs_sensor(dg.build_sensor_context(instance=instance)).skip_message
+    def check_workers() -> int:
+        """What the daemon's run monitoring does: ask kb's run launcher."""
+        return len(fail_runs_of_dead_workers(instance))
 
     # 1. The gate call is in flight.
     held_gate = HeldEndpoint()
@@ -606,13 +612,13 @@ def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_p
     [(status, parsed_path)] = duck("SELECT status, parsed_path FROM sources")
     assert status == "parsed" and duck("SELECT count(*) FROM gate_results") == [(0,)]
 
-    assert sweep() == "1 run(s) of dead processes marked failed"
+    assert check_workers() == 1
     first = instance.get_run_by_id(first.run_id)
     assert first.status == dg.DagsterRunStatus.FAILURE
     assert first.tags["dagster/will_retry"] == "true"  # Dagster's run retries take it from here
     assert read_item_state(instance, item.id).state == "retrying"
     assert claimed_slots(instance)["duckdb"] == []
-    assert sweep() == "every run has a live process"
+    assert check_workers() == 0
 
     # 2. The retry: the gate answers; the agent has committed and its report turn is held.
     slug = Path(parsed_path).stem
@@ -643,7 +649,7 @@ def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_p
     assert not (wiki_root / "wiki/entities/orphan.md").exists()
     assert (wiki_root / ".git/kb-change-in-progress").exists()  # the next change rolls this one back
 
-    assert sweep() == "1 run(s) of dead processes marked failed"
+    assert check_workers() == 1
     assert claimed_slots(instance)["wiki"] == []
 
     # 3. The next retry rolls the unverified commit back and ingests once.

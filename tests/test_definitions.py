@@ -55,7 +55,7 @@ GRAPH_QUERY = """
 
 @pytest.mark.slow
 def test_webserver_serves_the_graph_and_its_partitions(kb_home):
-    from kb_resources.dagster_home import ensure_dagster_home
+    from kb_assets.instance_config import ensure_dagster_home
 
     dagster_home = ensure_dagster_home()
     instance = dg.DagsterInstance.get()
@@ -92,3 +92,19 @@ def test_webserver_serves_the_graph_and_its_partitions(kb_home):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_loading_the_code_location_writes_dagster_yaml(tmp_path):
+    """dagster dev, the daemon and each code server load kb_assets.definitions
+    with DAGSTER_HOME set: the load writes kb's dagster.yaml when it is absent,
+    so every Dagster process sees the same pools, monitoring and retries."""
+    home = tmp_path / "fresh-dagster-home"
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    done = subprocess.run([sys.executable, "-c", "import kb_assets.definitions"], env=env, capture_output=True,
+                          text=True, timeout=250)
+    assert done.returncode == 0, done.stderr[-2000:]
+    instance = dg.DagsterInstance.from_config(str(home))
+    assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
+    assert type(instance.run_launcher).__name__ == "LocalRunLauncher"
+    assert instance.run_launcher.supports_check_run_worker_health
+    assert instance.run_retries_max_retries == 1

@@ -52,7 +52,7 @@ from kb.urls import normalize_url
 from kb_assets.wiki.wiki_pages import GateDecision, apply_agent_change, ingest_prompt
 from kb_assets.index.wiki_index import wiki_index
 from kb.browser import Browser
-from kb_resources.dagster_home import ensure_dagster_home
+from kb_assets.instance_config import ensure_dagster_home
 from kb.duckdb_store import DuckDBStore, insert_rows
 from kb.embedder import Embedder
 from kb.lance_index import ChunkIndex

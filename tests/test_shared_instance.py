@@ -25,7 +25,7 @@ import yaml
 
 from kb.sample_data import sample_pages
 from kb.settings import Settings
-from kb_resources.dagster_home import DAGSTER_YAML, ensure_dagster_home
+from kb_assets.instance_config import DAGSTER_YAML, ensure_dagster_home
 from tests.postgres_server import postgres_server
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,66 +1,147 @@
-"""`kb sync` / `kb import`: one new partition per sync, every stage in order,
-a failed stage does not stop the others."""
+"""`kb sync` / `kb import`: one run of the job x_sync per new batch, in the
+instance under KB_HOME; a stage whose service is down does not stop the
+index; a failed run is re-executed from failure through Dagster's API, as
+the UI does it."""
 
 from __future__ import annotations
 
+import shutil
+import socket
+import time
+from pathlib import Path
+
 import dagster as dg
+import duckdb
 import pytest
 
 from kb.sample_data import sample_pages
+from kb.settings import get_settings
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
 def offline_stages(monkeypatch):
-    # The deterministic embedder: no model load. No fetches of the sample's links.
+    # The deterministic embedder: no model load.
     monkeypatch.setenv("KB_EMBED_BACKEND", "hash")
-    monkeypatch.setenv("KB_EXCLUDE", "link")
 
 
-def _materialized_partitions(instance: dg.DagsterInstance, asset: str) -> list[str]:
-    records = instance.fetch_materializations(dg.AssetKey(asset), limit=100).records
+def kb(*argv: str) -> int:
+    """The `kb` command line, in this process; returns its exit code."""
+    from kb.apps.cli import main
+
+    try:
+        main(list(argv), prog_name="kb", standalone_mode=False)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0
+
+
+def instance() -> dg.DagsterInstance:
+    from kb_assets.instance_config import ensure_dagster_home
+
+    return dg.DagsterInstance.from_config(str(ensure_dagster_home()))
+
+
+def duck(sql: str) -> list[tuple]:
+    conn = duckdb.connect(str(get_settings().duckdb_path), read_only=True)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def _materialized_partitions(inst: dg.DagsterInstance, asset: str) -> list[str]:
+    records = inst.fetch_materializations(dg.AssetKey(asset), limit=100).records
     return sorted(r.partition_key for r in records)
 
 
-def test_a_new_sync_materializes_only_the_new_partition():
+def test_kb_import_makes_one_x_sync_run_per_batch():
+    from kb.lance_index import ChunkIndex
+
+    pages = [str(p) for p in sample_pages()]
+    assert kb("import", "--no-link", *pages[:2]) == 0
+    inst = instance()
+    [first] = inst.get_runs()
+    # One run of the job that the sensor and the UI launch, for the batch's partition.
+    assert first.job_name == "x_sync" and first.status == dg.DagsterRunStatus.SUCCESS
+    batch1 = first.tags["dagster/partition"]
+    assert inst.get_dynamic_partitions("sync_batches") == [batch1]
+    # The per-run choice is a tag of the run, not an environment variable.
+    assert first.tags["kb/exclude"] == "link"
+    assert first.tags["dagster/max_retries"] == "0"  # x_sync holds GPU stages
+    # The run names the code location "kb": the UI can re-execute it.
+    assert first.remote_job_origin.repository_origin.code_location_origin.location_name == "kb"
+
+    assert kb("import", "--no-link", *pages[2:]) == 0
+    runs = inst.get_runs()
+    assert len(runs) == 2 and {r.job_name for r in runs} == {"x_sync"}
+    batch2 = runs[0].tags["dagster/partition"]
+    for asset in ("x_raw_pages", "bookmarks", "chunks", "chunk_index"):
+        # Each batch was materialized once: the second sync did not redo the first.
+        assert _materialized_partitions(inst, asset) == sorted([batch1, batch2]), asset
+    per_batch = dict(duck("SELECT batch, count(*) FROM bookmarks GROUP BY batch"))
+    assert set(per_batch) == {batch1, batch2} and sum(per_batch.values()) == 39
+    assert duck("SELECT count(*) FROM documents WHERE kind = 'link'") == [(0,)]  # no link fetched
+    assert ChunkIndex.from_settings().counts()["bookmarks"] == 39
+
+
+def test_a_stage_whose_service_is_down_does_not_stop_the_index(monkeypatch):
     from kb.apps.sync import run_sync
     from kb.lance_index import ChunkIndex
 
-    pages = sample_pages()
-    first = run_sync(files=[str(p) for p in pages[:2]])
-    assert first.failed == []
-    second = run_sync(files=[str(p) for p in pages[2:]])
-    assert second.failed == []
-    assert first.batch != second.batch
+    # The translation endpoint is down: nothing listens on its port.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    monkeypatch.setenv("GROQ_API_KEY", "gsk-TEST-SECRET-translate-0001")
+    monkeypatch.setenv("GROQ_BASE_URL", f"http://127.0.0.1:{closed_port}/openai/v1")
+    report = run_sync(files=[str(p) for p in sample_pages()], exclude=["link"])
 
-    instance = dg.DagsterInstance.get()
-    for asset in ("x_raw_pages", "bookmarks", "chunks", "chunk_index"):
-        # Each batch was materialized once: the second sync did not redo the first.
-        assert _materialized_partitions(instance, asset) == sorted([first.batch, second.batch]), asset
-
-    import duckdb
-    from kb.settings import get_settings
-
-    conn = duckdb.connect(str(get_settings().duckdb_path), read_only=True)
-    try:
-        per_batch = dict(conn.execute("SELECT batch, count(*) FROM bookmarks GROUP BY batch").fetchall())
-        chunked = conn.execute("SELECT count(DISTINCT tweet_id) FROM chunks").fetchone()[0]
-    finally:
-        conn.close()
-    assert set(per_batch) == {first.batch, second.batch}
-    assert sum(per_batch.values()) == 39
-    counts = ChunkIndex.from_settings().counts()
-    assert counts["bookmarks"] == 39
-    assert counts["chunks"] > 0 and chunked > 30
+    assert report.failed == ["translations"]
+    translations = next(s for s in report.stages if s.stage == "translations")
+    assert "Translation stopped" in translations.error
+    # The run went on: the index of what exists is built.
+    [run] = instance().get_runs()
+    assert run.status == dg.DagsterRunStatus.SUCCESS
+    assert next(s for s in report.stages if s.stage == "chunk_index").ok
+    assert ChunkIndex.from_settings().counts()["bookmarks"] == 39
+    assert duck("SELECT count(*) FROM translations") == [(0,)]  # the foreign texts wait
 
 
-def test_a_failed_stage_does_not_stop_the_stages_after_it(tmp_path):
+def test_a_failed_run_is_re_executed_from_failure_as_the_ui_does_it(tmp_path):
+    """The parent run fails in the capture (its page is not there yet). The
+    re-execution goes through Dagster's GraphQL API, as the UI's button, with
+    the code location loaded from workspace.yaml in a code server, and the
+    run launcher of kb's dagster.yaml."""
+    from dagster_graphql.client.query import LAUNCH_PIPELINE_REEXECUTION_MUTATION
+    from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
+
     from kb.apps.sync import run_sync
 
-    missing = tmp_path / "no-such-page.json"
-    report = run_sync(files=[str(missing)])
-    assert "capture" in report.failed
-    capture = next(s for s in report.stages if s.stage == "capture")
-    assert "no-such-page.json" in capture.error
-    # Later stages still ran (and had nothing to do, or failed on their own).
-    ran = [s.stage for s in report.stages]
-    assert ran[-1] == "index" and len(ran) >= 4
+    page = tmp_path / "later.json"
+    report = run_sync(files=[str(page)], exclude=["link"])
+    assert report.failed[0] == "x_raw_pages" and "no such file" in report.stages[0].error
+    assert all(not s.ok for s in report.stages)  # the stages after it did not run
+    inst = instance()
+    [parent] = inst.get_runs()
+    assert parent.status == dg.DagsterRunStatus.FAILURE
+
+    shutil.copy(sample_pages()[0], page)  # the cause is fixed
+    with define_out_of_process_context(str(REPO / "workspace.yaml"), None, inst) as context:
+        result = execute_dagster_graphql(context, LAUNCH_PIPELINE_REEXECUTION_MUTATION, {
+            "reexecutionParams": {"parentRunId": parent.run_id, "strategy": "FROM_FAILURE"}})
+        launched = result.data["launchPipelineReexecution"]
+        assert launched["__typename"] == "LaunchRunSuccess", launched
+        run_id = launched["run"]["runId"]
+        if inst.get_run_by_id(run_id).status == dg.DagsterRunStatus.QUEUED:
+            inst.launch_run(run_id, context)  # what the daemon's run queue does
+        deadline = time.monotonic() + 240
+        while not inst.get_run_by_id(run_id).is_finished and time.monotonic() < deadline:
+            time.sleep(0.5)
+    child = inst.get_run_by_id(run_id)
+    assert child.status == dg.DagsterRunStatus.SUCCESS, child.status
+    assert child.parent_run_id == parent.run_id and child.tags["dagster/partition"] == report.batch
+    assert child.tags["kb/exclude"] == "link"  # the parent's per-run choice came along
+    assert duck(f"SELECT count(*) > 0 FROM bookmarks WHERE batch = '{report.batch}'") == [(True,)]
+    assert _materialized_partitions(inst, "chunk_index") == [report.batch]

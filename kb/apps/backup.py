@@ -147,16 +147,23 @@ def refuse_if_runs_in_progress(settings: Settings) -> None:
         return
     import dagster as dg
 
-    from kb_resources.run_monitor import UNFINISHED_STATUSES, run_process_alive
+    from dagster._core.launcher import WorkerStatus
 
+    unfinished = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING,
+                  dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
     with dg.DagsterInstance.from_config(str(settings.dagster_home)) as instance:
-        for record in instance.get_run_records(filters=dg.RunsFilter(statuses=UNFINISHED_STATUSES)):
-            if run_process_alive(instance, record) is not False:  # alive, or it cannot tell
-                run = record.dagster_run
-                raise BackupError(
-                    f"A run is in progress in {settings.dagster_home}: {run.job_name} {run.run_id} "
-                    f"({run.status.value}). Start the backup when it has ended, so that no stage writes "
-                    "during the copy.")
+        launcher = instance.run_launcher
+        for record in instance.get_run_records(filters=dg.RunsFilter(statuses=unfinished)):
+            run = record.dagster_run
+            # The run launcher's health check, as the daemon's run monitoring asks it.
+            if launcher.supports_check_run_worker_health and \
+                    launcher.check_run_worker_health(run).status == WorkerStatus.FAILED:
+                continue  # its worker is dead: it writes nothing
+            # Alive, or the launcher cannot tell.
+            raise BackupError(
+                f"A run is in progress in {settings.dagster_home}: {run.job_name} {run.run_id} "
+                f"({run.status.value}). Start the backup when it has ended, so that no stage writes "
+                "during the copy.")
 
 
 def backup_duckdb(source: Path, target: Path, attempts: int = 20) -> dict[str, int]:

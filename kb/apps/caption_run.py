@@ -1,83 +1,67 @@
-"""`kb caption [--limit N] [--retry]`: one caption run over every sync batch
-with waiting photos, whatever their count, then the index stages for each of
-those batches."""
+"""`kb caption [--limit N] [--retry]`: one run of `captions_job` over every
+sync batch with waiting photos, whatever their count, then one run of
+`captions_to_index_job` for each of those batches.
+
+The runs are runs of the code location's jobs, executed in this process, as
+`kb sync` does (kb/apps/sync.py). `captions_job` carries dagster/max_retries
+0: a caption run never starts a GPU again by itself; only `--retry` tries the
+failed photos again.
+"""
 
 from __future__ import annotations
 
 import dagster as dg
 
-from kb.apps.sync import _first_error
-from kb_assets.enrich.photo_captions import captions, captions_coverage, waiting_by_batch
-from kb_assets.jobs import INDEX_STAGES
+from kb.apps.sync import PARTITION_TAG, QUIET_LOGS, code_location, create_run, execute_in_this_process
+from kb_assets.enrich.photo_captions import waiting_by_batch
+from kb_assets.instance_config import ensure_dagster_home
 from kb_assets.partitions import sync_batches
+from kb_assets.run_launcher import fail_runs_of_dead_workers, this_process_tags
 from kb.duckdb_store import DuckDBStore
-from kb.vision import Captioner
 
 
-def run_captions(*, limit: int = 0, retry: bool = False, resources: dict | None = None,
-                 assets: list | None = None) -> dict:
-    """One caption run over every sync batch with waiting photos, whatever
-    their count (`kb caption [--limit N] [--retry]`). Then, for each of
-    those batches, chunks, translations and chunk_index run, so the new
-    captions are searchable. `assets`: the graph for that (default: the
-    Definitions). Returns a summary."""
+def run_captions(*, limit: int = 0, retry: bool = False) -> dict:
+    """Caption every waiting photo in one run, then carry the captions into
+    the index of each batch. Returns a summary."""
     # Dagster has no public name for these tags; they make one run cover a range of partitions.
     from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-    from kb_resources.dagster_home import ensure_dagster_home
-
     ensure_dagster_home()
     instance = dg.DagsterInstance.get()
+    fail_runs_of_dead_workers(instance)
     known = instance.get_dynamic_partitions(sync_batches.name)
     with DuckDBStore.from_settings().connect() as conn:
         by_batch = waiting_by_batch(conn, retry=retry)
-    batches = [key for key in known if key in by_batch]
+    batches = sorted(key for key in known if key in by_batch)
     if not batches:
         return {"ok": True, "waiting": 0, "captioned": 0, "failed": {}, "message": "No photo waits for a caption."}
-    if resources is None:
-        from kb_assets.definitions import build_resources
-
-        resources = build_resources()
-    resources = {"captioner": Captioner.from_settings(), **resources}
-    result = dg.materialize(
-        [captions, captions_coverage],
-        instance=instance,
-        resources=resources,
-        run_config={"ops": {"captions": {"config": {"limit": limit, "retry": retry, "min_photos": 0}}}},
-        tags={ASSET_PARTITION_RANGE_START_TAG: batches[0], ASSET_PARTITION_RANGE_END_TAG: batches[-1],
-              "kb/stage": "captions"},
-        raise_on_error=False,
-    )
-    summary = {"ok": result.success, "batches": len(batches), "waiting_before": sum(by_batch[b] for b in batches)}
-    materializations = result.asset_materializations_for_node("captions") if result.success else []
-    if materializations:
-        metadata = materializations[-1].metadata
-        summary.update({key: metadata[key].value for key in ("captioned", "failed", "waiting", "model") if key in metadata})
-    if not result.success:
-        summary["error"] = _first_error(result)
-        return summary
-    summary["indexed_batches"], summary["index_errors"] = _index_batches(batches, resources, instance, assets)
+    summary: dict = {"batches": len(batches), "waiting_before": sum(by_batch[b] for b in batches)}
+    with code_location(instance) as (_request, location):
+        run = create_run(
+            instance, location, "captions_job",
+            run_config={**QUIET_LOGS, "ops": {"captions": {"config": {"limit": limit, "retry": retry,
+                                                                        "min_photos": 0}}}},
+            tags={ASSET_PARTITION_RANGE_START_TAG: batches[0], ASSET_PARTITION_RANGE_END_TAG: batches[-1],
+                  **this_process_tags()})
+        [result] = [r for r in execute_in_this_process(instance, run, None) if r.stage == "captions"]
+        summary["run_id"] = run.run_id
+        summary["ok"] = result.ok
+        records = instance.fetch_materializations(dg.AssetKey("captions"), limit=1).records
+        if records and records[0].run_id == run.run_id:
+            metadata = records[0].asset_materialization.metadata
+            summary.update({key: metadata[key].value for key in ("captioned", "failed", "waiting", "model")
+                            if key in metadata})
+        if not result.ok:
+            summary["error"] = result.error
+            return summary
+        done, errors = 0, []
+        for batch in batches:
+            index_run = create_run(instance, location, "captions_to_index_job", run_config=QUIET_LOGS,
+                                   tags={PARTITION_TAG: batch, **this_process_tags()})
+            failed = [r for r in execute_in_this_process(instance, index_run, None) if not r.ok]
+            if failed:
+                errors.append(f"{batch}: {failed[0].stage}: {failed[0].error}")
+            else:
+                done += 1
+    summary["indexed_batches"], summary["index_errors"] = done, errors
     return summary
-
-
-def _index_batches(batches: list[str], resources: dict, instance: dg.DagsterInstance,
-                   assets: list | None) -> tuple[int, list[str]]:
-    """Run the stages after captions for each batch; (batches done, errors)."""
-    if assets is None:
-        from kb_assets.definitions import all_assets, all_checks
-
-        assets = [*all_assets, *all_checks]
-    known = {key.to_user_string() for a in assets if hasattr(a, "keys") for key in a.keys}
-    selection = [key for key in INDEX_STAGES if key in known]
-    if not selection:
-        return 0, []
-    done, errors = 0, []
-    for batch in batches:
-        result = dg.materialize(assets, selection=selection, partition_key=batch, instance=instance,
-                                resources=resources, raise_on_error=False,
-                                tags={"kb/sync_batch": batch, "kb/stage": "captions-index"})
-        if result.success:
-            done += 1
-        else:
-            errors.append(f"{batch}: {_first_error(result)}")
-    return done, errors

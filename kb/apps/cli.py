@@ -19,6 +19,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Dagster warns about beta parameters at import; the owner cannot act on that.
 warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview).*")
+# Dagster's notes on how it resolves kb's jobs: nothing for the owner to do.
+warnings.filterwarnings("ignore", message=r"(?s)Asset job .* materializes assets with varying BackfillPolicies")
+warnings.filterwarnings("ignore", message=r"(?s)Found asset job named .* passed to `jobs` parameter")
 
 
 def _echo_json(payload) -> None:
@@ -55,10 +58,9 @@ def _exclusion_options(command):
     return command
 
 
-def _apply_exclusions(flags: dict) -> None:
-    names = [kind for kind in SOURCE_KINDS if flags.get(f"no_{kind}")]
-    if names:
-        os.environ["KB_EXCLUDE"] = ",".join(names)
+def _exclusions(flags: dict) -> list[str]:
+    """The kinds to leave out; the run carries them as the tag kb/exclude."""
+    return [kind for kind in SOURCE_KINDS if flags.get(f"no_{kind}")]
 
 
 @main.command()
@@ -68,8 +70,7 @@ def sync(full: bool, **exclusions) -> None:
     """Capture new bookmarks and carry them through every stage."""
     from kb.apps.sync import run_sync
 
-    _apply_exclusions(exclusions)
-    report = run_sync(full=full, on_stage=print_stage_line)
+    report = run_sync(full=full, exclude=_exclusions(exclusions), on_stage=print_stage_line)
     print_sync_report(report)
     sys.exit(1 if report.failed else 0)
 
@@ -81,8 +82,8 @@ def import_pages(pages: tuple[str, ...], **exclusions) -> None:
     """Import saved Bookmarks pages (JSON) as one sync batch, with no browser."""
     from kb.apps.sync import run_sync
 
-    _apply_exclusions(exclusions)
-    report = run_sync(files=[str(Path(p).resolve()) for p in pages], on_stage=print_stage_line)
+    report = run_sync(files=[str(Path(p).resolve()) for p in pages], exclude=_exclusions(exclusions),
+                      on_stage=print_stage_line)
     print_sync_report(report)
     sys.exit(1 if report.failed else 0)
 
@@ -248,6 +249,21 @@ def caption(limit: int, retry: bool) -> None:
     result = run_captions(limit=limit, retry=retry)
     _echo_json(result)
     sys.exit(0 if result.get("ok", True) and not result.get("index_errors") else 1)
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind. Keep loopback unless you know why.")
+@click.option("--dagster-port", default=3000, show_default=True, help="Port of the Dagster UI.")
+@click.option("--web-port", default=8765, show_default=True, help="Port of the search page (kb web).")
+@click.option("--no-bot", is_flag=True, help="Do not run the Telegram bot.")
+@click.option("--no-web", is_flag=True, help="Do not run the search page.")
+def up(host: str, dagster_port: int, web_port: int, no_bot: bool, no_web: bool) -> None:
+    """Run the always-on system: the Dagster daemon (sensors, schedules,
+    retries), the Dagster UI, the Telegram bot and the search page. Logs go
+    to $KB_HOME/logs/. Ctrl-C stops every part."""
+    from kb.apps.up import run_up
+
+    sys.exit(run_up(host=host, dagster_port=dagster_port, web_port=web_port, bot=not no_bot, web=not no_web))
 
 
 @main.command()

@@ -9,16 +9,19 @@ import click
 
 def print_sync_report(report) -> None:
     if report.gone_runs:
-        click.echo(f"Marked {len(report.gone_runs)} runs failed: their process is gone. Their pool slots are free.")
+        click.echo(f"Marked {len(report.gone_runs)} runs failed: their worker process is gone. "
+                   "Their pool slots are free.")
     if report.resumed:
-        click.echo(f"Finished the stages that earlier syncs left undone, in batches: {', '.join(report.resumed)}.")
+        click.echo(f"Re-executed from failure the runs of earlier batches: {', '.join(report.resumed)}.")
     for stage in report.stages:
         mark = "ok" if stage.ok else "FAILED"
         earlier = f" (batch {stage.batch})" if stage.batch and stage.batch != report.batch else ""
-        line = f"  {stage.stage + earlier:<13} {mark:<7} {stage.seconds:6.1f} s"
+        line = f"  {stage.stage + earlier:<21} {mark:<7} {stage.seconds:6.1f} s"
         click.echo(line + (f"  {stage.error}" if stage.error else ""))
     for note in report.notes:
         click.echo(f"Note: {note}", err=True)
+    if getattr(report, "run_ids", None):
+        click.echo(f"Dagster runs: {', '.join(report.run_ids)}")
     name = f"Batch {report.batch}" if report.batch else "Index"
     if report.failed:
         click.echo(f"{name}: these stages failed: {', '.join(report.failed)}.", err=True)

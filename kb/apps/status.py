@@ -155,7 +155,7 @@ def _wiki_state(settings: Settings) -> dict:
 
     from kb.wiki_agent import WikiAgent
     from kb_assets.wiki.wiki_pages import wiki_status
-    from kb_resources.dagster_home import ensure_dagster_home
+    from kb_assets.instance_config import ensure_dagster_home
 
     ensure_dagster_home(settings)
     with dg.DagsterInstance.get() as instance:
@@ -195,7 +195,23 @@ def collect_status(settings: Settings | None = None) -> dict:
         "wiki": _wiki_state(settings),
         "purpose": _purpose_state(settings),
         "services": _services(settings),
+        "daemon": _daemon(settings),
     }
+
+
+def _daemon(settings: Settings) -> dict:
+    """Whether a Dagster daemon runs for this KB_HOME, from its heartbeat in
+    the instance. The sensors, schedules, the bot's requests and every
+    notification need it (`kb up` runs it)."""
+    from kb.apps.up import HEARTBEAT_FRESH_S, daemon_heartbeat
+
+    try:
+        beat = daemon_heartbeat(settings.dagster_home)
+    except Exception as exc:  # a broken instance must not hide the rest of the status
+        return {"running": False, "last_heartbeat": None, "error": f"{type(exc).__name__}: {exc}"}
+    age = (datetime.now(timezone.utc) - beat).total_seconds() if beat else None
+    return {"running": age is not None and age < HEARTBEAT_FRESH_S,
+            "last_heartbeat": beat.isoformat(timespec="seconds") if beat else None}
 
 
 def _coverage_lines(norm: dict) -> list[str]:
@@ -252,6 +268,10 @@ def format_status(report: dict) -> str:
     purpose = report.get("purpose") or {}
     if purpose and not purpose.get("written"):
         lines.append(PURPOSE_HINT.format(path=purpose["path"]))
+    daemon = report.get("daemon") or {}
+    lines.append("daemon   " + ("running" if daemon.get("running") else "not running: sensors, schedules and the "
+                                "bot's requests wait. Start it with `kb up`")
+                 + (f" (last heartbeat {daemon['last_heartbeat']})" if daemon.get("last_heartbeat") else ""))
     lines.append("services")
     for name, svc in report["services"].items():
         lines.append(f"  {name:<22} {'ready' if svc['ready'] else 'not ready':<10} {svc['detail']}")

@@ -1,88 +1,75 @@
-"""`kb sync`: add a sync batch, then materialize every stage for it, in order.
+"""`kb sync`, `kb import`, `kb demo`: one run of the job `x_sync` for a new
+sync batch, in the Dagster instance under KB_HOME.
 
-Each stage is its own run in the Dagster instance in KB_HOME, so the UI shows
-it, and a failed stage does not stop the stages after it: they work on what
-exists. At the end the report names every stage that failed.
+It is the same job that the sensor `x_sync_sensor`, a schedule and the
+Dagster UI launch, from the same code location ("kb"). The run executes in
+this process (the in-process executor of x_sync), so the progress lines and
+the embedding progress bar show in the terminal. Its record names the code
+location, so the UI can re-execute it from failure.
 
-A sync that was killed (SIGKILL, power loss) leaves its work half done. So
-each sync first recovers (tests/test_crash_safety.py proves each step):
-1. Runs whose process is gone are marked failed, and their pool slots are
-   freed (kb_resources/run_monitor.py). Without this the next run that needs
+Dagster holds the order of the stages (the asset graph) and what is left to
+do after a crash (re-execution from failure). Before the new batch, a sync:
+1. asks the run launcher about every started run (kb_assets/run_launcher.py):
+   the runs of dead workers are marked failed and their pool slots freed, as
+   the daemon's run monitoring does. Without this, the next run that needs
    the pool `duckdb` waits for ever.
-2. Earlier batches whose sync did not reach the last stage get their missing
-   stages now, oldest batch first, before the new batch. The order matters:
-   normalize lets the later batch win for a post that two batches hold.
-   Every stage replaces its partition's rows, so to redo a stage that was cut
-   off never duplicates anything.
+2. re-executes from failure the last run of each earlier batch that did not
+   finish, oldest batch first. The order matters: normalize lets the later
+   batch win for a post that two batches hold. Every stage replaces its
+   partition's rows, so a stage that runs again duplicates nothing.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import dagster as dg
 
+from kb_assets.instance_config import ensure_dagster_home
 from kb_assets.partitions import new_batch_key, sync_batches
-from kb_resources.dagster_home import ensure_dagster_home
-from kb.raw_store import RawStore
-from kb_resources.run_monitor import (
-    PID_TAG,
-    PROCESS_GONE_TAG,
-    fail_runs_of_dead_processes,
-    process_alive,
-    this_process_tags,
-)
+from kb_assets.run_launcher import fail_runs_of_dead_workers, this_process_tags
 
-# The X path, in order. Each entry: (stage name, asset keys in that stage).
-# A stage whose assets are not in the Definitions (an enrichment that is not
-# built yet) is left out.
-X_STAGES: list[tuple[str, list[str]]] = [
-    ("capture", ["x_raw_pages"]),
-    ("normalize", ["bookmarks", "authors", "media", "links"]),
-    ("documents", ["documents"]),
-    ("captions", ["captions"]),
-    ("transcripts", ["transcripts"]),
-    ("chunks", ["chunks"]),
-    ("translations", ["translations"]),
-    ("index", ["chunk_index"]),
-]
-
-BATCH_TAG = "kb/sync_batch"
-STAGE_TAG = "kb/stage"
+MODULE = "kb_assets.definitions"
+LOCATION = "kb"  # as in workspace.yaml and [tool.dagster] of pyproject.toml
+SYNC_JOB = "x_sync"
+PARTITION_TAG = "dagster/partition"
 # Earlier batches that a sync checks for unfinished work. Older ones are for
-# a backfill in the Dagster UI; the check must stay fast as batches grow.
+# the Dagster UI; the check must stay fast as batches grow.
 RESUME_LOOKBACK = 20
-# A stage whose process died this many times is not tried again: it may be
-# the stage that kills the process (out of memory). The report says so.
-MAX_DEATHS = 3
-# kb sync redoes its own stages (below). Dagster's run retries must not try
-# too: they would look for the ad hoc job of dg.materialize in the code
-# location, and it is not there.
-NO_DAGSTER_RETRY = {"dagster/max_retries": "0"}
+# A batch whose runs failed this many times in a row at the same steps is not
+# tried again: the failure may be the stage's own (a bug, the out-of-memory
+# killer). The report says so.
+MAX_FAILED_RUNS = 3
+# Per-step detail for the report; the rest of the event log stays in the UI.
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 @dataclass
 class StageResult:
-    stage: str
+    stage: str  # the step: x_raw_pages, bookmarks, ..., chunk_index
     ok: bool
     seconds: float
     error: str = ""
-    batch: str = ""  # the sync batch it ran for ("" for unpartitioned stages)
+    batch: str = ""  # the sync batch it ran for ("" for unpartitioned jobs)
 
 
 @dataclass
 class SyncReport:
     batch: str
     stages: list[StageResult] = field(default_factory=list)
-    # Runs of earlier syncs whose process was gone; kb marked them failed.
+    # Runs of earlier syncs whose worker was gone; kb marked them failed.
     gone_runs: list[str] = field(default_factory=list)
     # Earlier batches that this sync finished.
     resumed: list[str] = field(default_factory=list)
     # Earlier batches that were left as they are, and why.
     notes: list[str] = field(default_factory=list)
+    # The Dagster runs of this sync, in order.
+    run_ids: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> list[str]:
@@ -91,184 +78,256 @@ class SyncReport:
                 for s in self.stages if not s.ok]
 
 
+# --- the code location, in this process ----------------------------------------------
+
+
+@contextmanager
+def code_location(instance: dg.DagsterInstance) -> Iterator[tuple]:
+    """The code location "kb", loaded in this process: (request context,
+    location). A run made from it carries the location's origin, so the UI
+    (which loads the same location from workspace.yaml) can re-execute it."""
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+
+    origin = InProcessCodeLocationOrigin(
+        LoadableTargetOrigin(executable_path=sys.executable, module_name=MODULE, working_directory=os.getcwd()),
+        location_name=LOCATION)
+    with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget(origin)) as process_context:
+        request = process_context.create_request_context()
+        yield request, request.get_code_location(LOCATION)
+
+
+def remote_job(location, name: str):
+    from dagster._core.definitions.selector import JobSubsetSelector
+
+    [repository] = location.get_repositories().values()
+    return repository, location.get_job(JobSubsetSelector(
+        location_name=location.name, repository_name=repository.name, job_name=name, op_selection=None))
+
+
+def create_run(instance: dg.DagsterInstance, location, job_name: str, *, run_config: dict,
+               tags: dict[str, str]) -> dg.DagsterRun:
+    """A run of a job of the code location, as `dagster job launch` makes it."""
+    repository, job = remote_job(location, job_name)
+    plan = location.get_execution_plan(job, run_config, step_keys_to_execute=None, known_state=None,
+                                       instance=instance).execution_plan_snapshot
+    return instance.create_run(
+        job_name=job_name, run_id=None, run_config=run_config, resolved_op_selection=None,
+        step_keys_to_execute=plan.step_keys_to_execute, op_selection=None, status=None, root_run_id=None,
+        parent_run_id=None, tags={**job.tags, **tags}, job_snapshot=job.job_snapshot, execution_plan_snapshot=plan,
+        parent_job_snapshot=job.parent_job_snapshot, remote_job_origin=job.get_remote_origin(),
+        job_code_origin=job.get_python_origin(), asset_selection=None, asset_check_selection=None,
+        asset_graph=repository.asset_graph)
+
+
+def create_run_from_failure(instance: dg.DagsterInstance, request, location, parent: dg.DagsterRun) -> dg.DagsterRun:
+    """Dagster's re-execution from failure of `parent`: the steps that did
+    not succeed and the steps after them, with the parent's config and tags."""
+    from dagster._core.execution.plan.resume_retry import ReexecutionStrategy
+
+    _, job = remote_job(location, parent.job_name)
+    return instance.create_reexecuted_run(
+        request_context=request, parent_run=parent, code_location=location, remote_job=job,
+        strategy=ReexecutionStrategy.FROM_FAILURE, extra_tags=this_process_tags(), use_parent_run_tags=True)
+
+
+# --- one run, in this process ------------------------------------------------------------
+
+
+class StageWatcher:
+    """Reads the events of a run as they come: a progress line when a stage
+    starts, and one StageResult per stage when it ends."""
+
+    def __init__(self, run: dg.DagsterRun, instance: dg.DagsterInstance,
+                 on_stage: Callable[[str, int, int], None] | None):
+        from kb_assets.definitions import all_checks
+
+        checks = {c.node_def.name for c in all_checks}
+        plan = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
+        todo = set(run.step_keys_to_execute or [step.key for step in plan.steps])
+        self.stages = sorted(key for key in todo if key not in checks)  # in the order they start, below
+        self.order: list[str] = []
+        self.batch = run.tags.get(PARTITION_TAG, "")
+        self.on_stage = on_stage
+        self.started: dict[str, float] = {}
+        self.stopped: dict[str, str] = {}  # stage -> what its outside service said
+        self.results: dict[str, StageResult] = {}
+
+    def __call__(self, event: dg.DagsterEvent) -> None:
+        key = event.step_key
+        if key not in self.stages:
+            return
+        kind = event.event_type
+        if kind == dg.DagsterEventType.STEP_START:
+            self.started[key] = time.monotonic()
+            self.order.append(key)
+            if self.on_stage:
+                self.on_stage(key, len(self.order), len(self.stages))
+        elif kind == dg.DagsterEventType.ASSET_MATERIALIZATION:
+            from kb_assets.enrich.enrichment import STOPPED
+
+            stopped = event.step_materialization_data.materialization.metadata.get(STOPPED)
+            if stopped is not None:
+                self.stopped[key] = str(stopped.value)
+        elif kind == dg.DagsterEventType.STEP_SUCCESS:
+            self._end(key, key not in self.stopped, self.stopped.get(key, ""))
+        elif kind == dg.DagsterEventType.STEP_FAILURE:
+            error = event.step_failure_data.error if event.step_failure_data else None
+            self._end(key, False, _first_line(error.message) if error else "the stage failed")
+
+    def _end(self, key: str, ok: bool, error: str) -> None:
+        seconds = time.monotonic() - self.started.get(key, time.monotonic())
+        self.results[key] = StageResult(key, ok, seconds, error, batch=self.batch)
+
+    def report(self, run_error: str) -> list[StageResult]:
+        """One result per stage, in order. A stage that did not run (an
+        earlier stage failed, or the run stopped) is a failure too."""
+        why = run_error or "it did not run: an earlier stage failed"
+        ordered = self.order + [key for key in self.stages if key not in self.order]
+        return [self.results.get(key) or StageResult(key, False, 0.0, why, batch=self.batch) for key in ordered]
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0][:300] if message.strip() else "the stage failed"
+
+
+def execute_in_this_process(instance: dg.DagsterInstance, run: dg.DagsterRun,
+                            on_stage: Callable[[str, int, int], None] | None = None) -> list[StageResult]:
+    """Execute `run` here, as a run worker would. Never raises for a failed
+    stage: the run's record and the results say what failed."""
+    from dagster._utils.hosted_user_process import recon_job_from_origin
+    from dagster._core.execution.api import execute_run_iterator
+
+    watcher = StageWatcher(run, instance, on_stage)
+    run_error = ""
+    try:
+        for event in execute_run_iterator(recon_job_from_origin(run.job_code_origin), run, instance):
+            watcher(event)
+            if event.event_type == dg.DagsterEventType.RUN_FAILURE and not watcher.results:
+                run_error = _first_line(event.message or "")
+    except Exception as exc:  # the run could not even start: name the reason
+        run_error = f"{type(exc).__name__}: {exc}"
+        current = instance.get_run_by_id(run.run_id)
+        if current is not None and not current.is_finished:
+            instance.report_run_failed(current, f"kb could not execute the run: {run_error}")
+    return watcher.report(run_error)
+
+
+# --- earlier batches ----------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class UnfinishedBatch:
     batch: str
-    stages: list[str]  # the stages to run again, in order
-    note: str = ""  # why nothing is run for it, when stages is empty
+    last_run: dg.DagsterRun | None  # the run to re-execute from failure; None: left as it is
+    note: str = ""
 
 
-def _first_error(result: dg.ExecuteInProcessResult) -> str:
-    for event in result.all_events:
-        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
-            return event.step_failure_data.error.message.strip().splitlines()[0][:300]
-    return "the stage failed (see the Dagster UI for the run log)"
-
-
-def _finished(record: dg.RunRecord | None) -> bool:
-    """A stage is done when its last run ended on its own: a success, a
-    failure of the stage itself, or a cancel by the owner. A run whose
-    process was gone did not end on its own."""
-    if record is None:
-        return False
-    run = record.dagster_run
-    if run.status in (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.CANCELED):
-        return True
-    return run.status == dg.DagsterRunStatus.FAILURE and run.tags.get(PROCESS_GONE_TAG) != "true"
-
-
-def _owned_by_live_sync(record: dg.RunRecord) -> bool:
-    """True when the process that made this run still lives: another `kb
-    sync` works on the batch now (between two stages it has no open run).
-    This process does not count: its earlier run_sync call has returned."""
-    pid = record.dagster_run.tags.get(PID_TAG, "")
-    if not pid.isdigit() or int(pid) == os.getpid():
-        return False
-    return process_alive(int(pid), record.create_timestamp.timestamp())
-
-
-def unfinished_batches(instance: dg.DagsterInstance, stage_names: list[str],
-                       raw_store: RawStore | None = None) -> list[UnfinishedBatch]:
-    """Earlier batches of `kb sync` that did not reach the last stage, oldest
-    first, each with the stages to run again. Call it after
-    fail_runs_of_dead_processes, so that a dead run is a failed run."""
-    raw_store = raw_store or RawStore.from_settings()
+def unfinished_batches(instance: dg.DagsterInstance) -> list[UnfinishedBatch]:
+    """Earlier batches whose last x_sync run failed, oldest first. A batch
+    whose run is in progress, queued, finished or canceled is left to it.
+    Call it after fail_runs_of_dead_workers, so that a dead run is failed."""
     batches = sorted(instance.get_dynamic_partitions(sync_batches.name))[-RESUME_LOOKBACK:]
     if not batches:
         return []
-    records = instance.get_run_records(filters=dg.RunsFilter(tags={BATCH_TAG: batches}))
+    records = instance.get_run_records(filters=dg.RunsFilter(job_name=SYNC_JOB, tags={PARTITION_TAG: batches}))
     by_batch: dict[str, list[dg.RunRecord]] = {}
     for record in records:
-        by_batch.setdefault(record.dagster_run.tags[BATCH_TAG], []).append(record)
-
+        by_batch.setdefault(record.dagster_run.tags[PARTITION_TAG], []).append(record)
     found = []
     for batch in batches:
-        runs = sorted(by_batch.get(batch, []), key=lambda r: r.storage_id)  # the order they were made
-        if not runs:
-            continue  # not a kb sync batch (a sensor run, the UI), or killed before its first run
-        newest = runs[-1]
-        if not newest.dagster_run.is_finished or _owned_by_live_sync(newest):
+        runs = sorted(by_batch.get(batch, []), key=lambda r: r.storage_id)
+        if not runs or runs[-1].dagster_run.status != dg.DagsterRunStatus.FAILURE:
             continue
-        latest = {r.dagster_run.tags.get(STAGE_TAG): r for r in runs}  # later runs overwrite earlier ones
-        if _finished(latest.get(stage_names[-1])):
+        # Runs that made no progress: the same steps to do as the last run.
+        # A kill in a later stage each time is progress, and goes on.
+        todo = frozenset(runs[-1].dagster_run.step_keys_to_execute or [])
+        failures = 0
+        for record in reversed(runs):
+            run = record.dagster_run
+            if run.status != dg.DagsterRunStatus.FAILURE or frozenset(run.step_keys_to_execute or []) != todo:
+                break
+            failures += 1
+        if failures >= MAX_FAILED_RUNS:
+            found.append(UnfinishedBatch(batch, None, f"its runs failed {failures} times at the same step; see run "
+                                         f"{runs[-1].dagster_run.run_id} in the Dagster UI, and re-execute it "
+                                         "from failure there when the cause is fixed"))
             continue
-        # The capture is not run again for an old batch: a cut-off capture
-        # keeps its pages and did not move the watermark, so the new batch
-        # captures the same ground again. The later stages use the pages kept.
-        todo = [s for s in stage_names if s != "capture" and not _finished(latest.get(s))]
-        if raw_store.manifest(batch) is None and not raw_store.pages(batch):
-            continue  # the capture was cut off before it kept anything: there is nothing to finish
-        deaths = {s: sum(1 for r in runs if r.dagster_run.tags.get(STAGE_TAG) == s
-                         and r.dagster_run.tags.get(PROCESS_GONE_TAG) == "true") for s in todo}
-        given_up = [s for s in todo if deaths[s] >= MAX_DEATHS]
-        if given_up:
-            found.append(UnfinishedBatch(batch, [], f"the process died {MAX_DEATHS} times in the stage "
-                                         f"{given_up[0]}; materialize the batch in the Dagster UI"))
-            continue
-        found.append(UnfinishedBatch(batch, todo))
+        found.append(UnfinishedBatch(batch, runs[-1].dagster_run))
     return found
 
 
-def materialize_stage(instance: dg.DagsterInstance, resources: dict, name: str, keys: list[str],
-                      batch: str | None, *, ops: dict | None = None, log_level: str = "WARNING") -> StageResult:
-    """Materialize one stage as its own Dagster run. Never raises: a stage
-    that fails, or cannot even start, must not stop the stages after it."""
-    from kb_assets.definitions import all_assets, all_checks
-
-    started = time.monotonic()
-    run_config: dict = {"loggers": {"console": {"config": {"log_level": log_level}}}}
-    if ops:
-        run_config["ops"] = ops
-    tags = {STAGE_TAG: name, **this_process_tags(), **NO_DAGSTER_RETRY}
-    if batch:
-        tags[BATCH_TAG] = batch
-    try:
-        result = dg.materialize(
-            [*all_assets, *all_checks], selection=keys, partition_key=batch, instance=instance,
-            resources=resources, run_config=run_config, raise_on_error=False, tags=tags,
-        )
-        ok, error = result.success, ("" if result.success else _first_error(result))
-    except Exception as exc:
-        ok, error = False, f"{type(exc).__name__}: {exc}"
-    return StageResult(name, ok, time.monotonic() - started, error, batch=batch or "")
+# --- the commands ---------------------------------------------------------------------------
 
 
-def rebuild_index(*, resources: dict | None = None, on_stage: Callable[[str, int, int], None] | None = None,
-                  log_level: str = "WARNING") -> SyncReport:
-    """`kb index --rebuild`: drop the vectors and the model record, then index
-    every sync batch and the wiki again. Use it after a change of embedding
-    model. Texts that the vector cache holds for the model are not embedded again."""
-    from kb_assets.definitions import build_resources
-    from kb.lance_index import ChunkIndex
+def sync_run_config(*, full: bool = False, files: list[str] | None = None) -> dict:
+    return {**QUIET_LOGS, "ops": {"x_raw_pages": {"config": {"full": full, "files": list(files or [])}}}}
 
-    ensure_dagster_home()
-    instance = dg.DagsterInstance.get()
-    gone = fail_runs_of_dead_processes(instance)
-    resources = resources or build_resources()
-    ChunkIndex.from_settings().rebuild()
-    batches = sorted(instance.get_dynamic_partitions(sync_batches.name))
-    results: list[StageResult] = []
-    for number, batch in enumerate(batches, start=1):
-        if on_stage:
-            on_stage("index", number, len(batches) + 1)
-        results.append(materialize_stage(instance, resources, "index", ["chunk_index"], batch, log_level=log_level))
-    if on_stage:
-        on_stage("wiki index", len(batches) + 1, len(batches) + 1)
-    results.append(materialize_stage(instance, resources, "wiki index", ["wiki_index"], None, log_level=log_level))
-    # The Telegram sources were in the dropped table too: index each again
-    # (a rejected one only leaves nothing behind).
-    for item_id in sorted(instance.get_dynamic_partitions("sources")):
-        results.append(materialize_stage(instance, resources, "source index", ["source_passages"], item_id,
-                                         log_level=log_level))
-    return SyncReport(batch="", stages=results, gone_runs=[g.run_id for g in gone])
+
+def sync_tags(exclude: list[str] | None = None) -> dict[str, str]:
+    from kb_assets.run_choices import EXCLUDE_TAG
+
+    return {EXCLUDE_TAG: ",".join(exclude)} if exclude else {}
 
 
 def run_sync(
     *,
     full: bool = False,
     files: list[str] | None = None,
-    resources: dict | None = None,
+    exclude: list[str] | None = None,
     on_stage: Callable[[str, int, int], None] | None = None,
-    log_level: str = "WARNING",
 ) -> SyncReport:
-    """Finish the batches that earlier syncs left unfinished, then run one new
-    sync batch through every stage. `files` imports raw Bookmarks pages
-    instead of opening the browser (the demo and `kb import`)."""
-    from kb_assets.definitions import all_assets, build_resources
+    """Finish the batches that earlier syncs left unfinished, then run the
+    job x_sync for one new sync batch. `files` imports raw Bookmarks pages
+    instead of opening the browser (the demo and `kb import`). `exclude`:
+    source kinds to leave out in this run (the run tag kb/exclude)."""
+    ensure_dagster_home()
+    instance = dg.DagsterInstance.get()
+    gone = fail_runs_of_dead_workers(instance)
+    report = SyncReport(batch="", gone_runs=[run.run_id for run in gone])
+    with code_location(instance) as (request, location):
+        for earlier in unfinished_batches(instance):
+            if earlier.last_run is None:
+                report.notes.append(f"batch {earlier.batch} is left as it is: {earlier.note}")
+                continue
+            run = create_run_from_failure(instance, request, location, earlier.last_run)
+            report.run_ids.append(run.run_id)
+            report.stages += execute_in_this_process(instance, run, on_stage)
+            report.resumed.append(earlier.batch)
+
+        # The new batch's partition comes after the recovery: a sync killed
+        # during the recovery leaves no empty batch behind.
+        report.batch = new_batch_key()
+        instance.add_dynamic_partitions(sync_batches.name, [report.batch])
+        run = create_run(instance, location, SYNC_JOB, run_config=sync_run_config(full=full, files=files),
+                         tags={PARTITION_TAG: report.batch, **sync_tags(exclude), **this_process_tags()})
+        report.run_ids.append(run.run_id)
+        report.stages += execute_in_this_process(instance, run, on_stage)
+    return report
+
+
+def rebuild_index(*, on_stage: Callable[[str, int, int], None] | None = None) -> SyncReport:
+    """`kb index --rebuild`: drop the vectors and the model record, then index
+    every sync batch and the wiki again (one run of `index_rebuild` per
+    batch, one of `wiki_index_job`). Use it after a change of embedding
+    model. Texts that the vector cache holds for the model are not embedded again."""
+    from kb.lance_index import ChunkIndex
 
     ensure_dagster_home()
     instance = dg.DagsterInstance.get()
-    gone = fail_runs_of_dead_processes(instance)
-    known = {key.to_user_string() for a in all_assets for key in a.keys}
-    stages = [(name, [k for k in keys if k in known]) for name, keys in X_STAGES]
-    stages = [(name, keys) for name, keys in stages if keys]
-    stage_keys = dict(stages)
-    resources = resources or build_resources()
-    unfinished = unfinished_batches(instance, [name for name, _ in stages])
-    total = sum(len(u.stages) for u in unfinished) + len(stages)
-    capture_config = {"full": full, "files": list(files or [])}
-
-    def run_stage(batch: str, name: str, number: int) -> StageResult:
-        if on_stage:
-            on_stage(name, number, total)
-        ops = {"x_raw_pages": {"config": capture_config}} if name == "capture" else None
-        return materialize_stage(instance, resources, name, stage_keys[name], batch, ops=ops, log_level=log_level)
-
-    results: list[StageResult] = []
-    resumed: list[str] = []
-    for earlier in unfinished:
-        if not earlier.stages:
-            continue
-        for name in earlier.stages:
-            results.append(run_stage(earlier.batch, name, len(results) + 1))
-        resumed.append(earlier.batch)
-
-    # The new batch's partition comes after the recovery: a sync killed
-    # during the recovery leaves no empty batch behind.
-    batch = new_batch_key()
-    instance.add_dynamic_partitions(sync_batches.name, [batch])
-    for name, _keys in stages:
-        results.append(run_stage(batch, name, len(results) + 1))
-    notes = [f"batch {u.batch} is left as it is: {u.note}" for u in unfinished if not u.stages]
-    return SyncReport(batch=batch, stages=results, gone_runs=[g.run_id for g in gone], resumed=resumed,
-                      notes=notes)
+    gone = fail_runs_of_dead_workers(instance)
+    report = SyncReport(batch="", gone_runs=[run.run_id for run in gone])
+    ChunkIndex.from_settings().rebuild()
+    batches = sorted(instance.get_dynamic_partitions(sync_batches.name))
+    with code_location(instance) as (_request, location):
+        for batch in batches:
+            run = create_run(instance, location, "index_rebuild", run_config=QUIET_LOGS,
+                             tags={PARTITION_TAG: batch, **this_process_tags()})
+            report.run_ids.append(run.run_id)
+            report.stages += execute_in_this_process(instance, run, on_stage)
+        run = create_run(instance, location, "wiki_index_job", run_config=QUIET_LOGS, tags=this_process_tags())
+        report.run_ids.append(run.run_id)
+        report.stages += execute_in_this_process(instance, run, on_stage)
+    return report

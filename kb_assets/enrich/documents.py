@@ -47,6 +47,8 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+from kb_assets.enrich.enrichment import service_stopped
+from kb_assets.run_choices import EXCLUDE_TAG
 from kb.extract import (
     Extracted,
     Reason,
@@ -551,7 +553,7 @@ def documents(
 
     # An excluded source kind is not fetched at all (config.toml `exclude`,
     # or `kb sync --no-link` / `--no-article` for one run).
-    skip = excluded_sources(settings)
+    skip = excluded_sources(settings, for_this_run=context.run.tags.get(EXCLUDE_TAG, ""))
     if "article" in skip:
         targets = [t for t in targets if not t.is_article]
     if "link" in skip:
@@ -597,13 +599,8 @@ def documents(
     for outcome in outcomes:
         if not outcome.ok:
             context.log.info(f"{outcome.url}: {outcome.reason} {outcome.detail or ''}".rstrip())
-    if errors:
-        raise dg.Failure(
-            description=f"Some addresses were not fetched: {errors[0]}. The next run fetches them.",
-            metadata={"documents_written": len(outcomes)},
-        )
     reasons = Counter(o.reason for o in outcomes if not o.ok)
-    return dg.MaterializeResult(metadata={
+    metadata = {
         "fetched": len(outcomes),
         "ok": sum(o.ok for o in outcomes),
         "failed": dg.MetadataValue.json(dict(sorted(reasons.items()))),
@@ -611,7 +608,11 @@ def documents(
         "read_at_networkidle": sum(o.wait == "networkidle" and o.ok for o in outcomes),
         "articles_waiting_for_login": waiting_for_login,
         "retry": config.retry,
-    })
+    }
+    if errors:
+        return service_stopped(context, f"Some addresses were not fetched: {errors[0]}. The next run fetches them.",
+                               metadata)
+    return dg.MaterializeResult(metadata=metadata)
 
 
 @dg.asset_check(

@@ -69,11 +69,27 @@ def failure_reasons(rows: list[dict]) -> dg.MetadataValue:
     return dg.MetadataValue.json(dict(sorted(reasons.items())))
 
 
-def backend_stopped(backend: str, error: Exception, stored: int, items: str, metadata: dict) -> dg.Failure:
-    """The failure of a run whose backend stopped answering. The results
-    before it are stored; the other items wait for the next run."""
-    return dg.Failure(description=f"The {backend} backend stopped: {error}. "
-                      f"{stored} result(s) were stored; the other {items} wait.", metadata=metadata)
+# The metadata key of a stage whose outside service stopped. The run goes on:
+# the stages after it (chunks, the index) must still index what exists.
+# `kb sync` reports the stage as failed, and the coverage check shows the rows
+# that wait.
+STOPPED = "stopped"
+
+
+def service_stopped(context, description: str, metadata: dict) -> dg.MaterializeResult:
+    """The result of a stage whose outside service is missing or stopped
+    answering. It does not raise: a failed step would stop every stage after
+    it in the run, and the index of what exists must always be built. The
+    results before the stop are stored; the other items wait for the next run."""
+    context.log.warning(description)
+    return dg.MaterializeResult(metadata={**metadata, STOPPED: description})
+
+
+def backend_stopped(context, backend: str, error: Exception, stored: int, items: str,
+                    metadata: dict) -> dg.MaterializeResult:
+    """The result of a run whose backend stopped answering (see service_stopped)."""
+    return service_stopped(context, f"The {backend} backend stopped: {error}. "
+                           f"{stored} result(s) were stored; the other {items} wait.", metadata)
 
 
 def coverage_check(numbers: dict, *, done: int, total: int, off: bool, off_key: str) -> dg.AssetCheckResult:

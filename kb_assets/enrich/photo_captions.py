@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 import dagster as dg
 import duckdb
 
+from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
 from kb_assets.enrich.enrichment import ResultWriter, backend_stopped, coverage_check, failure_reasons, waiting_rows
 from kb_assets.partitions import sync_batches
@@ -121,7 +122,7 @@ def captions(
 ) -> dg.MaterializeResult:
     duckdb, captioner = duckdb.get_client(), captioner.get_client()
     batches = list(context.partition_keys)
-    if SOURCE in excluded_sources():
+    if SOURCE in excluded_in_run(context):
         return _skipped(f"the owner excluded the source {SOURCE!r}", 0, context)
     with duckdb.connect() as conn:
         photos = waiting_photos(conn, batches, retry=config.retry)
@@ -162,7 +163,7 @@ def captions(
         "retry": config.retry,
     }
     if error:
-        raise backend_stopped("caption", error, len(written), "photos", metadata)
+        return backend_stopped(context, "caption", error, len(written), "photos", metadata)
     return dg.MaterializeResult(metadata=metadata)
 
 

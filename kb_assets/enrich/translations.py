@@ -28,8 +28,9 @@ import dagster as dg
 import duckdb
 
 from kb.queries import partition_bookmarks
+from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
-from kb_assets.enrich.enrichment import ResultWriter, coverage_check
+from kb_assets.enrich.enrichment import ResultWriter, coverage_check, service_stopped
 from kb_assets.partitions import sync_batches
 from kb.duckdb_store import DUCKDB_POOL, DuckDBStore
 from kb.settings import get_settings
@@ -91,7 +92,7 @@ def translations(
 ) -> dg.MaterializeResult:
     duckdb, translator = duckdb.get_client(), translator.get_client()
     batch = context.partition_key
-    skip = excluded_sources()
+    skip = excluded_in_run(context)
     with duckdb.connect() as conn:
         live, _removed = partition_bookmarks(conn, batch)
         waiting = [(text_hash, text) for text_hash, text, cached, _ in foreign_chunks(conn, live, skip) if not cached]
@@ -136,11 +137,10 @@ def translations(
         "model": model,
     }
     if stop or failures:
-        raise dg.Failure(
-            description=(f"Translation stopped: {stop}. " if stop else f"{len(failures)} chunk text(s) were not "
-                         f"translated; first: {failures[0]}. ") + f"{len(written)} result(s) were stored; "
-                        "the next run goes on with the rest.",
-            metadata=metadata)
+        return service_stopped(
+            context, (f"Translation stopped: {stop}. " if stop else f"{len(failures)} chunk text(s) were not "
+                      f"translated; first: {failures[0]}. ") + f"{len(written)} result(s) were stored; "
+            "the next run goes on with the rest.", metadata)
     return dg.MaterializeResult(metadata=metadata)
 
 

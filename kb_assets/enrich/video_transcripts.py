@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 import dagster as dg
 import duckdb
 
+from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
 from kb_assets.enrich.enrichment import ResultWriter, backend_stopped, coverage_check, failure_reasons, waiting_rows
 from kb_assets.partitions import sync_batches
@@ -128,7 +129,7 @@ def transcripts(
 ) -> dg.MaterializeResult:
     duckdb, transcriber = duckdb.get_client(), transcriber.get_client()
     batch = context.partition_key
-    if SOURCE in excluded_sources():
+    if SOURCE in excluded_in_run(context):
         context.log.info(f"No transcripts: the owner excluded the source {SOURCE!r}")
         return dg.MaterializeResult(metadata={"transcribed": 0, "skipped": f"the source {SOURCE!r} is excluded"})
     with duckdb.connect() as conn:
@@ -174,7 +175,7 @@ def transcripts(
         "retry": config.retry,
     }
     if error:
-        raise backend_stopped("transcription", error, len(written), "videos", metadata)
+        return backend_stopped(context, "transcription", error, len(written), "videos", metadata)
     return dg.MaterializeResult(metadata=metadata)
 
 

@@ -13,6 +13,7 @@ import dagster as dg
 
 from kb.queries import partition_bookmarks
 from kb.settings import excluded_sources
+from kb_assets.run_choices import excluded_in_run
 from kb_assets.partitions import sync_batches
 from kb.duckdb_store import DUCKDB_POOL, DuckDBStore
 from kb.embedder import Embedder
@@ -110,7 +111,7 @@ def chunk_index(
 ) -> dg.MaterializeResult:
     duckdb, embedder, lance = duckdb.get_client(), embedder.get_client(), lance.get_client()
     batch = context.partition_key
-    skip = excluded_sources()
+    skip = excluded_in_run(context)
     synced_at = datetime.now(timezone.utc)
     with duckdb.connect() as conn:
         live, removed = partition_bookmarks(conn, batch)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import dagster as dg
 import duckdb
 
+from kb_assets.run_choices import excluded_in_run
 from kb.chunking import chunk_text
 from kb.queries import owned_documents, partition_bookmarks
 from kb_assets.partitions import sync_batches
@@ -159,7 +160,7 @@ def chunk_rows(texts: Iterable[SourceText], batch: str) -> list[dict]:
 def chunks(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
     duckdb = duckdb.get_client()
     batch = context.partition_key
-    skip = excluded_sources()
+    skip = excluded_in_run(context)
     with duckdb.transaction() as conn:
         live, removed = partition_bookmarks(conn, batch)
         texts = [t for source in CHUNK_SOURCES.values() for t in source(conn, live) if t.source not in skip]

@@ -406,5 +406,8 @@ source_intake_job = dg.define_asset_job(
     # that failed has used its own retries already; one more run would break
     # "a permanent error fails at once" and the 3-retry limit.
     tags={RETRY_ON_ASSET_FAILURE_TAG: "false"},
+    # The steps run one after the other: one run worker process, not
+    # one more interpreter start (all of kb's imports) per step.
+    executor_def=dg.in_process_executor,
     description="One inbox item: parse it, pass it through the quality gate, index it for search, and ingest it into the wiki.",
 )

@@ -1,15 +1,18 @@
 """The Dagster home inside KB_HOME, and its dagster.yaml.
 
+Every Dagster process of kb must read the same dagster.yaml: `dagster dev`,
+`dagster-daemon`, `kb up` and each `kb` command. So it is written when it is
+absent, by `kb up`, by each `kb` command that opens the instance, and when
+the code location loads (kb_assets/definitions.py).
+
 The pools `duckdb` and `wiki` are both of size one, so one default limit of
 1 serves both: DuckDB allows one writing process per file, and two wiki
 ingests at once would fight over one git tree.
 
-Run monitoring alone does not find a run whose process was killed: the
-default run launcher cannot tell whether a worker lives, and `kb sync` runs
-have no launcher. Only max_runtime_seconds catches them, late, and only
-when the daemon runs. kb_resources/run_monitor.py finds them by their
-process ids, marks them failed and frees their pool slots (`kb sync` and
-the sensor `dead_runs_sensor` call it).
+Run monitoring asks the run launcher whether a run's worker lives. The
+launcher of kb_assets/run_launcher.py answers from the worker's process id,
+so Dagster's run monitoring fails the runs of killed workers, applies the
+run retries, and frees their pool slots.
 """
 
 from __future__ import annotations
@@ -30,6 +33,11 @@ DAGSTER_YAML = """\
 telemetry:
   enabled: false
 
+# A launcher that can tell whether a local run worker lives (by its process id).
+run_launcher:
+  module: kb_assets.run_launcher
+  class: LocalRunLauncher
+
 concurrency:
   pools:
     # duckdb: one writer per DuckDB file. wiki: one git tree, one ingest at a time.
@@ -41,11 +49,14 @@ run_monitoring:
   start_timeout_seconds: 180
   cancel_timeout_seconds: 180
   max_runtime_seconds: 7200
-  poll_interval_seconds: 60
-  # Free the pool slots of a run that ended, so the next run can start. A run
-  # whose process was killed never ends: kb_resources/run_monitor.py does that.
-  free_slots_after_run_end_seconds: 60
+  # A dead worker holds its pool slot until this check: keep it short.
+  poll_interval_seconds: 30
+  # Free the pool slots of a run that ended, so the next run can start.
+  free_slots_after_run_end_seconds: 30
 
+# A run whose worker died, or that failed, runs once more. Jobs with GPU
+# stages (x_sync, captions) set dagster/max_retries to 0: they never retry by
+# themselves (kb_assets/jobs.py).
 run_retries:
   enabled: true
   max_retries: 1
@@ -128,7 +139,27 @@ def _update_storage(config: Path, wanted: str) -> None:
                 "and kb writes it again.", config)
 
 
+def ensure_on_load() -> None:
+    """Called when the code location loads. A Dagster process (dagster dev,
+    the daemon, a code server) sets DAGSTER_HOME; kb's own commands set it
+    to KB_HOME/dagster. Without DAGSTER_HOME (a test collection, a script)
+    nothing is written: the owner's home must not get a file by surprise."""
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        return
+    try:
+        config = Path(home) / "dagster.yaml"
+        if not config.exists():
+            Path(home).mkdir(parents=True, exist_ok=True)
+            write_atomic(config, dagster_yaml().encode())
+    except OSError as exc:
+        # The code location must still load; Dagster names the bad home itself.
+        import warnings
+
+        warnings.warn(f"kb could not write {home}/dagster.yaml: {exc}", stacklevel=2)
+
+
 if __name__ == "__main__":
-    # `python -m kb_resources.dagster_home`: the webserver and daemon
+    # `python -m kb_assets.instance_config`: the webserver and daemon
     # containers write dagster.yaml from the settings before they start.
     print(ensure_dagster_home())

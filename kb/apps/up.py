@@ -1,0 +1,302 @@
+"""`kb up`: the always-on system of kb on one machine.
+
+It runs these parts, each as its own process:
+- dagster-daemon: sensors (the inbox, the bot's requests, the wiki ingest),
+  schedules (the daily lint, the weekly synthesis), run queue, run
+  monitoring and run retries. Without it, an item that the bot queues waits
+  for ever;
+- dagster-webserver: the Dagster UI;
+- kb-bot: the Telegram bot, when TELEGRAM_BOT_TOKEN is set;
+- kb web: the search page.
+
+Every part uses the instance under KB_HOME, with kb's dagster.yaml (written
+before any part starts). It restarts a part that dies, with a growing wait,
+and it stops every part on Ctrl-C or SIGTERM. Dagster still does all the
+orchestration: kb up only keeps its processes alive.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import click
+
+from kb.settings import Settings, get_settings
+
+WORKSPACE_YAML = """\
+# Written by `kb up`: the code location that the daemon and the UI load.
+load_from:
+  - python_module:
+      module_name: kb_assets.definitions
+      location_name: kb
+"""
+# A daemon heartbeat younger than this means that a daemon runs for this home.
+HEARTBEAT_FRESH_S = 60
+# Written by kb up when it has stopped its daemon: the Unix time of the stop.
+STOPPED_MARKER = "kb-up-stopped-at"
+FIRST_WAIT_S, LONGEST_WAIT_S = 1.0, 60.0
+# A part that ran this long before it died counts as healthy: its wait starts again.
+HEALTHY_RUN_S = 60.0
+# This many deaths in a row, each after a short run: say so clearly.
+KEEPS_DYING = 5
+STOP_WAIT_S = 10.0  # SIGTERM first; SIGKILL after this. Within the 15 s promise.
+
+
+class UpError(click.ClickException):
+    """A cause that stops `kb up` before it starts any part."""
+
+
+@dataclass
+class Part:
+    name: str
+    argv: list[str]
+    where: str  # what the owner reads: an address, or what the part does
+    log: Path
+    process: subprocess.Popen | None = None
+    started_at: float = 0.0
+    wait_s: float = FIRST_WAIT_S
+    deaths_in_a_row: int = 0
+    restart_at: float | None = None
+    log_file: object = field(default=None, repr=False)
+
+    def start(self, env: dict[str, str]) -> None:
+        self.log_file = open(self.log, "ab", buffering=0)
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.log_file.write(f"\n--- kb up: start {self.name} at {stamp}\n".encode())
+        # Its own process group: Ctrl-C in the terminal reaches kb up only,
+        # and kb up stops each part with all of its children.
+        self.process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self.log_file,
+                                        stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.started_at = time.monotonic()
+        self.restart_at = None
+
+    def signal_group(self, sig: int) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def close_log(self) -> None:
+        if self.log_file is not None:
+            self.log_file.close()
+            self.log_file = None
+
+
+def _tool(name: str) -> str:
+    """A console script of this environment (dagster-daemon, dagster-webserver)."""
+    path = Path(sys.executable).parent / name
+    if not path.exists():
+        raise UpError(f"Cannot find {name} next to {sys.executable}. Install kb with its dependencies.")
+    return str(path)
+
+
+def check_writable(settings: Settings) -> None:
+    home = settings.home
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        probe = home / ".kb-up-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UpError(f"KB_HOME {home} is not writable: {exc.strerror or exc}. "
+                      "kb up needs it for the data, the Dagster home and the logs.") from exc
+
+
+def check_port(host: str, port: int, option: str) -> None:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        # As the servers bind: a port in TIME_WAIT is free for them.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            reason = "another program listens on it" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+            raise UpError(f"Port {port} on {host} ({option}) is not free: {reason}. "
+                          f"Stop that program, or give another port with {option}.") from exc
+
+
+def daemon_heartbeat(dagster_home: Path) -> datetime | None:
+    """The time of the newest daemon heartbeat in the instance, or None."""
+    if not (dagster_home / "dagster.yaml").exists():
+        return None
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        beats = instance.get_daemon_heartbeats()
+    if not beats:
+        return None
+    newest = max(beat.timestamp for beat in beats.values())
+    try:
+        stopped_at = float((dagster_home / STOPPED_MARKER).read_text().strip())
+    except (OSError, ValueError):
+        stopped_at = 0.0
+    if newest <= stopped_at:
+        return None  # the heartbeats of a daemon that kb up stopped
+    return datetime.fromtimestamp(newest, timezone.utc)
+
+
+def check_no_daemon(dagster_home: Path) -> None:
+    beat = daemon_heartbeat(dagster_home)
+    if beat is None:
+        return
+    age = (datetime.now(timezone.utc) - beat).total_seconds()
+    if age < HEARTBEAT_FRESH_S:
+        raise UpError(f"A Dagster daemon already runs for this KB_HOME: its last heartbeat in {dagster_home} "
+                      f"is {age:.0f} s old. Stop it first (or the `kb up` that runs it); two daemons would "
+                      "launch every run twice.")
+
+
+def plan_parts(settings: Settings, *, host: str, dagster_port: int, web_port: int, bot: bool,
+               web: bool, workspace: Path, logs: Path) -> tuple[list[Part], list[str]]:
+    """The parts to run, and lines about the parts that stay off."""
+    parts = [
+        Part("dagster-daemon", [_tool("dagster-daemon"), "run", "-w", str(workspace)],
+             "sensors, schedules, run queue, run monitoring", logs / "dagster-daemon.log"),
+        Part("dagster-webserver", [_tool("dagster-webserver"), "-h", host, "-p", str(dagster_port),
+                                   "-w", str(workspace)], f"http://{host}:{dagster_port}", logs / "dagster-webserver.log"),
+    ]
+    off = []
+    token = settings.telegram_bot_token
+    if bot and token is not None and token.get_secret_value():
+        parts.append(Part("kb-bot", [sys.executable, "-m", "telegram_bridge.bot"], "Telegram long polling",
+                          logs / "kb-bot.log"))
+    elif bot:
+        off.append("kb-bot             off: TELEGRAM_BOT_TOKEN is not set")
+    else:
+        off.append("kb-bot             off: --no-bot")
+    if web:
+        parts.append(Part("kb web", [sys.executable, "-m", "kb.apps.cli", "web", "--host", host, "--port",
+                                     str(web_port)], f"http://{host}:{web_port}", logs / "kb-web.log"))
+    else:
+        off.append("kb web             off: --no-web")
+    return parts, off
+
+
+def run_up(*, host: str = "127.0.0.1", dagster_port: int = 3000, web_port: int = 8765, bot: bool = True,
+           web: bool = True) -> int:
+    from kb_assets.instance_config import ensure_dagster_home
+
+    settings = get_settings()
+    # Every check comes before the first start: a bad input starts nothing.
+    check_writable(settings)
+    check_port(host, dagster_port, "--dagster-port")
+    if web:
+        if web_port == dagster_port:
+            raise UpError(f"--web-port and --dagster-port are both {web_port}. Give two ports.")
+        check_port(host, web_port, "--web-port")
+    dagster_home = settings.dagster_home
+    check_no_daemon(dagster_home)
+    try:
+        ensure_dagster_home(settings)
+        logs = settings.home / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        workspace = dagster_home / "workspace.yaml"
+        if not workspace.exists() or workspace.read_text() != WORKSPACE_YAML:
+            workspace.write_text(WORKSPACE_YAML)
+    except OSError as exc:
+        raise UpError(f"Cannot write in {settings.home}: {exc}") from exc
+    parts, off = plan_parts(settings, host=host, dagster_port=dagster_port, web_port=web_port, bot=bot,
+                            web=web, workspace=workspace, logs=logs)
+    env = {**os.environ, "KB_HOME": str(settings.home), "DAGSTER_HOME": str(dagster_home)}
+    return Supervisor(parts, off, env, dagster_home).run()
+
+
+class Supervisor:
+    def __init__(self, parts: list[Part], off: list[str], env: dict[str, str], dagster_home: Path):
+        self.parts, self.off, self.env, self.dagster_home = parts, off, env, dagster_home
+        self.stopping = False
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.stopping = True
+
+    def run(self) -> int:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            for part in self.parts:
+                try:
+                    part.start(self.env)
+                except OSError as exc:
+                    self.stop_all()
+                    raise UpError(f"Cannot start {part.name}: {exc}. Nothing runs now.") from exc
+                click.echo(f"{part.name:<18} {part.where}   (pid {part.process.pid}, log {part.log})")
+            for line in self.off:
+                click.echo(line)
+            click.echo("kb up: running. Stop with Ctrl-C.")
+            while not self.stopping:
+                self.watch()
+                time.sleep(0.2)
+        finally:
+            self.stop_all()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        click.echo("kb up: every part stopped.")
+        return 0
+
+    def watch(self) -> None:
+        now = time.monotonic()
+        for part in self.parts:
+            if part.restart_at is not None:
+                if now >= part.restart_at and not self.stopping:
+                    part.start(self.env)
+                    click.echo(f"kb up: {part.name} started again (pid {part.process.pid}).")
+                continue
+            code = part.process.poll()
+            if code is None:
+                continue
+            ran = now - part.started_at
+            if ran >= HEALTHY_RUN_S:
+                part.wait_s, part.deaths_in_a_row = FIRST_WAIT_S, 0
+            part.deaths_in_a_row += 1
+            click.echo(f"kb up: {part.name} stopped (exit {code}) after {ran:.0f} s. "
+                       f"It starts again in {part.wait_s:.0f} s. Log: {part.log}", err=True)
+            if part.deaths_in_a_row >= KEEPS_DYING:
+                click.echo(f"kb up: {part.name} keeps dying ({part.deaths_in_a_row} times in a row). "
+                           f"Read its log: {part.log}", err=True)
+            part.restart_at = now + part.wait_s
+            part.wait_s = min(part.wait_s * 2, LONGEST_WAIT_S)
+
+    def stop_all(self) -> None:
+        """SIGTERM to each part's process group; SIGKILL to what is left after STOP_WAIT_S."""
+        running = [p for p in self.parts if p.process is not None and p.process.poll() is None]
+        for part in running:
+            part.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_WAIT_S
+        for part in running:
+            try:
+                part.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for part in running:
+            # The group too: a child of a part (a run worker, a code server)
+            # must not outlive kb up.
+            try:
+                os.killpg(part.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            if part.process.poll() is None:
+                part.process.wait()
+        for part in self.parts:
+            part.close_log()
+        self.forget_heartbeats()
+
+    def forget_heartbeats(self) -> None:
+        """Our daemon has stopped: note the time, so that the next `kb up`
+        and `kb status` do not take its last heartbeats for a daemon that
+        still runs. A file, not a write to the instance: a stop must not
+        wait for a database lock."""
+        if any(p.process is not None and p.process.poll() is None for p in self.parts):
+            return
+        try:
+            (self.dagster_home / STOPPED_MARKER).write_text(f"{time.time()}\n")
+        except OSError as exc:
+            click.echo(f"kb up: could not note the stop in {self.dagster_home}: {exc}", err=True)

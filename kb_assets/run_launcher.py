@@ -1,0 +1,140 @@
+"""The run launcher of kb: Dagster's default launcher, plus a health check
+of local run workers by their process ids.
+
+Hard-won fact (tests/test_crash_safety.py): a run whose worker is killed
+(SIGKILL, power loss, the out-of-memory killer) stays STARTED for ever, and
+it keeps its slot in the pool `duckdb` or `wiki`. Every later run that needs
+that pool then waits for ever.
+
+Dagster's run monitoring finds such runs when the run launcher can check a
+worker's health; the default launcher cannot. This one can: every run
+worker on this machine writes its process id into the run's event log
+("Started process for run (pid: N)" for a launched run, "Executing steps in
+process (pid: N)" for the in-process executor), and a run that `kb sync`
+executes in its own process carries the tags kb/pid and kb/host. A run is
+dead when none of its processes lives. Then the daemon's run monitoring
+marks it failed, its run retries apply, and its pool slots are freed.
+
+Without a daemon (a plain `kb sync`), `fail_runs_of_dead_workers` asks the
+same launcher, so one health rule serves both cases.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import dagster as dg
+import psutil
+from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
+
+PID_TAG = "kb/pid"
+HOST_TAG = "kb/host"
+# psutil gives the start time of a process to about 10 ms; the run record's
+# create time comes from another clock read. Allow for both.
+CLOCK_SLACK_S = 2.0
+
+
+def this_process_tags() -> dict[str, str]:
+    """Tags for a run that executes in this process: they name the process,
+    so that a later health check can see whether it still lives."""
+    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+
+
+def process_alive(pid: int, recorded_at: float) -> bool:
+    """True when process `pid` lives and is the process that was recorded
+    at `recorded_at` (a Unix time).
+
+    A process id is used again after its process ends. A process that
+    started after its pid was recorded is another program, so the recorded
+    process is gone. A zombie (ended, not yet collected) is gone too."""
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return process.create_time() <= recorded_at + CLOCK_SLACK_S
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True  # a process of another user: it lives, and it may be the run's
+
+
+def run_pids(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dict[int, float]:
+    """Every process id recorded for the run, with the time it was recorded:
+    the kb/pid tag (at run creation) and the `pid` of each engine event."""
+    pids: dict[int, float] = {}
+    if run.tags.get(PID_TAG, "").isdigit():
+        record = instance.get_run_record_by_id(run.run_id)
+        created = record.create_timestamp.timestamp() if record else time.time()
+        pids[int(run.tags[PID_TAG])] = created
+    for entry in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
+        data = entry.dagster_event.event_specific_data if entry.dagster_event else None
+        metadata = getattr(data, "metadata", None) or {}
+        value = getattr(metadata.get("pid"), "value", None)  # TextMetadataValue("27955")
+        if isinstance(value, (int, str)) and str(value).isdigit():
+            pids.setdefault(int(value), entry.timestamp)
+    return pids
+
+
+class LocalRunLauncher(dg.DefaultRunLauncher):
+    """The default launcher (a run worker process per run, started by the
+    code server), with a health check of local run workers."""
+
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        return True
+
+    def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
+        if run.tags.get(HOST_TAG, socket.gethostname()) != socket.gethostname():
+            # A pid means something only on the machine that ran the process.
+            return CheckRunHealthResult(WorkerStatus.UNKNOWN, f"the run worker is on {run.tags[HOST_TAG]}")
+        pids = run_pids(self._instance, run)
+        if not pids:
+            # Not started yet: Dagster's start timeout covers it.
+            return CheckRunHealthResult(WorkerStatus.UNKNOWN, "the run names no worker process yet")
+        if any(process_alive(pid, recorded_at) for pid, recorded_at in pids.items()):
+            return CheckRunHealthResult(WorkerStatus.RUNNING)
+        listed = ", ".join(map(str, sorted(pids)))
+        return CheckRunHealthResult(
+            WorkerStatus.FAILED, f"the run worker (pid {listed}) is gone: it was killed or it crashed")
+
+
+def fail_runs_of_dead_workers(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
+    """What the daemon's run monitoring does, for a `kb` command that runs
+    with no daemon: ask the run launcher about every started run, mark the
+    runs of dead workers failed (run retries then apply as usual), and free
+    the pool slots that they and ended runs still hold. Returns the runs
+    that it marked failed."""
+    launcher = instance.run_launcher
+    if not launcher.supports_check_run_worker_health:
+        return []
+    failed = []
+    for record in instance.get_run_records(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])):
+        run = record.dagster_run
+        health = launcher.check_run_worker_health(run)
+        if health.status != WorkerStatus.FAILED:
+            continue
+        # The words of Dagster's run monitoring, so that both paths read alike.
+        instance.report_run_failed(run, f"Detected run worker status {health}. Marking run {run.run_id} as failed.")
+        failed.append(run)
+    free_slots_of_ended_runs(instance)
+    return failed
+
+
+def free_slots_of_ended_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Free the pool slots of runs that ended, as the daemon does after
+    free_slots_after_run_end_seconds. A `kb` command does it at once: no
+    run of this instance can use a slot of a run that ended."""
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return []
+    holders = list(storage.get_concurrency_run_ids())
+    if not holders:
+        return []
+    ended = [record.dagster_run.run_id for record in instance.get_run_records(filters=dg.RunsFilter(
+        run_ids=holders, statuses=[dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE,
+                                   dg.DagsterRunStatus.CANCELED]))]
+    for run_id in ended:
+        storage.free_concurrency_slots_for_run(run_id)
+    return ended

@@ -1,0 +1,212 @@
+"""`kb up`: the always-on system. One end-to-end test through the real
+daemon, webserver, bot and search page (loopback Bot API and Messages API),
+and the bad inputs that must start nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import dagster as dg
+import psutil
+import pytest
+
+from tests.fake_anthropic import FakeAnthropic, bash, report, text, tool_use, write
+from tests.fake_telegram import FakeTelegram, message_update, text_fields
+
+BOT_TOKEN = "123456:TEST-SECRET-up-bot-token"
+AGENT_TOKEN = "sk-TEST-SECRET-up-agent-0001"
+OWNER = 111
+WAIT_S = 400  # the daemon's first ticks and each run worker's imports, on two busy cores
+NOTE_A = "Write-ahead logging makes a database crash safe: the log record comes before the page write."
+NOTE_B = "Leases let a leader serve reads without a quorum round, as long as the clocks stay close."
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Up:
+    """`kb up` as the owner starts it: its own process, its output read line by line."""
+
+    def __init__(self, env: dict[str, str], *args: str):
+        self.lines: list[str] = []
+        self.process = subprocess.Popen([sys.executable, "-m", "kb.apps.cli", "up", *args], env=env,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for_line(self, part: str) -> None:
+        wait_until(lambda: any(part in line for line in self.lines), f"the line {part!r}", self)
+
+    def pids(self) -> list[int]:
+        return [int(line.split("(pid ")[1].split(",")[0]) for line in self.lines if "(pid " in line]
+
+    def stop(self) -> float:
+        """SIGTERM, as systemd sends it; returns the seconds to stop."""
+        started = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=30)
+        return time.monotonic() - started
+
+
+def wait_until(ready, what: str, up: Up | None = None) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not ready():
+        if up is not None and up.process.poll() is not None:
+            pytest.fail(f"kb up ended (exit {up.process.returncode}) before {what}:\n{up.output()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {WAIT_S} s:\n{up.output() if up else ''}")
+        time.sleep(0.5)
+
+
+def waiting_for_the_agent(instance: dg.DagsterInstance, item: str) -> bool:
+    """The wiki stage observed the item as `waiting` (no agent endpoint), after
+    the gate accepted it: the state that `kb status` and /status show."""
+    records = instance.fetch_observations(dg.AssetKey("wiki_pages"), limit=20).records
+    return any(item in (r.partition_key or "") and r.asset_observation.metadata["state"].value == "waiting"
+               for r in records)
+
+
+def ingest_turns(slug: str) -> list:
+    """A good ingest: read, write the source page, one commit, report."""
+    return [
+        [tool_use("Read", file_path="index.md"), tool_use("Read", file_path="log.md")],
+        [write(f"wiki/sources/{slug}.md", f"---\ntype: source\ntitle: {slug}\n---\n# {slug}\n"),
+         tool_use("Edit", file_path="index.md", old_string="## Sources\n", new_string=f"## Sources\n- [[sources/{slug}]]\n"),
+         tool_use("Edit", file_path="log.md", old_string="newest last.\n",
+                  new_string=f"newest last.\n\n## ingest {slug}\n"),
+         bash("git add wiki index.md log.md"),
+         bash(f'git commit -m "ingest: {slug}"')],
+        [report(status="done", pages_created=[f"wiki/sources/{slug}.md"], pages_updated=["index.md", "log.md"],
+                log_entry=f"## ingest {slug}", summary="One source page.", warnings=[])],
+        [text("Done.")],
+    ]
+
+
+@pytest.mark.timeout(900)  # two kb up starts, each with a daemon, a code server and run workers
+def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
+    """Empty KB_HOME, no keys. A message through the Bot API is queued,
+    parsed, accepted (no gate key: default accept) and waits for the wiki
+    agent. With a Messages API, after a restart, the next message is
+    ingested and the owner gets "done". The test calls no kb function."""
+    agent_home = tmp_path / "agent-home"
+    (agent_home / ".claude").mkdir(parents=True)
+    telegram = FakeTelegram(BOT_TOKEN).start()
+    dagster_port, web_port = free_port(), free_port()
+    env = {**os.environ, "TELEGRAM_BOT_TOKEN": BOT_TOKEN, "TELEGRAM_API_BASE": telegram.base_url,
+           "ALLOWED_USER_IDS": str(OWNER), "KB_EMBED_BACKEND": "hash", "HOME": str(agent_home),
+           "CLAUDE_CONFIG_DIR": str(agent_home / ".claude"), "ANTHROPIC_AUTH_TOKEN": AGENT_TOKEN,
+           "KB_AGENT_TIMEOUT_S": "120"}
+    ports = ["--dagster-port", str(dagster_port), "--web-port", str(web_port)]
+    up = Up(env, *ports)
+    try:
+        up.wait_for_line("kb up: running")
+        for part, where in (("dagster-daemon", "sensors"), ("dagster-webserver", f"http://127.0.0.1:{dagster_port}"),
+                            ("kb-bot", "Telegram"), ("kb web", f"http://127.0.0.1:{web_port}")):
+            assert any(line.startswith(part) and where in line for line in up.lines), up.output()
+        logs = kb_home / "logs"
+        assert {p.name for p in logs.iterdir()} >= {"dagster-daemon.log", "dagster-webserver.log", "kb-bot.log",
+                                                   "kb-web.log"}
+        # kb up wrote dagster.yaml before it started the daemon: the daemon has the pools.
+        assert "default_limit: 1" in (kb_home / "dagster" / "dagster.yaml").read_text()
+
+        telegram.push(message_update(telegram.next_update_id(), 1, OWNER, **text_fields(NOTE_A)))
+        wait_until(lambda: any(r.startswith("queued for processing") for r in telegram.replies_to(1)),
+                   "the 'queued' reply", up)
+        item_a = telegram.replies_to(1)[0].split("(id ")[1].rstrip(")")
+        instance = dg.DagsterInstance.from_config(str(kb_home / "dagster"))
+        wait_until(lambda: waiting_for_the_agent(instance, item_a), "the item waiting for the wiki agent", up)
+        assert instance.get_daemon_heartbeats()  # the daemon of kb up
+
+        # A second kb up for the same KB_HOME starts nothing.
+        second = subprocess.run([sys.executable, "-m", "kb.apps.cli", "up", "--dagster-port", str(free_port()),
+                                 "--web-port", str(free_port())], env=env, capture_output=True, text=True,
+                                timeout=120)
+        assert second.returncode == 1
+        assert "A Dagster daemon already runs for this KB_HOME" in second.stderr
+        assert "kb up: running" not in second.stdout
+
+        # Ctrl-C or SIGTERM stops every part, and their children, in time.
+        pids = up.pids()
+        assert up.stop() < 15 and up.process.returncode == 0
+        assert "kb up: every part stopped." in up.output()
+        assert not [pid for pid in pids if psutil.pid_exists(pid) and
+                    psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    finally:
+        if up.process.poll() is None:
+            up.process.kill()
+            up.process.wait()
+
+    with FakeAnthropic(turns=ingest_turns("leases")) as agent:
+        up = Up({**env, "ANTHROPIC_BASE_URL": agent.base_url}, *ports)
+        try:
+            up.wait_for_line("kb up: running")
+            telegram.push(message_update(telegram.next_update_id(), 2, OWNER, **text_fields(NOTE_B)))
+            wait_until(lambda: any(r.startswith("done: ") for r in telegram.replies_to(2)), "the 'done' reply", up)
+        finally:
+            up.stop()
+            telegram.stop()
+    wiki = kb_home / "wiki"
+    log = subprocess.run(["git", "log", "--format=%s"], cwd=wiki, capture_output=True, text=True).stdout
+    assert log.splitlines()[0] == "ingest: leases"
+    # Secrets never reach a log.
+    for path in (kb_home / "logs").iterdir():
+        content = path.read_text(errors="replace")
+        assert "TEST-SECRET" not in content, path
+
+
+def test_kb_up_with_bad_input_starts_nothing(kb_home, tmp_path, monkeypatch):
+    from kb.apps.cli import main
+    import click
+
+    def up(*args: str) -> str:
+        with pytest.raises(click.ClickException) as error:
+            main(["up", *args], prog_name="kb", standalone_mode=False)
+        return error.value.message
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        message = up("--dagster-port", str(port))
+        assert message.startswith(f"Port {port} on 127.0.0.1 (--dagster-port) is not free")
+        assert up("--dagster-port", str(free_port()), "--web-port", str(port)).startswith(
+            f"Port {port} on 127.0.0.1 (--web-port) is not free")
+    assert not (kb_home / "logs").exists()  # nothing started, nothing half made
+
+    # kb status tells whether a daemon runs, from its heartbeat in the instance.
+    from click.testing import CliRunner
+    from dagster._daemon.types import DaemonHeartbeat
+    from kb_assets.instance_config import ensure_dagster_home
+
+    status = json.loads(CliRunner().invoke(main, ["status", "--json"]).output)
+    assert status["daemon"] == {"running": False, "last_heartbeat": None}
+    instance = dg.DagsterInstance.from_config(str(ensure_dagster_home()))
+    instance.add_daemon_heartbeat(DaemonHeartbeat(time.time(), "SENSOR", "a-daemon-of-another-kb-up", errors=[]))
+    status = json.loads(CliRunner().invoke(main, ["status", "--json"]).output)
+    assert status["daemon"]["running"] is True and status["daemon"]["last_heartbeat"]
+    message = up("--dagster-port", str(free_port()), "--web-port", str(free_port()))
+    assert message.startswith("A Dagster daemon already runs for this KB_HOME")
+    assert not (kb_home / "logs").exists()
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("KB_HOME", str(blocker / "kb"))
+    message = up("--dagster-port", str(free_port()), "--web-port", str(free_port()))
+    assert message.startswith(f"KB_HOME {blocker / 'kb'} is not writable")
