@@ -12,6 +12,17 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 @pytest.fixture(autouse=True)
+def restore_environ():
+    """Every test ends with the environment it began with. Building a
+    resource exports a secret from the settings file to the environment
+    (kb_resources/client_resource.py), so one test's key must not reach the next."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
 def kb_home(tmp_path, monkeypatch):
     home = tmp_path / "kb_home"
     home.mkdir()
