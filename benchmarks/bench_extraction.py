@@ -410,7 +410,8 @@ def dev_extractors() -> dict[str, Callable[[bytes, str], str]]:
     }
 
 
-def evaluate_dev(dev, limit: int | None = None) -> dict[str, dict]:
+def evaluate_dev(dev, limit: int | None = None) -> tuple[dict[str, dict], dict[str, dict[str, str]]]:
+    """(scores and times of each extractor, its text of each page)."""
     extractors = dev_extractors()
     keys = list(dev.SNIPPETS)[:limit]
     predictions = {name: {} for name in extractors}
@@ -432,7 +433,7 @@ def evaluate_dev(dev, limit: int | None = None) -> dict[str, dict]:
                                   "ms_per_page_p95": 1000 * percentile(seconds[name], 95),
                                   "cpu_ms_per_page_p50": 1000 * statistics.median(cpu_seconds[name]),
                                   "cpu_ms_per_page_p95": 1000 * percentile(cpu_seconds[name], 95)}
-    return results
+    return results, predictions
 
 
 def snippet_counts(dev, key: str, text: str) -> tuple[int, int, int]:
@@ -470,20 +471,12 @@ def trafilatura_fragments(dev, keys: list[str]) -> dict[str, dict[str, str]]:
     """trafilatura's fragment of each page for each mode, as extract_html makes
     them, kept so that every point of the grid is scored without running
     trafilatura again."""
-    import trafilatura
-
-    from kb_assets.extract import _TRAFILATURA_MODES, _body_fragment
-
-    import lxml.html
+    from kb_assets.extract import trafilatura_fragment
 
     fragments = {}
     for key in keys:
         page, url = dev.html_of(key), dev.SNIPPETS[key]["url"].strip()
-        fragments[key] = {}
-        for mode, options in _TRAFILATURA_MODES.items():
-            out = trafilatura.extract(page, url=url, output_format="html", include_comments=False,
-                                      include_links=True, include_images=False, include_tables=True, **options)
-            fragments[key][mode] = _body_fragment(lxml.html.document_fromstring(out)) if out else ""
+        fragments[key] = {mode: trafilatura_fragment(page, url, mode) for mode in ("default", "precision", "recall")}
     return fragments
 
 
@@ -583,7 +576,8 @@ def main() -> int:
         print(f"{exc}. The development set lives in ../shared/eval/extraction next to the repository; "
               "give --dev-set or set KB_SHARED_DIR.", file=sys.stderr)
         return 2
-    out: dict = {"dev": evaluate_dev(dev, args.limit)}
+    out: dict = {}
+    out["dev"], predictions = evaluate_dev(dev, args.limit)
     if not args.json:
         print_dev(out["dev"])
     if not args.no_synthetic:
@@ -601,15 +595,10 @@ def main() -> int:
                 print()
                 print_synthetic(pages, args.seed, out["synthetic"])
     if args.cv:
-        import trafilatura
-
-        keys = list(dev.SNIPPETS)
-        baselines = {
-            "trafilatura default": {k: trafilatura.extract(dev.html_of(k), url=dev.SNIPPETS[k]["url"].strip()) or ""
-                                    for k in keys},
-            "trafilatura precision": {k: trafilatura.extract(dev.html_of(k), url=dev.SNIPPETS[k]["url"].strip(),
-                                                             favor_precision=True) or "" for k in keys},
-        }
+        if args.limit:
+            print("--cv needs the whole development set: leave out --limit.", file=sys.stderr)
+            return 2
+        baselines = {name: predictions[name] for name in ("trafilatura default", "trafilatura precision")}
         out["cv"] = cross_validate(dev, baselines)
         if not args.json:
             print()
