@@ -196,23 +196,21 @@ def _decoded(data: bytes, charset: str) -> str:
 
 
 def extract_html(html: str | bytes, url: str) -> tuple[str, str | None]:
-    """(Markdown text, title) of an HTML page, by trafilatura."""
-    import trafilatura
+    """(Markdown text, title) of an HTML page, by the same extraction as the
+    documents stage (kb_assets.extract.extract_html): one path for both
+    inflows, measured by benchmarks/bench_extraction.py."""
+    from kb_assets.extract import extract_html as extract_main_content
+    from kb_assets.extract import html_to_text
 
     try:
-        text = trafilatura.extract(
-            html, url=url, output_format="markdown", include_comments=False,
-            include_tables=True, include_links=False, favor_recall=True,
-        ) or ""
-        metadata = trafilatura.extract_metadata(html, default_url=url)
+        extracted = extract_main_content(html, url)
     except (ValueError, RecursionError) as exc:  # lxml on broken or very deep trees
         raise PermanentParseError(f"{url}: the HTML cannot be parsed ({type(exc).__name__})") from None
-    title = metadata.title if metadata and metadata.title else None
-    return text.strip(), title
+    return html_to_text(extracted.text_html, markdown=True).strip(), extracted.title
 
 
 def parse_web(url: str, *, timeout_s: float = 30.0, render: Callable[[str], str] | None = None) -> ParsedSource:
-    """Fetch with httpx and extract with trafilatura. Pages that need
+    """Fetch with httpx and extract as the documents stage does. Pages that need
     JavaScript (too little text without it, or a wall against scripts) are
     rendered by `render` (the browser) and extracted again."""
     page = fetch_page(url, timeout_s=timeout_s)

@@ -304,7 +304,9 @@ def test_article_page_keeps_main_content_as_html(fetched):
         assert paragraph in d["text"]
     assert "All rights reserved" not in d["text"] and "Topics" not in d["text"]
     assert f'href="{web.base}/data/ice.csv"' in d["html"]
-    assert f'src="{web.base}/img/ice.jpg"' in d["html"]
+    # Images are not extracted (issue 15): the option brought captions and
+    # photo credits into the text.
+    assert "<img" not in d["html"]
     assert d["title"] == "Glaciers retreat"
     assert d["word_count"] == len(d["text"].split()) >= 60
     assert d["attempts"] == 1

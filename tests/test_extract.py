@@ -8,14 +8,17 @@ import pytest
 from kb_assets.enrich.documents import kind_of_content
 from kb.extract import (
     THIN_WORDS,
+    clean_fragment,
     extract_file,
     extracted_from_text,
     extract_html,
     extract_pdf,
     html_to_text,
     looks_blocked,
+    main_content,
     rewrite_arxiv,
 )
+from tests.shared_data import shared_path
 
 BODY = [
     "The river town kept its old stone bridge for four hundred years, and the people who crossed it every "
@@ -87,12 +90,85 @@ def test_extract_html_keeps_the_article_and_drops_the_boilerplate():
     assert not result.thin
 
 
-def test_extract_html_keeps_links_and_images_as_absolute_addresses():
+def test_extract_html_keeps_links_as_absolute_addresses_and_leaves_images_out():
     result = extract_html(article_page(), "https://news.example/2024/bridge")
     assert 'href="https://news.example/history/bridge"' in result.text_html
-    assert 'src="https://news.example/images/bridge.jpg"' in result.text_html
+    # Images are not extracted: the option brought captions and photo credits.
+    assert "<img" not in result.text_html and "bridge in winter" not in result.text
     # The markup stays in the HTML only: the text has the link's words.
     assert "full history" in result.text and "href" not in result.text
+
+
+def boilerplate_page() -> str:
+    """An article with the boilerplate that trafilatura keeps inside it."""
+    return f"""<!doctype html><html><head><title>The Old Bridge | River Town News</title></head><body>
+<main><article>
+<h1>The old bridge</h1>
+<p>{BODY[0]}</p>
+<p>Read also: <a href="/2024/ferry">The ferry that crossed the river before the bridge was built</a></p>
+<p>{BODY[1]} The <a href="/history/bridge">full history</a> of the bridge is in the town archive.</p>
+<p>Photo: Jane Doe © River Town News 2024</p>
+<p>{BODY[2]}</p>
+</article></main></body></html>"""
+
+
+def test_extract_html_drops_link_blocks_and_credit_lines_but_keeps_links_in_prose():
+    result = extract_html(boilerplate_page(), "https://news.example/2024/bridge")
+    for paragraph in BODY:
+        assert paragraph in result.text
+    assert "The full history of the bridge is in the town archive." in result.text
+    assert 'href="https://news.example/history/bridge"' in result.text_html
+    assert "Read also" not in result.text and "ferry" not in result.text_html
+    assert "Jane Doe" not in result.text and "©" not in result.text
+    # No address reaches the text that the chunker reads.
+    assert "http" not in result.text and "news.example" not in result.text
+
+
+def test_clean_fragment_keeps_prose_and_drops_what_only_points_elsewhere():
+    fragment = (
+        "<article><h2>How the arches carry the load</h2>"
+        f"<p>{BODY[0]} See <a href='https://a.example/arch'>the survey</a> for the figures.</p>"
+        "<ul><li>Stone arches carry weight by compression.</li>"
+        "<li><a href='https://a.example/x'>Council votes on parking fees</a></li></ul>"
+        "<pre><a href='https://a.example/code'>a link in code</a> stays</pre>"
+        "<h3>Related articles</h3></article>"
+    )
+    text = html_to_text(clean_fragment(fragment))
+    assert text == (f"How the arches carry the load\n\n{BODY[0]} See the survey for the figures.\n\n"
+                    "Stone arches carry weight by compression.\n\na link in code stays")
+    assert clean_fragment("") == "" and clean_fragment("   ") == ""
+
+
+def fragment(paragraphs: list[str]) -> str:
+    return "<article>" + "".join(f"<p>{p}</p>" for p in paragraphs) + "</article>"
+
+
+def test_main_content_takes_the_precision_result_only_when_it_keeps_nearly_all_the_text():
+    boilerplate = "Subscribe to our newsletter for the best stories of the week."
+    long_body = BODY * 8  # the boilerplate is less than 2% of the default result
+    runs = {"default": fragment(long_body + [boilerplate]), "precision": fragment(long_body), "recall": ""}
+    assert boilerplate not in html_to_text(main_content(runs.__getitem__))
+    # When favor_precision cuts the body, the default result is kept whole.
+    runs["precision"] = fragment(long_body[:4])
+    text = html_to_text(main_content(runs.__getitem__))
+    assert boilerplate in text and text.count(BODY[0]) == 8
+
+
+def test_main_content_reads_a_thin_result_again_with_favor_recall():
+    runs = {"default": fragment(["Only a teaser."]), "precision": "", "recall": fragment(BODY)}
+    assert html_to_text(main_content(runs.__getitem__)) == "\n\n".join(BODY)
+    # A long enough result is not read again.
+    runs["default"] = fragment(BODY)
+    runs["recall"] = fragment(BODY + ["Comments: 12. Log in to reply."])
+    assert "Comments" not in html_to_text(main_content(runs.__getitem__))
+
+
+def test_html_to_text_as_markdown_marks_headings_items_and_code():
+    html = ("<article><h2>Title</h2><p>Text with <a href='https://x.example'>a link</a>.</p>"
+            "<ul><li>one</li><li><p>two</p></li></ul><pre>x = 1\ny = 2</pre><h3></h3><p>end</p></article>")
+    assert html_to_text(html, markdown=True) == (
+        "## Title\n\nText with a link.\n\n- one\n\n- two\n\n```\nx = 1\ny = 2\n```\n\nend"
+    )
 
 
 def test_a_short_page_is_thin():
@@ -120,6 +196,27 @@ def test_content_state_text_becomes_escaped_html_one_paragraph_per_line():
     )
     assert result.text == "First block <script>x</script>\n\nSecond block\n\nThird"
     assert (result.title, result.word_count, result.thin) == ("Title", 6, True)
+
+
+# --- real pages: the development set ------------------------------------------
+
+def test_on_real_pages_kb_scores_at_least_as_well_as_trafilatura_alone():
+    """A quarter of the development set (every 4th page): kb's extraction
+    against trafilatura with its default options and with favor_precision,
+    by the set's own snippet measure (issue 15)."""
+    import trafilatura
+
+    from benchmarks.bench_extraction import load_dev_set, snippet_scores
+
+    dev = load_dev_set(shared_path("eval", "extraction"))
+    keys = list(dev.SNIPPETS)[::4]
+    pages = {key: (dev.html_of(key), dev.SNIPPETS[key]["url"].strip()) for key in keys}
+    kb = snippet_scores(dev, {k: extract_html(h, u).text for k, (h, u) in pages.items()}, keys)
+    default = snippet_scores(dev, {k: trafilatura.extract(h, url=u) or "" for k, (h, u) in pages.items()}, keys)
+    precise = snippet_scores(
+        dev, {k: trafilatura.extract(h, url=u, favor_precision=True) or "" for k, (h, u) in pages.items()}, keys)
+    assert kb["f1"] >= default["f1"] and kb["f1"] >= precise["f1"], (kb, default, precise)
+    assert kb["precision"] >= default["precision"], (kb, default)
 
 
 # --- PDF -----------------------------------------------------------------------------

@@ -85,6 +85,26 @@ def test_web_article_is_extracted_without_navigation(site):
     check_length("web", parsed, "the article")  # no error: long enough
 
 
+def test_web_page_is_read_as_the_documents_stage_reads_it():
+    """One extraction path for both inflows (issue 15): the Telegram body is
+    the Markdown of what the documents stage extracts from the same page,
+    without its link blocks and without link addresses."""
+    from kb_assets.extract import extract_html, html_to_text
+
+    html = ("<!DOCTYPE html><html><head><title>WAL</title></head><body><article><h1>Write-ahead logging</h1>"
+            f"<p>{PARAGRAPHS[0]}</p><p>Read also: <a href='/other'>How B-trees split their pages on insert</a></p>"
+            f"<h2>Recovery</h2><p>{PARAGRAPHS[1]} See <a href='/replay'>the replay</a>.</p>"
+            f"<ul><li>{PARAGRAPHS[2]}</li></ul></article></body></html>")
+    with LoopbackSite({"/wal": page(html)}) as server:
+        parsed = parse_web(server.url("/wal"), timeout_s=10)
+        expected = html_to_text(extract_html(html, server.url("/wal")).text_html, markdown=True)
+    assert parsed.body == expected
+    assert parsed.body.startswith("# Write-ahead logging\n\n")
+    assert f"## Recovery\n\n{PARAGRAPHS[1]} See the replay." in parsed.body
+    assert f"- {PARAGRAPHS[2]}" in parsed.body
+    assert "Read also" not in parsed.body and "http" not in parsed.body
+
+
 def test_web_404_and_410_are_permanent(site):
     with pytest.raises(PermanentParseError, match=r"/nowhere: HTTP 404"):
         parse_web(site.url("/nowhere"), timeout_s=10)
