@@ -140,7 +140,7 @@ TABLES["documents"] = """
         kind        VARCHAR NOT NULL,      -- link, article, pdf (video: transcripts)
         source      VARCHAR NOT NULL,      -- content_state, browser, file
         title       VARCHAR,
-        html        VARCHAR,               -- the main content as HTML: links and images kept
+        html        VARCHAR,               -- the main content as HTML: links kept, images left out
         text        VARCHAR,               -- html_to_text(html): what the chunker reads
         word_count  INTEGER NOT NULL,
         status      VARCHAR NOT NULL,      -- ok, failed

@@ -229,7 +229,7 @@ class ChunkIndex(BaseModel):
         """The open table, or None when it does not exist yet. A read on a
         missing index creates no folder: lancedb.connect() would make one,
         and an empty search once left ~/kb/lancedb behind."""
-        if self._db is None and not self.db_path().is_dir():
+        if self._db is None and not self.remote and not Path(self.path).is_dir():
             return None
         try:
             return self._connect().open_table(name)

@@ -182,7 +182,7 @@ def search(
     response = SearchResponse(query=query, mode=mode, hits=[], limit=limit, filters=filters,
                               model=meta.get("model"), last_sync=meta.get("last_sync"))
     if table is None:
-        response.note = empty_index_note(index.db_path())
+        response.note = empty_index_note(index.path)
         response.took_ms = _ms(started)
         return response
 

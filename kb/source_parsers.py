@@ -197,10 +197,10 @@ def _decoded(data: bytes, charset: str) -> str:
 
 def extract_html(html: str | bytes, url: str) -> tuple[str, str | None]:
     """(Markdown text, title) of an HTML page, by the same extraction as the
-    documents stage (kb_assets.extract.extract_html): one path for both
+    documents stage (kb.extract.extract_html): one path for both
     inflows, measured by benchmarks/bench_extraction.py."""
-    from kb_assets.extract import extract_html as extract_main_content
-    from kb_assets.extract import html_to_text
+    from kb.extract import extract_html as extract_main_content
+    from kb.extract import html_to_text
 
     try:
         extracted = extract_main_content(html, url)

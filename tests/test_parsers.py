@@ -89,7 +89,7 @@ def test_web_page_is_read_as_the_documents_stage_reads_it():
     """One extraction path for both inflows (issue 15): the Telegram body is
     the Markdown of what the documents stage extracts from the same page,
     without its link blocks and without link addresses."""
-    from kb_assets.extract import extract_html, html_to_text
+    from kb.extract import extract_html, html_to_text
 
     html = ("<!DOCTYPE html><html><head><title>WAL</title></head><body><article><h1>Write-ahead logging</h1>"
             f"<p>{PARAGRAPHS[0]}</p><p>Read also: <a href='/other'>How B-trees split their pages on insert</a></p>"

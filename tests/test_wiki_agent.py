@@ -453,13 +453,16 @@ def test_without_an_endpoint_sources_wait_and_the_sensor_picks_them_up(wiki, mon
         assert not instance.fetch_materializations(dg.AssetKey("wiki_pages"), limit=5).records
         assert_unchanged(before, root)  # nothing written, nothing lost
 
-        skipped = wiki_waiting_sensor(dg.build_sensor_context(instance=instance))
+        def agent():  # built after each change of the settings, as Definitions would build it
+            return {"wiki_agent": WikiAgentResource.from_settings()}
+
+        skipped = wiki_waiting_sensor(dg.build_sensor_context(instance=instance, resources=agent()))
         assert isinstance(skipped, dg.SkipReason)
         monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-        context = dg.build_sensor_context(instance=instance)
+        context = dg.build_sensor_context(instance=instance, resources=agent())
         requests = wiki_waiting_sensor(context)
         assert [r.partition_key for r in requests] == ["src1"]
-        assert wiki_waiting_sensor(dg.build_sensor_context(instance=instance, cursor=context.cursor)).__class__ \
+        assert wiki_waiting_sensor(dg.build_sensor_context(instance=instance, cursor=context.cursor, resources=agent())).__class__ \
             is dg.SkipReason
 
 

@@ -128,7 +128,7 @@ def api_search(request: Request) -> KbJSON:
     mode = _param(request, "mode") or "hybrid"
     if index is None:
         return KbJSON({"query": query or "", "mode": mode, "hits": [], "last_sync": None,
-                       "note": empty_index_note(request.app.state.index.db_path())})
+                       "note": empty_index_note(request.app.state.index.path)})
     sources = bookmark_sources(source_list(_param(request, "source")), lambda: _source_kinds(request))
     if query is None or sources == []:
         return KbJSON({"query": query or "", "mode": mode, "hits": [], "last_sync": index.last_sync()})
