@@ -587,10 +587,11 @@ def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_p
     instance = h.instance()
     item = h.add_item("text", 7, text="Write-ahead logging makes a database crash safe: the log comes first.")
     instance.add_dynamic_partitions("sources", [item.id])
-    job = h.intake_job()
-
     def run_item() -> None:  # what a run worker of the daemon does for the item
-        job.execute_in_process(partition_key=item.id, instance=dg.DagsterInstance.get(), raise_on_error=False)
+        # The job is built here, in the worker: its resources take the
+        # settings of this moment (each step below points the gate or the
+        # agent at another loopback server).
+        h.intake_job().execute_in_process(partition_key=item.id, instance=dg.DagsterInstance.get(), raise_on_error=False)
 
     def check_workers() -> int:
         """What the daemon's run monitoring does: ask kb's run launcher."""
@@ -657,7 +658,7 @@ def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_p
         monkeypatch.setenv("ANTHROPIC_BASE_URL", agent.base_url)
         with FakeOpenAIChat(chat('{"score": 80, "topics": ["databases"], "reason": "solid"}')) as gate:
             monkeypatch.setenv("KB_GATE_BASE_URL", gate.base_url)
-            result = job.execute_in_process(partition_key=item.id, instance=instance, raise_on_error=False)
+            result = h.intake_job().execute_in_process(partition_key=item.id, instance=instance, raise_on_error=False)
     assert result.success
     assert git(wiki_root, "log", "--format=%s") == f"ingest: {slug}\ninit: wiki"  # one clean commit further
     assert git(wiki_root, "rev-list", "--max-parents=0", "HEAD") == init

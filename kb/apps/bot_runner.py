@@ -20,3 +20,8 @@ def dagster_reader(settings: Settings) -> StateReader:
 def main() -> int:
     settings = get_settings()
     return serve(settings, dagster_reader(settings))
+
+
+if __name__ == "__main__":
+    # `kb up` starts the bot as `python -m kb.apps.bot_runner`.
+    raise SystemExit(main())

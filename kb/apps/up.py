@@ -168,7 +168,7 @@ def plan_parts(settings: Settings, *, host: str, dagster_port: int, web_port: in
     off = []
     token = settings.telegram_bot_token
     if bot and token is not None and token.get_secret_value():
-        parts.append(Part("kb-bot", [sys.executable, "-m", "telegram_bridge.bot"], "Telegram long polling",
+        parts.append(Part("kb-bot", [sys.executable, "-m", "kb.apps.bot_runner"], "Telegram long polling",
                           logs / "kb-bot.log"))
     elif bot:
         off.append("kb-bot             off: TELEGRAM_BOT_TOKEN is not set")
