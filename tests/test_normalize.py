@@ -14,8 +14,8 @@ import dagster as dg
 import duckdb
 import pytest
 
+from kb.queries import BOOKMARK_ORDER_SQL
 from kb_assets.x.bookmarks import (
-    BOOKMARK_ORDER_SQL,
     bookmarks_missing_author_or_sort_index,
     duplicate_keys,
     links_not_normalized,

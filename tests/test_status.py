@@ -27,3 +27,16 @@ def test_status_counts_documents_fetched_thin_and_failed_by_reason():
     report = {"kb_home": str(settings.home), "settings_file": None, "settings_file_note": "none",
               "capture": _capture_counts(settings), "normalized": normalized, "index": {}, "services": {}}
     assert "  documents   3 fetched, 2 thin, 3 failed (http_404 2, timeout 1)" in format_status(report).splitlines()
+
+
+def test_every_readiness_check_runs_without_a_programming_error():
+    """`kb status` catches each check's exception so one broken service does
+    not hide the others. That must not hide a bug in the check itself: a
+    NameError once showed as the embedder's "detail"."""
+    from kb.apps.status import collect_status
+
+    services = collect_status()["services"]
+    bugs = {name: s["detail"] for name, s in services.items()
+            if str(s["detail"]).startswith(("NameError", "TypeError", "AttributeError", "KeyError", "ImportError"))}
+    assert not bugs, bugs
+    assert "local model" in services["embedder"]["detail"]

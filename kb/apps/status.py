@@ -100,7 +100,7 @@ def _index_counts() -> dict:
         return {"state": f"unreadable: {exc}"}
 
 
-def _embedder_readiness() -> tuple[bool, str]:
+def _embedder_readiness(settings: Settings) -> tuple[bool, str]:
     """Ollama and its model, and the local model, in one line."""
     from kb.embedder import Embedder
 
@@ -123,7 +123,7 @@ def _services(settings: Settings) -> dict:
     checks = {
         # Browser.readiness() covers the X login state too, and never shows its content.
         "browser": Browser.from_settings(settings).readiness,
-        "embedder": _embedder_readiness,
+        "embedder": lambda: _embedder_readiness(settings),
         "captions": Captioner.from_settings(settings).readiness,
         "transcripts": Transcriber.from_settings(settings).readiness,
         "translation": Translator.from_settings(settings).readiness,

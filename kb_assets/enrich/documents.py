@@ -64,7 +64,7 @@ from kb_assets.partitions import sync_batches
 from kb.atomic_files import write_atomic
 from kb.browser import Browser, XLoginMissing
 from kb.x_graphql import articles_in
-from kb.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
+from kb.duckdb_store import DUCKDB_POOL, insert_rows
 from kb.settings import Settings, excluded_sources, get_settings
 from kb_resources.services import BrowserResource
 from kb_resources.stores import DuckDBResource

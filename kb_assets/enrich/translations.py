@@ -32,9 +32,9 @@ from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
 from kb_assets.enrich.enrichment import ResultWriter, coverage_check, service_stopped
 from kb_assets.partitions import sync_batches
-from kb.duckdb_store import DUCKDB_POOL, DuckDBStore
+from kb.duckdb_store import DUCKDB_POOL
 from kb.settings import get_settings
-from kb.translator import TranslateError, Translator
+from kb.translator import TranslateError
 from kb_resources.services import TranslatorResource
 from kb_resources.stores import DuckDBResource
 

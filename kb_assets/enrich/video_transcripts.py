@@ -33,8 +33,8 @@ from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
 from kb_assets.enrich.enrichment import ResultWriter, backend_stopped, coverage_check, failure_reasons, waiting_rows
 from kb_assets.partitions import sync_batches
-from kb.duckdb_store import DUCKDB_POOL, DuckDBStore
-from kb.transcriber import TranscribeBackendError, Transcriber, TranscriptResult
+from kb.duckdb_store import DUCKDB_POOL
+from kb.transcriber import TranscribeBackendError, TranscriptResult
 from kb_resources.services import TranscriberResource
 from kb_resources.stores import DuckDBResource
 

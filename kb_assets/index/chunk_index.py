@@ -12,12 +12,9 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from kb.queries import partition_bookmarks
-from kb.settings import excluded_sources
 from kb_assets.run_choices import excluded_in_run
 from kb_assets.partitions import sync_batches
-from kb.duckdb_store import DUCKDB_POOL, DuckDBStore
-from kb.embedder import Embedder
-from kb.lance_index import ChunkIndex
+from kb.duckdb_store import DUCKDB_POOL
 from kb.settings import get_settings
 from kb_resources.services import EmbedderResource
 from kb_resources.stores import ChunkIndexResource, DuckDBResource

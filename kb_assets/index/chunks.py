@@ -17,8 +17,7 @@ from kb_assets.run_choices import excluded_in_run
 from kb.chunking import chunk_text
 from kb.queries import owned_documents, partition_bookmarks
 from kb_assets.partitions import sync_batches
-from kb.duckdb_store import DUCKDB_POOL, DuckDBStore, insert_rows
-from kb.settings import excluded_sources
+from kb.duckdb_store import DUCKDB_POOL, insert_rows
 from kb_resources.stores import DuckDBResource
 
 @dataclass(frozen=True)

@@ -23,9 +23,6 @@ import dagster as dg
 from kb.chunking import chunk_text
 from kb.wiki_files import WIKI_AUTHOR, WIKI_ID_PREFIX, WIKI_SOURCE, split_frontmatter, wiki_page_files
 from kb.duckdb_store import DUCKDB_POOL
-from kb.embedder import Embedder
-from kb.lance_index import ChunkIndex
-from kb.wiki_repo import Wiki
 from kb_resources.services import EmbedderResource
 from kb_resources.stores import ChunkIndexResource, WikiResource
 

@@ -15,7 +15,7 @@ import dagster as dg
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 
 from kb.item_states import ItemState, StateReader
-from kb_assets.keys import GATED_SOURCES, PARSED_SOURCES, PARTITION_TAG, WIKI_PAGES, WILL_RETRY_TAG
+from kb_assets.keys import GATED_SOURCES, PARTITION_TAG, WIKI_PAGES, WILL_RETRY_TAG
 from kb_assets.partitions import sources
 
 # The wiki asset names its commit with one of these metadata keys.

@@ -47,7 +47,7 @@ from kb.source_parsers import (
 from kb.urls import normalize_url
 from kb.browser import Browser
 from kb.duckdb_store import DUCKDB_POOL, DuckDBStore
-from kb.gate import GateVerdict, QualityGate, read_purpose
+from kb.gate import GateVerdict, read_purpose
 from kb.atomic_files import write_atomic
 from kb.wiki_repo import raw_files_lock
 from kb.settings import Settings, get_settings

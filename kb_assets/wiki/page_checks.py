@@ -6,7 +6,6 @@ from kb_assets.keys import WIKI_PAGES
 import dagster as dg
 
 from kb.wiki_checks import FINDING_KINDS, check_wiki
-from kb.wiki_repo import Wiki
 from kb_resources.stores import WikiResource
 
 

@@ -29,12 +29,11 @@ import dagster as dg
 import duckdb
 import pyarrow as pa
 
-from kb.queries import BOOKMARK_ORDER_SQL
 from kb_assets.keys import X_RAW_PAGES
 from kb_assets.partitions import sync_batches
 from kb.urls import normalize_url
 from kb.x_graphql import PageShapeError, ParsedPage, load_page, parse_page
-from kb.duckdb_store import DUCKDB_POOL, DuckDBStore
+from kb.duckdb_store import DUCKDB_POOL
 from kb.raw_store import CaptureManifest, RawStore
 from kb_resources.stores import DuckDBResource, RawStoreResource
 

@@ -54,7 +54,7 @@ from playwright.sync_api import Page, Request, Response
 
 from kb_assets.partitions import sync_batches
 from kb.x_graphql import PageShapeError, is_bookmarks_response, load_page, summarize_page
-from kb.browser import Browser, XContext
+from kb.browser import XContext
 from kb.raw_store import CaptureManifest, RawStore
 from kb.settings import get_settings
 from kb_resources.services import BrowserResource
