@@ -31,12 +31,15 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, SecretStr
-import openai
 
 from kb.settings import Settings, get_settings, redact_secrets
 from kb.wiki_playbook import PURPOSE_PLACEHOLDER_MARK
+
+if TYPE_CHECKING:
+    import openai
 
 MAX_ATTEMPTS = 3
 FALLBACK_SCORE = 65
@@ -191,6 +194,8 @@ class QualityGate(BaseModel):
         return bool(self.api_key and self.api_key.get_secret_value())
 
     def _client(self) -> openai.OpenAI:
+        import openai  # see judge()
+
         return openai.OpenAI(
             base_url=self.base_url,
             api_key=self.api_key.get_secret_value(),
@@ -204,6 +209,11 @@ class QualityGate(BaseModel):
               url: str | None = None, file_name: str | None = None, title: str | None = None) -> GateVerdict:
         """Score one source. Never raises for endpoint or answer errors: after
         MAX_ATTEMPTS failures it returns an accepted, skipped verdict."""
+        # openai is imported here, not at the top: every Dagster process
+        # imports this module when it loads the graph, and openai adds about
+        # 1 s to each start.
+        import openai
+
         model, threshold = self._model(), self._threshold()
         if not self.is_configured():
             return GateVerdict(None, [], "no gate key (DEEPSEEK_API_KEY): accepted without a score",

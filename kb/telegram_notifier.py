@@ -21,7 +21,6 @@ from pathlib import Path
 from pydantic import BaseModel, SecretStr
 
 from kb.settings import Settings, get_settings
-from kb.telegram_api import bot_at, redact
 from kb.telegram_inbox import Inbox, InboxItem
 
 log = logging.getLogger(__name__)
@@ -94,7 +93,12 @@ def wiki_result_text(asset: str, partition: str, metadata: dict) -> str:
 
 
 async def _send(api_base: str, token: str, chat_id: int | str, text: str, reply_to: int | None) -> None:
+    # aiogram is imported here, not at the top: every Dagster process imports
+    # this module when it loads the graph, and aiogram's types take about
+    # 4 s to import.
     from aiogram.types import ReplyParameters
+
+    from kb.telegram_api import bot_at
 
     bot = bot_at(api_base, token)
     try:
@@ -142,6 +146,8 @@ class TelegramNotifier(BaseModel):
         try:
             asyncio.run(_send(self.api_base, token, chat_id, text, reply_to))
         except Exception as exc:  # aiogram and aiohttp raise many kinds
+            from kb.telegram_api import redact
+
             inbox.release_notification(item_id, state)
             raise NotificationError(f"notification {state} of item {item_id} not sent: "
                                     f"{redact(f'{type(exc).__name__}: {exc}', token)}") from None

@@ -19,12 +19,17 @@ Rules, and why:
 - No key, or `translate = false` in config.toml: translation is off.
 """
 
-import re
+from __future__ import annotations
 
-import groq
+import re
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, SecretStr
 
 from kb.settings import Settings, get_settings, redact_secrets
+
+if TYPE_CHECKING:
+    import groq
 
 PIECE_CHARS = 1_500
 ENGLISH = "ENGLISH"
@@ -135,6 +140,10 @@ class Translator(BaseModel):
         return (False, reason) if reason else (True, f"{self.model_name()} at {self._base_url()}")
 
     def client(self) -> groq.Groq:
+        # groq is imported here and in _ask, not at the top: every Dagster
+        # process imports this module when it loads the graph.
+        import groq
+
         return groq.Groq(base_url=self._base_url(), api_key=self.api_key.get_secret_value(),
                          timeout=self.timeout_s, max_retries=self.max_retries)
 
@@ -157,6 +166,8 @@ class Translator(BaseModel):
     def _ask(self, client: groq.Groq, piece: str) -> str:
         """One piece, with the client's own retries. Every error text is
         redacted: an endpoint can quote the key in it."""
+        import groq
+
         try:
             response = client.chat.completions.create(
                 model=self.model_name(),

@@ -24,7 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import httpx
-import openai
 
 from kb.modal_apps import shared
 from pydantic import SecretStr
@@ -120,6 +119,10 @@ class Captioner(ModelBackendClient):
             yield from self._caption_with_openai(urls)
 
     def _caption_with_openai(self, urls: list[str]) -> Iterator[CaptionResult]:
+        # openai is imported here, not at the top: every Dagster process
+        # imports this module when it loads the graph (about 1 s each start).
+        import openai
+
         key = self.api_key
         client = openai.OpenAI(
             base_url=self._base_url(),

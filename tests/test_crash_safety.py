@@ -12,15 +12,20 @@ How each kill point is reached (each one is deterministic):
   cards (index). The hook calls the real function unchanged, then waits to
   be killed. It exists only in the killed process; no product code knows it.
 
-The killed process is a fork of the test process that runs the `kb` command
-line (kb.apps.cli.main) or the job of an inbox item: a real process with
-its own pid, which SIGKILL ends with no cleanup. The fork saves the
-interpreter start (~10 s of imports on 2 busy cores) for each kill.
+The killed process runs the `kb` command line (kb.apps.cli.main) or the job
+of an inbox item: a real process with its own pid, which SIGKILL ends with
+no cleanup. It comes from multiprocessing's fork server, which imported
+the graph once: each kill then costs a fork, not an interpreter start.
+Why not a fork of the test process: by then the test process has run other
+tests, with LanceDB's and DuckDB's threads. A fork copies their locks, not
+their threads, and the child crashed with SIGSEGV in LanceDB (CI, December
+2026). The fork server has run nothing, so its children start clean.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -29,6 +34,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,10 +60,6 @@ from tests.fake_openai_chat import FakeOpenAIChat, chat
 from tests.fake_x import FakeX
 
 pytestmark = [
-    # LanceDB warns at each fork that its fork support is experimental. The
-    # test process does not use LanceDB while it forks.
-    pytest.mark.filterwarnings("ignore:lancedb fork support is experimental"),
-    pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork"),
     pytest.mark.filterwarnings("ignore:coroutine 'BaseEventLoop.shutdown_asyncgens' was never awaited"),
 ]
 
@@ -109,16 +111,20 @@ def install_pause(point: str, flag: Path) -> None:
 
 @dataclass
 class KilledProcess:
-    pid: int
+    process: multiprocessing.Process
     log: Path
     flag: Path | None = None
 
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
     def exited(self) -> int | None:
-        pid, status = os.waitpid(self.pid, os.WNOHANG)
-        if not pid:
-            return None
-        FORKED.remove(self.pid)  # collected: its pid may go to another process now
-        return os.waitstatus_to_exitcode(status)
+        """The exit code once the process has ended (-9 for SIGKILL), else None."""
+        code = self.process.exitcode
+        if code is not None and self.process in FORKED:
+            FORKED.remove(self.process)
+        return code
 
     def wait_for(self, ready: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + WAIT_S
@@ -140,9 +146,10 @@ class KilledProcess:
             children = [c.pid for c in psutil.Process(self.pid).children(recursive=True)]
         except psutil.NoSuchProcess:
             children = []
-        os.kill(self.pid, signal.SIGKILL)
-        os.waitpid(self.pid, 0)
-        FORKED.remove(self.pid)
+        self.process.kill()
+        self.process.join()
+        if self.process in FORKED:
+            FORKED.remove(self.process)
         if not keep_children:
             end_processes(children, wait_s=0)  # Chromium, its driver, Dagster's log tails
         return children
@@ -169,7 +176,7 @@ def _running(pid: int) -> bool:
         return False
 
 
-FORKED: list[int] = []  # every process that fork_process made, for the clean-up below
+FORKED: list[multiprocessing.Process] = []  # every process that fork_process made, for the clean-up below
 
 
 @pytest.fixture(autouse=True)
@@ -178,46 +185,65 @@ def no_process_left():
     its Chromium or agent CLI) behind: it would hold files and pipes for ever."""
     yield
     while FORKED:
-        pid = FORKED.pop()
+        process = FORKED.pop()
         try:
-            children = [c.pid for c in psutil.Process(pid).children(recursive=True)]
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (psutil.NoSuchProcess, ProcessLookupError, ChildProcessError):
-            continue
+            children = [c.pid for c in psutil.Process(process.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            children = []
+        process.kill()
+        process.join()
         end_processes(children, wait_s=0)
+
+
+def fork_server() -> multiprocessing.context.BaseContext:
+    """multiprocessing's fork server, with this module (and through it the
+    whole graph) imported once, before it forks anything."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return context
 
 
 def fork_process(tmp: Path, name: str, *, argv: list[str] | None = None, target: Callable[[], None] | None = None,
                  pause: str | None = None) -> KilledProcess:
-    """Fork a process that runs `kb <argv>` (or `target`), with an optional pause point."""
+    """Start a process that runs `kb <argv>` (or `target`, a picklable
+    callable), with an optional pause point. It gets this process's
+    environment and working folder of this moment (the test's KB_HOME)."""
     log, flag = tmp / f"{name}.log", tmp / f"{name}.paused"
-    pid = os.fork()
-    if pid == 0:  # the child: it never returns into pytest
-        code = 70
-        try:
-            out = open(log, "w", buffering=1)
-            os.dup2(out.fileno(), 1)
-            os.dup2(out.fileno(), 2)
-            sys.stdout = sys.stderr = out
-            if pause:
-                install_pause(pause, flag)
-            if target is not None:
-                target()
-            else:
-                from kb.apps.cli import main
+    process = fork_server().Process(target=_child_main, name=name,
+                                    args=(dict(os.environ), os.getcwd(), log, flag, pause, argv, target))
+    process.start()
+    FORKED.append(process)
+    return KilledProcess(process, log, flag if pause else None)
 
-                main(argv, prog_name="kb", standalone_mode=False)
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-            code = 71
-        finally:
-            os._exit(code)
-    FORKED.append(pid)
-    return KilledProcess(pid, log, flag if pause else None)
+
+def _child_main(environ: dict[str, str], cwd: str, log: Path, flag: Path, pause: str | None,
+                argv: list[str] | None, target: Callable[[], None] | None) -> None:
+    """The killed process: it never returns into multiprocessing."""
+    code = 70
+    try:
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd)
+        out = open(log, "w", buffering=1)
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+        sys.stdout = sys.stderr = out
+        if pause:
+            install_pause(pause, flag)
+        if target is not None:
+            target()
+        else:
+            from kb.apps.cli import main
+
+            main(argv, prog_name="kb", standalone_mode=False)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 71
+    finally:
+        os._exit(code)
 
 
 # --- reading the stores ------------------------------------------------------------------
@@ -573,6 +599,15 @@ def processes_in(root: Path) -> list[int]:
     return found
 
 
+def run_intake_job(item_id: str) -> None:
+    """What a run worker of the daemon does for an inbox item. The job is
+    built here, in the worker: its resources take the settings of this
+    moment (the test points the gate or the agent at another loopback server)."""
+    from tests import source_helpers as h
+
+    h.intake_job().execute_in_process(partition_key=item_id, instance=dg.DagsterInstance.get(), raise_on_error=False)
+
+
 def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_path, monkeypatch):
     from kb_assets.run_launcher import fail_runs_of_dead_workers
     from kb_assets.telegram.item_state import read_item_state
@@ -587,11 +622,7 @@ def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_p
     instance = h.instance()
     item = h.add_item("text", 7, text="Write-ahead logging makes a database crash safe: the log comes first.")
     instance.add_dynamic_partitions("sources", [item.id])
-    def run_item() -> None:  # what a run worker of the daemon does for the item
-        # The job is built here, in the worker: its resources take the
-        # settings of this moment (each step below points the gate or the
-        # agent at another loopback server).
-        h.intake_job().execute_in_process(partition_key=item.id, instance=dg.DagsterInstance.get(), raise_on_error=False)
+    run_item = partial(run_intake_job, item.id)
 
     def check_workers() -> int:
         """What the daemon's run monitoring does: ask kb's run launcher."""
