@@ -9,14 +9,18 @@ ids of the last events it handled. A send that fails stops the tick before
 that event, so the next tick tries it again.
 
 `source_failures_sensor` reads failed runs of a `sources` partition (any
-job: the intake or the wiki). A run that Dagster will retry is not the end,
-so it sends nothing for it. A failed send is not tried again: Dagster moves
-a run status sensor past the event even when the sensor raises.
+job: the intake or the wiki) after its cursor: the update time of the last
+run it handled. A run that Dagster will retry is not the end, so it sends
+nothing for it. A failed send stops the tick before that run, so the next
+tick tries it again. Why not a run failure sensor: Dagster moves a run
+status sensor past the event even when the sensor raises, and the notice
+of that failure was lost.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import dagster as dg
 
@@ -133,29 +137,49 @@ def _gated_title(instance: dg.DagsterInstance, item_id: str) -> str | None:
     return str(title) if title else None
 
 
-@dg.run_failure_sensor(
+@dg.sensor(
+    minimum_interval_seconds=get_settings().kb_notify_sensor_interval_s,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Tells the owner when a source failed for good.",
+    description="Tells the owner when a source, /lint or /synthesize failed for good.",
 )
-def source_failures_sensor(context: dg.RunFailureSensorContext, telegram: TelegramNotifierResource, inbox: InboxResource) -> None:
-    run = context.dagster_run
+def source_failures_sensor(context: dg.SensorEvaluationContext, telegram: TelegramNotifierResource,
+                           inbox: InboxResource) -> dg.SkipReason:
+    if context.cursor is None:
+        # The first tick starts the record: failures from before the sensor ran are history.
+        context.update_cursor(datetime.now(timezone.utc).isoformat())
+        return dg.SkipReason("started: failed runs from now on are reported")
+    notifier, box = telegram.get_client(), inbox.get_client()
+    records = context.instance.get_run_records(
+        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE],
+                              updated_after=datetime.fromisoformat(context.cursor)),
+        limit=EVENTS_PER_TICK, order_by="update_timestamp", ascending=True)
+    sent = 0
+    for record in records:
+        try:
+            sent += notify_failure(notifier, box, context.instance, record.dagster_run, context.log)
+        except NotificationError as exc:
+            context.log.warning(str(exc))
+            break
+        context.update_cursor(record.update_timestamp.isoformat())  # exact: the next tick asks for later ones
+    return dg.SkipReason(f"{sent} failure notices sent")
+
+
+def notify_failure(notifier: TelegramNotifier, inbox: Inbox, instance: dg.DagsterInstance, run: dg.DagsterRun,
+                   log) -> bool:
+    """Tell the owner of one failed run, once. True when sent now."""
     item_id = run.tags.get(PARTITION_TAG)
     requester = run.tags.get(REQUESTED_BY_TAG)
-    if run.job_name in WIKI_JOBS and requester and run.tags.get(WILL_RETRY_TAG) != "true":
-        # /lint or /synthesize failed: the owner who asked hears of it.
-        error = failure_message(context.instance, run.run_id)
-        telegram.get_client().notify(f"run{run.run_id.replace('-', '')}", "failed",
-                                     f"failed: {run.job_name} {item_id or ''}: {error or 'no error message'}",
-                                     chat_id=requester)
-        return
-    if not item_id or not context.instance.has_dynamic_partition(sources.name, item_id):
-        return
     if run.tags.get(WILL_RETRY_TAG) == "true":
-        context.log.info(f"item {item_id}: run {run.run_id} failed; Dagster runs it again, so no notification yet")
-        return
-    inbox = inbox.get_client()
-    error = failure_message(context.instance, run.run_id)
-    text = notification_text("failed", describe(inbox.find(item_id), item_id, None), error=error)
-    # Dagster moves a run status sensor past the event even when it raises,
-    # so a failed send shows on the sensor tick and is not sent again.
-    telegram.get_client().notify(item_id, "failed", text)
+        log.info(f"run {run.run_id} failed; Dagster runs it again, so no notice yet")
+        return False
+    if run.job_name in WIKI_JOBS and requester:
+        # /lint or /synthesize failed: the owner who asked hears of it.
+        error = failure_message(instance, run.run_id)
+        return notifier.notify(f"run{run.run_id.replace('-', '')}", "failed",
+                               f"failed: {run.job_name} {item_id or ''}: {error or 'no error message'}",
+                               chat_id=requester)
+    if not item_id or not instance.has_dynamic_partition(sources.name, item_id):
+        return False
+    error = failure_message(instance, run.run_id)
+    return notifier.notify(item_id, "failed", notification_text("failed", describe(inbox.find(item_id), item_id, None),
+                                                                 error=error))

@@ -150,28 +150,35 @@ def test_outcomes_sensor_tries_a_failed_send_again_next_tick(fake, monkeypatch):
     assert [m["text"].split(":")[0] for m in fake.sent] == ["rejected"]
 
 
-def test_failures_sensor_sends_a_final_failure_once(fake):
+def test_failures_sensor_sends_a_final_failure_once_and_tries_a_failed_send_again(fake):
     dagster = h.ephemeral_instance()
+
+    def tick(cursor: str | None) -> str | None:
+        context = dg.build_sensor_context(cursor=cursor, instance=dagster, resources={
+            "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
+        source_failures_sensor(context)
+        return context.cursor
+
+    started = tick(None)  # the first tick: failures from now on count
     with LoopbackSite({}) as site:
         item = h.add_item("web", 30, url=site.url("/gone"))
         result = h.run_item(dagster, item.id)
     assert not result.success
-
-    def evaluate(run):
-        context = dg.build_run_status_sensor_context(
-            sensor_name=source_failures_sensor.name, dagster_event=result.get_run_failure_event(),
-            dagster_instance=dagster, dagster_run=run, resources={"telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()},
-        ).for_run_failure()
-        source_failures_sensor(context)
+    text = f"failed: {site.url('/gone')} (id {item.id}): {site.url('/gone')}: HTTP 404, the page does not exist"
 
     # A run that Dagster will run again is not the end: no notification.
-    evaluate(result.dagster_run.with_tags({**result.dagster_run.tags, "dagster/will_retry": "true"}))
-    assert fake.sent == []
-    evaluate(result.dagster_run)
-    evaluate(result.dagster_run)
+    dagster.add_run_tags(result.run_id, {"dagster/will_retry": "true"})
+    assert tick(started) != started and fake.sent == []
+    dagster.add_run_tags(result.run_id, {"dagster/will_retry": "false"})
+    # The Bot API fails once: the cursor stays before the run, the next tick sends it.
+    fake.send_errors = [(502, "Bad Gateway")]
+    assert tick(started) == started and fake.sent == []
+    after = tick(started)
+    assert after != started
     [sent] = fake.sent
-    assert sent["reply_to_message_id"] == 30
-    assert sent["text"] == f"failed: {site.url('/gone')} (id {item.id}): {site.url('/gone')}: HTTP 404, the page does not exist"
+    assert sent["reply_to_message_id"] == 30 and sent["text"] == text
+    tick(started)  # the same failure read again: not sent again
+    assert tick(after) == after and len(fake.sent) == 1
 
 
 def test_readiness_says_what_is_missing(monkeypatch):

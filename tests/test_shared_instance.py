@@ -111,6 +111,7 @@ def test_instance_in_postgres_seen_by_every_process(postgres_url, kb_home, tmp_p
     code_port, web_port = _free_port(), _free_port()
     env = {**os.environ, "KB_HOME": str(kb_home), "DAGSTER_HOME": str(kb_home / "dagster"),
            "KB_DAGSTER_POSTGRES_URL": postgres_url, "KB_EMBED_BACKEND": "hash", "KB_EXCLUDE": "link",
+           "KB_INBOX_SENSOR_INTERVAL_S": "2",  # the test waits for a tick of inbox_sensor
            "KB_CODE_SERVER_HOST": "127.0.0.1", "KB_CODE_SERVER_PORT": str(code_port),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     # The processes of Dagster read the URL as it is, with the driver named

@@ -112,7 +112,10 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
     env = {**os.environ, "TELEGRAM_BOT_TOKEN": BOT_TOKEN, "TELEGRAM_API_BASE": telegram.base_url,
            "ALLOWED_USER_IDS": str(OWNER), "KB_EMBED_BACKEND": "hash", "HOME": str(agent_home),
            "CLAUDE_CONFIG_DIR": str(agent_home / ".claude"), "ANTHROPIC_AUTH_TOKEN": AGENT_TOKEN,
-           "KB_AGENT_TIMEOUT_S": "120"}
+           "KB_AGENT_TIMEOUT_S": "120",
+           # The daemon looks at the inbox and sends notices every 2 s, not
+           # every 15 and 30 s: the test waits for both twice.
+           "KB_INBOX_SENSOR_INTERVAL_S": "2", "KB_NOTIFY_SENSOR_INTERVAL_S": "2"}
     ports = ["--dagster-port", str(dagster_port), "--web-port", str(web_port)]
     up = Up(env, *ports)
     try:
