@@ -47,6 +47,14 @@ index_rebuild_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
 )
 
+# `kb index --rebuild`: the passages of one approved Telegram source again.
+source_index_job = dg.define_asset_job(
+    "source_index_job",
+    selection=dg.AssetSelection.assets("source_passages"),
+    description="Index one Telegram source again (after a change of embedding model): `kb index --rebuild`.",
+    executor_def=dg.in_process_executor,
+)
+
 wiki_index_job = dg.define_asset_job(
     "wiki_index_job",
     selection=dg.AssetSelection.assets("wiki_index"),

@@ -282,3 +282,33 @@ def test_an_approved_source_is_searchable_at_once_and_a_rejected_one_only_after_
     assert {("telegram", path), ("wiki", "wiki/sources/write-ahead-logging.md")} <= kinds
     assert [x["path"] for x in server.search_wiki("replays the log after a crash")["pages"]] == [
         "wiki/sources/write-ahead-logging.md"]
+
+
+def test_kb_index_rebuild_puts_approved_sources_back_and_leaves_rejected_ones_out(site, gate, monkeypatch):
+    """`kb index --rebuild` drops every passage; the Telegram sources that
+    were in the index come back, with the embedder of the settings."""
+    from kb.apps.sync import rebuild_index
+    from kb.lance_index import CHUNKS, ChunkIndex
+    from kb.search import search
+
+    monkeypatch.setenv("KB_EMBED_BACKEND", "hash")  # the model of the rebuild
+    dagster = h.instance()  # the instance under KB_HOME, which `kb index` uses
+    accepted = h.add_item("web", 16, url=site.url("/article"))
+    h.run_item(dagster, accepted.id, raise_on_error=True)
+    gate.script = [chat('{"score": 20, "topics": ["ads"], "reason": "an advert"}')]
+    rejected = h.add_item("web", 17, url=site.url("/ads"))
+    h.run_item(dagster, rejected.id, raise_on_error=True)
+
+    def passages() -> list[str]:
+        table = ChunkIndex.from_settings().table(CHUNKS)
+        return sorted(table.to_arrow().column("tweet_id").to_pylist()) if table is not None else []
+
+    before = passages()
+    assert before == [f"telegram:{accepted.id}"]
+    report = rebuild_index()
+    assert not report.failed
+    runs = [dagster.get_run_by_id(run_id) for run_id in report.run_ids]
+    assert [(r.job_name, r.tags.get("dagster/partition")) for r in runs if r.job_name == "source_index_job"] == [
+        ("source_index_job", accepted.id)]
+    assert passages() == before
+    assert f"telegram:{accepted.id}" in {x.tweet_id for x in search("replays the log after a crash", limit=5).hits}

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from kb_assets.instance_config import ensure_dagster_home
+from kb_assets.keys import SOURCE_PASSAGES
 from kb_assets.partitions import new_batch_key, sync_batches
 from kb_assets.run_launcher import fail_runs_of_dead_workers, this_process_tags
 
@@ -315,9 +316,10 @@ def run_sync(
 
 def rebuild_index(*, on_stage: Callable[[str, int, int], None] | None = None) -> SyncReport:
     """`kb index --rebuild`: drop the vectors and the model record, then index
-    every sync batch and the wiki again (one run of `index_rebuild` per
-    batch, one of `wiki_index_job`). Use it after a change of embedding
-    model. Texts that the vector cache holds for the model are not embedded again."""
+    every sync batch, every approved Telegram source and the wiki again (one
+    run of `index_rebuild` per batch, one of `source_index_job` per source,
+    one of `wiki_index_job`). Use it after a change of embedding model.
+    Texts that the vector cache holds for the model are not embedded again."""
     from kb.lance_index import ChunkIndex
 
     ensure_dagster_home()
@@ -332,7 +334,31 @@ def rebuild_index(*, on_stage: Callable[[str, int, int], None] | None = None) ->
                              tags={PARTITION_TAG: batch, **this_process_tags()})
             report.run_ids.append(run.run_id)
             report.stages += execute_in_this_process(instance, run, on_stage)
+        # The passages of Telegram sources are in the same table: without
+        # these runs a rebuild would take them out of search.
+        for item_id in indexed_sources(instance):
+            run = create_run(instance, location, "source_index_job", run_config=QUIET_LOGS,
+                             tags={PARTITION_TAG: item_id, **this_process_tags()})
+            report.run_ids.append(run.run_id)
+            report.stages += execute_in_this_process(instance, run, on_stage)
         run = create_run(instance, location, "wiki_index_job", run_config=QUIET_LOGS, tags=this_process_tags())
         report.run_ids.append(run.run_id)
         report.stages += execute_in_this_process(instance, run, on_stage)
     return report
+
+
+def indexed_sources(instance: dg.DagsterInstance) -> list[str]:
+    """The Telegram sources that the latest run of `source_passages` put in
+    the index (status `accepted`), oldest first."""
+    latest: dict[str, object] = {}
+    cursor = None
+    while True:
+        result = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=SOURCE_PASSAGES),
+                                                 limit=1000, cursor=cursor, ascending=True)
+        for record in result.records:
+            status = record.asset_materialization.metadata.get("status")
+            latest.pop(record.partition_key, None)  # a later run moves the source to the end
+            latest[record.partition_key] = getattr(status, "value", status)
+        if not result.has_more:
+            return [item for item, status in latest.items() if item and status == "accepted"]
+        cursor = result.cursor
