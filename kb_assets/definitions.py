@@ -62,16 +62,21 @@ def build_resources(settings: Settings | None = None) -> dict:
 all_assets = [a for group in ASSET_GROUPS for a in dg.load_assets_from_package_module(group)]
 all_checks = [c for group in ASSET_GROUPS for c in dg.load_asset_checks_from_package_module(group)]
 
-defs = dg.Definitions(
-    assets=all_assets,
-    asset_checks=all_checks,
-    resources=build_resources(),
-    jobs=[x_sync_job, captions_job, captions_to_index_job, index_rebuild_job, source_index_job, wiki_index_job, source_intake_job,
-          wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
-    schedules=[wiki_lint_schedule, wiki_synthesis_schedule],
-    sensors=[
-        x_sync_sensor, captions_sensor, captions_to_index_sensor,
-        inbox_sensor, bot_requests_sensor, wiki_requests_sensor, source_outcomes_sensor, source_failures_sensor,
-        wiki_waiting_sensor, wiki_results_sensor,
-    ],
-)
+@dg.definitions
+def defs() -> dg.Definitions:
+    """The Definitions, built at each load of the code location: the
+    resources take the settings of that moment. One process can change its
+    settings between two loads (kb demo sets KB_HOME; a test sets keys)."""
+    return dg.Definitions(
+        assets=all_assets,
+        asset_checks=all_checks,
+        resources=build_resources(),
+        jobs=[x_sync_job, captions_job, captions_to_index_job, index_rebuild_job, source_index_job, wiki_index_job,
+              source_intake_job, wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
+        schedules=[wiki_lint_schedule, wiki_synthesis_schedule],
+        sensors=[
+            x_sync_sensor, captions_sensor, captions_to_index_sensor,
+            inbox_sensor, bot_requests_sensor, wiki_requests_sensor, source_outcomes_sensor, source_failures_sensor,
+            wiki_waiting_sensor, wiki_results_sensor,
+        ],
+    )

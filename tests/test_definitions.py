@@ -19,7 +19,9 @@ X_PATH = ["x_raw_pages", "bookmarks", "authors", "media", "links", "chunks", "ch
 
 
 def test_definitions_load_every_stage():
-    from kb_assets.definitions import defs
+    from kb_assets.definitions import defs as load_definitions
+
+    defs = load_definitions()
 
     graph = defs.resolve_asset_graph()
     keys = {key.to_user_string() for key in graph.get_all_asset_keys()}

@@ -92,11 +92,6 @@ def code_location(instance: dg.DagsterInstance) -> Iterator[tuple]:
     from dagster._core.workspace.context import WorkspaceProcessContext
     from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 
-    # The Definitions build their resources from the settings once, when the
-    # module loads. One process can change its settings between two syncs
-    # (kb demo sets KB_HOME; a test sets keys), so load the module fresh: its
-    # submodules stay imported, and only the Definitions are built again.
-    sys.modules.pop(MODULE, None)
     origin = InProcessCodeLocationOrigin(
         LoadableTargetOrigin(executable_path=sys.executable, module_name=MODULE, working_directory=os.getcwd()),
         location_name=LOCATION)
