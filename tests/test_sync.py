@@ -145,3 +145,21 @@ def test_a_failed_run_is_re_executed_from_failure_as_the_ui_does_it(tmp_path):
     assert child.tags["kb/exclude"] == "link"  # the parent's per-run choice came along
     assert duck(f"SELECT count(*) > 0 FROM bookmarks WHERE batch = '{report.batch}'") == [(True,)]
     assert _materialized_partitions(inst, "chunk_index") == [report.batch]
+
+
+def test_a_second_kb_home_in_the_same_process_gets_its_own_stores(tmp_path, monkeypatch):
+    """One process, two KB_HOMEs (kb demo, then the owner's home; a script):
+    the second run writes to the second home, not to the first."""
+    from kb.apps.sync import run_sync
+    from kb.lance_index import ChunkIndex
+
+    counts = []
+    for name in ("first", "second"):
+        home = tmp_path / name
+        monkeypatch.setenv("KB_HOME", str(home))
+        monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+        report = run_sync(files=[str(p) for p in sample_pages()[:2]])
+        assert not report.failed
+        counts.append(ChunkIndex.from_settings().counts()["bookmarks"])
+        assert [p.name for p in (home / "raw").iterdir()], f"no raw files in {home}"
+    assert counts[0] > 0 and counts[1] == counts[0]

@@ -201,6 +201,14 @@ def execute_in_this_process(instance: dg.DagsterInstance, run: dg.DagsterRun,
     from dagster._utils.hosted_user_process import recon_job_from_origin
     from dagster._core.execution.api import execute_run_iterator
 
+    from dagster._core.definitions.reconstruct import ReconstructableJob
+
+    # Dagster keeps the last loaded job of a code origin in a cache of the
+    # process. One process can run a job under other settings later (kb demo
+    # sets KB_HOME; the sync benchmark and tests change it): the cached job
+    # would keep the resources, and so the paths, of the first settings.
+    ReconstructableJob.get_definition.cache_clear()
+    ReconstructableJob.get_repository_definition.cache_clear()
     watcher = StageWatcher(run, instance, on_stage)
     run_error = ""
     try:
