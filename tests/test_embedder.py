@@ -118,6 +118,21 @@ def test_ollama_backend_names_the_missing_model(monkeypatch):
             Embedder.from_settings(backend="ollama").embed_documents(["text"])
 
 
+def test_the_official_ollama_client_makes_every_call(ollama):
+    Embedder.from_settings().embed_documents(["one passage"])
+    agents = {r["user_agent"].split("/")[0] for r in ollama.requests}
+    assert [r["path"] for r in ollama.requests][:1] == ["/api/tags"]
+    assert agents == {"ollama-python"}
+
+
+def test_an_ollama_error_names_the_server_and_the_reason(ollama):
+    ollama.embed_error = (500, "llama runner process has terminated: out of memory")
+    with pytest.raises(EmbedderError) as caught:
+        Embedder.from_settings(backend="ollama").embed_documents(["text"])
+    message = str(caught.value)
+    assert ollama.url in message and "out of memory" in message and "\n" not in message
+
+
 def test_readiness_with_ollama(ollama):
     status = Embedder.from_settings().readiness()
     assert status["ollama"] == {"url": ollama.url, "model": "embeddinggemma", "answers": True,
