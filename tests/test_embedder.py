@@ -166,3 +166,49 @@ def test_hash_embedder_is_deterministic():
     assert np.array_equal(first, second)
     query = Embedder.from_settings(backend="hash").embed_query("beta")
     assert first[0] @ query > 0.5 and abs(first[1] @ query) < 1e-6
+
+
+# --- `auto` keeps to the model that the index records ---------------------------
+
+
+def passage(tweet_id: str, text: str) -> dict:
+    from datetime import datetime, timezone
+
+    url = f"https://x.com/alice/status/{tweet_id}"
+    return {"chunk_id": f"{tweet_id}-post-0", "tweet_id": tweet_id, "url": url, "author": "alice",
+            "created_at": datetime(2024, 3, 1, tzinfo=timezone.utc), "source": "post", "ref": url,
+            "position": 0, "text": text}
+
+
+def test_auto_keeps_to_the_recorded_backend_when_ollama_starts(ollama):
+    from kb.lance_index import ChunkIndex
+
+    index = ChunkIndex.from_settings()
+    index.replace_chunks(["1"], [passage("1", "written with the hash embedder")],
+                         Embedder.from_settings(backend="hash"))
+    # Ollama answers and has the model, but the index holds hash vectors.
+    auto = Embedder.from_settings()
+    assert auto.resolved_backend() == "ollama"
+    index.replace_chunks(["2"], [passage("2", "a second passage")], auto)
+    assert index.model_info() == ("hash:bow-256", 256)
+    assert index.counts()["chunks"] == 2
+    assert not ollama.embed_inputs()  # nothing went to Ollama
+
+
+def test_auto_does_not_fall_back_to_local_for_an_ollama_index(monkeypatch):
+    from kb.lance_index import ChunkIndex
+
+    index = ChunkIndex.from_settings()
+    with FakeOllama() as fake:
+        monkeypatch.setenv("OLLAMA_URL", fake.url)
+        index.replace_chunks(["1"], [passage("1", "written through Ollama")], Embedder.from_settings())
+    assert index.model_info() == ("ollama:embeddinggemma", DIM)
+    # Ollama is gone. `auto` would take the local model: the index keeps to Ollama.
+    forget_backend_choice()
+    with pytest.raises(EmbedderError) as caught:
+        index.replace_chunks(["2"], [passage("2", "a second passage")], Embedder.from_settings())
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "does not answer" in message and "holds vectors of ollama:embeddinggemma" in message
+    assert "kb index --rebuild" in message
+    assert index.counts()["chunks"] == 1 and index.model_info() == ("ollama:embeddinggemma", DIM)
