@@ -285,9 +285,9 @@ class ChunkIndex(BaseModel):
             return
         extra = f" ({why})" if why else ""
         raise IndexModelMismatch(
-            f"The index at {self.path} holds vectors of {info[0]} ({info[1]} dimensions), "
+            f"The index holds vectors of {info[0]} ({info[1]} dimensions), "
             f"but the embedder is {model_name} ({dim} dimensions){extra}. "
-            f"Use the same embedding model, or: {REBUILD_HINT}"
+            f"Use the same embedding model, or: {REBUILD_HINT} (The index is at {self.path}.)"
         )
 
     def embedder_for(self, embedder: Embedder, table=None) -> Embedder:
