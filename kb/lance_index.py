@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from lancedb.index import FTS, BTree, Bitmap, HnswSq
 from pydantic import BaseModel, PrivateAttr, SecretStr, field_validator
 
+from kb.embedder import Embedder, EmbedderError
 from kb.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -284,10 +285,27 @@ class ChunkIndex(BaseModel):
             return
         extra = f" ({why})" if why else ""
         raise IndexModelMismatch(
-            f"The index at {self.path} holds vectors of {info[0]} ({info[1]} dimensions), "
+            f"The index holds vectors of {info[0]} ({info[1]} dimensions), "
             f"but the embedder is {model_name} ({dim} dimensions){extra}. "
-            f"Use the same embedding model, or: {REBUILD_HINT}"
+            f"Use the same embedding model, or: {REBUILD_HINT} (The index is at {self.path}.)"
         )
+
+    def embedder_for(self, embedder: Embedder, table=None) -> Embedder:
+        """The embedder that writes to or searches this index: with the
+        setting `auto`, it keeps to the recorded backend. Raises
+        IndexModelMismatch for another model, and EmbedderError, with the
+        way out, when the recorded backend does not answer."""
+        info = self.model_info(table)
+        embedder = embedder.keeping_to(info[0] if info else None)
+        try:
+            name, dim = embedder.model_name, embedder.dim
+        except EmbedderError as exc:
+            if info is None:
+                raise
+            raise EmbedderError(f"{exc} The index holds vectors of {info[0]}. Start that backend again. "
+                                f"To change the model: {REBUILD_HINT}") from exc
+        self.check_model(name, dim, table=table)
+        return embedder
 
     def check_schema(self, table) -> None:
         """Raise IndexModelMismatch when the passages table lacks a column
@@ -341,8 +359,8 @@ class ChunkIndex(BaseModel):
                 for part in _parts(tweet_ids):
                     table.delete(sql_in("tweet_id", part))
             return counts
+        embedder = self.embedder_for(embedder, table)
         model_name, dim = embedder.model_name, embedder.dim
-        self.check_model(model_name, dim, table=table)
         before = dict(getattr(embedder, "stats", {}) or {})
         vectors = embedder.embed_documents([r["text"] for r in data_rows])
         after = dict(getattr(embedder, "stats", {}) or {})

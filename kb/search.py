@@ -43,7 +43,7 @@ from datetime import date, datetime, timezone
 import numpy as np
 from lancedb.query import PhraseQuery
 
-from kb.embedder import Embedder, EmbedderError
+from kb.embedder import Embedder
 from kb.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch, empty_index_note, sql_in, sql_str, to_utc
 
 MODES = ("bm25", "dense", "hybrid")
@@ -270,28 +270,14 @@ def _where(*, author, sources, after, before, tweet_id, ref) -> str | None:
 
 # --- retrieval ---------------------------------------------------------------
 def _embed_query(query: str, index: ChunkIndex, table, embedder: Embedder | None) -> np.ndarray:
-    info = index.model_info(table)
-    embedder = embedder or embedder_for_index(info)
-    try:
-        name, dim = embedder.model_name, embedder.dim
-    except EmbedderError as exc:
-        held = f"The index holds vectors of {info[0]}. " if info else ""
-        raise EmbedderError(f"{exc} {held}Start that backend, or: kb index --rebuild") from exc
-    index.check_model(name, dim, table=table)
+    embedder = index.embedder_for(embedder or Embedder.from_settings(), table)
     return embedder.embed_query(query)
 
 
 def embedder_for_index(info: tuple[str, int] | None) -> Embedder:
-    """The default embedder for a search: the settings' choice, except that
-    `auto` keeps to the index's backend. Else a query embedded with the
-    local model would meet Ollama vectors whenever Ollama is down for a
-    moment, and the error would be confusing."""
-    embedder = Embedder.from_settings()
-    if info and embedder._backend_setting() == "auto":
-        backend = info[0].split(":", 1)[0]
-        if backend in ("ollama", "local", "hash"):
-            return Embedder.from_settings(backend=backend)
-    return embedder
+    """The default embedder for a search of an index that holds `info`
+    (model, dimension): see Embedder.keeping_to."""
+    return Embedder.from_settings().keeping_to(info[0] if info else None)
 
 
 def _dense(table, vector: np.ndarray, where: str | None, depth: int) -> list[dict]:

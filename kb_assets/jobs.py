@@ -61,3 +61,40 @@ wiki_index_job = dg.define_asset_job(
     description="Index the wiki pages again.",
     executor_def=dg.in_process_executor,
 )
+
+# The stage commands: one run per sync batch that has work waiting, which
+# carries the new results into the index of that batch.
+
+# `kb extract`: fetch the documents behind the links, then index them.
+extract_job = dg.define_asset_job(
+    "extract_job",
+    selection=dg.AssetSelection.assets("documents", *INDEX_STAGES),
+    description="Fetch the documents that wait in one sync batch, then index them: `kb extract`.",
+    executor_def=dg.in_process_executor,
+)
+
+# `kb transcribe`: a GPU or remote stage, so the run never retries by itself.
+transcribe_job = dg.define_asset_job(
+    "transcribe_job",
+    selection=dg.AssetSelection.assets("transcripts", *INDEX_STAGES),
+    description="Transcribe the videos that wait in one sync batch, then index them: `kb transcribe`.",
+    executor_def=dg.in_process_executor,
+    tags=NO_RETRY,
+)
+
+# `kb translate`: translations are cached by text, and the index shows them.
+translate_job = dg.define_asset_job(
+    "translate_job",
+    selection=dg.AssetSelection.assets("translations", "chunk_index"),
+    description="Translate the foreign passages that wait in one sync batch, then index them: `kb translate`.",
+    executor_def=dg.in_process_executor,
+)
+
+# `kb normalize`: the tables bookmarks, authors, media and links of one
+# sync batch again, from its raw pages.
+normalize_job = dg.define_asset_job(
+    "normalize_job",
+    selection=dg.AssetSelection.assets("bookmarks", "authors", "media", "links"),
+    description="Rebuild the normalized tables of one sync batch from its raw pages: `kb normalize`.",
+    executor_def=dg.in_process_executor,
+)

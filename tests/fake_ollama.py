@@ -1,4 +1,5 @@
-"""A loopback stand-in for Ollama's HTTP API, for the embedder tests.
+"""A loopback stand-in for Ollama's HTTP API, for the embedder tests. The
+embedder talks to it through the official `ollama` client.
 
 It speaks the two calls that kb makes:
 - `GET /api/tags`: {"models": [{"name": "embeddinggemma:latest", ...}]}
@@ -27,6 +28,9 @@ DIM = 768  # embeddinggemma's dimension
 class FakeOllama(LoopbackServer):
     models: list[str] = field(default_factory=lambda: ["embeddinggemma:latest"])
     requests: list[dict] = field(default_factory=list)
+    # When set, /api/embed answers this (status, error) as Ollama does when
+    # the model fails to load: {"error": "..."} with the status.
+    embed_error: tuple[int, str] | None = None
 
     @property
     def url(self) -> str:
@@ -43,7 +47,8 @@ class FakeOllama(LoopbackServer):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:
-                fake.requests.append({"method": "GET", "path": self.path, "body": None})
+                fake.requests.append({"method": "GET", "path": self.path, "body": None,
+                                      "user_agent": self.headers.get("User-Agent", "")})
                 if self.path == "/api/tags":
                     models = [{"name": m, "model": m, "size": 621_875_000, "details": {"family": "gemma3"}}
                               for m in fake.models]
@@ -53,9 +58,13 @@ class FakeOllama(LoopbackServer):
 
             def do_POST(self) -> None:
                 body = self.read_json()
-                fake.requests.append({"method": "POST", "path": self.path, "body": body})
+                fake.requests.append({"method": "POST", "path": self.path, "body": body,
+                                      "user_agent": self.headers.get("User-Agent", "")})
                 if self.path != "/api/embed":
                     self._json(404, {"error": "not found"})
+                    return
+                if fake.embed_error:
+                    self._json(fake.embed_error[0], {"error": fake.embed_error[1]})
                     return
                 model = body.get("model", "")
                 known = {m for m in fake.models} | {m.split(":")[0] for m in fake.models if m.endswith(":latest")}

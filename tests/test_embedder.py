@@ -118,6 +118,21 @@ def test_ollama_backend_names_the_missing_model(monkeypatch):
             Embedder.from_settings(backend="ollama").embed_documents(["text"])
 
 
+def test_the_official_ollama_client_makes_every_call(ollama):
+    Embedder.from_settings().embed_documents(["one passage"])
+    agents = {r["user_agent"].split("/")[0] for r in ollama.requests}
+    assert [r["path"] for r in ollama.requests][:1] == ["/api/tags"]
+    assert agents == {"ollama-python"}
+
+
+def test_an_ollama_error_names_the_server_and_the_reason(ollama):
+    ollama.embed_error = (500, "llama runner process has terminated: out of memory")
+    with pytest.raises(EmbedderError) as caught:
+        Embedder.from_settings(backend="ollama").embed_documents(["text"])
+    message = str(caught.value)
+    assert ollama.url in message and "out of memory" in message and "\n" not in message
+
+
 def test_readiness_with_ollama(ollama):
     status = Embedder.from_settings().readiness()
     assert status["ollama"] == {"url": ollama.url, "model": "embeddinggemma", "answers": True,
@@ -151,3 +166,49 @@ def test_hash_embedder_is_deterministic():
     assert np.array_equal(first, second)
     query = Embedder.from_settings(backend="hash").embed_query("beta")
     assert first[0] @ query > 0.5 and abs(first[1] @ query) < 1e-6
+
+
+# --- `auto` keeps to the model that the index records ---------------------------
+
+
+def passage(tweet_id: str, text: str) -> dict:
+    from datetime import datetime, timezone
+
+    url = f"https://x.com/alice/status/{tweet_id}"
+    return {"chunk_id": f"{tweet_id}-post-0", "tweet_id": tweet_id, "url": url, "author": "alice",
+            "created_at": datetime(2024, 3, 1, tzinfo=timezone.utc), "source": "post", "ref": url,
+            "position": 0, "text": text}
+
+
+def test_auto_keeps_to_the_recorded_backend_when_ollama_starts(ollama):
+    from kb.lance_index import ChunkIndex
+
+    index = ChunkIndex.from_settings()
+    index.replace_chunks(["1"], [passage("1", "written with the hash embedder")],
+                         Embedder.from_settings(backend="hash"))
+    # Ollama answers and has the model, but the index holds hash vectors.
+    auto = Embedder.from_settings()
+    assert auto.resolved_backend() == "ollama"
+    index.replace_chunks(["2"], [passage("2", "a second passage")], auto)
+    assert index.model_info() == ("hash:bow-256", 256)
+    assert index.counts()["chunks"] == 2
+    assert not ollama.embed_inputs()  # nothing went to Ollama
+
+
+def test_auto_does_not_fall_back_to_local_for_an_ollama_index(monkeypatch):
+    from kb.lance_index import ChunkIndex
+
+    index = ChunkIndex.from_settings()
+    with FakeOllama() as fake:
+        monkeypatch.setenv("OLLAMA_URL", fake.url)
+        index.replace_chunks(["1"], [passage("1", "written through Ollama")], Embedder.from_settings())
+    assert index.model_info() == ("ollama:embeddinggemma", DIM)
+    # Ollama is gone. `auto` would take the local model: the index keeps to Ollama.
+    forget_backend_choice()
+    with pytest.raises(EmbedderError) as caught:
+        index.replace_chunks(["2"], [passage("2", "a second passage")], Embedder.from_settings())
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "does not answer" in message and "holds vectors of ollama:embeddinggemma" in message
+    assert "kb index --rebuild" in message
+    assert index.counts()["chunks"] == 1 and index.model_info() == ("ollama:embeddinggemma", DIM)

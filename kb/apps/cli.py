@@ -28,6 +28,13 @@ def _echo_json(payload) -> None:
     click.echo(json.dumps(payload, indent=2, default=str, ensure_ascii=False))
 
 
+def _finish(report) -> None:
+    """Print the report of a command's runs; exit 1 when a stage failed or
+    something could not be read or done."""
+    print_sync_report(report)
+    sys.exit(0 if report.ok else 1)
+
+
 @click.group()
 def main() -> None:
     """kb: your X bookmarks and Telegram sources in one searchable store."""
@@ -70,9 +77,7 @@ def sync(full: bool, **exclusions) -> None:
     """Capture new bookmarks and carry them through every stage."""
     from kb.apps.sync import run_sync
 
-    report = run_sync(full=full, exclude=_exclusions(exclusions), on_stage=print_stage_line)
-    print_sync_report(report)
-    sys.exit(1 if report.failed else 0)
+    _finish(run_sync(full=full, exclude=_exclusions(exclusions), on_stage=print_stage_line))
 
 
 @main.command("import")
@@ -82,10 +87,8 @@ def import_pages(pages: tuple[str, ...], **exclusions) -> None:
     """Import saved Bookmarks pages (JSON) as one sync batch, with no browser."""
     from kb.apps.sync import run_sync
 
-    report = run_sync(files=[str(Path(p).resolve()) for p in pages], exclude=_exclusions(exclusions),
-                      on_stage=print_stage_line)
-    print_sync_report(report)
-    sys.exit(1 if report.failed else 0)
+    _finish(run_sync(files=[str(Path(p).resolve()) for p in pages], exclude=_exclusions(exclusions),
+                     on_stage=print_stage_line))
 
 
 @main.command()
@@ -131,15 +134,16 @@ def search(query, limit, author, source, after, before, mode, as_json) -> None:
 
 
 @main.command("index")
-@click.option("--rebuild", is_flag=True, required=True, help="Drop the vectors and index every batch again.")
-def index_command(rebuild: bool) -> None:
-    """Rebuild the search index, for example after a change of embedding model.
-    Unchanged texts come from the vector cache of the new model, when it has them."""
+@click.option("--rebuild", is_flag=True, help="Drop the vectors and the model record first: after a change of "
+              "embedding model.")
+@_exclusion_options
+def index_command(rebuild: bool, **exclusions) -> None:
+    """Index every sync batch and the wiki again. With --rebuild, after a
+    change of embedding model: unchanged texts come from the vector cache of
+    the new model, when it has them. --no-<source> takes a source kind out."""
     from kb.apps.sync import rebuild_index
 
-    report = rebuild_index(on_stage=print_stage_line)
-    print_sync_report(report)
-    sys.exit(1 if report.failed else 0)
+    _finish(rebuild_index(rebuild=rebuild, exclude=_exclusions(exclusions), on_stage=print_stage_line))
 
 
 @main.command()
@@ -249,6 +253,49 @@ def caption(limit: int, retry: bool) -> None:
     result = run_captions(limit=limit, retry=retry)
     _echo_json(result)
     sys.exit(0 if result.get("ok", True) and not result.get("index_errors") else 1)
+
+
+_LIMIT = click.option("--limit", type=int, default=0, show_default=True, help="Do at most this many items (0: all that wait).")
+
+
+@main.command()
+@_LIMIT
+@click.option("--retry", is_flag=True, help="Fetch the addresses that failed before once more.")
+def extract(limit: int, retry: bool) -> None:
+    """Fetch the full text behind the links and X Articles that wait, then index it."""
+    from kb.apps.stage_runs import run_extract
+
+    _finish(run_extract(limit=limit, retry=retry, on_stage=print_stage_line))
+
+
+@main.command()
+@_LIMIT
+@click.option("--retry", is_flag=True, help="Transcribe the videos that failed before once more.")
+def transcribe(limit: int, retry: bool) -> None:
+    """Transcribe the videos that wait, then index the transcripts. A failed
+    video is tried again only with --retry: a retry starts a GPU or a paid
+    service again."""
+    from kb.apps.stage_runs import run_transcribe
+
+    _finish(run_transcribe(limit=limit, retry=retry, on_stage=print_stage_line))
+
+
+@main.command()
+@_LIMIT
+def translate(limit: int) -> None:
+    """Translate the foreign passages that wait into English, then index them."""
+    from kb.apps.stage_runs import run_translate
+
+    _finish(run_translate(limit=limit, on_stage=print_stage_line))
+
+
+@main.command()
+def normalize() -> None:
+    """Rebuild the tables bookmarks, authors, media and links from every raw
+    page, oldest batch first. Use it after a change of the page parser."""
+    from kb.apps.stage_runs import run_normalize
+
+    _finish(run_normalize(on_stage=print_stage_line))
 
 
 @main.command()

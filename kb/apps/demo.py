@@ -43,7 +43,7 @@ def run_demo(home: Path) -> int:
             misses += 1
             click.echo(f"   (expected a post by @{demo_query.expected_author})", err=True)
     click.echo("\n" + next_commands(home, DEMO_QUERIES[0].query))
-    return 1 if report.failed or misses else 0
+    return 1 if not report.ok or misses else 0
 
 
 def _shown(home: Path) -> str:

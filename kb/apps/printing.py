@@ -18,14 +18,22 @@ def print_sync_report(report) -> None:
         earlier = f" (batch {stage.batch})" if stage.batch and stage.batch != report.batch else ""
         line = f"  {stage.stage + earlier:<21} {mark:<7} {stage.seconds:6.1f} s"
         click.echo(line + (f"  {stage.error}" if stage.error else ""))
+    from kb.apps.run_report import stage_counts
+
+    for line in stage_counts(report):
+        click.echo(line)
     for note in report.notes:
         click.echo(f"Note: {note}", err=True)
-    if getattr(report, "run_ids", None):
+    for problem in report.problems:
+        click.echo(f"Problem: {problem}", err=True)
+    if report.run_ids:
         click.echo(f"Dagster runs: {', '.join(report.run_ids)}")
-    name = f"Batch {report.batch}" if report.batch else "Index"
+    name = report.title or f"Batch {report.batch}"
     if report.failed:
         click.echo(f"{name}: these stages failed: {', '.join(report.failed)}.", err=True)
-    else:
+    elif report.problems:
+        click.echo(f"{name}: the stages finished, but with {len(report.problems)} problem(s); see above.", err=True)
+    elif report.stages:
         click.echo(f"{name}: all stages finished.")
 
 

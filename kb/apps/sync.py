@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
+from kb.apps.run_report import failed_items, unreadable_pages
 from kb_assets.instance_config import ensure_dagster_home
 from kb_assets.keys import SOURCE_PASSAGES
 from kb_assets.partitions import new_batch_key, sync_batches
@@ -57,6 +58,8 @@ class StageResult:
     seconds: float
     error: str = ""
     batch: str = ""  # the sync batch it ran for ("" for unpartitioned jobs)
+    # What the stage recorded, per asset: {asset key: {metadata key: value}}.
+    metadata: dict[str, dict] = field(default_factory=dict)
 
 
 @dataclass
@@ -71,6 +74,16 @@ class SyncReport:
     notes: list[str] = field(default_factory=list)
     # The Dagster runs of this sync, in order.
     run_ids: list[str] = field(default_factory=list)
+    # What the command could not read or do, although its stages finished
+    # (a page that is not a Bookmarks page, a link that failed). Each one
+    # makes the command exit non-zero.
+    problems: list[str] = field(default_factory=list)
+    # The name of the work in the last line: "Batch <key>" when empty.
+    title: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.problems
 
     @property
     def failed(self) -> list[str]:
@@ -155,6 +168,7 @@ class StageWatcher:
         self.started: dict[str, float] = {}
         self.stopped: dict[str, str] = {}  # stage -> what its outside service said
         self.results: dict[str, StageResult] = {}
+        self.metadata: dict[str, dict[str, dict]] = {}  # stage -> asset -> values
 
     def __call__(self, event: dg.DagsterEvent) -> None:
         key = event.step_key
@@ -169,18 +183,21 @@ class StageWatcher:
         elif kind == dg.DagsterEventType.ASSET_MATERIALIZATION:
             from kb_assets.enrich.enrichment import STOPPED
 
-            stopped = event.step_materialization_data.materialization.metadata.get(STOPPED)
+            materialization = event.step_materialization_data.materialization
+            values = {name: value.value for name, value in materialization.metadata.items()}
+            self.metadata.setdefault(key, {})[materialization.asset_key.to_user_string()] = values
+            stopped = materialization.metadata.get(STOPPED)
             if stopped is not None:
                 self.stopped[key] = str(stopped.value)
         elif kind == dg.DagsterEventType.STEP_SUCCESS:
             self._end(key, key not in self.stopped, self.stopped.get(key, ""))
         elif kind == dg.DagsterEventType.STEP_FAILURE:
             error = event.step_failure_data.error if event.step_failure_data else None
-            self._end(key, False, _first_line(error.message) if error else "the stage failed")
+            self._end(key, False, stage_error(error) if error else "the stage failed")
 
     def _end(self, key: str, ok: bool, error: str) -> None:
         seconds = time.monotonic() - self.started.get(key, time.monotonic())
-        self.results[key] = StageResult(key, ok, seconds, error, batch=self.batch)
+        self.results[key] = StageResult(key, ok, seconds, error, batch=self.batch, metadata=self.metadata.get(key, {}))
 
     def report(self, run_error: str) -> list[StageResult]:
         """One result per stage, in order. A stage that did not run (an
@@ -188,6 +205,18 @@ class StageWatcher:
         why = run_error or "it did not run: an earlier stage failed"
         ordered = self.order + [key for key in self.stages if key not in self.order]
         return [self.results.get(key) or StageResult(key, False, 0.0, why, batch=self.batch) for key in ordered]
+
+
+def stage_error(error) -> str:
+    """What went wrong in a failed step, on one line. Dagster wraps an error
+    that the stage raises (DagsterExecutionStepExecutionError): its cause
+    says what went wrong, for example the model that the index holds."""
+    while error.cls_name == "DagsterExecutionStepExecutionError" and error.cause is not None:
+        error = error.cause
+    line = _first_line(error.message)
+    prefix, _, rest = line.partition(": ")
+    # "kb.lance_index.IndexModelMismatch: The index ...": the owner needs the sentence only.
+    return rest if rest and prefix.split(".")[-1] == error.cls_name else line
 
 
 def _first_line(message: str) -> str:
@@ -314,32 +343,61 @@ def run_sync(
                          tags={PARTITION_TAG: report.batch, **sync_tags(exclude), **this_process_tags()})
         report.run_ids.append(run.run_id)
         report.stages += execute_in_this_process(instance, run, on_stage)
+    # Pages that are not Bookmarks pages, and a capture that read none, fail
+    # the command: else an import of the wrong file ends with "finished".
+    report.problems += unreadable_pages(report, "x_raw_pages")
+    # A dead link is a fault of the web, not of the sync: named, not failed.
+    report.notes += [f"Could not fetch {line}" for line in failed_items(report, "documents")]
     return report
 
 
-def rebuild_index(*, on_stage: Callable[[str, int, int], None] | None = None) -> SyncReport:
-    """`kb index --rebuild`: drop the vectors and the model record, then index
-    every sync batch, every approved Telegram source and the wiki again (one
-    run of `index_rebuild` per batch, one of `source_index_job` per source,
-    one of `wiki_index_job`). Use it after a change of embedding model.
-    Texts that the vector cache holds for the model are not embedded again."""
-    from kb.lance_index import ChunkIndex
-
+def run_batches(job: str, runs: list[tuple[str, dict]], *, title: str, tags: dict[str, str] | None = None,
+                on_stage: Callable[[str, int, int], None] | None = None) -> SyncReport:
+    """One run of `job` for each (sync batch, op config), in the given order,
+    in the instance under KB_HOME and in this process. The per-run choices
+    are the op config (limit, retry) and the tags (kb/exclude)."""
     ensure_dagster_home()
     instance = dg.DagsterInstance.get()
     gone = fail_runs_of_dead_workers(instance)
-    report = SyncReport(batch="", gone_runs=[run.run_id for run in gone])
-    ChunkIndex.from_settings().rebuild()
-    batches = sorted(instance.get_dynamic_partitions(sync_batches.name))
+    report = SyncReport(batch="", gone_runs=[run.run_id for run in gone], title=title)
+    if not runs:
+        return report
     with code_location(instance) as (_request, location):
-        for batch in batches:
-            run = create_run(instance, location, "index_rebuild", run_config=QUIET_LOGS,
-                             tags={PARTITION_TAG: batch, **this_process_tags()})
+        for batch, ops in runs:
+            run = create_run(instance, location, job, run_config={**QUIET_LOGS, **({"ops": ops} if ops else {})},
+                             tags={PARTITION_TAG: batch, **(tags or {}), **this_process_tags()})
             report.run_ids.append(run.run_id)
             report.stages += execute_in_this_process(instance, run, on_stage)
+    return report
+
+
+def known_batches() -> list[str]:
+    """The sync batches of the instance under KB_HOME, oldest first."""
+    ensure_dagster_home()
+    return sorted(dg.DagsterInstance.get().get_dynamic_partitions(sync_batches.name))
+
+
+def rebuild_index(*, rebuild: bool = True, exclude: list[str] | None = None,
+                  on_stage: Callable[[str, int, int], None] | None = None) -> SyncReport:
+    """`kb index [--rebuild] [--no-<source>]`: index every sync batch again
+    (one run of `index_rebuild` per batch), then the wiki (`wiki_index_job`).
+    `rebuild` first drops the vectors and the model record: use it after a
+    change of embedding model; it also indexes every approved Telegram
+    source again (one run of `source_index_job` each). Texts that the vector
+    cache holds for the model are not embedded again. `exclude`: source kinds
+    to take out of the index in this run (the run tag kb/exclude)."""
+    from kb.lance_index import ChunkIndex
+
+    if rebuild:
+        ChunkIndex.from_settings().rebuild()
+    tags = sync_tags(exclude)
+    report = run_batches("index_rebuild", [(batch, {}) for batch in known_batches()], title="Index",
+                         tags=tags, on_stage=on_stage)
+    instance = dg.DagsterInstance.get()
+    with code_location(instance) as (_request, location):
         # The passages of Telegram sources are in the same table: without
         # these runs a rebuild would take them out of search.
-        for item_id in indexed_sources(instance):
+        for item_id in indexed_sources(instance) if rebuild else []:
             run = create_run(instance, location, "source_index_job", run_config=QUIET_LOGS,
                              tags={PARTITION_TAG: item_id, **this_process_tags()})
             report.run_ids.append(run.run_id)

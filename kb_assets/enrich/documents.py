@@ -47,7 +47,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from kb_assets.enrich.enrichment import service_stopped
+from kb_assets.enrich.enrichment import failure_line, failure_list, service_stopped
 from kb_assets.run_choices import EXCLUDE_TAG
 from kb.extract import (
     Extracted,
@@ -181,6 +181,24 @@ def targets_for_batch(conn: duckdb.DuckDBPyConnection, batch: str, *, retry: boo
         [batch, retry],
     ).fetchall()
     return [Target(*row) for row in rows]
+
+
+def fetchable(targets: list[Target], skip: set[str]) -> list[Target]:
+    """The targets of the source kinds that are not excluded: an excluded
+    kind is not fetched at all (config.toml `exclude`, or `--no-link` /
+    `--no-article` for one run)."""
+    if "article" in skip:
+        targets = [t for t in targets if not t.is_article]
+    if "link" in skip:
+        targets = [t for t in targets if t.is_article]
+    return targets
+
+
+def waiting_by_batch(conn: duckdb.DuckDBPyConnection, batches: list[str], *, retry: bool,
+                     skip: set[str]) -> dict[str, int]:
+    """How many addresses wait for a fetch, per sync batch (batches with none are left out)."""
+    counts = {batch: len(fetchable(targets_for_batch(conn, batch, retry=retry), skip)) for batch in batches}
+    return {batch: count for batch, count in counts.items() if count}
 
 
 def write_outcomes(conn: duckdb.DuckDBPyConnection, outcomes: Iterable[Outcome], batch: str) -> None:
@@ -530,6 +548,7 @@ def fetch_links(targets: list[Target], browser: Browser, settings: Settings, wor
 
 class DocumentsConfig(dg.Config):
     retry: bool = False  # fetch the failed addresses of the batch again
+    limit: int = 0  # most addresses in this run; 0: every address that waits
     workers: int = 4  # clean-context pages at the same time
 
 
@@ -551,13 +570,9 @@ def documents(
     with duckdb.connect() as conn:
         targets = targets_for_batch(conn, batch, retry=config.retry)
 
-    # An excluded source kind is not fetched at all (config.toml `exclude`,
-    # or `kb sync --no-link` / `--no-article` for one run).
-    skip = excluded_sources(settings, for_this_run=context.run.tags.get(EXCLUDE_TAG, ""))
-    if "article" in skip:
-        targets = [t for t in targets if not t.is_article]
-    if "link" in skip:
-        targets = [t for t in targets if t.is_article]
+    targets = fetchable(targets, excluded_sources(settings, for_this_run=context.run.tags.get(EXCLUDE_TAG, "")))
+    if config.limit > 0:
+        targets = targets[:config.limit]
     from_state = [t for t in targets if t.is_article and t.article_text]
     articles = [t for t in targets if t.is_article and not t.article_text]
     links = [t for t in targets if not t.is_article]
@@ -604,6 +619,7 @@ def documents(
         "fetched": len(outcomes),
         "ok": sum(o.ok for o in outcomes),
         "failed": dg.MetadataValue.json(dict(sorted(reasons.items()))),
+        "failures": failure_list([failure_line(o.url, o.reason, o.detail) for o in outcomes if not o.ok]),
         "by_kind": dg.MetadataValue.json(dict(Counter(o.kind for o in outcomes if o.ok))),
         "read_at_networkidle": sum(o.wait == "networkidle" and o.ok for o in outcomes),
         "articles_waiting_for_login": waiting_for_login,

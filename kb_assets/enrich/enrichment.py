@@ -69,6 +69,23 @@ def failure_reasons(rows: list[dict]) -> dg.MetadataValue:
     return dg.MetadataValue.json(dict(sorted(reasons.items())))
 
 
+# Failed items that the metadata names ("<item>: <reason>"), so that `kb
+# extract` and `kb transcribe` can name them. More would make the UI hard to read.
+FAILURES_NAMED = 20
+
+
+def failure_line(item: str, reason: str, detail: str | None) -> str:
+    """One failed item for the metadata: "<item>: <reason> (<detail>)", on one line."""
+    detail = " ".join((detail or "").split())[:200]
+    return f"{item}: {reason}" + (f" ({detail})" if detail else "")
+
+
+def failure_list(lines: list[str]) -> dg.MetadataValue:
+    """The first failed items, one "<item>: <reason>" line each, as JSON metadata."""
+    extra = len(lines) - FAILURES_NAMED
+    return dg.MetadataValue.json(lines[:FAILURES_NAMED] + ([f"... and {extra} more"] if extra > 0 else []))
+
+
 # The metadata key of a stage whose outside service stopped. The run goes on:
 # the stages after it (chunks, the index) must still index what exists.
 # `kb sync` reports the stage as failed, and the coverage check shows the rows

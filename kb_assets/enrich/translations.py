@@ -30,7 +30,7 @@ import duckdb
 from kb.queries import partition_bookmarks
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
-from kb_assets.enrich.enrichment import ResultWriter, coverage_check, service_stopped
+from kb_assets.enrich.enrichment import ResultWriter, coverage_check, failure_list, service_stopped
 from kb_assets.partitions import sync_batches
 from kb.duckdb_store import DUCKDB_POOL
 from kb.settings import get_settings
@@ -65,6 +65,19 @@ def foreign_chunks(conn: duckdb.DuckDBPyConnection, tweet_ids: list[str] | None,
             GROUP BY c.text_hash ORDER BY c.text_hash""",
         [sorted(skip), tweet_ids is None, tweet_ids or []],
     ).fetchall()
+
+
+def waiting_by_batch(conn: duckdb.DuckDBPyConnection, skip: set[str]) -> dict[str, int]:
+    """How many foreign chunk texts wait for a translation, per sync batch of
+    their live bookmark (the partition whose run translates them)."""
+    return dict(conn.execute(
+        f"""SELECT b.batch, count(DISTINCT c.text_hash)
+            FROM chunks c JOIN bookmarks b ON b.tweet_id = c.tweet_id AND b.removed_at IS NULL
+            LEFT JOIN translations t ON t.text_hash = c.text_hash
+            WHERE {FOREIGN_CHUNK_SQL} AND NOT list_contains(?, c.source) AND t.text_hash IS NULL
+            GROUP BY b.batch""",
+        [sorted(skip)],
+    ).fetchall())
 
 
 def translation_coverage(conn: duckdb.DuckDBPyConnection, skip: set[str]) -> dict[str, int]:
@@ -133,6 +146,7 @@ def translations(
         "translated": sum(row["english"] is not None for row in written),
         "already_english": sum(row["english"] is None for row in written),
         "failed": len(failures),
+        "failures": failure_list(failures),
         "waiting": all_waiting - len(written),
         "model": model,
     }

@@ -31,7 +31,8 @@ import duckdb
 
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
-from kb_assets.enrich.enrichment import ResultWriter, backend_stopped, coverage_check, failure_reasons, waiting_rows
+from kb_assets.enrich.enrichment import (
+    ResultWriter, backend_stopped, coverage_check, failure_line, failure_list, failure_reasons, waiting_rows)
 from kb_assets.partitions import sync_batches
 from kb.duckdb_store import DUCKDB_POOL
 from kb.transcriber import TranscribeBackendError, TranscriptResult
@@ -72,8 +73,9 @@ class Video:
     attempts: int
 
 
-def waiting_videos(conn: duckdb.DuckDBPyConnection, batches: list[str], *, retry: bool) -> list[Video]:
-    """Videos of the batches with no transcript yet (and the failed ones when `retry`)."""
+def waiting_videos(conn: duckdb.DuckDBPyConnection, batches: list[str] | None, *, retry: bool) -> list[Video]:
+    """Videos of the batches (None: of every batch) with no transcript yet
+    (and the failed ones when `retry`)."""
     rows = waiting_rows(conn, VIDEOS_SQL, "media_key, url, video_url, batch, attempts", batches, retry=retry)
     return [Video(*row) for row in rows]
 
@@ -169,6 +171,8 @@ def transcripts(
         "transcribed": sum(row["status"] == "ok" for row in written),
         "no_speech": sum(row["status"] == "ok" and row["word_count"] == 0 for row in written),
         "failed": failure_reasons(written),
+        "failures": failure_list([failure_line(r["url"], r["reason"], r["detail"])
+                                  for r in written if r["status"] == "failed"]),
         "languages": dg.MetadataValue.json(dict(Counter(r["language"] for r in written if r["status"] == "ok"))),
         "waiting": all_waiting - len(written),
         "model": model,

@@ -156,6 +156,8 @@ class WriteStats:
     removal_sweep: str
     marked_removed: int = 0
     restored: int = 0
+    new: int = 0  # bookmarks that the table did not hold
+    updated: int = 0  # bookmarks that it held: their rows are replaced
     table_rows: dict[str, int] = field(default_factory=dict)
 
 
@@ -203,6 +205,9 @@ def write_batch(conn: duckdb.DuckDBPyConnection, rows: BatchRows, *, now: dateti
         "UPDATE bookmarks SET removed_at = NULL WHERE removed_at IS NOT NULL AND list_contains(?, tweet_id)",
         [seen]).fetchone()[0]
 
+    # Counted before the rows go: the end report of a sync names new and updated bookmarks.
+    known = conn.execute("SELECT count(*) FROM bookmarks WHERE list_contains(?, tweet_id)", [tweet_ids]).fetchone()[0]
+
     # Rows of this batch (a re-run) and rows of the same posts from other
     # batches (the later materialization wins) go; then the new rows come.
     for table in ("media", "links", "bookmarks"):
@@ -225,7 +230,8 @@ def write_batch(conn: duckdb.DuckDBPyConnection, rows: BatchRows, *, now: dateti
             """UPDATE bookmarks SET removed_at = ?
                WHERE removed_at IS NULL AND batch <= ? AND NOT list_contains(?, tweet_id)""",
             [now, batch, seen]).fetchone()[0]
-    stats = WriteStats(removal_sweep=sweep, marked_removed=marked, restored=restored)
+    stats = WriteStats(removal_sweep=sweep, marked_removed=marked, restored=restored,
+                       new=len(tweet_ids) - known, updated=known)
     for table in NORMALIZED_TABLES:
         stats.table_rows[table] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     return stats
@@ -252,7 +258,9 @@ def batch_metadata(rows: BatchRows, stats: WriteStats) -> dict[str, dict]:
     media = list(rows.media.values())
     links = list(rows.links.values())
     problems = [f"{f}: {r}" for f, reasons in rows.entry_problems.items() for r in reasons]
-    common = {"batch": rows.batch, "raw_pages": rows.pages, "bad_pages": len(rows.bad_pages)}
+    common = {"batch": rows.batch, "raw_pages": rows.pages, "bad_pages": len(rows.bad_pages),
+              # "<raw file>: <reason>": `kb normalize` names them.
+              "unreadable_pages": _capped([f"{name}: {reason}" for name, reason in rows.bad_pages.items()])}
     if rows.bad_pages:
         common["bad_page_list"] = dg.MetadataValue.md(bad_pages_markdown(rows.bad_pages))
     hosts = Counter(link["host"] for link in links)
@@ -260,6 +268,8 @@ def batch_metadata(rows: BatchRows, stats: WriteStats) -> dict[str, dict]:
         "bookmarks": {
             **common,
             "bookmarks_in_batch": len(bookmarks),
+            "new_bookmarks": stats.new,
+            "updated_bookmarks": stats.updated,
             "long_posts": sum(1 for b in bookmarks if b["is_long"]),
             "quoted_posts": sum(1 for b in bookmarks if b["quoted_tweet_id"]),
             "articles": sum(1 for b in bookmarks if b["article_id"]),

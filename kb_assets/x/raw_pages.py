@@ -67,6 +67,7 @@ POLL_MS = 50
 # The back-off after a 429 that names no wait: doubles each time, up to the limit.
 FIRST_BACKOFF_S = 15.0
 MAX_BACKOFF_S = 300.0
+METADATA_LIST_LIMIT = 20  # keep the run metadata readable in the UI
 
 
 class CaptureConfig(dg.Config):
@@ -459,6 +460,8 @@ def capture_metadata(progress: CaptureProgress, batch_dir: Path) -> dict:
         "complete": progress.complete,
         "stop_reason": progress.stop_reason,
         "bad_pages": len(progress.bad_pages),
+        # "<file>: <reason>" for each page that is not a Bookmarks page: the end report names them.
+        "unreadable_pages": dg.MetadataValue.json(progress.bad_pages[:METADATA_LIST_LIMIT]),
         "rate_limit_waits": len(progress.rate_limit_waits),
         "batch_dir": dg.MetadataValue.path(str(batch_dir)),
     }
