@@ -33,7 +33,7 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from lancedb.index import FTS, BTree, Bitmap, HnswSq
+from lancedb.index import FTS, BTree, Bitmap, IvfFlat
 from pydantic import BaseModel, PrivateAttr, SecretStr, field_validator
 
 from kb.settings import Settings, get_settings
@@ -56,12 +56,34 @@ def empty_index_note(path: Path | str) -> str:
 # in another process may still read a version that is a few seconds old;
 # deleting its files under it would fail that search.
 KEEP_VERSIONS = timedelta(minutes=10)
+# maintain() folds new rows into the indexes without compaction until the
+# passages table has this many data files; then it compacts them. Each sync
+# that adds rows adds one file. A search reads each file, so many small files
+# make it slower.
+COMPACT_FRAGMENTS = 16
 
-# The full-text index stores token positions, so a quoted phrase in a query
-# can match as a phrase. English stemming and stop words, as in LanceDB's
+# The full-text index keeps no token positions: with them its build took 4
+# times longer and each query 2 times longer (benchmarks/index_and_retrieval.md).
+# search.py finds a quoted phrase by an AND query of its words and an exact
+# check on the text. English stemming and stop words, as in LanceDB's
 # default: the `text` column is English (translated when needed).
-FTS_CONFIG = FTS(with_position=True, base_tokenizer="simple", language="English",
+FTS_CONFIG = FTS(with_position=False, base_tokenizer="simple", language="English",
                  stem=True, remove_stop_words=True, lower_case=True, ascii_folding=True)
+
+# Rows per partition of the IVF vector index. search.py scans the
+# VECTOR_PROBES nearest partitions (at least a tenth of them).
+ROWS_PER_PARTITION = 1000
+
+
+def vector_index_config(rows: int) -> IvfFlat:
+    """The vector index for a table of `rows` rows. "dot": the embedder
+    gives unit vectors, so dot equals cosine and skips the norms; search.py
+    queries with the same type. The k-means sample (at most about 100k
+    vectors) and its 20 rounds bound the build time as the table grows."""
+    partitions = max(1, rows // ROWS_PER_PARTITION)
+    return IvfFlat(distance_type="dot", num_partitions=partitions, max_iterations=20,
+                   sample_rate=min(256, max(16, 100_000 // partitions)))
+
 
 CHUNK_FIELDS = ("chunk_id", "tweet_id", "url", "author", "created_at", "source", "ref", "position",
                 "text", "source_text", "word_count", "lang", "bookmark_chunks", "bookmark_words")
@@ -153,6 +175,8 @@ class ChunkIndex(BaseModel):
     s3_allow_http: bool = False
 
     _db: Any = PrivateAttr(default=None)
+    _read_db: Any = PrivateAttr(default=None)  # see snapshot()
+    _read_tables: Any = PrivateAttr(default_factory=dict)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
     _meta_cache: Any = PrivateAttr(default=None)  # (table version, meta dict)
     _seen_tables: bool = PrivateAttr(default=False)
@@ -236,23 +260,47 @@ class ChunkIndex(BaseModel):
         except ValueError:
             return None
 
+    def snapshot(self, name: str):
+        """The table at its latest committed version, pinned for one read
+        (for example one search), or None when it does not exist.
+
+        Why not table(): on its connection (read_consistency_interval=0)
+        each operation checks for a newer version, and a search makes many
+        (retrieval, look-ups, bookmark cards). Here the check is made once.
+        A pinned version also keeps the row ids of one search valid: a
+        compaction in between gives the rows new ids."""
+        if self._read_db is None and not self.remote and not Path(self.path).is_dir():
+            return None
+        with self._lock:
+            if self._read_db is None:
+                # No interval: a table stays on its version until we check out another.
+                self._read_db = lancedb.connect(self.path, storage_options=self.storage_options() or None)
+            db = self._read_db
+        try:
+            # open_table reads the latest manifest. Each caller gets its own
+            # handle, so no other thread moves its version during the read.
+            return db.open_table(name)
+        except (ValueError, FileNotFoundError, OSError):
+            return None
+
     def _vector_index_min_rows(self) -> int:
         return self.vector_index_min_rows
 
     # --- model record -------------------------------------------------------
-    def meta(self) -> dict[str, str]:
-        """Key/value facts of the index (last_sync), plus model and dim."""
+    def meta(self, table=None) -> dict[str, str]:
+        """Key/value facts of the index (last_sync), plus model and dim.
+        `table`: the passages table, when the caller has it open already."""
         meta: dict[str, str] = {}
-        table = self.table(META)
-        if table is not None:
+        meta_table = self.snapshot(META)
+        if meta_table is not None:
             # Reading the table costs more than asking its version: read it
             # again only when a writer committed a new version.
-            version = table.version
+            version = meta_table.version
             if self._meta_cache is None or self._meta_cache[0] != version:
-                rows = table.to_arrow().to_pylist()
+                rows = meta_table.to_arrow().to_pylist()
                 self._meta_cache = (version, {r["key"]: r["value"] for r in rows})
             meta.update(self._meta_cache[1])
-        info = self.model_info()
+        info = self.model_info(table)
         if info:
             meta["model"], meta["dim"] = info[0], str(info[1])
         return meta
@@ -512,21 +560,25 @@ class ChunkIndex(BaseModel):
             for column, config in (("tweet_id", BTree()), ("source", Bitmap()), ("created_at", BTree())):
                 if (column,) not in indexed and rows:
                     table.create_index(column, config=config)
-            # Exact (flat) vector search is fast and exact below this size; an
-            # HNSW build costs about 76 s per 100k rows on 2 cores, so it only
-            # pays for itself on a large table.
+            # Exact (flat) vector search is exact and fast enough below this
+            # size. Above it: an IVF index with flat (not quantized) vectors.
+            # Its build is a k-means over a sample (about 8 s per 100k rows
+            # on 2 cores), where the HNSW-SQ index that it replaced cost 75 s;
+            # a query scans the nearest partitions exactly
+            # (search.VECTOR_PROBES), so nothing needs re-scoring.
             if ("vector",) not in indexed and rows >= self._vector_index_min_rows():
-                # "dot": the embedder gives unit vectors, so dot equals cosine
-                # and skips the norms. search.py queries with the same type.
-                table.create_index("vector", config=HnswSq(distance_type="dot",
-                                                            num_partitions=max(1, rows // 500_000 + 1)))
+                table.create_index("vector", config=vector_index_config(rows))
                 report["vector_index"] = "created"
             # optimize(): compaction, new rows into every index, prune versions.
             # Its compaction rewrites every fragment below a million rows that
             # lies next to another one, so on a table of that size each call
-            # rewrites the whole table. When nothing is new, skip it.
+            # rewrites the whole table. When nothing is new, skip it. When
+            # rows were only added, fold them into the indexes and leave the
+            # files as they are, until they are many small files.
             if skip_if_current and not report and not self._unindexed_rows(table):
                 report["optimize"] = "skipped: every row is indexed"
+            elif skip_if_current and self._fold_new_rows(table):
+                report["indexes"] = "new rows folded in, files not compacted"
             else:
                 table.optimize(cleanup_older_than=KEEP_VERSIONS)
             report["chunks"] = rows
@@ -539,6 +591,24 @@ class ChunkIndex(BaseModel):
         if meta is not None:
             meta.optimize(cleanup_older_than=KEEP_VERSIONS)
         return report
+
+    def _fold_new_rows(self, table) -> bool:
+        """Add the unindexed rows to every index and prune old versions,
+        with no compaction: only the index files of the new rows are written.
+        False when that is not possible (no pylance, which gives the index
+        step alone) or the table has COMPACT_FRAGMENTS files or more: then
+        optimize() must compact them."""
+        try:
+            import lance
+        except ImportError:
+            return False
+        if table.stats()["fragment_stats"]["num_fragments"] >= COMPACT_FRAGMENTS:
+            return False
+        dataset = lance.dataset(table.uri, storage_options=self.storage_options() or None)
+        dataset.optimize.optimize_indices()
+        lance.dataset(table.uri, storage_options=self.storage_options() or None).cleanup_old_versions(
+            older_than=KEEP_VERSIONS)
+        return True
 
     @staticmethod
     def _unindexed_rows(table) -> int:
@@ -583,7 +653,7 @@ class ChunkIndex(BaseModel):
         return cards.get(str(tweet_id))
 
     def bookmarks(self, tweet_ids: list[str]) -> dict[str, dict]:
-        table = self.table(BOOKMARKS)
+        table = self.snapshot(BOOKMARKS)
         if table is None or not tweet_ids:
             return {}
         out = {}
