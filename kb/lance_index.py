@@ -58,8 +58,8 @@ def empty_index_note(path: Path | str) -> str:
 KEEP_VERSIONS = timedelta(minutes=10)
 # maintain() folds new rows into the indexes without compaction until the
 # passages table has this many data files; then it compacts them. Each sync
-# that adds rows adds one file. A search reads each file, so many small files
-# make it slower.
+# that adds rows adds one file and one segment to each index. A search reads
+# each file and segment, so many of them make it slower.
 COMPACT_FRAGMENTS = 16
 
 # The full-text index keeps no token positions: with them its build took 4
@@ -70,19 +70,28 @@ COMPACT_FRAGMENTS = 16
 FTS_CONFIG = FTS(with_position=False, base_tokenizer="simple", language="English",
                  stem=True, remove_stop_words=True, lower_case=True, ascii_folding=True)
 
-# Rows per partition of the IVF vector index. search.py scans the
-# VECTOR_PROBES nearest partitions (at least a tenth of them).
-ROWS_PER_PARTITION = 1000
+def vector_partitions(rows: int) -> int:
+    """Partitions of the IVF vector index for a table of `rows` rows: about
+    the square root, so partitions and rows per partition grow alike.
+    search.py scans the nearest ones (vector_probes())."""
+    return max(1, round(math.sqrt(rows)))
+
+
+def vector_probes(rows: int) -> int:
+    """Partitions that a dense query scans: the nearest to the query vector,
+    at least 20 and at least a sixteenth of them. At 100k rows: 20 of 316,
+    about 6,300 vectors compared exactly."""
+    return max(20, vector_partitions(rows) // 16)
 
 
 def vector_index_config(rows: int) -> IvfFlat:
     """The vector index for a table of `rows` rows. "dot": the embedder
     gives unit vectors, so dot equals cosine and skips the norms; search.py
-    queries with the same type. The k-means sample (at most about 100k
+    queries with the same type. The k-means sample (at most about 20k
     vectors) and its 20 rounds bound the build time as the table grows."""
-    partitions = max(1, rows // ROWS_PER_PARTITION)
+    partitions = vector_partitions(rows)
     return IvfFlat(distance_type="dot", num_partitions=partitions, max_iterations=20,
-                   sample_rate=min(256, max(16, 100_000 // partitions)))
+                   sample_rate=min(256, max(16, 20_000 // partitions)))
 
 
 CHUNK_FIELDS = ("chunk_id", "tweet_id", "url", "author", "created_at", "source", "ref", "position",
@@ -260,15 +269,16 @@ class ChunkIndex(BaseModel):
         except ValueError:
             return None
 
-    def snapshot(self, name: str):
-        """The table at its latest committed version, pinned for one read
-        (for example one search), or None when it does not exist.
+    def snapshot(self, name: str, *, pinned: bool = True):
+        """The table at its latest committed version, or None when it does
+        not exist. pinned: a handle of its own, which stays on that version
+        for one read (for example one search); row ids stay valid in it (a
+        compaction in between gives the rows new ids). Not pinned: a shared
+        handle, moved to the latest version, for a single query.
 
         Why not table(): on its connection (read_consistency_interval=0)
         each operation checks for a newer version, and a search makes many
-        (retrieval, look-ups, bookmark cards). Here the check is made once.
-        A pinned version also keeps the row ids of one search valid: a
-        compaction in between gives the rows new ids."""
+        (retrieval, look-ups, bookmark cards). Here the check is made once."""
         if self._read_db is None and not self.remote and not Path(self.path).is_dir():
             return None
         with self._lock:
@@ -276,12 +286,24 @@ class ChunkIndex(BaseModel):
                 # No interval: a table stays on its version until we check out another.
                 self._read_db = lancedb.connect(self.path, storage_options=self.storage_options() or None)
             db = self._read_db
+            shared = None if pinned else self._read_tables.get(name)
+        if shared is not None:
+            try:
+                shared.checkout_latest()  # cheaper than opening the table again
+                return shared
+            except Exception:  # noqa: BLE001 - dropped or replaced: open it again below
+                pass
         try:
-            # open_table reads the latest manifest. Each caller gets its own
-            # handle, so no other thread moves its version during the read.
-            return db.open_table(name)
+            table = db.open_table(name)
         except (ValueError, FileNotFoundError, OSError):
+            # Dropped, or not created yet. A dropped table may come back.
+            with self._lock:
+                self._read_tables.pop(name, None)
             return None
+        if not pinned:
+            with self._lock:
+                self._read_tables[name] = table
+        return table
 
     def _vector_index_min_rows(self) -> int:
         return self.vector_index_min_rows
@@ -291,7 +313,7 @@ class ChunkIndex(BaseModel):
         """Key/value facts of the index (last_sync), plus model and dim.
         `table`: the passages table, when the caller has it open already."""
         meta: dict[str, str] = {}
-        meta_table = self.snapshot(META)
+        meta_table = self.snapshot(META, pinned=False)
         if meta_table is not None:
             # Reading the table costs more than asking its version: read it
             # again only when a writer committed a new version.
@@ -565,7 +587,7 @@ class ChunkIndex(BaseModel):
             # Its build is a k-means over a sample (about 8 s per 100k rows
             # on 2 cores), where the HNSW-SQ index that it replaced cost 75 s;
             # a query scans the nearest partitions exactly
-            # (search.VECTOR_PROBES), so nothing needs re-scoring.
+            # (vector_probes()), so nothing needs re-scoring.
             if ("vector",) not in indexed and rows >= self._vector_index_min_rows():
                 table.create_index("vector", config=vector_index_config(rows))
                 report["vector_index"] = "created"
@@ -605,7 +627,11 @@ class ChunkIndex(BaseModel):
         if table.stats()["fragment_stats"]["num_fragments"] >= COMPACT_FRAGMENTS:
             return False
         dataset = lance.dataset(table.uri, storage_options=self.storage_options() or None)
-        dataset.optimize.optimize_indices()
+        # num_indices_to_merge=0: the new rows get an index segment of their
+        # own. Merging it into the full-text index rewrote that index: 4 s
+        # of the 4.2 s that 1% new rows cost at 100k passages. The segments
+        # add up until the compaction above merges them, with the files.
+        dataset.optimize.optimize_indices(num_indices_to_merge=0)
         lance.dataset(table.uri, storage_options=self.storage_options() or None).cleanup_old_versions(
             older_than=KEEP_VERSIONS)
         return True
@@ -653,7 +679,7 @@ class ChunkIndex(BaseModel):
         return cards.get(str(tweet_id))
 
     def bookmarks(self, tweet_ids: list[str]) -> dict[str, dict]:
-        table = self.snapshot(BOOKMARKS)
+        table = self.snapshot(BOOKMARKS, pinned=False)
         if table is None or not tweet_ids:
             return {}
         out = {}

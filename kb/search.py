@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
 
@@ -44,7 +44,8 @@ import numpy as np
 from lancedb.query import FullTextOperator, MatchQuery
 
 from kb.embedder import Embedder, EmbedderError
-from kb.lance_index import CHUNKS, ROWS_PER_PARTITION, ChunkIndex, IndexModelMismatch, empty_index_note, sql_in, sql_str, to_utc
+from kb.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, empty_index_note, sql_in, sql_str, to_utc,
+                            vector_probes)
 
 MODES = ("bm25", "dense", "hybrid")
 FUSION_METHODS = ("convex", "rrf")
@@ -84,10 +85,6 @@ RESULT_COLUMNS = ["chunk_id", "tweet_id", "url", "author", "created_at", "source
 # columns only for the hits shown.
 RANK_COLUMNS = ["chunk_id", "tweet_id", "source", "ref", "position"]
 ROW_ID = "_rowid"
-# Partitions of the IVF vector index (kb.lance_index) that a dense query
-# scans: the nearest ones to the query vector, at least VECTOR_PROBES and at
-# least a tenth of them. Each holds about ROWS_PER_PARTITION rows.
-VECTOR_PROBES = 20
 # The whole query counts as an exact phrase only when it is this short. A
 # long question never occurs word for word, so the check would cost time
 # for nothing.
@@ -213,10 +210,15 @@ def search(
     dense_rows = lexical_rows = None
     if mode in ("dense", "hybrid"):
         vector = query_vector if query_vector is not None else _embed_query(query, index, table, embedder)
-        probes = max(VECTOR_PROBES, table_rows // ROWS_PER_PARTITION // 10)
-        dense_rows = _POOL.submit(_dense, table, vector, where, depth, probes)
+        dense_rows = _POOL.submit(_dense, table, vector, where, depth, vector_probes(table_rows))
+    early_probes = None
     if mode in ("bm25", "hybrid"):
         lexical_rows = _POOL.submit(_bm25, table, query, where, depth)
+        words = _rare_candidates(query)
+        if 0 < len(words) <= MAX_PROBES:
+            # Few words: each is looked up (see _rare_word_passages), so the
+            # look-ups need not wait for the lexical list.
+            early_probes = _probe(table, table_rows, words, where)
 
     # Candidates by row id. The retrievers give row ids and scores only.
     candidates: dict[int, _Candidate] = {}
@@ -231,7 +233,7 @@ def search(
         for rank, (row_id, score) in enumerate(lexical):
             cand = candidates.setdefault(row_id, _Candidate(row_id))
             cand.bm25, cand.bm25_rank = score, rank
-        rare_ids = _rare_word_passages(table, table_rows, query, where, lexical, candidates)
+        rare_ids = _rare_word_passages(table, table_rows, query, where, lexical, candidates, early_probes)
 
     # The short columns of every candidate, and the text where a rule reads
     # it. A passage that holds the exact phrase holds every query word, so
@@ -269,8 +271,15 @@ def warm_up(index: ChunkIndex | None = None) -> float | None:
     started = time.perf_counter()
     index = index or ChunkIndex.from_settings()
     try:
-        if index.snapshot(CHUNKS) is None:
+        table = index.snapshot(CHUNKS)
+        if table is None:
             return None
+        # Load the vector and full-text indexes into LanceDB's cache: else
+        # each query loads the parts that it reads (at 100k passages, the
+        # first queries took 1.5 times the CPU of the later ones).
+        for ix in table.list_indices():
+            if ix.columns in (["vector"], ["text"]):
+                table.prewarm_index(ix.name)
         search("warm up", index=index, limit=1)
     except Exception as exc:  # noqa: BLE001 - a server must start without it
         import logging
@@ -391,36 +400,54 @@ def _fts(table, query, where: str | None, depth: int) -> list[tuple[int, float]]
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_score").to_pylist()))
 
 
-def _rare_word_passages(table, table_rows: int, query: str, where: str | None, lexical: list[tuple[int, float]],
-                        candidates: dict[int, _Candidate]) -> set[int] | None:
-    """Row ids of the passages that hold every rare word of the query, or
-    None when the query has no rare word. Those passages join the candidates,
-    so a rare word is found even when neither list ranked its passage."""
-    rare_max = max(RARE_MIN, int(table_rows * RARE_SHARE))
-    held_by: dict[str, int] = {}
+def _rare_candidates(query: str) -> list[str]:
+    """The query words that may be rare: no stop word, not one letter."""
+    words: dict[str, None] = {}
     for word in TOKEN.findall(QUOTED.sub(lambda m: m.group(1), query).lower()):
         if word not in STOP_WORDS and len(word) > 1:
-            held_by[word] = 0
+            words[word] = None
+    return list(words)
+
+
+def _rare_max(table_rows: int) -> int:
+    return max(RARE_MIN, int(table_rows * RARE_SHARE))
+
+
+def _probe(table, table_rows: int, words: list[str], where: str | None) -> list[Future]:
+    """One full-text look-up per word: at most rare_max + 1 passages each."""
+    return [_POOL.submit(_fts, table, word, where, _rare_max(table_rows) + 1) for word in words]
+
+
+def _rare_word_passages(table, table_rows: int, query: str, where: str | None, lexical: list[tuple[int, float]],
+                        candidates: dict[int, _Candidate], probes: list[Future] | None = None) -> set[int] | None:
+    """Row ids of the passages that hold every rare word of the query, or
+    None when the query has no rare word. Those passages join the candidates,
+    so a rare word is found even when neither list ranked its passage.
+    probes: the look-ups of every query word, when they already started."""
+    rare_max = _rare_max(table_rows)
+    held_by = dict.fromkeys(_rare_candidates(query), 0)
     if not held_by:
         return None
-    # A word that more than rare_max lexical hits hold is not rare: no
-    # look-up needed. (Stemming can hide a hit from this count, never add one.)
-    # The count reads the text of the hits. With at most MAX_PROBES words,
-    # every word is looked up anyway, and the look-up of a common word finds
-    # more than rare_max passages: the same answer without the count.
-    if len(held_by) > MAX_PROBES:
-        cands = [candidates[row_id] for row_id, _ in lexical]
-        _read(table, cands, lambda c: True)
-        pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, held_by)) + r")\b")
-        for cand in cands:
-            for word in set(pattern.findall(cand.row["text"].lower())):
-                held_by[word] += 1
-    maybe_rare = sorted((n, w) for w, n in held_by.items() if n <= rare_max)[:MAX_PROBES]
-    if not maybe_rare:
-        return None
-    looked_up = list(_POOL.map(lambda w: _fts(table, w, where, rare_max + 1), [w for _, w in maybe_rare]))
+    if probes is None:
+        # A word that more than rare_max lexical hits hold is not rare: no
+        # look-up needed. (Stemming can hide a hit from this count, never add
+        # one.) The count reads the text of the hits. With at most MAX_PROBES
+        # words, every word is looked up anyway, and the look-up of a common
+        # word finds more than rare_max passages: the same answer without it.
+        if len(held_by) > MAX_PROBES:
+            cands = [candidates[row_id] for row_id, _ in lexical]
+            _read(table, cands, lambda c: True)
+            pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, held_by)) + r")\b")
+            for cand in cands:
+                for word in set(pattern.findall(cand.row["text"].lower())):
+                    held_by[word] += 1
+        maybe_rare = sorted((n, w) for w, n in held_by.items() if n <= rare_max)[:MAX_PROBES]
+        if not maybe_rare:
+            return None
+        probes = _probe(table, table_rows, [w for _, w in maybe_rare], where)
     holders: set[int] | None = None
-    for rows in looked_up:
+    for probe in probes:
+        rows = probe.result()
         if not rows or len(rows) > rare_max:
             continue  # absent (or a stop word to the index), or common
         ids = set()
