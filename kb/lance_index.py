@@ -14,7 +14,8 @@ Tables in one LanceDB folder (settings.lancedb_dir):
 One writer (the `chunk_index` asset) and many readers (search, MCP, bot).
 LanceDB tables are versioned: a reader sees one committed version, and with
 read_consistency_interval=0 each read checks for a newer one, so readers see
-new data without a restart.
+new data without a restart. A search opens the latest version once and
+reads only that version (snapshot()): one check instead of one per read.
 """
 
 from __future__ import annotations
