@@ -20,6 +20,7 @@ reads only that version (snapshot()): one check instead of one per read.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -62,6 +63,8 @@ KEEP_VERSIONS = timedelta(minutes=10)
 # that adds rows adds one file and one segment to each index. A search reads
 # each file and segment, so many of them make it slower.
 COMPACT_FRAGMENTS = 16
+# Bookmark cards kept in memory per table version (see bookmarks()).
+CARDS_CACHE_SIZE = 4096
 
 # The full-text index keeps no token positions: with them its build took 4
 # times longer and each query 2 times longer (benchmarks/index_and_retrieval.md).
@@ -189,6 +192,7 @@ class ChunkIndex(BaseModel):
     _read_tables: Any = PrivateAttr(default_factory=dict)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
     _meta_cache: Any = PrivateAttr(default=None)  # (table version, meta dict)
+    _cards_cache: Any = PrivateAttr(default=None)  # (table version, {tweet_id: card})
     _seen_tables: bool = PrivateAttr(default=False)
 
     @classmethod
@@ -310,9 +314,10 @@ class ChunkIndex(BaseModel):
         return self.vector_index_min_rows
 
     # --- model record -------------------------------------------------------
-    def meta(self, table=None) -> dict[str, str]:
+    def meta(self, table=None, *, schema: pa.Schema | None = None) -> dict[str, str]:
         """Key/value facts of the index (last_sync), plus model and dim.
-        `table`: the passages table, when the caller has it open already."""
+        `table` (or its `schema`): the passages table, when the caller has it
+        open already."""
         meta: dict[str, str] = {}
         meta_table = self.snapshot(META, pinned=False)
         if meta_table is not None:
@@ -323,7 +328,7 @@ class ChunkIndex(BaseModel):
                 rows = meta_table.to_arrow().to_pylist()
                 self._meta_cache = (version, {r["key"]: r["value"] for r in rows})
             meta.update(self._meta_cache[1])
-        info = self.model_info(table)
+        info = self.model_info(table, schema=schema)
         if info:
             meta["model"], meta["dim"] = info[0], str(info[1])
         return meta
@@ -336,21 +341,25 @@ class ChunkIndex(BaseModel):
             table = self.table(META)
         table.merge_insert("key").when_matched_update_all().when_not_matched_insert_all().execute(data)
 
-    def model_info(self, table=None) -> tuple[str, int] | None:
+    def model_info(self, table=None, *, schema: pa.Schema | None = None) -> tuple[str, int] | None:
         """(model name, dimension) of the vectors in the index, or None when
-        the index has no vectors yet."""
-        table = table if table is not None else self.table(CHUNKS)
-        if table is None:
-            return None
-        metadata = table.schema.metadata or {}
+        the index has no vectors yet. A caller that holds the table's schema
+        gives it: each read of table.schema asks LanceDB again."""
+        if schema is None:
+            table = table if table is not None else self.table(CHUNKS)
+            if table is None:
+                return None
+            schema = table.schema
+        metadata = schema.metadata or {}
         model = metadata.get(MODEL_KEY.encode())
         if not model:
             return None
         return model.decode(), int(metadata[DIM_KEY.encode()])
 
-    def check_model(self, model_name: str, dim: int, *, why: str = "", table=None) -> None:
+    def check_model(self, model_name: str, dim: int, *, why: str = "", table=None,
+                    schema: pa.Schema | None = None) -> None:
         """Raise IndexModelMismatch when the index holds another model's vectors."""
-        info = self.model_info(table)
+        info = self.model_info(table, schema=schema)
         if info is None or info == (model_name, dim):
             return
         extra = f" ({why})" if why else ""
@@ -360,10 +369,10 @@ class ChunkIndex(BaseModel):
             f"Use the same embedding model, or: {REBUILD_HINT}"
         )
 
-    def check_schema(self, table) -> None:
+    def check_schema(self, table=None, *, schema: pa.Schema | None = None) -> None:
         """Raise IndexModelMismatch when the passages table lacks a column
         that this version of kb writes and reads (an index from older code)."""
-        missing = set(CHUNK_FIELDS) - set(table.schema.names)
+        missing = set(CHUNK_FIELDS) - set((schema if schema is not None else table.schema).names)
         if missing:
             raise IndexModelMismatch(
                 f"The index at {self.path} has an old layout (no {', '.join(sorted(missing))}). {REBUILD_HINT}")
@@ -683,10 +692,25 @@ class ChunkIndex(BaseModel):
         table = self.snapshot(BOOKMARKS, pinned=False)
         if table is None or not tweet_ids:
             return {}
-        out = {}
-        for part in _parts(sorted({str(t) for t in tweet_ids})):
+        # Cards of this table version that a search read before: a query for
+        # them cost about as much as the retrieval on a small index. A new
+        # version (a sync) empties the cache.
+        with self._lock:
+            version = table.version
+            if self._cards_cache is None or self._cards_cache[0] != version:
+                self._cards_cache = (version, {})
+            cache = self._cards_cache[1]
+            wanted = sorted({str(t) for t in tweet_ids})
+            out = {t: copy.deepcopy(cache[t]) for t in wanted if t in cache}
+        missing = [t for t in wanted if t not in out]
+        for part in _parts(missing):
             for row in table.search().where(sql_in("tweet_id", part)).limit(None).to_arrow().to_pylist():
                 out[row["tweet_id"]] = _unpack_card(row)
+        with self._lock:
+            if self._cards_cache[0] == version and len(cache) < CARDS_CACHE_SIZE:
+                for t in missing:
+                    if t in out:
+                        cache[t] = copy.deepcopy(out[t])
         return out
 
     def passages(self, *, tweet_id: str | None = None, ref: str | None = None) -> list[dict]:

@@ -194,7 +194,8 @@ def search(
     index = index or ChunkIndex.from_settings()
     # One pinned version for the whole search: the row ids stay valid.
     table = index.snapshot(CHUNKS)
-    meta = index.meta(table)
+    schema = table.schema if table is not None else None
+    meta = index.meta(table, schema=schema)
     response = SearchResponse(query=query, mode=mode, hits=[], limit=limit, filters=filters,
                               model=meta.get("model"), last_sync=meta.get("last_sync"))
     if table is None:
@@ -202,14 +203,14 @@ def search(
         response.took_ms = _ms(started)
         return response
 
-    index.check_schema(table)
+    index.check_schema(schema=schema)
     per_document = tweet_id is not None or ref is not None
     depth = min(MAX_DEPTH, max(MIN_DEPTH, limit * DEPTH_PER_HIT))
     table_rows = table.count_rows()
     phrases = _phrases(query)
     dense_rows = lexical_rows = None
     if mode in ("dense", "hybrid"):
-        vector = query_vector if query_vector is not None else _embed_query(query, index, table, embedder)
+        vector = query_vector if query_vector is not None else _embed_query(query, index, schema, embedder)
         dense_rows = _POOL.submit(_dense, table, vector, where, depth, vector_probes(table_rows))
     early_probes = None
     if mode in ("bm25", "hybrid"):
@@ -331,15 +332,15 @@ def _where(*, author, sources, after, before, tweet_id, ref) -> str | None:
 
 
 # --- retrieval ---------------------------------------------------------------
-def _embed_query(query: str, index: ChunkIndex, table, embedder: Embedder | None) -> np.ndarray:
-    info = index.model_info(table)
+def _embed_query(query: str, index: ChunkIndex, schema, embedder: Embedder | None) -> np.ndarray:
+    info = index.model_info(schema=schema)
     embedder = embedder or embedder_for_index(info)
     try:
         name, dim = embedder.model_name, embedder.dim
     except EmbedderError as exc:
         held = f"The index holds vectors of {info[0]}. " if info else ""
         raise EmbedderError(f"{exc} {held}Start that backend, or: kb index --rebuild") from exc
-    index.check_model(name, dim, table=table)
+    index.check_model(name, dim, schema=schema)
     return embedder.embed_query(query)
 
 
