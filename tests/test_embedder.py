@@ -151,3 +151,26 @@ def test_hash_embedder_is_deterministic():
     assert np.array_equal(first, second)
     query = Embedder.from_settings(backend="hash").embed_query("beta")
     assert first[0] @ query > 0.5 and abs(first[1] @ query) < 1e-6
+
+
+def test_onnx_runtime_gives_the_vectors_of_sentence_transformers():
+    from kb.embedder import load_local_model, load_onnx_model
+
+    texts = ["Homelab log: patched CVE-2024-3094 on all my Debian boxes today.",
+             "Sourdough bread: feeding the starter and shaping the loaf " * 40]  # past the 256-token limit
+    onnx = load_onnx_model("all-MiniLM-L6-v2").encode(texts)
+    torch = load_local_model("all-MiniLM-L6-v2").encode(texts, normalize_embeddings=True)
+    assert onnx.shape == torch.shape == (2, 384)
+    assert float((onnx * torch).sum(axis=1).min()) > 0.9999
+
+
+def test_local_runtimes(monkeypatch):
+    from kb.embedder import EmbedderError, local_runtimes
+
+    monkeypatch.delenv("KB_LOCAL_RUNTIME", raising=False)
+    assert local_runtimes() == ("onnx", "torch")
+    monkeypatch.setenv("KB_LOCAL_RUNTIME", "torch")
+    assert local_runtimes() == ("torch", "torch")
+    monkeypatch.setenv("KB_LOCAL_RUNTIME", "gpu")
+    with pytest.raises(EmbedderError, match="KB_LOCAL_RUNTIME"):
+        local_runtimes()
