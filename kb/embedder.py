@@ -169,7 +169,7 @@ def local_runtimes() -> tuple[str, str]:
     takes about 15 ms against about 250 ms, and a server loads no PyTorch;
     batches of passages were faster on PyTorch on this machine
     (benchmarks/index_and_retrieval.md)."""
-    wanted = os.environ.get("KB_LOCAL_RUNTIME", "auto").strip().lower() or "auto"
+    wanted = (get_settings().kb_local_runtime or "auto").strip().lower()
     if wanted not in ("auto", "onnx", "torch"):
         raise EmbedderError(f"KB_LOCAL_RUNTIME={wanted!r} is unknown. Use auto, onnx or torch.")
     if wanted != "auto":
