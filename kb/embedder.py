@@ -300,6 +300,24 @@ def load_onnx_model(name: str) -> OnnxModel:
     return model
 
 
+_ONNX_FAILED: dict[str, str] = {}
+
+
+def _onnx_failure(name: str) -> str | None:
+    """Why the local model cannot run on ONNX Runtime here (for example no
+    `onnx` to make the file, or a read-only cache folder), or None. kb then
+    runs it on PyTorch: slower, the same vectors. Logged once per process."""
+    if name in _ONNX_FAILED:
+        return _ONNX_FAILED[name]
+    try:
+        load_onnx_model(name)
+        return None
+    except (EmbedderError, ImportError, OSError, RuntimeError) as exc:
+        _ONNX_FAILED[name] = f"{type(exc).__name__}: {exc}"
+        log.warning("The local model runs on PyTorch: ONNX Runtime is not usable (%s).", _ONNX_FAILED[name])
+        return _ONNX_FAILED[name]
+
+
 def model_dimension(model) -> int:
     # sentence-transformers 6 renamed the method; keep both names working.
     getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
@@ -447,6 +465,8 @@ class Embedder(BaseModel):
             batch = self._batch()
             label = Path(name).name if Path(name).is_dir() else name.removeprefix("sentence-transformers/")
             runtime = dict(zip(("queries", "documents"), local_runtimes()))
+            if "onnx" in runtime.values() and _onnx_failure(name):
+                runtime = {kind: "torch" for kind in runtime}
 
             def encoder(kind: str):
                 if runtime[kind] == "onnx":

@@ -174,3 +174,18 @@ def test_local_runtimes(monkeypatch):
     monkeypatch.setenv("KB_LOCAL_RUNTIME", "gpu")
     with pytest.raises(EmbedderError, match="KB_LOCAL_RUNTIME"):
         local_runtimes()
+
+
+def test_without_a_usable_onnx_file_the_model_runs_on_pytorch(monkeypatch, tmp_path):
+    import kb.embedder as embedder_module
+
+    def no_file(model_path):
+        raise embedder_module.EmbedderError("cannot make the ONNX file")
+
+    monkeypatch.setattr(embedder_module, "_ONNX_MODELS", {})
+    monkeypatch.setattr(embedder_module, "_ONNX_FAILED", {})
+    monkeypatch.setattr(embedder_module, "onnx_model_file", no_file)
+    embedder = Embedder.from_settings(backend="local", cache_dir=str(tmp_path))
+    vector = embedder.embed_query("sourdough starter, embedded on PyTorch")
+    assert vector.shape == (384,) and abs(float(np.linalg.norm(vector)) - 1.0) < 1e-4
+    assert "cannot make the ONNX file" in embedder_module._ONNX_FAILED["all-MiniLM-L6-v2"]
