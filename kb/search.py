@@ -30,6 +30,12 @@ document), results are passages of that document, best first.
 Filters apply before ranking (prefilter), so `source="video", limit=3`
 returns 3 hits when 3 videos exist. The serving side reads LanceDB only and
 never opens DuckDB, so search works while a sync writes.
+
+Speed: each LanceDB call costs milliseconds, so a search makes few of them.
+It reads one table version. The two retrievers give row ids and scores only.
+One read by row id then gets the short columns of every candidate, and the
+text only where a rule reads it. The other result columns are read only for
+the hits shown. Figures: benchmarks/index_and_retrieval.md.
 """
 
 from __future__ import annotations
