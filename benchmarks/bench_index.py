@@ -7,10 +7,16 @@ bookmark. Then it measures:
 
 - kb: index build time (replace_chunks in batches, then maintain(): the
   full-text index, the scalar indexes and, above kb_vector_index_min_rows,
-  the HNSW vector index); the time to fold 1% new bookmarks into a built
-  index; and the query time of kb.search.search() in hybrid, bm25
-  and dense modes (the whole function: retrieval, fusion, grouping by
-  bookmark, chunk counts and bookmark cards).
+  the IVF vector index); the time to fold 1% new bookmarks into a built
+  index, and the bytes of data files that it wrote (a full rewrite writes
+  the whole table again); and the query time of kb.search.search() in
+  hybrid, bm25 and dense modes (the whole function: retrieval, fusion,
+  grouping by bookmark, chunk counts and bookmark cards), as wall time and
+  as CPU time of the process (steadier on a shared machine).
+- The same hits as before: the top 10 of each hybrid query from search()
+  against the top 10 from the search code of commit BEFORE (loaded from git)
+  on the same index. And the recall of the vector index: its top 100
+  against an exact (flat) search.
 - SQLite, the stack of the tool that kb replaces: the same rows in an FTS5
   table and a sqlite-vec vec0 table (apsw loads the extension; Python's
   sqlite3 module cannot), queried with the same depth, fused by reciprocal
@@ -25,8 +31,11 @@ as a table and written as JSON.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from datetime import datetime, timedelta, timezone
@@ -34,10 +43,13 @@ from pathlib import Path
 
 import numpy as np
 
-from kb.search import search
+from kb.search import search, warm_up
 from kb.lance_index import ChunkIndex
 
 DIM = 384
+# The search code before issue 14 ("search at the speed of the index").
+BEFORE = "1e3b8eb"
+REPO = Path(__file__).resolve().parents[1]
 DEPTH = 100  # passages per retriever, as kb's search fetches for limit <= 25
 RRF_K = 60
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "po", "qu", "ba", "de", "fi", "go", "hu"]
@@ -99,6 +111,22 @@ def percentiles(times: list[float]) -> dict:
 
 
 # --- kb (LanceDB) --------------------------------------------------------------
+def data_bytes(folder: Path) -> dict[str, int]:
+    data = folder / "lancedb" / "chunks.lance" / "data"
+    return {f.name: f.stat().st_size for f in data.iterdir()} if data.is_dir() else {}
+
+
+def search_before():
+    """kb.search as it was at commit BEFORE, as a module of its own."""
+    source = subprocess.run(["git", "show", f"{BEFORE}:kb/search.py"], cwd=REPO, check=True,
+                            capture_output=True, text=True).stdout
+    spec = importlib.util.spec_from_loader("kb_search_before", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    exec(compile(source, f"{BEFORE}:kb/search.py", "exec"), module.__dict__)
+    return module
+
+
 def bench_kb(rows, vectors, queries, query_vectors, folder: Path) -> dict:
     embedder = PrecomputedEmbedder(vectors)
     index = ChunkIndex.from_settings(path=str(folder / "lancedb"))
@@ -110,26 +138,69 @@ def bench_kb(rows, vectors, queries, query_vectors, folder: Path) -> dict:
         part = base[at:at + batch]
         index.replace_chunks(sorted({r["tweet_id"] for r in part}), [dict(r) for r in part], embedder)
     written = time.perf_counter()
-    index.maintain()
+    # skip_if_current=True: as the chunk_index asset calls it when no
+    # passage was deleted.
+    index.maintain(skip_if_current=True)
     built = time.perf_counter()
+    before_update = data_bytes(folder)
     # 1% new bookmarks (their tweet ids are new), as one sync batch does.
     index.replace_chunks(sorted({r["tweet_id"] for r in fresh}), [dict(r) for r in fresh], embedder)
-    index.maintain()
+    report = index.maintain(skip_if_current=True)
     updated = time.perf_counter()
+    after_update = data_bytes(folder)
     out = {"write_s": round(written - started, 2), "maintain_s": round(built - written, 2),
            "build_s": round(built - started, 2), "update_1pct_s": round(updated - built, 2),
+           "update_report": report,
+           "table_data_bytes": sum(before_update.values()),
+           "update_new_data_bytes": sum(v for k, v in after_update.items() if k not in before_update),
            "vector_index": index.counts()["vector_index"]}
+    pairs = list(zip(queries, query_vectors))
+    # As kb-mcp and kb web do before they say that they are ready. bm25: the
+    # benchmark has no query embedder (its vectors are given).
+    warm_up(index, mode="bm25")
     for mode in ("hybrid", "bm25", "dense"):
-        for query, vector in list(zip(queries, query_vectors))[:5]:  # warm the caches
+        for query, vector in pairs[:5]:  # warm the caches
             search(query, mode=mode, index=index, query_vector=vector)
         times = []
-        for query, vector in zip(queries, query_vectors):
+        cpu = time.process_time()
+        for query, vector in pairs:
             t = time.perf_counter()
             response = search(query, mode=mode, index=index, query_vector=vector)
             times.append((time.perf_counter() - t) * 1000)
             assert response.hits or mode == "bm25", (mode, query)
-        out[mode] = percentiles(times)
+        out[mode] = {**percentiles(times), "cpu_ms_per_query": round((time.process_time() - cpu) * 1000 / len(pairs), 2)}
+    out["same_hits_as_before"] = compare_before(index, pairs)
+    out["vector_recall_at_100"] = vector_recall(index, query_vectors)
     return out
+
+
+def compare_before(index: ChunkIndex, pairs) -> dict:
+    """Top 10 of each hybrid query: search() now against the code of BEFORE."""
+    before = search_before()
+    identical = overlap = 0
+    for query, vector in pairs:
+        now = [h.tweet_id for h in search(query, index=index, query_vector=vector).hits]
+        old = [h.tweet_id for h in before.search(query, index=index, query_vector=vector).hits]
+        identical += now == old
+        overlap += len(set(now) & set(old)) / max(1, len(old))
+    return {"queries": len(pairs), "identical_top10": identical, "mean_top10_overlap": round(overlap / len(pairs), 4)}
+
+
+def vector_recall(index: ChunkIndex, query_vectors) -> float | None:
+    """Share of the exact 100 nearest passages that the index query finds."""
+    from kb.lance_index import vector_probes
+
+    table = index.snapshot("chunks")
+    if not index.counts()["vector_index"]:
+        return None
+    found = 0
+    for vector in query_vectors[:50]:
+        def top(exact: bool) -> set:
+            q = table.search(vector, vector_column_name="vector").distance_type("dot").select(["_rowid"]).limit(100)
+            q = q.bypass_vector_index() if exact else q.nprobes(vector_probes(table.count_rows()))
+            return set(q.to_arrow().column("_rowid").to_pylist())
+        found += len(top(True) & top(False))
+    return round(found / (100 * 50), 4)
 
 
 # --- SQLite FTS5 + sqlite-vec --------------------------------------------------
@@ -190,13 +261,15 @@ def bench_sqlite(rows, vectors, queries, query_vectors, folder: Path) -> dict:
     for query, vector in list(zip(queries, query_vectors))[:5]:
         query_sqlite(query, vector)
     times = []
+    cpu = time.process_time()
     for query, vector in zip(queries, query_vectors):
         t = time.perf_counter()
         hits = query_sqlite(query, vector)
         times.append((time.perf_counter() - t) * 1000)
         assert hits
+    cpu_ms = (time.process_time() - cpu) * 1000 / len(queries)
     conn.close()
-    return {"build_s": round(build_s, 2), "hybrid": percentiles(times)}
+    return {"build_s": round(build_s, 2), "hybrid": {**percentiles(times), "cpu_ms_per_query": round(cpu_ms, 2)}}
 
 
 def main() -> None:

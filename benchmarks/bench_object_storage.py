@@ -5,7 +5,7 @@ random unit vectors, about 3 passages per bookmark) goes once into a local
 LanceDB folder and once into s3://kb-bench/lancedb on a loopback moto S3
 server (tests/fake_s3.py). For each it measures the build (replace_chunks in
 batches, then maintain(): the full-text index, the scalar indexes and, from
---vector-index-min-rows, the HNSW index) and the query time of
+--vector-index-min-rows, the IVF vector index) and the query time of
 kb.search.search() in hybrid, bm25 and dense modes.
 
 moto keeps the objects in memory in one Python process on this host. The

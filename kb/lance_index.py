@@ -14,11 +14,13 @@ Tables in one LanceDB folder (settings.lancedb_dir):
 One writer (the `chunk_index` asset) and many readers (search, MCP, bot).
 LanceDB tables are versioned: a reader sees one committed version, and with
 read_consistency_interval=0 each read checks for a newer one, so readers see
-new data without a restart.
+new data without a restart. A search opens the latest version once and
+reads only that version (snapshot()): one check instead of one per read.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -33,7 +35,7 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from lancedb.index import FTS, BTree, Bitmap, HnswSq
+from lancedb.index import FTS, BTree, Bitmap, IvfFlat
 from pydantic import BaseModel, PrivateAttr, SecretStr, field_validator
 
 from kb.embedder import Embedder, EmbedderError
@@ -57,12 +59,45 @@ def empty_index_note(path: Path | str) -> str:
 # in another process may still read a version that is a few seconds old;
 # deleting its files under it would fail that search.
 KEEP_VERSIONS = timedelta(minutes=10)
+# maintain() folds new rows into the indexes without compaction until the
+# passages table has this many data files; then it compacts them. Each sync
+# that adds rows adds one file and one segment to each index. A search reads
+# each file and segment, so many of them make it slower.
+COMPACT_FRAGMENTS = 16
+# Bookmark cards kept in memory per table version (see bookmarks()).
+CARDS_CACHE_SIZE = 4096
 
-# The full-text index stores token positions, so a quoted phrase in a query
-# can match as a phrase. English stemming and stop words, as in LanceDB's
+# The full-text index keeps no token positions: with them its build took 4
+# times longer and each query 2 times longer (benchmarks/index_and_retrieval.md).
+# search.py finds a quoted phrase by an AND query of its words and an exact
+# check on the text. English stemming and stop words, as in LanceDB's
 # default: the `text` column is English (translated when needed).
-FTS_CONFIG = FTS(with_position=True, base_tokenizer="simple", language="English",
+FTS_CONFIG = FTS(with_position=False, base_tokenizer="simple", language="English",
                  stem=True, remove_stop_words=True, lower_case=True, ascii_folding=True)
+
+def vector_partitions(rows: int) -> int:
+    """Partitions of the IVF vector index for a table of `rows` rows: about
+    the square root, so partitions and rows per partition grow alike.
+    search.py scans the nearest ones (vector_probes())."""
+    return max(1, round(math.sqrt(rows)))
+
+
+def vector_probes(rows: int) -> int:
+    """Partitions that a dense query scans: the nearest to the query vector,
+    at least 20 and at least a sixteenth of them. At 100k rows: 20 of 316,
+    about 6,300 vectors compared exactly."""
+    return max(20, vector_partitions(rows) // 16)
+
+
+def vector_index_config(rows: int) -> IvfFlat:
+    """The vector index for a table of `rows` rows. "dot": the embedder
+    gives unit vectors, so dot equals cosine and skips the norms; search.py
+    queries with the same type. The k-means sample (at most about 20k
+    vectors) and its 20 rounds bound the build time as the table grows."""
+    partitions = vector_partitions(rows)
+    return IvfFlat(distance_type="dot", num_partitions=partitions, max_iterations=20,
+                   sample_rate=min(256, max(16, 20_000 // partitions)))
+
 
 CHUNK_FIELDS = ("chunk_id", "tweet_id", "url", "author", "created_at", "source", "ref", "position",
                 "text", "source_text", "word_count", "lang", "bookmark_chunks", "bookmark_words")
@@ -154,8 +189,11 @@ class ChunkIndex(BaseModel):
     s3_allow_http: bool = False
 
     _db: Any = PrivateAttr(default=None)
+    _read_db: Any = PrivateAttr(default=None)  # see snapshot()
+    _read_tables: Any = PrivateAttr(default_factory=dict)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
     _meta_cache: Any = PrivateAttr(default=None)  # (table version, meta dict)
+    _cards_cache: Any = PrivateAttr(default=None)  # (table version, {tweet_id: card})
     _seen_tables: bool = PrivateAttr(default=False)
 
     @classmethod
@@ -237,23 +275,61 @@ class ChunkIndex(BaseModel):
         except ValueError:
             return None
 
+    def snapshot(self, name: str, *, pinned: bool = True):
+        """The table at its latest committed version, or None when it does
+        not exist. pinned: a handle of its own, which stays on that version
+        for one read (for example one search); row ids stay valid in it (a
+        compaction in between gives the rows new ids). Not pinned: a shared
+        handle, moved to the latest version, for a single query.
+
+        Why not table(): on its connection (read_consistency_interval=0)
+        each operation checks for a newer version, and a search makes many
+        (retrieval, look-ups, bookmark cards). Here the check is made once."""
+        if self._read_db is None and not self.remote and not Path(self.path).is_dir():
+            return None
+        with self._lock:
+            if self._read_db is None:
+                # No interval: a table stays on its version until we check out another.
+                self._read_db = lancedb.connect(self.path, storage_options=self.storage_options() or None)
+            db = self._read_db
+            shared = None if pinned else self._read_tables.get(name)
+        if shared is not None:
+            try:
+                shared.checkout_latest()  # cheaper than opening the table again
+                return shared
+            except Exception:  # noqa: BLE001 - dropped or replaced: open it again below
+                pass
+        try:
+            table = db.open_table(name)
+        except (ValueError, FileNotFoundError, OSError):
+            # Dropped, or not created yet. A dropped table may come back.
+            with self._lock:
+                self._read_tables.pop(name, None)
+            return None
+        if not pinned:
+            with self._lock:
+                self._read_tables[name] = table
+        return table
+
     def _vector_index_min_rows(self) -> int:
         return self.vector_index_min_rows
 
     # --- model record -------------------------------------------------------
-    def meta(self) -> dict[str, str]:
-        """Key/value facts of the index (last_sync), plus model and dim."""
+    def meta(self, table=None, *, schema: pa.Schema | None = None) -> dict[str, str]:
+        """Key/value facts of the index (last_sync), plus model and dim.
+        `table` (or its `schema`): the passages table, when the caller has it
+        open already."""
         meta: dict[str, str] = {}
-        table = self.table(META)
-        if table is not None:
+        meta_table = self.snapshot(META, pinned=False)
+        if meta_table is not None:
             # Reading the table costs more than asking its version: read it
             # again only when a writer committed a new version.
-            version = table.version
+            version = meta_table.version
             if self._meta_cache is None or self._meta_cache[0] != version:
-                rows = table.to_arrow().to_pylist()
+                rows = meta_table.to_arrow().to_pylist()
                 self._meta_cache = (version, {r["key"]: r["value"] for r in rows})
             meta.update(self._meta_cache[1])
-        info = self.model_info()
+        info = self.model_info(table, schema=schema)
         if info:
             meta["model"], meta["dim"] = info[0], str(info[1])
         return meta
@@ -266,21 +342,25 @@ class ChunkIndex(BaseModel):
             table = self.table(META)
         table.merge_insert("key").when_matched_update_all().when_not_matched_insert_all().execute(data)
 
-    def model_info(self, table=None) -> tuple[str, int] | None:
+    def model_info(self, table=None, *, schema: pa.Schema | None = None) -> tuple[str, int] | None:
         """(model name, dimension) of the vectors in the index, or None when
-        the index has no vectors yet."""
-        table = table if table is not None else self.table(CHUNKS)
-        if table is None:
-            return None
-        metadata = table.schema.metadata or {}
+        the index has no vectors yet. A caller that holds the table's schema
+        gives it: each read of table.schema asks LanceDB again."""
+        if schema is None:
+            table = table if table is not None else self.table(CHUNKS)
+            if table is None:
+                return None
+            schema = table.schema
+        metadata = schema.metadata or {}
         model = metadata.get(MODEL_KEY.encode())
         if not model:
             return None
         return model.decode(), int(metadata[DIM_KEY.encode()])
 
-    def check_model(self, model_name: str, dim: int, *, why: str = "", table=None) -> None:
+    def check_model(self, model_name: str, dim: int, *, why: str = "", table=None,
+                    schema: pa.Schema | None = None) -> None:
         """Raise IndexModelMismatch when the index holds another model's vectors."""
-        info = self.model_info(table)
+        info = self.model_info(table, schema=schema)
         if info is None or info == (model_name, dim):
             return
         extra = f" ({why})" if why else ""
@@ -290,12 +370,12 @@ class ChunkIndex(BaseModel):
             f"Use the same embedding model, or: {REBUILD_HINT} (The index is at {self.path}.)"
         )
 
-    def embedder_for(self, embedder: Embedder, table=None) -> Embedder:
+    def embedder_for(self, embedder: Embedder, table=None, *, schema: pa.Schema | None = None) -> Embedder:
         """The embedder that writes to or searches this index: with the
         setting `auto`, it keeps to the recorded backend. Raises
         IndexModelMismatch for another model, and EmbedderError, with the
         way out, when the recorded backend does not answer."""
-        info = self.model_info(table)
+        info = self.model_info(table, schema=schema)
         embedder = embedder.keeping_to(info[0] if info else None)
         try:
             name, dim = embedder.model_name, embedder.dim
@@ -304,13 +384,13 @@ class ChunkIndex(BaseModel):
                 raise
             raise EmbedderError(f"{exc} The index holds vectors of {info[0]}. Start that backend again. "
                                 f"To change the model: {REBUILD_HINT}") from exc
-        self.check_model(name, dim, table=table)
+        self.check_model(name, dim, table=table, schema=schema)
         return embedder
 
-    def check_schema(self, table) -> None:
+    def check_schema(self, table=None, *, schema: pa.Schema | None = None) -> None:
         """Raise IndexModelMismatch when the passages table lacks a column
         that this version of kb writes and reads (an index from older code)."""
-        missing = set(CHUNK_FIELDS) - set(table.schema.names)
+        missing = set(CHUNK_FIELDS) - set((schema if schema is not None else table.schema).names)
         if missing:
             raise IndexModelMismatch(
                 f"The index at {self.path} has an old layout (no {', '.join(sorted(missing))}). {REBUILD_HINT}")
@@ -530,21 +610,25 @@ class ChunkIndex(BaseModel):
             for column, config in (("tweet_id", BTree()), ("source", Bitmap()), ("created_at", BTree())):
                 if (column,) not in indexed and rows:
                     table.create_index(column, config=config)
-            # Exact (flat) vector search is fast and exact below this size; an
-            # HNSW build costs about 76 s per 100k rows on 2 cores, so it only
-            # pays for itself on a large table.
+            # Exact (flat) vector search is exact and fast enough below this
+            # size. Above it: an IVF index with flat (not quantized) vectors.
+            # Its build is a k-means over a sample (about 8 s per 100k rows
+            # on 2 cores), where the HNSW-SQ index that it replaced cost 75 s;
+            # a query scans the nearest partitions exactly
+            # (vector_probes()), so nothing needs re-scoring.
             if ("vector",) not in indexed and rows >= self._vector_index_min_rows():
-                # "dot": the embedder gives unit vectors, so dot equals cosine
-                # and skips the norms. search.py queries with the same type.
-                table.create_index("vector", config=HnswSq(distance_type="dot",
-                                                            num_partitions=max(1, rows // 500_000 + 1)))
+                table.create_index("vector", config=vector_index_config(rows))
                 report["vector_index"] = "created"
             # optimize(): compaction, new rows into every index, prune versions.
             # Its compaction rewrites every fragment below a million rows that
             # lies next to another one, so on a table of that size each call
-            # rewrites the whole table. When nothing is new, skip it.
+            # rewrites the whole table. When nothing is new, skip it. When
+            # rows were only added, fold them into the indexes and leave the
+            # files as they are, until they are many small files.
             if skip_if_current and not report and not self._unindexed_rows(table):
                 report["optimize"] = "skipped: every row is indexed"
+            elif skip_if_current and self._fold_new_rows(table):
+                report["indexes"] = "new rows folded in, files not compacted"
             else:
                 table.optimize(cleanup_older_than=KEEP_VERSIONS)
             report["chunks"] = rows
@@ -557,6 +641,28 @@ class ChunkIndex(BaseModel):
         if meta is not None:
             meta.optimize(cleanup_older_than=KEEP_VERSIONS)
         return report
+
+    def _fold_new_rows(self, table) -> bool:
+        """Add the unindexed rows to every index and prune old versions,
+        with no compaction: only the index files of the new rows are written.
+        False when that is not possible (no pylance, which gives the index
+        step alone) or the table has COMPACT_FRAGMENTS files or more: then
+        optimize() must compact them."""
+        try:
+            import lance
+        except ImportError:
+            return False
+        if table.stats()["fragment_stats"]["num_fragments"] >= COMPACT_FRAGMENTS:
+            return False
+        dataset = lance.dataset(table.uri, storage_options=self.storage_options() or None)
+        # num_indices_to_merge=0: the new rows get an index segment of their
+        # own. Merging it into the full-text index rewrote that index: 4 s
+        # of the 4.2 s that 1% new rows cost at 100k passages. The segments
+        # add up until the compaction above merges them, with the files.
+        dataset.optimize.optimize_indices(num_indices_to_merge=0)
+        lance.dataset(table.uri, storage_options=self.storage_options() or None).cleanup_old_versions(
+            older_than=KEEP_VERSIONS)
+        return True
 
     @staticmethod
     def _unindexed_rows(table) -> int:
@@ -601,13 +707,28 @@ class ChunkIndex(BaseModel):
         return cards.get(str(tweet_id))
 
     def bookmarks(self, tweet_ids: list[str]) -> dict[str, dict]:
-        table = self.table(BOOKMARKS)
+        table = self.snapshot(BOOKMARKS, pinned=False)
         if table is None or not tweet_ids:
             return {}
-        out = {}
-        for part in _parts(sorted({str(t) for t in tweet_ids})):
+        # Cards of this table version that a search read before: a query for
+        # them cost about as much as the retrieval on a small index. A new
+        # version (a sync) empties the cache.
+        with self._lock:
+            version = table.version
+            if self._cards_cache is None or self._cards_cache[0] != version:
+                self._cards_cache = (version, {})
+            cache = self._cards_cache[1]
+            wanted = sorted({str(t) for t in tweet_ids})
+            out = {t: copy.deepcopy(cache[t]) for t in wanted if t in cache}
+        missing = [t for t in wanted if t not in out]
+        for part in _parts(missing):
             for row in table.search().where(sql_in("tweet_id", part)).limit(None).to_arrow().to_pylist():
                 out[row["tweet_id"]] = _unpack_card(row)
+        with self._lock:
+            if self._cards_cache[0] == version and len(cache) < CARDS_CACHE_SIZE:
+                for t in missing:
+                    if t in out:
+                        cache[t] = copy.deepcopy(out[t])
         return out
 
     def passages(self, *, tweet_id: str | None = None, ref: str | None = None) -> list[dict]:

@@ -30,21 +30,28 @@ document), results are passages of that document, best first.
 Filters apply before ranking (prefilter), so `source="video", limit=3`
 returns 3 hits when 3 videos exist. The serving side reads LanceDB only and
 never opens DuckDB, so search works while a sync writes.
+
+Speed: each LanceDB call costs milliseconds, so a search makes few of them.
+It reads one table version. The two retrievers give row ids and scores only.
+One read by row id then gets the short columns of every candidate, and the
+text only where a rule reads it. The other result columns are read only for
+the hits shown. Figures: benchmarks/index_and_retrieval.md.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
 
 import numpy as np
-from lancedb.query import PhraseQuery
+from lancedb.query import FullTextOperator, MatchQuery
 
 from kb.embedder import Embedder
-from kb.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch, empty_index_note, sql_in, sql_str, to_utc
+from kb.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, empty_index_note, sql_in, sql_str, to_utc,
+                            vector_probes)
 
 MODES = ("bm25", "dense", "hybrid")
 FUSION_METHODS = ("convex", "rrf")
@@ -77,6 +84,13 @@ DEPTH_PER_HIT = 2
 
 RESULT_COLUMNS = ["chunk_id", "tweet_id", "url", "author", "created_at", "source", "ref", "position",
                   "text", "source_text", "word_count", "lang", "bookmark_chunks", "bookmark_words"]
+# The retrievers fetch only the short columns that ranking and grouping
+# need, plus the row id. Reading the text of every candidate cost about as
+# much as the retrieval itself (benchmarks/index_and_retrieval.md): the text
+# is read for the candidates that a rule must look at, and the other result
+# columns only for the hits shown.
+RANK_COLUMNS = ["chunk_id", "tweet_id", "source", "ref", "position"]
+ROW_ID = "_rowid"
 # The whole query counts as an exact phrase only when it is this short. A
 # long question never occurs word for word, so the check would cost time
 # for nothing.
@@ -84,6 +98,12 @@ MAX_PHRASE_WORDS = 8
 # LanceDB runs a query in native code and releases the GIL, so the lexical
 # and the vector query (and the rare-word look-ups) run at the same time.
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kb-search")
+# The English stop words and the token limit of the full-text index
+# (tantivy's filters, as lance_index.FTS_CONFIG sets them up).
+FTS_STOP_WORDS = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there these "
+    "they this to was will with".split())
+FTS_MAX_TOKEN = 40
 QUOTED = re.compile(r'"([^"]+)"')
 TOKEN = re.compile(r"\w+", re.UNICODE)
 
@@ -131,7 +151,8 @@ class SearchResponse:
 
 @dataclass
 class _Candidate:
-    row: dict
+    row_id: int  # in the pinned table version of this search
+    row: dict = field(default_factory=dict)  # RANK_COLUMNS, and text when a rule reads it
     dense: float | None = None  # cosine similarity
     bm25: float | None = None
     dense_rank: int | None = None
@@ -177,8 +198,10 @@ def search(
                "before": before_dt and before_dt.isoformat(), "tweet_id": tweet_id, "ref": ref}
 
     index = index or ChunkIndex.from_settings()
-    table = index.table(CHUNKS)
-    meta = index.meta()
+    # One pinned version for the whole search: the row ids stay valid.
+    table = index.snapshot(CHUNKS)
+    schema = table.schema if table is not None else None
+    meta = index.meta(table, schema=schema)
     response = SearchResponse(query=query, mode=mode, hits=[], limit=limit, filters=filters,
                               model=meta.get("model"), last_sync=meta.get("last_sync"))
     if table is None:
@@ -186,45 +209,92 @@ def search(
         response.took_ms = _ms(started)
         return response
 
-    index.check_schema(table)
+    index.check_schema(schema=schema)
     per_document = tweet_id is not None or ref is not None
     depth = min(MAX_DEPTH, max(MIN_DEPTH, limit * DEPTH_PER_HIT))
+    table_rows = table.count_rows()
     phrases = _phrases(query)
     dense_rows = lexical_rows = None
     if mode in ("dense", "hybrid"):
-        vector = query_vector if query_vector is not None else _embed_query(query, index, table, embedder)
-        dense_rows = _POOL.submit(_dense, table, vector, where, depth)
+        vector = query_vector if query_vector is not None else _embed_query(query, index, schema, embedder)
+        dense_rows = _POOL.submit(_dense, table, vector, where, depth, vector_probes(table_rows))
+    early_probes = None
     if mode in ("bm25", "hybrid"):
         lexical_rows = _POOL.submit(_bm25, table, query, where, depth)
+        words = _rare_candidates(query)
+        if 0 < len(words) <= MAX_PROBES:
+            # Few words: each is looked up (see _rare_word_passages), so the
+            # look-ups need not wait for the lexical list.
+            early_probes = _probe(table, table_rows, words, where)
 
-    candidates: dict[str, _Candidate] = {}
+    # Candidates by row id. The retrievers give row ids and scores only.
+    candidates: dict[int, _Candidate] = {}
     if dense_rows is not None:
-        for rank, row in enumerate(dense_rows.result()):
-            cand = candidates.setdefault(row["chunk_id"], _Candidate(row))
-            cand.dense, cand.dense_rank = 1.0 - float(row.pop("_distance")), rank
-    rare_ids: set[str] | None = None
+        for rank, (row_id, distance) in enumerate(dense_rows.result()):
+            cand = candidates.setdefault(row_id, _Candidate(row_id))
+            cand.dense, cand.dense_rank = 1.0 - distance, rank
+    rare_ids: set[int] | None = None
+    lexical: list[tuple[int, float]] = []
     if lexical_rows is not None:
         lexical = lexical_rows.result()
-        for rank, row in enumerate(lexical):
-            cand = candidates.setdefault(row["chunk_id"], _Candidate(row))
-            cand.bm25, cand.bm25_rank = float(row.pop("_score")), rank
-        rare_ids = _rare_word_passages(table, query, where, lexical, candidates)
+        for rank, (row_id, score) in enumerate(lexical):
+            cand = candidates.setdefault(row_id, _Candidate(row_id))
+            cand.bm25, cand.bm25_rank = score, rank
+        rare_ids = _rare_word_passages(table, table_rows, query, where, lexical, candidates, early_probes)
+
+    # The short columns of every candidate, and the text where a rule reads
+    # it. A passage that holds the exact phrase holds every query word, so
+    # the full-text query matched it: when that list was not cut at the
+    # depth, only its passages can hold the phrase.
+    lexical_ids = {row_id for row_id, _ in lexical}
+    lexical_cut = lexical_rows is None or len(lexical) >= depth or not _indexed_words(query)
+    _read(table, list(candidates.values()),
+          lambda c: bool(phrases) and (lexical_cut or c.row_id in lexical_ids))
 
     _score(list(candidates.values()), mode, fusion)
     rare_ids = rare_ids or set()
     keyword_query = len(_content_words(query)) <= KEYWORD_QUERY_WORDS
-    for chunk_id, cand in candidates.items():
-        cand.exact = _holds_phrases(cand.row["text"], phrases)
-        cand.rare = chunk_id in rare_ids
+    for row_id, cand in candidates.items():
+        cand.exact = "text" in cand.row and _holds_phrases(cand.row["text"], phrases)
+        cand.rare = row_id in rare_ids
     if keyword_query:
         ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.rare, c.score), reverse=True)
         chosen = _pick(ranked, limit, per_document)
     else:
         ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.score), reverse=True)
         chosen = _keep_rare_in_top(ranked, _pick(ranked, limit, per_document), limit, per_document)
-    response.hits = _hits(index, chosen)
+    response.hits = _hits(index, table, chosen)
     response.took_ms = _ms(started)
     return response
+
+
+def warm_up(index: ChunkIndex | None = None, *, mode: str = "hybrid") -> float | None:
+    """Run one search, so that a server loads the query embedder and the
+    index parts that a search reads before it says that it is ready. Else
+    the first query pays for them (the query model load, and the index
+    parts that each query reads). mode="bm25" warms all but the embedder.
+
+    Returns the seconds it took, or None when the index is empty or the
+    search failed. Never raises: the first real search reports the error."""
+    started = time.perf_counter()
+    index = index or ChunkIndex.from_settings()
+    try:
+        table = index.snapshot(CHUNKS)
+        if table is None:
+            return None
+        # Load the vector and full-text indexes into LanceDB's cache: else
+        # each query loads the parts that it reads (at 100k passages, the
+        # first queries took 1.5 times the CPU of the later ones).
+        for ix in table.list_indices():
+            if ix.columns in (["vector"], ["text"]):
+                table.prewarm_index(ix.name)
+        search("warm up", index=index, limit=1, mode=mode)
+    except Exception as exc:  # noqa: BLE001 - a server must start without it
+        import logging
+
+        logging.getLogger(__name__).warning("The search did not warm up: %s", exc)
+        return None
+    return time.perf_counter() - started
 
 
 # --- input checks ------------------------------------------------------------
@@ -269,8 +339,8 @@ def _where(*, author, sources, after, before, tweet_id, ref) -> str | None:
 
 
 # --- retrieval ---------------------------------------------------------------
-def _embed_query(query: str, index: ChunkIndex, table, embedder: Embedder | None) -> np.ndarray:
-    embedder = index.embedder_for(embedder or Embedder.from_settings(), table)
+def _embed_query(query: str, index: ChunkIndex, schema, embedder: Embedder | None) -> np.ndarray:
+    embedder = index.embedder_for(embedder or Embedder.from_settings(), schema=schema)
     return embedder.embed_query(query)
 
 
@@ -280,75 +350,104 @@ def embedder_for_index(info: tuple[str, int] | None) -> Embedder:
     return Embedder.from_settings().keeping_to(info[0] if info else None)
 
 
-def _dense(table, vector: np.ndarray, where: str | None, depth: int) -> list[dict]:
+def _dense(table, vector: np.ndarray, where: str | None, depth: int, probes: int) -> list[tuple[int, float]]:
+    """(row id, distance) of the nearest passages, nearest first."""
     # Unit vectors: dot distance (1 - dot product) is cosine distance, cheaper.
     query = (table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
-             .distance_type("dot").select(RESULT_COLUMNS + ["_distance"]).limit(depth))
-    # Used only when an HNSW index exists: a wider beam and exact re-scoring
-    # of the quantized candidates keep recall close to exact search.
-    query = query.ef(max(2 * depth, 200)).refine_factor(2)
+             .distance_type("dot").select([ROW_ID, "_distance"]).limit(depth))
+    # Used only when the IVF index exists; below it the search is exact.
+    query = query.nprobes(probes)
     if where:
         query = query.where(where, prefilter=True)
-    return query.to_arrow().to_pylist()
+    result = query.to_arrow()
+    return list(zip(result.column(ROW_ID).to_pylist(), result.column("_distance").to_pylist()))
 
 
-def _bm25(table, query: str, where: str | None, depth: int) -> list[dict]:
+def _bm25(table, query: str, where: str | None, depth: int) -> list[tuple[int, float]]:
+    """(row id, BM25 score) of the best lexical matches, best first."""
     plain = QUOTED.sub(lambda m: m.group(1), query)
     if not TOKEN.search(plain):
         return []
     rows = _fts(table, plain, where, depth)
     quoted = [p for p in QUOTED.findall(query) if len(TOKEN.findall(p)) > 1]
     if quoted:
-        # Quoted phrases: also fetch the passages that hold them as phrases,
-        # which a long OR-query may rank below the depth.
-        seen = {r["chunk_id"] for r in rows}
+        # Quoted phrases: also fetch the passages that hold all their words,
+        # which a long OR-query may rank below the depth. The phrase check
+        # on the text then finds the exact ones. (The index keeps no token
+        # positions, so it cannot match a phrase itself: positions made its
+        # build 4 times slower and each query 2 times slower.)
+        seen = {row_id for row_id, _ in rows}
         for phrase in quoted:
-            for row in _fts(table, PhraseQuery(phrase, "text"), where, depth):
-                if row["chunk_id"] not in seen:
-                    seen.add(row["chunk_id"])
-                    rows.append(row)
-        rows.sort(key=lambda r: r["_score"], reverse=True)
+            for row_id, score in _fts(table, MatchQuery(phrase, "text", operator=FullTextOperator.AND), where, depth):
+                if row_id not in seen:
+                    seen.add(row_id)
+                    rows.append((row_id, score))
+        rows.sort(key=lambda r: r[1], reverse=True)
     return rows
 
 
-def _fts(table, query, where: str | None, depth: int) -> list[dict]:
-    builder = table.search(query, query_type="fts", fts_columns="text").select(RESULT_COLUMNS + ["_score"]).limit(depth)
+def _fts(table, query, where: str | None, depth: int) -> list[tuple[int, float]]:
+    builder = table.search(query, query_type="fts", fts_columns="text").select([ROW_ID, "_score"]).limit(depth)
     if where:
         builder = builder.where(where, prefilter=True)
-    return builder.to_arrow().to_pylist()
+    result = builder.to_arrow()
+    return list(zip(result.column(ROW_ID).to_pylist(), result.column("_score").to_pylist()))
 
 
-def _rare_word_passages(table, query: str, where: str | None, lexical: list[dict],
-                        candidates: dict[str, _Candidate]) -> set[str] | None:
-    """Chunk ids of the passages that hold every rare word of the query, or
-    None when the query has no rare word. Those passages join the candidates,
-    so a rare word is found even when neither list ranked its passage."""
-    rare_max = max(RARE_MIN, int(table.count_rows() * RARE_SHARE))
-    held_by: dict[str, int] = {}
+def _rare_candidates(query: str) -> list[str]:
+    """The query words that may be rare: no stop word, not one letter."""
+    words: dict[str, None] = {}
     for word in TOKEN.findall(QUOTED.sub(lambda m: m.group(1), query).lower()):
         if word not in STOP_WORDS and len(word) > 1:
-            held_by[word] = 0
+            words[word] = None
+    return list(words)
+
+
+def _rare_max(table_rows: int) -> int:
+    return max(RARE_MIN, int(table_rows * RARE_SHARE))
+
+
+def _probe(table, table_rows: int, words: list[str], where: str | None) -> list[Future]:
+    """One full-text look-up per word: at most rare_max + 1 passages each."""
+    return [_POOL.submit(_fts, table, word, where, _rare_max(table_rows) + 1) for word in words]
+
+
+def _rare_word_passages(table, table_rows: int, query: str, where: str | None, lexical: list[tuple[int, float]],
+                        candidates: dict[int, _Candidate], probes: list[Future] | None = None) -> set[int] | None:
+    """Row ids of the passages that hold every rare word of the query, or
+    None when the query has no rare word. Those passages join the candidates,
+    so a rare word is found even when neither list ranked its passage.
+    probes: the look-ups of every query word, when they already started."""
+    rare_max = _rare_max(table_rows)
+    held_by = dict.fromkeys(_rare_candidates(query), 0)
     if not held_by:
         return None
-    # A word that more than rare_max lexical hits hold is not rare: no
-    # look-up needed. (Stemming can hide a hit from this count, never add one.)
-    pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, held_by)) + r")\b")
-    for row in lexical:
-        for word in set(pattern.findall(row["text"].lower())):
-            held_by[word] += 1
-    maybe_rare = sorted((n, w) for w, n in held_by.items() if n <= rare_max)[:MAX_PROBES]
-    if not maybe_rare:
-        return None
-    looked_up = list(_POOL.map(lambda w: _fts(table, w, where, rare_max + 1), [w for _, w in maybe_rare]))
-    holders: set[str] | None = None
-    for rows in looked_up:
+    if probes is None:
+        # A word that more than rare_max lexical hits hold is not rare: no
+        # look-up needed. (Stemming can hide a hit from this count, never add
+        # one.) The count reads the text of the hits. With at most MAX_PROBES
+        # words, every word is looked up anyway, and the look-up of a common
+        # word finds more than rare_max passages: the same answer without it.
+        if len(held_by) > MAX_PROBES:
+            cands = [candidates[row_id] for row_id, _ in lexical]
+            _read(table, cands, lambda c: True)
+            pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, held_by)) + r")\b")
+            for cand in cands:
+                for word in set(pattern.findall(cand.row["text"].lower())):
+                    held_by[word] += 1
+        maybe_rare = sorted((n, w) for w, n in held_by.items() if n <= rare_max)[:MAX_PROBES]
+        if not maybe_rare:
+            return None
+        probes = _probe(table, table_rows, [w for _, w in maybe_rare], where)
+    holders: set[int] | None = None
+    for probe in probes:
+        rows = probe.result()
         if not rows or len(rows) > rare_max:
             continue  # absent (or a stop word to the index), or common
         ids = set()
-        for row in rows:
-            row.pop("_score", None)
-            ids.add(row["chunk_id"])
-            candidates.setdefault(row["chunk_id"], _Candidate(row))
+        for row_id, _ in rows:
+            ids.add(row_id)
+            candidates.setdefault(row_id, _Candidate(row_id))
         holders = ids if holders is None else holders & ids
     return holders
 
@@ -382,6 +481,31 @@ def _min_max(values: list[float | None]) -> list[float]:
     low, high = min(present), max(present)
     span = high - low or 1.0
     return [0.0 if v is None else (v - low) / span for v in values]
+
+
+def _indexed_words(query: str) -> list[str]:
+    """The query words that the full-text index holds: not a stop word of
+    its English filter, not longer than its token limit."""
+    return [w for w in TOKEN.findall(query.lower()) if w not in FTS_STOP_WORDS and len(w) <= FTS_MAX_TOKEN]
+
+
+def _read(table, cands: list[_Candidate], wants_text) -> None:
+    """Read RANK_COLUMNS of the candidates that lack them, and the text of
+    those for which wants_text(candidate) is true: one read by row id."""
+    short = [c for c in cands if not c.row]
+    text = [c for c in cands if "text" not in c.row and wants_text(c)]
+    if not short and not text:
+        return
+    columns = RANK_COLUMNS + (["text"] if text else [])
+    rows = _take(table, [c.row_id for c in short + text], columns)
+    for cand in short + text:
+        cand.row.update(rows[cand.row_id])
+
+
+def _take(table, row_ids: list[int], columns: list[str]) -> dict[int, dict]:
+    """Rows of the pinned table version, by row id."""
+    result = table.take_row_ids(sorted(set(row_ids))).select(columns).with_row_id().to_arrow()
+    return {row.pop(ROW_ID): row for row in result.to_pylist()}
 
 
 def _phrases(query: str) -> list[str]:
@@ -449,13 +573,17 @@ def _pick(ranked: list[_Candidate], limit: int, per_document: bool) -> list[_Can
     return chosen
 
 
-def _hits(index: ChunkIndex, chosen: list[_Candidate]) -> list[Hit]:
+def _hits(index: ChunkIndex, table, chosen: list[_Candidate]) -> list[Hit]:
     if not chosen:
         return []
+    # The result columns of the shown passages and the bookmark cards: two
+    # independent reads, at the same time.
+    full = _POOL.submit(_take, table, [c.row_id for c in chosen], RESULT_COLUMNS)
     cards = index.bookmarks(sorted({c.row["tweet_id"] for c in chosen}))
+    rows = full.result()
     hits = []
     for cand in chosen:
-        row = cand.row
+        row = rows[cand.row_id]
         card = cards.get(row["tweet_id"], {})
         created = row["created_at"]
         hits.append(Hit(
@@ -483,4 +611,4 @@ def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
 
 
-__all__ = ["search", "SearchResponse", "Hit", "MODES", "FUSION_METHODS", "IndexModelMismatch", "embedder_for_index"]
+__all__ = ["search", "warm_up", "SearchResponse", "Hit", "MODES", "FUSION_METHODS", "IndexModelMismatch", "embedder_for_index"]

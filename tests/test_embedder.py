@@ -212,3 +212,41 @@ def test_auto_does_not_fall_back_to_local_for_an_ollama_index(monkeypatch):
     assert "does not answer" in message and "holds vectors of ollama:embeddinggemma" in message
     assert "kb index --rebuild" in message
     assert index.counts()["chunks"] == 1 and index.model_info() == ("ollama:embeddinggemma", DIM)
+
+
+def test_onnx_runtime_gives_the_vectors_of_sentence_transformers():
+    from kb.embedder import load_local_model, load_onnx_model
+
+    texts = ["Homelab log: patched CVE-2024-3094 on all my Debian boxes today.",
+             "Sourdough bread: feeding the starter and shaping the loaf " * 40]  # past the 256-token limit
+    onnx = load_onnx_model("all-MiniLM-L6-v2").encode(texts)
+    torch = load_local_model("all-MiniLM-L6-v2").encode(texts, normalize_embeddings=True)
+    assert onnx.shape == torch.shape == (2, 384)
+    assert float((onnx * torch).sum(axis=1).min()) > 0.9999
+
+
+def test_local_runtimes(monkeypatch):
+    from kb.embedder import EmbedderError, local_runtimes
+
+    monkeypatch.delenv("KB_LOCAL_RUNTIME", raising=False)
+    assert local_runtimes() == ("onnx", "torch")
+    monkeypatch.setenv("KB_LOCAL_RUNTIME", "torch")
+    assert local_runtimes() == ("torch", "torch")
+    monkeypatch.setenv("KB_LOCAL_RUNTIME", "gpu")
+    with pytest.raises(EmbedderError, match="KB_LOCAL_RUNTIME"):
+        local_runtimes()
+
+
+def test_without_a_usable_onnx_file_the_model_runs_on_pytorch(monkeypatch, tmp_path):
+    import kb.embedder as embedder_module
+
+    # The cache folder cannot be made: XDG_CACHE_HOME is a file.
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    monkeypatch.setattr(embedder_module, "_ONNX_MODELS", {})  # no model from an earlier test
+    monkeypatch.setattr(embedder_module, "_ONNX_FAILED", {})
+    embedder = Embedder.from_settings(backend="local", cache_dir=str(tmp_path))
+    vector = embedder.embed_query("sourdough starter, embedded on PyTorch")
+    assert vector.shape == (384,) and abs(float(np.linalg.norm(vector)) - 1.0) < 1e-4
+    assert str(blocker) in embedder_module._ONNX_FAILED["all-MiniLM-L6-v2"]

@@ -84,3 +84,31 @@ def test_stale_passages_still_leave(built, hasher):
     # A bookmark with no passages left leaves the index.
     result = built.replace_chunks(["3"], [], hasher)
     assert result["deleted"] == 1 and built.passages(tweet_id="3") == []
+
+
+def data_files(index: ChunkIndex) -> set[str]:
+    return {p.name for p in (index.db_path() / f"{CHUNKS}.lance" / "data").iterdir()}
+
+
+def test_new_bookmarks_are_folded_in_without_a_rewrite(built, hasher):
+    before = data_files(built)
+    built.replace_chunks(["4"], [passage("4", 0, "zeppelin airship mooring masts")], hasher)
+    report = built.maintain(skip_if_current=True)
+    # Every index covers the new row, and the files written before are kept:
+    # only the new row's data file is new. A compaction would write them all again.
+    assert report.get("indexes", "").startswith("new rows folded in")
+    assert built.counts()["fts_unindexed_rows"] == 0
+    after = data_files(built)
+    assert before <= after and len(after - before) == 1
+    assert search("zeppelin", mode="bm25", index=built, embedder=hasher).hits[0].tweet_id == "4"
+    assert search("zeppelin airship", index=built, embedder=hasher).hits[0].tweet_id == "4"
+
+
+def test_a_search_sees_a_changed_bookmark_card(built, hasher):
+    card = {"tweet_id": "2", "url": "https://x.com/a/status/2", "author": "alice", "text": "bread",
+            "media": [{"kind": "photo", "url": "https://pbs.twimg.com/old.jpg"}]}
+    built.upsert_bookmark_cards([card])
+    assert search("sourdough", index=built, embedder=hasher).hits[0].media[0]["url"].endswith("old.jpg")
+    built.upsert_bookmark_cards([dict(card, media=[{"kind": "photo", "url": "https://pbs.twimg.com/new.jpg"}])])
+    # The cards of the old table version that the first search kept are not served.
+    assert search("sourdough", index=built, embedder=hasher).hits[0].media[0]["url"].endswith("new.jpg")

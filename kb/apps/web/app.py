@@ -239,8 +239,8 @@ def create_app(settings: Settings | None = None, *, allowed_hosts: list[str] | N
     """The web app over the index and wiki that `settings` name.
 
     `allowed_hosts`: Host names that the app answers; default loopback names.
-    `warm_up`: load the query embedder in the background at start, so the
-    first search does not wait for the model."""
+    `warm_up`: run one search before the app is returned (the query
+    embedder loads, the index opens), so the first search does not wait."""
     settings = settings or get_settings()
     routes = [
         Route("/", index_page),
@@ -262,19 +262,10 @@ def create_app(settings: Settings | None = None, *, allowed_hosts: list[str] | N
     app.state.status_lock = threading.Lock()
     app.state.status_cache = None
     if warm_up:
-        threading.Thread(target=_warm_up, args=(app.state.index,), name="kb-web-warm-up", daemon=True).start()
+        from kb.search import warm_up as warm_up_search
+
+        warm_up_search(app.state.index)
     return app
-
-
-def _warm_up(index: ChunkIndex) -> None:
-    from kb.search import embedder_for_index
-
-    try:
-        info = index.model_info()
-        if info:
-            embedder_for_index(info).embed_query("warm up")
-    except Exception as exc:  # noqa: BLE001 - the first search reports the real error
-        log.warning("The query embedder did not load at start: %s", exc)
 
 
 def is_loopback(host: str) -> bool:
