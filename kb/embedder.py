@@ -36,7 +36,6 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-import ollama
 import pyarrow as pa
 from pydantic import BaseModel, PrivateAttr, ValidationError
 
@@ -357,10 +356,17 @@ def text_key(text: str) -> str:
 # The official client (the `ollama` package) speaks Ollama's HTTP API. It
 # raises ResponseError for an HTTP error status and ConnectionError when
 # nothing listens; other transport errors (a timeout) come from httpx.
-OLLAMA_ERRORS = (ollama.ResponseError, ConnectionError, httpx.HTTPError, ValidationError)
+# The package is imported on first use: every Dagster process imports this
+# module when it loads the graph, and most never talk to Ollama.
+def ollama_errors() -> tuple[type[BaseException], ...]:
+    import ollama
+
+    return (ollama.ResponseError, ConnectionError, httpx.HTTPError, ValidationError)
 
 
-def ollama_client(url: str, timeout: float) -> ollama.Client:
+def ollama_client(url: str, timeout: float):
+    import ollama
+
     return ollama.Client(host=url, timeout=timeout)
 
 
@@ -370,7 +376,7 @@ def ollama_models(url: str, timeout: float = 3.0) -> list[str]:
     try:
         with ollama_client(url, timeout) as client:
             return [m.model or "" for m in client.list().models]
-    except OLLAMA_ERRORS as exc:
+    except ollama_errors() as exc:
         raise EmbedderError(f"Ollama at {url} does not answer: {_first_line(exc)}") from exc
 
 
@@ -387,6 +393,8 @@ def ollama_has_model(url: str, model: str) -> bool:
 
 
 def ollama_embed(url: str, model: str, inputs: list[str], timeout: float) -> np.ndarray:
+    import ollama
+
     try:
         with ollama_client(url, timeout) as client:
             embeddings = client.embed(model=model, input=inputs, truncate=True).embeddings
@@ -394,7 +402,7 @@ def ollama_embed(url: str, model: str, inputs: list[str], timeout: float) -> np.
         if exc.status_code == 404:
             raise EmbedderError(f"Ollama at {url} has no model {model!r}. Run `ollama pull {model}`.") from exc
         raise EmbedderError(f"Ollama at {url} refused to embed with {model!r}: {_first_line(exc)}") from exc
-    except OLLAMA_ERRORS as exc:
+    except ollama_errors() as exc:
         raise EmbedderError(f"Ollama at {url} does not answer: {_first_line(exc)}") from exc
     if len(embeddings) != len(inputs):
         raise EmbedderError(f"Ollama at {url} returned {len(embeddings)} embeddings for {len(inputs)} inputs.")

@@ -31,11 +31,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 
-import lancedb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from lancedb.index import FTS, BTree, Bitmap, IvfFlat
 from pydantic import BaseModel, PrivateAttr, SecretStr, field_validator
 
 from kb.embedder import Embedder, EmbedderError
@@ -72,8 +70,21 @@ CARDS_CACHE_SIZE = 4096
 # search.py finds a quoted phrase by an AND query of its words and an exact
 # check on the text. English stemming and stop words, as in LanceDB's
 # default: the `text` column is English (translated when needed).
-FTS_CONFIG = FTS(with_position=False, base_tokenizer="simple", language="English",
-                 stem=True, remove_stop_words=True, lower_case=True, ascii_folding=True)
+def _lancedb():
+    """lancedb, imported on first use. Why: every Dagster process (the
+    daemon, the webserver, each run worker) imports this module when it
+    loads the graph, and `import lancedb` takes about 3 s here (the models of
+    its namespace client); a process that opens no index must not pay it."""
+    import lancedb
+
+    return lancedb
+
+
+def fts_config():
+    from lancedb.index import FTS
+
+    return FTS(with_position=False, base_tokenizer="simple", language="English",
+               stem=True, remove_stop_words=True, lower_case=True, ascii_folding=True)
 
 def vector_partitions(rows: int) -> int:
     """Partitions of the IVF vector index for a table of `rows` rows: about
@@ -89,11 +100,13 @@ def vector_probes(rows: int) -> int:
     return max(20, vector_partitions(rows) // 16)
 
 
-def vector_index_config(rows: int) -> IvfFlat:
+def vector_index_config(rows: int):
     """The vector index for a table of `rows` rows. "dot": the embedder
     gives unit vectors, so dot equals cosine and skips the norms; search.py
     queries with the same type. The k-means sample (at most about 20k
     vectors) and its 20 rounds bound the build time as the table grows."""
+    from lancedb.index import IvfFlat
+
     partitions = vector_partitions(rows)
     return IvfFlat(distance_type="dot", num_partitions=partitions, max_iterations=20,
                    sample_rate=min(256, max(16, 20_000 // partitions)))
@@ -260,7 +273,7 @@ class ChunkIndex(BaseModel):
                 if not self.remote:
                     self.db_path().mkdir(parents=True, exist_ok=True)
                 # interval 0: every read checks for a newer committed version.
-                self._db = lancedb.connect(self.path, read_consistency_interval=timedelta(0),
+                self._db = _lancedb().connect(self.path, read_consistency_interval=timedelta(0),
                                            storage_options=self.storage_options() or None)
             return self._db
 
@@ -290,7 +303,7 @@ class ChunkIndex(BaseModel):
         with self._lock:
             if self._read_db is None:
                 # No interval: a table stays on its version until we check out another.
-                self._read_db = lancedb.connect(self.path, storage_options=self.storage_options() or None)
+                self._read_db = _lancedb().connect(self.path, storage_options=self.storage_options() or None)
             db = self._read_db
             shared = None if pinned else self._read_tables.get(name)
         if shared is not None:
@@ -590,7 +603,7 @@ class ChunkIndex(BaseModel):
 
     # --- maintenance ------------------------------------------------------
     def _create_fts(self, table) -> None:
-        table.create_index("text", config=FTS_CONFIG, replace=True)
+        table.create_index("text", config=fts_config(), replace=True)
 
     def maintain(self, *, skip_if_current: bool = False) -> dict:
         """Fold new rows into the indexes, build the vector index once the
@@ -599,6 +612,8 @@ class ChunkIndex(BaseModel):
         skip_if_current: leave the passages table as it is when every index
         covers every row. The caller sets it when it deleted no passages: then
         nothing waits for an index or for pruning."""
+        from lancedb.index import Bitmap, BTree
+
         report: dict[str, Any] = {}
         table = self.table(CHUNKS)
         if table is not None:

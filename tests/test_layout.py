@@ -43,6 +43,21 @@ def test_serving_apps_and_the_core_load_no_dagster(module):
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+# Client libraries that the graph must not import when it loads: every
+# Dagster process (daemon, webserver, code server, each run worker) loads the
+# graph, and these took about 8 s of each start on two cores (aiogram's types
+# 4 s, lancedb 3 s). A client imports its library when it is built.
+CLIENT_LIBRARIES = ("lancedb", "aiogram", "openai", "groq", "ollama", "torch", "sentence_transformers", "onnxruntime")
+
+
+def test_loading_the_graph_imports_no_client_library():
+    check = ("import sys, kb_assets.definitions\n"
+             f"print(' '.join(name for name in {CLIENT_LIBRARIES!r} if name in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == []
+
+
 def all_modules() -> list[str]:
     names = []
     for package in PACKAGES:
