@@ -99,7 +99,7 @@ MAX_PHRASE_WORDS = 8
 # and the vector query (and the rare-word look-ups) run at the same time.
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kb-search")
 # The English stop words and the token limit of the full-text index
-# (tantivy's filters, as lance_index.FTS_CONFIG sets them up).
+# (tantivy's filters, as lance_index.fts_config() sets them up).
 FTS_STOP_WORDS = frozenset(
     "a an and are as at be but by for if in into is it no not of on or such that the their then there these "
     "they this to was will with".split())
