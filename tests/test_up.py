@@ -213,3 +213,20 @@ def test_kb_up_with_bad_input_starts_nothing(kb_home, tmp_path, monkeypatch):
     monkeypatch.setenv("KB_HOME", str(blocker / "kb"))
     message = up("--dagster-port", str(free_port()), "--web-port", str(free_port()))
     assert message.startswith(f"KB_HOME {blocker / 'kb'} is not writable")
+
+
+def test_kb_up_makes_the_instance_storage_before_it_starts_a_part(kb_home):
+    """The daemon, the webserver and the bot start at the same time. When
+    each made the SQLite storage of an empty home, the schema version of the
+    schedule storage was written twice, and no process could open it again."""
+    import sqlite3
+
+    from kb.apps.up import prepare_home
+    from kb.settings import get_settings
+
+    logs, workspace = prepare_home(get_settings())
+    dagster_home = kb_home / "dagster"
+    assert logs.is_dir() and workspace.parent == dagster_home
+    for db in (dagster_home / "schedules" / "schedules.db", dagster_home / "history" / "runs.db"):
+        with sqlite3.connect(db) as conn:
+            assert len(conn.execute("SELECT version_num FROM alembic_version").fetchall()) == 1, db

@@ -184,8 +184,6 @@ def plan_parts(settings: Settings, *, host: str, dagster_port: int, web_port: in
 
 def run_up(*, host: str = "127.0.0.1", dagster_port: int = 3000, web_port: int = 8765, bot: bool = True,
            web: bool = True) -> int:
-    from kb_assets.instance_config import ensure_dagster_home
-
     settings = get_settings()
     # Every check comes before the first start: a bad input starts nothing.
     check_writable(settings)
@@ -196,19 +194,42 @@ def run_up(*, host: str = "127.0.0.1", dagster_port: int = 3000, web_port: int =
         check_port(host, web_port, "--web-port")
     dagster_home = settings.dagster_home
     check_no_daemon(dagster_home)
-    try:
-        ensure_dagster_home(settings)
-        logs = settings.home / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        workspace = dagster_home / "workspace.yaml"
-        if not workspace.exists() or workspace.read_text() != WORKSPACE_YAML:
-            workspace.write_text(WORKSPACE_YAML)
-    except OSError as exc:
-        raise UpError(f"Cannot write in {settings.home}: {exc}") from exc
+    logs, workspace = prepare_home(settings)
     parts, off = plan_parts(settings, host=host, dagster_port=dagster_port, web_port=web_port, bot=bot,
                             web=web, workspace=workspace, logs=logs)
     env = {**os.environ, "KB_HOME": str(settings.home), "DAGSTER_HOME": str(dagster_home)}
     return Supervisor(parts, off, env, dagster_home).run()
+
+
+def prepare_home(settings: Settings) -> tuple[Path, Path]:
+    """Write dagster.yaml, the workspace file and the logs folder, and make
+    the instance's storage. Returns (logs folder, workspace file)."""
+    from kb_assets.instance_config import ensure_dagster_home
+
+    try:
+        ensure_dagster_home(settings)
+        logs = settings.home / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        workspace = settings.dagster_home / "workspace.yaml"
+        if not workspace.exists() or workspace.read_text() != WORKSPACE_YAML:
+            workspace.write_text(WORKSPACE_YAML)
+    except OSError as exc:
+        raise UpError(f"Cannot write in {settings.home}: {exc}") from exc
+    create_instance_storage(settings.dagster_home)
+    return logs, workspace
+
+
+def create_instance_storage(dagster_home: Path) -> None:
+    """Open the instance once, so that its storage exists, with its schema
+    version, before the parts start. Why: on an empty KB_HOME the daemon,
+    the webserver and the bot made the SQLite files at the same time, and
+    two of them wrote the schema version of the schedule storage: every
+    later open failed with "Version table 'alembic_version' has more than
+    one head present" (CI, December 2026)."""
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(dagster_home)):
+        pass  # the SQLite storage makes its files and tables when it opens
 
 
 class Supervisor:
