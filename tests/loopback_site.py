@@ -41,3 +41,14 @@ class LoopbackSite(LoopbackServer):
 
     def url(self, path: str) -> str:
         return self.base_url + path
+
+
+def pdf_bytes(text: str) -> bytes:
+    """A one-page PDF with `text`, made by pymupdf: a real file to serve."""
+    import pymupdf
+
+    doc = pymupdf.open()
+    doc.new_page().insert_textbox(pymupdf.Rect(50, 50, 550, 800), text, fontsize=10)
+    data = doc.tobytes()
+    doc.close()
+    return data

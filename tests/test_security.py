@@ -39,7 +39,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import dagster as dg
-import pymupdf
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -51,11 +50,8 @@ from kb.apps.sync import run_sync
 from kb.urls import normalize_url
 from kb_assets.wiki.wiki_pages import GateDecision, apply_agent_change, ingest_prompt
 from kb_assets.index.wiki_index import wiki_index
-from kb.browser import Browser
 from kb_assets.instance_config import ensure_dagster_home
 from kb.duckdb_store import DuckDBStore, insert_rows
-from kb.embedder import Embedder
-from kb.lance_index import ChunkIndex
 from kb.settings import get_settings
 from kb.wiki_repo import Wiki
 from kb.wiki_agent import WikiAgent
@@ -65,6 +61,7 @@ from tests import source_helpers as h
 from tests.fake_anthropic import FakeAnthropic
 from tests.fake_media import png
 from tests.fake_telegram import FakeTelegram, converse
+from tests.loopback_site import pdf_bytes
 from tests.test_bad_input import entry, tweet
 from tests.test_mcp_server import build_corpus, write_wiki
 from tests.test_wiki_agent import PARSED, SOURCE_TEXT, good_turns
@@ -216,14 +213,6 @@ ARTICLE_WORDS = ("The river delta grows each spring when the snow melts in the h
 def html_page(title: str, words: str) -> bytes:
     return (f"<!doctype html><html><head><title>{title}</title></head><body><article><h1>{title}</h1>"
             f"<p>{words}</p><p>{words}</p></article></body></html>").encode()
-
-
-def pdf_bytes(words: str) -> bytes:
-    doc = pymupdf.open()
-    doc.new_page().insert_textbox(pymupdf.Rect(50, 50, 550, 800), words, fontsize=10)
-    data = doc.tobytes()
-    doc.close()
-    return data
 
 
 @pytest.mark.browser

@@ -12,7 +12,6 @@ from __future__ import annotations
 import shutil
 
 import dagster as dg
-import pymupdf
 import pytest
 
 from kb.duckdb_store import DuckDBStore, insert_rows
@@ -23,7 +22,7 @@ from kb_assets.index.chunks import SourceText
 from tests.enrich_rows import add_batches, bookmark, media, rows, write
 from tests.fake_groq import FakeGroq
 from tests.fake_ollama import DIM, FakeOllama
-from tests.loopback_site import LoopbackSite, page
+from tests.loopback_site import LoopbackSite, page, pdf_bytes
 from tests.test_sync import instance, kb
 
 OLD, NEW = "20261101T000000000Z", "20261102T000000000Z"
@@ -36,14 +35,6 @@ REPORT_WORDS = ("Glaciers in the northern valleys lost a third of their ice in t
 def hash_embedder(monkeypatch):
     # The deterministic embedder: no model load. A test of `auto` sets its own.
     monkeypatch.setenv("KB_EMBED_BACKEND", "hash")
-
-
-def pdf_bytes(text: str) -> bytes:
-    doc = pymupdf.open()
-    doc.new_page().insert_textbox(pymupdf.Rect(50, 50, 550, 800), text, fontsize=10)
-    data = doc.tobytes()
-    doc.close()
-    return data
 
 
 def runs_of(job: str) -> list[dg.DagsterRun]:
