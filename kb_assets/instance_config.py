@@ -65,23 +65,28 @@ run_retries:
 
 POSTGRES_URL_VAR = "KB_DAGSTER_POSTGRES_URL"
 # The sections of dagster.yaml that instance_storage_sections() owns.
-STORAGE_KEYS = ("storage", "run_coordinator")
+STORAGE_KEYS = ("storage", "event_log_storage", "run_coordinator")
+# Dagster's SQLite event log with one engine per file: a run's events cost
+# less than 1 ms each instead of 30 ms (kb_assets/sqlite_instance.py). Runs
+# and schedules stay in Dagster's own SQLite files in DAGSTER_HOME.
+SQLITE_SECTIONS = {"event_log_storage": {"module": "kb_assets.sqlite_instance", "class": "SqliteEventLogStorage"}}
 
 
 def instance_storage_sections(settings: Settings | None = None) -> dict:
-    """The storage and run_coordinator sections of dagster.yaml.
+    """The storage sections of dagster.yaml.
 
-    Empty when KB_DAGSTER_POSTGRES_URL is not set: Dagster then keeps runs,
-    the event log and schedules in SQLite files in DAGSTER_HOME. With the URL,
-    all three go to PostgreSQL (dagster-postgres), so the webserver, the
-    daemon and every `kb` command on any host see the same runs. The file
-    names the variable, never its value: the URL holds the password.
-    The queued run coordinator keeps the pools of the `concurrency` section
-    (duckdb and wiki of size one) for every run, whoever starts it."""
+    Without KB_DAGSTER_POSTGRES_URL: runs, the event log and schedules are
+    SQLite files in DAGSTER_HOME; the event log through kb's class
+    (SQLITE_SECTIONS). With the URL, all three go to PostgreSQL
+    (dagster-postgres), so the webserver, the daemon and every `kb` command
+    on any host see the same runs. The file names the variable, never its
+    value: the URL holds the password. The queued run coordinator keeps the
+    pools of the `concurrency` section (duckdb and wiki of size one) for
+    every run, whoever starts it."""
     settings = settings or get_settings()
     url = settings.kb_dagster_postgres_url
     if url is None or not url.get_secret_value():
-        return {}
+        return SQLITE_SECTIONS
     return {
         "storage": {"postgres": {"postgres_url": {"env": POSTGRES_URL_VAR}}},
         "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"},
@@ -91,10 +96,11 @@ def instance_storage_sections(settings: Settings | None = None) -> dict:
 def dagster_yaml(settings: Settings | None = None) -> str:
     """The text of the dagster.yaml that kb writes for these settings."""
     sections = instance_storage_sections(settings)
-    if not sections:
-        return DAGSTER_YAML
-    return DAGSTER_YAML + "\n# KB_DAGSTER_POSTGRES_URL is set: runs, event log and schedules in PostgreSQL.\n" + \
-        yaml.safe_dump(sections, sort_keys=False)
+    if sections is SQLITE_SECTIONS:
+        note = "\n# The event log in SQLite files, one engine per file (kb_assets/sqlite_instance.py).\n"
+    else:
+        note = "\n# KB_DAGSTER_POSTGRES_URL is set: runs, event log and schedules in PostgreSQL.\n"
+    return DAGSTER_YAML + note + yaml.safe_dump(sections, sort_keys=False)
 
 
 def ensure_dagster_home(settings: Settings | None = None) -> Path:

@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 
 from kb_assets.enrich.documents import DocumentsConfig, documents
 from kb.extract import MAX_LAYOUT_PAGES, extract_file, extract_html, extract_pdf, html_to_text
-from kb_assets.x.bookmarks import normalized_bookmarks, normalized_bookmarks_checks
+from kb_assets.x.bookmarks import normalized_bookmarks
 from kb_assets.partitions import sync_batches
 from kb.source_parsers import PermanentParseError, parse_pdf, parse_web
 from kb.urls import normalize_url
@@ -342,7 +342,7 @@ def test_generated_pages_in_a_batch_never_stop_the_normalize_asset(bad):
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(sync_batches.name, [batch])
 
-    result = dg.materialize([normalized_bookmarks, normalized_bookmarks_checks], partition_key=batch,
+    result = dg.materialize([normalized_bookmarks], partition_key=batch,
                             instance=instance, resources={"duckdb": DuckDBResource.from_settings(), "raw_store": RawStoreResource.from_settings()},
                             raise_on_error=False)
 

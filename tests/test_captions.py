@@ -15,7 +15,7 @@ from dagster._core.storage.dagster_run import DagsterRun
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from kb.apps.caption_run import run_captions
-from kb_assets.enrich.photo_captions import captions, captions_coverage
+from kb_assets.enrich.photo_captions import captions
 from kb_assets.index.chunks import chunks, image_texts
 from kb.settings import excluded_sources
 from kb_assets.index.chunk_index import chunk_index
@@ -90,7 +90,7 @@ def test_photos_wait_below_the_threshold_then_get_captions(vision, photos, insta
     assert metadata["waiting"].value == 3 and "a caption run starts at 20" in metadata["skipped"].value
     assert vision.requests == [] and rows("SELECT count(*) FROM captions") == [(0,)]
 
-    result = _materialize(instance, [captions, captions_coverage], config={"min_photos": 0})
+    result = _materialize(instance, [captions], config={"min_photos": 0})
     assert result.success
     found = _caption_rows()
     assert found["red.png"] == ("ok", None, "A plain picture of 40 by 20 pixels.", "SALE 50%", "test-vl", 1)

@@ -231,7 +231,7 @@ def run_documents(store: DuckDBStore, *, retry: bool = False, workers: int = 2) 
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(sync_batches.name, [BATCH])
     return dg.materialize(
-        [documents, documents_coverage],
+        [documents],
         partition_key=BATCH,
         instance=instance,
         resources={"duckdb": DuckDBResource(path=store.path), "browser": BrowserResource.from_settings()},

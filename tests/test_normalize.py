@@ -20,7 +20,6 @@ from kb_assets.x.bookmarks import (
     duplicate_keys,
     links_not_normalized,
     normalized_bookmarks,
-    normalized_bookmarks_checks,
 )
 from kb_assets.partitions import sync_batches
 from kb.duckdb_store import DuckDBStore
@@ -58,13 +57,12 @@ def write_raw_batch(batch: str, pages: list, *, full: bool, complete: bool = Tru
     return paths
 
 
-def normalize(instance, batch: str, *, with_checks: bool = False, **kwargs) -> dg.ExecuteInProcessResult:
-    """Materialize the normalize assets for one batch (and their checks, on
-    request: each extra step costs time on a busy machine)."""
+def normalize(instance, batch: str, **kwargs) -> dg.ExecuteInProcessResult:
+    """Materialize the normalize assets for one batch, with their checks
+    (they run in the same step)."""
     instance.add_dynamic_partitions(sync_batches.name, [batch])
-    definitions = [normalized_bookmarks, normalized_bookmarks_checks] if with_checks else [normalized_bookmarks]
     return dg.materialize(
-        definitions,
+        [normalized_bookmarks],
         partition_key=batch,
         resources={"duckdb": DuckDBResource.from_settings(), "raw_store": RawStoreResource.from_settings()},
         instance=instance,
@@ -93,7 +91,7 @@ def table_counts() -> dict[str, int]:
 def test_normalize_the_real_captures(instance):
     entries = all_tweet_entries()
     write_raw_batch(B1, paged_bookmarks(entries, page_size=40), full=True)
-    result = normalize(instance, B1, with_checks=True)
+    result = normalize(instance, B1)
 
     assert result.success
     assert checks(result) == {"every_bookmark_has_author_and_sort_index": True, "no_duplicate_ids": True,
@@ -261,7 +259,7 @@ def test_checks_fail_on_rows_that_break_the_rules(instance):
                         VALUES ('999', 'https://Example.com/A/', 0, 'https://Example.com/A/', 'example.com',
                         'link', false, 'old')""")
     write_raw_batch(B2, [bookmarks_page(entries[10:12], bottom_cursor="x")], full=False)
-    result = normalize(instance, B2, with_checks=True)
+    result = normalize(instance, B2)
     assert checks(result) == {"every_bookmark_has_author_and_sort_index": False, "no_duplicate_ids": True,
                               "every_link_has_normalized_url": False}
     with DuckDBStore.from_settings().connect() as conn:

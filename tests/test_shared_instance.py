@@ -64,7 +64,9 @@ def test_dagster_yaml_names_the_variable_and_follows_the_setting(kb_home, monkey
     # The setting cleared: kb's own file goes back to SQLite.
     monkeypatch.delenv("KB_DAGSTER_POSTGRES_URL")
     ensure_dagster_home(Settings())
-    assert "storage" not in yaml.safe_load(config.read_text())
+    back = yaml.safe_load(config.read_text())
+    assert "storage" not in back and "run_coordinator" not in back
+    assert back["event_log_storage"]["class"] == "SqliteEventLogStorage"
     # A file edited by hand stays, with a warning that names it.
     config.write_text(DAGSTER_YAML + "\nretention:\n  schedule:\n    purge_after_days: 7\n")
     monkeypatch.setenv("KB_DAGSTER_POSTGRES_URL", url)

@@ -9,7 +9,7 @@ import dagster as dg
 import pytest
 
 from kb_assets.index.chunks import video_texts
-from kb_assets.enrich.video_transcripts import transcripts, transcripts_coverage
+from kb_assets.enrich.video_transcripts import transcripts
 from kb.duckdb_store import DuckDBStore
 from kb.transcriber import result_from, transcript_text
 from kb_resources.services import TranscriberResource
@@ -52,7 +52,7 @@ def test_local_transcripts_of_speech_silence_and_a_cut_download(videos, instance
                media("12", "7_4", 0, "video", server.url("/p/4.jpg"), BATCH, smallest_mp4=server.url("/v/cut.mp4")),
                # The same video in another post: one transcript.
                media("13", "7_2", 0, "video", server.url("/p/2.jpg"), BATCH, smallest_mp4=server.url("/v/speech.mp4"))])
-        result = _materialize(instance, [transcripts, transcripts_coverage], TranscriberResource.from_settings(backend="local"))
+        result = _materialize(instance, [transcripts], TranscriberResource.from_settings(backend="local"))
         assert result.success
         assert server.hits["/v/speech.mp4"] == 1
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from kb_assets.index.chunks import SourceText
 from kb_assets.index.chunk_index import chunk_index
-from kb_assets.enrich.translations import translations, translations_coverage
+from kb_assets.enrich.translations import translations
 from kb.duckdb_store import DuckDBStore
 from kb.lance_index import ChunkIndex
 from kb.translator import PIECE_CHARS, TranslateError, Translator, split_pieces
@@ -159,7 +159,7 @@ def test_translations_asset_caches_foreign_chunks_and_the_index_shows_english(gr
     _write_chunks()
     with FakeGroq({SPANISH: SPANISH_EN, RUSSIAN: RUSSIAN_EN}, english_texts={TAGGED_ES_BUT_ENGLISH}) as groq:
         monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
-        result = _materialize(instance, translations, translations_coverage)
+        result = _materialize(instance, translations)
         assert result.success
         # Only the foreign ones went out: es tag, Cyrillic letters under no tag. Not en, not qme.
         assert sorted(groq.user_texts()) == sorted([SPANISH, RUSSIAN, TAGGED_ES_BUT_ENGLISH])
@@ -188,7 +188,7 @@ def test_translations_asset_caches_foreign_chunks_and_the_index_shows_english(gr
 
 def test_translation_is_off_without_a_key_or_when_the_owner_says_so(monkeypatch, instance, kb_home):
     _write_chunks()
-    result = _materialize(instance, translations, translations_coverage)
+    result = _materialize(instance, translations)
     assert result.success
     metadata = result.asset_materializations_for_node("translations")[0].metadata
     assert metadata["skipped"].value == "no GROQ_API_KEY" and metadata["waiting"].value == 3
@@ -201,7 +201,7 @@ def test_translation_is_off_without_a_key_or_when_the_owner_says_so(monkeypatch,
     config_file.write_text("translate = false\n")
     with FakeGroq({SPANISH: SPANISH_EN}) as groq:
         monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
-        result = _materialize(instance, translations, translations_coverage)
+        result = _materialize(instance, translations)
     assert result.success and groq.requests == []
     assert "translate = false" in result.asset_materializations_for_node("translations")[0].metadata["skipped"].value
     assert result.get_asset_check_evaluations()[0].passed  # the owner's choice, not a gap

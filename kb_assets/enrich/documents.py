@@ -47,7 +47,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from kb_assets.enrich.enrichment import failure_line, failure_list, service_stopped
+from kb_assets.enrich.enrichment import failure_line, failure_list, service_stopped, with_checks
 from kb_assets.run_choices import EXCLUDE_TAG
 from kb.extract import (
     Extracted,
@@ -552,16 +552,7 @@ class DocumentsConfig(dg.Config):
     workers: int = 4  # clean-context pages at the same time
 
 
-@dg.asset(
-    partitions_def=sync_batches,
-    deps=["links", "bookmarks"],
-    pool=DUCKDB_POOL,
-    group_name="enrich",
-    kinds={"duckdb", "playwright"},
-    description="The main content behind each link and X Article of the bookmarks, "
-    "or the reason why there is none. Keyed by the normalized URL.",
-)
-def documents(
+def fetch_documents(
     context: dg.AssetExecutionContext, config: DocumentsConfig, duckdb: DuckDBResource, browser: BrowserResource
 ) -> dg.MaterializeResult:
     duckdb, browser = duckdb.get_client(), browser.get_client()
@@ -631,12 +622,6 @@ def documents(
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset_check(
-    asset=documents,
-    pool=DUCKDB_POOL,  # DuckDB lets no other process open the file while one writes
-    description="Share of links with a usable document. It passes when every link has a fetch result: "
-    "a dead link is a fault of the web, not of the stage.",
-)
 def documents_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
     duckdb = duckdb.get_client()
     with duckdb.connect() as conn:
@@ -664,3 +649,28 @@ def documents_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
             "failed_by_reason": dg.MetadataValue.json(reasons),
         },
     )
+
+
+DOCUMENTS_COVERAGE = dg.AssetCheckSpec(
+    "documents_coverage", asset="documents",
+    description="Share of links with a usable document. It passes when every link has a fetch result: "
+    "a dead link is a fault of the web, not of the stage.")
+
+
+# The coverage check runs in the asset's own step, not in a step of its own:
+# each step costs Dagster events and a DuckDB connection (see
+# benchmarks/index_and_retrieval.md, "Sync cost").
+@dg.asset(
+    partitions_def=sync_batches,
+    deps=["links", "bookmarks"],
+    pool=DUCKDB_POOL,
+    group_name="enrich",
+    kinds={"duckdb", "playwright"},
+    description="The main content behind each link and X Article of the bookmarks, "
+    "or the reason why there is none. Keyed by the normalized URL.",
+    check_specs=[DOCUMENTS_COVERAGE],
+)
+def documents(
+    context: dg.AssetExecutionContext, config: DocumentsConfig, duckdb: DuckDBResource, browser: BrowserResource
+) -> dg.MaterializeResult:
+    return with_checks(fetch_documents(context, config, duckdb, browser), documents_coverage(duckdb))

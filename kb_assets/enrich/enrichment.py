@@ -109,6 +109,11 @@ def backend_stopped(context, backend: str, error: Exception, stored: int, items:
                            f"{stored} result(s) were stored; the other {items} wait.", metadata)
 
 
+def with_checks(result: dg.MaterializeResult, *checks: dg.AssetCheckResult) -> dg.MaterializeResult:
+    """The result of a stage with the results of its checks (check_specs)."""
+    return result._replace(check_results=[*(result.check_results or []), *checks])
+
+
 def coverage_check(numbers: dict, *, done: int, total: int, off: bool, off_key: str) -> dg.AssetCheckResult:
     """The coverage check of a stage: it passes when no item waits, or when
     the stage is off (`off`, shown as `off_key`). Only a warning: the items

@@ -31,7 +31,8 @@ import duckdb
 
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
-from kb_assets.enrich.enrichment import ResultWriter, backend_stopped, coverage_check, failure_reasons, waiting_rows
+from kb_assets.enrich.enrichment import (ResultWriter, backend_stopped, coverage_check, failure_reasons, waiting_rows,
+                                        with_checks)
 from kb_assets.partitions import sync_batches
 from kb.duckdb_store import DUCKDB_POOL
 from kb.settings import get_settings
@@ -107,17 +108,7 @@ def _skipped(reason: str, waiting: int, context: dg.AssetExecutionContext) -> dg
     return dg.MaterializeResult(metadata={"captioned": 0, "failed": 0, "waiting": waiting, "skipped": reason})
 
 
-@dg.asset(
-    partitions_def=sync_batches,
-    backfill_policy=dg.BackfillPolicy.single_run(),
-    deps=["media", "bookmarks"],
-    pool=DUCKDB_POOL,
-    group_name="enrich",
-    kinds={"duckdb"},
-    description="A caption and the text in the image (OCR) for each photo of the bookmarks, "
-    "or the reason why there is none. Keyed by the photo URL.",
-)
-def captions(
+def caption_photos(
     context: dg.AssetExecutionContext, config: CaptionsConfig, duckdb: DuckDBResource, captioner: CaptionerResource
 ) -> dg.MaterializeResult:
     duckdb, captioner = duckdb.get_client(), captioner.get_client()
@@ -167,11 +158,35 @@ def captions(
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset_check(asset=captions, description="Share of the photos that have a caption. "
-                "Passes when no photo waits; a photo that is gone is a failure of the web, not of the stage.")
 def captions_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
     duckdb = duckdb.get_client()
     with duckdb.connect() as conn:
         numbers = photo_coverage(conn)
     return coverage_check(numbers, done=numbers["captioned"], total=numbers["photos"],
                           off=SOURCE in excluded_sources(), off_key="excluded")
+
+
+CAPTIONS_COVERAGE = dg.AssetCheckSpec(
+    "captions_coverage", asset="captions",
+    description="Share of the photos that have a caption. Passes when no photo waits; a photo that is gone is a "
+    "failure of the web, not of the stage.")
+
+
+# The coverage check runs in the asset's own step, not in a step of its own:
+# each step costs Dagster events and a DuckDB connection (see
+# benchmarks/index_and_retrieval.md, "Sync cost").
+@dg.asset(
+    partitions_def=sync_batches,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    deps=["media", "bookmarks"],
+    pool=DUCKDB_POOL,
+    group_name="enrich",
+    kinds={"duckdb"},
+    description="A caption and the text in the image (OCR) for each photo of the bookmarks, "
+    "or the reason why there is none. Keyed by the photo URL.",
+    check_specs=[CAPTIONS_COVERAGE],
+)
+def captions(
+    context: dg.AssetExecutionContext, config: CaptionsConfig, duckdb: DuckDBResource, captioner: CaptionerResource
+) -> dg.MaterializeResult:
+    return with_checks(caption_photos(context, config, duckdb, captioner), captions_coverage(duckdb))

@@ -30,7 +30,7 @@ import duckdb
 from kb.queries import partition_bookmarks
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
-from kb_assets.enrich.enrichment import ResultWriter, coverage_check, failure_list, service_stopped
+from kb_assets.enrich.enrichment import ResultWriter, coverage_check, failure_list, service_stopped, with_checks
 from kb_assets.partitions import sync_batches
 from kb.duckdb_store import DUCKDB_POOL
 from kb.settings import get_settings
@@ -91,16 +91,7 @@ class TranslationsConfig(dg.Config):
     limit: int = 0  # most chunk texts in this run; 0: every one that waits
 
 
-@dg.asset(
-    partitions_def=sync_batches,
-    deps=["chunks"],
-    pool=DUCKDB_POOL,
-    group_name="enrich",
-    kinds={"duckdb"},
-    description="English translations of the foreign chunks, cached by text hash "
-    "(english NULL: the text was English already).",
-)
-def translations(
+def translate_chunks(
     context: dg.AssetExecutionContext, config: TranslationsConfig, duckdb: DuckDBResource, translator: TranslatorResource
 ) -> dg.MaterializeResult:
     duckdb, translator = duckdb.get_client(), translator.get_client()
@@ -158,8 +149,6 @@ def translations(
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset_check(asset=translations, description="Share of the foreign chunk texts that have a cached "
-                "translation (or were found English). Passes when none waits, or when the owner set translate = false.")
 def translations_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
     duckdb = duckdb.get_client()
     skip = excluded_sources()
@@ -168,3 +157,28 @@ def translations_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
     turned_off = get_settings().owner_config().get("translate", True) is False
     return coverage_check(numbers, done=numbers["translated"] + numbers["already_english"],
                           total=numbers["foreign_texts"], off=turned_off, off_key="translate_off")
+
+
+TRANSLATIONS_COVERAGE = dg.AssetCheckSpec(
+    "translations_coverage", asset="translations",
+    description="Share of the foreign chunk texts that have a cached translation (or were found English). "
+    "Passes when none waits, or when the owner set translate = false.")
+
+
+# The coverage check runs in the asset's own step, not in a step of its own:
+# each step costs Dagster events and a DuckDB connection (see
+# benchmarks/index_and_retrieval.md, "Sync cost").
+@dg.asset(
+    partitions_def=sync_batches,
+    deps=["chunks"],
+    pool=DUCKDB_POOL,
+    group_name="enrich",
+    kinds={"duckdb"},
+    description="English translations of the foreign chunks, cached by text hash "
+    "(english NULL: the text was English already).",
+    check_specs=[TRANSLATIONS_COVERAGE],
+)
+def translations(
+    context: dg.AssetExecutionContext, config: TranslationsConfig, duckdb: DuckDBResource, translator: TranslatorResource
+) -> dg.MaterializeResult:
+    return with_checks(translate_chunks(context, config, duckdb, translator), translations_coverage(duckdb))

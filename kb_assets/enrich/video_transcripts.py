@@ -32,7 +32,8 @@ import duckdb
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
 from kb_assets.enrich.enrichment import (
-    ResultWriter, backend_stopped, coverage_check, failure_line, failure_list, failure_reasons, waiting_rows)
+    ResultWriter, backend_stopped, coverage_check, failure_line, failure_list, failure_reasons, waiting_rows,
+    with_checks)
 from kb_assets.partitions import sync_batches
 from kb.duckdb_store import DUCKDB_POOL
 from kb.transcriber import TranscribeBackendError, TranscriptResult
@@ -117,16 +118,7 @@ class TranscriptsConfig(dg.Config):
     retry: bool = False  # transcribe the failed videos again
 
 
-@dg.asset(
-    partitions_def=sync_batches,
-    deps=["media", "bookmarks"],
-    pool=DUCKDB_POOL,
-    group_name="enrich",
-    kinds={"duckdb"},
-    description="The speech in each video of the bookmarks: a document of kind video, keyed "
-    "https://x.com/<handle>/status/<id>/video/<n>, one paragraph per minute led by [m:ss].",
-)
-def transcripts(
+def transcribe_videos(
     context: dg.AssetExecutionContext, config: TranscriptsConfig, duckdb: DuckDBResource, transcriber: TranscriberResource
 ) -> dg.MaterializeResult:
     duckdb, transcriber = duckdb.get_client(), transcriber.get_client()
@@ -183,11 +175,34 @@ def transcripts(
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset_check(asset=transcripts, description="Share of the videos that have a transcript "
-                "(a video with no speech counts as done). Passes when no video waits.")
 def transcripts_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
     duckdb = duckdb.get_client()
     with duckdb.connect() as conn:
         numbers = video_coverage(conn)
     return coverage_check(numbers, done=numbers["transcribed"], total=numbers["videos"],
                           off=SOURCE in excluded_sources(), off_key="excluded")
+
+
+TRANSCRIPTS_COVERAGE = dg.AssetCheckSpec(
+    "transcripts_coverage", asset="transcripts",
+    description="Share of the videos that have a transcript (a video with no speech counts as done). "
+    "Passes when no video waits.")
+
+
+# The coverage check runs in the asset's own step, not in a step of its own:
+# each step costs Dagster events and a DuckDB connection (see
+# benchmarks/index_and_retrieval.md, "Sync cost").
+@dg.asset(
+    partitions_def=sync_batches,
+    deps=["media", "bookmarks"],
+    pool=DUCKDB_POOL,
+    group_name="enrich",
+    kinds={"duckdb"},
+    description="The speech in each video of the bookmarks: a document of kind video, keyed "
+    "https://x.com/<handle>/status/<id>/video/<n>, one paragraph per minute led by [m:ss].",
+    check_specs=[TRANSCRIPTS_COVERAGE],
+)
+def transcripts(
+    context: dg.AssetExecutionContext, config: TranscriptsConfig, duckdb: DuckDBResource, transcriber: TranscriberResource
+) -> dg.MaterializeResult:
+    return with_checks(transcribe_videos(context, config, duckdb, transcriber), transcripts_coverage(duckdb))

@@ -310,6 +310,16 @@ def batch_metadata(rows: BatchRows, stats: WriteStats) -> dict[str, dict]:
 # ---------------------------------------------------------------------------
 
 
+CHECK_SPECS = [
+    dg.AssetCheckSpec("every_bookmark_has_author_and_sort_index", asset="bookmarks",
+                      description="Every bookmark has an author row and a sortIndex."),
+    dg.AssetCheckSpec("no_duplicate_ids", asset="bookmarks",
+                      description="No tweet id twice in bookmarks; no duplicate media or link keys."),
+    dg.AssetCheckSpec("every_link_has_normalized_url", asset="links",
+                      description="Every link's url_norm is normalize_url(expanded_url)."),
+]
+
+
 @dg.multi_asset(
     specs=[
         dg.AssetSpec("bookmarks", deps=[X_RAW_PAGES], group_name="x", kinds={"duckdb"},
@@ -326,6 +336,9 @@ def batch_metadata(rows: BatchRows, stats: WriteStats) -> dict[str, dict]:
     ],
     partitions_def=sync_batches,
     pool=DUCKDB_POOL,
+    # The checks run in this step, on its connection: a step of their own
+    # cost each sync Dagster events and one more DuckDB connection.
+    check_specs=CHECK_SPECS,
 )
 def normalized_bookmarks(context: dg.AssetExecutionContext, duckdb: DuckDBResource, raw_store: RawStoreResource):
     duckdb, raw_store = duckdb.get_client(), raw_store.get_client()
@@ -334,8 +347,10 @@ def normalized_bookmarks(context: dg.AssetExecutionContext, duckdb: DuckDBResour
     now = datetime.now(timezone.utc)
     with duckdb.transaction() as conn:
         stats = write_batch(conn, rows, now=now)
+        checks = normalization_checks(conn)
     for key, metadata in batch_metadata(rows, stats).items():
         yield dg.MaterializeResult(asset_key=key, metadata=metadata)
+    yield from checks
 
 
 # ---------------------------------------------------------------------------
@@ -379,29 +394,20 @@ def links_not_normalized(conn: duckdb.DuckDBPyConnection) -> list[str]:
     return bad
 
 
-CHECK_SPECS = [
-    dg.AssetCheckSpec("every_bookmark_has_author_and_sort_index", asset="bookmarks",
-                      description="Every bookmark has an author row and a sortIndex."),
-    dg.AssetCheckSpec("no_duplicate_ids", asset="bookmarks",
-                      description="No tweet id twice in bookmarks; no duplicate media or link keys."),
-    dg.AssetCheckSpec("every_link_has_normalized_url", asset="links",
-                      description="Every link's url_norm is normalize_url(expanded_url)."),
-]
 
-
-@dg.multi_asset_check(specs=CHECK_SPECS, pool=DUCKDB_POOL)
-def normalized_bookmarks_checks(duckdb: DuckDBResource):
-    duckdb = duckdb.get_client()
-    with duckdb.connect() as conn:
-        missing = bookmarks_missing_author_or_sort_index(conn)
-        duplicates = duplicate_keys(conn)
-        not_normalized = links_not_normalized(conn)
-    yield dg.AssetCheckResult(
-        check_name="every_bookmark_has_author_and_sort_index", asset_key="bookmarks",
-        passed=not missing, metadata={"failing": len(missing), "tweet_ids": _capped(missing)})
-    yield dg.AssetCheckResult(
-        check_name="no_duplicate_ids", asset_key="bookmarks",
-        passed=not duplicates, metadata={"duplicates": {t: _capped(k) for t, k in duplicates.items()}})
-    yield dg.AssetCheckResult(
-        check_name="every_link_has_normalized_url", asset_key="links",
-        passed=not not_normalized, metadata={"failing": len(not_normalized), "links": _capped(not_normalized)})
+def normalization_checks(conn: duckdb.DuckDBPyConnection) -> list[dg.AssetCheckResult]:
+    """The results of CHECK_SPECS on the rows that `conn` sees."""
+    missing = bookmarks_missing_author_or_sort_index(conn)
+    duplicates = duplicate_keys(conn)
+    not_normalized = links_not_normalized(conn)
+    return [
+        dg.AssetCheckResult(
+            check_name="every_bookmark_has_author_and_sort_index", asset_key="bookmarks",
+            passed=not missing, metadata={"failing": len(missing), "tweet_ids": _capped(missing)}),
+        dg.AssetCheckResult(
+            check_name="no_duplicate_ids", asset_key="bookmarks",
+            passed=not duplicates, metadata={"duplicates": {t: _capped(k) for t, k in duplicates.items()}}),
+        dg.AssetCheckResult(
+            check_name="every_link_has_normalized_url", asset_key="links",
+            passed=not not_normalized, metadata={"failing": len(not_normalized), "links": _capped(not_normalized)}),
+    ]
