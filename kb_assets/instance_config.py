@@ -140,9 +140,9 @@ def _update_storage(config: Path, wanted: str) -> None:
     if rest == yaml.safe_load(DAGSTER_YAML):
         write_atomic(config, wanted.encode())
         return
-    log.warning("%s was edited by hand, so kb leaves it as it is. Its storage section does not agree with "
-                "KB_DAGSTER_POSTGRES_URL: put in it the storage that docs/deploy.md shows, or delete the file "
-                "and kb writes it again.", config)
+    log.warning("%s was edited by hand, so kb leaves it as it is. Its storage sections (%s) are not the ones "
+                "that kb writes for these settings (KB_DAGSTER_POSTGRES_URL set or not): put in it the sections "
+                "that docs/deploy.md shows, or delete the file and kb writes it again.", config, ", ".join(STORAGE_KEYS))
 
 
 def ensure_on_load() -> None:

@@ -163,3 +163,24 @@ def test_a_second_kb_home_in_the_same_process_gets_its_own_stores(tmp_path, monk
         counts.append(ChunkIndex.from_settings().counts()["bookmarks"])
         assert [p.name for p in (home / "raw").iterdir()], f"no raw files in {home}"
     assert counts[0] > 0 and counts[1] == counts[0]
+
+
+def test_a_run_made_without_loading_the_location_names_what_the_loaded_location_names():
+    """kb makes a sync's run from the job's definition alone (no snapshot of
+    the whole location). Its origins and job snapshot must be those of the
+    location that the UI loads, or the UI cannot re-execute the run."""
+    from kb.apps.sync import code_location, create_run, remote_job, sync_run_config
+    from kb_assets.instance_config import ensure_dagster_home
+
+    ensure_dagster_home()
+    instance = dg.DagsterInstance.get()
+    with code_location(instance) as location:
+        run = create_run(instance, location, "x_sync", run_config=sync_run_config(files=[]),
+                         tags={"dagster/partition": "2026-12-01T000000"})
+        _, loaded = remote_job(location.location, "x_sync")
+    assert run.remote_job_origin == loaded.get_remote_origin()
+    assert run.job_code_origin == loaded.get_python_origin()
+    assert run.job_snapshot_id == loaded.identifying_job_snapshot_id
+    assert run.step_keys_to_execute == ["x_raw_pages", "normalized_bookmarks", "captions", "documents",
+                                        "transcripts", "chunks", "translations", "chunk_index"]
+    assert run.tags["dagster/max_retries"] == "0" and run.tags["dagster/partition"] == "2026-12-01T000000"

@@ -36,7 +36,7 @@ def run_captions(*, limit: int = 0, retry: bool = False) -> dict:
     if not batches:
         return {"ok": True, "waiting": 0, "captioned": 0, "failed": {}, "message": "No photo waits for a caption."}
     summary: dict = {"batches": len(batches), "waiting_before": sum(by_batch[b] for b in batches)}
-    with code_location(instance) as (_request, location):
+    with code_location(instance) as location:
         run = create_run(
             instance, location, "captions_job",
             run_config={**QUIET_LOGS, "ops": {"captions": {"config": {"limit": limit, "retry": retry,
