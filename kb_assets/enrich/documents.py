@@ -599,8 +599,9 @@ def fetch_documents(
 
     # Write what was fetched before any error is raised: nothing is lost, and
     # the rest waits for the next run.
-    with duckdb.transaction() as conn:
-        write_outcomes(conn, outcomes, batch)
+    if outcomes:  # a sync with nothing new opens DuckDB once less
+        with duckdb.transaction() as conn:
+            write_outcomes(conn, outcomes, batch)
 
     for outcome in outcomes:
         if not outcome.ok:
