@@ -35,6 +35,7 @@ tests/test_sqlite_instance.py checks the class against it.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
@@ -98,7 +99,14 @@ def _in_dagster_home(path: str) -> bool:
     home = os.environ.get("DAGSTER_HOME")
     if not home:
         return False
-    return os.path.realpath(path).startswith(os.path.realpath(home) + os.sep)
+    return _real(path).startswith(_real(home) + os.sep)
+
+
+@functools.lru_cache(maxsize=256)
+def _real(path: str) -> str:
+    # realpath costs a system call per part of the path, and a run connects
+    # about 500 times to a handful of files.
+    return os.path.realpath(path)
 
 
 def _keep_open(path: str) -> None:

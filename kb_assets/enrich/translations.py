@@ -56,12 +56,17 @@ FOREIGN_CHUNK_SQL = r"""(
 def foreign_chunks(conn: duckdb.DuckDBPyConnection, tweet_ids: list[str] | None, skip: set[str]) -> list[tuple]:
     """(text_hash, text, cached, english) of each distinct foreign chunk text
     of these bookmarks (None: of every live bookmark)."""
+    # The bookmarks and sources first, in a CTE: the regular expressions of
+    # FOREIGN_CHUNK_SQL then read only their chunks. As one WHERE, DuckDB ran
+    # them on every chunk of the store (0.2 s at 1,000 bookmarks, for a sync
+    # of 20).
     return conn.execute(
-        f"""SELECT c.text_hash, any_value(c.text), bool_or(t.text_hash IS NOT NULL), any_value(t.english)
-            FROM chunks c JOIN bookmarks b ON b.tweet_id = c.tweet_id AND b.removed_at IS NULL
+        f"""WITH c AS (SELECT * FROM chunks WHERE NOT list_contains(?, source)
+                        AND (? OR list_contains(?, tweet_id)))
+            SELECT c.text_hash, any_value(c.text), bool_or(t.text_hash IS NOT NULL), any_value(t.english)
+            FROM c JOIN bookmarks b ON b.tweet_id = c.tweet_id AND b.removed_at IS NULL
             LEFT JOIN translations t ON t.text_hash = c.text_hash
-            WHERE {FOREIGN_CHUNK_SQL} AND NOT list_contains(?, c.source)
-              AND (? OR list_contains(?, c.tweet_id))
+            WHERE {FOREIGN_CHUNK_SQL}
             GROUP BY c.text_hash ORDER BY c.text_hash""",
         [sorted(skip), tweet_ids is None, tweet_ids or []],
     ).fetchall()
