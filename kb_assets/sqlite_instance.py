@@ -81,6 +81,8 @@ def _on_connect(dbapi_connection, _connection_record) -> None:
     if not path or not _in_dagster_home(path):
         return
     dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+    if path in _keepers:
+        return
     # Only a file in WAL mode needs a keeper. Dagster sets WAL when it makes
     # the file, after its first connection: the next connection adds it.
     mode = dbapi_connection.execute("PRAGMA journal_mode").fetchone()
