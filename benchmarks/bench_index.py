@@ -69,6 +69,11 @@ class PrecomputedEmbedder:
     def embed_documents(self, texts):
         return np.stack([self.vectors[t] for t in texts])
 
+    def keeping_to(self, recorded_model):
+        # ChunkIndex.embedder_for() asks every embedder for the one that
+        # keeps to the recorded model: this one has one model only.
+        return self
+
 
 def vocabulary(size: int, rng: np.random.Generator) -> list[str]:
     words: set[str] = set()
@@ -190,7 +195,7 @@ def vector_recall(index: ChunkIndex, query_vectors) -> float | None:
     """Share of the exact 100 nearest passages that the index query finds."""
     from kb.lance_index import vector_probes
 
-    table = index.snapshot("chunks")
+    table = index.table("chunks")
     if not index.counts()["vector_index"]:
         return None
     found = 0

@@ -47,11 +47,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
 
 import numpy as np
-from lancedb.query import FullTextOperator, MatchQuery
+from lance.query import FullTextOperator, MatchQuery
 
 from kb.embedder import Embedder
-from kb.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, empty_index_note, sql_in, sql_str, to_utc,
-                            vector_probes)
+from kb.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, PassageRows, empty_index_note, sql_in, sql_str,
+                            to_utc, vector_probes)
 
 MODES = ("bm25", "dense", "hybrid")
 FUSION_METHODS = ("convex", "rrf")
@@ -199,7 +199,7 @@ def search(
 
     index = index or ChunkIndex.from_settings()
     # One pinned version for the whole search: the row ids stay valid.
-    table = index.snapshot(CHUNKS)
+    table = index.dataset(CHUNKS)
     schema = table.schema if table is not None else None
     meta = index.meta(table, schema=schema)
     response = SearchResponse(query=query, mode=mode, hits=[], limit=limit, filters=filters,
@@ -210,6 +210,7 @@ def search(
         return response
 
     index.check_schema(schema=schema)
+    rows = index.passage_rows(table)
     per_document = tweet_id is not None or ref is not None
     depth = min(MAX_DEPTH, max(MIN_DEPTH, limit * DEPTH_PER_HIT))
     table_rows = table.count_rows()
@@ -240,7 +241,7 @@ def search(
         for rank, (row_id, score) in enumerate(lexical):
             cand = candidates.setdefault(row_id, _Candidate(row_id))
             cand.bm25, cand.bm25_rank = score, rank
-        rare_ids = _rare_word_passages(table, table_rows, query, where, lexical, candidates, early_probes)
+        rare_ids = _rare_word_passages(table, rows, table_rows, query, where, lexical, candidates, early_probes)
 
     # The short columns of every candidate, and the text where a rule reads
     # it. A passage that holds the exact phrase holds every query word, so
@@ -248,7 +249,7 @@ def search(
     # depth, only its passages can hold the phrase.
     lexical_ids = {row_id for row_id, _ in lexical}
     lexical_cut = lexical_rows is None or len(lexical) >= depth or not _indexed_words(query)
-    _read(table, list(candidates.values()),
+    _read(rows, list(candidates.values()),
           lambda c: bool(phrases) and (lexical_cut or c.row_id in lexical_ids))
 
     _score(list(candidates.values()), mode, fusion)
@@ -263,7 +264,7 @@ def search(
     else:
         ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.score), reverse=True)
         chosen = _keep_rare_in_top(ranked, _pick(ranked, limit, per_document), limit, per_document)
-    response.hits = _hits(index, table, chosen)
+    response.hits = _hits(index, rows, chosen)
     response.took_ms = _ms(started)
     return response
 
@@ -279,15 +280,14 @@ def warm_up(index: ChunkIndex | None = None, *, mode: str = "hybrid") -> float |
     started = time.perf_counter()
     index = index or ChunkIndex.from_settings()
     try:
-        table = index.snapshot(CHUNKS)
+        table = index.dataset(CHUNKS)
         if table is None:
             return None
-        # Load the vector and full-text indexes into LanceDB's cache: else
+        # Load the vector and full-text indexes into the readers' cache: else
         # each query loads the parts that it reads (at 100k passages, the
         # first queries took 1.5 times the CPU of the later ones).
-        for ix in table.list_indices():
-            if ix.columns in (["vector"], ["text"]):
-                table.prewarm_index(ix.name)
+        for name in sorted({ix.name for ix in table.describe_indices() if ix.field_names in (["vector"], ["text"])}):
+            table.prewarm_index(name)
         search("warm up", index=index, limit=1, mode=mode)
     except Exception as exc:  # noqa: BLE001 - a server must start without it
         import logging
@@ -353,13 +353,12 @@ def embedder_for_index(info: tuple[str, int] | None) -> Embedder:
 def _dense(table, vector: np.ndarray, where: str | None, depth: int, probes: int) -> list[tuple[int, float]]:
     """(row id, distance) of the nearest passages, nearest first."""
     # Unit vectors: dot distance (1 - dot product) is cosine distance, cheaper.
-    query = (table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
-             .distance_type("dot").select([ROW_ID, "_distance"]).limit(depth))
-    # Used only when the IVF index exists; below it the search is exact.
-    query = query.nprobes(probes)
-    if where:
-        query = query.where(where, prefilter=True)
-    result = query.to_arrow()
+    # probes: used only when the IVF index exists; below it the search is
+    # exact. Minimum and maximum equal, as LanceDB's nprobes() sets them.
+    nearest = {"column": "vector", "q": np.asarray(vector, dtype=np.float32), "k": depth, "metric": "dot",
+               "minimum_nprobes": probes, "maximum_nprobes": probes}
+    result = table.to_table(columns=["_distance"], with_row_id=True, nearest=nearest, filter=where,
+                            prefilter=bool(where), disable_scoring_autoprojection=True)
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_distance").to_pylist()))
 
 
@@ -386,11 +385,11 @@ def _bm25(table, query: str, where: str | None, depth: int) -> list[tuple[int, f
     return rows
 
 
-def _fts(table, query, where: str | None, depth: int) -> list[tuple[int, float]]:
-    builder = table.search(query, query_type="fts", fts_columns="text").select([ROW_ID, "_score"]).limit(depth)
-    if where:
-        builder = builder.where(where, prefilter=True)
-    result = builder.to_arrow()
+def _fts(table, query: str | MatchQuery, where: str | None, depth: int) -> list[tuple[int, float]]:
+    """(row id, BM25 score) of a full-text query on the text column, best first."""
+    text_query = query if isinstance(query, MatchQuery) else {"query": query, "columns": ["text"]}
+    result = table.to_table(columns=["_score"], with_row_id=True, full_text_query=text_query, limit=depth,
+                            filter=where, prefilter=bool(where), disable_scoring_autoprojection=True)
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_score").to_pylist()))
 
 
@@ -412,8 +411,8 @@ def _probe(table, table_rows: int, words: list[str], where: str | None) -> list[
     return [_POOL.submit(_fts, table, word, where, _rare_max(table_rows) + 1) for word in words]
 
 
-def _rare_word_passages(table, table_rows: int, query: str, where: str | None, lexical: list[tuple[int, float]],
-                        candidates: dict[int, _Candidate], probes: list[Future] | None = None) -> set[int] | None:
+def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, where: str | None,
+                        lexical: list[tuple[int, float]], candidates: dict[int, _Candidate], probes: list[Future] | None = None) -> set[int] | None:
     """Row ids of the passages that hold every rare word of the query, or
     None when the query has no rare word. Those passages join the candidates,
     so a rare word is found even when neither list ranked its passage.
@@ -430,7 +429,7 @@ def _rare_word_passages(table, table_rows: int, query: str, where: str | None, l
         # word finds more than rare_max passages: the same answer without it.
         if len(held_by) > MAX_PROBES:
             cands = [candidates[row_id] for row_id, _ in lexical]
-            _read(table, cands, lambda c: True)
+            _read(rows, cands, lambda c: True)
             pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, held_by)) + r")\b")
             for cand in cands:
                 for word in set(pattern.findall(cand.row["text"].lower())):
@@ -489,23 +488,17 @@ def _indexed_words(query: str) -> list[str]:
     return [w for w in TOKEN.findall(query.lower()) if w not in FTS_STOP_WORDS and len(w) <= FTS_MAX_TOKEN]
 
 
-def _read(table, cands: list[_Candidate], wants_text) -> None:
-    """Read RANK_COLUMNS of the candidates that lack them, and the text of
-    those for which wants_text(candidate) is true: one read by row id."""
+def _read(rows: PassageRows, cands: list[_Candidate], wants_text) -> None:
+    """Get RANK_COLUMNS of the candidates that lack them, and the text of
+    those for which wants_text(candidate) is true, from the rows in memory."""
     short = [c for c in cands if not c.row]
     text = [c for c in cands if "text" not in c.row and wants_text(c)]
     if not short and not text:
         return
     columns = RANK_COLUMNS + (["text"] if text else [])
-    rows = _take(table, [c.row_id for c in short + text], columns)
+    found = rows.get(sorted({c.row_id for c in short + text}), columns)
     for cand in short + text:
-        cand.row.update(rows[cand.row_id])
-
-
-def _take(table, row_ids: list[int], columns: list[str]) -> dict[int, dict]:
-    """Rows of the pinned table version, by row id."""
-    result = table.take_row_ids(sorted(set(row_ids))).select(columns).with_row_id().to_arrow()
-    return {row.pop(ROW_ID): row for row in result.to_pylist()}
+        cand.row.update(found[cand.row_id])
 
 
 def _phrases(query: str) -> list[str]:
@@ -573,17 +566,14 @@ def _pick(ranked: list[_Candidate], limit: int, per_document: bool) -> list[_Can
     return chosen
 
 
-def _hits(index: ChunkIndex, table, chosen: list[_Candidate]) -> list[Hit]:
+def _hits(index: ChunkIndex, rows: PassageRows, chosen: list[_Candidate]) -> list[Hit]:
     if not chosen:
         return []
-    # The result columns of the shown passages and the bookmark cards: two
-    # independent reads, at the same time.
-    full = _POOL.submit(_take, table, [c.row_id for c in chosen], RESULT_COLUMNS)
     cards = index.bookmarks(sorted({c.row["tweet_id"] for c in chosen}))
-    rows = full.result()
+    found = rows.get(sorted({c.row_id for c in chosen}), RESULT_COLUMNS)
     hits = []
     for cand in chosen:
-        row = rows[cand.row_id]
+        row = found[cand.row_id]
         card = cards.get(row["tweet_id"], {})
         created = row["created_at"]
         hits.append(Hit(
