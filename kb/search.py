@@ -45,6 +45,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
+from functools import lru_cache
 
 import numpy as np
 from lance.query import FullTextOperator, MatchQuery
@@ -511,13 +512,22 @@ def _phrases(query: str) -> list[str]:
 
 
 def _holds_phrases(text: str, phrases: list[str]) -> bool:
+    """True when the words of each phrase follow each other in the text."""
     if not phrases:
         return False
     lowered = text.lower()
-    if not all(p.split(" ", 1)[0] in lowered for p in phrases):
-        return False  # cheap test first: most passages lack the first word
-    words = " " + " ".join(TOKEN.findall(lowered)) + " "
-    return all(f" {p} " in words for p in phrases)
+    if not all(word in lowered for p in phrases for word in p.split(" ")):
+        return False  # cheap test first: most passages lack a word
+    return all(_phrase_pattern(p).search(lowered) for p in phrases)
+
+
+@lru_cache(maxsize=1024)
+def _phrase_pattern(phrase: str) -> re.Pattern:
+    # The phrase's words as whole words, with only non-word characters
+    # between them: the same test as joining the text's words (TOKEN) with
+    # spaces and looking for the phrase, without splitting the whole text.
+    # At 10,000 passages the split cost about 3 ms per query.
+    return re.compile(r"\b" + r"\W+".join(map(re.escape, phrase.split(" "))) + r"\b")
 
 
 # --- results -----------------------------------------------------------------

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from kb.search import search
+from kb.search import _holds_phrases, _phrases, search
 from kb.embedder import Embedder
 from kb.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch
 
@@ -334,6 +334,20 @@ def test_exact_phrase_ranks_first(local_index):
     index, embedder = local_index
     hits = search("patched CVE-2024-3094", index=index, embedder=embedder).hits
     assert hits[0].tweet_id == "rare" and hits[0].exact_match
+
+
+@pytest.mark.parametrize(("text", "holds"), [
+    ("Patched: CVE-2024-3094, at last", True),  # only punctuation between the words
+    ("patched\ncve 2024\t3094", True),
+    ("unpatched cve-2024-3094", False),  # "patched" is part of a longer word
+    ("patched cve-2024-30945", False),
+    ("patched_cve-2024-3094", False),  # "_" is a word character
+    ("cve-2024-3094 patched", False),  # the words in another order
+])
+def test_a_phrase_is_whole_words_in_order(text, holds):
+    # The exact-phrase rule, alone: exact_match of a hit also holds for a
+    # passage with every rare query word.
+    assert _holds_phrases(text, _phrases('"patched CVE-2024-3094"')) is holds
 
 
 def test_another_model_gives_a_clear_error(index, hasher):
