@@ -53,6 +53,7 @@ from lance.query import FullTextOperator, MatchQuery
 from kb.embedder import Embedder
 from kb.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, PassageRows, empty_index_note, sql_in, sql_str,
                             to_utc, vector_probes)
+from kb.settings import get_settings
 
 MODES = ("bm25", "dense", "hybrid")
 FUSION_METHODS = ("convex", "rrf")
@@ -341,8 +342,29 @@ def _where(*, author, sources, after, before, tweet_id, ref) -> str | None:
 
 # --- retrieval ---------------------------------------------------------------
 def _embed_query(query: str, index: ChunkIndex, schema, embedder: Embedder | None) -> np.ndarray:
-    embedder = index.embedder_for(embedder or Embedder.from_settings(), schema=schema)
-    return embedder.embed_query(query)
+    if embedder is None:
+        return _default_embedder(index, schema).embed_query(query)
+    return index.embedder_for(embedder, schema=schema).embed_query(query)
+
+
+_DEFAULT_EMBEDDERS: dict[tuple, Embedder] = {}
+
+
+def _default_embedder(index: ChunkIndex, schema) -> Embedder:
+    """The embedder of the settings for an index that records this model,
+    made and checked once: making it and checking it against the index cost
+    about 1 ms per search (kb-mcp and kb web call search() with no embedder).
+    The settings object is new when the environment changes (get_settings()),
+    so a new KB_HOME or backend gets a new embedder."""
+    settings = get_settings()
+    key = (id(settings), index.model_info(schema=schema))
+    embedder = _DEFAULT_EMBEDDERS.get(key)
+    if embedder is None:
+        embedder = index.embedder_for(Embedder.from_settings(settings), schema=schema)
+        if len(_DEFAULT_EMBEDDERS) >= 8:
+            _DEFAULT_EMBEDDERS.clear()
+        _DEFAULT_EMBEDDERS[key] = embedder
+    return embedder
 
 
 def embedder_for_index(info: tuple[str, int] | None) -> Embedder:
