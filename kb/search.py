@@ -225,9 +225,11 @@ def search(
     if mode in ("bm25", "hybrid"):
         lexical_rows = _POOL.submit(_bm25, table, query, where, depth)
         words = _rare_candidates(query)
-        if 0 < len(words) <= MAX_PROBES:
-            # Few words: each is looked up (see _rare_word_passages), so the
-            # look-ups need not wait for the lexical list.
+        if 0 < len(words) <= MAX_PROBES and _rare_max(table_rows) >= depth:
+            # Few words, and no count in the lexical list can show that one
+            # is common (it holds at most `depth` hits): each word is looked
+            # up (see _rare_word_passages), so the look-ups need not wait
+            # for the lexical list.
             early_probes = _probe(table, table_rows, words, where)
 
     # Candidates by row id. The retrievers give row ids and scores only.
@@ -447,20 +449,25 @@ def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, w
     if probes is None:
         # A word that more than rare_max lexical hits hold is not rare: no
         # look-up needed. (Stemming can hide a hit from this count, never add
-        # one.) The count reads the text of the hits. With at most MAX_PROBES
-        # words, every word is looked up anyway, and the look-up of a common
-        # word finds more than rare_max passages: the same answer without it.
-        if len(held_by) > MAX_PROBES:
-            cands = [candidates[row_id] for row_id, _ in lexical]
-            _read(rows, cands, lambda c: True)
-            pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, held_by)) + r")\b")
-            for cand in cands:
-                for word in set(pattern.findall(cand.row["text"].lower())):
-                    held_by[word] += 1
-        maybe_rare = sorted((n, w) for w, n in held_by.items() if n <= rare_max)[:MAX_PROBES]
+        # one.) The look-up of such a word finds more than rare_max passages,
+        # or none (a stop word of the index), and both are left out below:
+        # the same answer without it. The count reads the text of the hits
+        # (in memory). Each look-up costs about 1 to 2 ms of CPU.
+        cands = [candidates[row_id] for row_id, _ in lexical]
+        _read(rows, cands, lambda c: True)
+        pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, held_by)) + r")\b")
+        for cand in cands:
+            for word in set(pattern.findall(cand.row["text"].lower())):
+                held_by[word] += 1
+        if len(held_by) <= MAX_PROBES:
+            # In the order of the query, as the look-ups that start early:
+            # the passages that they add join the candidates in that order.
+            maybe_rare = [w for w, n in held_by.items() if n <= rare_max]
+        else:
+            maybe_rare = [w for _, w in sorted((n, w) for w, n in held_by.items() if n <= rare_max)[:MAX_PROBES]]
         if not maybe_rare:
             return None
-        probes = _probe(table, table_rows, [w for _, w in maybe_rare], where)
+        probes = _probe(table, table_rows, maybe_rare, where)
     holders: set[int] | None = None
     for probe in probes:
         rows = probe.result()
