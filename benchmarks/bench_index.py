@@ -44,7 +44,11 @@ from pathlib import Path
 import numpy as np
 
 from kb.search import search, warm_up
-from kb.lance_index import ChunkIndex
+from kb.lance_index import ChunkIndex, _lancedb
+
+# kb imports lancedb on first use (3 to 8 s here): load it now, so that the
+# build time of the first corpus does not hold it.
+_lancedb()
 
 DIM = 384
 # The search code before issue 14 ("search at the speed of the index").

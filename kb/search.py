@@ -31,11 +31,12 @@ Filters apply before ranking (prefilter), so `source="video", limit=3`
 returns 3 hits when 3 videos exist. The serving side reads LanceDB only and
 never opens DuckDB, so search works while a sync writes.
 
-Speed: each LanceDB call costs milliseconds, so a search makes few of them.
-It reads one table version. The two retrievers give row ids and scores only.
-One read by row id then gets the short columns of every candidate, and the
-text only where a rule reads it. The other result columns are read only for
-the hits shown. Figures: benchmarks/index_and_retrieval.md.
+Speed: a search reads one table version, as a Lance dataset (pylance, not
+LanceDB's query builders: see ChunkIndex.dataset()). The two retrievers and
+the rare-word look-ups give row ids and scores only; they run at the same
+time. The other columns of the candidates and of the hits come from memory
+(ChunkIndex.passage_rows()), not from reads by row id. Figures:
+benchmarks/index_and_retrieval.md.
 """
 
 from __future__ import annotations
