@@ -14,8 +14,10 @@ Tables in one LanceDB folder (settings.lancedb_dir):
 One writer (the `chunk_index` asset) and many readers (search, MCP, bot).
 LanceDB tables are versioned: a reader sees one committed version, and with
 read_consistency_interval=0 each read checks for a newer one, so readers see
-new data without a restart. A search opens the latest version once and
-reads only that version (dataset()): one check instead of one per read.
+new data without a restart. A search opens the latest version once, as a
+Lance dataset, and reads only that version (dataset()). The passages of that
+version, without vectors, stay in memory for the next searches
+(passage_rows()); a new version reads only its new data files.
 """
 
 from __future__ import annotations
@@ -361,7 +363,9 @@ class ChunkIndex(BaseModel):
         the index has no vectors yet. A caller that holds the table's schema
         gives it: each read of table.schema asks LanceDB again."""
         if schema is None:
-            table = table if table is not None else self.table(CHUNKS)
+            # Without a table: the dataset, so that a reader (kb search)
+            # does not import lancedb (3 s here) to read a schema.
+            table = table if table is not None else self.dataset(CHUNKS)
             if table is None:
                 return None
             schema = table.schema
@@ -725,8 +729,10 @@ class ChunkIndex(BaseModel):
         100,000 rows (each column of each row is a random read), and a search
         needs the short columns of about 200 candidates, the text of about
         100 and every column of the hits. In memory, that costs less than
-        1 ms. The price: about 1.1 KB per passage (112 MB at 100,000 synthetic
-        passages of 120 words). The vectors stay in Lance's index cache.
+        1 ms. The price: at 100,000 synthetic passages of 120 words, 106 MB
+        of Arrow buffers and 282 MB more resident memory in all
+        (benchmarks/index_and_retrieval.md). The vectors stay in Lance's
+        index cache.
 
         The rows of a data fragment do not change while its data files are the
         same (Lance writes changed rows as new rows or new files), so a new
