@@ -44,7 +44,11 @@ from pathlib import Path
 import numpy as np
 
 from kb.search import search, warm_up
-from kb.lance_index import ChunkIndex
+from kb.lance_index import ChunkIndex, _lancedb
+
+# kb imports lancedb on first use (3 to 8 s here): load it now, so that the
+# build time of the first corpus does not hold it.
+_lancedb()
 
 DIM = 384
 # The search code before issue 14 ("search at the speed of the index").
@@ -68,6 +72,11 @@ class PrecomputedEmbedder:
 
     def embed_documents(self, texts):
         return np.stack([self.vectors[t] for t in texts])
+
+    def keeping_to(self, recorded_model):
+        # ChunkIndex.embedder_for() asks every embedder for the one that
+        # keeps to the recorded model: this one has one model only.
+        return self
 
 
 def vocabulary(size: int, rng: np.random.Generator) -> list[str]:
@@ -190,7 +199,7 @@ def vector_recall(index: ChunkIndex, query_vectors) -> float | None:
     """Share of the exact 100 nearest passages that the index query finds."""
     from kb.lance_index import vector_probes
 
-    table = index.snapshot("chunks")
+    table = index.table("chunks")
     if not index.counts()["vector_index"]:
         return None
     found = 0

@@ -438,6 +438,7 @@ class Embedder(BaseModel):
 
     # Texts embedded and texts served from the cache by this instance.
     _stats: dict = PrivateAttr(default_factory=lambda: {"embedded": 0, "cached": 0})
+    _backend: _Backend | None = PrivateAttr(default=None)  # see _impl()
 
     @property
     def stats(self) -> dict:
@@ -486,6 +487,14 @@ class Embedder(BaseModel):
         return self.model_copy(update={"backend": backend})
 
     def _impl(self) -> _Backend:
+        # Resolved once per instance: a search asks for the model name, the
+        # dimension and the vector, and each resolution reads the settings
+        # and looks up the model (about 0.3 ms).
+        if self._backend is None:
+            self._backend = self._resolve_impl()
+        return self._backend
+
+    def _resolve_impl(self) -> _Backend:
         backend = self.resolved_backend()
         if backend == "hash":
             return _Backend(f"hash:bow-{HASH_DIM}", HASH_DIM, hash_vectors, hash_vectors)

@@ -14,13 +14,14 @@ Tables in one LanceDB folder (settings.lancedb_dir):
 One writer (the `chunk_index` asset) and many readers (search, MCP, bot).
 LanceDB tables are versioned: a reader sees one committed version, and with
 read_consistency_interval=0 each read checks for a newer one, so readers see
-new data without a restart. A search opens the latest version once and
-reads only that version (snapshot()): one check instead of one per read.
+new data without a restart. A search opens the latest version once, as a
+Lance dataset, and reads only that version (dataset()). The passages of that
+version, without vectors, stay in memory for the next searches
+(passage_rows()); a new version reads only its new data files.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import math
@@ -202,11 +203,11 @@ class ChunkIndex(BaseModel):
     s3_allow_http: bool = False
 
     _db: Any = PrivateAttr(default=None)
-    _read_db: Any = PrivateAttr(default=None)  # see snapshot()
-    _read_tables: Any = PrivateAttr(default_factory=dict)
+    _session: Any = PrivateAttr(default=None)  # Lance caches of the readers: see dataset()
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
     _meta_cache: Any = PrivateAttr(default=None)  # (table version, meta dict)
     _cards_cache: Any = PrivateAttr(default=None)  # (table version, {tweet_id: card})
+    _rows: Any = PrivateAttr(default=None)  # PassageRows of the last version read: see passage_rows()
     _seen_tables: bool = PrivateAttr(default=False)
 
     @classmethod
@@ -288,41 +289,43 @@ class ChunkIndex(BaseModel):
         except ValueError:
             return None
 
-    def snapshot(self, name: str, *, pinned: bool = True):
-        """The table at its latest committed version, or None when it does
-        not exist. pinned: a handle of its own, which stays on that version
-        for one read (for example one search); row ids stay valid in it (a
-        compaction in between gives the rows new ids). Not pinned: a shared
-        handle, moved to the latest version, for a single query.
+    def table_uri(self, name: str) -> str:
+        """The address of a table: LanceDB keeps table `name` in the folder
+        `name`.lance under the index path."""
+        return f"{self.path.rstrip('/')}/{name}.lance"
 
-        Why not table(): on its connection (read_consistency_interval=0)
-        each operation checks for a newer version, and a search makes many
-        (retrieval, look-ups, bookmark cards). Here the check is made once."""
-        if self._read_db is None and not self.remote and not Path(self.path).is_dir():
-            return None
-        with self._lock:
-            if self._read_db is None:
-                # No interval: a table stays on its version until we check out another.
-                self._read_db = _lancedb().connect(self.path, storage_options=self.storage_options() or None)
-            db = self._read_db
-            shared = None if pinned else self._read_tables.get(name)
-        if shared is not None:
-            try:
-                shared.checkout_latest()  # cheaper than opening the table again
-                return shared
-            except Exception:  # noqa: BLE001 - dropped or replaced: open it again below
-                pass
+    def dataset(self, name: str):
+        """The table at its latest committed version, as a read-only Lance
+        dataset (pylance), or None when the table does not exist. The dataset
+        stays on that version, so one search reads one version and its row
+        ids stay valid (a compaction in between gives the rows new ids).
+
+        Why pylance and not a LanceDB table: each LanceDB query made 3 to 6
+        round trips through LanceDB's event loop (schema reads and checks)
+        and cost 4 to 8 ms of CPU; the same query on the dataset costs 1 to
+        4 ms (benchmarks/index_and_retrieval.md). The results are the same:
+        LanceDB runs the same Lance scanner.
+
+        Each call opens the latest version again: with the shared session
+        that costs about 0.1 ms, and a reader sees each new commit (a sync)
+        at once. The session holds the index and metadata caches. It is safe
+        when the table is dropped and made again (kb index --rebuild): a new
+        table with the same version number still reads its own files."""
+        if not self.remote and not Path(self.table_uri(name)).is_dir():
+            return None  # a read must not create a folder
+        import lance
+
+        options = self.storage_options() or None
         try:
-            table = db.open_table(name)
+            if self._session is None:
+                with self._lock:
+                    if self._session is None:
+                        dataset = lance.dataset(self.table_uri(name), storage_options=options)
+                        self._session = dataset.session()
+                        return dataset
+            return lance.dataset(self.table_uri(name), session=self._session, storage_options=options)
         except (ValueError, FileNotFoundError, OSError):
-            # Dropped, or not created yet. A dropped table may come back.
-            with self._lock:
-                self._read_tables.pop(name, None)
-            return None
-        if not pinned:
-            with self._lock:
-                self._read_tables[name] = table
-        return table
+            return None  # dropped, or not created yet
 
     def _vector_index_min_rows(self) -> int:
         return self.vector_index_min_rows
@@ -333,13 +336,13 @@ class ChunkIndex(BaseModel):
         `table` (or its `schema`): the passages table, when the caller has it
         open already."""
         meta: dict[str, str] = {}
-        meta_table = self.snapshot(META, pinned=False)
+        meta_table = self.dataset(META)
         if meta_table is not None:
             # Reading the table costs more than asking its version: read it
             # again only when a writer committed a new version.
             version = meta_table.version
             if self._meta_cache is None or self._meta_cache[0] != version:
-                rows = meta_table.to_arrow().to_pylist()
+                rows = meta_table.to_table().to_pylist()
                 self._meta_cache = (version, {r["key"]: r["value"] for r in rows})
             meta.update(self._meta_cache[1])
         info = self.model_info(table, schema=schema)
@@ -360,7 +363,9 @@ class ChunkIndex(BaseModel):
         the index has no vectors yet. A caller that holds the table's schema
         gives it: each read of table.schema asks LanceDB again."""
         if schema is None:
-            table = table if table is not None else self.table(CHUNKS)
+            # Without a table: the dataset, so that a reader (kb search)
+            # does not import lancedb (3 s here) to read a schema.
+            table = table if table is not None else self.dataset(CHUNKS)
             if table is None:
                 return None
             schema = table.schema
@@ -716,35 +721,66 @@ class ChunkIndex(BaseModel):
     def last_sync(self) -> str | None:
         return self.meta().get("last_sync")
 
+    def passage_rows(self, dataset) -> PassageRows:
+        """Every column but the vector of every passage of `dataset` (the
+        passages table at one version, from dataset()), in memory.
+
+        Why: a read of a few rows by row id costs 2 to 8 ms on a table of
+        100,000 rows (each column of each row is a random read), and a search
+        needs the short columns of about 200 candidates, the text of about
+        100 and every column of the hits. In memory, that costs less than
+        1 ms. The price: at 100,000 synthetic passages of 120 words, 106 MB
+        of Arrow buffers and 282 MB more resident memory in all
+        (benchmarks/index_and_retrieval.md). The vectors stay in Lance's
+        index cache.
+
+        The rows of a data fragment do not change while its data files are the
+        same (Lance writes changed rows as new rows or new files), so a new
+        table version reads only its new fragments: a sync that adds 1% new
+        passages reads 1% of the rows. A compaction writes new files, so the
+        next search reads every row again (0.5 s at 100,000 passages)."""
+        identity = _dataset_identity(dataset)
+        rows = self._rows
+        if rows is not None and rows.identity == identity:
+            return rows
+        with self._lock:
+            rows = self._rows
+            if rows is None or rows.identity != identity:
+                rows = PassageRows.read(dataset, identity, rows)
+                self._rows = rows
+        return rows
+
     def bookmark(self, tweet_id: str) -> dict | None:
         """The card of one bookmark, payload fields at the top level."""
         cards = self.bookmarks([tweet_id])
         return cards.get(str(tweet_id))
 
     def bookmarks(self, tweet_ids: list[str]) -> dict[str, dict]:
-        table = self.snapshot(BOOKMARKS, pinned=False)
+        table = self.dataset(BOOKMARKS)
         if table is None or not tweet_ids:
             return {}
         # Cards of this table version that a search read before: a query for
         # them cost about as much as the retrieval on a small index. A new
-        # version (a sync) empties the cache.
+        # version (a sync) empties the cache. The cache keeps the stored
+        # rows (payload as JSON text, None for a bookmark without a card), and
+        # each call unpacks its own copy: a deep copy of the unpacked cards
+        # cost 2 ms per search on the demo, json.loads a tenth of it.
         with self._lock:
             version = table.version
             if self._cards_cache is None or self._cards_cache[0] != version:
                 self._cards_cache = (version, {})
             cache = self._cards_cache[1]
             wanted = sorted({str(t) for t in tweet_ids})
-            out = {t: copy.deepcopy(cache[t]) for t in wanted if t in cache}
-        missing = [t for t in wanted if t not in out]
+            stored = {t: cache[t] for t in wanted if t in cache}
+        missing = [t for t in wanted if t not in stored]
         for part in _parts(missing):
-            for row in table.search().where(sql_in("tweet_id", part)).limit(None).to_arrow().to_pylist():
-                out[row["tweet_id"]] = _unpack_card(row)
+            for row in table.to_table(filter=sql_in("tweet_id", part)).to_pylist():
+                stored[row["tweet_id"]] = row
         with self._lock:
             if self._cards_cache[0] == version and len(cache) < CARDS_CACHE_SIZE:
                 for t in missing:
-                    if t in out:
-                        cache[t] = copy.deepcopy(out[t])
-        return out
+                    cache[t] = stored.get(t)
+        return {t: _unpack_card(dict(row)) for t, row in stored.items() if row is not None}
 
     def passages(self, *, tweet_id: str | None = None, ref: str | None = None) -> list[dict]:
         """Every passage of a bookmark or of a page, in reading order
@@ -775,15 +811,15 @@ class ChunkIndex(BaseModel):
     def version(self) -> int | None:
         """The version of the passages table, or None when it does not exist.
         A new commit gives a new number, so callers can cache by it."""
-        table = self.table(CHUNKS)
-        return None if table is None else table.version
+        dataset = self.dataset(CHUNKS)
+        return None if dataset is None else dataset.version
 
     def source_kinds(self) -> list[str]:
         """The source kinds that the passages have (post, link, wiki, ...)."""
-        table = self.table(CHUNKS)
-        if table is None:
+        dataset = self.dataset(CHUNKS)
+        if dataset is None:
             return []
-        column = table.search().select(["source"]).limit(None).to_arrow().column("source")
+        column = dataset.to_table(columns=["source"]).column("source")
         return sorted(v for v in pc.unique(column).to_pylist() if v)
 
     def tweet_ids(self, *, source: str | None = None) -> set[str]:
@@ -805,6 +841,92 @@ class ChunkIndex(BaseModel):
         rows = (table.search().where(f"tweet_id = {sql_str(tweet_id)}")
                 .select(["source", "ref", "position", "word_count"]).limit(None).to_arrow().to_pylist())
         return sorted(rows, key=lambda r: (r["source"], r["ref"], r["position"]))
+
+
+def _dataset_identity(dataset) -> tuple:
+    """The table version and its first data file. The version number alone
+    is not enough: a table dropped and made again (kb index --rebuild) counts
+    its versions from 1 again, and its files have new names."""
+    fragments = dataset.get_fragments()
+    first = fragments[0].metadata.files[0].path if fragments and fragments[0].metadata.files else ""
+    return dataset.version, first
+
+
+def _fragment_key(fragment) -> tuple:
+    """What the rows of a fragment depend on: its id, its data files and its
+    column overlays. kb's writes do not change a fragment: an update, and a
+    merge of some columns, delete the old rows and write new rows in a new
+    fragment (tried on lance 13). Lance can also rewrite columns of a
+    fragment in place (alter_columns, update_columns), and then its files
+    change. A deletion does not count: a deleted row is never a search
+    result, so its row in memory is never read."""
+    meta = fragment.metadata
+    return fragment.fragment_id, tuple(f.path for f in meta.files), repr(getattr(meta, "overlays", None))
+
+
+class PassageRows:
+    """The passages of one table version without vectors, by row id, one
+    part per data fragment. The short columns that ranking reads of each
+    candidate (search.RANK_COLUMNS) are Python lists: a search reads them for
+    about 200 rows, and from lists that costs 0.4 ms where an Arrow take cost
+    1.5 ms at 100,000 passages. The other columns stay Arrow arrays of one
+    chunk each (a take across chunks first copies the whole column: 30 ms
+    for 100 texts)."""
+
+    COLUMNS = list(CHUNK_FIELDS)
+    LISTED = ("chunk_id", "tweet_id", "source", "ref", "position")
+
+    def __init__(self, identity: tuple, parts: dict[tuple, tuple[np.ndarray, dict]]):
+        self.identity = identity
+        self._parts = parts
+        keys = list(parts)
+        ids = [parts[k][0] for k in keys]
+        self._columns = {name: [parts[k][1][name] for k in keys] for name in self.COLUMNS}
+        sizes = np.array([len(i) for i in ids], dtype=np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        all_ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.uint64)
+        self._order = np.argsort(all_ids, kind="stable")
+        self._sorted = all_ids[self._order]
+
+    @classmethod
+    def read(cls, dataset, identity: tuple, previous: PassageRows | None) -> PassageRows:
+        known = previous._parts if previous is not None else {}
+        parts = {}
+        for fragment in dataset.get_fragments():
+            key = _fragment_key(fragment)
+            if key in known:
+                parts[key] = known[key]
+                continue
+            table = fragment.to_table(columns=cls.COLUMNS, with_row_id=True).combine_chunks()
+            columns = {name: (table.column(name).to_pylist() if name in cls.LISTED else table.column(name).chunk(0))
+                       for name in cls.COLUMNS} if table.num_rows else {name: [] for name in cls.COLUMNS}
+            parts[key] = (table.column("_rowid").to_numpy(), columns)
+        return cls(identity, parts)
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+    def get(self, row_ids: list[int], columns: list[str]) -> dict[int, dict]:
+        """{row id: {column: value}} of these rows. KeyError for a row id
+        that this version does not hold."""
+        if not row_ids:
+            return {}
+        wanted = np.asarray(row_ids, dtype=np.uint64)
+        at = np.minimum(np.searchsorted(self._sorted, wanted), max(len(self._sorted) - 1, 0))
+        if not len(self._sorted) or not np.array_equal(self._sorted[at], wanted):
+            raise KeyError(f"row ids not in table version {self.identity[0]}")
+        position = self._order[at]
+        part = np.searchsorted(self._starts, position, side="right") - 1
+        local = (position - self._starts[part]).tolist()
+        listed = [(name, self._columns[name]) for name in columns if name in self.LISTED]
+        arrow = [(name, self._columns[name]) for name in columns if name not in self.LISTED]
+        out: dict[int, dict] = {}
+        for row_id, p, i in zip(wanted.tolist(), part.tolist(), local):
+            row = {name: values[p][i] for name, values in listed}
+            for name, arrays in arrow:
+                row[name] = arrays[p][i].as_py()
+            out[row_id] = row
+        return out
 
 
 def _bookmark_totals(rows: list[dict]) -> dict[str, tuple[int, int]]:

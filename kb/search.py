@@ -31,11 +31,12 @@ Filters apply before ranking (prefilter), so `source="video", limit=3`
 returns 3 hits when 3 videos exist. The serving side reads LanceDB only and
 never opens DuckDB, so search works while a sync writes.
 
-Speed: each LanceDB call costs milliseconds, so a search makes few of them.
-It reads one table version. The two retrievers give row ids and scores only.
-One read by row id then gets the short columns of every candidate, and the
-text only where a rule reads it. The other result columns are read only for
-the hits shown. Figures: benchmarks/index_and_retrieval.md.
+Speed: a search reads one table version, as a Lance dataset (pylance, not
+LanceDB's query builders: see ChunkIndex.dataset()). The two retrievers and
+the rare-word look-ups give row ids and scores only; they run at the same
+time. The other columns of the candidates and of the hits come from memory
+(ChunkIndex.passage_rows()), not from reads by row id. Figures:
+benchmarks/index_and_retrieval.md.
 """
 
 from __future__ import annotations
@@ -45,13 +46,15 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
+from functools import lru_cache
 
 import numpy as np
-from lancedb.query import FullTextOperator, MatchQuery
+from lance.query import FullTextOperator, MatchQuery
 
 from kb.embedder import Embedder
-from kb.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, empty_index_note, sql_in, sql_str, to_utc,
-                            vector_probes)
+from kb.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, PassageRows, empty_index_note, sql_in, sql_str,
+                            to_utc, vector_probes)
+from kb.settings import get_settings
 
 MODES = ("bm25", "dense", "hybrid")
 FUSION_METHODS = ("convex", "rrf")
@@ -199,7 +202,7 @@ def search(
 
     index = index or ChunkIndex.from_settings()
     # One pinned version for the whole search: the row ids stay valid.
-    table = index.snapshot(CHUNKS)
+    table = index.dataset(CHUNKS)
     schema = table.schema if table is not None else None
     meta = index.meta(table, schema=schema)
     response = SearchResponse(query=query, mode=mode, hits=[], limit=limit, filters=filters,
@@ -210,6 +213,7 @@ def search(
         return response
 
     index.check_schema(schema=schema)
+    rows = index.passage_rows(table)
     per_document = tweet_id is not None or ref is not None
     depth = min(MAX_DEPTH, max(MIN_DEPTH, limit * DEPTH_PER_HIT))
     table_rows = table.count_rows()
@@ -222,9 +226,11 @@ def search(
     if mode in ("bm25", "hybrid"):
         lexical_rows = _POOL.submit(_bm25, table, query, where, depth)
         words = _rare_candidates(query)
-        if 0 < len(words) <= MAX_PROBES:
-            # Few words: each is looked up (see _rare_word_passages), so the
-            # look-ups need not wait for the lexical list.
+        if 0 < len(words) <= MAX_PROBES and _rare_max(table_rows) >= depth:
+            # Few words, and no count in the lexical list can show that one
+            # is common (it holds at most `depth` hits): each word is looked
+            # up (see _rare_word_passages), so the look-ups need not wait
+            # for the lexical list.
             early_probes = _probe(table, table_rows, words, where)
 
     # Candidates by row id. The retrievers give row ids and scores only.
@@ -240,7 +246,7 @@ def search(
         for rank, (row_id, score) in enumerate(lexical):
             cand = candidates.setdefault(row_id, _Candidate(row_id))
             cand.bm25, cand.bm25_rank = score, rank
-        rare_ids = _rare_word_passages(table, table_rows, query, where, lexical, candidates, early_probes)
+        rare_ids = _rare_word_passages(table, rows, table_rows, query, where, lexical, candidates, early_probes)
 
     # The short columns of every candidate, and the text where a rule reads
     # it. A passage that holds the exact phrase holds every query word, so
@@ -248,7 +254,7 @@ def search(
     # depth, only its passages can hold the phrase.
     lexical_ids = {row_id for row_id, _ in lexical}
     lexical_cut = lexical_rows is None or len(lexical) >= depth or not _indexed_words(query)
-    _read(table, list(candidates.values()),
+    _read(rows, list(candidates.values()),
           lambda c: bool(phrases) and (lexical_cut or c.row_id in lexical_ids))
 
     _score(list(candidates.values()), mode, fusion)
@@ -263,7 +269,7 @@ def search(
     else:
         ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.score), reverse=True)
         chosen = _keep_rare_in_top(ranked, _pick(ranked, limit, per_document), limit, per_document)
-    response.hits = _hits(index, table, chosen)
+    response.hits = _hits(index, rows, chosen)
     response.took_ms = _ms(started)
     return response
 
@@ -279,15 +285,14 @@ def warm_up(index: ChunkIndex | None = None, *, mode: str = "hybrid") -> float |
     started = time.perf_counter()
     index = index or ChunkIndex.from_settings()
     try:
-        table = index.snapshot(CHUNKS)
+        table = index.dataset(CHUNKS)
         if table is None:
             return None
-        # Load the vector and full-text indexes into LanceDB's cache: else
+        # Load the vector and full-text indexes into the readers' cache: else
         # each query loads the parts that it reads (at 100k passages, the
         # first queries took 1.5 times the CPU of the later ones).
-        for ix in table.list_indices():
-            if ix.columns in (["vector"], ["text"]):
-                table.prewarm_index(ix.name)
+        for name in sorted({ix.name for ix in table.describe_indices() if ix.field_names in (["vector"], ["text"])}):
+            table.prewarm_index(name)
         search("warm up", index=index, limit=1, mode=mode)
     except Exception as exc:  # noqa: BLE001 - a server must start without it
         import logging
@@ -340,8 +345,29 @@ def _where(*, author, sources, after, before, tweet_id, ref) -> str | None:
 
 # --- retrieval ---------------------------------------------------------------
 def _embed_query(query: str, index: ChunkIndex, schema, embedder: Embedder | None) -> np.ndarray:
-    embedder = index.embedder_for(embedder or Embedder.from_settings(), schema=schema)
-    return embedder.embed_query(query)
+    if embedder is None:
+        return _default_embedder(index, schema).embed_query(query)
+    return index.embedder_for(embedder, schema=schema).embed_query(query)
+
+
+_DEFAULT_EMBEDDERS: dict[tuple, Embedder] = {}
+
+
+def _default_embedder(index: ChunkIndex, schema) -> Embedder:
+    """The embedder of the settings for an index that records this model,
+    made and checked once: making it and checking it against the index cost
+    about 1 ms per search (kb-mcp and kb web call search() with no embedder).
+    The settings object is new when the environment changes (get_settings()),
+    so a new KB_HOME or backend gets a new embedder."""
+    settings = get_settings()
+    key = (id(settings), index.model_info(schema=schema))
+    embedder = _DEFAULT_EMBEDDERS.get(key)
+    if embedder is None:
+        embedder = index.embedder_for(Embedder.from_settings(settings), schema=schema)
+        if len(_DEFAULT_EMBEDDERS) >= 8:
+            _DEFAULT_EMBEDDERS.clear()
+        _DEFAULT_EMBEDDERS[key] = embedder
+    return embedder
 
 
 def embedder_for_index(info: tuple[str, int] | None) -> Embedder:
@@ -353,13 +379,12 @@ def embedder_for_index(info: tuple[str, int] | None) -> Embedder:
 def _dense(table, vector: np.ndarray, where: str | None, depth: int, probes: int) -> list[tuple[int, float]]:
     """(row id, distance) of the nearest passages, nearest first."""
     # Unit vectors: dot distance (1 - dot product) is cosine distance, cheaper.
-    query = (table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
-             .distance_type("dot").select([ROW_ID, "_distance"]).limit(depth))
-    # Used only when the IVF index exists; below it the search is exact.
-    query = query.nprobes(probes)
-    if where:
-        query = query.where(where, prefilter=True)
-    result = query.to_arrow()
+    # probes: used only when the IVF index exists; below it the search is
+    # exact. Minimum and maximum equal, as LanceDB's nprobes() sets them.
+    nearest = {"column": "vector", "q": np.asarray(vector, dtype=np.float32), "k": depth, "metric": "dot",
+               "minimum_nprobes": probes, "maximum_nprobes": probes}
+    result = table.to_table(columns=["_distance"], with_row_id=True, nearest=nearest, filter=where,
+                            prefilter=bool(where), disable_scoring_autoprojection=True)
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_distance").to_pylist()))
 
 
@@ -386,11 +411,11 @@ def _bm25(table, query: str, where: str | None, depth: int) -> list[tuple[int, f
     return rows
 
 
-def _fts(table, query, where: str | None, depth: int) -> list[tuple[int, float]]:
-    builder = table.search(query, query_type="fts", fts_columns="text").select([ROW_ID, "_score"]).limit(depth)
-    if where:
-        builder = builder.where(where, prefilter=True)
-    result = builder.to_arrow()
+def _fts(table, query: str | MatchQuery, where: str | None, depth: int) -> list[tuple[int, float]]:
+    """(row id, BM25 score) of a full-text query on the text column, best first."""
+    text_query = query if isinstance(query, MatchQuery) else {"query": query, "columns": ["text"]}
+    result = table.to_table(columns=["_score"], with_row_id=True, full_text_query=text_query, limit=depth,
+                            filter=where, prefilter=bool(where), disable_scoring_autoprojection=True)
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_score").to_pylist()))
 
 
@@ -412,8 +437,8 @@ def _probe(table, table_rows: int, words: list[str], where: str | None) -> list[
     return [_POOL.submit(_fts, table, word, where, _rare_max(table_rows) + 1) for word in words]
 
 
-def _rare_word_passages(table, table_rows: int, query: str, where: str | None, lexical: list[tuple[int, float]],
-                        candidates: dict[int, _Candidate], probes: list[Future] | None = None) -> set[int] | None:
+def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, where: str | None,
+                        lexical: list[tuple[int, float]], candidates: dict[int, _Candidate], probes: list[Future] | None = None) -> set[int] | None:
     """Row ids of the passages that hold every rare word of the query, or
     None when the query has no rare word. Those passages join the candidates,
     so a rare word is found even when neither list ranked its passage.
@@ -425,20 +450,25 @@ def _rare_word_passages(table, table_rows: int, query: str, where: str | None, l
     if probes is None:
         # A word that more than rare_max lexical hits hold is not rare: no
         # look-up needed. (Stemming can hide a hit from this count, never add
-        # one.) The count reads the text of the hits. With at most MAX_PROBES
-        # words, every word is looked up anyway, and the look-up of a common
-        # word finds more than rare_max passages: the same answer without it.
-        if len(held_by) > MAX_PROBES:
-            cands = [candidates[row_id] for row_id, _ in lexical]
-            _read(table, cands, lambda c: True)
-            pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, held_by)) + r")\b")
-            for cand in cands:
-                for word in set(pattern.findall(cand.row["text"].lower())):
-                    held_by[word] += 1
-        maybe_rare = sorted((n, w) for w, n in held_by.items() if n <= rare_max)[:MAX_PROBES]
+        # one.) The look-up of such a word finds more than rare_max passages,
+        # or none (a stop word of the index), and both are left out below:
+        # the same answer without it. The count reads the text of the hits
+        # (in memory). Each look-up costs about 1 to 2 ms of CPU.
+        cands = [candidates[row_id] for row_id, _ in lexical]
+        _read(rows, cands, lambda c: True)
+        pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, held_by)) + r")\b")
+        for cand in cands:
+            for word in set(pattern.findall(cand.row["text"].lower())):
+                held_by[word] += 1
+        if len(held_by) <= MAX_PROBES:
+            # In the order of the query, as the look-ups that start early:
+            # the passages that they add join the candidates in that order.
+            maybe_rare = [w for w, n in held_by.items() if n <= rare_max]
+        else:
+            maybe_rare = [w for _, w in sorted((n, w) for w, n in held_by.items() if n <= rare_max)[:MAX_PROBES]]
         if not maybe_rare:
             return None
-        probes = _probe(table, table_rows, [w for _, w in maybe_rare], where)
+        probes = _probe(table, table_rows, maybe_rare, where)
     holders: set[int] | None = None
     for probe in probes:
         rows = probe.result()
@@ -489,23 +519,17 @@ def _indexed_words(query: str) -> list[str]:
     return [w for w in TOKEN.findall(query.lower()) if w not in FTS_STOP_WORDS and len(w) <= FTS_MAX_TOKEN]
 
 
-def _read(table, cands: list[_Candidate], wants_text) -> None:
-    """Read RANK_COLUMNS of the candidates that lack them, and the text of
-    those for which wants_text(candidate) is true: one read by row id."""
+def _read(rows: PassageRows, cands: list[_Candidate], wants_text) -> None:
+    """Get RANK_COLUMNS of the candidates that lack them, and the text of
+    those for which wants_text(candidate) is true, from the rows in memory."""
     short = [c for c in cands if not c.row]
     text = [c for c in cands if "text" not in c.row and wants_text(c)]
     if not short and not text:
         return
     columns = RANK_COLUMNS + (["text"] if text else [])
-    rows = _take(table, [c.row_id for c in short + text], columns)
+    found = rows.get(sorted({c.row_id for c in short + text}), columns)
     for cand in short + text:
-        cand.row.update(rows[cand.row_id])
-
-
-def _take(table, row_ids: list[int], columns: list[str]) -> dict[int, dict]:
-    """Rows of the pinned table version, by row id."""
-    result = table.take_row_ids(sorted(set(row_ids))).select(columns).with_row_id().to_arrow()
-    return {row.pop(ROW_ID): row for row in result.to_pylist()}
+        cand.row.update(found[cand.row_id])
 
 
 def _phrases(query: str) -> list[str]:
@@ -518,13 +542,22 @@ def _phrases(query: str) -> list[str]:
 
 
 def _holds_phrases(text: str, phrases: list[str]) -> bool:
+    """True when the words of each phrase follow each other in the text."""
     if not phrases:
         return False
     lowered = text.lower()
-    if not all(p.split(" ", 1)[0] in lowered for p in phrases):
-        return False  # cheap test first: most passages lack the first word
-    words = " " + " ".join(TOKEN.findall(lowered)) + " "
-    return all(f" {p} " in words for p in phrases)
+    if not all(word in lowered for p in phrases for word in p.split(" ")):
+        return False  # cheap test first: most passages lack a word
+    return all(_phrase_pattern(p).search(lowered) for p in phrases)
+
+
+@lru_cache(maxsize=1024)
+def _phrase_pattern(phrase: str) -> re.Pattern:
+    # The phrase's words as whole words, with only non-word characters
+    # between them: the same test as joining the text's words (TOKEN) with
+    # spaces and looking for the phrase, without splitting the whole text.
+    # At 10,000 passages the split cost about 3 ms per query.
+    return re.compile(r"\b" + r"\W+".join(map(re.escape, phrase.split(" "))) + r"\b")
 
 
 # --- results -----------------------------------------------------------------
@@ -573,17 +606,14 @@ def _pick(ranked: list[_Candidate], limit: int, per_document: bool) -> list[_Can
     return chosen
 
 
-def _hits(index: ChunkIndex, table, chosen: list[_Candidate]) -> list[Hit]:
+def _hits(index: ChunkIndex, rows: PassageRows, chosen: list[_Candidate]) -> list[Hit]:
     if not chosen:
         return []
-    # The result columns of the shown passages and the bookmark cards: two
-    # independent reads, at the same time.
-    full = _POOL.submit(_take, table, [c.row_id for c in chosen], RESULT_COLUMNS)
     cards = index.bookmarks(sorted({c.row["tweet_id"] for c in chosen}))
-    rows = full.result()
+    found = rows.get(sorted({c.row_id for c in chosen}), RESULT_COLUMNS)
     hits = []
     for cand in chosen:
-        row = rows[cand.row_id]
+        row = found[cand.row_id]
         card = cards.get(row["tweet_id"], {})
         created = row["created_at"]
         hits.append(Hit(

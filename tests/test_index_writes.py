@@ -104,6 +104,18 @@ def test_new_bookmarks_are_folded_in_without_a_rewrite(built, hasher):
     assert search("zeppelin airship", index=built, embedder=hasher).hits[0].tweet_id == "4"
 
 
+def test_a_card_that_a_caller_changes_stays_the_same_in_the_index(built, hasher):
+    built.upsert_bookmark_cards([{"tweet_id": "2", "url": "https://x.com/a/status/2", "author": "alice",
+                                  "media": [{"kind": "photo", "url": "https://pbs.twimg.com/a.jpg"}]}])
+    # The index keeps the cards that it read in memory; a caller's change to
+    # its copy must not reach them.
+    first = built.bookmark("2")
+    first["media"][0]["url"] = "changed"
+    first["author"] = "changed"
+    again = built.bookmark("2")
+    assert again["media"][0]["url"] == "https://pbs.twimg.com/a.jpg" and again["author"] == "alice"
+
+
 def test_a_search_sees_a_changed_bookmark_card(built, hasher):
     card = {"tweet_id": "2", "url": "https://x.com/a/status/2", "author": "alice", "text": "bread",
             "media": [{"kind": "photo", "url": "https://pbs.twimg.com/old.jpg"}]}

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from kb.search import search
+from kb.search import _holds_phrases, _phrases, search
 from kb.embedder import Embedder
 from kb.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch
 
@@ -190,6 +190,32 @@ def test_readers_see_new_data_without_a_restart(small_index, hasher):
     assert search("zeppelin", index=reader, embedder=hasher).hits[0].tweet_id == "9"
 
 
+def test_a_reader_sees_changed_columns_of_rows_that_it_read_before(small_index, hasher):
+    # A search keeps the rows of a table version in memory. Removing the
+    # video passage of bookmark 4 changes the chunk count of its row that
+    # stays, so the reader must not keep the rows that it read before.
+    rows = [chunk("4", 1, "Lifetimes and the borrow checker, part two", author="dave")]
+    index_rows(small_index, [*[r for r in CORPUS if r["tweet_id"] == "4"], *rows], hasher)
+    reader = ChunkIndex.from_settings()
+    before = search("lifetimes part two", index=reader, embedder=hasher, mode="bm25").hits
+    assert before[0].tweet_id == "4" and before[0].chunk_count == 2
+    small_index.remove_sources(["video"])
+    after = search("lifetimes part two", index=reader, embedder=hasher, mode="bm25").hits
+    assert after[0].tweet_id == "4" and after[0].chunk_count == 1 and after[0].best_source == "post"
+
+
+def test_a_reader_sees_a_rebuilt_index_with_the_same_version_number(index, hasher):
+    index_rows(index, [chunk("1", 0, "first index about zeppelins")], hasher)
+    reader = ChunkIndex.from_settings()
+    assert search("zeppelins", index=reader, embedder=hasher).hits[0].best_chunk == "first index about zeppelins"
+    version = reader.dataset(CHUNKS).version
+    # The same writes on a new table give it the same version number again.
+    index.rebuild()
+    index_rows(index, [chunk("1", 0, "second index about zeppelins")], hasher)
+    assert reader.dataset(CHUNKS).version == version
+    assert search("zeppelins", index=reader, embedder=hasher).hits[0].best_chunk == "second index about zeppelins"
+
+
 def test_search_while_another_thread_writes(index, hasher):
     base = [chunk(f"b{i}", 0, f"distributed systems consensus raft paxos note {i}") for i in range(50)]
     index_rows(index, base, hasher)
@@ -308,6 +334,20 @@ def test_exact_phrase_ranks_first(local_index):
     index, embedder = local_index
     hits = search("patched CVE-2024-3094", index=index, embedder=embedder).hits
     assert hits[0].tweet_id == "rare" and hits[0].exact_match
+
+
+@pytest.mark.parametrize(("text", "holds"), [
+    ("Patched: CVE-2024-3094, at last", True),  # only punctuation between the words
+    ("patched\ncve 2024\t3094", True),
+    ("unpatched cve-2024-3094", False),  # "patched" is part of a longer word
+    ("patched cve-2024-30945", False),
+    ("patched_cve-2024-3094", False),  # "_" is a word character
+    ("cve-2024-3094 patched", False),  # the words in another order
+])
+def test_a_phrase_is_whole_words_in_order(text, holds):
+    # The exact-phrase rule, alone: exact_match of a hit also holds for a
+    # passage with every rare query word.
+    assert _holds_phrases(text, _phrases('"patched CVE-2024-3094"')) is holds
 
 
 def test_another_model_gives_a_clear_error(index, hasher):

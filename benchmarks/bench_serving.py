@@ -1,0 +1,197 @@
+"""Serving benchmark: the MCP server (kb-mcp) and a cold `kb search`.
+
+    .venv/bin/python benchmarks/bench_serving.py mcp --home /tmp/kb-demo [--calls 30]
+    .venv/bin/python benchmarks/bench_serving.py mcp --passages 100000
+    .venv/bin/python benchmarks/bench_serving.py cold --home /tmp/kb-demo [--runs 3]
+
+mcp: starts `python -m mcp_server.server` on KB_HOME and speaks JSON-RPC on
+its stdin and stdout, as an agent client does. It measures the time from the
+start to the "kb-mcp serves" log line (ready), the first search_bookmarks
+after ready, and the warm calls: each call has a new query text, so the
+query embedding is in every call. It also reports the CPU time of the server
+process per warm call and its resident memory at the end (psutil).
+
+--home: an existing KB_HOME, for example the demo (`kb demo --home DIR`),
+with the local model. --passages N: a new KB_HOME in a temporary folder with
+N synthetic passages (the corpus of bench_index.py) and random 256-dimension
+vectors that the index records as the hash embedder's, so the server embeds
+each query with KB_EMBED_BACKEND=hash (no model). The figures then show the
+search and the memory at that size, not the local model.
+
+cold: runs `kb search QUERY -n 3` in a new process, then the same steps in a
+new process with a timer on each: import, query model load, query
+embedding, search.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+QUERIES = ["rust borrow checker", "sourdough starter", "how do transformers attend", "vector database index",
+           "espresso grind size", "kubernetes operator", "python packaging", "local first software",
+           "attention is all you need", "sqlite performance"]
+
+
+def synthetic_home(passages: int, folder: Path) -> None:
+    """A KB_HOME whose index holds `passages` synthetic passages."""
+    import numpy as np
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_index import make_corpus
+
+    from kb.lance_index import ChunkIndex
+    from kb.settings import Settings
+
+    rows, _, _, _ = make_corpus(passages)
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((len(rows), 256)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    by_text = {row["text"]: vector for row, vector in zip(rows, vectors)}
+
+    class HashNamed:
+        # The name and dimension of the hash embedder: the server then embeds
+        # queries with it. The passage vectors are random.
+        model_name, dim, stats = "hash:bow-256", 256, {}
+
+        def keeping_to(self, recorded_model):
+            return self
+
+        def embed_documents(self, texts):
+            return np.stack([by_text[t] for t in texts])
+
+    index = ChunkIndex.from_settings(Settings(kb_home=folder))
+    for at in range(0, len(rows), 20_000):
+        part = rows[at:at + 20_000]
+        index.replace_chunks(sorted({r["tweet_id"] for r in part}), [dict(r) for r in part], HashNamed())
+    index.maintain(skip_if_current=True)
+
+
+def bench_mcp(home: Path, calls: int, backend: str) -> dict:
+    import psutil
+
+    env = {**os.environ, "KB_HOME": str(home), "HF_HUB_OFFLINE": "1", "KB_EMBED_BACKEND": backend,
+           "PYTHONPATH": str(REPO)}
+    started = time.perf_counter()
+    server = subprocess.Popen([sys.executable, "-m", "mcp_server.server"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True, bufsize=1)
+    ready = threading.Event()
+    log: list[str] = []
+
+    def read_log() -> None:
+        for line in server.stderr:
+            log.append(line.rstrip())
+            if "kb-mcp serves" in line:
+                ready.set()
+
+    threading.Thread(target=read_log, daemon=True).start()
+    if not ready.wait(300):
+        server.kill()
+        raise SystemExit("the server did not get ready:\n" + "\n".join(log[-20:]))
+    ready_s = time.perf_counter() - started
+
+    def rpc(ident: int, method: str, params: dict) -> dict:
+        server.stdin.write(json.dumps({"jsonrpc": "2.0", "id": ident, "method": method, "params": params}) + "\n")
+        server.stdin.flush()
+        while True:
+            message = json.loads(server.stdout.readline())
+            if message.get("id") == ident:
+                return message
+
+    def search(ident: int, query: str) -> float:
+        at = time.perf_counter()
+        answer = rpc(ident, "tools/call", {"name": "search_bookmarks", "arguments": {"query": query}})
+        took = (time.perf_counter() - at) * 1000
+        assert "result" in answer and not answer["result"].get("isError"), answer
+        return took
+
+    rpc(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                          "clientInfo": {"name": "bench", "version": "1"}})
+    server.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+    server.stdin.flush()
+    first = search(2, "machine learning papers")
+    process = psutil.Process(server.pid)
+    cpu_before = sum(process.cpu_times()[:2])
+    warm = [search(10 + i, f"{QUERIES[i % len(QUERIES)]} {i // len(QUERIES)}" if i >= len(QUERIES)
+                   else QUERIES[i]) for i in range(calls)]
+    cpu_ms = (sum(process.cpu_times()[:2]) - cpu_before) * 1000 / calls
+    rss_mb = process.memory_info().rss / 1e6
+    server.stdin.close()
+    server.terminate()
+    server.wait(10)
+    ordered = sorted(warm)
+    return {"start_to_ready_s": round(ready_s, 2), "first_search_ms": round(first, 1),
+            "warm_p50_ms": round(statistics.median(warm), 1),
+            "warm_p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 1),
+            "server_cpu_ms_per_call": round(cpu_ms, 1), "server_rss_mb": round(rss_mb, 1), "calls": calls,
+            "warm_up_log": [line[-90:] for line in log if "loaded the query" in line]}
+
+
+COLD_STEPS = """
+import json, sys, time
+t0 = time.perf_counter()
+import kb.search as S
+t1 = time.perf_counter()
+from kb.embedder import use_cpu_threads
+from kb.lance_index import ChunkIndex
+from kb.search import embedder_for_index
+use_cpu_threads(1)
+index = ChunkIndex.from_settings()
+embedder = embedder_for_index(index.model_info())
+embedder.model_name  # loads the query model
+t2 = time.perf_counter()
+vector = embedder.embed_query("vector database")
+t3 = time.perf_counter()
+S.search("vector database", index=index, embedder=embedder, query_vector=vector, limit=3)
+t4 = time.perf_counter()
+print(json.dumps({"import_kb_search_s": round(t1 - t0, 2), "model_load_s": round(t2 - t1, 2),
+                  "query_embedding_ms": round((t3 - t2) * 1000, 1), "search_ms": round((t4 - t3) * 1000, 1),
+                  "lancedb_imported": "lancedb" in sys.modules, "torch_imported": "torch" in sys.modules}))
+"""
+
+
+def bench_cold(home: Path, runs: int) -> dict:
+    env = {**os.environ, "KB_HOME": str(home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    walls, steps = [], []
+    kb = str(Path(sys.executable).with_name("kb"))
+    for _ in range(runs):
+        at = time.perf_counter()
+        subprocess.run([kb, "search", "vector database", "-n", "3"], env=env, check=True, capture_output=True)
+        walls.append(round(time.perf_counter() - at, 2))
+        done = subprocess.run([sys.executable, "-c", COLD_STEPS], env=env, check=True, capture_output=True, text=True)
+        steps.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return {"kb_search_wall_s": walls, "steps": steps}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["mcp", "cold"])
+    parser.add_argument("--home", type=Path, help="an existing KB_HOME (local model)")
+    parser.add_argument("--passages", type=int, help="mcp: a new KB_HOME with this many synthetic passages")
+    parser.add_argument("--calls", type=int, default=30)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    if args.what == "cold":
+        print(json.dumps(bench_cold(args.home, args.runs), indent=2))
+        return
+    if args.passages:
+        with tempfile.TemporaryDirectory(prefix="kb-serving-") as tmp:
+            built = time.perf_counter()
+            synthetic_home(args.passages, Path(tmp))
+            print(f"built {args.passages} passages in {time.perf_counter() - built:.1f} s", flush=True)
+            print(json.dumps(bench_mcp(Path(tmp), args.calls, "hash"), indent=2))
+        return
+    print(json.dumps(bench_mcp(args.home, args.calls, "local"), indent=2))
+
+
+if __name__ == "__main__":
+    main()
