@@ -95,9 +95,9 @@ def collect(cache: Path) -> dict:
         dense = S._dense(table, vector, None, COLLECT_DEPTH, vector_probes(rows))
         lexical = S._bm25(table, text, None, COLLECT_DEPTH)
         cands: dict = {}
-        for rank, (rid, distance) in enumerate(dense):
+        for rid, distance in dense:
             cands.setdefault(rid, S._Candidate(rid)).dense = 1 - distance
-        for rank, (rid, score) in enumerate(lexical):
+        for rid, score in lexical:
             cands.setdefault(rid, S._Candidate(rid)).bm25 = score
         rare = S._rare_word_passages(table, rows, text, None, lexical, cands, None)
         phrases = S._phrases(text)
