@@ -44,3 +44,28 @@ def kb_home(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
     return home
+
+
+# --- the order of the work on `pytest -n 2` -----------------------------------
+# pyproject.toml runs the workers with --dist loadfile --no-loadscope-reorder:
+# a file is a unit of work (its module fixtures are built once) that goes to
+# the next free worker, in the order below. The longest files start first, so
+# no long file starts late while the other worker runs out of work (before:
+# test_up.py and test_shared_instance.py, late in the alphabet, often ended
+# the run alone). Seconds of one full run on two busy cores (December 2026);
+# a file not named here counts as short.
+FILE_SECONDS = {
+    "test_crash_safety.py": 374, "test_shared_instance.py": 269, "test_up.py": 200, "test_demo.py": 129,
+    "test_stage_commands.py": 129, "test_wiki_agent.py": 124, "test_sync.py": 123, "test_sources_assets.py": 119,
+    "test_extract.py": 106, "test_bad_input.py": 95, "test_security.py": 93, "test_layout.py": 74,
+    "test_captions.py": 69, "test_telegram_bot.py": 60, "test_capture.py": 52, "test_backup.py": 51,
+    "test_search.py": 50, "test_parsers.py": 41, "test_object_storage.py": 41, "test_definitions.py": 41,
+    "test_documents.py": 39, "test_normalize.py": 35, "test_web.py": 31, "test_notifications.py": 27,
+    "test_load.py": 24, "test_mcp_server.py": 22, "test_transcripts.py": 22, "test_embedder.py": 18,
+    "test_translations.py": 17, "test_inbox_sensor.py": 10, "test_inspect.py": 10, "test_modal_apps.py": 6,
+}
+
+
+def pytest_collection_modifyitems(items):
+    # Stable: the tests of a file keep their order.
+    items.sort(key=lambda item: -FILE_SECONDS.get(item.path.name, 0))

@@ -165,11 +165,10 @@ def _shared_instance_checks(env, procs, outputs, postgres_url, kb_home, tmp_path
     pages = [str(p) for p in sample_pages()[:2]]
     imported = subprocess.run([*KB, "import", *pages], env=env, capture_output=True, text=True, timeout=280)
     assert imported.returncode == 0, imported.stdout + imported.stderr
-    status = subprocess.run([*KB, "status", "--json"], env=env, capture_output=True, text=True, timeout=120)
-    assert status.returncode == 0, status.stderr
-    report = json.loads(status.stdout)
-    assert report["services"]["kb_dagster_postgres_url"] == {"ready": True, "detail": "set"}
-    assert report["index"]["bookmarks"] > 0
+    # kb status loads its clients and the local model for seconds: it runs
+    # while this process reads the runs and the daemon and webserver start.
+    status = subprocess.Popen([*KB, "status", "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
 
     # Another process with another DAGSTER_HOME folder sees the same runs:
     # they are in PostgreSQL, not in files under KB_HOME.
@@ -187,11 +186,17 @@ def _shared_instance_checks(env, procs, outputs, postgres_url, kb_home, tmp_path
     assert runs and set(runs.values()) == {dg.DagsterRunStatus.SUCCESS}
     assert not list((kb_home / "dagster").glob("**/*.db")), "a SQLite file in the Dagster home"
 
-    outputs += [imported.stdout, imported.stderr, status.stdout, status.stderr]
     # The webserver loads a gRPC location once at its start: wait for the code server.
     _wait_for("answer of the code server", lambda: _code_server_answers(code_port), procs)
     start("daemon")
     start("webserver")
+
+    status_out, status_err = status.communicate(timeout=120)
+    assert status.returncode == 0, status_err
+    report = json.loads(status_out)
+    assert report["services"]["kb_dagster_postgres_url"] == {"ready": True, "detail": "set"}
+    assert report["index"]["bookmarks"] > 0
+    outputs += [imported.stdout, imported.stderr, status_out, status_err]
 
     def location():
         entries = _graphql(web_port, LOCATION)["workspaceOrError"]["locationEntries"]

@@ -134,16 +134,24 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
                    "the 'queued' reply", up)
         item_a = telegram.replies_to(1)[0].split("(id ")[1].rstrip(")")
         instance = dg.DagsterInstance.from_config(str(kb_home / "dagster"))
-        wait_until(lambda: waiting_for_the_agent(instance, item_a), "the item waiting for the wiki agent", up)
-        assert instance.get_daemon_heartbeats()  # the daemon of kb up
+        wait_until(lambda: bool(instance.get_daemon_heartbeats()), "a heartbeat of the daemon", up)
 
-        # A second kb up for the same KB_HOME starts nothing.
-        second = subprocess.run([sys.executable, "-m", "kb.apps.cli", "up", "--dagster-port", str(free_port()),
-                                 "--web-port", str(free_port())], env=env, capture_output=True, text=True,
-                                timeout=120)
+        # A second kb up for the same KB_HOME starts nothing. It starts while
+        # the item goes through the daemon: its start-up takes seconds too.
+        second = subprocess.Popen([sys.executable, "-m", "kb.apps.cli", "up", "--dagster-port", str(free_port()),
+                                   "--web-port", str(free_port())], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(lambda: waiting_for_the_agent(instance, item_a), "the item waiting for the wiki agent", up)
+            second_out, second_err = second.communicate(timeout=120)
+        finally:
+            if second.poll() is None:
+                second.kill()
+                second.wait()
+        assert instance.get_daemon_heartbeats()  # the daemon of kb up
         assert second.returncode == 1
-        assert "A Dagster daemon already runs for this KB_HOME" in second.stderr
-        assert "kb up: running" not in second.stdout
+        assert "A Dagster daemon already runs for this KB_HOME" in second_err
+        assert "kb up: running" not in second_out
 
         # Ctrl-C or SIGTERM stops every part, and their children, in time.
         pids = up.pids()
