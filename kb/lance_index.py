@@ -17,7 +17,9 @@ read_consistency_interval=0 each read checks for a newer one, so readers see
 new data without a restart. A search opens the latest version once, as a
 Lance dataset, and reads only that version (dataset()). The passages of that
 version, without vectors, stay in memory for the next searches
-(passage_rows()); a new version reads only its new data files.
+(passage_rows()); a new version reads only its new data files. A table too
+small for a vector index also keeps its vectors in memory: the search
+compares them in numpy, without a Lance query.
 """
 
 from __future__ import annotations
@@ -875,8 +877,9 @@ def _fragment_key(fragment) -> tuple:
 
 
 class PassageRows:
-    """The passages of one table version without vectors, by row id, one
-    part per data fragment. The short columns that ranking reads of each
+    """The passages of one table version without vectors (vectors only for
+    a table without a vector index: see ChunkIndex._exact_search()), by row
+    id, one part per data fragment. The short columns that ranking reads of each
     candidate (tweet_id, source, ref, position, chunk_id) are Python lists: a search reads them for
     about 200 rows, and from lists that costs 0.4 ms where an Arrow take cost
     1.5 ms at 100,000 passages. The other columns stay Arrow arrays of one
@@ -897,7 +900,8 @@ class PassageRows:
         # version ({word: row ids, or None for a word that is not rare}),
         # and the vectors of a table too small for a vector index
         # (ChunkIndex.passage_rows()).
-        self.word_holders: dict[str, tuple[int, ...] | None] = {}
+        self.word_holders: dict[str, Any] = {}  # array("Q") of row ids, or None
+        self.word_ids_kept = 0
         self.vectors: tuple[np.ndarray, np.ndarray] | None = None
         sizes = np.array([len(i) for i in ids], dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)

@@ -419,3 +419,14 @@ def test_another_model_gives_a_clear_error(index, hasher):
     index.rebuild()
     index_rows(index, [chunk("x", 0, "backdoor text")], hasher)
     assert search("backdoor", index=index, embedder=hasher).hits[0].tweet_id == "x"
+
+
+@pytest.mark.parametrize("text", ["kalo", "x kalo.", "kalomi kalo", "mikalo", "kalo_x", "_kalo", "kalo9", "ékalo",
+                                  "kalo é", "ka lo", "", "kal", "(kalo)", "kalokalo kalo", "mi-kalo-ne", "kaloé"])
+def test_the_whole_word_test_is_that_of_a_regular_expression(text):
+    # The rare-word count tests whole words with str.find; the rule is re's \b.
+    import re
+
+    from kb.search import _holds_word
+
+    assert _holds_word(text, "kalo") is bool(re.search(r"\bkalo\b", text))
