@@ -900,9 +900,9 @@ class PassageRows:
         # version ({word: row ids, or None for a word that is not rare}),
         # and the vectors of a table too small for a vector index
         # (ChunkIndex.passage_rows()).
-        self.word_holders: dict[str, Any] = {}  # array("Q") of row ids, or None
+        self.word_holders: dict[tuple, Any] = {}  # (filter, word): array("Q") of row ids, or None
         self.word_ids_kept = 0
-        self.vectors: tuple[np.ndarray, np.ndarray] | None = None
+        self.vectors: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         sizes = np.array([len(i) for i in ids], dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         all_ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.uint64)
@@ -981,16 +981,17 @@ class PassageRows:
         return out
 
 
-def _live_vectors(dataset) -> tuple[np.ndarray, np.ndarray] | None:
-    """(row ids, vectors as one float32 matrix) of the rows of this version
-    that are not deleted, or None when a row has no vector."""
-    table = dataset.to_table(columns=["vector"], with_row_id=True)
+def _live_vectors(dataset) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(row ids, vectors as one float32 matrix, source kinds) of the rows of
+    this version that are not deleted, or None when a row has no vector."""
+    table = dataset.to_table(columns=["vector", "source"], with_row_id=True)
     column = table.column("vector").combine_chunks()
     if column.null_count or not len(column):
         return None
     dim = column.type.list_size
     matrix = column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(-1, dim)
-    return table.column("_rowid").to_numpy(), matrix
+    kinds = np.asarray(table.column("source").to_pylist(), dtype=object)
+    return table.column("_rowid").to_numpy(), matrix, kinds
 
 
 def _bookmark_totals(rows: list[dict]) -> dict[str, tuple[int, int]]:

@@ -38,9 +38,9 @@ time. The other columns of the candidates and of the hits come from memory
 (ChunkIndex.passage_rows()), not from reads by row id. The candidates
 are plain objects: the rules read one column of each (from Python lists)
 and the text of those that a rule must look at, lowered once per search.
-The result of a rare-word look-up without a filter is kept with the rows of
-the table version, so a word looked up before costs no Lance query until the
-next version. A table without a vector index (fewer rows than
+The result of a rare-word look-up is kept with the rows of the table
+version, by filter and word, so a word looked up before costs no Lance
+query until the next version. A table without a vector index (fewer rows than
 kb_vector_index_min_rows) is searched in numpy from its vectors in memory,
 with the same distance and order as Lance. Figures:
 benchmarks/index_and_retrieval.md.
@@ -230,8 +230,9 @@ def search(
     dense_rows = lexical_rows = None
     if mode in ("dense", "hybrid"):
         vector = query_vector if query_vector is not None else _embed_query(query, index, schema, embedder)
-        if rows.vectors is not None and where is None:
-            dense_rows = _Done(_exact_dense(rows.vectors, vector, depth))
+        only_sources = not (author or after_dt or before_dt or tweet_id is not None or ref is not None)
+        if rows.vectors is not None and only_sources:
+            dense_rows = _Done(_exact_dense(rows.vectors, vector, depth, sources or None))
         else:
             dense_rows = _POOL.submit(_dense, table, vector, where, depth, vector_probes(table_rows))
     early_probes = None
@@ -412,13 +413,19 @@ def _dense(table, vector: np.ndarray, where: str | None, depth: int, probes: int
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_distance").to_pylist()))
 
 
-def _exact_dense(vectors: tuple[np.ndarray, np.ndarray], vector: np.ndarray, depth: int) -> list[tuple[int, float]]:
+def _exact_dense(vectors: tuple[np.ndarray, np.ndarray, np.ndarray], vector: np.ndarray, depth: int,
+                 sources: list[str] | None = None) -> list[tuple[int, float]]:
     """(row id, distance) of the nearest passages, nearest first, from the
     vectors in memory: the exact search that Lance makes on a table without
     a vector index, with the same dot distance (1 - dot product), without
-    the fixed cost of a Lance query (1 to 2 ms, also on 43 rows)."""
-    row_ids, matrix = vectors
+    the fixed cost of a Lance query (1 to 2 ms, also on 43 rows). sources:
+    only the passages of these kinds, as the filter `source IN (...)` (the
+    MCP server sets it when the index holds wiki pages)."""
+    row_ids, matrix, kinds = vectors
     distance = 1.0 - matrix @ np.asarray(vector, dtype=np.float32)
+    if sources is not None:
+        keep = np.flatnonzero(np.isin(kinds, np.asarray(sources, dtype=object)))
+        row_ids, distance = row_ids[keep], distance[keep]
     # Equal distances in row id order, as Lance gives them (the table has
     # fewer rows than a vector index needs: a full sort costs little).
     nearest = np.lexsort((row_ids, distance))[:depth]
@@ -505,11 +512,12 @@ WORD_CACHE_IDS = 2_000_000
 
 def _probe(table, rows: PassageRows, table_rows: int, words: list[str], where: str | None) -> list[tuple]:
     """One full-text look-up per word: at most rare_max + 1 passages each.
-    A word that a search without filter looked up before on this table
-    version needs no look-up: its result is in rows.word_holders (the same
-    version gives the same result). Each look-up costs about 1.6 ms of CPU."""
-    known = rows.word_holders if where is None else {}
-    return [(word, known[word], None) if word in known
+    A word that a search with the same filter looked up before on this
+    table version needs no look-up: its result is in rows.word_holders, by
+    filter and word (the same version and filter give the same result).
+    Each look-up costs about 1.6 ms of CPU."""
+    known = rows.word_holders
+    return [(word, known[(where, word)], None) if (where, word) in known
             else (word, None, _POOL.submit(_fts, table, word, where, _rare_max(table_rows) + 1)) for word in words]
 
 
@@ -522,11 +530,11 @@ def _holders(rows: PassageRows, probe: tuple, rare_max: int, where: str | None) 
     found = future.result()
     ids = [row_id for row_id, _ in found] if found and len(found) <= rare_max else None
     kept = rows.word_holders
-    if where is None and len(kept) < WORD_CACHE_WORDS:
+    if len(kept) < WORD_CACHE_WORDS:
         if ids is None:
-            kept[word] = None
+            kept[(where, word)] = None
         elif rows.word_ids_kept + len(ids) <= WORD_CACHE_IDS:
-            kept[word] = array("Q", ids)  # 8 bytes an id; a tuple of ints takes 40
+            kept[(where, word)] = array("Q", ids)  # 8 bytes an id; a tuple of ints takes 40
             rows.word_ids_kept += len(ids)
     return ids
 
@@ -543,7 +551,7 @@ def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, w
     if not held_by:
         return None
     if probes is None:
-        if len(held_by) <= MAX_PROBES and where is None and all(w in rows.word_holders for w in held_by):
+        if len(held_by) <= MAX_PROBES and all((where, w) in rows.word_holders for w in held_by):
             # Every word was looked up before on this version. The count
             # below would only leave out words that hold more than rare_max
             # passages, and their stored result is None: the same answer.

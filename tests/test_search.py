@@ -286,6 +286,16 @@ def test_a_small_table_searches_its_vectors_in_memory_as_lance_does(index, hashe
         assert np.allclose([d for _, d in exact], [d for _, d in lance], atol=1e-6)
     hits = search("note 7 on graphs", index=index, embedder=hasher, mode="dense", limit=100).hits
     assert "v7" not in {h.tweet_id for h in hits} and len(hits) == 59
+    # A source filter, as the MCP server sets when the index holds wiki pages.
+    index_rows(index, [chunk(f"w{i}", 0, f"wiki page {i} on graphs", source="wiki") for i in range(5)], hasher)
+    table = index.dataset(CHUNKS)
+    passages = index.passage_rows(table)
+    vector = hasher.embed_query("graphs and rust")
+    exact = _exact_dense(passages.vectors, vector, 30, ["wiki", "video"])
+    assert [r for r, _ in exact] == [r for r, _ in _dense(table, vector, "source IN ('wiki', 'video')", 30, 20)]
+    assert len(exact) == 5
+    hits = search("graphs", index=index, embedder=hasher, mode="dense", source="post", limit=100).hits
+    assert len(hits) == 59 and all(h.best_source == "post" for h in hits)
 
 
 def test_a_table_with_a_vector_index_is_searched_by_lance(index, hasher):
@@ -304,22 +314,29 @@ def test_a_word_looked_up_before_is_looked_up_again_on_a_new_table_version(small
     # the new version can show: the query is no exact phrase of the text.
     reader = ChunkIndex.from_settings()
     assert search("zygote mango", index=reader, embedder=hasher).hits[0].exact_match is False
-    assert reader.passage_rows(reader.dataset(CHUNKS)).word_holders["zygote"] is None
+    assert reader.passage_rows(reader.dataset(CHUNKS)).word_holders[(None, "zygote")] is None
     index_rows(small_index, [chunk("z", 0, "the zygote divides")], hasher)
     hit = search("zygote mango", index=reader, embedder=hasher).hits[0]
     assert hit.tweet_id == "z" and hit.exact_match is True
     holders = reader.passage_rows(reader.dataset(CHUNKS)).word_holders
-    assert holders["zygote"] is not None and len(holders["zygote"]) == 1 and holders["mango"] is None
+    assert len(holders[(None, "zygote")]) == 1 and holders[(None, "mango")] is None
     # The same search again takes the stored look-ups: the same answer.
     again = search("zygote mango", index=reader, embedder=hasher).hits[0]
     assert again.tweet_id == "z" and again.exact_match is True
 
 
-def test_a_look_up_with_a_filter_is_not_kept(small_index, hasher):
-    # A filter changes what a look-up finds, so only look-ups without a
-    # filter are kept for the next searches.
-    search("sourdough kubernetes", index=small_index, embedder=hasher, source="video")
-    assert "sourdough" not in small_index.passage_rows(small_index.dataset(CHUNKS)).word_holders
+def test_a_look_up_is_kept_per_filter(index, hasher):
+    # A filter changes what a look-up finds: the look-up with a filter must
+    # not answer a search without it. "zygote" is rare; "mango" is absent, so
+    # the query is no exact phrase and only the rare-word rule marks a hit.
+    index_rows(index, [chunk("z1", 0, "the zygote divides"), chunk("z2", 0, "zygote cells", source="video"),
+                       *CORPUS], hasher)
+    video = search("zygote mango", index=index, embedder=hasher, source="video").hits
+    assert [(h.tweet_id, h.exact_match) for h in video] == [("z2", True), ("4", False)]
+    everything = {h.tweet_id: h.exact_match for h in search("zygote mango", index=index, embedder=hasher).hits}
+    assert everything["z1"] is True and everything["z2"] is True
+    kept = index.passage_rows(index.dataset(CHUNKS)).word_holders
+    assert len(kept[(None, "zygote")]) == 2 and [len(v) for (w, word), v in kept.items() if w and word == "zygote"] == [1]
 
 
 def test_bad_input(small_index, hasher):
