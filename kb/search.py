@@ -290,10 +290,10 @@ def search(
             cand.rare = cand.row_id in rare_ids
     if keyword_query:
         ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.rare, c.score), reverse=True)
-        chosen = _pick(ranked, limit, per_document)
+        chosen = _pick(ranked, limit)
     else:
         ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.score), reverse=True)
-        chosen = _keep_rare_in_top(ranked, _pick(ranked, limit, per_document), limit, per_document)
+        chosen = _keep_rare_in_top(ranked, _pick(ranked, limit), limit)
     response.hits = _hits(index, rows, chosen)
     response.took_ms = _ms(started)
     return response
@@ -682,8 +682,7 @@ def _content_words(query: str) -> list[str]:
     return [w for w in TOKEN.findall(query.lower()) if w not in STOP_WORDS]
 
 
-def _keep_rare_in_top(ranked: list[_Candidate], chosen: list[_Candidate], limit: int,
-                      per_document: bool) -> list[_Candidate]:
+def _keep_rare_in_top(ranked: list[_Candidate], chosen: list[_Candidate], limit: int) -> list[_Candidate]:
     """Put the best passage that holds every rare query word among the first
     RARE_SLOT hits, when it is not there yet."""
     best = next((c for c in ranked if c.rare), None)
@@ -697,7 +696,7 @@ def _keep_rare_in_top(ranked: list[_Candidate], chosen: list[_Candidate], limit:
     return (rest[:slot] + [best] + rest[slot:])[:limit]
 
 
-def _pick(ranked: list[_Candidate], limit: int, per_document: bool) -> list[_Candidate]:
+def _pick(ranked: list[_Candidate], limit: int) -> list[_Candidate]:
     # One document read: its passages (key: source, ref, position). Else:
     # one passage per bookmark (key: tweet id).
     chosen: list[_Candidate] = []
