@@ -35,7 +35,14 @@ Speed: a search reads one table version, as a Lance dataset (pylance, not
 LanceDB's query builders: see ChunkIndex.dataset()). The two retrievers and
 the rare-word look-ups give row ids and scores only; they run at the same
 time. The other columns of the candidates and of the hits come from memory
-(ChunkIndex.passage_rows()), not from reads by row id. Figures:
+(ChunkIndex.passage_rows()), not from reads by row id. The candidates
+are plain objects: the rules read one column of each (from Python lists)
+and the text of those that a rule must look at, lowered once per search.
+The result of a rare-word look-up is kept with the rows of the table
+version, by filter and word, so a word looked up before costs no Lance
+query until the next version. A table without a vector index (fewer rows than
+kb_vector_index_min_rows) is searched in numpy from its vectors in memory,
+with the same distance and order as Lance. Figures:
 benchmarks/index_and_retrieval.md.
 """
 
@@ -43,6 +50,7 @@ from __future__ import annotations
 
 import re
 import time
+from array import array
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
@@ -87,12 +95,11 @@ DEPTH_PER_HIT = 2
 
 RESULT_COLUMNS = ["chunk_id", "tweet_id", "url", "author", "created_at", "source", "ref", "position",
                   "text", "source_text", "word_count", "lang", "bookmark_chunks", "bookmark_words"]
-# The retrievers fetch only the short columns that ranking and grouping
-# need, plus the row id. Reading the text of every candidate cost about as
-# much as the retrieval itself (benchmarks/index_and_retrieval.md): the text
-# is read for the candidates that a rule must look at, and the other result
-# columns only for the hits shown.
-RANK_COLUMNS = ["chunk_id", "tweet_id", "source", "ref", "position"]
+# The retrievers give the row id and the score only. Grouping reads one
+# column of each candidate from memory (the tweet id; source, ref and
+# position when one document is read), the rules read the text of the
+# candidates that they must look at, and the other result columns are read
+# only for the hits shown (benchmarks/index_and_retrieval.md).
 ROW_ID = "_rowid"
 # The whole query counts as an exact phrase only when it is this short. A
 # long question never occurs word for word, so the check would cost time
@@ -152,10 +159,11 @@ class SearchResponse:
         return out
 
 
-@dataclass
+@dataclass(slots=True)
 class _Candidate:
+    # slots: a search makes about 200 of them; plain attributes, no dict each.
     row_id: int  # in the pinned table version of this search
-    row: dict = field(default_factory=dict)  # RANK_COLUMNS, and text when a rule reads it
+    key: object = None  # tweet id; (source, ref, position) when one document is read
     dense: float | None = None  # cosine similarity
     bm25: float | None = None
     dense_rank: int | None = None
@@ -214,6 +222,7 @@ def search(
 
     index.check_schema(schema=schema)
     rows = index.passage_rows(table)
+    texts = _LowerTexts(rows)
     per_document = tweet_id is not None or ref is not None
     depth = min(MAX_DEPTH, max(MIN_DEPTH, limit * DEPTH_PER_HIT))
     table_rows = table.count_rows()
@@ -221,7 +230,11 @@ def search(
     dense_rows = lexical_rows = None
     if mode in ("dense", "hybrid"):
         vector = query_vector if query_vector is not None else _embed_query(query, index, schema, embedder)
-        dense_rows = _POOL.submit(_dense, table, vector, where, depth, vector_probes(table_rows))
+        only_sources = not (author or after_dt or before_dt or tweet_id is not None or ref is not None)
+        if rows.vectors is not None and only_sources:
+            dense_rows = _Done(_exact_dense(rows.vectors, vector, depth, sources or None))
+        else:
+            dense_rows = _POOL.submit(_dense, table, vector, where, depth, vector_probes(table_rows))
     early_probes = None
     if mode in ("bm25", "hybrid"):
         lexical_rows = _POOL.submit(_bm25, table, query, where, depth)
@@ -231,7 +244,7 @@ def search(
             # is common (it holds at most `depth` hits): each word is looked
             # up (see _rare_word_passages), so the look-ups need not wait
             # for the lexical list.
-            early_probes = _probe(table, table_rows, words, where)
+            early_probes = _probe(table, rows, table_rows, words, where)
 
     # Candidates by row id. The retrievers give row ids and scores only.
     candidates: dict[int, _Candidate] = {}
@@ -246,29 +259,41 @@ def search(
         for rank, (row_id, score) in enumerate(lexical):
             cand = candidates.setdefault(row_id, _Candidate(row_id))
             cand.bm25, cand.bm25_rank = score, rank
-        rare_ids = _rare_word_passages(table, rows, table_rows, query, where, lexical, candidates, early_probes)
+        rare_ids = _rare_word_passages(table, rows, table_rows, query, where, lexical, candidates, early_probes,
+                                       texts)
 
-    # The short columns of every candidate, and the text where a rule reads
-    # it. A passage that holds the exact phrase holds every query word, so
-    # the full-text query matched it: when that list was not cut at the
-    # depth, only its passages can hold the phrase.
-    lexical_ids = {row_id for row_id, _ in lexical}
-    lexical_cut = lexical_rows is None or len(lexical) >= depth or not _indexed_words(query)
-    _read(rows, list(candidates.values()),
-          lambda c: bool(phrases) and (lexical_cut or c.row_id in lexical_ids))
+    cands = list(candidates.values())
+    ids = [c.row_id for c in cands]
+    if per_document:
+        keys = zip(*(rows.column(name, ids) for name in ("source", "ref", "position")))
+    else:
+        keys = rows.column("tweet_id", ids)
+    for cand, key in zip(cands, keys):
+        cand.key = key
+    # A passage that holds the exact phrase holds every query word, so the
+    # full-text query matched it: when that list was not cut at the depth,
+    # only its passages can hold the phrase.
+    if phrases:
+        lexical_cut = lexical_rows is None or len(lexical) >= depth or not _indexed_words(query)
+        if lexical_cut:
+            looked_at = cands
+        else:
+            lexical_ids = {row_id for row_id, _ in lexical}
+            looked_at = [c for c in cands if c.row_id in lexical_ids]
+        for cand, text in zip(looked_at, texts.lowered([c.row_id for c in looked_at])):
+            cand.exact = _holds_lowered(text, phrases)
 
-    _score(list(candidates.values()), mode, fusion)
-    rare_ids = rare_ids or set()
+    _score(cands, mode, fusion)
     keyword_query = len(_content_words(query)) <= KEYWORD_QUERY_WORDS
-    for row_id, cand in candidates.items():
-        cand.exact = "text" in cand.row and _holds_phrases(cand.row["text"], phrases)
-        cand.rare = row_id in rare_ids
+    if rare_ids:
+        for cand in cands:
+            cand.rare = cand.row_id in rare_ids
     if keyword_query:
         ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.rare, c.score), reverse=True)
-        chosen = _pick(ranked, limit, per_document)
+        chosen = _pick(ranked, limit)
     else:
         ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.score), reverse=True)
-        chosen = _keep_rare_in_top(ranked, _pick(ranked, limit, per_document), limit, per_document)
+        chosen = _keep_rare_in_top(ranked, _pick(ranked, limit), limit)
     response.hits = _hits(index, rows, chosen)
     response.took_ms = _ms(started)
     return response
@@ -388,6 +413,52 @@ def _dense(table, vector: np.ndarray, where: str | None, depth: int, probes: int
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_distance").to_pylist()))
 
 
+def _exact_dense(vectors: tuple[np.ndarray, np.ndarray, np.ndarray], vector: np.ndarray, depth: int,
+                 sources: list[str] | None = None) -> list[tuple[int, float]]:
+    """(row id, distance) of the nearest passages, nearest first, from the
+    vectors in memory: the exact search that Lance makes on a table without
+    a vector index, with the same dot distance (1 - dot product), without
+    the fixed cost of a Lance query (1 to 2 ms, also on 43 rows). sources:
+    only the passages of these kinds, as the filter `source IN (...)` (the
+    MCP server sets it when the index holds wiki pages)."""
+    row_ids, matrix, kinds = vectors
+    distance = 1.0 - matrix @ np.asarray(vector, dtype=np.float32)
+    if sources is not None:
+        keep = np.flatnonzero(np.isin(kinds, np.asarray(sources, dtype=object)))
+        row_ids, distance = row_ids[keep], distance[keep]
+    # Equal distances in row id order, as Lance gives them (the table has
+    # fewer rows than a vector index needs: a full sort costs little).
+    nearest = np.lexsort((row_ids, distance))[:depth]
+    return list(zip(row_ids[nearest].tolist(), distance[nearest].tolist()))
+
+
+class _Done:
+    """A result at hand, with the interface of a Future."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def result(self):
+        return self._value
+
+
+class _LowerTexts:
+    """The lowered text of the candidates, read once per search: the
+    rare-word count and the phrase test read the same texts. Lowering and
+    reading each text twice cost about 1 ms per query at 10,000 passages."""
+
+    def __init__(self, rows: PassageRows):
+        self._rows = rows
+        self._lowered: dict[int, str] = {}
+
+    def lowered(self, row_ids: list[int]) -> list[str]:
+        missing = [r for r in row_ids if r not in self._lowered]
+        if missing:
+            for row_id, text in zip(missing, self._rows.column("text", missing)):
+                self._lowered[row_id] = text.lower()
+        return [self._lowered[r] for r in row_ids]
+
+
 def _bm25(table, query: str, where: str | None, depth: int) -> list[tuple[int, float]]:
     """(row id, BM25 score) of the best lexical matches, best first."""
     plain = QUOTED.sub(lambda m: m.group(1), query)
@@ -432,13 +503,45 @@ def _rare_max(table_rows: int) -> int:
     return max(RARE_MIN, int(table_rows * RARE_SHARE))
 
 
-def _probe(table, table_rows: int, words: list[str], where: str | None) -> list[Future]:
-    """One full-text look-up per word: at most rare_max + 1 passages each."""
-    return [_POOL.submit(_fts, table, word, where, _rare_max(table_rows) + 1) for word in words]
+# The look-up results kept per table version: at most this many words and
+# this many row ids in all (8 bytes each: at most 16 MB), so that a long-lived
+# server on a large table does not grow without a limit.
+WORD_CACHE_WORDS = 20_000
+WORD_CACHE_IDS = 2_000_000
+
+
+def _probe(table, rows: PassageRows, table_rows: int, words: list[str], where: str | None) -> list[tuple]:
+    """One full-text look-up per word: at most rare_max + 1 passages each.
+    A word that a search with the same filter looked up before on this
+    table version needs no look-up: its result is in rows.word_holders, by
+    filter and word (the same version and filter give the same result).
+    Each look-up costs about 1.6 ms of CPU."""
+    known = rows.word_holders
+    return [(word, known[(where, word)], None) if (where, word) in known
+            else (word, None, _POOL.submit(_fts, table, word, where, _rare_max(table_rows) + 1)) for word in words]
+
+
+def _holders(rows: PassageRows, probe: tuple, rare_max: int, where: str | None) -> list[int] | None:
+    """The row ids of the passages that hold the word of this look-up, best
+    first, or None when it is absent (or a stop word to the index) or common."""
+    word, known, future = probe
+    if future is None:
+        return None if known is None else known.tolist()
+    found = future.result()
+    ids = [row_id for row_id, _ in found] if found and len(found) <= rare_max else None
+    kept = rows.word_holders
+    if len(kept) < WORD_CACHE_WORDS:
+        if ids is None:
+            kept[(where, word)] = None
+        elif rows.word_ids_kept + len(ids) <= WORD_CACHE_IDS:
+            kept[(where, word)] = array("Q", ids)  # 8 bytes an id; a tuple of ints takes 40
+            rows.word_ids_kept += len(ids)
+    return ids
 
 
 def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, where: str | None,
-                        lexical: list[tuple[int, float]], candidates: dict[int, _Candidate], probes: list[Future] | None = None) -> set[int] | None:
+                        lexical: list[tuple[int, float]], candidates: dict[int, _Candidate],
+                        probes: list[tuple] | None, texts: _LowerTexts) -> set[int] | None:
     """Row ids of the passages that hold every rare word of the query, or
     None when the query has no rare word. Those passages join the candidates,
     so a rare word is found even when neither list ranked its passage.
@@ -448,38 +551,62 @@ def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, w
     if not held_by:
         return None
     if probes is None:
-        # A word that more than rare_max lexical hits hold is not rare: no
-        # look-up needed. (Stemming can hide a hit from this count, never add
-        # one.) The look-up of such a word finds more than rare_max passages,
-        # or none (a stop word of the index), and both are left out below:
-        # the same answer without it. The count reads the text of the hits
-        # (in memory). Each look-up costs about 1 to 2 ms of CPU.
-        cands = [candidates[row_id] for row_id, _ in lexical]
-        _read(rows, cands, lambda c: True)
-        pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, held_by)) + r")\b")
-        for cand in cands:
-            for word in set(pattern.findall(cand.row["text"].lower())):
-                held_by[word] += 1
-        if len(held_by) <= MAX_PROBES:
-            # In the order of the query, as the look-ups that start early:
-            # the passages that they add join the candidates in that order.
-            maybe_rare = [w for w, n in held_by.items() if n <= rare_max]
+        if len(held_by) <= MAX_PROBES and all((where, w) in rows.word_holders for w in held_by):
+            # Every word was looked up before on this version. The count
+            # below would only leave out words that hold more than rare_max
+            # passages, and their stored result is None: the same answer.
+            maybe_rare = list(held_by)
         else:
-            maybe_rare = [w for _, w in sorted((n, w) for w, n in held_by.items() if n <= rare_max)[:MAX_PROBES]]
+            # A word that more than rare_max lexical hits hold is not rare: no
+            # look-up needed. (Stemming can hide a hit from this count, never
+            # add one.) The look-up of such a word finds more than rare_max
+            # passages, or none (a stop word of the index), and both are left
+            # out below: the same answer without it. The count reads the text
+            # of the hits (in memory).
+            lowered = texts.lowered([row_id for row_id, _ in lexical])
+            for word in held_by:
+                held_by[word] = sum(1 for text in lowered if _holds_word(text, word))
+            if len(held_by) <= MAX_PROBES:
+                # In the order of the query, as the look-ups that start early:
+                # the passages that they add join the candidates in that order.
+                maybe_rare = [w for w, n in held_by.items() if n <= rare_max]
+            else:
+                maybe_rare = [w for _, w in sorted((n, w) for w, n in held_by.items() if n <= rare_max)[:MAX_PROBES]]
         if not maybe_rare:
             return None
-        probes = _probe(table, table_rows, maybe_rare, where)
+        probes = _probe(table, rows, table_rows, maybe_rare, where)
     holders: set[int] | None = None
     for probe in probes:
-        rows = probe.result()
-        if not rows or len(rows) > rare_max:
-            continue  # absent (or a stop word to the index), or common
-        ids = set()
-        for row_id, _ in rows:
-            ids.add(row_id)
-            candidates.setdefault(row_id, _Candidate(row_id))
-        holders = ids if holders is None else holders & ids
+        ids = _holders(rows, probe, rare_max, where)
+        if ids is None:
+            continue
+        for row_id in ids:
+            if row_id not in candidates:
+                candidates[row_id] = _Candidate(row_id)
+        holders = set(ids) if holders is None else holders & set(ids)
     return holders
+
+
+def _holds_word(text: str, word: str) -> bool:
+    r"""True when `word` (word characters only) is a whole word of `text`:
+    the test of re's r"\bword\b", without a regular expression. Why: str.find
+    skips to each place that holds the letters, where the regular expression
+    tries each place of the text; at 10,000 passages the count took 1.5 ms
+    per query. A word character is one that str.isalnum() accepts, or "_",
+    as re's \w in a str pattern."""
+    end = len(word)
+    at = text.find(word)
+    while at >= 0:
+        after = at + end
+        if ((at == 0 or not _word_char(text[at - 1]))
+                and (after == len(text) or not _word_char(text[after]))):
+            return True
+        at = text.find(word, at + 1)
+    return False
+
+
+def _word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
 
 
 # --- fusion ------------------------------------------------------------------
@@ -519,19 +646,6 @@ def _indexed_words(query: str) -> list[str]:
     return [w for w in TOKEN.findall(query.lower()) if w not in FTS_STOP_WORDS and len(w) <= FTS_MAX_TOKEN]
 
 
-def _read(rows: PassageRows, cands: list[_Candidate], wants_text) -> None:
-    """Get RANK_COLUMNS of the candidates that lack them, and the text of
-    those for which wants_text(candidate) is true, from the rows in memory."""
-    short = [c for c in cands if not c.row]
-    text = [c for c in cands if "text" not in c.row and wants_text(c)]
-    if not short and not text:
-        return
-    columns = RANK_COLUMNS + (["text"] if text else [])
-    found = rows.get(sorted({c.row_id for c in short + text}), columns)
-    for cand in short + text:
-        cand.row.update(found[cand.row_id])
-
-
 def _phrases(query: str) -> list[str]:
     quoted = [" ".join(TOKEN.findall(p.lower())) for p in QUOTED.findall(query)]
     quoted = [p for p in quoted if p]
@@ -543,9 +657,12 @@ def _phrases(query: str) -> list[str]:
 
 def _holds_phrases(text: str, phrases: list[str]) -> bool:
     """True when the words of each phrase follow each other in the text."""
+    return _holds_lowered(text.lower(), phrases)
+
+
+def _holds_lowered(lowered: str, phrases: list[str]) -> bool:
     if not phrases:
         return False
-    lowered = text.lower()
     if not all(word in lowered for p in phrases for word in p.split(" ")):
         return False  # cheap test first: most passages lack a word
     return all(_phrase_pattern(p).search(lowered) for p in phrases)
@@ -565,38 +682,27 @@ def _content_words(query: str) -> list[str]:
     return [w for w in TOKEN.findall(query.lower()) if w not in STOP_WORDS]
 
 
-def _keep_rare_in_top(ranked: list[_Candidate], chosen: list[_Candidate], limit: int,
-                      per_document: bool) -> list[_Candidate]:
+def _keep_rare_in_top(ranked: list[_Candidate], chosen: list[_Candidate], limit: int) -> list[_Candidate]:
     """Put the best passage that holds every rare query word among the first
     RARE_SLOT hits, when it is not there yet."""
     best = next((c for c in ranked if c.rare), None)
     if best is None:
         return chosen
-    key = _document_key if per_document else _bookmark_key
-    position = next((i for i, c in enumerate(chosen) if key(c) == key(best)), None)
+    position = next((i for i, c in enumerate(chosen) if c.key == best.key), None)
     if position is not None and position < RARE_SLOT:
         return chosen
-    rest = [c for c in chosen if key(c) != key(best)]
+    rest = [c for c in chosen if c.key != best.key]
     slot = min(RARE_SLOT - 1, len(rest))
     return (rest[:slot] + [best] + rest[slot:])[:limit]
 
 
-def _bookmark_key(cand: _Candidate):
-    return cand.row["tweet_id"]
-
-
-def _document_key(cand: _Candidate):
-    # A page stored once per owning bookmark counts once.
-    return (cand.row["source"], cand.row["ref"], cand.row["position"])
-
-
-def _pick(ranked: list[_Candidate], limit: int, per_document: bool) -> list[_Candidate]:
+def _pick(ranked: list[_Candidate], limit: int) -> list[_Candidate]:
+    # One document read: its passages (key: source, ref, position). Else:
+    # one passage per bookmark (key: tweet id).
     chosen: list[_Candidate] = []
     seen: set = set()
-    document_key = _document_key if per_document else _bookmark_key
     for cand in ranked:
-        # One document read: its passages. Else: one passage per bookmark.
-        key = document_key(cand)
+        key = cand.key
         if key in seen:
             continue
         seen.add(key)
@@ -609,8 +715,8 @@ def _pick(ranked: list[_Candidate], limit: int, per_document: bool) -> list[_Can
 def _hits(index: ChunkIndex, rows: PassageRows, chosen: list[_Candidate]) -> list[Hit]:
     if not chosen:
         return []
-    cards = index.bookmarks(sorted({c.row["tweet_id"] for c in chosen}))
     found = rows.get(sorted({c.row_id for c in chosen}), RESULT_COLUMNS)
+    cards = index.bookmarks(sorted({row["tweet_id"] for row in found.values()}))
     hits = []
     for cand in chosen:
         row = found[cand.row_id]

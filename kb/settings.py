@@ -320,8 +320,19 @@ def _cached_settings(env_key: tuple, env_file: Path | None) -> Settings:
 def get_settings() -> Settings:
     """Settings from the settings file and the environment. Cached per
     environment, so tests that change KB_HOME get fresh settings."""
-    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.isupper()))
-    return _cached_settings(key, settings_file())
+    return _cached_settings(_environment_key(), settings_file())
+
+
+def _environment_key() -> tuple:
+    """The upper-case names and values of the environment. Why the raw
+    mapping of os.environ (bytes on POSIX): os.environ decodes each name and
+    value on each read, which cost 0.3 ms per call, and each MCP search calls
+    get_settings() twice. The raw mapping changes with each change of the
+    environment (os.environ writes it), so the key changes too."""
+    raw = getattr(os.environ, "_data", None)
+    if not isinstance(raw, dict):
+        return tuple(sorted((k, v) for k, v in os.environ.items() if k.isupper()))
+    return tuple(sorted(item for item in raw.items() if item[0].isupper()))
 
 
 REDACTED = "<redacted>"

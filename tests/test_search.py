@@ -11,7 +11,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from kb.search import _holds_phrases, _phrases, search
+import numpy as np
+
+from kb.search import _dense, _exact_dense, _holds_phrases, _phrases, search
 from kb.embedder import Embedder
 from kb.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch
 
@@ -266,6 +268,77 @@ def test_maintain_folds_rows_into_the_indexes(index, hasher):
     assert hits[0].tweet_id == "late"
 
 
+def test_a_small_table_searches_its_vectors_in_memory_as_lance_does(index, hasher):
+    # Without a vector index, Lance compares every vector; the search does
+    # the same in numpy from the vectors in memory. Same rows, same order.
+    rows = [chunk(f"v{i}", 0, f"note {i} on {'graphs' if i % 3 else 'sourdough'} and {'rust' if i % 2 else 'go'}")
+            for i in range(60)]
+    index_rows(index, rows, hasher)
+    index.remove_bookmarks(["v7"])  # a deleted row must not come back
+    table = index.dataset(CHUNKS)
+    passages = index.passage_rows(table)
+    assert passages.vectors is not None and len(passages.vectors[0]) == 59
+    for query in ("graphs and rust", "sourdough", "note 12"):
+        vector = hasher.embed_query(query)
+        exact = _exact_dense(passages.vectors, vector, 20)
+        lance = _dense(table, vector, None, 20, 20)
+        assert [r for r, _ in exact] == [r for r, _ in lance]
+        assert np.allclose([d for _, d in exact], [d for _, d in lance], atol=1e-6)
+    hits = search("note 7 on graphs", index=index, embedder=hasher, mode="dense", limit=100).hits
+    assert "v7" not in {h.tweet_id for h in hits} and len(hits) == 59
+    # A source filter, as the MCP server sets when the index holds wiki pages.
+    index_rows(index, [chunk(f"w{i}", 0, f"wiki page {i} on graphs", source="wiki") for i in range(5)], hasher)
+    table = index.dataset(CHUNKS)
+    passages = index.passage_rows(table)
+    vector = hasher.embed_query("graphs and rust")
+    exact = _exact_dense(passages.vectors, vector, 30, ["wiki", "video"])
+    assert [r for r, _ in exact] == [r for r, _ in _dense(table, vector, "source IN ('wiki', 'video')", 30, 20)]
+    assert len(exact) == 5
+    hits = search("graphs", index=index, embedder=hasher, mode="dense", source="post", limit=100).hits
+    assert len(hits) == 59 and all(h.best_source == "post" for h in hits)
+
+
+def test_a_table_with_a_vector_index_is_searched_by_lance(index, hasher):
+    small = ChunkIndex.from_settings(vector_index_min_rows=200)
+    index_rows(small, [chunk(f"m{i}", 0, f"note {i} about graph databases") for i in range(260)], hasher)
+    assert small.passage_rows(small.dataset(CHUNKS)).vectors is None  # too many rows for an exact search
+    small.maintain()
+    assert small.counts()["vector_index"] is True
+    assert small.passage_rows(small.dataset(CHUNKS)).vectors is None
+
+
+def test_a_word_looked_up_before_is_looked_up_again_on_a_new_table_version(small_index, hasher):
+    # The look-up of a query word is kept per table version. "zygote" is
+    # absent at first; a new passage holds it. The passage must count as
+    # holding the rare word ("mango" is absent), which only the look-up on
+    # the new version can show: the query is no exact phrase of the text.
+    reader = ChunkIndex.from_settings()
+    assert search("zygote mango", index=reader, embedder=hasher).hits[0].exact_match is False
+    assert reader.passage_rows(reader.dataset(CHUNKS)).word_holders[(None, "zygote")] is None
+    index_rows(small_index, [chunk("z", 0, "the zygote divides")], hasher)
+    hit = search("zygote mango", index=reader, embedder=hasher).hits[0]
+    assert hit.tweet_id == "z" and hit.exact_match is True
+    holders = reader.passage_rows(reader.dataset(CHUNKS)).word_holders
+    assert len(holders[(None, "zygote")]) == 1 and holders[(None, "mango")] is None
+    # The same search again takes the stored look-ups: the same answer.
+    again = search("zygote mango", index=reader, embedder=hasher).hits[0]
+    assert again.tweet_id == "z" and again.exact_match is True
+
+
+def test_a_look_up_is_kept_per_filter(index, hasher):
+    # A filter changes what a look-up finds: the look-up with a filter must
+    # not answer a search without it. "zygote" is rare; "mango" is absent, so
+    # the query is no exact phrase and only the rare-word rule marks a hit.
+    index_rows(index, [chunk("z1", 0, "the zygote divides"), chunk("z2", 0, "zygote cells", source="video"),
+                       *CORPUS], hasher)
+    video = search("zygote mango", index=index, embedder=hasher, source="video").hits
+    assert [(h.tweet_id, h.exact_match) for h in video] == [("z2", True), ("4", False)]
+    everything = {h.tweet_id: h.exact_match for h in search("zygote mango", index=index, embedder=hasher).hits}
+    assert everything["z1"] is True and everything["z2"] is True
+    kept = index.passage_rows(index.dataset(CHUNKS)).word_holders
+    assert len(kept[(None, "zygote")]) == 2 and [len(v) for (w, word), v in kept.items() if w and word == "zygote"] == [1]
+
+
 def test_bad_input(small_index, hasher):
     with pytest.raises(ValueError, match="query is empty"):
         search("   ", index=small_index, embedder=hasher)
@@ -363,3 +436,14 @@ def test_another_model_gives_a_clear_error(index, hasher):
     index.rebuild()
     index_rows(index, [chunk("x", 0, "backdoor text")], hasher)
     assert search("backdoor", index=index, embedder=hasher).hits[0].tweet_id == "x"
+
+
+@pytest.mark.parametrize("text", ["kalo", "x kalo.", "kalomi kalo", "mikalo", "kalo_x", "_kalo", "kalo9", "ékalo",
+                                  "kalo é", "ka lo", "", "kal", "(kalo)", "kalokalo kalo", "mi-kalo-ne", "kaloé"])
+def test_the_whole_word_test_is_that_of_a_regular_expression(text):
+    # The rare-word count tests whole words with str.find; the rule is re's \b.
+    import re
+
+    from kb.search import _holds_word
+
+    assert _holds_word(text, "kalo") is bool(re.search(r"\bkalo\b", text))
