@@ -658,9 +658,7 @@ DOCUMENTS_COVERAGE = dg.AssetCheckSpec(
     "a dead link is a fault of the web, not of the stage.")
 
 
-# The coverage check runs in the asset's own step, not in a step of its own:
-# each step costs Dagster events and a DuckDB connection (see
-# benchmarks/index_and_retrieval.md, "Sync cost").
+# The coverage check runs in this step: see with_checks().
 @dg.asset(
     partitions_def=sync_batches,
     deps=["links", "bookmarks"],

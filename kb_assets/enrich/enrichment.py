@@ -110,7 +110,11 @@ def backend_stopped(context, backend: str, error: Exception, stored: int, items:
 
 
 def with_checks(result: dg.MaterializeResult, *checks: dg.AssetCheckResult) -> dg.MaterializeResult:
-    """The result of a stage with the results of its checks (check_specs)."""
+    """The result of a stage with the results of its checks (check_specs).
+
+    The checks of a stage run in the stage's own step, not in a step of
+    their own: each step cost a sync Dagster events, a DuckDB connection and
+    the wait for the pool (benchmarks/index_and_retrieval.md, "Sync cost")."""
     return result._replace(check_results=[*(result.check_results or []), *checks])
 
 

@@ -172,9 +172,7 @@ CAPTIONS_COVERAGE = dg.AssetCheckSpec(
     "failure of the web, not of the stage.")
 
 
-# The coverage check runs in the asset's own step, not in a step of its own:
-# each step costs Dagster events and a DuckDB connection (see
-# benchmarks/index_and_retrieval.md, "Sync cost").
+# The coverage check runs in this step: see with_checks().
 @dg.asset(
     partitions_def=sync_batches,
     backfill_policy=dg.BackfillPolicy.single_run(),

@@ -189,9 +189,7 @@ TRANSCRIPTS_COVERAGE = dg.AssetCheckSpec(
     "Passes when no video waits.")
 
 
-# The coverage check runs in the asset's own step, not in a step of its own:
-# each step costs Dagster events and a DuckDB connection (see
-# benchmarks/index_and_retrieval.md, "Sync cost").
+# The coverage check runs in this step: see with_checks().
 @dg.asset(
     partitions_def=sync_batches,
     deps=["media", "bookmarks"],
