@@ -2,7 +2,7 @@
 
 Dagster's SQLite storage opens a new connection for each event that it
 writes, and closes it after one transaction. A run of x_sync writes about
-90 events, each in the run's own file and most also in index.db. Measured on
+80 events, each in the run's own file and most also in index.db. Measured on
 this machine (ext4, fsync about 5 ms):
 
 - The close of the last connection to a WAL file checkpoints the WAL and
@@ -49,8 +49,11 @@ import dagster as dg
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage as DagsterEventLog
 
-# The engines and the keepers of the files used last. A run writes its own file, so the
-# oldest keepers close: a long-lived process keeps no file of old runs open.
+# The engines of the files used last, and the keepers of the files opened
+# last (a connection to a file that has its keeper does not touch the list:
+# one PRAGMA less per connection). A run writes its own file, so the oldest
+# keepers close: a long-lived process keeps no file of old runs open. A hot
+# file (index.db) whose keeper closes gets a new one at its next connection.
 MAX_KEEPERS = 16
 MAX_ENGINES = 16
 

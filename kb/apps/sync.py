@@ -21,6 +21,7 @@ do after a crash (re-execution from failure). Before the new batch, a sync:
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -156,11 +157,13 @@ class LocalCodeLocation:
             self._process_context.__exit__(None, None, None)
 
 
+@functools.cache
 def _definitions_attribute() -> str:
     """The name of the Definitions in kb_assets.definitions, as Dagster
     finds it when it loads the module (the code pointer of the runs)."""
     from dagster._core.workspace.autodiscovery import loadable_targets_from_python_module
 
+    # The module is the same in every working folder: one look per process.
     [target] = loadable_targets_from_python_module(MODULE, working_directory=os.getcwd())
     return target.attribute
 
