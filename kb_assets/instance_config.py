@@ -65,11 +65,14 @@ run_retries:
 
 POSTGRES_URL_VAR = "KB_DAGSTER_POSTGRES_URL"
 # The sections of dagster.yaml that instance_storage_sections() owns.
-STORAGE_KEYS = ("storage", "event_log_storage", "run_coordinator")
-# Dagster's SQLite event log with one engine per file: a run's events cost
-# less than 1 ms each instead of 30 ms (kb_assets/sqlite_instance.py). Runs
-# and schedules stay in Dagster's own SQLite files in DAGSTER_HOME.
-SQLITE_SECTIONS = {"event_log_storage": {"module": "kb_assets.sqlite_instance", "class": "SqliteEventLogStorage"}}
+STORAGE_KEYS = ("storage", "run_storage", "event_log_storage", "schedule_storage", "run_coordinator")
+# Dagster's SQLite storage with one engine per file: a run's events cost less
+# than 1 ms each instead of 30 ms (kb_assets/sqlite_instance.py). The files
+# are Dagster's own, in DAGSTER_HOME.
+SQLITE_SECTIONS = {
+    f"{kind}_storage": {"module": "kb_assets.sqlite_instance", "class": f"Sqlite{name}Storage"}
+    for kind, name in (("run", "Run"), ("event_log", "EventLog"), ("schedule", "Schedule"))
+}
 
 
 def instance_storage_sections(settings: Settings | None = None) -> dict:
@@ -97,7 +100,7 @@ def dagster_yaml(settings: Settings | None = None) -> str:
     """The text of the dagster.yaml that kb writes for these settings."""
     sections = instance_storage_sections(settings)
     if sections is SQLITE_SECTIONS:
-        note = "\n# The event log in SQLite files, one engine per file (kb_assets/sqlite_instance.py).\n"
+        note = "\n# Runs, event log and schedules in SQLite files, one engine per file (kb_assets/sqlite_instance.py).\n"
     else:
         note = "\n# KB_DAGSTER_POSTGRES_URL is set: runs, event log and schedules in PostgreSQL.\n"
     return DAGSTER_YAML + note + yaml.safe_dump(sections, sort_keys=False)

@@ -11,13 +11,15 @@ this machine (ext4, fsync about 5 ms):
 - With `synchronous=NORMAL` and one idle connection that keeps the WAL open,
   the same event costs less than 1 ms.
 
-So the dagster.yaml that kb writes names SqliteEventLogStorage below, and
-each process that opens the instance does four things for the SQLite files
-of its Dagster home:
-1. The event log keeps one SQLAlchemy engine per file. Dagster makes a new
-   engine for each event, and a new engine compiles each SQL statement
-   again: 2.6 ms of CPU for each connection, against 0.8 ms with one engine.
-   A run of x_sync opens about 800 connections.
+So the dagster.yaml that kb writes names the three storage classes below
+(runs, event log, schedules), and each process that opens the instance does
+these things for the SQLite files of its Dagster home:
+1. One SQLAlchemy engine per file, with a small pool of connections. Dagster
+   makes a new engine for each connection (a new engine compiles each SQL
+   statement again: 2.6 ms of CPU against 0.8 ms) and opens a new SQLite
+   connection for each statement group. A run of x_sync did that about 470
+   times. An idle connection in the pool holds no lock (SQLAlchemy rolls it
+   back when it returns to the pool), so other processes still write.
 2. Each new connection sets `PRAGMA synchronous=NORMAL`. In WAL mode this
    keeps the file consistent after a crash of the process (SIGKILL) and of the
    machine; a power loss can lose the last transactions, not the file.
@@ -27,12 +29,17 @@ of its Dagster home:
 4. The first connection to a WAL file also opens a "keeper" connection that
    is never used again. While it is open, no close is the last one, so the
    WAL stays. It holds no transaction, so checkpoints still run.
+5. Dagster checks the schema version of each file (its migrations) with a
+   new parse of its about 60 migration scripts: 85 ms of CPU each time, four
+   times per process and twice more for each new run file. kb parses them
+   once per process. A new run file gets its tables and its version stamp
+   directly; any other case goes through Dagster's own code.
 
 PostgreSQL storage (KB_DAGSTER_POSTGRES_URL) is not touched.
 
-The class overrides `_connect` of Dagster's SqliteEventLogStorage, a private
-method. pyproject.toml pins Dagster to one version;
-tests/test_sqlite_instance.py checks the class against it.
+The classes override private methods of Dagster's SQLite storages
+(`_connect`, `_initdb`, `connect`, `from_local`). pyproject.toml pins Dagster
+to one version; tests/test_sqlite_instance.py checks the classes against it.
 """
 
 from __future__ import annotations
@@ -46,8 +53,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import dagster as dg
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import SQLITE_BUSY_TIMEOUT_SECONDS
+from dagster._core.storage.event_log.schema import SqlEventLogStorageMetadata
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage as DagsterEventLog
+from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage as DagsterRunStorage
+from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import (
+    SqliteScheduleStorage as DagsterScheduleStorage,
+)
+from dagster._core.storage.sql import ALEMBIC_SCRIPTS_LOCATION
+from dagster._core.storage.sqlite import create_db_conn_string
 
 # The engines of the files used last, and the keepers of the files opened
 # last (a connection to a file that has its keeper does not touch the list:
@@ -143,6 +157,11 @@ def _forget_keepers_in_child() -> None:
     _lock = threading.Lock()
     _inherited.extend(_keepers.values())
     _keepers.clear()
+    # The pools hold the parent's connections: drop them without a close
+    # (SQLAlchemy's rule for a forked process); the child opens its own.
+    for engine in _engines.values():
+        engine.dispose(close=False)
+    _engines.clear()
 
 
 class SqliteEventLogStorage(DagsterEventLog):
@@ -152,7 +171,6 @@ class SqliteEventLogStorage(DagsterEventLog):
 
     def __init__(self, base_dir: str | None = None, inst_data: dg.ConfigurableClassData | None = None):
         speed_up_sqlite_storage()
-        self._engines: OrderedDict[str, object] = OrderedDict()
         super().__init__(base_dir or default_event_log_dir(), inst_data=inst_data)
 
     @classmethod
@@ -167,7 +185,7 @@ class SqliteEventLogStorage(DagsterEventLog):
     def _connect(self, shard: str) -> Iterator:
         # As Dagster's _connect, but with the engine of the file kept.
         with self._db_lock:
-            engine = self._engine(shard)
+            engine = kept_engine(self.conn_string_for_shard(shard))
             if shard not in self._initialized_dbs:
                 self._initdb(engine)
                 self._initialized_dbs.add(shard)
@@ -175,36 +193,210 @@ class SqliteEventLogStorage(DagsterEventLog):
                 with conn.begin():
                     yield conn
 
-    def _engine(self, shard: str):
-        from sqlalchemy import create_engine
-        from sqlalchemy.pool import NullPool
+    def _initdb(self, engine, for_index_shard: bool = False) -> None:
+        if _at_head(engine):
+            return
+        if not for_index_shard and _made_at_head(engine, SqlEventLogStorageMetadata):
+            return  # a new run file
+        super()._initdb(engine, for_index_shard=for_index_shard)
 
-        engine = self._engines.get(shard)
-        if engine is not None:
-            self._engines.move_to_end(shard)
-            return engine
-        # NullPool as in Dagster: no connection stays open between uses, so
-        # other processes can write the file. The keeper holds the WAL open.
-        engine = create_engine(self.conn_string_for_shard(shard), poolclass=NullPool,
-                               connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS})
-        self._engines[shard] = engine
-        while len(self._engines) > MAX_ENGINES:
-            self._engines.popitem(last=False)[1].dispose()
-        return engine
+    def has_table(self, table_name: str) -> bool:
+        # Dagster asks this before each look-up of a dynamic partition (56
+        # times in a run of x_sync), with a new engine each time. A table
+        # that exists stays.
+        conn_string = self.conn_string_for_shard(INDEX_SHARD_NAME)
+        if (conn_string, table_name) in _tables_seen:
+            return True
+        engine = kept_engine(conn_string)
+        with engine.connect() as conn:
+            found = bool(engine.dialect.has_table(conn, table_name))
+        if found:
+            _tables_seen.add((conn_string, table_name))
+        return found
 
     def dispose(self) -> None:
         with self._db_lock:
-            for engine in self._engines.values():
-                engine.dispose()
-            self._engines.clear()
+            for shard in self._initialized_dbs:
+                forget_engine(self.conn_string_for_shard(shard))
         super().dispose()
+
+
+class SqliteRunStorage(DagsterRunStorage):
+    """Dagster's SQLite run storage (history/runs.db), with the engine kept."""
+
+    def __init__(self, conn_string: str, inst_data: dg.ConfigurableClassData | None = None):
+        speed_up_sqlite_storage()
+        super().__init__(conn_string, inst_data)
+
+    @classmethod
+    def config_type(cls):
+        return {"base_dir": dg.Field(dg.StringSource, is_required=False)}
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value):
+        # Dagster's from_config_value names its own class: call ours.
+        base_dir = config_value.get("base_dir") or os.path.join(_dagster_home(), "history", "")
+        return cls.from_local(base_dir, inst_data=inst_data)
+
+    @classmethod
+    def from_local(cls, base_dir: str, inst_data: dg.ConfigurableClassData | None = None):
+        speed_up_sqlite_storage()
+        conn_string = create_db_conn_string(base_dir, "runs")
+        if _file_ready(conn_string, "runs", "instance_info"):
+            return cls(conn_string, inst_data)
+        return super().from_local(base_dir, inst_data=inst_data)  # new or older file: Dagster's own checks
+
+    @contextmanager
+    def connect(self) -> Iterator:
+        with kept_engine(self._conn_string).connect() as conn:
+            with conn.begin():
+                yield conn
+
+    def dispose(self) -> None:
+        forget_engine(self._conn_string)
+        super().dispose()
+
+
+class SqliteScheduleStorage(DagsterScheduleStorage):
+    """Dagster's SQLite schedule storage (schedules/schedules.db), with the
+    engine kept."""
+
+    def __init__(self, conn_string: str, inst_data: dg.ConfigurableClassData | None = None):
+        speed_up_sqlite_storage()
+        super().__init__(conn_string, inst_data)
+
+    @classmethod
+    def config_type(cls):
+        return {"base_dir": dg.Field(dg.StringSource, is_required=False)}
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value):
+        base_dir = config_value.get("base_dir") or os.path.join(_dagster_home(), "schedules")
+        return cls.from_local(base_dir, inst_data=inst_data)
+
+    @classmethod
+    def from_local(cls, base_dir: str, inst_data: dg.ConfigurableClassData | None = None):
+        speed_up_sqlite_storage()
+        conn_string = create_db_conn_string(base_dir, "schedules")
+        if _file_ready(conn_string, "job_ticks"):
+            return cls(conn_string, inst_data)
+        return super().from_local(base_dir, inst_data=inst_data)
+
+    @contextmanager
+    def connect(self) -> Iterator:
+        with kept_engine(self._conn_string).connect() as conn:
+            with conn.begin():
+                yield conn
+
+    def dispose(self) -> None:
+        forget_engine(self._conn_string)
+        super().dispose()
+
+
+# --- engines, and Dagster's schema version ------------------------------------
+
+_engines: OrderedDict[str, object] = OrderedDict()
+# (file, table) pairs seen to exist: has_table() asks again and again.
+_tables_seen: set[tuple[str, str]] = set()
+
+
+def kept_engine(conn_string: str):
+    """The engine of one SQLite file of the Dagster home, made once per
+    process. Its pool keeps up to two idle connections (see the module text);
+    the engines of the files used least recently close."""
+    with _lock:
+        engine = _engines.get(conn_string)
+        if engine is not None:
+            _engines.move_to_end(conn_string)
+            return engine
+        from sqlalchemy import create_engine
+        from sqlalchemy.pool import QueuePool
+
+        # check_same_thread off: a pooled connection goes to the thread that
+        # asks next. The pool gives each connection to one thread at a time.
+        engine = create_engine(conn_string, poolclass=QueuePool, pool_size=2, max_overflow=8,
+                               connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False})
+        _engines[conn_string] = engine
+        while len(_engines) > MAX_ENGINES:
+            _engines.popitem(last=False)[1].dispose()
+        return engine
+
+
+def forget_engine(conn_string: str) -> None:
+    """Close the idle connections of one file (the storage is disposed)."""
+    with _lock:
+        engine = _engines.pop(conn_string, None)
+    if engine is not None:
+        engine.dispose()
+
+
+@functools.cache
+def _migration_scripts():
+    """Dagster's migration scripts, parsed once per process. Dagster parses
+    them again for each check (85 ms of CPU)."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", ALEMBIC_SCRIPTS_LOCATION)
+    return ScriptDirectory.from_config(config)
+
+
+def _stored_revision(connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def _at_head(engine) -> bool:
+    """The file has Dagster's newest schema version: nothing to make or migrate."""
+    with engine.connect() as conn:
+        return _stored_revision(conn) == _migration_scripts().get_current_head()
+
+
+def _made_at_head(engine, metadata) -> bool:
+    """Make the tables of a new, empty file and stamp Dagster's newest
+    version, as Dagster does for a new file. False when the file is not
+    empty or another process makes it at the same time: Dagster's own code
+    (with its retries) then does the work."""
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy import exc, inspect
+
+    try:
+        with engine.connect() as conn:
+            if inspect(conn).get_table_names():
+                return False
+            metadata.create_all(conn)
+            MigrationContext.configure(conn).stamp(_migration_scripts(), "head")
+            conn.commit()
+    except (exc.DatabaseError, sqlite3.DatabaseError):
+        return False
+    return True
+
+
+def _file_ready(conn_string: str, *tables: str) -> bool:
+    """The file exists, has Dagster's newest version and these tables. Then
+    Dagster's from_local() would only check, so kb skips it."""
+    path = conn_string.removeprefix("sqlite:///")
+    if not os.path.exists(path):
+        return False
+    engine = kept_engine(conn_string)
+    with engine.connect() as conn:
+        if _stored_revision(conn) != _migration_scripts().get_current_head():
+            return False
+        names = {row[0] for row in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return set(tables) <= names
+
+
+def _dagster_home() -> str:
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        raise dg.DagsterInvariantViolationError(
+            "DAGSTER_HOME is not set: kb's SQLite storage keeps its files in $DAGSTER_HOME")
+    return home
 
 
 def default_event_log_dir() -> str:
     """Where Dagster keeps the SQLite event log of the instance in
     DAGSTER_HOME (as its default storage does): history/runs."""
-    home = os.environ.get("DAGSTER_HOME")
-    if not home:
-        raise dg.DagsterInvariantViolationError(
-            "DAGSTER_HOME is not set: kb's event log storage keeps its files in $DAGSTER_HOME/history/runs")
-    return os.path.join(home, "history", "runs", "")
+    return os.path.join(_dagster_home(), "history", "runs", "")

@@ -1,9 +1,10 @@
-"""kb's SQLite event log for the Dagster instance (kb_assets/sqlite_instance.py):
-Dagster's own files, with the WAL kept open and fewer fsyncs, readable by
-plain Dagster and by other processes at the same time."""
+"""kb's SQLite storage for the Dagster instance (kb_assets/sqlite_instance.py):
+Dagster's own files, with the engines and the WAL kept open and fewer
+fsyncs, readable by plain Dagster and by other processes at the same time."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -12,10 +13,14 @@ import textwrap
 import dagster as dg
 import yaml
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage as DagsterEventLog
+from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage as DagsterRunStorage
+from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import (
+    SqliteScheduleStorage as DagsterScheduleStorage,
+)
 
 from kb.settings import Settings
 from kb_assets.instance_config import DAGSTER_YAML, ensure_dagster_home
-from kb_assets.sqlite_instance import SqliteEventLogStorage
+from kb_assets.sqlite_instance import SqliteEventLogStorage, SqliteRunStorage, SqliteScheduleStorage, kept_engine
 
 
 @dg.asset
@@ -109,3 +114,82 @@ def test_files_outside_the_dagster_home_are_not_touched(tmp_path):
         conn.commit()
     engine.dispose()
     assert not (tmp_path / "other.db-wal").exists()  # no keeper: the last close removed the WAL
+
+
+def _schema(path) -> list[tuple[str, str]]:
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").fetchall()
+        version = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+    return sorted(rows, key=str) + [("alembic_version", str(version))]
+
+
+def test_a_new_run_file_made_by_kb_equals_the_one_that_dagster_makes(tmp_path):
+    """kb makes the tables of a new run's file and stamps the version itself
+    (no parse of Dagster's migration scripts per run). The file must be the
+    one that Dagster's own code makes."""
+    home = ensure_dagster_home(Settings())
+    instance = dg.DagsterInstance.get()
+    run_id = _materialize(instance)
+    plain = DagsterEventLog(str(tmp_path / "plain"))
+    with plain.run_connection(run_id):
+        pass  # Dagster's own _initdb makes the file
+    plain.dispose()
+    assert _schema(home / "history" / "runs" / f"{run_id}.db") == _schema(tmp_path / "plain" / f"{run_id}.db")
+
+
+def test_runs_and_schedules_are_dagsters_files_read_by_plain_dagster():
+    home = ensure_dagster_home(Settings())
+    instance = dg.DagsterInstance.get()
+    assert type(instance.run_storage) is SqliteRunStorage
+    assert type(instance.schedule_storage) is SqliteScheduleStorage
+    run_id = _materialize(instance)
+    instance.add_run_tags(run_id, {"kb/checked": "yes"})
+
+    plain = DagsterRunStorage.from_local(str(home / "history"))
+    assert plain.get_run_records(dg.RunsFilter(run_ids=[run_id]))[0].dagster_run.tags["kb/checked"] == "yes"
+    plain.dispose()
+    assert (home / "schedules" / "schedules.db").exists()
+    plain_schedules = DagsterScheduleStorage.from_local(str(home / "schedules"))
+    assert plain_schedules.all_instigator_state() == []
+    plain_schedules.dispose()
+
+
+def test_another_process_changes_a_run_while_this_one_keeps_its_connections():
+    ensure_dagster_home(Settings())
+    instance = dg.DagsterInstance.get()
+    run_id = _materialize(instance)
+    writer = textwrap.dedent(f"""
+        import dagster as dg
+        instance = dg.DagsterInstance.get()
+        instance.add_run_tags({run_id!r}, {{"kb/from": "other process"}})
+    """)
+    done = subprocess.run([sys.executable, "-c", writer], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert instance.get_run_by_id(run_id).tags["kb/from"] == "other process"
+    instance.add_run_tags(run_id, {"kb/from": "this process"})  # no "database is locked"
+    assert instance.get_run_by_id(run_id).tags["kb/from"] == "this process"
+
+
+def test_a_forked_child_writes_with_its_own_connections():
+    """A forked process (the crash tests' fork server, a multiprocessing
+    worker) must not use the pooled connections of its parent: SQLite
+    forbids a connection that crosses a fork."""
+    ensure_dagster_home(Settings())
+    instance = dg.DagsterInstance.get()
+    run_id = _materialize(instance)
+    file = instance.event_log_storage.conn_string_for_shard(run_id)
+    parents_engine = kept_engine(file)
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            instance.report_engine_event("from the child", instance.get_run_by_id(run_id))
+            code = 0 if kept_engine(file) is not parents_engine else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0  # 3: the child used the parent's pool
+    instance.report_engine_event("from the parent", instance.get_run_by_id(run_id))
+    messages = [r.event_log_entry.message for r in instance.get_records_for_run(run_id).records]
+    assert messages[-2:] == ["from the child", "from the parent"]
+    assert kept_engine(file) is parents_engine

@@ -22,6 +22,7 @@ do after a crash (re-execution from failure). Before the new batch, a sync:
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import sys
 import time
@@ -386,6 +387,9 @@ def run_sync(
     job x_sync for one new sync batch. `files` imports raw Bookmarks pages
     instead of opening the browser (the demo and `kb import`). `exclude`:
     source kinds to leave out in this run (the run tag kb/exclude)."""
+    # The libraries and models that earlier runs of this process loaded stay
+    # for its life: out of the garbage collector's scans (kb_assets/definitions.py).
+    gc.freeze()
     ensure_dagster_home()
     instance = dg.DagsterInstance.get()
     gone = fail_runs_of_dead_workers(instance)
@@ -421,6 +425,9 @@ def run_batches(job: str, runs: list[tuple[str, dict]], *, title: str, tags: dic
     """One run of `job` for each (sync batch, op config), in the given order,
     in the instance under KB_HOME and in this process. The per-run choices
     are the op config (limit, retry) and the tags (kb/exclude)."""
+    # The libraries and models that earlier runs of this process loaded stay
+    # for its life: out of the garbage collector's scans (kb_assets/definitions.py).
+    gc.freeze()
     ensure_dagster_home()
     instance = dg.DagsterInstance.get()
     gone = fail_runs_of_dead_workers(instance)
