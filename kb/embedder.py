@@ -74,6 +74,15 @@ class _Backend:
     dim: int
     embed_documents: callable
     embed_queries: callable
+    # For a call with at most FEW_TEXTS texts to embed; None: embed_documents.
+    embed_few_documents: callable = None
+
+
+# A sync with a few new bookmarks embeds a few passages. On ONNX Runtime, 10
+# posts of 30 to 120 words took 0.9 s of CPU against 1.4 s on PyTorch (load
+# average 6), and a process that embeds only a few texts never imports
+# PyTorch (seconds). Larger batches stay on PyTorch, which was faster there.
+FEW_TEXTS = 32
 
 
 # --- process-wide state ------------------------------------------------------
@@ -167,7 +176,8 @@ def local_runtimes() -> tuple[str, str]:
     """(runtime for queries, runtime for documents), each `onnx` or `torch`.
 
     KB_LOCAL_RUNTIME=onnx or torch sets both. The default: queries on ONNX
-    Runtime (when installed), documents on PyTorch. A query on ONNX Runtime
+    Runtime (when installed), documents on PyTorch, except a call with at
+    most FEW_TEXTS texts to embed (ONNX Runtime). A query on ONNX Runtime
     takes about 15 ms against about 250 ms, and a server loads no PyTorch;
     batches of passages were faster on PyTorch on this machine
     (benchmarks/index_and_retrieval.md)."""
@@ -521,7 +531,9 @@ class Embedder(BaseModel):
 
             dim = (load_onnx_model(name).dim if "onnx" in runtime.values()
                    else model_dimension(load_local_model(name)))
-            return _Backend(f"local:{label}", dim, encoder("documents"), encoder("queries"))
+            # The same vectors from both runtimes (see ONNX_EXPORT_VERSION).
+            few = encoder("queries") if runtime["queries"] == "onnx" else None
+            return _Backend(f"local:{label}", dim, encoder("documents"), encoder("queries"), few)
         url, model_name, timeout = self._ollama_url(), self._ollama_model(), self.ollama_timeout_s
 
         def documents(texts: list[str]) -> np.ndarray:
@@ -586,9 +598,11 @@ class Embedder(BaseModel):
             from tqdm import tqdm
 
             starts = tqdm(starts, desc=f"embedding {len(items)} passages", unit="batch", leave=False)
+        embed = impl.embed_few_documents if impl.embed_few_documents and len(items) <= FEW_TEXTS \
+            else impl.embed_documents
         for start in starts:
             part = items[start:start + batch]
-            vectors = impl.embed_documents([text for _, text in part])
+            vectors = embed([text for _, text in part])
             for (key, _), vector in zip(part, vectors):
                 known[key] = vector
                 pending_keys.append(key)

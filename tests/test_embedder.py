@@ -4,7 +4,12 @@ and the LanceDB vector cache."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -250,3 +255,26 @@ def test_without_a_usable_onnx_file_the_model_runs_on_pytorch(monkeypatch, tmp_p
     vector = embedder.embed_query("sourdough starter, embedded on PyTorch")
     assert vector.shape == (384,) and abs(float(np.linalg.norm(vector)) - 1.0) < 1e-4
     assert str(blocker) in embedder_module._ONNX_FAILED["all-MiniLM-L6-v2"]
+
+
+def test_a_few_texts_are_embedded_without_pytorch_and_match_a_large_batch(tmp_path):
+    """A sync with a few new bookmarks embeds them on ONNX Runtime and never
+    imports PyTorch; a large batch runs on PyTorch. Same vectors."""
+    script = textwrap.dedent("""
+        import json, sys
+        import numpy as np
+        from kb.embedder import FEW_TEXTS, Embedder
+        texts = [f"Note {i}: the query planner skips cold partitions of table {i}." for i in range(FEW_TEXTS + 8)]
+        embedder = Embedder.from_settings(backend="local", use_cache=False)
+        few = embedder.embed_documents(texts[:5])
+        torch_after_few = "torch" in sys.modules
+        many = embedder.embed_documents(texts)
+        print(json.dumps({"torch_after_few": torch_after_few, "torch_after_many": "torch" in sys.modules,
+                          "cosine": float((few * many[:5]).sum(axis=1).min())}))
+    """)
+    env = {**os.environ, "KB_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1"}
+    env.pop("KB_LOCAL_RUNTIME", None)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"torch_after_few": False, "torch_after_many": True, "cosine": pytest.approx(1.0, abs=1e-4)}
