@@ -7,12 +7,13 @@ from __future__ import annotations
 import time
 
 import dagster as dg
+import duckdb
 import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from kb_assets.index.chunks import SourceText
 from kb_assets.index.chunk_index import chunk_index
-from kb_assets.enrich.translations import translations
+from kb_assets.enrich.translations import FOREIGN_CHUNK_SQL, translations
 from kb.duckdb_store import DuckDBStore
 from kb.lance_index import ChunkIndex
 from kb.translator import PIECE_CHARS, TranslateError, Translator, split_pieces
@@ -216,3 +217,22 @@ def test_a_fatal_endpoint_error_stops_the_stage_and_caches_nothing(groq_env, mon
     assert len(groq.requests) == 1  # stopped at the first: the key is wrong for every chunk
     assert "HTTP 401" in result.asset_materializations_for_node("translations")[0].metadata["stopped"].value
     assert rows("SELECT count(*) FROM translations") == [(0,)]
+
+
+@pytest.mark.parametrize(("text", "lang", "foreign"), [
+    ("Plain English words here.", "en", False),
+    ("Plain English words here.", None, False),
+    ("Café crème in Zürich, naïve façade.", "en", False),  # not ASCII, but Latin letters only
+    ("Привет, мир! Как дела?", None, True),  # Cyrillic under no tag
+    ("日本語のテキストです。", None, True),
+    ("An English post that names Москва once.", "en", False),  # most letters Latin
+    ("Ελληνικά γράμματα and a few English", "en", True),  # most letters Greek
+    ("Hola amigos, buenos días.", "es", True),  # the tag says Spanish
+    ("12345 !!! 678", "es", False),  # no letter at all
+    ("https://example.com", "qme", False),  # X's tag for "links only"
+])
+def test_the_foreign_text_rule(text, lang, foreign):
+    conn = duckdb.connect()
+    found = conn.execute(f"SELECT {FOREIGN_CHUNK_SQL} FROM (SELECT ? AS text, ? AS lang) c, (SELECT NULL AS lang) b",
+                         [text, lang]).fetchone()[0]
+    assert found is foreign

@@ -41,14 +41,20 @@ from kb_resources.stores import DuckDBResource
 WRITE_EVERY = 20  # translations per write: an interrupted run loses at most this many
 FAILURES_IN_A_ROW = 3  # then the endpoint is taken as down and the run stops
 
-# A condition on `c` (chunks) and `b` (bookmarks).
+# A condition on `c` (chunks) and `b` (bookmarks): the text has a letter,
+# and its language tag is not English, or less than half of its letters are
+# Latin. A text of ASCII only (strlen, in bytes, equals length) has only
+# Latin letters, so the two regular expressions that count them run only on
+# the other texts: the coverage check reads every chunk of the store at each
+# sync, and with them on every text it took 160 ms at 1,000 bookmarks (30 ms now).
 FOREIGN_CHUNK_SQL = r"""(
-    length(regexp_replace(c.text, '[^\p{L}]', '', 'g')) > 0
+    regexp_matches(c.text, '\p{L}')
     AND (
         (lower(split_part(coalesce(c.lang, b.lang, ''), '-', 1)) NOT IN ('', 'en', 'und', 'zxx')
          AND NOT regexp_matches(lower(split_part(coalesce(c.lang, b.lang, ''), '-', 1)), '^q[a-t][a-z]$'))
-        OR 2 * length(regexp_replace(c.text, '[^\p{Latin}]', '', 'g'))
-             < length(regexp_replace(c.text, '[^\p{L}]', '', 'g'))
+        OR (strlen(c.text) <> length(c.text)
+            AND 2 * length(regexp_replace(c.text, '[^\p{Latin}]', '', 'g'))
+                < length(regexp_replace(c.text, '[^\p{L}]', '', 'g')))
     )
 )"""
 
