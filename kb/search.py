@@ -228,6 +228,10 @@ def search(
     table_rows = table.count_rows()
     phrases = _phrases(query)
     dense_rows = lexical_rows = None
+    if mode in ("bm25", "hybrid"):
+        # First: the full-text query runs on a worker thread while this one
+        # embeds the query (both release the GIL).
+        lexical_rows = _POOL.submit(_bm25, table, query, where, depth)
     if mode in ("dense", "hybrid"):
         vector = query_vector if query_vector is not None else _embed_query(query, index, schema, embedder)
         only_sources = not (author or after_dt or before_dt or tweet_id is not None or ref is not None)
@@ -237,7 +241,6 @@ def search(
             dense_rows = _POOL.submit(_dense, table, vector, where, depth, vector_probes(table_rows))
     early_probes = None
     if mode in ("bm25", "hybrid"):
-        lexical_rows = _POOL.submit(_bm25, table, query, where, depth)
         words = _rare_candidates(query)
         if 0 < len(words) <= MAX_PROBES and _rare_max(table_rows) >= depth:
             # Few words, and no count in the lexical list can show that one
