@@ -186,9 +186,12 @@ def local_runtimes() -> tuple[str, str]:
         raise EmbedderError(f"KB_LOCAL_RUNTIME={wanted!r} is unknown. Use auto, onnx or torch.")
     if wanted != "auto":
         return wanted, wanted
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
+    # Whether it is installed, without the import: a server that uses
+    # another backend does not pay for it. _onnx_failure() catches a
+    # package that is installed but does not load.
+    import importlib.util
+
+    if importlib.util.find_spec("onnxruntime") is None:
         return "torch", "torch"
     return "onnx", "torch"
 
@@ -198,12 +201,45 @@ def onnx_cache_dir() -> Path:
     return Path(base) / "kb" / "onnx"
 
 
-def onnx_model_file(model_path: Path) -> Path:
-    """The ONNX file of a local model folder; made on the first call."""
+def weights_file(model_path: Path) -> Path:
     weights = next((model_path / n for n in ("model.safetensors", "pytorch_model.bin") if (model_path / n).exists()),
                    None)
     if weights is None:
         raise EmbedderError(f"The model folder {model_path} has no weights file.")
+    return weights
+
+
+def pooling_config(model_path: Path) -> dict:
+    """The pooling settings of a sentence-transformers model folder: its
+    vector dimension and how it pools the token vectors."""
+    import json
+
+    return json.loads((model_path / "1_Pooling" / "config.json").read_text())
+
+
+def local_model_presence(name: str) -> dict:
+    """For `kb status`: whether the local model and the packages of its
+    runtimes are installed, and its dimension, from the files only. It
+    loads no model and imports no PyTorch: that took about 12 s of CPU
+    per `kb status`. Raises EmbedderError when something is missing."""
+    import importlib.util
+
+    path = local_model_path(name)
+    weights_file(path)
+    queries, documents = local_runtimes()
+    packages = {"onnx": ("onnxruntime", "tokenizers"), "torch": ("torch", "sentence_transformers")}
+    for runtime in dict.fromkeys((queries, documents)):
+        missing = [p for p in packages[runtime] if importlib.util.find_spec(p) is None]
+        if missing:
+            raise EmbedderError(f"The {runtime} runtime of the local model needs the package(s) "
+                                f"{', '.join(missing)}. Install them, or set KB_LOCAL_RUNTIME.")
+    return {"path": str(path), "dim": int(pooling_config(path)["word_embedding_dimension"]),
+            "runtime": {"queries": queries, "documents": documents}}
+
+
+def onnx_model_file(model_path: Path) -> Path:
+    """The ONNX file of a local model folder; made on the first call."""
+    weights = weights_file(model_path)
     stat = weights.stat()
     key = hashlib.sha256(f"{weights.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{ONNX_EXPORT_VERSION}".encode())
     target = onnx_cache_dir() / f"{model_path.name}-{key.hexdigest()[:16]}.onnx"
@@ -265,7 +301,7 @@ class OnnxModel:
         from tokenizers import Tokenizer
 
         config = json.loads((model_path / "sentence_bert_config.json").read_text())
-        pooling = json.loads((model_path / "1_Pooling" / "config.json").read_text())
+        pooling = pooling_config(model_path)
         if not pooling.get("pooling_mode_mean_tokens"):
             raise EmbedderError(f"{model_path.name} does not pool by the mean: set KB_LOCAL_RUNTIME=torch.")
         self.dim = int(pooling["word_embedding_dimension"])
@@ -504,14 +540,22 @@ class Embedder(BaseModel):
             self._backend = self._resolve_impl()
         return self._backend
 
+    def _name_of(self, backend: str) -> str:
+        """The model name of a resolved backend, without loading the model."""
+        if backend == "hash":
+            return f"hash:bow-{HASH_DIM}"
+        if backend == "local":
+            name = self._local_model()
+            return "local:" + (Path(name).name if Path(name).is_dir() else name.removeprefix("sentence-transformers/"))
+        return f"ollama:{self._ollama_model()}"
+
     def _resolve_impl(self) -> _Backend:
         backend = self.resolved_backend()
         if backend == "hash":
-            return _Backend(f"hash:bow-{HASH_DIM}", HASH_DIM, hash_vectors, hash_vectors)
+            return _Backend(self._name_of(backend), HASH_DIM, hash_vectors, hash_vectors)
         if backend == "local":
             name = self._local_model()
             batch = self._batch()
-            label = Path(name).name if Path(name).is_dir() else name.removeprefix("sentence-transformers/")
             runtime = dict(zip(("queries", "documents"), local_runtimes()))
             if "onnx" in runtime.values() and _onnx_failure(name):
                 runtime = {kind: "torch" for kind in runtime}
@@ -533,7 +577,7 @@ class Embedder(BaseModel):
                    else model_dimension(load_local_model(name)))
             # The same vectors from both runtimes (see ONNX_EXPORT_VERSION).
             few = encoder("queries") if runtime["queries"] == "onnx" else None
-            return _Backend(f"local:{label}", dim, encoder("documents"), encoder("queries"), few)
+            return _Backend(self._name_of(backend), dim, encoder("documents"), encoder("queries"), few)
         url, model_name, timeout = self._ollama_url(), self._ollama_model(), self.ollama_timeout_s
 
         def documents(texts: list[str]) -> np.ndarray:
@@ -545,7 +589,7 @@ class Embedder(BaseModel):
         key = (url, model_name)
         if key not in _OLLAMA_DIMS:
             _OLLAMA_DIMS[key] = int(queries(["dimension probe"]).shape[1])
-        return _Backend(f"ollama:{model_name}", _OLLAMA_DIMS[key], documents, queries)
+        return _Backend(self._name_of(backend), _OLLAMA_DIMS[key], documents, queries)
 
     @property
     def model_name(self) -> str:
@@ -623,7 +667,8 @@ class Embedder(BaseModel):
     # --- status ---
     def readiness(self) -> dict:
         """For `kb status`: which backend runs, whether Ollama answers and
-        has the model, whether the local model loads. Never raises."""
+        has the model, whether the local model is installed (see
+        local_model_presence). Never raises."""
         url, model = self._ollama_url(), self._ollama_model()
         report: dict = {"backend_setting": None, "active": None, "error": None}
         ollama: dict = {"url": url, "model": model, "answers": False, "has_model": False, "error": None}
@@ -635,25 +680,21 @@ class Embedder(BaseModel):
                 ollama["error"] = f"no model {model!r}: run `ollama pull {model}`"
         except EmbedderError as exc:
             ollama["error"] = str(exc)
-        local: dict = {"model": self._local_model(), "path": None, "loads": False, "dim": None, "error": None}
+        local: dict = {"model": self._local_model(), "path": None, "present": False, "dim": None, "error": None}
         try:
-            local["path"] = str(local_model_path(self._local_model()))
-            queries, documents = local_runtimes()
-            local["runtime"] = {"queries": queries, "documents": documents}
-            if "onnx" in (queries, documents):
-                local["dim"] = load_onnx_model(self._local_model()).dim
-            if "torch" in (queries, documents):
-                local["dim"] = model_dimension(load_local_model(self._local_model()))
-            local["loads"] = True
+            local.update(local_model_presence(self._local_model()), present=True)
         except Exception as exc:  # noqa: BLE001 - status reports every failure, it does not stop
             local["error"] = f"{type(exc).__name__}: {exc}"
         report["ollama"], report["local"] = ollama, local
         try:
             report["backend_setting"] = self._backend_setting()
-            report["active"] = self.model_name
+            backend = self.resolved_backend()
+            # The name only: model_name would load the model or ask Ollama for a vector.
+            report["active"] = self._name_of(backend)
+            report["ready"] = {"hash": True, "local": local["present"], "ollama": ollama["has_model"]}[backend]
         except Exception as exc:  # noqa: BLE001
             report["error"] = str(exc)
-        report["ready"] = report["active"] is not None
+            report["ready"] = False
         return report
 
 

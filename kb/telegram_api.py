@@ -1,10 +1,6 @@
 """The one place that builds an aiogram `Bot`, for the bot and for the
-notifications, and keeps the token out of every log line and reply.
-
-The token is part of every Bot API URL (/bot<token>/method and
-/file/bot<token>/path), and aiohttp puts the URL into its error messages.
-So every text that leaves kb from here passes `redact()`, and `kb-bot`
-installs `RedactingFilter` on its log handlers.
+notifications. kb/telegram_token.py keeps the token out of every log line
+and reply; it imports no aiogram, so `kb status` does not pay for it.
 """
 
 from __future__ import annotations
@@ -20,10 +16,9 @@ from aiogram.types import Update
 from pydantic import ValidationError
 
 from kb.settings import Settings
+from kb.telegram_token import bot_token
 
 log = logging.getLogger("kb.bot")
-
-REDACTED = "<redacted>"
 
 
 class UpdateSafeSession(AiohttpSession):
@@ -71,11 +66,6 @@ def readable_updates(bot: Bot, content: str) -> str:
     return json.dumps(data)
 
 
-def bot_token(settings: Settings) -> str:
-    token = settings.telegram_bot_token
-    return token.get_secret_value().strip() if token else ""
-
-
 def build_bot(settings: Settings) -> Bot:
     """A Bot for TELEGRAM_API_BASE: the official Bot API, a local Bot API
     server, or the loopback stand-in of the tests."""
@@ -85,50 +75,3 @@ def build_bot(settings: Settings) -> Bot:
 def bot_at(api_base: str, token: str) -> Bot:
     session = UpdateSafeSession(api=TelegramAPIServer.from_base(api_base.rstrip("/")))
     return Bot(token=token, session=session)
-
-
-def redact(text: str, token: str) -> str:
-    """The text without the token (and without the token's secret half)."""
-    if not token:
-        return text
-    text = text.replace(token, REDACTED)
-    _, _, secret = token.partition(":")
-    return text.replace(secret, REDACTED) if len(secret) >= 8 else text
-
-
-class RedactingFilter(logging.Filter):
-    """Removes the token from log records before a handler writes them."""
-
-    def __init__(self, token: str):
-        super().__init__()
-        self.token = token
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self.token:
-            message = record.getMessage()
-            if self.token in message or (self.token.partition(":")[2] and self.token.partition(":")[2] in message):
-                record.msg, record.args = redact(message, self.token), None
-            if record.exc_info:
-                # Format the traceback now, redacted, so the handler does not
-                # format the raw one.
-                formatted = logging.Formatter().formatException(record.exc_info)
-                record.exc_text, record.exc_info = redact(formatted, self.token), None
-        return True
-
-
-def install_redaction(token: str) -> None:
-    """Put the filter on every handler of the root logger."""
-    for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
-            handler.addFilter(RedactingFilter(token))
-
-
-def readiness(settings: Settings) -> tuple[bool, str]:
-    """(ready, detail) of the Telegram bridge for `kb status`. No network call."""
-    if not bot_token(settings):
-        return False, f"no TELEGRAM_BOT_TOKEN: no bot; drop files in {settings.inbox_dir}"
-    allowed = settings.allowed_users()
-    if not allowed:
-        return False, "ALLOWED_USER_IDS is empty: the bot answers nobody"
-    owner = "set" if settings.owner_chat_id.strip() else "not set (system notices go to stdout)"
-    return True, f"kb-bot at {settings.telegram_api_base}, {len(allowed)} allowed users, OWNER_CHAT_ID {owner}"

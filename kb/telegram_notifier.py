@@ -146,7 +146,7 @@ class TelegramNotifier(BaseModel):
         try:
             asyncio.run(_send(self.api_base, token, chat_id, text, reply_to))
         except Exception as exc:  # aiogram and aiohttp raise many kinds
-            from kb.telegram_api import redact
+            from kb.telegram_token import redact
 
             inbox.release_notification(item_id, state)
             raise NotificationError(f"notification {state} of item {item_id} not sent: "

@@ -37,7 +37,8 @@ from kb import telegram_replies as replies
 from kb.telegram_inbox import Inbox, InboxError, InboxItem, telegram_item_id, utc_now_iso
 from kb.telegram_intake import Accepted, Attachment, Refused, classify
 from kb.item_states import ItemState, StateReader
-from kb.telegram_api import bot_token, build_bot, install_redaction, redact
+from kb.telegram_api import build_bot
+from kb.telegram_token import bot_token, install_redaction, redact
 
 log = logging.getLogger("kb.bot")
 

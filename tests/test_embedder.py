@@ -103,7 +103,7 @@ def test_auto_falls_back_to_local_when_ollama_lacks_the_model(monkeypatch):
     assert status["ollama"]["answers"] is True
     assert status["ollama"]["has_model"] is False
     assert "ollama pull embeddinggemma" in status["ollama"]["error"]
-    assert status["local"]["loads"] is True
+    assert (status["local"]["present"], status["local"]["dim"]) == (True, 384)
     assert status["active"] == "local:all-MiniLM-L6-v2"
 
 
@@ -119,6 +119,10 @@ def test_auto_falls_back_to_local_when_ollama_does_not_answer(monkeypatch):
 def test_ollama_backend_names_the_missing_model(monkeypatch):
     with FakeOllama(models=["nomic-embed-text:latest"]) as fake:
         monkeypatch.setenv("OLLAMA_URL", fake.url)
+        # kb status says so without asking for a vector.
+        status = Embedder.from_settings(backend="ollama").readiness()
+        assert (status["active"], status["ready"]) == ("ollama:embeddinggemma", False)
+        assert [r["path"] for r in fake.requests] == ["/api/tags"]
         with pytest.raises(EmbedderError, match="ollama pull embeddinggemma"):
             Embedder.from_settings(backend="ollama").embed_documents(["text"])
 

@@ -183,7 +183,7 @@ def test_failures_sensor_sends_a_final_failure_once_and_tries_a_failed_send_agai
 
 def test_readiness_says_what_is_missing(monkeypatch):
     from kb.settings import get_settings
-    from kb.telegram_api import readiness
+    from kb.telegram_token import readiness
 
     assert readiness(get_settings()) == (False, f"no TELEGRAM_BOT_TOKEN: no bot; drop files in {get_settings().inbox_dir}")
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)

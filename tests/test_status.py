@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import datetime, timezone
+from pathlib import Path
 
 from kb.apps.status import _capture_counts, _duckdb_counts, format_status
 from kb.duckdb_store import DuckDBStore, insert_rows
 from kb.settings import get_settings
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _document(n: int, status: str, reason: str | None) -> dict:
@@ -40,3 +45,17 @@ def test_every_readiness_check_runs_without_a_programming_error():
             if str(s["detail"]).startswith(("NameError", "TypeError", "AttributeError", "KeyError", "ImportError"))}
     assert not bugs, bugs
     assert "local model" in services["embedder"]["detail"]
+
+
+def test_status_loads_no_model_and_no_bot_library():
+    """`kb status` tells from the files whether the local model is there.
+    It loaded the model before: about 12 s of CPU for each call, and 4 s
+    more for aiogram, which the report does not use."""
+    check = ("import sys\nfrom kb.apps.status import collect_status\n"
+             "print(collect_status()['services']['embedder']['detail'])\n"
+             "print([n for n in ('torch', 'sentence_transformers', 'onnxruntime', 'aiogram') if n in sys.modules])")
+    result = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    detail, loaded = result.stdout.splitlines()[-2:]
+    assert "local model installed (384-d)" in detail
+    assert loaded == "[]"

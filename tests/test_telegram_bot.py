@@ -247,7 +247,7 @@ def test_run_sets_the_command_menu_and_writes_the_manifest_with_the_telegram_ids
 def test_redaction_removes_the_token_from_text_and_log_records():
     import logging
 
-    from kb.telegram_api import RedactingFilter, redact
+    from kb.telegram_token import RedactingFilter, redact
 
     assert redact(f"GET http://h/file/bot{TOKEN}/x.pdf failed", TOKEN) == "GET http://h/file/bot<redacted>/x.pdf failed"
     assert redact("secret half TEST-SECRET-TOKEN", TOKEN) == "secret half <redacted>"

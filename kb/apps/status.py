@@ -107,7 +107,8 @@ def _embedder_readiness(settings: Settings) -> tuple[bool, str]:
     report = Embedder.from_settings(settings).readiness()
     ollama, local = report["ollama"], report["local"]
     ollama_text = ("ollama ready" if ollama["has_model"] else f"ollama not ready ({ollama['error']})")
-    local_text = (f"local model loads ({local['dim']}-d)" if local["loads"] else f"local model fails ({local['error']})")
+    local_text = (f"local model installed ({local['dim']}-d)" if local["present"]
+                  else f"local model not ready ({local['error']})")
     return bool(report["ready"]), f"active {report['active']}; {ollama_text}; {local_text}"
 
 
@@ -118,7 +119,7 @@ def _services(settings: Settings) -> dict:
     from kb.translator import Translator
     from kb.vision import Captioner
     from kb.wiki_agent import WikiAgent
-    from kb.telegram_api import readiness as telegram_readiness
+    from kb.telegram_token import readiness as telegram_readiness
 
     checks = {
         # Browser.readiness() covers the X login state too, and never shows its content.
