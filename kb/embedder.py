@@ -739,8 +739,9 @@ class _VectorCache:
         self.model = model
 
     def _table(self, create: bool):
-        import lancedb
+        from kb.lance_loader import lancedb_module
 
+        lancedb = lancedb_module()
         self.folder.mkdir(parents=True, exist_ok=True)
         db = lancedb.connect(str(self.folder))
         try:

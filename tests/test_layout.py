@@ -58,6 +58,20 @@ def test_loading_the_graph_imports_no_client_library():
     assert result.stdout.split() == []
 
 
+def test_opening_lancedb_imports_no_rest_client_until_a_name_of_it_is_read(tmp_path):
+    """kb/lance_loader.py: the REST client of LanceDB's namespace package
+    cost 2 s of CPU in each process that opens LanceDB. Its models load; its
+    API classes load only when something reads a name of the package."""
+    check = ("import sys\nfrom kb.lance_loader import lancedb_module\n"
+             f"lancedb_module().connect({str(tmp_path)!r}).table_names()\n"
+             "print('lance_namespace_urllib3_client.api' in sys.modules)\n"
+             "from lance_namespace_urllib3_client import ApiClient\n"
+             "print(ApiClient.__name__, 'lance_namespace_urllib3_client.api' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["False", "ApiClient", "True"]
+
+
 def all_modules() -> list[str]:
     names = []
     for package in PACKAGES:

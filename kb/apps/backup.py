@@ -235,9 +235,9 @@ def _copy_lance_table(source: Path, target: Path) -> None:
 
 
 def lancedb_facts(folder: Path) -> dict[str, dict]:
-    import lancedb
+    from kb.lance_loader import lancedb_module
 
-    db = lancedb.connect(str(folder))
+    db = lancedb_module().connect(str(folder))
     facts = {}
     # The table folders on disk, not a listing call: every folder must read.
     for name in sorted(p.name.removesuffix(".lance") for p in folder.glob("*.lance") if p.is_dir()):
