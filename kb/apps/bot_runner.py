@@ -6,6 +6,7 @@ this app, which may, builds the state reader and hands it to the bot.
 
 from __future__ import annotations
 
+from kb.apps.quick_exit import skip_final_collection
 from kb.settings import Settings, get_settings
 from kb.item_states import StateReader
 from kb_assets.telegram.item_state import state_reader
@@ -18,6 +19,7 @@ def dagster_reader(settings: Settings) -> StateReader:
 
 
 def main() -> int:
+    skip_final_collection()  # aiogram's and Dagster's objects: no last collection at SIGTERM
     settings = get_settings()
     return serve(settings, dagster_reader(settings))
 

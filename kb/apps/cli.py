@@ -38,6 +38,9 @@ def _finish(report) -> None:
 @click.group()
 def main() -> None:
     """kb: your X bookmarks and Telegram sources in one searchable store."""
+    from kb.apps.quick_exit import skip_final_collection
+
+    skip_final_collection()  # a command that loaded Dagster ends seconds sooner
 
 
 # --- X capture -------------------------------------------------------------------

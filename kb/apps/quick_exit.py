@@ -11,6 +11,7 @@ weakref finalizer still runs, so files and databases close as before.
 
 `kb up` runs dagster-daemon and dagster-webserver through this module:
     python -m kb.apps.quick_exit /path/to/dagster-daemon run -w workspace.yaml
+Each `kb` command and `kb-bot` call skip_final_collection() themselves.
 """
 
 from __future__ import annotations
@@ -21,9 +22,15 @@ import runpy
 import sys
 
 
+_REGISTERED: list[bool] = []
+
+
 def skip_final_collection() -> None:
-    """Let this process end without the full collection of its heap."""
-    atexit.register(gc.freeze)
+    """Let this process end without the full collection of its heap. A
+    second call does nothing: tests run many commands in one process."""
+    if not _REGISTERED:
+        atexit.register(gc.freeze)
+        _REGISTERED.append(True)
 
 
 def main() -> None:
