@@ -36,7 +36,6 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import BaseModel, PrivateAttr, SecretStr, field_validator
 
 from kb.embedder import Embedder, EmbedderError
@@ -833,7 +832,7 @@ class ChunkIndex(BaseModel):
         if dataset is None:
             return []
         column = dataset.to_table(columns=["source"]).column("source")
-        return sorted(v for v in pc.unique(column).to_pylist() if v)
+        return sorted(v for v in column.unique().to_pylist() if v)
 
     def tweet_ids(self, *, source: str | None = None) -> set[str]:
         """The tweet ids that have passages, of one source kind or of all."""
@@ -843,7 +842,7 @@ class ChunkIndex(BaseModel):
         query = table.search().select(["tweet_id"]).limit(None)
         if source is not None:
             query = query.where(f"source = {sql_str(source)}")
-        return set(pc.unique(query.to_arrow().column("tweet_id")).to_pylist())
+        return set(query.to_arrow().column("tweet_id").unique().to_pylist())
 
     def outline(self, tweet_id: str) -> list[dict]:
         """source, ref, position and word_count of each passage of a
