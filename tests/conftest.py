@@ -52,17 +52,19 @@ def kb_home(tmp_path, monkeypatch):
 # the next free worker, in the order below. The longest files start first, so
 # no long file starts late while the other worker runs out of work (before:
 # test_up.py and test_shared_instance.py, late in the alphabet, often ended
-# the run alone). Seconds of one full run on two busy cores (December 2026);
-# a file not named here counts as short.
+# the run alone). Seconds of one full run on two cores that other jobs also
+# used (load average 5 to 9, December 2026); a file not named here counts as
+# short.
 FILE_SECONDS = {
-    "test_crash_safety.py": 374, "test_shared_instance.py": 269, "test_up.py": 200, "test_demo.py": 129,
-    "test_stage_commands.py": 129, "test_wiki_agent.py": 124, "test_sync.py": 123, "test_sources_assets.py": 119,
-    "test_extract.py": 106, "test_bad_input.py": 95, "test_security.py": 93, "test_layout.py": 74,
-    "test_captions.py": 69, "test_telegram_bot.py": 60, "test_capture.py": 52, "test_backup.py": 51,
-    "test_search.py": 50, "test_parsers.py": 41, "test_object_storage.py": 41, "test_definitions.py": 41,
-    "test_documents.py": 39, "test_normalize.py": 35, "test_web.py": 31, "test_notifications.py": 27,
-    "test_load.py": 24, "test_mcp_server.py": 22, "test_transcripts.py": 22, "test_embedder.py": 18,
-    "test_translations.py": 17, "test_inbox_sensor.py": 10, "test_inspect.py": 10, "test_modal_apps.py": 6,
+    "test_crash_safety.py": 279, "test_up.py": 256, "test_sync.py": 124, "test_stage_commands.py": 113,
+    "test_shared_instance.py": 102, "test_demo.py": 92, "test_wiki_agent.py": 89, "test_extract.py": 78,
+    "test_bad_input.py": 49, "test_sources_assets.py": 47, "test_layout.py": 46, "test_parsers.py": 44,
+    "test_security.py": 42, "test_capture.py": 41, "test_search.py": 38, "test_documents.py": 33,
+    "test_definitions.py": 31, "test_captions.py": 30, "test_normalize.py": 26, "test_sqlite_instance.py": 21,
+    "test_telegram_bot.py": 19, "test_notifications.py": 19, "test_backup.py": 17, "test_mcp_server.py": 17,
+    "test_object_storage.py": 16, "test_translations.py": 15, "test_web.py": 15, "test_transcripts.py": 12,
+    "test_load.py": 10, "test_embedder.py": 9, "test_modal_apps.py": 7, "test_inbox_sensor.py": 6,
+    "test_status.py": 5,
 }
 
 
