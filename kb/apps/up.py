@@ -30,7 +30,6 @@ from pathlib import Path
 
 import click
 
-from kb.apps.quick_exit import skip_final_collection
 from kb.settings import Settings, get_settings
 
 WORKSPACE_YAML = """\
@@ -201,8 +200,6 @@ def run_up(*, host: str = "127.0.0.1", dagster_port: int = 3000, web_port: int =
     parts, off = plan_parts(settings, host=host, dagster_port=dagster_port, web_port=web_port, bot=bot,
                             web=web, workspace=workspace, logs=logs)
     env = {**os.environ, "KB_HOME": str(settings.home), "DAGSTER_HOME": str(dagster_home)}
-    # kb up has loaded Dagster too: once its parts stop, it ends at once.
-    skip_final_collection()
     return Supervisor(parts, off, env, dagster_home).run()
 
 
