@@ -135,6 +135,7 @@ def test_instance_in_postgres_seen_by_every_process(postgres_url, kb_home, tmp_p
                                         stderr=subprocess.STDOUT, cwd=tmp_path), log)
 
     try:
+        _make_the_schema(kb_home, postgres_url)
         # The code server loads the graph while kb imports: both take seconds.
         start("code server")
         _shared_instance_checks(env, procs, outputs, postgres_url, kb_home, tmp_path, code_port, web_port, start)
@@ -149,6 +150,22 @@ def test_instance_in_postgres_seen_by_every_process(postgres_url, kb_home, tmp_p
     # Item 5 of the issue: the password is in no output of any process.
     outputs += [log.read_text() for _, log in procs.values()]
     assert len(outputs) == 7 and not [text for text in outputs if password in text]
+
+
+def _make_the_schema(kb_home: Path, postgres_url: str) -> None:
+    """dagster.yaml and the tables in PostgreSQL, before any process starts,
+    as the compose file does (the code server starts alone first). Why: the
+    code server opens the instance at its start, and so does `kb import`. On
+    an empty database both made the tables at once, and one failed with
+    'type "run_tags" already exists' (December 2026)."""
+    settings = Settings(kb_dagster_postgres_url=postgres_url)
+    os.environ["KB_DAGSTER_POSTGRES_URL"] = settings.kb_dagster_postgres_url.get_secret_value()
+    try:
+        with dg.DagsterInstance.from_config(str(ensure_dagster_home(settings))):
+            pass
+    finally:
+        del os.environ["KB_DAGSTER_POSTGRES_URL"]
+    assert (kb_home / "dagster" / "dagster.yaml").exists()
 
 
 def _code_server_answers(port: int) -> bool:
