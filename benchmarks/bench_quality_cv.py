@@ -23,11 +23,18 @@ Steps (each result is cached in --cache, so a second run is fast):
 5. Cross-validation: queries shuffled with seed 14, 5 folds. For each
    family of settings, the best setting on 4 folds is scored on the fifth.
    Plain reciprocal rank fusion (k=60, no rules) is the floor per fold.
+6. With --corpus NAME: the same for another cut of the corpus (CORPORA):
+   the document title in front of every passage ("titled"), passages of at
+   most 60 words ("plain60", "titled60"). Each variant has its own index and
+   candidates in --cache, so each needs its own embedding run (the
+   embedding cache keeps the vectors of an interrupted run).
 
 The final figure of a change must come from evaluate() through search():
 this script only chooses.
 
     PYTHONPATH=$PWD HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_quality_cv.py
+    PYTHONPATH=$PWD HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_quality_cv.py \
+        --only-corpora --corpus titled
 
 It reads ../shared/eval/scifact next to the repository (or KB_SHARED_DIR).
 Without it, it exits with status 2 and says why. The first run embeds the
@@ -47,6 +54,7 @@ import random
 import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,31 +71,84 @@ RM3_SETTINGS = [(src, k, m) for src in ("bm25", "hybrid") for k in (3, 10) for m
 
 
 # --- collection (kb's own code) ---------------------------------------------
-def collect(cache: Path) -> dict:
-    path = cache / f"cands200_{COLLECT_DEPTH}.pkl"
+@dataclass(frozen=True)
+class Corpus:
+    """How the documents become passages. "plain" is what
+    kb.apps.eval_retrieval does: the title is the first paragraph, so only
+    the first passage of a document holds it. header=True puts the title in
+    front of every later passage too (a contextual passage header), in the
+    stored text: the full-text index and the embedding both see it. The
+    passages are cut the same way, so the chunk ids are the same."""
+
+    name: str
+    max_words: int = 200
+    header: bool = False
+
+    def files(self) -> tuple[str, str]:
+        """The cache file of the candidates and the index folder. The plain
+        corpus keeps the names of the first runs, so their caches stay valid."""
+        if self.name == "plain":
+            return f"cands200_{COLLECT_DEPTH}.pkl", "index200"
+        return f"cands_{self.name}_{COLLECT_DEPTH}.pkl", f"index_{self.name}"
+
+
+CORPORA = {c.name: c for c in (Corpus("plain"), Corpus("titled", header=True),
+                                Corpus("plain60", max_words=60), Corpus("titled60", max_words=60, header=True))}
+
+
+def corpus_rows(corpus: dict, doc_ids: list[str], variant: Corpus) -> list[dict]:
+    from kb.apps.eval_retrieval import document_chunks
+
+    rows = []
+    for doc_id in doc_ids:
+        title = str(corpus[doc_id].get("title") or "").strip()
+        for row in document_chunks(doc_id, corpus[doc_id], variant.max_words):
+            if variant.header and title and row["position"] > 0:
+                row["text"] = f"{title}\n\n{row['text']}"
+            rows.append(row)
+    return rows
+
+
+def build(corpus: dict, index, embedder, variant: Corpus) -> None:
+    """As kb.apps.eval_retrieval.build_index, with the variant's passages."""
+    from kb.apps.eval_retrieval import INDEX_BATCH
+
+    ids = list(corpus)
+    for start in range(0, len(ids), INDEX_BATCH):
+        part = ids[start:start + INDEX_BATCH]
+        index.replace_chunks(part, corpus_rows(corpus, part, variant), embedder)
+        print(f"{variant.name}: {min(start + INDEX_BATCH, len(ids))} of {len(ids)} documents", flush=True)
+    index.maintain()
+
+
+def collect(cache: Path, variant: Corpus = CORPORA["plain"]) -> dict:
+    cands_file, index_folder = variant.files()
+    path = cache / cands_file
     if path.exists():
         return pickle.load(path.open("rb"))
     import kb.search as S
-    from kb.apps.eval_retrieval import build_index, load_beir
+    from kb.apps.eval_retrieval import load_beir
     from kb.embedder import Embedder
     from kb.lance_index import CHUNKS, ChunkIndex, vector_probes
 
     corpus, queries, qrels = load_beir(DATA, SPLIT)
     embedder = Embedder.from_settings(backend="local", cache_dir=str(cache / "home" / "lancedb"))
-    index_dir = cache / "index200"
+    index_dir = cache / index_folder
     index = ChunkIndex.from_settings(path=str(index_dir))
     if not (index_dir / "done").exists():
         started = time.time()
         index.rebuild()
-        build_index(corpus, index, embedder)
+        build(corpus, index, embedder, variant)
         (index_dir / "done").write_text("ok")
         print(f"index built in {time.time() - started:.0f} s", flush=True)
-    table = index.snapshot(CHUNKS)
-    arrow = (table.search().select(["chunk_id", "tweet_id", "position", "text", "vector"]).with_row_id(True)
-             .limit(None).to_arrow().to_pydict())
+    table = index.dataset(CHUNKS)
+    arrow = table.to_table(columns=["chunk_id", "tweet_id", "position", "text", "vector"],
+                           with_row_id=True).to_pydict()
     passages = {rid: {"chunk_id": c, "doc": t, "pos": p, "text": x} for rid, c, t, p, x in
-                zip(arrow["_rowid"], arrow["chunk_id"], arrow["tweet_id"], arrow["position"], arrow["text"])}
+                zip(arrow[S.ROW_ID], arrow["chunk_id"], arrow["tweet_id"], arrow["position"], arrow["text"])}
     rows = table.count_rows()
+    in_memory = index.passage_rows(table)
+    texts = S._LowerTexts(in_memory)
     out = {}
     for qid, text in queries.items():
         text = " ".join(text.split())
@@ -99,15 +160,35 @@ def collect(cache: Path) -> dict:
             cands.setdefault(rid, S._Candidate(rid)).dense = 1 - distance
         for rid, score in lexical:
             cands.setdefault(rid, S._Candidate(rid)).bm25 = score
-        rare = S._rare_word_passages(table, rows, text, None, lexical, cands, None)
+        rare = S._rare_word_passages(table, in_memory, rows, text, None, lexical, cands, None, texts)
         phrases = S._phrases(text)
         exact = {rid for rid in cands if phrases and S._holds_phrases(passages[rid]["text"], phrases)}
         out[qid] = {"text": text, "vec": vector, "dense": dense, "bm25": lexical, "rare": rare, "exact": exact}
     data = {"passages": passages, "vec": np.array(arrow["vector"], dtype=np.float32),
-            "rowids": np.array(arrow["_rowid"]), "queries": out, "qrels": {q: qrels[q] for q in queries},
+            "rowids": np.array(arrow[S.ROW_ID]), "queries": out, "qrels": {q: qrels[q] for q in queries},
             "qids": list(queries)}
     pickle.dump(data, path.open("wb"))
     return data
+
+
+def with_dense_of(base: dict, other: dict) -> dict:
+    """`base` with the dense list of `other` (a corpus cut into the same
+    passages: the same chunk ids). The BM25 list, the rare-word passages
+    and the passage texts stay those of `base`; the exact-phrase test is
+    made again for the passages that only the new dense list brings."""
+    import kb.search as S
+
+    by_chunk = {p["chunk_id"]: rid for rid, p in base["passages"].items()}
+    other_to_base = {rid: by_chunk[p["chunk_id"]] for rid, p in other["passages"].items()}
+    queries = {}
+    for qid, x in base["queries"].items():
+        dense = [(other_to_base[rid], distance) for rid, distance in other["queries"][qid]["dense"]]
+        phrases = S._phrases(x["text"])
+        known = {rid for rid, _ in x["dense"]} | {rid for rid, _ in x["bm25"]} | set(x["rare"] or ())
+        exact = set(x["exact"]) | {rid for rid, _ in dense if rid not in known and phrases
+                                   and S._holds_phrases(base["passages"][rid]["text"], phrases)}
+        queries[qid] = {**x, "dense": dense, "exact": exact}
+    return {**base, "queries": queries}
 
 
 def document_bm25(cache: Path) -> dict:
@@ -157,7 +238,7 @@ def expansion_lists(cache: Path, data: dict, queries: list) -> dict:
     for words in tokens.values():
         df.update(set(words))
     n = len(tokens)
-    table = ChunkIndex.from_settings(path=str(cache / "index200")).snapshot(CHUNKS)
+    table = ChunkIndex.from_settings(path=str(cache / "index200")).table(CHUNKS)
     out = {}
     for q in queries:
         query_words = set(re.findall(r"\w+", q.text.lower()))
@@ -359,10 +440,86 @@ def cross_validate(title: str, settings: dict[str, np.ndarray], floor: np.ndarra
     return {"mean": held.mean(), "sd": held.std(ddof=1), "lowest_margin": (held - rrf_held).min()}
 
 
+WEIGHTS = (0.4, 0.45, 0.5, 0.55, 0.6)
+BONUSES = (0.0, 0.02, 0.05)
+DOCUMENT_SHARES = (0.25, 0.5, 0.75)
+
+
+def fusion_grid(queries: list[Query], label: str = "") -> dict[str, np.ndarray]:
+    """Dense weight, and a bonus for a passage in both lists."""
+    return {f"{label}w {w}, both {bonus}": per_query(queries, lambda q, w=w, bonus=bonus: convex(q, w) + bonus * q.both)
+            for w, bonus in itertools.product(WEIGHTS, BONUSES)}
+
+
+def document_grid(queries: list[Query], label: str = "") -> dict[str, np.ndarray]:
+    """The BM25 side mixed with the BM25 over whole documents."""
+    return {f"{label}w {w}, document BM25 {share}, both {bonus}": per_query(
+        queries, lambda q, w=w, share=share, bonus=bonus:
+        w * q.norm_dense + (1 - w) * ((1 - share) * q.norm_bm25 + share * q.norm_doc) + bonus * q.both)
+        for w, share, bonus in itertools.product(WEIGHTS, DOCUMENT_SHARES, BONUSES)}
+
+
+PRIOR_WEIGHTS = (0.1, 0.25, 0.5, 1.0)
+
+
+def document_prior_grid(plain: list[Query], other: list[Query], name: str) -> dict[str, np.ndarray]:
+    """Passages of another size as a second opinion on each document: every
+    plain passage gets + lambda x the best score of its document's passages
+    in the other corpus (the fused score, w 0.5, or the min-max dense score;
+    0 when the other lists lack the document). The plain candidates, rules
+    and one passage per document stay."""
+    grid = {}
+    for source, lam, share in itertools.product(("fused", "dense"), PRIOR_WEIGHTS, (0.0, 0.5)):
+        scores = []
+        for q, small in zip(plain, other):
+            best: dict[str, float] = {}
+            for doc, value in zip(small.doc, convex(small) if source == "fused" else small.norm_dense):
+                best[doc] = max(best.get(doc, 0.0), float(value))
+            prior = np.array([best.get(doc, 0.0) for doc in q.doc])
+            base = 0.5 * q.norm_dense + 0.5 * ((1 - share) * q.norm_bm25 + share * q.norm_doc)
+            scores.append(ndcg(ranking(q, base + lam * prior), q.judged))
+        grid[f"{name} {source} prior {lam}, document BM25 {share}"] = np.array(scores)
+    return grid
+
+
+def corpus_families(cache: Path, plain: dict, plain_queries: list[Query], doc_lists: dict, name: str,
+                    plain_grids: dict, floor: np.ndarray) -> None:
+    """Cross-validate the passages of another corpus variant (CORPORA), alone
+    and as a choice next to the plain passages. The floor stays plain RRF on
+    the plain passages."""
+    variant = CORPORA[name]
+    data = collect(cache, variant)
+    queries = prepare(data, doc_lists)
+    label = f"{name}: "
+    print(f"\n### Corpus {name}: {len(data['passages'])} passages; w 0.5 {per_query(queries, convex).mean():.4f}; "
+          f"plain RRF on it {per_query(queries, rrf, rules=False).mean():.4f}")
+    both = fusion_grid(queries, label)
+    cross_validate(f"{name} passages, both lists: weights and bonus", both, floor)
+    with_document = {**both, **document_grid(queries, label)}
+    cross_validate(f"{name} passages, both lists, or + document BM25", with_document, floor)
+    cross_validate(f"Plain or {name} passages, or + document BM25", {**plain_grids, **with_document}, floor)
+    if variant.max_words != CORPORA["plain"].max_words:
+        priors = {**plain_grids, **document_prior_grid(plain_queries, queries, name)}
+        cross_validate(f"Plain passages, or + a document prior from the {name} passages (or + document BM25)",
+                       priors, floor)
+        return
+    mixed = prepare(with_dense_of(plain, data), doc_lists)
+    label = f"dense of {name}, BM25 of plain: "
+    mixed_grids = {**fusion_grid(mixed, label), **document_grid(mixed, label)}
+    print(f"dense of {name} with BM25 of plain, w 0.5: {per_query(mixed, convex).mean():.4f}")
+    cross_validate(f"Dense list of {name}, BM25 list of plain, or + document BM25", mixed_grids, floor)
+    cross_validate(f"Any of: plain, {name}, dense of {name} with BM25 of plain (each or + document BM25)",
+                   {**plain_grids, **with_document, **mixed_grids}, floor)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cache", default="/tmp/kb-quality-cv", help="folder for the index and the lists")
     parser.add_argument("--no-rm3", action="store_true", help="skip the expansion lists (a full-text query each)")
+    parser.add_argument("--corpus", action="append", default=[], choices=[c for c in CORPORA if c != "plain"],
+                        help="also cross-validate this corpus variant (its own index: a new embedding run)")
+    parser.add_argument("--only-corpora", action="store_true",
+                        help="skip the fusion leads on the plain passages; measure the --corpus variants only")
     args = parser.parse_args(argv)
     if not (DATA / "corpus.jsonl").is_file():
         print(f"{DATA} is missing: the SciFact data lives in ../shared/eval/scifact next to the repository "
@@ -372,7 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     data = collect(cache)
-    queries = prepare(data, document_bm25(cache))
+    doc_lists = document_bm25(cache)
+    queries = prepare(data, doc_lists)
     print(f"{len(queries)} queries, {len(data['passages'])} passages")
 
     floor = per_query(queries, rrf, rules=False)
@@ -382,12 +540,18 @@ def main(argv: list[str] | None = None) -> int:
           f"default without the rules {per_query(queries, convex, rules=False).mean():.4f}")
 
     cross_validate("The default, nothing chosen (w 0.5, min-max, rules)", {"default": default}, floor)
+    fusion = fusion_grid(queries)
+    document = {**fusion, **document_grid(queries)}
+    if not args.only_corpora:
+        plain_leads(cache, data, queries, fusion, document, default, floor, rm3=not args.no_rm3)
+    for name in args.corpus:
+        corpus_families(cache, data, queries, doc_lists, name, document, floor)
+    return 0
 
-    weights = (0.4, 0.45, 0.5, 0.55, 0.6)
-    fusion = {}
-    for w, bonus in itertools.product(weights, (0.0, 0.02, 0.05)):
-        fusion[f"w {w}, both {bonus}"] = per_query(
-            queries, lambda q, w=w, bonus=bonus: convex(q, w) + bonus * q.both)
+
+def plain_leads(cache: Path, data: dict, queries: list[Query], fusion: dict, document: dict, default: np.ndarray,
+                floor: np.ndarray, rm3: bool) -> None:
+    """The fusion leads on the plain passages (first runs of goal 4)."""
     cross_validate("Weights and a bonus for a passage in both lists (no new data)", fusion, floor)
 
     peaked = {}
@@ -397,27 +561,22 @@ def main(argv: list[str] | None = None) -> int:
     cross_validate("A weight per query: the more peaked list weighs more (no new data)", peaked, floor)
 
     coverage = dict(fusion)
-    for w, gamma in itertools.product(weights, (0.05, 0.1, 0.2)):
+    for w, gamma in itertools.product(WEIGHTS, (0.05, 0.1, 0.2)):
         coverage[f"w {w}, coverage {gamma}"] = per_query(
             queries, lambda q, w=w, gamma=gamma: convex(q, w) + gamma * q.coverage)
     cross_validate("Same, or + gamma x idf-weighted share of the query words (needs the text of each candidate)",
                    coverage, floor)
 
-    document = dict(fusion)
-    for w, share, bonus in itertools.product(weights, (0.25, 0.5, 0.75), (0.0, 0.02, 0.05)):
-        document[f"w {w}, document BM25 {share}, both {bonus}"] = per_query(
-            queries, lambda q, w=w, share=share, bonus=bonus:
-            w * q.norm_dense + (1 - w) * ((1 - share) * q.norm_bm25 + share * q.norm_doc) + bonus * q.both)
     cross_validate("Same, or the BM25 side mixed with a BM25 over whole documents (needs a document-level index)",
                    document, floor)
 
-    if not args.no_rm3:
+    if rm3:
         lists = expansion_lists(cache, data, queries)
-        rm3 = {"w 0.5 (default)": default}
+        settings = {"w 0.5 (default)": default}
         for key, beta in itertools.product(RM3_SETTINGS, (0.1, 0.2, 0.3)):
-            rm3[f"RM3 {key[0]} k {key[1]} m {key[2]}, beta {beta}"] = rm3_per_query(queries, data, lists, key, beta)
-        cross_validate("Default, or RM3 expansion on the BM25 side (a second full-text query)", rm3, floor)
-    return 0
+            settings[f"RM3 {key[0]} k {key[1]} m {key[2]}, beta {beta}"] = rm3_per_query(queries, data, lists, key,
+                                                                                           beta)
+        cross_validate("Default, or RM3 expansion on the BM25 side (a second full-text query)", settings, floor)
 
 
 if __name__ == "__main__":
