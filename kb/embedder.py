@@ -78,10 +78,12 @@ class _Backend:
     embed_few_documents: callable = None
 
 
-# A sync with a few new bookmarks embeds a few passages. On ONNX Runtime, 10
-# posts of 30 to 120 words took 0.9 s of CPU against 1.4 s on PyTorch (load
-# average 6), and a process that embeds only a few texts never imports
-# PyTorch (seconds). Larger batches stay on PyTorch, which was faster there.
+# A sync with a few new bookmarks embeds a few passages. A new process that
+# embeds 10 short texts on ONNX Runtime took 1.9 s, on PyTorch 14.2 s (the
+# imports of torch and sentence-transformers, 550 MB against 260 MB); in a
+# warm process both took 0.6 s for 10 posts of 30 to 120 words. Larger
+# batches stay on PyTorch, which was faster for them
+# (benchmarks/index_and_retrieval.md).
 FEW_TEXTS = 32
 
 
