@@ -221,8 +221,15 @@ class SqliteEventLogStorage(DagsterEventLog):
         super().dispose()
 
 
-class SqliteRunStorage(DagsterRunStorage):
-    """Dagster's SQLite run storage (history/runs.db), with the engine kept."""
+class _OneFileStorage:
+    """What kb's run and schedule storage share: one SQLite file in the
+    Dagster home, its engine kept. FILE: the file's name without ".db";
+    FOLDER: its folder under DAGSTER_HOME (Dagster's default); TABLES: the
+    tables that Dagster's from_local() makes."""
+
+    FILE: str
+    FOLDER: tuple[str, ...]
+    TABLES: tuple[str, ...]
 
     def __init__(self, conn_string: str, inst_data: dg.ConfigurableClassData | None = None):
         speed_up_sqlite_storage()
@@ -235,14 +242,14 @@ class SqliteRunStorage(DagsterRunStorage):
     @classmethod
     def from_config_value(cls, inst_data, config_value):
         # Dagster's from_config_value names its own class: call ours.
-        base_dir = config_value.get("base_dir") or os.path.join(_dagster_home(), "history", "")
+        base_dir = config_value.get("base_dir") or os.path.join(_dagster_home(), *cls.FOLDER)
         return cls.from_local(base_dir, inst_data=inst_data)
 
     @classmethod
     def from_local(cls, base_dir: str, inst_data: dg.ConfigurableClassData | None = None):
         speed_up_sqlite_storage()
-        conn_string = create_db_conn_string(base_dir, "runs")
-        if _file_ready(conn_string, "runs", "instance_info"):
+        conn_string = create_db_conn_string(base_dir, cls.FILE)
+        if _file_ready(conn_string, *cls.TABLES):
             return cls(conn_string, inst_data)
         return super().from_local(base_dir, inst_data=inst_data)  # new or older file: Dagster's own checks
 
@@ -257,40 +264,17 @@ class SqliteRunStorage(DagsterRunStorage):
         super().dispose()
 
 
-class SqliteScheduleStorage(DagsterScheduleStorage):
+class SqliteRunStorage(_OneFileStorage, DagsterRunStorage):
+    """Dagster's SQLite run storage (history/runs.db), with the engine kept."""
+
+    FILE, FOLDER, TABLES = "runs", ("history", ""), ("runs", "instance_info")
+
+
+class SqliteScheduleStorage(_OneFileStorage, DagsterScheduleStorage):
     """Dagster's SQLite schedule storage (schedules/schedules.db), with the
     engine kept."""
 
-    def __init__(self, conn_string: str, inst_data: dg.ConfigurableClassData | None = None):
-        speed_up_sqlite_storage()
-        super().__init__(conn_string, inst_data)
-
-    @classmethod
-    def config_type(cls):
-        return {"base_dir": dg.Field(dg.StringSource, is_required=False)}
-
-    @classmethod
-    def from_config_value(cls, inst_data, config_value):
-        base_dir = config_value.get("base_dir") or os.path.join(_dagster_home(), "schedules")
-        return cls.from_local(base_dir, inst_data=inst_data)
-
-    @classmethod
-    def from_local(cls, base_dir: str, inst_data: dg.ConfigurableClassData | None = None):
-        speed_up_sqlite_storage()
-        conn_string = create_db_conn_string(base_dir, "schedules")
-        if _file_ready(conn_string, "job_ticks"):
-            return cls(conn_string, inst_data)
-        return super().from_local(base_dir, inst_data=inst_data)
-
-    @contextmanager
-    def connect(self) -> Iterator:
-        with kept_engine(self._conn_string).connect() as conn:
-            with conn.begin():
-                yield conn
-
-    def dispose(self) -> None:
-        forget_engine(self._conn_string)
-        super().dispose()
+    FILE, FOLDER, TABLES = "schedules", ("schedules",), ("job_ticks",)
 
 
 # --- engines, and Dagster's schema version ------------------------------------
