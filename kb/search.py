@@ -107,7 +107,9 @@ ROW_ID = "_rowid"
 MAX_PHRASE_WORDS = 8
 # LanceDB runs a query in native code and releases the GIL, so the lexical
 # and the vector query (and the rare-word look-ups) run at the same time.
-_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kb-search")
+# One worker for each query of a search: the lexical list, the dense list and
+# the rare-word look-ups; none waits for a free worker.
+_POOL = ThreadPoolExecutor(max_workers=2 + MAX_PROBES, thread_name_prefix="kb-search")
 # The English stop words and the token limit of the full-text index
 # (tantivy's filters, as lance_index.fts_config() sets them up).
 FTS_STOP_WORDS = frozenset(
@@ -228,19 +230,12 @@ def search(
     table_rows = table.count_rows()
     phrases = _phrases(query)
     dense_rows = lexical_rows = None
-    if mode in ("bm25", "hybrid"):
-        # First: the full-text query runs on a worker thread while this one
-        # embeds the query (both release the GIL).
-        lexical_rows = _POOL.submit(_bm25, table, query, where, depth)
-    if mode in ("dense", "hybrid"):
-        vector = query_vector if query_vector is not None else _embed_query(query, index, schema, embedder)
-        only_sources = not (author or after_dt or before_dt or tweet_id is not None or ref is not None)
-        if rows.vectors is not None and only_sources:
-            dense_rows = _Done(_exact_dense(rows.vectors, vector, depth, sources or None))
-        else:
-            dense_rows = _POOL.submit(_dense, table, vector, where, depth, vector_probes(table_rows))
     early_probes = None
     if mode in ("bm25", "hybrid"):
+        # First: the full-text query and the rare-word look-ups start on
+        # worker threads, and run while this thread embeds the query (all of
+        # them release the GIL).
+        lexical_rows = _POOL.submit(_bm25, table, query, where, depth)
         words = _rare_candidates(query)
         if 0 < len(words) <= MAX_PROBES and _rare_max(table_rows) >= depth:
             # Few words, and no count in the lexical list can show that one
@@ -248,6 +243,13 @@ def search(
             # up (see _rare_word_passages), so the look-ups need not wait
             # for the lexical list.
             early_probes = _probe(table, rows, table_rows, words, where)
+    if mode in ("dense", "hybrid"):
+        vector = query_vector if query_vector is not None else _embed_query(query, index, schema, embedder)
+        only_sources = not (author or after_dt or before_dt or tweet_id is not None or ref is not None)
+        if rows.vectors is not None and only_sources:
+            dense_rows = _Done(_exact_dense(rows.vectors, vector, depth, sources or None))
+        else:
+            dense_rows = _POOL.submit(_dense, table, vector, where, depth, vector_probes(table_rows))
 
     # Candidates by row id. The retrievers give row ids and scores only.
     candidates: dict[int, _Candidate] = {}
