@@ -229,12 +229,21 @@ def search(
     depth = min(MAX_DEPTH, max(MIN_DEPTH, limit * DEPTH_PER_HIT))
     table_rows = table.count_rows()
     phrases = _phrases(query)
-    dense_rows = lexical_rows = None
-    early_probes = None
+    only_sources = not (author or after_dt or before_dt or tweet_id is not None or ref is not None)
+
+    def start_dense(vector: np.ndarray):
+        if rows.vectors is not None and only_sources:
+            return _Done(_exact_dense(rows.vectors, vector, depth, sources or None))
+        return _POOL.submit(_dense, table, vector, where, depth, vector_probes(table_rows))
+
+    dense_rows = lexical_rows = early_probes = None
+    wants_dense = mode in ("dense", "hybrid")
+    if wants_dense and query_vector is not None:
+        dense_rows = start_dense(query_vector)
     if mode in ("bm25", "hybrid"):
-        # First: the full-text query and the rare-word look-ups start on
-        # worker threads, and run while this thread embeds the query (all of
-        # them release the GIL).
+        # The full-text query and the rare-word look-ups start on worker
+        # threads before the query embedding below, and run while this thread
+        # embeds the query (all of them release the GIL).
         lexical_rows = _POOL.submit(_bm25, table, query, where, depth)
         words = _rare_candidates(query)
         if 0 < len(words) <= MAX_PROBES and _rare_max(table_rows) >= depth:
@@ -243,13 +252,8 @@ def search(
             # up (see _rare_word_passages), so the look-ups need not wait
             # for the lexical list.
             early_probes = _probe(table, rows, table_rows, words, where)
-    if mode in ("dense", "hybrid"):
-        vector = query_vector if query_vector is not None else _embed_query(query, index, schema, embedder)
-        only_sources = not (author or after_dt or before_dt or tweet_id is not None or ref is not None)
-        if rows.vectors is not None and only_sources:
-            dense_rows = _Done(_exact_dense(rows.vectors, vector, depth, sources or None))
-        else:
-            dense_rows = _POOL.submit(_dense, table, vector, where, depth, vector_probes(table_rows))
+    if wants_dense and dense_rows is None:
+        dense_rows = start_dense(_embed_query(query, index, schema, embedder))
 
     # Candidates by row id. The retrievers give row ids and scores only.
     candidates: dict[int, _Candidate] = {}
