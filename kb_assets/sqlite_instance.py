@@ -365,9 +365,9 @@ def _file_ready(conn_string: str, *tables: str) -> bool:
     if not os.path.exists(path):
         return False
     engine = kept_engine(conn_string)
+    if not _at_head(engine):
+        return False
     with engine.connect() as conn:
-        if _stored_revision(conn) != _migration_scripts().get_current_head():
-            return False
         names = {row[0] for row in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")}
     return set(tables) <= names
 

@@ -376,6 +376,19 @@ def sync_tags(exclude: list[str] | None = None) -> dict[str, str]:
     return {EXCLUDE_TAG: ",".join(exclude)} if exclude else {}
 
 
+def instance_for_runs() -> tuple[dg.DagsterInstance, list[dg.DagsterRun]]:
+    """The Dagster instance under KB_HOME, and the earlier runs of dead
+    workers that the launcher's health rule failed just now."""
+    # The libraries and models that this process loaded (earlier runs too)
+    # stay for its life: out of the garbage collector's scans, as in
+    # kb_assets/definitions.py. The price: a garbage cycle that is alive at
+    # the freeze is never collected; a kb command runs one sync per process.
+    gc.freeze()
+    ensure_dagster_home()
+    instance = dg.DagsterInstance.get()
+    return instance, fail_runs_of_dead_workers(instance)
+
+
 def run_sync(
     *,
     full: bool = False,
@@ -387,12 +400,7 @@ def run_sync(
     job x_sync for one new sync batch. `files` imports raw Bookmarks pages
     instead of opening the browser (the demo and `kb import`). `exclude`:
     source kinds to leave out in this run (the run tag kb/exclude)."""
-    # The libraries and models that earlier runs of this process loaded stay
-    # for its life: out of the garbage collector's scans (kb_assets/definitions.py).
-    gc.freeze()
-    ensure_dagster_home()
-    instance = dg.DagsterInstance.get()
-    gone = fail_runs_of_dead_workers(instance)
+    instance, gone = instance_for_runs()
     report = SyncReport(batch="", gone_runs=[run.run_id for run in gone])
     with code_location(instance) as location:
         for earlier in unfinished_batches(instance):
@@ -425,12 +433,7 @@ def run_batches(job: str, runs: list[tuple[str, dict]], *, title: str, tags: dic
     """One run of `job` for each (sync batch, op config), in the given order,
     in the instance under KB_HOME and in this process. The per-run choices
     are the op config (limit, retry) and the tags (kb/exclude)."""
-    # The libraries and models that earlier runs of this process loaded stay
-    # for its life: out of the garbage collector's scans (kb_assets/definitions.py).
-    gc.freeze()
-    ensure_dagster_home()
-    instance = dg.DagsterInstance.get()
-    gone = fail_runs_of_dead_workers(instance)
+    instance, gone = instance_for_runs()
     report = SyncReport(batch="", gone_runs=[run.run_id for run in gone], title=title)
     if not runs:
         return report
