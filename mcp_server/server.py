@@ -40,6 +40,7 @@ from kb.wiki_files import WIKI_ID_PREFIX, WIKI_SOURCE
 from kb.embedder import EmbedderError, use_cpu_threads
 from kb.lance_index import ChunkIndex, IndexModelMismatch, empty_index_note, to_utc
 from kb.settings import get_settings
+from mcp_server.pipes import serve_stdio
 
 log = logging.getLogger("kb.mcp")
 
@@ -380,7 +381,8 @@ def main() -> None:
     if took is not None:
         log.info("kb-mcp loaded the query embedder and the index in %.1f s", took)
     log.info("kb-mcp serves the index at %s and the wiki at %s", settings.lance_uri, settings.wiki_dir)
-    server.run("stdio")
+    serve_stdio(server)
+
 
 
 if __name__ == "__main__":
