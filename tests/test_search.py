@@ -13,9 +13,10 @@ import pytest
 
 import numpy as np
 
-from kb.search import _dense, _exact_dense, _holds_phrases, _phrases, search
+from kb.search import (EARLY_PROBES, MAX_PROBES, _bm25, _Candidate, _dense, _exact_dense, _holds_phrases, _LowerTexts,
+                       _phrases, _probe, _rare_max, _rare_word_passages, search)
 from kb.embedder import Embedder
-from kb.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch
+from kb.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch, PassageRows
 
 T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
 
@@ -338,6 +339,37 @@ def test_a_look_up_is_kept_per_filter(index, hasher):
     kept = index.passage_rows(index.dataset(CHUNKS)).word_holders
     assert len(kept[(None, "zygote")]) == 2 and [len(v) for (w, word), v in kept.items() if w and word == "zygote"] == [1]
 
+
+
+def test_look_ups_started_early_give_the_answer_of_the_count(index, hasher):
+    # On a large table (rare_max >= depth) the look-ups of up to EARLY_PROBES
+    # words start before the lexical list. With more than MAX_PROBES words,
+    # the count in the lexical list then chooses which look-ups to use: the
+    # answer and the order of the new candidates must be those of the
+    # look-ups started after the count. table_rows=100,000 gives the rare_max
+    # of such a table (100) on a small one.
+    words = {"alpha": 1, "beta": 2, "gamma": 4, "delta": 7, "omega": 11}
+    rows = [chunk(f"w{i}", 0, " ".join(["note", str(i), *(w for w, n in words.items() if i < n)]))
+            for i in range(14)]
+    index_rows(index, rows, hasher)
+    query = " ".join(words)
+    assert len(words) == EARLY_PROBES > MAX_PROBES and _rare_max(100_000) >= 100
+
+    def rare_passages(early: bool):
+        table = index.dataset(CHUNKS)
+        passages = PassageRows.read(table, ("test",), None)  # nothing looked up before
+        lexical = _bm25(table, query, None, 100)
+        probes = _probe(table, passages, 100_000, list(words), None) if early else None
+        candidates = {row_id: _Candidate(row_id) for row_id, _ in lexical[:3]}
+        found = _rare_word_passages(table, passages, 100_000, query, None, lexical, candidates, probes,
+                                    _LowerTexts(passages))
+        return found, list(candidates), passages.word_holders
+
+    late_found, late_order, late_kept = rare_passages(early=False)
+    early_found, early_order, _ = rare_passages(early=True)
+    assert early_found == late_found and len(late_found) == 1  # "w0" holds alpha, beta and gamma
+    assert early_order == late_order
+    assert sorted(word for _, word in late_kept) == ["alpha", "beta", "gamma"]  # the 3 fewest
 
 def test_bad_input(small_index, hasher):
     with pytest.raises(ValueError, match="query is empty"):
