@@ -13,7 +13,8 @@ DuckDB: a sync holds the DuckDB file for minutes, and the server must answer
 while it runs. LanceDB tables are versioned, so a call sees one committed
 version while the index asset writes the next one. No tool writes anything.
 
-stdout carries the MCP messages, so logs go to stderr only.
+stdout carries the MCP messages, so logs go to stderr only. The channel itself
+is in mcp_server/pipes.py.
 
 Register it with an agent client, for example: `claude mcp add kb -- kb-mcp`.
 """
