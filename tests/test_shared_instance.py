@@ -103,7 +103,7 @@ def _wait_for(what: str, check, procs: dict, timeout: float = 240):
                 return last
         except httpx.HTTPError as exc:
             last = exc
-        time.sleep(1)
+        time.sleep(0.25)  # a short poll: each wait ends soon after its answer comes
     raise AssertionError(f"no {what} after {timeout} s; last answer {last!r}")
 
 

@@ -72,7 +72,7 @@ def wait_until(ready, what: str, up: Up | None = None) -> None:
             pytest.fail(f"kb up ended (exit {up.process.returncode}) before {what}:\n{up.output()}")
         if time.monotonic() > deadline:
             pytest.fail(f"no {what} within {WAIT_S} s:\n{up.output() if up else ''}")
-        time.sleep(0.5)
+        time.sleep(0.25)
 
 
 def waiting_for_the_agent(instance: dg.DagsterInstance, item: str) -> bool:
