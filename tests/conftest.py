@@ -53,18 +53,18 @@ def kb_home(tmp_path, monkeypatch):
 # no long file starts late while the other worker runs out of work (before:
 # test_up.py and test_shared_instance.py, late in the alphabet, often ended
 # the run alone). Seconds of one full run on two cores that other jobs also
-# used (load average 5 to 9, December 2026); a file not named here counts as
+# used (load average 5.6, 1 December 2026); a file not named here counts as
 # short.
 FILE_SECONDS = {
-    "test_crash_safety.py": 279, "test_up.py": 256, "test_sync.py": 124, "test_stage_commands.py": 113,
-    "test_shared_instance.py": 102, "test_demo.py": 92, "test_wiki_agent.py": 89, "test_extract.py": 78,
-    "test_bad_input.py": 49, "test_sources_assets.py": 47, "test_layout.py": 46, "test_parsers.py": 44,
-    "test_security.py": 42, "test_capture.py": 41, "test_search.py": 38, "test_documents.py": 33,
-    "test_definitions.py": 31, "test_captions.py": 30, "test_normalize.py": 26, "test_sqlite_instance.py": 21,
-    "test_telegram_bot.py": 19, "test_notifications.py": 19, "test_backup.py": 17, "test_mcp_server.py": 17,
-    "test_object_storage.py": 16, "test_translations.py": 15, "test_web.py": 15, "test_transcripts.py": 12,
-    "test_load.py": 10, "test_embedder.py": 9, "test_modal_apps.py": 7, "test_inbox_sensor.py": 6,
-    "test_status.py": 5,
+    "test_crash_safety.py": 172, "test_up.py": 149, "test_sync.py": 96, "test_wiki_agent.py": 95,
+    "test_extract.py": 87, "test_shared_instance.py": 71, "test_layout.py": 66, "test_bad_input.py": 66,
+    "test_demo.py": 64, "test_security.py": 55, "test_capture.py": 52, "test_sources_assets.py": 49,
+    "test_embedder.py": 49, "test_stage_commands.py": 47, "test_sqlite_instance.py": 46, "test_parsers.py": 44,
+    "test_captions.py": 39, "test_definitions.py": 35, "test_documents.py": 34, "test_normalize.py": 32,
+    "test_notifications.py": 24, "test_telegram_bot.py": 19, "test_web.py": 18, "test_mcp_server.py": 17,
+    "test_object_storage.py": 16, "test_backup.py": 15, "test_load.py": 14, "test_inbox_sensor.py": 10,
+    "test_translations.py": 9, "test_transcripts.py": 8, "test_search.py": 7, "test_inspect.py": 7,
+    "test_modal_apps.py": 7, "test_x_graphql.py": 6,
 }
 
 
