@@ -14,7 +14,7 @@ while it runs. LanceDB tables are versioned, so a call sees one committed
 version while the index asset writes the next one. No tool writes anything.
 
 stdout carries the MCP messages, so logs go to stderr only. The channel itself
-is in mcp_server/pipes.py.
+is in mcp_server/stdio_channel.py.
 
 Register it with an agent client, for example: `claude mcp add kb -- kb-mcp`.
 """
@@ -41,7 +41,7 @@ from kb.wiki_files import WIKI_ID_PREFIX, WIKI_SOURCE
 from kb.embedder import EmbedderError, use_cpu_threads
 from kb.lance_index import ChunkIndex, IndexModelMismatch, empty_index_note, to_utc
 from kb.settings import get_settings
-from mcp_server.pipes import serve_stdio
+from mcp_server.stdio_channel import serve_stdio
 
 log = logging.getLogger("kb.mcp")
 

@@ -1,4 +1,4 @@
-"""kb-mcp's stdio channel (mcp_server/pipes.py), with a real MCP client.
+"""kb-mcp's stdio channel (mcp_server/stdio_channel.py), with a real MCP client.
 
 A small MCP server runs as a subprocess through serve_stdio(): the same
 channel as kb-mcp, without the index, so that the tests do not wait for a
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 SERVER = textwrap.dedent("""
     import os, sys
     from mcp.server.mcpserver import MCPServer
-    from mcp_server.pipes import pipes_on_both_ends, serve_stdio
+    from mcp_server.stdio_channel import pipes_on_both_ends, serve_stdio
 
     server = MCPServer("pipes-test")
 
