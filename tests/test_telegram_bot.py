@@ -11,7 +11,6 @@ import pytest
 from kb.settings import get_settings
 from kb import telegram_replies as replies
 from kb.apps.bot_runner import dagster_reader, main
-from telegram_bridge.bot import build, run
 from kb.telegram_inbox import Inbox, telegram_item_id
 from tests import fake_telegram as tg
 from tests import source_helpers as h
@@ -202,6 +201,8 @@ def test_a_wrong_token_gets_no_updates_and_leaks_nothing(fake, monkeypatch, capl
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123456:TEST-SECRET-OTHER")
     fake.push(msg(fake, 1, **tg.text_fields(LONG_TEXT)))
 
+    from telegram_bridge.bot import build  # aiogram: imported only where a test needs it (7 s of CPU)
+
     async def session():
         settings = get_settings()
         bot, dispatcher = build(settings, dagster_reader(settings))
@@ -222,6 +223,8 @@ def test_main_without_a_token_says_what_to_do(capsys, monkeypatch):
 
 
 def test_run_sets_the_command_menu_and_writes_the_manifest_with_the_telegram_ids(fake, kb_home):
+    from telegram_bridge.bot import run
+
     async def session():
         fake.push(msg(fake, 7, **tg.text_fields(LONG_TEXT)))
         settings = get_settings()

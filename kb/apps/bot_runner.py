@@ -10,7 +10,6 @@ from kb.apps.quick_exit import skip_final_collection
 from kb.settings import Settings, get_settings
 from kb.item_states import StateReader
 from kb_assets.telegram.item_state import state_reader
-from telegram_bridge.bot import serve
 
 
 def dagster_reader(settings: Settings) -> StateReader:
@@ -19,6 +18,10 @@ def dagster_reader(settings: Settings) -> StateReader:
 
 
 def main() -> int:
+    # The bot imports aiogram (about 7 s of CPU): only here, so that a
+    # process that wants dagster_reader() alone does not pay for it.
+    from telegram_bridge.bot import serve
+
     skip_final_collection()  # aiogram's and Dagster's objects: no last collection at SIGTERM
     settings = get_settings()
     return serve(settings, dagster_reader(settings))
