@@ -234,6 +234,26 @@ def test_onnx_runtime_gives_the_vectors_of_sentence_transformers():
     assert float((onnx * torch).sum(axis=1).min()) > 0.9999
 
 
+
+def test_queries_use_int8_weights_and_passages_the_full_ones():
+    """KB_QUERY_INT8 (default on): a query on ONNX Runtime runs on the int8
+    file, so its vector is near the full one but not equal; a few passages
+    keep the full weights (the test above checks them against PyTorch)."""
+    from kb.embedder import load_onnx_model, onnx_int8_file, local_model_path, onnx_model_file
+
+    text = "how does the borrow checker decide how long a reference lives"
+    full = load_onnx_model("all-MiniLM-L6-v2").encode([text])[0]
+    int8 = Embedder.from_settings(backend="local", use_cache=False).embed_query(text)
+    assert 0.98 < float(full @ int8) < 0.99999
+    # The same text without int8 weights: the full vector, not the int8 one
+    # from the process-wide query cache.
+    plain = Embedder.from_settings(backend="local", use_cache=False, query_int8=False).embed_query(text)
+    assert float(full @ plain) > 0.99999
+    few = Embedder.from_settings(backend="local", use_cache=False).embed_documents([text])[0]
+    assert float(full @ few) > 0.99999
+    path = local_model_path("all-MiniLM-L6-v2")
+    assert onnx_int8_file(path).stat().st_size < onnx_model_file(path).stat().st_size / 3
+
 def test_local_runtimes(monkeypatch):
     from kb.embedder import EmbedderError, local_runtimes
 
