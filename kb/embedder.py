@@ -381,39 +381,26 @@ def load_onnx_model(name: str, int8: bool = False) -> OnnxModel:
 
 
 _ONNX_FAILED: dict[str, str] = {}
-
-
-def _onnx_failure(name: str) -> str | None:
-    """Why the local model cannot run on ONNX Runtime here (for example no
-    `onnx` to make the file, or a read-only cache folder), or None. kb then
-    runs it on PyTorch: slower, the same vectors. Logged once per process."""
-    if name in _ONNX_FAILED:
-        return _ONNX_FAILED[name]
-    try:
-        load_onnx_model(name)
-        return None
-    except (EmbedderError, ImportError, OSError, RuntimeError) as exc:
-        _ONNX_FAILED[name] = f"{type(exc).__name__}: {exc}"
-        log.warning("The local model runs on PyTorch: ONNX Runtime is not usable (%s).", _ONNX_FAILED[name])
-        return _ONNX_FAILED[name]
-
-
 _INT8_FAILED: dict[str, str] = {}
 
 
-def _int8_failure(name: str) -> str | None:
-    """Why the int8 query model cannot load here (for example a read-only
-    cache folder), or None. Queries then use the full weights. Logged once
-    per process."""
-    if name in _INT8_FAILED:
-        return _INT8_FAILED[name]
+def _onnx_failure(name: str, int8: bool = False) -> str | None:
+    """Why the local model cannot run on ONNX Runtime here (for example no
+    `onnx` to make the file, or a read-only cache folder), or None. kb then
+    runs it on PyTorch: slower, the same vectors. int8: the same for the
+    int8 query model; queries then use the full weights. Logged once per
+    process."""
+    failed = _INT8_FAILED if int8 else _ONNX_FAILED
+    if name in failed:
+        return failed[name]
     try:
-        load_onnx_model(name, int8=True)
+        load_onnx_model(name, int8=int8)
         return None
     except (EmbedderError, ImportError, OSError, RuntimeError, ValueError) as exc:
-        _INT8_FAILED[name] = f"{type(exc).__name__}: {exc}"
-        log.warning("Queries use the full weights: the int8 model is not usable (%s).", _INT8_FAILED[name])
-        return _INT8_FAILED[name]
+        failed[name] = f"{type(exc).__name__}: {exc}"
+        log.warning("%s (%s).", "Queries use the full weights: the int8 model is not usable" if int8
+                    else "The local model runs on PyTorch: ONNX Runtime is not usable", failed[name])
+        return failed[name]
 
 
 def model_dimension(model) -> int:
@@ -616,7 +603,7 @@ class Embedder(BaseModel):
                 onnx_model = load_onnx_model(name, int8=int8)
                 return lambda texts: onnx_model.encode(texts, batch)
 
-            int8_queries = runtime["queries"] == "onnx" and self.query_int8 and not _int8_failure(name)
+            int8_queries = runtime["queries"] == "onnx" and self.query_int8 and not _onnx_failure(name, int8=True)
 
             def encoder(kind: str):
                 if runtime[kind] == "onnx":
