@@ -41,6 +41,7 @@ class EmbedderResource(ClientResource):
     cache_dir: str
     use_cache: bool = True
     ollama_timeout_s: float = 120.0
+    query_int8: bool = True
 
     def get_client(self) -> Embedder:
         return super().get_client()
