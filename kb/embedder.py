@@ -596,14 +596,22 @@ class Embedder(BaseModel):
             name = self._local_model()
             batch = self._batch()
             runtime = dict(zip(("queries", "documents"), local_runtimes()))
-            if "onnx" in runtime.values() and _onnx_failure(name):
+            # Each ONNX model loads when this process first uses it: a server
+            # that only searches holds the int8 model alone (with the full one
+            # too, 20 to 48 MB more). The int8 file is made from the full one,
+            # so when it loads, the full file is there too.
+            int8_queries = runtime["queries"] == "onnx" and self.query_int8 and not _onnx_failure(name, int8=True)
+            if "onnx" in runtime.values() and not int8_queries and _onnx_failure(name):
                 runtime = {kind: "torch" for kind in runtime}
 
             def onnx_encoder(int8: bool):
-                onnx_model = load_onnx_model(name, int8=int8)
-                return lambda texts: onnx_model.encode(texts, batch)
+                loaded: list[OnnxModel] = []
 
-            int8_queries = runtime["queries"] == "onnx" and self.query_int8 and not _onnx_failure(name, int8=True)
+                def encode(texts: list[str]) -> np.ndarray:
+                    if not loaded:
+                        loaded.append(load_onnx_model(name, int8=int8))
+                    return loaded[0].encode(texts, batch)
+                return encode
 
             def encoder(kind: str):
                 if runtime[kind] == "onnx":
@@ -617,7 +625,7 @@ class Embedder(BaseModel):
                     return normalize(vectors)
                 return encode
 
-            dim = (load_onnx_model(name).dim if "onnx" in runtime.values()
+            dim = (int(pooling_config(local_model_path(name))["word_embedding_dimension"]) if "onnx" in runtime.values()
                    else model_dimension(load_local_model(name)))
             # The same vectors from both runtimes (see ONNX_EXPORT_VERSION).
             # A few passages: the full weights, never the int8 ones.
