@@ -6,8 +6,11 @@ which is loaded once per test process."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -217,6 +220,27 @@ def test_a_reader_sees_a_rebuilt_index_with_the_same_version_number(index, hashe
     index_rows(index, [chunk("1", 0, "second index about zeppelins")], hasher)
     assert reader.dataset(CHUNKS).version == version
     assert search("zeppelins", index=reader, embedder=hasher).hits[0].best_chunk == "second index about zeppelins"
+
+
+def test_a_reader_uses_its_open_table_again_until_a_commit(index, hasher):
+    """A local reader opens a table again only when its commit folder
+    changed. The folder's time is set back 10 s: a commit of long ago."""
+    index_rows(index, [chunk("1", 0, "first note about zeppelins")], hasher)
+    reader = ChunkIndex.from_settings()
+    versions = Path(reader.table_uri(CHUNKS)) / "_versions"
+    # Just after a commit the folder time can still change in the same clock
+    # tick, so the reader opens the latest version each time.
+    assert reader.dataset(CHUNKS) is not reader.dataset(CHUNKS)
+    old = time.time_ns() - 10 * 10**9
+    os.utime(versions, ns=(old, old))
+    opened = reader.dataset(CHUNKS)
+    assert reader.dataset(CHUNKS) is opened
+    index_rows(index, [chunk("2", 0, "second note about airships")], hasher)
+    # The next search comes 5 s after this commit: its stamp has settled too.
+    later = time.time_ns() - 5 * 10**9
+    os.utime(versions, ns=(later, later))
+    assert reader.dataset(CHUNKS).version == opened.version + 1
+    assert search("airships", index=reader, embedder=hasher, mode="bm25").hits[0].tweet_id == "2"
 
 
 def test_search_while_another_thread_writes(index, hasher):
