@@ -165,9 +165,13 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
             up.process.wait()
 
     with FakeAnthropic(turns=ingest_turns("leases")) as agent:
-        up = Up({**env, "ANTHROPIC_BASE_URL": agent.base_url}, *ports)
+        # The search page has had its checks above: the restart runs without
+        # it (one process start less), and so --no-web is tested too.
+        up = Up({**env, "ANTHROPIC_BASE_URL": agent.base_url}, *ports[:2], "--no-web")
         try:
             up.wait_for_line("kb up: running")
+            assert "kb web             off: --no-web" in up.lines, up.output()
+            assert not any(line.startswith("kb web ") and "(pid " in line for line in up.lines), up.output()
             telegram.push(message_update(telegram.next_update_id(), 2, OWNER, **text_fields(NOTE_B)))
             wait_until(lambda: any(r.startswith("done: ") for r in telegram.replies_to(2)), "the 'done' reply", up)
         finally:
