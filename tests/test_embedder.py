@@ -223,16 +223,11 @@ def test_auto_does_not_fall_back_to_local_for_an_ollama_index(monkeypatch):
     assert index.counts()["chunks"] == 1 and index.model_info() == ("ollama:embeddinggemma", DIM)
 
 
-def test_onnx_runtime_gives_the_vectors_of_sentence_transformers():
-    from kb.embedder import load_local_model, load_onnx_model
-
-    texts = ["Homelab log: patched CVE-2024-3094 on all my Debian boxes today.",
-             "Sourdough bread: feeding the starter and shaping the loaf " * 40]  # past the 256-token limit
-    onnx = load_onnx_model("all-MiniLM-L6-v2").encode(texts)
-    torch = load_local_model("all-MiniLM-L6-v2").encode(texts, normalize_embeddings=True)
-    assert onnx.shape == torch.shape == (2, 384)
-    assert float((onnx * torch).sum(axis=1).min()) > 0.9999
-
+def test_onnx_runtime_gives_the_vectors_of_sentence_transformers(pytorch_checks):
+    # Two texts, the second past the 256-token limit: see PYTORCH_CHECKS.
+    result = pytorch_checks["onnx_against_torch"]
+    assert result["onnx_shape"] == result["torch_shape"] == [2, 384]
+    assert result["min_cosine"] > 0.9999
 
 
 def test_queries_use_int8_weights_and_passages_the_full_ones():
@@ -266,39 +261,77 @@ def test_local_runtimes(monkeypatch):
         local_runtimes()
 
 
-def test_without_a_usable_onnx_file_the_model_runs_on_pytorch(monkeypatch, tmp_path):
+# --- the checks that need PyTorch: one fresh interpreter ------------------------
+# Importing PyTorch and sentence-transformers costs about 10 s of CPU in each
+# process. The check of a few texts needs a fresh interpreter (it must see
+# that a few texts import no PyTorch), so the other PyTorch checks run in that
+# interpreter after it, and the test process imports no PyTorch. Each check
+# below starts from the state that its test had in this process before.
+PYTORCH_CHECKS = textwrap.dedent("""
+    import json, os, sys
+    import numpy as np
     import kb.embedder as embedder_module
+    from kb.embedder import FEW_TEXTS, Embedder, load_local_model, load_onnx_model
+    results = {}
+
+    # A sync with a few new bookmarks, then a large batch.
+    texts = [f"Note {i}: the query planner skips cold partitions of table {i}." for i in range(FEW_TEXTS + 8)]
+    embedder = Embedder.from_settings(backend="local", use_cache=False)
+    few = embedder.embed_documents(texts[:5])
+    torch_after_few = "torch" in sys.modules
+    many = embedder.embed_documents(texts)
+    results["few_and_many"] = {"torch_after_few": torch_after_few, "torch_after_many": "torch" in sys.modules,
+                               "cosine": float((few * many[:5]).sum(axis=1).min())}
+
+    # ONNX Runtime against sentence-transformers.
+    texts = ["Homelab log: patched CVE-2024-3094 on all my Debian boxes today.",
+             "Sourdough bread: feeding the starter and shaping the loaf " * 40]  # past the 256-token limit
+    onnx = load_onnx_model("all-MiniLM-L6-v2").encode(texts)
+    torch = load_local_model("all-MiniLM-L6-v2").encode(texts, normalize_embeddings=True)
+    results["onnx_against_torch"] = {"onnx_shape": list(onnx.shape), "torch_shape": list(torch.shape),
+                                     "min_cosine": float((onnx * torch).sum(axis=1).min())}
 
     # The cache folder cannot be made: XDG_CACHE_HOME is a file.
-    blocker = tmp_path / "not-a-folder"
-    blocker.write_text("")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
-    monkeypatch.setattr(embedder_module, "_ONNX_MODELS", {})  # no model from an earlier test
-    monkeypatch.setattr(embedder_module, "_ONNX_FAILED", {})
-    embedder = Embedder.from_settings(backend="local", cache_dir=str(tmp_path))
-    vector = embedder.embed_query("sourdough starter, embedded on PyTorch")
-    assert vector.shape == (384,) and abs(float(np.linalg.norm(vector)) - 1.0) < 1e-4
-    assert str(blocker) in embedder_module._ONNX_FAILED["all-MiniLM-L6-v2"]
+    blocker, cache_dir = sys.argv[1], sys.argv[2]
+    open(blocker, "w").close()
+    os.environ["XDG_CACHE_HOME"] = blocker
+    embedder_module._ONNX_MODELS.clear()  # no model from the checks above
+    embedder_module._ONNX_FAILED.clear()
+    vector = Embedder.from_settings(backend="local", cache_dir=cache_dir).embed_query(
+        "sourdough starter, embedded on PyTorch")
+    results["without_onnx"] = {"shape": list(vector.shape), "norm": float(np.linalg.norm(vector)),
+                               "blocker": blocker, "failure": embedder_module._ONNX_FAILED.get("all-MiniLM-L6-v2")}
+    print(json.dumps(results))
+""")
 
 
-def test_a_few_texts_are_embedded_without_pytorch_and_match_a_large_batch(tmp_path):
+@pytest.fixture(scope="module")
+def pytorch_results() -> dict:
+    return {}
+
+
+@pytest.fixture
+def pytorch_checks(pytorch_results, kb_home, tmp_path) -> dict:
+    """The results of PYTORCH_CHECKS, run once for this file. The first test
+    that asks runs it, with the clean environment of conftest.kb_home."""
+    if not pytorch_results:
+        env = {**os.environ, "KB_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1"}
+        env.pop("KB_LOCAL_RUNTIME", None)
+        done = subprocess.run([sys.executable, "-c", PYTORCH_CHECKS, str(tmp_path / "not-a-folder"),
+                               str(tmp_path / "vectors")], capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        pytorch_results.update(json.loads(done.stdout.strip().splitlines()[-1]))
+    return pytorch_results
+
+
+def test_without_a_usable_onnx_file_the_model_runs_on_pytorch(pytorch_checks):
+    result = pytorch_checks["without_onnx"]
+    assert result["shape"] == [384] and abs(result["norm"] - 1.0) < 1e-4
+    assert result["blocker"] in result["failure"]
+
+
+def test_a_few_texts_are_embedded_without_pytorch_and_match_a_large_batch(pytorch_checks):
     """A sync with a few new bookmarks embeds them on ONNX Runtime and never
     imports PyTorch; a large batch runs on PyTorch. Same vectors."""
-    script = textwrap.dedent("""
-        import json, sys
-        import numpy as np
-        from kb.embedder import FEW_TEXTS, Embedder
-        texts = [f"Note {i}: the query planner skips cold partitions of table {i}." for i in range(FEW_TEXTS + 8)]
-        embedder = Embedder.from_settings(backend="local", use_cache=False)
-        few = embedder.embed_documents(texts[:5])
-        torch_after_few = "torch" in sys.modules
-        many = embedder.embed_documents(texts)
-        print(json.dumps({"torch_after_few": torch_after_few, "torch_after_many": "torch" in sys.modules,
-                          "cosine": float((few * many[:5]).sum(axis=1).min())}))
-    """)
-    env = {**os.environ, "KB_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1"}
-    env.pop("KB_LOCAL_RUNTIME", None)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result == {"torch_after_few": False, "torch_after_many": True, "cosine": pytest.approx(1.0, abs=1e-4)}
+    assert pytorch_checks["few_and_many"] == {"torch_after_few": False, "torch_after_many": True,
+                                              "cosine": pytest.approx(1.0, abs=1e-4)}
