@@ -222,6 +222,12 @@ def pooling_config(model_path: Path) -> dict:
     return json.loads((model_path / "1_Pooling" / "config.json").read_text())
 
 
+def folder_dimension(model_path: Path) -> int:
+    """The vector dimension of a sentence-transformers model folder, from its
+    files: no model loads."""
+    return int(pooling_config(model_path)["word_embedding_dimension"])
+
+
 def local_model_presence(name: str) -> dict:
     """For `kb status`: whether the local model and the packages of its
     runtimes are installed, and its dimension, from the files only. It
@@ -238,7 +244,7 @@ def local_model_presence(name: str) -> dict:
         if missing:
             raise EmbedderError(f"The {runtime} runtime of the local model needs the package(s) "
                                 f"{', '.join(missing)}. Install them, or set KB_LOCAL_RUNTIME.")
-    return {"path": str(path), "dim": int(pooling_config(path)["word_embedding_dimension"]),
+    return {"path": str(path), "dim": folder_dimension(path),
             "runtime": {"queries": queries, "documents": documents}}
 
 
@@ -605,13 +611,8 @@ class Embedder(BaseModel):
                 runtime = {kind: "torch" for kind in runtime}
 
             def onnx_encoder(int8: bool):
-                loaded: list[OnnxModel] = []
-
-                def encode(texts: list[str]) -> np.ndarray:
-                    if not loaded:
-                        loaded.append(load_onnx_model(name, int8=int8))
-                    return loaded[0].encode(texts, batch)
-                return encode
+                # load_onnx_model() loads once per process, on the first call.
+                return lambda texts: load_onnx_model(name, int8=int8).encode(texts, batch)
 
             def encoder(kind: str):
                 if runtime[kind] == "onnx":
@@ -625,7 +626,7 @@ class Embedder(BaseModel):
                     return normalize(vectors)
                 return encode
 
-            dim = (int(pooling_config(local_model_path(name))["word_embedding_dimension"]) if "onnx" in runtime.values()
+            dim = (folder_dimension(local_model_path(name)) if "onnx" in runtime.values()
                    else model_dimension(load_local_model(name)))
             # The same vectors from both runtimes (see ONNX_EXPORT_VERSION).
             # A few passages: the full weights, never the int8 ones.

@@ -30,7 +30,6 @@ import math
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -214,7 +213,7 @@ class ChunkIndex(BaseModel):
     _cards_cache: Any = PrivateAttr(default=None)  # (table version, {tweet_id: card})
     _rows: Any = PrivateAttr(default=None)  # PassageRows of the last version read: see passage_rows()
     _seen_tables: bool = PrivateAttr(default=False)
-    _datasets: Any = PrivateAttr(default_factory=dict)  # {table: (CommitStamp, dataset)}: see dataset()
+    _datasets: Any = PrivateAttr(default_factory=dict)  # {table: (commit stamp, dataset)}: see dataset()
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **overrides) -> ChunkIndex:
@@ -324,7 +323,7 @@ class ChunkIndex(BaseModel):
         stamp = None if self.remote else _commit_stamp(uri)
         if not self.remote and stamp is None:
             return None  # no table; and a read must not create a folder
-        if stamp is not None and stamp.settled:
+        if stamp is not None and _settled(stamp):
             reused = self._datasets.get(name)
             if reused is not None and reused[0] == stamp:
                 return reused[1]
@@ -881,27 +880,23 @@ class ChunkIndex(BaseModel):
 COMMIT_STAMP_SETTLE_NS = 2_000_000_000
 
 
-@dataclass(frozen=True)
-class CommitStamp:
-    """The inode and modification time of a table's `_versions` folder.
-    Lance writes one manifest file into that folder per commit (and removes
-    old ones in a cleanup), and each of these changes the folder's time; a
-    table dropped and made again has a new folder (new inode)."""
-
-    inode: int
-    mtime_ns: int
-    settled: bool = field(compare=False)
-
-
-def _commit_stamp(table_uri: str) -> CommitStamp | None:
-    """The commit stamp of a local table, or None when it has no commits."""
+def _commit_stamp(table_uri: str) -> tuple[int, int] | None:
+    """(inode, modification time in ns) of a local table's `_versions`
+    folder, or None when the table has no commits. Lance writes one manifest
+    file into that folder per commit (and removes old ones in a cleanup), and
+    each of these changes the folder's time; a table dropped and made again
+    has a new folder."""
     try:
         status = os.stat(os.path.join(table_uri, "_versions"))
     except OSError:
         return None
-    # A time in the future (the clock set back) never settles: each read opens.
-    settled = time.time_ns() - status.st_mtime_ns > COMMIT_STAMP_SETTLE_NS
-    return CommitStamp(status.st_ino, status.st_mtime_ns, settled)
+    return status.st_ino, status.st_mtime_ns
+
+
+def _settled(stamp: tuple[int, int]) -> bool:
+    """True when no commit can still leave this stamp unchanged. A time in
+    the future (the clock set back) never settles: each read opens."""
+    return time.time_ns() - stamp[1] > COMMIT_STAMP_SETTLE_NS
 
 
 def _dataset_identity(dataset) -> tuple:

@@ -364,7 +364,6 @@ def test_a_look_up_is_kept_per_filter(index, hasher):
     assert len(kept[(None, "zygote")]) == 2 and [len(v) for (w, word), v in kept.items() if w and word == "zygote"] == [1]
 
 
-
 def test_look_ups_started_early_give_the_answer_of_the_count(index, hasher):
     # On a large table (rare_max >= depth) the look-ups of up to EARLY_PROBES
     # words start before the lexical list. With more than MAX_PROBES words,
@@ -394,6 +393,7 @@ def test_look_ups_started_early_give_the_answer_of_the_count(index, hasher):
     assert early_found == late_found and len(late_found) == 1  # "w0" holds alpha, beta and gamma
     assert early_order == late_order
     assert sorted(word for _, word in late_kept) == ["alpha", "beta", "gamma"]  # the 3 fewest
+
 
 def test_bad_input(small_index, hasher):
     with pytest.raises(ValueError, match="query is empty"):
