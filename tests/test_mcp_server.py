@@ -320,7 +320,7 @@ def test_tools_are_listed_as_read_only(client):
     assert set(tools) == {"search_bookmarks", "get_bookmark", "read_document", "search_wiki", "read_wiki_page"}
     assert all(tool.annotations.read_only_hint for tool in tools.values())
     params = tools["search_bookmarks"].input_schema["properties"]
-    assert set(params) == {"query", "limit", "author", "source", "after", "before"}
+    assert set(params) == {"query", "limit", "author", "source", "after", "before", "rerank"}
     assert set(tools["read_document"].input_schema["properties"]) == {"tweet_id_or_url", "query", "offset"}
 
 
@@ -340,6 +340,18 @@ def test_search_bookmarks_hits_and_last_sync(client):
     # One best passage per bookmark, never a wiki page.
     assert len(hits) == len(response["hits"])
     assert not any(h["tweet_id"].startswith("wiki:") for h in response["hits"])
+
+
+def test_search_bookmarks_deep_search(client):
+    """rerank=true: the cross-encoder scores the first hits; the same
+    bookmarks, each with its rerank_score, the best first."""
+    query = "borrow checker mutable references"
+    plain = client.ok("search_bookmarks", query=query)["hits"]
+    deep = client.ok("search_bookmarks", query=query, rerank=True)["hits"]
+    assert "rerank_score" not in plain[0]
+    assert {h["tweet_id"] for h in deep} == {h["tweet_id"] for h in plain}
+    assert all(isinstance(h["rerank_score"], float) for h in deep)
+    assert deep[0]["tweet_id"] == "101" and deep[0]["rerank_score"] == max(h["rerank_score"] for h in deep)
 
 
 def test_search_bookmarks_gives_the_original_of_a_translated_passage(client):

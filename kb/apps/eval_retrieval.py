@@ -130,13 +130,15 @@ def evaluate(
     fusion: str = DEFAULT_FUSION,
     max_queries: int | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    rerank: bool = False,
 ) -> dict:
     """nDCG@10, Recall@100 and search time per mode:
     {"<mode>": {"ndcg@10", "recall@100", "p50_ms", "p95_ms", "queries"}}.
 
     The index is built in `workdir` (default: a temporary folder, removed at
     the end); the embedding cache is the embedder's (settings.lancedb_dir by
-    default), so a second run embeds nothing."""
+    default), so a second run embeds nothing. rerank: the deep search
+    (search(rerank=True)); its time includes the cross-encoder."""
     modes = list(modes)
     for mode in modes:
         if mode not in MODES:
@@ -157,7 +159,7 @@ def evaluate(
                 vectors[qid] = vector
         results = {}
         for mode in modes:
-            results[mode] = _run_mode(mode, queries, qrels, index, embedder, vectors, fusion, progress)
+            results[mode] = _run_mode(mode, queries, qrels, index, embedder, vectors, fusion, progress, rerank)
     return results
 
 
@@ -165,12 +167,12 @@ def _embed_queries(embedder: Embedder, texts: list[str]):
     return [embedder.embed_query(t) for t in texts]
 
 
-def _run_mode(mode, queries, qrels, index, embedder, vectors, fusion, progress) -> dict:
+def _run_mode(mode, queries, qrels, index, embedder, vectors, fusion, progress, rerank=False) -> dict:
     ndcgs, recalls, times = [], [], []
     for number, (qid, text) in enumerate(queries.items(), 1):
         started = time.perf_counter()
         response = search(text, limit=100, mode=mode, index=index, embedder=embedder, fusion=fusion,
-                          query_vector=vectors.get(qid))
+                          query_vector=vectors.get(qid), rerank=rerank)
         times.append((time.perf_counter() - started) * 1000)
         ranked = [hit.tweet_id for hit in response.hits]
         ndcgs.append(ndcg_at(ranked, qrels[qid], 10))

@@ -50,6 +50,7 @@ def print_hits(response) -> None:
         return
     for n, hit in enumerate(hits, start=1):
         date = str(hit.created_at)[:10] if hit.created_at else "?"
-        click.echo(f"{n}. @{hit.author}  {date}  score {hit.score:.3f}  [{hit.best_source}]")
+        reranked = f"  rerank {hit.rerank_score:.2f}" if hit.rerank_score is not None else ""
+        click.echo(f"{n}. @{hit.author}  {date}  score {hit.score:.3f}{reranked}  [{hit.best_source}]")
         click.echo("   " + " ".join(hit.best_chunk.split())[:400])
         click.echo(f"   from {hit.best_ref}")
