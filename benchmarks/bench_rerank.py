@@ -91,15 +91,18 @@ def collect(out: Path, index, embedder, queries: dict, limit: int | None) -> dic
     return done
 
 
-def replay(row: dict, weight: float) -> list[str]:
+def replay(row: dict, query: str, weight: float) -> list[str]:
     """The deep order at another weight: kb.rerank.new_order() on the first
-    hits of the hybrid list, with the cross-encoder scores of the deep search."""
+    hits of the hybrid list, with the cross-encoder scores of the deep search,
+    and the hits kept in place as search() keeps them."""
     from kb.rerank import RERANK_TOP, new_order
+    from kb.search import exact_words_lead
 
     base = row["base"]
     model = {tweet_id: score for tweet_id, score in row["deep"] if score is not None}
     head = base[:RERANK_TOP]
-    order = new_order([model[t] for t, _, _ in head], [s for _, s, _ in head], [fixed for _, _, fixed in head],
+    keep = exact_words_lead(query)
+    order = new_order([model[t] for t, _, _ in head], [s for _, s, _ in head], [keep and exact for _, _, exact in head],
                       weight)
     return [head[i][0] for i in order] + [t for t, _, _ in base[RERANK_TOP:]]
 
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     # The replay at the product's weight must give the deep search's first
     # hits. Past them, both keep the hybrid order, where two searches can
     # order hits of equal score differently, so the rest is not compared.
-    differ = [qid for qid in qids if replay(rows[qid], RERANK_WEIGHT)[:RERANK_TOP]
+    differ = [qid for qid in qids if replay(rows[qid], queries[qid], RERANK_WEIGHT)[:RERANK_TOP]
               != [t for t, _ in rows[qid]["deep"]][:RERANK_TOP]]
     print(f"Replay at weight {RERANK_WEIGHT} against search(rerank=True), first {RERANK_TOP} hits: "
           f"{len(qids) - len(differ)} of {len(qids)} queries the same" + (f"; differ: {differ[:10]}" if differ else ""))
@@ -132,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     hybrid = scores(lambda r: [t for t, _, _ in r["base"]])
     floor = scores(lambda r: r["floor"])
     deep = scores(lambda r: [t for t, _ in r["deep"]])
-    grid = {w: scores(lambda r, w=w: replay(r, w)) for w in WEIGHTS}
+    grid = {w: scores(lambda r, w=w: replay(r, queries[r["qid"]], w)) for w in WEIGHTS}
     seconds = sorted(rows[qid]["seconds"] for qid in qids)
     print(f"\n{len(qids)} queries. nDCG@10 on all (not held out): hybrid {hybrid.mean():.4f}, plain RRF "
           f"{floor.mean():.4f}, deep search (weight {RERANK_WEIGHT}) {deep.mean():.4f}")

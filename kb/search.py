@@ -26,7 +26,8 @@ Exact words first:
 Deep search (`rerank=True`): a cross-encoder reads the query with a window
 of each of the first RERANK_TOP hits and sorts them again (kb/rerank.py).
 It gives a better order (SciFact nDCG@10: see kb/rerank.py), but it adds 1 to
-3 s on 2 cores, so it is off by default. The exact-word hits keep their places.
+3 s on 2 cores, so it is off by default. In a keyword query or a query with a
+"quoted phrase", the exact-word hits keep their places (exact_words_lead()).
 
 Results: one best passage per bookmark, with chunk_count and word_count of
 everything behind the bookmark. With `tweet_id` or `ref` set (read one
@@ -796,11 +797,20 @@ def _hits(index: ChunkIndex, rows: PassageRows, chosen: list[_Candidate]) -> lis
 
 
 # --- deep search ---------------------------------------------------------------
+def exact_words_lead(query: str) -> bool:
+    """True when the hits with the exact words (Hit.exact_match) keep their
+    places in a deep search: a keyword query, or a query with a "quoted
+    phrase". There the owner asks for those words. In a longer query, a rare
+    word is one word of a question, and the cross-encoder, which reads the
+    whole text, orders all the first hits: on SciFact, hits kept in place
+    there cost nDCG@10 (benchmarks/index_and_retrieval.md)."""
+    return len(_content_words(query)) <= KEYWORD_QUERY_WORDS or bool(QUOTED.search(query))
+
+
 def _reranked(query: str, rows: PassageRows, chosen: list[_Candidate], per_document: bool) -> list[_Candidate]:
     """The first RERANK_TOP hits in the cross-encoder's order (kb.rerank).
-    A hit that an exact rule placed keeps its place: the exact words stay
-    first, as the module text promises. The model loads at the first deep
-    search of a process, so a search without rerank never loads it."""
+    The model loads at the first deep search of a process, so a search
+    without rerank never loads it."""
     head = chosen[:RERANK_TOP]
     if not head:
         return chosen
@@ -811,7 +821,8 @@ def _reranked(query: str, rows: PassageRows, chosen: list[_Candidate], per_docum
     scores = load_model().score(query, windows).tolist()
     for cand, score in zip(head, scores):
         cand.rerank = score
-    order = new_order(scores, [c.score for c in head], [c.exact or c.rare for c in head])
+    keep = exact_words_lead(query)
+    order = new_order(scores, [c.score for c in head], [keep and (c.exact or c.rare) for c in head])
     return [head[i] for i in order] + chosen[len(head):]
 
 

@@ -17,7 +17,7 @@ from kb.embedder import Embedder
 from kb.lance_index import ChunkIndex
 from kb.rerank import (HEADING_WORDS, RERANK_TOP, RerankError, WordRarity, load_model, model_folder, new_order,
                        window_for, windows, words_of)
-from kb.search import search
+from kb.search import exact_words_lead, search
 from tests.test_search import chunk, index_rows
 
 ESPRESSO_QUERY = "what water temperature is best for espresso"
@@ -149,6 +149,26 @@ def test_a_hit_with_the_rare_query_words_stays_first(espresso_index, hasher):
     # The test can fail: the model's order would put another hit first.
     free = new_order([h.rerank_score for h in deep.hits], [h.score for h in deep.hits], [False] * 4)
     assert deep.hits[free[0]].tweet_id == "2"
+
+
+def test_in_a_longer_query_the_model_also_orders_the_rare_word_hit(hasher):
+    """A question: search() keeps the rare-word hit among the first 3; the
+    deep search lets the cross-encoder order it with the others."""
+    index = ChunkIndex.from_settings()
+    index_rows(index, ESPRESSO + [chunk("5", 0, "Error E7 on the espresso machine display: the water temperature "
+                                                "sensor failed. Call the shop for a new sensor.")], hasher)
+    query = "the best espresso water temperature for a sweet shot"
+    plain = search(query, index=index, embedder=hasher, limit=5)
+    deep = search(query, index=index, embedder=hasher, limit=5, rerank=True)
+    assert [h.tweet_id for h in plain.hits][:3] == ["5", "3", "2"] and plain.hits[2].exact_match
+    assert deep.hits[0].tweet_id == "2"
+
+
+def test_which_queries_keep_the_exact_word_hits_in_place():
+    assert exact_words_lead("water temperature")
+    assert exact_words_lead("CVE-2024-3094 backdoor")  # 4 content words: cve, 2024, 3094, backdoor
+    assert not exact_words_lead("the best espresso water temperature for a sweet shot")
+    assert exact_words_lead('the best espresso water for a "sweet shot" at home')
 
 
 def test_the_model_reads_the_best_window_of_the_whole_bookmark(hasher):
