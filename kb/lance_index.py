@@ -980,6 +980,7 @@ class PassageRows:
         read_new = False
         for fragment in dataset.get_fragments():
             key = _fragment_key(fragment)
+            # From the manifest: no read of the deletion file (object storage).
             live_rows[key] = fragment.metadata.physical_rows - fragment.metadata.num_deletions
             if key in known:
                 parts[key] = known[key]
