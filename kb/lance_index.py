@@ -28,6 +28,7 @@ import json
 import logging
 import math
 import os
+import sys
 import threading
 import time
 from collections import Counter
@@ -954,10 +955,10 @@ class PassageRows:
         self.word_holders: dict[tuple, Any] = {}  # (filter, word): array("Q") of row ids, or None
         self.word_ids_kept = 0
         # Per data fragment, once a search asked for them (count_words()):
-        # {word: passages of the fragment that hold it}. A fragment keeps its
-        # counts from version to version, as its rows. words_of: the rule
-        # that gives the words of a text (search.py's).
-        self.word_counts: dict[tuple, dict[str, int]] = {}
+        # {source: {word: passages of the fragment and source that hold it}}.
+        # A fragment keeps its counts from version to version, as its rows.
+        # words_of: the rule that gives the words of a text (search.py's).
+        self.word_counts: dict[tuple, dict[str, dict[str, int]]] = {}
         self.words_of: Callable[[str], set[str]] | None = None
         self.counting_started = False
         # Per data fragment: its rows in memory that this version deleted.
@@ -1007,34 +1008,43 @@ class PassageRows:
         return len(self._sorted)
 
     def count_words(self, words_of: Callable[[str], set[str]] | None = None) -> None:
-        """Count, in each data fragment not counted yet, the passages that
-        hold each word (words_of(text): the words of a text). Why: search.py
-        need not look up a word that more than a few passages surely hold.
-        The cost: about 5 s of CPU at 100,000 passages of 120 words (a new
-        version counts only its new fragments), and 18 MB of memory. A word
-        that only one passage of a fragment holds is not kept: most words of
-        a corpus are such words. Without them the sum is lower, but it stays
-        a number of passages that surely hold the word (least_holders())."""
+        """Count, in each data fragment not counted yet, the passages of each
+        source that hold each word (words_of(text): the words of a text).
+        Why: search.py need not look up a word that more than a few passages
+        surely hold. Per source: a search that leaves out some sources (the
+        wiki pages) can use them too. The cost at 100,000 passages of 120
+        words: 7 to 10 s of CPU on 2 loaded cores, and 15 to 22 MB of memory
+        (a new version counts only its new fragments).
+        A word that only one passage of a fragment and source holds is not
+        kept: most words of a corpus are such words. Without them the sum is
+        lower, but it stays a number of passages that surely hold the word
+        (least_holders()). The words are interned: the counts of several
+        sources share one copy of each word."""
         self.words_of = words_of or self.words_of
         for key, (_, columns) in self._parts.items():
             if key not in self.word_counts:
-                counts = Counter(chain.from_iterable(map(self.words_of, columns["text"])))
-                self.word_counts[key] = {word: n for word, n in counts.items() if n > 1}
+                texts_by_source: dict[str, list[str]] = {}
+                for source, text in zip(columns["source"], columns["text"]):
+                    texts_by_source.setdefault(source, []).append(text)
+                self.word_counts[key] = {source: _passages_per_word(texts, self.words_of)
+                                         for source, texts in texts_by_source.items()}
 
     def uncounted(self) -> bool:
         """True when a search asked for word counts and a fragment has none yet."""
         return self.words_of is not None and any(key not in self.word_counts for key in self._parts)
 
-    def least_holders(self, word: str) -> int:
-        """At least this many passages of this version hold `word`: the sum
-        over the counted fragments (another thread may count the others),
-        less the rows that this version deleted in each since it was read
-        (a deleted row may hold the word)."""
+    def least_holders(self, word: str, sources: list[str] | None = None) -> int:
+        """At least this many passages of this version (of these sources,
+        when given) hold `word`: the sum over the counted fragments (another
+        thread may count the others), less the rows that this version
+        deleted in each since it was read (a deleted row may hold the word)."""
         total = 0
         for key, deleted in self._deleted_since_read.items():
-            counts = self.word_counts.get(key)
-            if counts:
-                total += max(0, counts.get(word, 0) - deleted)
+            by_source = self.word_counts.get(key)
+            if by_source:
+                held = sum(counts.get(word, 0) for source, counts in by_source.items()
+                           if sources is None or source in sources)
+                total += max(0, held - deleted)
         return total
 
     def _locate(self, row_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1103,6 +1113,13 @@ class PassageRows:
                 row[name] = arrays[p][i].as_py()
             out[row_id] = row
         return out
+
+
+def _passages_per_word(texts: list[str], words_of: Callable[[str], set[str]]) -> dict[str, int]:
+    """{word: passages that hold it} of these texts, for the words that more
+    than one passage holds (see PassageRows.count_words())."""
+    counts = Counter(chain.from_iterable(map(words_of, texts)))
+    return {sys.intern(word): n for word, n in counts.items() if n > 1}
 
 
 def _live_vectors(dataset) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

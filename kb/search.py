@@ -265,7 +265,8 @@ def search(
         # embeds the query (all of them release the GIL).
         lexical_rows = _POOL.submit(_bm25, table, query, where, depth)
         words = _rare_candidates(query)
-        _skip_common_words(rows, words, where, table_rows)
+        if only_sources:
+            _skip_common_words(rows, words, where, table_rows, sources or None)
         if 0 < len(words) <= EARLY_PROBES and _rare_max(table_rows) >= depth:
             # Few words, and no count in the lexical list can show that one
             # is common (it holds at most `depth` hits): each word is looked
@@ -562,32 +563,36 @@ _COUNTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-word-count")
 def _count_new_fragments(rows: PassageRows) -> None:
     """Count the words of the fragments of a new table version that have no
     counts yet, when the index counts words (warm_up() starts that: a server
-    does; a one-off search from the command line does not wait 5 s for it)."""
+    does; a one-off search from the command line does not wait seconds for
+    it)."""
     if rows.uncounted() and not rows.counting_started:
         rows.counting_started = True
         _COUNTER.submit(rows.count_words)
 
 
-def _skip_common_words(rows: PassageRows, words: list[str], where: str | None, table_rows: int) -> None:
+def _skip_common_words(rows: PassageRows, words: list[str], where: str | None, table_rows: int,
+                       sources: list[str] | None) -> None:
     """Keep the answer "not rare" (None) for each query word that the word
     counts show in more than rare_max passages: its look-up would find more
     than rare_max passages, so it needs none. The look-up matches the stem of
     the word, so it finds at least the passages that hold the word itself.
     Why: a look-up costs about 1.6 ms of CPU, and on a large table each query
-    word is looked up (the lexical list cannot show a common word). Only with
-    no filter (the counts are of all passages), and only for an ASCII word:
+    word is looked up (the lexical list cannot show a common word). `where`:
+    no filter, or the filter of `sources` alone (the MCP server and kb web
+    leave out the wiki pages so): the counts are per source. Only for an
+    ASCII word:
     for such a word, the words of the count (runs of re's word characters)
     and those of the full-text index (runs of Unicode letters and digits)
     have the same limits. (A mark of another script that touches the word
     can still make them differ; the count in the lexical list has the same
     limit.)"""
-    if where is not None or rows.words_of is None:
+    if rows.words_of is None:
         return
     rare_max = _rare_max(table_rows)
     kept = rows.word_holders
     for word in words:
         if ((where, word) not in kept and word.isascii() and len(kept) < WORD_CACHE_WORDS
-                and rows.least_holders(word) > rare_max):
+                and rows.least_holders(word, sources) > rare_max):
             kept[(where, word)] = None
 
 

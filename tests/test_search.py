@@ -412,23 +412,25 @@ def full_text_words(monkeypatch) -> list[str]:
     return words
 
 
-def test_after_warm_up_a_common_word_is_not_looked_up(index, hasher, monkeypatch):
-    # warm_up() counts the words of each passage. "kettle" is in 150
-    # passages and "teapot" in 100 others: the lexical list holds only
-    # "teapot" passages (the rarer word scores more), so it cannot show that
-    # "kettle" is common, and a reader without counts looks it up. The counts
-    # show it: no look-up, and the same answer.
+@pytest.mark.parametrize("source", [None, "post,link"])
+def test_after_warm_up_a_common_word_is_not_looked_up(index, hasher, monkeypatch, source):
+    # warm_up() counts the words of each passage. "kettle" is in 150 posts
+    # and "teapot" in 100 others: the lexical list holds only "teapot"
+    # passages (the rarer word scores more), so it cannot show that "kettle"
+    # is common, and a reader without counts looks it up. The counts show
+    # it: no look-up, and the same answer. Also with a filter of sources
+    # alone (the wiki pages, left out so, hold "kettle" too).
     rows = [chunk(f"k{i}", 0, f"kettle note {i}") for i in range(150)]
     rows += [chunk(f"t{i}", 0, f"teapot note {i}") for i in range(100)]
+    rows += [chunk(f"w{i}", 0, f"kettle page {i}", source="wiki") for i in range(3)]
     index_rows(index, rows, hasher)
     assert warm_up(index, mode="bm25") is not None
     sent = full_text_words(monkeypatch)
-    counted = search("kettle teapot", index=index, embedder=hasher).hits
+    counted = search("kettle teapot", index=index, embedder=hasher, source=source).hits
     assert sent == ["kettle teapot"]  # the lexical query alone
-    assert index.passage_rows(index.dataset(CHUNKS)).word_holders[(None, "kettle")] is None
     reader = ChunkIndex.from_settings()  # no warm-up: no word counts
     sent.clear()
-    looked_up = search("kettle teapot", index=reader, embedder=hasher).hits
+    looked_up = search("kettle teapot", index=reader, embedder=hasher, source=source).hits
     assert sent == ["kettle teapot", "kettle"]
     assert [(h.tweet_id, h.score, h.exact_match) for h in counted] == \
         [(h.tweet_id, h.score, h.exact_match) for h in looked_up]
@@ -454,6 +456,18 @@ def test_a_word_that_deletions_made_rare_is_looked_up(index, hasher):
     while rows.uncounted() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert rows.least_holders("pot") == 3
+
+
+def test_the_word_counts_keep_to_a_source_filter(index, hasher):
+    # "kettle" is in 150 videos and 2 posts. For a search of posts it is
+    # rare: the 2 posts that hold it rank first ("mango" is absent).
+    rows = [chunk(f"v{i}", 0, f"kettle note {i}", source="video") for i in range(150)]
+    index_rows(index, [*rows, chunk("p1", 0, "kettle memo"), chunk("p2", 0, "kettle list"), *CORPUS], hasher)
+    warm_up(index, mode="bm25")
+    rows = index.passage_rows(index.dataset(CHUNKS))
+    assert rows.least_holders("kettle") == 152 and rows.least_holders("kettle", ["post"]) == 2
+    hits = search("kettle mango", index=index, embedder=hasher, source="post").hits
+    assert sorted((h.tweet_id, h.exact_match) for h in hits[:2]) == [("p1", True), ("p2", True)]
 
 
 def test_bad_input(small_index, hasher):
