@@ -46,12 +46,12 @@ and the text of those that a rule must look at, lowered once per search.
 The result of a rare-word look-up is kept with the rows of the table
 version, by filter and word, so a word looked up before costs no Lance
 query until the next version. A server (warm_up()) also counts, once per
-data fragment, the passages that hold each word: a query word that surely
-more than rare_max passages hold is not rare, and needs no look-up
-(_skip_common_words()). A new table version counts its new fragments on a
-thread of its own. A table without a vector index (fewer rows than
-kb_vector_index_min_rows) is searched in numpy from its vectors in memory,
-with the same distance and order as Lance. Figures:
+data fragment and source, the passages that hold each word: a query word
+that surely more than rare_max passages hold is not rare, and needs no
+look-up (_skip_common_words()). A new table version counts its new
+fragments on a thread of its own. A table without a vector index (fewer
+rows than kb_vector_index_min_rows) is searched in numpy from its vectors
+in memory, with the same distance and order as Lance. Figures:
 benchmarks/index_and_retrieval.md.
 """
 
@@ -577,15 +577,15 @@ def _skip_common_words(rows: PassageRows, words: list[str], where: str | None, t
     than rare_max passages, so it needs none. The look-up matches the stem of
     the word, so it finds at least the passages that hold the word itself.
     Why: a look-up costs about 1.6 ms of CPU, and on a large table each query
-    word is looked up (the lexical list cannot show a common word). `where`:
-    no filter, or the filter of `sources` alone (the MCP server and kb web
-    leave out the wiki pages so): the counts are per source. Only for an
-    ASCII word:
-    for such a word, the words of the count (runs of re's word characters)
-    and those of the full-text index (runs of Unicode letters and digits)
-    have the same limits. (A mark of another script that touches the word
-    can still make them differ; the count in the lexical list has the same
-    limit.)"""
+    word is looked up (the lexical list cannot show a common word).
+
+    `where`: no filter, or the filter of `sources` alone (the MCP server and
+    kb web leave out the wiki pages so): the counts are per source. Only for
+    an ASCII word: for such a word, the words of the count (runs of re's
+    word characters) and those of the full-text index (runs of Unicode
+    letters and digits) have the same limits. (A mark of another script
+    that touches the word can still make them differ; the count in the
+    lexical list has the same limit.)"""
     if rows.words_of is None:
         return
     rare_max = _rare_max(table_rows)
