@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+import lance
 import numpy as np
 
 from kb.search import (EARLY_PROBES, MAX_PROBES, _bm25, _Candidate, _dense, _exact_dense, _holds_phrases, _LowerTexts,
-                       _phrases, _probe, _rare_max, _rare_word_passages, search)
+                       _phrases, _probe, _rare_max, _rare_word_passages, search, warm_up)
 from kb.embedder import Embedder
 from kb.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch, PassageRows
 
@@ -393,6 +394,80 @@ def test_look_ups_started_early_give_the_answer_of_the_count(index, hasher):
     assert early_found == late_found and len(late_found) == 1  # "w0" holds alpha, beta and gamma
     assert early_order == late_order
     assert sorted(word for _, word in late_kept) == ["alpha", "beta", "gamma"]  # the 3 fewest
+
+
+def full_text_words(monkeypatch) -> list[str]:
+    """The words of each full-text query that a search sends to Lance (a spy
+    on the Lance dataset: it records the query and runs it)."""
+    words: list[str] = []
+    to_table = lance.LanceDataset.to_table
+
+    def spy(self, *args, **kwargs):
+        text_query = kwargs.get("full_text_query")
+        if isinstance(text_query, dict):
+            words.append(text_query["query"])
+        return to_table(self, *args, **kwargs)
+
+    monkeypatch.setattr(lance.LanceDataset, "to_table", spy)
+    return words
+
+
+@pytest.mark.parametrize("source", [None, "post,link"])
+def test_after_warm_up_a_common_word_is_not_looked_up(index, hasher, monkeypatch, source):
+    # warm_up() counts the words of each passage. "kettle" is in 150 posts
+    # and "teapot" in 100 others: the lexical list holds only "teapot"
+    # passages (the rarer word scores more), so it cannot show that "kettle"
+    # is common, and a reader without counts looks it up. The counts show
+    # it: no look-up, and the same answer. Also with a filter of sources
+    # alone (the wiki pages, left out so, hold "kettle" too).
+    rows = [chunk(f"k{i}", 0, f"kettle note {i}") for i in range(150)]
+    rows += [chunk(f"t{i}", 0, f"teapot note {i}") for i in range(100)]
+    rows += [chunk(f"w{i}", 0, f"kettle page {i}", source="wiki") for i in range(3)]
+    index_rows(index, rows, hasher)
+    assert warm_up(index, mode="bm25") is not None
+    sent = full_text_words(monkeypatch)
+    counted = search("kettle teapot", index=index, embedder=hasher, source=source).hits
+    assert sent == ["kettle teapot"]  # the lexical query alone
+    reader = ChunkIndex.from_settings()  # no warm-up: no word counts
+    sent.clear()
+    looked_up = search("kettle teapot", index=reader, embedder=hasher, source=source).hits
+    assert sent == ["kettle teapot", "kettle"]
+    assert [(h.tweet_id, h.score, h.exact_match) for h in counted] == \
+        [(h.tweet_id, h.score, h.exact_match) for h in looked_up]
+
+
+def test_a_word_that_deletions_made_rare_is_looked_up(index, hasher):
+    # The counts of a data fragment stay from version to version; rows that
+    # a new version deletes in it lower what the counts can show. "kettle"
+    # was in 5 passages; after 3 of them change, 2 hold it: it is rare, and
+    # the passages that hold it rank first ("mango" is absent).
+    index_rows(index, [chunk(f"k{i}", 0, f"the kettle boils, note {i}") for i in range(5)], hasher)
+    warm_up(index, mode="bm25")
+    before = search("kettle mango", index=index, embedder=hasher).hits
+    assert not any(h.exact_match for h in before)
+    index_rows(index, [chunk(f"k{i}", 0, f"the pot boils, note {i}") for i in range(3)], hasher)
+    rows = index.passage_rows(index.dataset(CHUNKS))
+    assert rows.words_of is not None and rows.least_holders("kettle") <= 2
+    hits = search("kettle mango", index=index, embedder=hasher).hits
+    assert sorted((h.tweet_id, h.exact_match) for h in hits[:2]) == [("k3", True), ("k4", True)]
+    # The search started the count of the new fragment (the changed passages)
+    # on a thread of its own.
+    deadline = time.monotonic() + 10
+    while rows.uncounted() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert rows.least_holders("pot") == 3
+
+
+def test_the_word_counts_keep_to_a_source_filter(index, hasher):
+    # "kettle" is in 150 videos and 2 posts. For a search of posts it is
+    # rare: the 2 posts that hold it rank first ("mango" is absent).
+    rows = [chunk(f"v{i}", 0, f"kettle note {i}", source="video") for i in range(150)]
+    index_rows(index, [*rows, chunk("p1", 0, "kettle memo"), chunk("p2", 0, "kettle list"), *CORPUS], hasher)
+    warm_up(index, mode="bm25")
+    rows = index.passage_rows(index.dataset(CHUNKS))
+    assert rows.least_holders("kettle") == 152 and rows.least_holders("kettle", ["post"]) == 2
+    hits = search("kettle mango", index=index, embedder=hasher, source="post").hits
+    assert sorted((h.tweet_id, h.exact_match) for h in hits[:2]) == [("p1", True), ("p2", True)]
 
 
 def test_bad_input(small_index, hasher):
