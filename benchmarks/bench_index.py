@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kb.search import search, warm_up
+from kb.search import search, wait_for_word_counts, warm_up
 from kb.lance_index import ChunkIndex, _lancedb
 
 # kb imports lancedb on first use (3 to 8 s here): load it now, so that the
@@ -167,6 +167,9 @@ def bench_kb(rows, vectors, queries, query_vectors, folder: Path) -> dict:
     # As kb-mcp and kb web do before they say that they are ready. bm25: the
     # benchmark has no query embedder (its vectors are given).
     warm_up(index, mode="bm25")
+    # The word counts end on a thread of their own after the warm-up: the
+    # figures are those of a server that runs.
+    assert wait_for_word_counts(index, timeout=300), "the word counts did not end in 300 s"
     for mode in ("hybrid", "bm25", "dense"):
         for query, vector in pairs[:5]:  # warm the caches
             search(query, mode=mode, index=index, query_vector=vector)

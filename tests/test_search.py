@@ -18,7 +18,7 @@ import lance
 import numpy as np
 
 from kb.search import (EARLY_PROBES, MAX_PROBES, _bm25, _Candidate, _dense, _exact_dense, _holds_phrases, _LowerTexts,
-                       _phrases, _probe, _rare_max, _rare_word_passages, search, warm_up)
+                       _phrases, _probe, _rare_max, _rare_word_passages, search, wait_for_word_counts, warm_up)
 from kb.embedder import Embedder
 from kb.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch, PassageRows
 
@@ -425,6 +425,7 @@ def test_after_warm_up_a_common_word_is_not_looked_up(index, hasher, monkeypatch
     rows += [chunk(f"w{i}", 0, f"kettle page {i}", source="wiki") for i in range(3)]
     index_rows(index, rows, hasher)
     assert warm_up(index, mode="bm25") is not None
+    assert wait_for_word_counts(index, timeout=30)  # they run on a thread of their own
     sent = full_text_words(monkeypatch)
     counted = search("kettle teapot", index=index, embedder=hasher, source=source).hits
     assert sent == ["kettle teapot"]  # the lexical query alone
@@ -443,6 +444,7 @@ def test_a_word_that_deletions_made_rare_is_looked_up(index, hasher):
     # the passages that hold it rank first ("mango" is absent).
     index_rows(index, [chunk(f"k{i}", 0, f"the kettle boils, note {i}") for i in range(5)], hasher)
     warm_up(index, mode="bm25")
+    assert wait_for_word_counts(index, timeout=30)
     before = search("kettle mango", index=index, embedder=hasher).hits
     assert not any(h.exact_match for h in before)
     index_rows(index, [chunk(f"k{i}", 0, f"the pot boils, note {i}") for i in range(3)], hasher)
@@ -464,6 +466,7 @@ def test_the_word_counts_keep_to_a_source_filter(index, hasher):
     rows = [chunk(f"v{i}", 0, f"kettle note {i}", source="video") for i in range(150)]
     index_rows(index, [*rows, chunk("p1", 0, "kettle memo"), chunk("p2", 0, "kettle list"), *CORPUS], hasher)
     warm_up(index, mode="bm25")
+    assert wait_for_word_counts(index, timeout=30)
     rows = index.passage_rows(index.dataset(CHUNKS))
     assert rows.least_holders("kettle") == 152 and rows.least_holders("kettle", ["post"]) == 2
     hits = search("kettle mango", index=index, embedder=hasher, source="post").hits
