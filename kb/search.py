@@ -59,6 +59,7 @@ benchmarks/index_and_retrieval.md.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from array import array
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -560,10 +561,13 @@ def _words_of(text: str) -> set[str]:
     return set(TOKEN.findall(text.lower()))
 
 
-# One thread counts the words of the new data fragments of a table version
-# (a sync's new passages; all of them after a compaction), so that no search
-# waits for the count. Until it ends, the search looks up more words.
-_COUNTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-word-count")
+# A thread of its own counts the words of the new data fragments of a table
+# version (a sync's new passages; all of them after a compaction), so that
+# no search waits for the count. Until it ends, the search looks up more
+# words. A daemon thread: a server that stops does not wait for a count (an
+# executor's worker would hold the exit for up to 10 s at 100k passages).
+# The lock lets one count run at a time.
+_COUNTING = threading.Lock()
 
 
 def _count_new_fragments(rows: PassageRows) -> None:
@@ -573,7 +577,12 @@ def _count_new_fragments(rows: PassageRows) -> None:
     it)."""
     if rows.uncounted() and not rows.counting_started:
         rows.counting_started = True
-        _COUNTER.submit(rows.count_words)
+        threading.Thread(target=_count_words, args=(rows,), name="kb-word-count", daemon=True).start()
+
+
+def _count_words(rows: PassageRows) -> None:
+    with _COUNTING:
+        rows.count_words()
 
 
 def wait_for_word_counts(index: ChunkIndex, timeout: float) -> bool:
