@@ -228,8 +228,8 @@ def plan_parts(settings: Settings, *, host: str, dagster_port: int, code_server_
         Part("dagster-daemon", [*_tool("dagster-daemon"), "run", "-w", str(workspace)],
              "sensors, schedules, run queue, run monitoring", logs / "dagster-daemon.log", needs_ready=code_server),
         Part("dagster-webserver", [*_tool("dagster-webserver"), "-h", host, "-p", str(dagster_port),
-                                   "-w", str(workspace)], f"http://{host}:{dagster_port}", logs / "dagster-webserver.log",
-             needs_ready=code_server),
+                                   "-w", str(workspace)], f"http://{host}:{dagster_port}",
+             logs / "dagster-webserver.log", needs_ready=code_server),
     ]
     return parts, off
 
