@@ -17,6 +17,7 @@ from pathlib import Path
 import dagster as dg
 import psutil
 import pytest
+import yaml
 
 from tests.fake_anthropic import FakeAnthropic, bash, report, text, tool_use, write
 from tests.fake_telegram import FakeTelegram, message_update, text_fields
@@ -120,12 +121,20 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
     up = Up(env, *ports)
     try:
         up.wait_for_line("kb up: running")
-        for part, where in (("dagster-daemon", "sensors"), ("dagster-webserver", f"http://127.0.0.1:{dagster_port}"),
+        for part, where in (("dagster code server", "grpc://127.0.0.1:"), ("dagster-daemon", "sensors"),
+                            ("dagster-webserver", f"http://127.0.0.1:{dagster_port}"),
                             ("kb-bot", "Telegram"), ("kb web", f"http://127.0.0.1:{web_port}")):
             assert any(line.startswith(part) and where in line for line in up.lines), up.output()
         logs = kb_home / "logs"
-        assert {p.name for p in logs.iterdir()} >= {"dagster-daemon.log", "dagster-webserver.log", "kb-bot.log",
-                                                   "kb-web.log"}
+        assert {p.name for p in logs.iterdir()} >= {"dagster-code-server.log", "dagster-daemon.log",
+                                                   "dagster-webserver.log", "kb-bot.log", "kb-web.log"}
+        # The daemon and the webserver use the one code server that kb up
+        # printed, by the location name of workspace.yaml.
+        code_server_port = int(next(line for line in up.lines if line.startswith("dagster code server"))
+                               .split("grpc://127.0.0.1:")[1].split(",")[0])
+        workspace = yaml.safe_load((kb_home / "dagster" / "workspace.yaml").read_text())
+        assert workspace["load_from"] == [{"grpc_server": {"host": "127.0.0.1", "port": code_server_port,
+                                                           "location_name": "kb"}}]
         # kb up wrote dagster.yaml before it started the daemon: the daemon has the pools.
         assert "default_limit: 1" in (kb_home / "dagster" / "dagster.yaml").read_text()
 
@@ -153,8 +162,10 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
         assert "A Dagster daemon already runs for this KB_HOME" in second_err
         assert "kb up: running" not in second_out
 
-        # Ctrl-C or SIGTERM stops every part, and their children, in time.
-        pids = up.pids()
+        # Ctrl-C or SIGTERM stops every part, and their children (the
+        # process of the code server that loads the graph, run workers), in time.
+        pids = up.pids() + [child.pid for child in psutil.Process(up.process.pid).children(recursive=True)]
+        assert len(pids) > len(up.pids())
         assert up.stop() < 15 and up.process.returncode == 0
         assert "kb up: every part stopped." in up.output()
         assert not [pid for pid in pids if psutil.pid_exists(pid) and
@@ -170,7 +181,7 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
         up = Up({**env, "ANTHROPIC_BASE_URL": agent.base_url}, *ports[:2], "--no-web")
         try:
             up.wait_for_line("kb up: running")
-            assert "kb web             off: --no-web" in up.lines, up.output()
+            assert "kb web              off: --no-web" in up.lines, up.output()
             assert not any(line.startswith("kb web ") and "(pid " in line for line in up.lines), up.output()
             telegram.push(message_update(telegram.next_update_id(), 2, OWNER, **text_fields(NOTE_B)))
             wait_until(lambda: any(r.startswith("done: ") for r in telegram.replies_to(2)), "the 'done' reply", up)
@@ -236,9 +247,28 @@ def test_kb_up_makes_the_instance_storage_before_it_starts_a_part(kb_home):
     from kb.apps.up import prepare_home
     from kb.settings import get_settings
 
-    logs, workspace = prepare_home(get_settings())
+    logs, workspace = prepare_home(get_settings(), code_server_port=4123)
     dagster_home = kb_home / "dagster"
     assert logs.is_dir() and workspace.parent == dagster_home
+    assert yaml.safe_load(workspace.read_text())["load_from"][0]["grpc_server"]["port"] == 4123
     for db in (dagster_home / "schedules" / "schedules.db", dagster_home / "history" / "runs.db"):
         with sqlite3.connect(db) as conn:
             assert len(conn.execute("SELECT version_num FROM alembic_version").fetchall()) == 1, db
+
+
+def test_kb_up_stops_when_the_code_server_dies_before_it_answers(tmp_path):
+    """The daemon and the webserver start only after the code server
+    answers. A code server that dies first stops kb up with a message that
+    names its log, and the parts after it never start."""
+    from kb.apps.up import Part, Supervisor, UpError
+
+    code_server = Part("dagster code server", [sys.executable, "-c", "import sys; print('no graph'); sys.exit(3)"],
+                       "grpc", tmp_path / "code-server.log", ready=lambda: False)
+    daemon = Part("dagster-daemon", [sys.executable, "-c", "import time; time.sleep(60)"], "sensors",
+                  tmp_path / "daemon.log", needs_ready=code_server)
+    with pytest.raises(UpError) as error:
+        Supervisor([code_server, daemon], [], dict(os.environ), tmp_path).run()
+    assert error.value.message == ("dagster code server stopped (exit 3) before it answered. Nothing runs now. "
+                                   f"Read its log: {tmp_path / 'code-server.log'}")
+    assert "no graph" in (tmp_path / "code-server.log").read_text()
+    assert daemon.process is None

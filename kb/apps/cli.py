@@ -313,9 +313,9 @@ def normalize() -> None:
 @click.option("--no-bot", is_flag=True, help="Do not run the Telegram bot.")
 @click.option("--no-web", is_flag=True, help="Do not run the search page.")
 def up(host: str, dagster_port: int, web_port: int, no_bot: bool, no_web: bool) -> None:
-    """Run the always-on system: the Dagster daemon (sensors, schedules,
-    retries), the Dagster UI, the Telegram bot and the search page. Logs go
-    to $KB_HOME/logs/. Ctrl-C stops every part."""
+    """Run the always-on system: one Dagster code server, the Dagster daemon
+    (sensors, schedules, retries), the Dagster UI, the Telegram bot and the
+    search page. Logs go to $KB_HOME/logs/. Ctrl-C stops every part."""
     from kb.apps.up import run_up
 
     sys.exit(run_up(host=host, dagster_port=dagster_port, web_port=web_port, bot=not no_bot, web=not no_web))

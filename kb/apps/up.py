@@ -1,6 +1,10 @@
 """`kb up`: the always-on system of kb on one machine.
 
 It runs these parts, each as its own process:
+- dagster code server: the one process that loads kb's graph. The daemon
+  and the webserver reach it by gRPC on loopback; they do not load the
+  graph themselves. Why: each of them started its own code server before,
+  and each import of the graph costs about 4 s of CPU and 200 MB;
 - dagster-daemon: sensors (the inbox, the bot's requests, the wiki ingest),
   schedules (the daily lint, the weekly synthesis), run queue, run
   monitoring and run retries. Without it, an item that the bot queues waits
@@ -10,7 +14,8 @@ It runs these parts, each as its own process:
 - kb web: the search page.
 
 Every part uses the instance under KB_HOME, with kb's dagster.yaml (written
-before any part starts). It restarts a part that dies, with a growing wait,
+before any part starts). The daemon and the webserver start when the code
+server answers. It restarts a part that dies, with a growing wait,
 and it stops every part on Ctrl-C or SIGTERM. Dagster still does all the
 orchestration: kb up only keeps its processes alive.
 """
@@ -24,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,13 +38,20 @@ import click
 
 from kb.settings import Settings, get_settings
 
+CODE_LOCATION = "kb"  # as in workspace.yaml: runs, schedules and sensors keep their names
+CODE_SERVER_HOST = "127.0.0.1"
 WORKSPACE_YAML = """\
-# Written by `kb up`: the code location that the daemon and the UI load.
+# Written by `kb up` at each start: the daemon and the UI use the code
+# location of the code server that kb up runs.
 load_from:
-  - python_module:
-      module_name: kb_assets.definitions
-      location_name: kb
+  - grpc_server:
+      host: {host}
+      port: {port}
+      location_name: {location}
 """
+# The longest wait for a part's first answer. The code server imports the
+# whole graph: seconds alone, a minute or more on two busy cores.
+READY_WAIT_S = 300.0
 # A daemon heartbeat younger than this means that a daemon runs for this home.
 HEARTBEAT_FRESH_S = 60
 # Written by kb up when it has stopped its daemon: the Unix time of the stop.
@@ -48,6 +61,7 @@ FIRST_WAIT_S, LONGEST_WAIT_S = 1.0, 60.0
 HEALTHY_RUN_S = 60.0
 # This many deaths in a row, each after a short run: say so clearly.
 KEEPS_DYING = 5
+NAME_WIDTH = 19  # the column of the part names in the lines that kb up prints
 STOP_WAIT_S = 10.0  # SIGTERM first; SIGKILL after this. Within the 15 s promise.
 
 
@@ -61,6 +75,10 @@ class Part:
     argv: list[str]
     where: str  # what the owner reads: an address, or what the part does
     log: Path
+    # A check that the part serves. Parts with needs_ready start after it is true.
+    ready: Callable[[], bool] | None = None
+    needs_ready: Part | None = None
+    answered: bool = False
     process: subprocess.Popen | None = None
     started_at: float = 0.0
     wait_s: float = FIRST_WAIT_S
@@ -94,9 +112,10 @@ class Part:
 
 
 def _tool(name: str) -> list[str]:
-    """The command of a console script of this environment (dagster-daemon,
-    dagster-webserver). It runs through kb.apps.quick_exit: it stops within
-    a second of SIGTERM, not after 4 to 10 s (see that module)."""
+    """The command of a console script of this environment (dagster,
+    dagster-daemon, dagster-webserver). It runs through kb.apps.quick_exit:
+    it stops within a second of SIGTERM, not after 4 to 10 s (see that
+    module)."""
     path = Path(sys.executable).parent / name
     if not path.exists():
         raise UpError(f"Cannot find {name} next to {sys.executable}. Install kb with its dependencies.")
@@ -125,6 +144,26 @@ def check_port(host: str, port: int, option: str) -> None:
             reason = "another program listens on it" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
             raise UpError(f"Port {port} on {host} ({option}) is not free: {reason}. "
                           f"Stop that program, or give another port with {option}.") from exc
+
+
+def free_loopback_port() -> int:
+    """A port on CODE_SERVER_HOST that no program uses now."""
+    with socket.socket() as probe:
+        probe.bind((CODE_SERVER_HOST, 0))
+        return probe.getsockname()[1]
+
+
+def code_server_answers(port: int) -> bool:
+    """True when the code server accepts a connection. The proxy of
+    `dagster code-server start` opens its port only after the load of the
+    code, or after a load error (the UI then shows the error, as it did when
+    the webserver loaded the code itself). A TCP connection, not a gRPC
+    call: the gRPC client of Dagster would cost kb up 17 MB for all its life."""
+    try:
+        with socket.create_connection((CODE_SERVER_HOST, port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def daemon_heartbeat(dagster_home: Path) -> datetime | None:
@@ -158,29 +197,40 @@ def check_no_daemon(dagster_home: Path) -> None:
                       "launch every run twice.")
 
 
-def plan_parts(settings: Settings, *, host: str, dagster_port: int, web_port: int, bot: bool,
-               web: bool, workspace: Path, logs: Path) -> tuple[list[Part], list[str]]:
-    """The parts to run, and lines about the parts that stay off."""
-    parts = [
-        Part("dagster-daemon", [*_tool("dagster-daemon"), "run", "-w", str(workspace)],
-             "sensors, schedules, run queue, run monitoring", logs / "dagster-daemon.log"),
-        Part("dagster-webserver", [*_tool("dagster-webserver"), "-h", host, "-p", str(dagster_port),
-                                   "-w", str(workspace)], f"http://{host}:{dagster_port}", logs / "dagster-webserver.log"),
-    ]
+def plan_parts(settings: Settings, *, host: str, dagster_port: int, code_server_port: int, web_port: int,
+               bot: bool, web: bool, workspace: Path, logs: Path) -> tuple[list[Part], list[str]]:
+    """The parts to run, in the order of their start, and lines about the
+    parts that stay off. The bot and the search page do not need the code
+    server: they start while it loads."""
+    # `code-server start`, not `api grpc`: its proxy loads the code in a
+    # child process, so "Reload" in the UI loads changed code.
+    code_server = Part("dagster code server", [
+        *_tool("dagster"), "code-server", "start", "-h", CODE_SERVER_HOST, "-p", str(code_server_port),
+        "-m", "kb_assets.definitions", "--location-name", CODE_LOCATION],
+        f"grpc://{CODE_SERVER_HOST}:{code_server_port}, location {CODE_LOCATION}", logs / "dagster-code-server.log",
+        ready=lambda: code_server_answers(code_server_port))
+    parts = [code_server]
     off = []
     token = settings.telegram_bot_token
     if bot and token is not None and token.get_secret_value():
         parts.append(Part("kb-bot", [sys.executable, "-m", "kb.apps.bot_runner"], "Telegram long polling",
                           logs / "kb-bot.log"))
     elif bot:
-        off.append("kb-bot             off: TELEGRAM_BOT_TOKEN is not set")
+        off.append(f"{'kb-bot':<{NAME_WIDTH}} off: TELEGRAM_BOT_TOKEN is not set")
     else:
-        off.append("kb-bot             off: --no-bot")
+        off.append(f"{'kb-bot':<{NAME_WIDTH}} off: --no-bot")
     if web:
         parts.append(Part("kb web", [sys.executable, "-m", "kb.apps.cli", "web", "--host", host, "--port",
                                      str(web_port)], f"http://{host}:{web_port}", logs / "kb-web.log"))
     else:
-        off.append("kb web             off: --no-web")
+        off.append(f"{'kb web':<{NAME_WIDTH}} off: --no-web")
+    parts += [
+        Part("dagster-daemon", [*_tool("dagster-daemon"), "run", "-w", str(workspace)],
+             "sensors, schedules, run queue, run monitoring", logs / "dagster-daemon.log", needs_ready=code_server),
+        Part("dagster-webserver", [*_tool("dagster-webserver"), "-h", host, "-p", str(dagster_port),
+                                   "-w", str(workspace)], f"http://{host}:{dagster_port}",
+             logs / "dagster-webserver.log", needs_ready=code_server),
+    ]
     return parts, off
 
 
@@ -196,16 +246,18 @@ def run_up(*, host: str = "127.0.0.1", dagster_port: int = 3000, web_port: int =
         check_port(host, web_port, "--web-port")
     dagster_home = settings.dagster_home
     check_no_daemon(dagster_home)
-    logs, workspace = prepare_home(settings)
-    parts, off = plan_parts(settings, host=host, dagster_port=dagster_port, web_port=web_port, bot=bot,
-                            web=web, workspace=workspace, logs=logs)
+    code_server_port = free_loopback_port()
+    logs, workspace = prepare_home(settings, code_server_port)
+    parts, off = plan_parts(settings, host=host, dagster_port=dagster_port, code_server_port=code_server_port,
+                            web_port=web_port, bot=bot, web=web, workspace=workspace, logs=logs)
     env = {**os.environ, "KB_HOME": str(settings.home), "DAGSTER_HOME": str(dagster_home)}
     return Supervisor(parts, off, env, dagster_home).run()
 
 
-def prepare_home(settings: Settings) -> tuple[Path, Path]:
-    """Write dagster.yaml, the workspace file and the logs folder, and make
-    the instance's storage. Returns (logs folder, workspace file)."""
+def prepare_home(settings: Settings, code_server_port: int) -> tuple[Path, Path]:
+    """Write dagster.yaml, the workspace file (the code server on
+    code_server_port) and the logs folder, and make the instance's storage.
+    Returns (logs folder, workspace file)."""
     from kb_assets.instance_config import ensure_dagster_home
 
     try:
@@ -213,8 +265,8 @@ def prepare_home(settings: Settings) -> tuple[Path, Path]:
         logs = settings.home / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         workspace = settings.dagster_home / "workspace.yaml"
-        if not workspace.exists() or workspace.read_text() != WORKSPACE_YAML:
-            workspace.write_text(WORKSPACE_YAML)
+        workspace.write_text(WORKSPACE_YAML.format(host=CODE_SERVER_HOST, port=code_server_port,
+                                                   location=CODE_LOCATION))
     except OSError as exc:
         raise UpError(f"Cannot write in {settings.home}: {exc}") from exc
     create_instance_storage(settings.dagster_home)
@@ -246,15 +298,17 @@ class Supervisor:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             for part in self.parts:
+                if part.needs_ready is not None and not self.wait_until_ready(part.needs_ready):
+                    break  # Ctrl-C or SIGTERM while it waited
                 try:
                     part.start(self.env)
                 except OSError as exc:
-                    self.stop_all()
                     raise UpError(f"Cannot start {part.name}: {exc}. Nothing runs now.") from exc
-                click.echo(f"{part.name:<18} {part.where}   (pid {part.process.pid}, log {part.log})")
-            for line in self.off:
-                click.echo(line)
-            click.echo("kb up: running. Stop with Ctrl-C.")
+                click.echo(f"{part.name:<{NAME_WIDTH}} {part.where}   (pid {part.process.pid}, log {part.log})")
+            else:
+                for line in self.off:
+                    click.echo(line)
+                click.echo("kb up: running. Stop with Ctrl-C.")
             while not self.stopping:
                 self.watch()
                 time.sleep(0.2)
@@ -264,6 +318,25 @@ class Supervisor:
                 signal.signal(sig, handler)
         click.echo("kb up: every part stopped.")
         return 0
+
+    def wait_until_ready(self, part: Part) -> bool:
+        """Wait until the part answers its check. False if kb up must stop.
+        An UpError (every part then stops) if the part dies first, or does
+        not answer in time: its log tells why."""
+        deadline = time.monotonic() + READY_WAIT_S
+        while not part.answered and not part.ready():
+            if self.stopping:
+                return False
+            code = part.process.poll()
+            if code is not None:
+                raise UpError(f"{part.name} stopped (exit {code}) before it answered. Nothing runs now. "
+                              f"Read its log: {part.log}")
+            if time.monotonic() > deadline:
+                raise UpError(f"{part.name} did not answer within {READY_WAIT_S:.0f} s. Nothing runs now. "
+                              f"Read its log: {part.log}")
+            time.sleep(0.5)
+        part.answered = True  # later parts need not ask again
+        return True
 
     def watch(self) -> None:
         now = time.monotonic()
