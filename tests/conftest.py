@@ -46,6 +46,15 @@ def kb_home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.fixture
+def hasher():
+    """The deterministic hash embedder: shared words make near vectors, and
+    no model loads."""
+    from kb.embedder import Embedder
+
+    return Embedder.from_settings(backend="hash")
+
+
 # --- the order of the work on `pytest -n 2` -----------------------------------
 # pyproject.toml runs the workers with --dist loadfile --no-loadscope-reorder:
 # a file is a unit of work (its module fixtures are built once) that goes to

@@ -13,7 +13,6 @@ from datetime import datetime
 import pytest
 
 from kb.search import search
-from kb.embedder import Embedder
 from kb.lance_index import CHUNKS, ChunkIndex
 
 T0 = "2024-03-01T08:00:00+00:00"
@@ -30,11 +29,6 @@ def bookmark_rows() -> list[dict]:
             passage("1", 1, "log replication in raft"),
             passage("2", 0, "sourdough starter feeding schedule"),
             passage("3", 0, "roman roads and the grain fleet")]
-
-
-@pytest.fixture
-def hasher() -> Embedder:
-    return Embedder.from_settings(backend="hash")
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import pytest
 from click.testing import CliRunner
 
 from kb.apps.cli import main
-from kb.embedder import Embedder
 from kb.lance_index import ChunkIndex
 from kb.rerank import (HEADING_WORDS, RERANK_TOP, RerankError, WordRarity, load_model, model_folder, new_order,
                        window_for, windows, words_of)
@@ -28,11 +27,6 @@ ESPRESSO = [
     chunk("3", 0, "Sourdough bread needs water at the right temperature for the starter."),
     chunk("4", 0, "The history of the Italian espresso bar and its culture."),
 ]
-
-
-@pytest.fixture
-def hasher() -> Embedder:
-    return Embedder.from_settings(backend="hash")
 
 
 @pytest.fixture

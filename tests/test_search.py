@@ -39,11 +39,6 @@ def index_rows(index: ChunkIndex, rows: list[dict], embedder: Embedder) -> None:
 
 
 @pytest.fixture
-def hasher() -> Embedder:
-    return Embedder.from_settings(backend="hash")
-
-
-@pytest.fixture
 def index() -> ChunkIndex:
     return ChunkIndex.from_settings()
 
