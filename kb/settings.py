@@ -20,6 +20,7 @@ import os
 import shutil
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
@@ -106,6 +107,7 @@ class Settings(BaseSettings):
     kb_agent_model: str = Field("claude-sonnet-4-5", description="Wiki agent model.")
     kb_agent_max_turns: int = Field(30, description="Wiki ingest agent turn limit.")
     kb_agent_timeout_s: float = Field(600.0, description="Wall-clock limit of one wiki agent run, in seconds. After it the change is rolled back.")
+    kb_agent_sandbox: Literal["auto", "bwrap", "none"] = Field("auto", description="The room of the wiki agent's CLI. auto: bubblewrap when it works on this machine (Debian: apt install bubblewrap). bwrap: bubblewrap, or the agent does not start. none: no bubblewrap (the tool allowlist and the clean environment stay).")
     kb_lint_max_turns: int = Field(40, description="Turn limit of the daily wiki lint agent.")
     kb_synthesis_max_turns: int = Field(60, description="Turn limit of the weekly wiki synthesis agent.")
     kb_synthesis_thin_week: int = Field(3, description="A week with fewer new sources than this is a thin week; its synthesis says so.")

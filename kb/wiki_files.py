@@ -20,9 +20,45 @@ WIKI_SOURCE = "wiki"
 WIKI_ID_PREFIX = "wiki:"
 WIKI_AUTHOR = "wiki"
 
+# What the wiki agent may change, by allowlist: Markdown pages in these
+# folders, index.md, and log.md (append only). kb refuses every other path,
+# at the tool call (kb/wiki_agent.py) and again on the change before it makes
+# the commit (kb/wiki_repo.py). Why an allowlist: a list of forbidden paths is
+# never complete, and one path that it missed (a second CLAUDE.md, a file in
+# .claude/ with hooks) lets a source plant instructions for every later run.
+AGENT_PAGE_FOLDERS = ("wiki/entities", "wiki/concepts", "wiki/sources", "wiki/syntheses")
+AGENT_ROOT_FILES = ("index.md", "log.md")
+APPEND_ONLY_FILES = ("log.md",)
+# Files that an agent reads as instructions, at any depth (lower case).
+PLAYBOOK_NAMES = frozenset({"claude.md", "claude.local.md", "agents.md"})
+
 
 def _hidden_or_not_a_page(relative: PurePath) -> bool:
     return relative.suffix != WIKI_PAGE_SUFFIX or any(part.startswith(".") for part in relative.parts)
+
+
+def agent_path_problem(relative: str) -> str | None:
+    """None when the wiki agent may change the file at `relative` (a path
+    relative to the wiki root, with `/`), else the rule that refuses it."""
+    path = PurePath(relative)
+    if not relative or path.is_absolute() or "\\" in relative:
+        return f"{relative or 'an empty path'}: only relative paths inside the wiki"
+    if any(ord(char) < 32 or ord(char) == 127 for char in relative):
+        return f"{relative!r}: control characters are not allowed in a path"
+    if any(part in ("", ".", "..") for part in relative.split("/")):
+        return f"{relative}: no '.', '..' or empty parts in a path"
+    if any(part.startswith(".") for part in path.parts):
+        return f"{relative}: dot-files and dot-folders are not allowed"
+    if any(part.lower() in PLAYBOOK_NAMES for part in path.parts):
+        return f"{relative}: CLAUDE.md and AGENTS.md files are not allowed"
+    if relative in AGENT_ROOT_FILES:
+        return None
+    if path.suffix != WIKI_PAGE_SUFFIX:
+        return f"{relative}: only Markdown pages (.md) are allowed"
+    if not any(relative.startswith(folder + "/") for folder in AGENT_PAGE_FOLDERS):
+        return (f"{relative}: pages go only under {', '.join(f + '/' for f in AGENT_PAGE_FOLDERS)}"
+                f" (and {' and '.join(AGENT_ROOT_FILES)})")
+    return None
 
 
 def is_wiki_page(root: Path, file: Path) -> bool:

@@ -41,8 +41,9 @@ def raw_files_lock(wiki_dir: Path):
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+from kb.secret_scan import guarded_secrets, secrets_in
 from kb.wiki_checks import lost_cited_claims
-from kb.wiki_files import wiki_page_files
+from kb.wiki_files import APPEND_ONLY_FILES, agent_path_problem, wiki_page_files
 from kb.wiki_playbook import CLAUDE_MD, GITIGNORE, INDEX_MD, LOG_MD, PURPOSE_MD
 
 BRANCH = "main"
@@ -54,10 +55,11 @@ PAGE_DIRS = (
     "wiki/syntheses/lint",
     "wiki/syntheses/topics",
 )
-# The agent may change these, and nothing else (the hook in
-# kb/wiki_agent.py stops it earlier with the same rule).
-AGENT_AREA_DIRS = ("wiki/",)
-AGENT_AREA_FILES = ("index.md", "log.md")
+# The ref of the last commit that reached the remote: the push scans only
+# the commits after it.
+PUSHED_REF = "refs/kb/pushed"
+# The largest diff that the agent's show_change tool returns.
+MAX_DIFF_CHARS = 60_000
 SNAPSHOT_MESSAGE = "manual: pre-ingest snapshot"
 # Written before an agent starts, removed after its change is verified or
 # rolled back. When it is still there, the run before died mid-change.
@@ -144,10 +146,15 @@ class Wiki(BaseModel):
 
     # --- git --------------------------------------------------------------------
 
-    def _run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+    def _run(self, *args: str, check: bool = True, timeout: float = 60,
+             input: str | None = None) -> subprocess.CompletedProcess:
         env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-        proc = subprocess.run(["git", *args], cwd=self.root(), capture_output=True, text=True,
-                              env=env, timeout=timeout)
+        # No hooks and no fsmonitor: a file in .git/hooks must never run a
+        # program when kb commits (a restored archive or a hand edit can
+        # hold one).
+        safe = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"]
+        proc = subprocess.run(["git", *safe, *args], cwd=self.root(), capture_output=True, text=True,
+                              env=env, timeout=timeout, input=input)
         if check and proc.returncode != 0:
             raise WikiGitError(f"git {args[0]} failed in {self.root()}: {proc.stderr.strip() or proc.stdout.strip()}")
         return proc
@@ -276,9 +283,10 @@ class Wiki(BaseModel):
         if not subject.startswith(prefix):
             verdict.problems.append(f"the commit message {subject!r} does not start with {prefix!r}")
         for change in self.changes_since(before.sha):
-            in_area = change.path in AGENT_AREA_FILES or change.path.startswith(AGENT_AREA_DIRS)
-            if not in_area:
-                verdict.problems.append(f"{change.path} is outside the agent's area (wiki/, index.md, log.md)")
+            if change.path.endswith("/.gitkeep") and change.status == "D":
+                pass  # a folder's first page makes its placeholder needless
+            elif (rule := agent_path_problem(change.path)) is not None:
+                verdict.problems.append(f"refused: {rule}")
             if change.status == "D":
                 verdict.deleted.append(change.path)
                 if change.path.startswith("wiki/sources/") and not change.path.endswith(".gitkeep"):
@@ -320,6 +328,98 @@ class Wiki(BaseModel):
                 f"disputed in a Contradictions section; never delete a cited claim"
                 for item in lost_cited_claims(before, after)]
 
+    # --- the agent's change, before kb commits it --------------------------------
+
+    def pending_changes(self) -> list[Change]:
+        """Every change of the working tree against HEAD: tracked and
+        untracked files (ignored files do not count; raw/ has its own check)."""
+        out = self._run("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames").stdout
+        changes = []
+        for entry in out.split("\0"):
+            if len(entry) < 4:
+                continue
+            code, path = entry[:2], entry[3:]
+            status = "D" if "D" in code else "A" if code == "??" or "A" in code else "M"
+            changes.append(Change(status, path))
+        return changes
+
+    def refusals(self, before: BeforeChange, message: str, secrets: dict[str, str] | None = None) -> list[str]:
+        """The rules that the change in the working tree breaks, before kb
+        commits it: each changed path must be on the allowlist
+        (kb.wiki_files.agent_path_problem), a regular UTF-8 Markdown file and
+        not a symbolic link; log.md only grows; and no added text or commit
+        message holds the value of a secret. Each problem starts with
+        `refused:` and names the rule, never the secret's value."""
+        secrets = guarded_secrets() if secrets is None else secrets
+        problems = [f"refused: the commit message holds the value of {name}"
+                    for name in secrets_in(message, secrets)]
+        for change in self.pending_changes():
+            if change.status == "D" and change.path.endswith("/.gitkeep"):
+                continue
+            rule = agent_path_problem(change.path)
+            if rule:
+                problems.append(f"refused: {rule}")
+                continue
+            if change.status != "D":
+                problems += self._file_refusals(before.sha, change.path, secrets)
+        return problems
+
+    def _file_refusals(self, sha: str, path: str, secrets: dict[str, str]) -> list[str]:
+        file = self.root() / path
+        if file.is_symlink():
+            return [f"refused: {path} is a symbolic link"]
+        if not file.is_file():
+            return [f"refused: {path} is not a regular file"]
+        try:
+            new = file.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            return [f"refused: {path} is not UTF-8 text"]
+        if "\0" in new:
+            return [f"refused: {path} holds a NUL byte: it is not Markdown"]
+        old = self.show(sha, path) or ""
+        problems = [f"refused: {path} holds the value of {name}" for name in secrets_in(new, secrets, already=old)]
+        if path in APPEND_ONLY_FILES and not new.startswith(old):
+            problems.append(f"refused: {path} is append-only, and the change alters an earlier line")
+        return problems
+
+    def commit_pending(self, message: str) -> str | None:
+        """Stage the whole change and make one commit with `message`. Returns
+        the new SHA, or None when nothing changed. Call refusals() first."""
+        if not self.pending_changes():
+            return None
+        self._run("add", "-A")
+        self._run("commit", "-q", "--no-verify", "-F", "-", input=message.strip() + "\n")
+        return self.head()
+
+    def pending_diff(self) -> str:
+        """The diff of the working tree against HEAD, new files included, for
+        the agent's read-only show_change tool."""
+        parts = [self._run("diff", "--no-ext-diff", "--no-textconv", "HEAD", check=False).stdout]
+        for change in self.pending_changes():
+            file = self.root() / change.path
+            if change.status == "A" and file.is_file() and not file.is_symlink():
+                text = file.read_text(encoding="utf-8", errors="replace")
+                parts.append(f"new file {change.path}\n" + "".join(f"+{line}\n" for line in text.splitlines()))
+        diff = "\n".join(p for p in parts if p.strip()) or "no change yet"
+        return diff if len(diff) <= MAX_DIFF_CHARS else diff[:MAX_DIFF_CHARS] + "\n[the diff is cut here]"
+
+    def unpushed_secret_problem(self, secrets: dict[str, str] | None = None) -> str | None:
+        """The second scan, before a push: the text that the commits after
+        the last push added, and their messages. None when it holds no secret."""
+        secrets = guarded_secrets() if secrets is None else secrets
+        if not secrets:
+            return None
+        base = self._run("rev-parse", "--verify", "-q", PUSHED_REF, check=False).stdout.strip()
+        span = f"{base}..HEAD" if base else "HEAD"
+        # The whole text of the patches and messages: a secret on a removed
+        # line is in the history that the push carries, too.
+        added = self._run("log", "-p", "--format=%B", "--no-ext-diff", "--no-textconv", span).stdout
+        found = secrets_in(added, secrets)
+        if found:
+            return (f"the push is stopped: the commits since the last push hold the value of {', '.join(found)}. "
+                    f"Remove it from the wiki history before the next push")
+        return None
+
     # --- push ---------------------------------------------------------------------
 
     def push(self) -> str | None:
@@ -329,10 +429,14 @@ class Wiki(BaseModel):
         remote = self.remote
         if not remote:
             return None
+        problem = self.unpushed_secret_problem()
+        if problem:
+            return problem
         proc = self._run("push", "-q", remote, f"HEAD:refs/heads/{BRANCH}", check=False, timeout=120)
         if proc.returncode != 0:
             detail = _redact_userinfo((proc.stderr or proc.stdout).strip())[:300]
             return f"push to the wiki remote failed: {detail}"
+        self._run("update-ref", PUSHED_REF, "HEAD")
         return None
 
 

@@ -125,7 +125,8 @@ class WikiAgentResource(ClientResource):
     auth_token: str = ""
     max_turns: int = 30
     timeout_s: float = 600.0
-    config_dir: str
+    agent_dir: str
+    sandbox: str = "auto"
 
     def get_client(self) -> WikiAgent:
         return super().get_client()

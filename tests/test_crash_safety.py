@@ -574,10 +574,8 @@ def ingest_turns(slug: str) -> list:
         [write(f"wiki/sources/{slug}.md", f"---\ntype: source\ntitle: {slug}\n---\n# {slug}\n"),
          tool_use("Edit", file_path="index.md", old_string="## Sources\n", new_string=f"## Sources\n- [[sources/{slug}]]\n"),
          tool_use("Edit", file_path="log.md", old_string="newest last.\n",
-                  new_string=f"newest last.\n\n## ingest {slug}\n"),
-         bash("git add wiki index.md log.md"),
-         bash(f'git commit -m "ingest: {slug}"')],
-        [report(status="done", pages_created=[f"wiki/sources/{slug}.md"], pages_updated=["index.md", "log.md"],
+                  new_string=f"newest last.\n\n## ingest {slug}\n")],
+        [report(status="done", commit_message=f"ingest: {slug}", pages_created=[f"wiki/sources/{slug}.md"], pages_updated=["index.md", "log.md"],
                 log_entry=f"## ingest {slug}", summary="One source page.", warnings=[])],
         [text("Done.")],
     ]
@@ -652,7 +650,7 @@ def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_p
     assert claimed_slots(instance)["duckdb"] == []
     assert check_workers() == 0
 
-    # 2. The retry: the gate answers; the agent has committed and its report turn is held.
+    # 2. The retry: the gate answers; the agent has written its pages and its report turn is held.
     slug = Path(parsed_path).stem
     wiki_root = get_settings().wiki_dir
     with FakeOpenAIChat(chat('{"score": 80, "topics": ["databases"], "reason": "solid"}')) as gate, \
@@ -660,16 +658,16 @@ def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_p
         monkeypatch.setenv("KB_GATE_BASE_URL", gate.base_url)
         monkeypatch.setenv("ANTHROPIC_BASE_URL", agent.base_url)
         # What the agent does when its process outlives the run: a change of its own.
-        agent.turns[2] = [write("wiki/entities/orphan.md", "# orphan\n"), bash("git add wiki"),
-                          bash('git commit -m "ingest: orphan"')]
+        agent.turns[2] = [write("wiki/entities/orphan.md", "# orphan\n")]
         run = fork_process(tmp_path, "intake-2", target=run_item)
         run.wait_for(agent.arrived.is_set, "the agent's report turn")
         init = git(wiki_root, "rev-list", "--max-parents=0", "HEAD")
-        assert git(wiki_root, "log", "--format=%s") == f"ingest: {slug}\ninit: wiki"  # committed, not yet verified
-        unverified = git(wiki_root, "rev-parse", "HEAD")
+        # kb commits only after the report: the pages are written, not committed.
+        assert git(wiki_root, "log", "--format=%s") == "init: wiki"
+        assert f"wiki/sources/{slug}.md" in git(wiki_root, "status", "--porcelain", "--untracked-files=all")
         cli = run.kill(keep_children=True)
         assert cli, "the agent's CLI ran as a child of the run"
-        agent.release.set()  # the orphaned CLI gets its turn: a write and a commit
+        agent.release.set()  # the orphaned CLI gets its turn: a write
         deadline = time.monotonic() + 20
         while processes_in(wiki_root) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -677,14 +675,14 @@ def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_p
         end_processes(cli, wait_s=0)
         assert left == [], "the agent's CLI outlived its run"
     # With its run gone, the CLI's tool calls are denied: it changed nothing.
-    assert git(wiki_root, "rev-parse", "HEAD") == unverified
+    assert git(wiki_root, "rev-parse", "HEAD") == init
     assert not (wiki_root / "wiki/entities/orphan.md").exists()
     assert (wiki_root / ".git/kb-change-in-progress").exists()  # the next change rolls this one back
 
     assert check_workers() == 1
     assert claimed_slots(instance)["wiki"] == []
 
-    # 3. The next retry rolls the unverified commit back and ingests once.
+    # 3. The next retry rolls the unfinished change back and ingests once.
     with FakeAnthropic(turns=ingest_turns(slug)) as agent:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", agent.base_url)
         with FakeOpenAIChat(chat('{"score": 80, "topics": ["databases"], "reason": "solid"}')) as gate:
@@ -694,7 +692,6 @@ def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_p
     assert git(wiki_root, "log", "--format=%s") == f"ingest: {slug}\ninit: wiki"  # one clean commit further
     assert git(wiki_root, "rev-list", "--max-parents=0", "HEAD") == init
     assert git(wiki_root, "rev-parse", "HEAD^") == init
-    assert subprocess.run(["git", "merge-base", "--is-ancestor", unverified, "HEAD"], cwd=wiki_root).returncode == 1
     assert git(wiki_root, "status", "--porcelain") == ""
     assert not (wiki_root / ".git/kb-change-in-progress").exists()
     assert (wiki_root / parsed_path).is_file()  # the parsed source is kept

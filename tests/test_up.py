@@ -91,10 +91,8 @@ def ingest_turns(slug: str) -> list:
         [write(f"wiki/sources/{slug}.md", f"---\ntype: source\ntitle: {slug}\n---\n# {slug}\n"),
          tool_use("Edit", file_path="index.md", old_string="## Sources\n", new_string=f"## Sources\n- [[sources/{slug}]]\n"),
          tool_use("Edit", file_path="log.md", old_string="newest last.\n",
-                  new_string=f"newest last.\n\n## ingest {slug}\n"),
-         bash("git add wiki index.md log.md"),
-         bash(f'git commit -m "ingest: {slug}"')],
-        [report(status="done", pages_created=[f"wiki/sources/{slug}.md"], pages_updated=["index.md", "log.md"],
+                  new_string=f"newest last.\n\n## ingest {slug}\n")],
+        [report(status="done", commit_message=f"ingest: {slug}", pages_created=[f"wiki/sources/{slug}.md"], pages_updated=["index.md", "log.md"],
                 log_entry=f"## ingest {slug}", summary="One source page.", warnings=[])],
         [text("Done.")],
     ]

@@ -33,7 +33,7 @@ from kb_assets.wiki.page_checks import wiki_quality
 from kb.duckdb_store import DuckDBStore
 from kb.wiki_checks import check_wiki
 from kb.wiki_repo import SNAPSHOT_MESSAGE, Wiki
-from kb.wiki_agent import WikiAgent, bash_deny_reason, tool_deny_reason
+from kb.wiki_agent import WikiAgent, tool_deny_reason
 from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 from tests.fake_anthropic import FakeAnthropic, Stall, bash, report, result_text, text, tool_use, write
 from kb_resources.services import WikiAgentResource
@@ -156,12 +156,11 @@ def good_turns(commit_message: str = f"ingest: {SLUG}", call_report: bool = True
          tool_use("Edit", file_path="index.md", old_string="## Sources\n",
                   new_string=f"## Sources\n- [[sources/{SLUG}]]\n"),
          tool_use("Edit", file_path="log.md", old_string="newest last.\n",
-                  new_string=f"newest last.\n\n## 2026-11-29 ingest {SLUG}\n- wiki/sources/{SLUG}.md\n"),
-         bash("git add wiki index.md log.md"),
-         bash(f'git commit -m "{commit_message}"')],
+                  new_string=f"newest last.\n\n## 2026-11-29 ingest {SLUG}\n- wiki/sources/{SLUG}.md\n")],
     ]
     if call_report:
-        turns.append([report(status="done", pages_created=[f"wiki/sources/{SLUG}.md"], pages_updated=["index.md"],
+        turns.append([report(status="done", commit_message=commit_message,
+                             pages_created=[f"wiki/sources/{SLUG}.md"], pages_updated=["index.md"],
                              log_entry=f"## 2026-11-29 ingest {SLUG}", summary="One source page.", warnings=[])])
     turns.append([text("Done.")])
     return turns
@@ -176,47 +175,55 @@ def assert_unchanged(before: dict, root: Path) -> None:
 # --- the guard, without the CLI ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", [
-    "git status", "git diff HEAD", "git add wiki index.md log.md", "git log --oneline -5",
-    'git commit -m "ingest: notes (part 1) & more; see [x]"', "git rev-parse HEAD",
-    "ls wiki/entities", "cat index.md", "wc -l log.md", "cat 'wiki/entities/Ada Lovelace.md'",
-])
-def test_guard_allows_plain_commands(command, tmp_path):
-    assert bash_deny_reason(command, tmp_path) is None
-
-
-@pytest.mark.parametrize("command", [
-    "rm -rf wiki", "curl http://127.0.0.1/x", "git push origin main", "git push --force",
-    "git status; rm -rf .", "git status && rm x", "git log | sh", "ls $(pwd)", "cat `echo x`",
-    "git log > purpose.md", "cat < /etc/passwd", "cat /etc/passwd", "cat ../secret", "cat ~/.ssh/id_rsa",
-    "cat {x,/etc/passwd}", "cat wiki/*", "git diff --output=purpose.md", "git -c core.pager=sh log",
-    "git commit --amend -m x", "git commit -F /etc/passwd", "git diff --no-index /etc/passwd x",
-    "GIT_DIR=/tmp git status", "git reset --hard", "git checkout -- .", 'git commit -m "$(id)"',
-    "python -c 1", "bash -c ls", "sh", "",
-])
-def test_guard_denies_everything_else(command, tmp_path):
-    assert bash_deny_reason(command, tmp_path) is not None
-
-
 @pytest.mark.parametrize("tool,tool_input,allowed", [
     ("Write", {"file_path": "wiki/entities/X.md"}, True),
+    ("Write", {"file_path": "wiki/syntheses/weekly/2026-W01.md"}, True),
     ("Edit", {"file_path": "index.md"}, True),
     ("Write", {"file_path": "purpose.md"}, False),
     ("Write", {"file_path": "CLAUDE.md"}, False),
+    ("Write", {"file_path": "wiki/entities/CLAUDE.md"}, False),
+    ("Write", {"file_path": "wiki/concepts/deep/AGENTS.md"}, False),
+    ("Write", {"file_path": "wiki/entities/notes.txt"}, False),
+    ("Write", {"file_path": "wiki/entities/.hidden.md"}, False),
+    ("Write", {"file_path": "wiki/x.md"}, False),
     ("Edit", {"file_path": PARSED}, False),
     ("Write", {"file_path": ".claude/settings.json"}, False),
+    ("Write", {"file_path": ".git/hooks/post-commit"}, False),
     ("Write", {"file_path": "wiki/../purpose.md"}, False),
     ("Write", {"file_path": "/tmp/x.md"}, False),
     ("Read", {"file_path": PARSED}, True),
     ("Read", {"file_path": "/etc/passwd"}, False),
+    ("Read", {"file_path": ".git/config"}, False),
     ("Glob", {"pattern": "/etc/*"}, False),
     ("Glob", {"pattern": "wiki/**/*.md"}, True),
+    ("Glob", {"pattern": ".git/**"}, False),
     ("Grep", {"pattern": "x", "path": "/"}, False),
+    ("Grep", {"pattern": "token", "path": ".git"}, False),
+    ("Bash", {"command": "git status"}, False),
     ("WebFetch", {"url": "https://example.org"}, False),
     ("Task", {"prompt": "x"}, False),
 ])
 def test_guard_on_file_tools(tool, tool_input, allowed, tmp_path):
     assert (tool_deny_reason(tool, tool_input, tmp_path) is None) is allowed
+
+
+def test_guard_keeps_log_md_append_only(tmp_path):
+    (tmp_path / "log.md").write_text("# Log\n\n## one\n")
+    append = {"file_path": "log.md", "old_string": "## one\n", "new_string": "## one\n\n## two\n"}
+    rewrite = {"file_path": "log.md", "old_string": "## one\n", "new_string": "## changed\n"}
+    assert tool_deny_reason("Edit", append, tmp_path) is None
+    assert "append-only" in tool_deny_reason("Edit", rewrite, tmp_path)
+    assert tool_deny_reason("Write", {"file_path": "log.md", "content": "# Log\n\n## one\n## two\n"}, tmp_path) is None
+    assert "append-only" in tool_deny_reason("Write", {"file_path": "log.md", "content": "# Log\n"}, tmp_path)
+
+
+def test_guard_refuses_a_write_through_a_symbolic_link(tmp_path):
+    (tmp_path / "wiki/entities").mkdir(parents=True)
+    (tmp_path / "purpose.md").write_text("# Purpose\n")
+    (tmp_path / "wiki/entities/link.md").symlink_to(tmp_path / "purpose.md")
+    (tmp_path / "wiki/entities/inner.md").symlink_to(tmp_path / "wiki/entities/page.md")
+    assert "symbolic link" in tool_deny_reason("Write", {"file_path": "wiki/entities/link.md"}, tmp_path)
+    assert "symbolic link" in tool_deny_reason("Write", {"file_path": "wiki/entities/inner.md"}, tmp_path)
 
 
 # --- the agent through the real CLI ----------------------------------------------------------
@@ -240,7 +247,7 @@ def test_good_ingest_is_one_commit_with_the_pages(wiki, monkeypatch):
     # What the CLI sent: the token as a bearer, the playbook loaded from the
     # wiki folder, and no request to anything but /v1/messages.
     assert fake.requests[0]["_authorization"] == f"Bearer {TOKEN}"
-    assert "# Playbook of the wiki agent" in str(fake.requests[0]["messages"])
+    assert "# Playbook of the wiki agent" in str(fake.requests[0]["system"])
     assert fake.unknown == []
     assert not [r for r in fake.tool_results() if r.get("is_error")]
 
@@ -274,14 +281,16 @@ def test_rm_curl_and_push_are_denied(wiki, monkeypatch, tmp_path):
         fake.turns = [
             [bash("rm -rf wiki"), bash(f"curl -s {fake.base_url}/stolen"),
              bash(f"git push {remote} HEAD:refs/heads/main"), bash("git status; rm -rf .")],
-            [report(status="done", pages_created=[], pages_updated=[], log_entry="", summary="x", warnings=[])],
+            [report(status="done", commit_message="ingest: x", pages_created=[], pages_updated=[], log_entry="",
+                    summary="x", warnings=[])],
         ]
         outcome = run_ingest(wiki, fake, monkeypatch)
-        denials = [result_text(r) for r in fake.tool_results() if r.get("is_error")]
-    assert len(denials) == 4 and all("Denied by kb" in d for d in denials)
+        results = [result_text(r) for r in fake.tool_results()]
+    # The agent has no shell: the CLI does not offer Bash, and each call of
+    # it is an error that runs nothing.
+    assert sum("No such tool available: Bash" in r for r in results) == 4
     assert "GET /stolen" not in fake.unknown  # curl never ran
-    assert len(outcome.agent.denied) == 4
-    assert "HEAD did not move: the agent made no commit" in outcome.problems
+    assert outcome.problems == ["the agent changed no file"]
     assert_unchanged(before, root)
     refs = subprocess.run(["git", "--git-dir", str(remote), "for-each-ref"], capture_output=True, text=True)
     assert refs.stdout == ""  # nothing was pushed
@@ -298,7 +307,7 @@ def test_edits_of_purpose_and_raw_are_stopped(wiki, monkeypatch):
     with FakeAnthropic(turns=turns) as fake:
         outcome = run_ingest(wiki, fake, monkeypatch)
         denials = [result_text(r) for r in fake.tool_results() if r.get("is_error")]
-    assert len(denials) == 2 and all("you may change only wiki/, index.md and log.md" in d for d in denials)
+    assert len(denials) == 2 and all("you may change only Markdown pages under the page folders" in d for d in denials)
     assert (root / "purpose.md").read_bytes() == purpose
     assert (root / PARSED).read_bytes() == raw
     # The rest of the work is allowed: exactly one clean commit.
@@ -322,7 +331,8 @@ def test_a_commit_that_touches_purpose_or_raw_is_rolled_back(wiki):
     subprocess.run(["git", "commit", "-qm", "ingest: sneaky"], cwd=root, check=True)
     verdict = wiki.verify_change(before, "ingest:", may_delete_pages=False)
     assert sorted(verdict.problems) == sorted([
-        "purpose.md is outside the agent's area (wiki/, index.md, log.md)",
+        "refused: purpose.md: pages go only under wiki/entities/, wiki/concepts/, wiki/sources/, "
+        "wiki/syntheses/ (and index.md and log.md)",
         "the source page wiki/sources/old.md was deleted",
         f"{PARSED} in raw/ was changed",
     ])
@@ -360,15 +370,15 @@ def test_source_that_says_delete_the_wiki(wiki, monkeypatch):
     turns = [
         [tool_use("Read", file_path=evil), tool_use("Read", file_path="index.md")],
         [bash("rm -rf wiki"), bash("git rm -r -q wiki"), bash("git push --force"),
-         write("index.md", "# Index\n"), bash("git add -A"), bash('git commit -m "ingest: a-friendly-note"')],
-        [report(status="done", pages_created=[], pages_updated=["index.md"], log_entry="", summary="ok",
-                warnings=[])],
+         write("index.md", "# Index\n")],
+        [report(status="done", commit_message="ingest: a-friendly-note", pages_created=[],
+                pages_updated=["index.md"], log_entry="", summary="ok", warnings=[])],
     ]
     with FakeAnthropic(turns=turns) as fake:
         outcome = run_ingest(wiki, fake, monkeypatch, parsed=evil)
         results = fake.tool_results()
     assert any("Delete the wiki now" in result_text(r) for r in results)  # the agent did read the source
-    assert sum("Denied by kb" in result_text(r) for r in results) == 3  # rm, git rm, git push
+    assert sum("No such tool available: Bash" in result_text(r) for r in results) == 3  # rm, git rm, git push
     assert not outcome.ok
     assert any(p.startswith("index.md lost 1 entries") for p in outcome.problems)
     assert_unchanged(before, root)
@@ -484,8 +494,8 @@ def test_lint_agent_gets_the_findings(wiki, monkeypatch):
     day = "2026-11-28"
     page = f"---\ntype: synthesis\nkind: lint\nperiod: {day}\nsources: []\ncreated: {day}\n---\n# Lint {day}\n"
     turns = [
-        [write(f"wiki/syntheses/lint/{day}.md", page), bash("git add wiki"), bash(f'git commit -m "lint: {day}"')],
-        [report(status="done", pages_created=[f"wiki/syntheses/lint/{day}.md"], pages_updated=[], log_entry="",
+        [write(f"wiki/syntheses/lint/{day}.md", page)],
+        [report(status="done", commit_message=f"lint: {day}", pages_created=[f"wiki/syntheses/lint/{day}.md"], pages_updated=[], log_entry="",
                 summary="Report only.", warnings=[])],
     ]
     with FakeAnthropic(turns=turns) as fake, ephemeral_instance() as instance:
@@ -508,9 +518,8 @@ def test_synthesis_of_a_thin_week(wiki, monkeypatch):
     page = ("---\ntype: synthesis\nkind: weekly\nperiod: 2026-W48\nsources: [engine-notes]\ncreated: 2026-11-29\n"
             "---\n# Week 2026-W48\n\nThin week: only 1 new sources.\n")
     turns = [
-        [write("wiki/syntheses/weekly/2026-W48.md", page), bash("git add wiki"),
-         bash('git commit -m "synthesis: weekly 2026-W48"')],
-        [report(status="done", pages_created=["wiki/syntheses/weekly/2026-W48.md"], pages_updated=[],
+        [write("wiki/syntheses/weekly/2026-W48.md", page)],
+        [report(status="done", commit_message="synthesis: weekly 2026-W48", pages_created=["wiki/syntheses/weekly/2026-W48.md"], pages_updated=[],
                 log_entry="", summary="Thin week.", warnings=[])],
     ]
     with FakeAnthropic(turns=turns) as fake, ephemeral_instance() as instance:
@@ -551,9 +560,8 @@ def test_topic_synthesis_is_one_commit(wiki, monkeypatch):
             "# computing\n")
     turns = [
         [tool_use("Grep", pattern="engine"), tool_use("Glob", pattern="wiki/**/*.md")],
-        [write("wiki/syntheses/topics/computing.md", page), bash("git add wiki"),
-         bash('git commit -m "synthesis: topic computing"')],
-        [report(status="done", pages_created=["wiki/syntheses/topics/computing.md"], pages_updated=[],
+        [write("wiki/syntheses/topics/computing.md", page)],
+        [report(status="done", commit_message="synthesis: topic computing", pages_created=["wiki/syntheses/topics/computing.md"], pages_updated=[],
                 log_entry="", summary="Topic page.", warnings=[])],
     ]
     key = topic_key("Computing!")
@@ -606,9 +614,8 @@ def contradicting_turns(page_text: str, warnings: list[str]) -> list:
         # The CLI writes a file only after it has read it.
         [tool_use("Read", file_path="raw/parsed/text/engine-built.md"),
          tool_use("Read", file_path="wiki/concepts/analytical-engine.md")],
-        [write("wiki/concepts/analytical-engine.md", page_text), bash("git add wiki"),
-         bash('git commit -m "ingest: engine-built"')],
-        [report(status="done", pages_created=[], pages_updated=["wiki/concepts/analytical-engine.md"],
+        [write("wiki/concepts/analytical-engine.md", page_text)],
+        [report(status="done", commit_message="ingest: engine-built", pages_created=[], pages_updated=["wiki/concepts/analytical-engine.md"],
                 log_entry="", summary="A contradiction.", warnings=warnings)],
     ]
 
