@@ -25,7 +25,7 @@ from kb.telegram_inbox import Inbox, InboxItem
 
 log = logging.getLogger(__name__)
 
-NOTIFIED_STATES = ("done", "failed", "rejected", "duplicate", "waiting")
+NOTIFIED_STATES = ("done", "failed", "rejected", "duplicate", "waiting", "refused")
 MAX_SUMMARY_CHARS = 300
 
 
@@ -55,6 +55,10 @@ def notification_text(state: str, what: str, *, error: str | None = None, commit
                 "(ANTHROPIC_BASE_URL), so the wiki ingest waits. Nothing is lost: it starts when you set one.")
     if state == "failed":
         return f"failed: {what}: {error or 'no error message'}"
+    if state == "refused":
+        return (f"refused: kb refused the wiki change for {what}: {reason or 'a rule of the wiki'}. "
+                "Nothing of the change is in the wiki. The source stays approved and searchable, "
+                "and kb tries the ingest again.")
     if state == "rejected":
         scored = f"score {score} < {threshold}" if score is not None and threshold is not None else "below the threshold"
         because = f": {reason}" if reason else ""

@@ -325,7 +325,7 @@ class WikiAgent(BaseModel):
             prefix = bubblewrap_args(bubblewrap_works()[1], wiki=root, writable=[home],
                                      readable=[Path(cli).parent])
         launcher = write_launcher(folder, cli=cli, home=home, prefix=prefix)
-        return AgentRoom(folder=folder, config_dir=config_dir, launcher=launcher, sandboxed=use_bwrap)
+        return AgentRoom(folder=folder, config_dir=config_dir, launcher=launcher, prefix=tuple(prefix))
 
     async def _run(self, prompt: str, cwd: Path, max_turns: int, timeout: float, run: AgentRun,
                    room: "AgentRoom", show_change: Callable[[], str]) -> None:
@@ -403,7 +403,7 @@ class AgentRoom:
     folder: Path
     config_dir: Path
     launcher: Path
-    sandboxed: bool
+    prefix: tuple[str, ...]  # the bubblewrap command in front of the CLI; empty without bubblewrap
 
 
 def system_prompt(root: Path) -> str:

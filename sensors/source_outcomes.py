@@ -105,9 +105,10 @@ WAITING_CURSOR = "wiki_pages_waiting"
 
 def _notify_waiting(context: dg.SensorEvaluationContext, telegram: TelegramNotifier, inbox: Inbox,
                     cursor: dict) -> int:
-    """One notice per source that waits for the wiki agent (an observation
-    of wiki_pages with state `waiting`). The claim file keeps it to one,
-    also when the source waits again after a restart."""
+    """One notice per source that waits for the wiki agent, and one per
+    source whose wiki change kb refused (observations of wiki_pages with
+    state `waiting` or `refused`; a refusal names the rule). The claim file
+    keeps each to one, also after a restart."""
     sent = 0
     result = context.instance.fetch_observations(
         dg.AssetRecordsFilter(asset_key=WIKI_PAGES, after_storage_id=cursor.get(WAITING_CURSOR)),
@@ -116,11 +117,13 @@ def _notify_waiting(context: dg.SensorEvaluationContext, telegram: TelegramNotif
     for record in result.records:
         observation = record.event_log_entry.asset_observation
         item_id = record.partition_key
-        if (observation is not None and item_id and _value(observation.metadata, "state") == "waiting"
+        state = _value(observation.metadata, "state") if observation is not None else None
+        if (state in ("waiting", "refused") and item_id
                 and context.instance.has_dynamic_partition(sources.name, item_id)):
             what = describe(inbox.find(item_id), item_id, _gated_title(context.instance, item_id))
+            text = notification_text(state, what, reason=_value(observation.metadata, "reason"))
             try:
-                sent += telegram.notify(item_id, "waiting", notification_text("waiting", what))
+                sent += telegram.notify(item_id, state, text)
             except NotificationError as exc:
                 context.log.warning(str(exc))
                 break

@@ -9,6 +9,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The wiki assets build their retry policy at import: a test of a failed
+# wiki change must not wait a minute for each retry.
+os.environ.setdefault("KB_WIKI_RETRY_DELAY_S", "0")
 
 
 @pytest.fixture(autouse=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,7 +128,7 @@ class FakeAnthropic(LoopbackServer):
         content = []
         for block in blocks:
             if block["type"] == "tool_use":
-                block = {**block, "id": f"toolu_{next(self._ids):04d}"}
+                block = {**block, "id": block.get("id") or f"toolu_{next(self._ids):04d}"}
             content.append(block)
         stop = "tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn"
         return {
@@ -160,6 +161,40 @@ class FakeAnthropic(LoopbackServer):
         if isinstance(first, str):
             return first
         return "\n".join(b.get("text", "") for b in first if b.get("type") == "text")
+
+
+class HeldAnthropic(FakeAnthropic):
+    """The fake Messages API; it holds turn `hold_turn` until `release` is
+    set (at most `wait_s`), so a test can act while the CLI waits."""
+
+    def __init__(self, turns: list, hold_turn: int, wait_s: float = 300) -> None:
+        super().__init__(turns=turns)
+        self.hold_turn = hold_turn
+        self.wait_s = wait_s
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+
+    def _answer(self, body: dict):
+        if any(t.get("name") == "mcp__kb__report_result" for t in body.get("tools", [])):
+            if sum(1 for m in body.get("messages", []) if m.get("role") == "assistant") == self.hold_turn:
+                self.arrived.set()
+                self.release.wait(self.wait_s)
+        return super()._answer(body)
+
+
+def ingest_turns(slug: str) -> list:
+    """A good ingest: read, write the source page, report. kb commits."""
+    return [
+        [tool_use("Read", file_path="index.md"), tool_use("Read", file_path="log.md")],
+        [write(f"wiki/sources/{slug}.md", f"---\ntype: source\ntitle: {slug}\n---\n# {slug}\n"),
+         tool_use("Edit", file_path="index.md", old_string="## Sources\n", new_string=f"## Sources\n- [[sources/{slug}]]\n"),
+         tool_use("Edit", file_path="log.md", old_string="newest last.\n",
+                  new_string=f"newest last.\n\n## ingest {slug}\n")],
+        [report(status="done", commit_message=f"ingest: {slug}", pages_created=[f"wiki/sources/{slug}.md"],
+                pages_updated=["index.md", "log.md"], log_entry=f"## ingest {slug}", summary="One source page.",
+                warnings=[])],
+        [text("Done.")],
+    ]
 
 
 def result_text(block: dict) -> str:

@@ -55,7 +55,7 @@ from kb_assets.instance_config import ensure_dagster_home
 from kb.lance_index import BOOKMARKS, CHUNKS, ChunkIndex
 from kb.raw_store import RawStore
 from kb.settings import excluded_sources, get_settings
-from tests.fake_anthropic import FakeAnthropic, bash, report, text, tool_use, write
+from tests.fake_anthropic import FakeAnthropic, HeldAnthropic, ingest_turns, write
 from tests.fake_openai_chat import FakeOpenAIChat, chat
 from tests.fake_x import FakeX
 
@@ -548,37 +548,6 @@ class HeldEndpoint:
         self.release.set()
         self.server.shutdown()
         self.server.server_close()
-
-
-class HeldAnthropic(FakeAnthropic):
-    """The fake Messages API; it holds turn `hold_turn` until `release` is set."""
-
-    def __init__(self, turns: list, hold_turn: int) -> None:
-        super().__init__(turns=turns)
-        self.hold_turn = hold_turn
-        self.arrived = threading.Event()
-        self.release = threading.Event()
-
-    def _answer(self, body: dict):
-        if any(t.get("name") == "mcp__kb__report_result" for t in body.get("tools", [])):
-            if sum(1 for m in body.get("messages", []) if m.get("role") == "assistant") == self.hold_turn:
-                self.arrived.set()
-                self.release.wait(WAIT_S)
-        return super()._answer(body)
-
-
-def ingest_turns(slug: str) -> list:
-    """A good ingest: read, write the source page, one commit, report."""
-    return [
-        [tool_use("Read", file_path="index.md"), tool_use("Read", file_path="log.md")],
-        [write(f"wiki/sources/{slug}.md", f"---\ntype: source\ntitle: {slug}\n---\n# {slug}\n"),
-         tool_use("Edit", file_path="index.md", old_string="## Sources\n", new_string=f"## Sources\n- [[sources/{slug}]]\n"),
-         tool_use("Edit", file_path="log.md", old_string="newest last.\n",
-                  new_string=f"newest last.\n\n## ingest {slug}\n")],
-        [report(status="done", commit_message=f"ingest: {slug}", pages_created=[f"wiki/sources/{slug}.md"], pages_updated=["index.md", "log.md"],
-                log_entry=f"## ingest {slug}", summary="One source page.", warnings=[])],
-        [text("Done.")],
-    ]
 
 
 def git(root: Path, *args: str) -> str:

@@ -19,7 +19,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.fake_anthropic import FakeAnthropic, bash, report, text, tool_use, write
+from tests.fake_anthropic import FakeAnthropic, ingest_turns
 from tests.fake_telegram import FakeTelegram, message_update, text_fields
 
 BOT_TOKEN = "123456:TEST-SECRET-up-bot-token"
@@ -82,20 +82,6 @@ def waiting_for_the_agent(instance: dg.DagsterInstance, item: str) -> bool:
     records = instance.fetch_observations(dg.AssetKey("wiki_pages"), limit=20).records
     return any(item in (r.partition_key or "") and r.asset_observation.metadata["state"].value == "waiting"
                for r in records)
-
-
-def ingest_turns(slug: str) -> list:
-    """A good ingest: read, write the source page, one commit, report."""
-    return [
-        [tool_use("Read", file_path="index.md"), tool_use("Read", file_path="log.md")],
-        [write(f"wiki/sources/{slug}.md", f"---\ntype: source\ntitle: {slug}\n---\n# {slug}\n"),
-         tool_use("Edit", file_path="index.md", old_string="## Sources\n", new_string=f"## Sources\n- [[sources/{slug}]]\n"),
-         tool_use("Edit", file_path="log.md", old_string="newest last.\n",
-                  new_string=f"newest last.\n\n## ingest {slug}\n")],
-        [report(status="done", commit_message=f"ingest: {slug}", pages_created=[f"wiki/sources/{slug}.md"], pages_updated=["index.md", "log.md"],
-                log_entry=f"## ingest {slug}", summary="One source page.", warnings=[])],
-        [text("Done.")],
-    ]
 
 
 @pytest.mark.timeout(900)  # two kb up starts, each with a daemon, a code server and run workers

@@ -413,6 +413,10 @@ def _finish(context: dg.AssetExecutionContext, outcome: ChangeOutcome, subject: 
         return
     attempt = context.retry_number + 1
     error = "; ".join(outcome.problems)
+    refused = [p.removeprefix("refused: ") for p in outcome.problems if p.startswith("refused: ")]
+    if refused:
+        # The owner hears of a refused change (source_outcomes_sensor), with the rule.
+        _observe(context, "refused", reason="; ".join(refused)[:1000], attempt=attempt)
     state = "failed" if attempt >= MAX_TRIES else "retrying"
     _observe(context, state, error=error[:1000], attempt=attempt,
              warnings=dg.MetadataValue.json(outcome.warnings))
