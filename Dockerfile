@@ -7,7 +7,7 @@ FROM python:3.11-slim-bookworm
 # capture and for pages that need a browser. git: the wiki is a git
 # repository. ffmpeg: yt-dlp and faster-whisper read video and voice files.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends chromium git ffmpeg ca-certificates \
+ && apt-get install -y --no-install-recommends chromium git ffmpeg ca-certificates bubblewrap \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
