@@ -153,7 +153,7 @@ class Settings(BaseSettings):
     kb_inbox_sensor_interval_s: int = Field(15, ge=1, description="Seconds between two looks of the inbox sensors (new items, /override, /lint, /synthesize).")
     kb_notify_sensor_interval_s: int = Field(30, ge=1, description="Seconds between two looks of the sensors that send notices to the owner.")
     kb_waiting_sensor_interval_s: int = Field(300, ge=1, description="Seconds between two looks for sources that wait for a wiki agent endpoint.")
-    kb_wiki_remote: str = Field("", description="Git remote for the wiki. Empty: no push.")
+    kb_wiki_remote: SecretStr | None = Field(None, description="Git remote for the wiki. Empty: no push. It can hold a token (https://user:token@host/wiki.git): kb gives the token to git through a credential helper, never in git's command line, .git/config or the Dagster UI.")
 
     # --- web page --------------------------------------------------------------
     kb_dagster_ui_url: str = Field("http://127.0.0.1:3000", description="Address of the Dagster UI. The status panel of `kb web` links to it and tells whether it answers.")
@@ -347,7 +347,13 @@ def secret_values(settings: Settings | None = None) -> list[str]:
     """Every key and token that the settings hold (the SecretStr fields)."""
     settings = settings or get_settings()
     values = (getattr(settings, name) for name in Settings.model_fields)
-    return [v.get_secret_value() for v in values if isinstance(v, SecretStr) and v.get_secret_value()]
+    found = [v.get_secret_value() for v in values if isinstance(v, SecretStr) and v.get_secret_value()]
+    if settings.kb_wiki_remote is not None:  # the token inside the remote's URL, on its own
+        from urllib.parse import unquote, urlsplit
+
+        token = urlsplit(settings.kb_wiki_remote.get_secret_value()).password
+        found += [unquote(token)] if token else []
+    return found
 
 
 def redact_secrets(text: str, settings: Settings | None = None) -> str:

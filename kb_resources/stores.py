@@ -57,6 +57,7 @@ class WikiResource(ClientResource):
     """The git-versioned Markdown wiki."""
 
     client_class = Wiki
+    SECRETS = {"remote": "KB_WIKI_REMOTE"}  # the URL can hold a token
     path: str
     remote: str = ""
 
