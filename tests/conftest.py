@@ -48,11 +48,11 @@ def kb_home(tmp_path, monkeypatch):
 
 @pytest.fixture
 def loopback_fetches(monkeypatch):
-    """Let kb's fetch guard reach every port of 127.0.0.1, for test files
+    """Let kb's fetch guard reach every port of 127.0.0.1 and localhost, for test files
     whose loopback sites fetch links (`pytestmark = pytest.mark.usefixtures(
     "loopback_fetches")`). The guard refuses loopback by default; the tests of
     the guard itself (tests/test_fetch_guard.py) allow one port at a time."""
-    monkeypatch.setenv("KB_FETCH_ALLOW_HOSTS", "127.0.0.1")
+    monkeypatch.setenv("KB_FETCH_ALLOW_HOSTS", "127.0.0.1,localhost")
 
 
 @pytest.fixture
