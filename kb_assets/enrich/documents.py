@@ -18,6 +18,11 @@ For each web address that a bookmark of the partition links to:
   several workers. A page that is thin at domcontentloaded is read once more
   at networkidle: many pages fill in their text with JavaScript.
 
+Every connection goes through the fetch guard (kb/fetch_guard.py): a link,
+a redirect or a page's script that goes to a loopback, private or cloud
+metadata address fails with the reason "private address", which names the
+host and the address.
+
 Each address is fetched once. A failure is stored with its reason and is
 tried again only on request (run config `retry`). Links to X posts are not
 documents: the capture holds the posts that the owner sees (quoted posts).
