@@ -53,7 +53,7 @@ import selectors
 import socket
 import socketserver
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -233,19 +233,17 @@ class FetchGuard:
     resolver: Resolver = _system_resolver
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None, *, also_allow: Iterable[str] = ()) -> FetchGuard:
-        """The guard of the settings. `also_allow`: more `host` or
-        `host:port` entries that the owner configured elsewhere (the X
-        origin, a YouTube proxy)."""
+    def from_settings(cls, settings: Settings | None = None) -> FetchGuard:
+        """The guard of the settings (KB_FETCH_ALLOW_HOSTS, KB_FETCH_RESOLVE)."""
         from kb.settings import get_settings
 
         settings = settings or get_settings()
-        extra = ",".join(also_allow)
-        return cls(allowed_hosts=parse_allowed_hosts(f"{settings.kb_fetch_allow_hosts},{extra}"),
+        return cls(allowed_hosts=parse_allowed_hosts(settings.kb_fetch_allow_hosts),
                    pins=parse_pins(settings.kb_fetch_resolve))
 
     def allowing(self, *entries: str) -> FetchGuard:
-        """The same guard with more allowed hosts."""
+        """The same guard with more allowed `host` or `host:port` entries
+        (the X origin for the X context)."""
         return FetchGuard(self.allowed_hosts | parse_allowed_hosts(",".join(entries)), self.pins, self.resolver)
 
     # --- the rule -----------------------------------------------------------------
@@ -359,6 +357,7 @@ class GuardedTransport(httpx.HTTPTransport):
 # --- the proxy for the browser, yt-dlp and requests ----------------------------------
 
 MAX_HEAD_BYTES = 64 * 1024
+IDLE_TIMEOUT_S = 600.0
 HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te",
                "trailer", "upgrade"}
 
@@ -372,9 +371,13 @@ class GuardProxy:
     gets its own upstream connection ("Connection: close"), so one client
     connection cannot carry a second request to another host."""
 
-    def __init__(self, guard: FetchGuard, timeout_s: float = 60.0):
+    def __init__(self, guard: FetchGuard, timeout_s: float = 60.0, idle_timeout_s: float = IDLE_TIMEOUT_S):
         self.guard = guard
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s  # to connect
+        # To wait for bytes. Longer than any timeout of the client: the
+        # client decides when a slow server has failed (the X capture names
+        # the page that did not answer), not the proxy.
+        self.idle_timeout_s = max(idle_timeout_s, timeout_s)
         self.refused: list[tuple[str, int, PrivateAddress]] = []
         self._lock = threading.Lock()
         self._server: socketserver.ThreadingTCPServer | None = None
@@ -424,7 +427,7 @@ class GuardProxy:
     # --- one client connection ----------------------------------------------------------
 
     def _handle(self, client: socket.socket) -> None:
-        client.settimeout(self.timeout_s)
+        client.settimeout(self.idle_timeout_s)
         with contextlib.suppress(OSError), contextlib.closing(client):
             head, rest = _read_head(client)
             if head is None:
@@ -450,7 +453,7 @@ class GuardProxy:
         except OSError as exc:
             _answer(client, 502, f"kb could not connect to {host}:{port}: {exc}")
             return None
-        upstream.settimeout(self.timeout_s)
+        upstream.settimeout(self.idle_timeout_s)
         return upstream
 
     def _tunnel(self, client: socket.socket, target: str, rest: bytes) -> None:
@@ -464,7 +467,7 @@ class GuardProxy:
             client.sendall(b"HTTP/1.1 200 Connection Established\r\n\r\n")
             if rest:
                 upstream.sendall(rest)
-            _pump(client, upstream, self.timeout_s)
+            _pump(client, upstream, self.idle_timeout_s)
 
     def _forward(self, client: socket.socket, method: str, target: str, header_lines: list[bytes],
                  rest: bytes) -> None:
@@ -491,10 +494,7 @@ class GuardProxy:
                 _copy_chunked(client, upstream, rest)
             elif lengths:
                 _copy_exact(client, upstream, rest, int(lengths[0].split(b":", 1)[1].strip() or 0))
-            # The client's later bytes are never read: they cannot become a
-            # second request on this upstream connection.
-            while block := upstream.recv(65536):
-                client.sendall(block)
+            _answer_back(client, upstream, self.idle_timeout_s)
 
 
 def _read_head(sock: socket.socket) -> tuple[bytes | None, bytes]:
@@ -532,6 +532,22 @@ def _pump(a: socket.socket, b: socket.socket, timeout_s: float) -> None:
                 if not block:
                     return
                 key.data.sendall(block)
+
+
+def _answer_back(client: socket.socket, upstream: socket.socket, timeout_s: float) -> None:
+    """Copy the upstream answer to the client until either side closes.
+    What the client sends now is dropped: it cannot become a second request
+    on this upstream connection (to another host)."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(upstream, selectors.EVENT_READ)
+        selector.register(client, selectors.EVENT_READ)
+        while events := selector.select(timeout_s):
+            for key, _ in events:
+                block = key.fileobj.recv(65536)
+                if not block:
+                    return
+                if key.fileobj is upstream:
+                    client.sendall(block)
 
 
 def _copy_exact(client: socket.socket, upstream: socket.socket, rest: bytes, length: int) -> None:
@@ -575,10 +591,3 @@ def _copy_chunked(client: socket.socket, upstream: socket.socket, rest: bytes) -
         need(size + 2)
         upstream.sendall(buffer[:size + 2])
         buffer = buffer[size + 2:]
-
-
-@contextlib.contextmanager
-def guard_proxy(guard: FetchGuard, timeout_s: float = 60.0) -> Iterator[GuardProxy]:
-    """`with guard_proxy(guard) as proxy:` a running GuardProxy."""
-    with GuardProxy(guard, timeout_s) as proxy:
-        yield proxy
