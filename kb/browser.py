@@ -13,9 +13,21 @@ walls keep that rule:
 3. Playwright does not call routes for redirects. So a main frame that
    lands on a non-X page is recorded; `open()` and the capture loop check
    for it (`raise_if_left_x()`) and stop.
-Subresources (scripts, images, video) may come from any host: X loads its
-assets from twimg.com, and the browser sends x.com cookies only to x.com.
-To block them would break the X web app and protect nothing.
+Subresources (scripts, images, video) may come from any public host: X
+loads its assets from twimg.com, and the browser sends x.com cookies only
+to x.com. To block them would break the X web app and protect nothing.
+
+The rule for both contexts: the browser reaches the public internet only.
+Each context sends every request through its own fetch-guard proxy
+(kb/fetch_guard.py, GuardProxy): navigations, redirects, frames, scripts,
+images, fetch() and WebSocket calls. The proxy resolves each host, refuses
+loopback, private, link-local and cloud metadata addresses, and connects
+to the address that it checked. A route alone cannot hold this rule:
+Playwright does not call routes for redirects, and Chromium would resolve
+the name again after the check. The X context also allows the X origin
+(KB_X_BASE_URL); KB_FETCH_ALLOW_HOSTS allows more hosts for both.
+`navigation_refusal(page)` tells why a page did not load when the proxy
+refused it, so the caller can store the reason "private address".
 
 We use the sync Playwright API. It is bound to the thread that starts it,
 so every `with` block here starts and stops its own Playwright and Chromium
@@ -36,6 +48,7 @@ import contextlib
 import json
 import os
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
@@ -45,17 +58,23 @@ from playwright.sync_api import Browser as PlaywrightBrowser
 from playwright.sync_api import BrowserContext, Frame, Page, Route, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
 
+from kb.fetch_guard import DEFAULT_PORTS, FetchGuard, GuardProxy, PrivateAddress
 from kb.settings import Settings, _playwright_browser_installed, get_settings
 
 # --no-sandbox: Chromium's sandbox needs user namespaces that containers and
 # CI machines often do not give. --disable-background-networking: no update
 # checks or field trials; a capture run talks to X only.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+# --force-webrtc-ip-handling-policy: WebRTC sends UDP past the proxy of the
+# context; with this policy it uses the proxy or nothing.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--force-webrtc-ip-handling-policy=disable_non_proxied_udp"]
 
 
 # The sync Playwright API is bound to its thread, so a browser kept open is
 # kept per thread.
 _kept_open = threading.local()
+# The fetch-guard proxy of each open context.
+_context_proxies: weakref.WeakKeyDictionary[BrowserContext, GuardProxy] = weakref.WeakKeyDictionary()
 
 
 class BrowserNotFound(RuntimeError):
@@ -227,26 +246,37 @@ class Browser(BaseModel):
                 _kept_open.browser = None
 
     @contextlib.contextmanager
-    def x_context(self) -> Iterator[XContext]:
-        """A context with the saved X login. Opens X pages only."""
+    def x_context(self, guard: FetchGuard | None = None) -> Iterator[XContext]:
+        """A context with the saved X login. Opens X pages only, and reaches
+        public addresses and the X origin only."""
         state = load_login_state(Path(self.x_state_path))
-        with self._browser() as browser:
-            # X registers a service worker. Requests that it handles bypass
-            # Playwright routes (the navigation guard) and their bodies can be
-            # unreadable, so the X context blocks service workers.
-            context = browser.new_context(storage_state=state, service_workers="block")
-            context.set_default_timeout(self.timeout_s * 1000)
-            try:
-                yield XContext(context, self.x_base_url, self.timeout_s)
-            finally:
-                context.close()
+        x_origin = urlsplit(self.x_base_url)
+        x_port = x_origin.port or DEFAULT_PORTS.get(x_origin.scheme, 443)
+        guard = (guard or FetchGuard.from_settings()).allowing(f"[{self.x_host}]:{x_port}")
+        # X registers a service worker. Requests that it handles bypass
+        # Playwright routes (the navigation guard) and their bodies can be
+        # unreadable, so the X context blocks service workers.
+        with self._guarded_context(guard, storage_state=state, service_workers="block") as context:
+            yield XContext(context, self.x_base_url, self.timeout_s)
 
     @contextlib.contextmanager
-    def clean_context(self) -> Iterator[BrowserContext]:
+    def clean_context(self, guard: FetchGuard | None = None) -> Iterator[BrowserContext]:
         """A context with no storage state, for every site that is not X.
-        bypass_csp lets extraction scripts run on pages with a strict CSP."""
-        with self._browser() as browser:
-            context = browser.new_context(bypass_csp=True)
+        It reaches public addresses only (and KB_FETCH_ALLOW_HOSTS). No
+        bypass_csp: kb runs no script in the page (it reads page.content()),
+        and a page's own Content Security Policy is one more wall against
+        what the page loads."""
+        with self._guarded_context(guard or FetchGuard.from_settings()) as context:
+            yield context
+
+    @contextlib.contextmanager
+    def _guarded_context(self, guard: FetchGuard, **options) -> Iterator[BrowserContext]:
+        with self._browser() as browser, GuardProxy(guard, timeout_s=self.timeout_s) as proxy:
+            # Playwright adds <-loopback> to Chromium's bypass list, so
+            # loopback addresses go through the proxy too (Chromium's own
+            # default sends them direct).
+            context = browser.new_context(proxy={"server": proxy.url}, **options)
+            _context_proxies[context] = proxy
             context.set_default_timeout(self.timeout_s * 1000)
             try:
                 yield context
@@ -268,3 +298,32 @@ class Browser(BaseModel):
         if not x_cookies:
             return False, f"chromium: {chromium}; the login state at {self.x_state_path} has no {self.x_host} cookie. Run `kb login`."
         return True, f"chromium: {chromium}; X login saved at {self.x_state_path}"
+
+
+def watch_navigation(page: Page) -> None:
+    """Record the URLs of the page's main-frame navigations (the link, each
+    redirect, a script that navigates), for navigation_refusal(). Call it
+    before page.goto()."""
+    urls: list[str] = []
+
+    def on_request(request) -> None:
+        # An event handler only records: a call back into Playwright can deadlock.
+        if request.is_navigation_request() and request.frame.parent_frame is None:
+            urls.append(request.url)
+
+    page.on("request", on_request)
+    _navigations[page] = urls
+
+
+_navigations: weakref.WeakKeyDictionary[Page, list[str]] = weakref.WeakKeyDictionary()
+
+
+def navigation_refusal(page: Page, url: str | None = None) -> PrivateAddress | None:
+    """Why the fetch-guard proxy refused the page's main document (the link
+    `url` or a redirect of it), or None. Subresources that the proxy
+    refused do not count: the page itself may still be good."""
+    proxy = _context_proxies.get(page.context)
+    if proxy is None:
+        return None
+    urls = ([url] if url else []) + _navigations.get(page, []) + [page.url]
+    return next((refusal for u in urls if (refusal := proxy.refusal_for(u))), None)

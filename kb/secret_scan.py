@@ -31,7 +31,8 @@ def guarded_secrets(settings: Settings | None = None) -> dict[str, str]:
         value = getattr(settings, name)
         if isinstance(value, SecretStr) and value.get_secret_value():
             found[name.upper()] = value.get_secret_value()
-    password = urlsplit(str(getattr(settings, "kb_wiki_remote", "") or "")).password
+    remote = settings.kb_wiki_remote.get_secret_value() if settings.kb_wiki_remote else ""
+    password = urlsplit(remote).password
     if password:
         found["KB_WIKI_REMOTE (password)"] = password
     for cookie, value in x_login_cookies(settings.x_state_path).items():

@@ -79,6 +79,8 @@ class Settings(BaseSettings):
     kb_x_base_url: str = Field("https://x.com", description="X web origin. Tests point it at a loopback server.")
     kb_browser_timeout_s: float = Field(30.0, description="Page load timeout in seconds.")
     kb_arxiv_hosts: str = Field("arxiv.org,www.arxiv.org,export.arxiv.org", description="Comma-separated hosts whose /pdf/<id> links the documents stage reads as /abs/<id>.")
+    kb_fetch_allow_hosts: str = Field("", description="Comma-separated hosts that link fetches (documents, Telegram links, PDFs, YouTube, the browser) may reach although their address is not public: host or host:port, as written in the link (for example 127.0.0.1:8123 or [::1]:8123). Every other loopback, private, link-local or cloud metadata address is refused with the reason private address.")
+    kb_fetch_resolve: str = Field("", description="Comma-separated name=address pairs that the fetch guard uses instead of DNS, as curl --resolve does. The guard still checks the address. Tests use it to give a public-looking name a loopback address.")
     kb_capture_max_idle_scrolls: int = Field(6, description="Scrolls with no new Bookmarks page before the capture stops. It is the end only when the last page had no bottom cursor.")
     kb_capture_max_wait_s: float = Field(900.0, description="Longest total wait, in seconds, of one capture after X answers HTTP 429 (rate limit). X's retry-after or x-rate-limit-reset sets each wait. A longer wait ends the capture, and the next sync goes on from the last kept page.")
     kb_capture_scroll_wait_s: float = Field(2.0, description="Seconds the capture waits for a new Bookmarks page after each scroll.")
@@ -149,10 +151,11 @@ class Settings(BaseSettings):
     kb_lint_time: str = Field("02:00", description="Time of day (HH:MM, in TZ) of the daily wiki lint.")
     kb_synthesis_day: str = Field("sun", description="Day of the weekly synthesis: mon, tue, wed, thu, fri, sat or sun. It sums up the ISO week of that day.")
     kb_synthesis_time: str = Field("09:00", description="Time of day (HH:MM, in TZ) of the weekly synthesis.")
+    kb_inbox_settle_s: float = Field(2.0, ge=0, description="Seconds that a file dropped in the inbox must stay unchanged (size, modification and change time) before the inbox sensor takes it: a file that another program still copies is not taken half written.")
     kb_inbox_sensor_interval_s: int = Field(15, ge=1, description="Seconds between two looks of the inbox sensors (new items, /override, /lint, /synthesize).")
     kb_notify_sensor_interval_s: int = Field(30, ge=1, description="Seconds between two looks of the sensors that send notices to the owner.")
     kb_waiting_sensor_interval_s: int = Field(300, ge=1, description="Seconds between two looks for sources that wait for a wiki agent endpoint.")
-    kb_wiki_remote: str = Field("", description="Git remote for the wiki. Empty: no push.")
+    kb_wiki_remote: SecretStr | None = Field(None, description="Git remote for the wiki. Empty: no push. It can hold a token (https://user:token@host/wiki.git): kb gives the token to git through a credential helper, never in git's command line, .git/config or the Dagster UI.")
 
     # --- web page --------------------------------------------------------------
     kb_dagster_ui_url: str = Field("http://127.0.0.1:3000", description="Address of the Dagster UI. The status panel of `kb web` links to it and tells whether it answers.")
@@ -346,7 +349,13 @@ def secret_values(settings: Settings | None = None) -> list[str]:
     """Every key and token that the settings hold (the SecretStr fields)."""
     settings = settings or get_settings()
     values = (getattr(settings, name) for name in Settings.model_fields)
-    return [v.get_secret_value() for v in values if isinstance(v, SecretStr) and v.get_secret_value()]
+    found = [v.get_secret_value() for v in values if isinstance(v, SecretStr) and v.get_secret_value()]
+    if settings.kb_wiki_remote is not None:  # the token inside the remote's URL, on its own
+        from urllib.parse import unquote, urlsplit
+
+        token = urlsplit(settings.kb_wiki_remote.get_secret_value()).password
+        found += [unquote(token)] if token else []
+    return found
 
 
 def redact_secrets(text: str, settings: Settings | None = None) -> str:

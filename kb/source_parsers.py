@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from kb.fetch_guard import FetchGuard, FetchRefused, GuardProxy
 from kb.wiki_files import split_frontmatter as wiki_split_frontmatter
 
 from kb.telegram_intake import youtube_video_id
@@ -144,10 +145,13 @@ class FetchedPage:
         return _decoded(self.body, self.charset) if self.charset else self.body
 
 
-def fetch_page(url: str, *, timeout_s: float) -> FetchedPage:
-    """GET the URL (redirects followed). Classifies every failure."""
+def fetch_page(url: str, *, timeout_s: float, guard: FetchGuard | None = None) -> FetchedPage:
+    """GET the URL (redirects followed, each one checked by the fetch guard).
+    Classifies every failure. A private address is a permanent failure."""
+    guard = guard or FetchGuard.from_settings()
     try:
-        with httpx.Client(follow_redirects=True, timeout=timeout_s, headers={"User-Agent": USER_AGENT}) as client:
+        guard.check_url(url)
+        with guard.httpx_client(follow_redirects=True, timeout=timeout_s, headers={"User-Agent": USER_AGENT}) as client:
             with client.stream("GET", url) as response:
                 status = response.status_code
                 if status in GONE_STATUS:
@@ -172,6 +176,8 @@ def fetch_page(url: str, *, timeout_s: float) -> FetchedPage:
         raise PermanentParseError(f"{url}: not a web address ({exc})") from None
     except httpx.InvalidURL as exc:
         raise PermanentParseError(f"{url}: not a valid web address ({exc})") from None
+    except FetchRefused as exc:
+        raise PermanentParseError(f"{url}: {exc}") from None
 
 
 def _charset(content_type_header: str) -> str | None:
@@ -246,10 +252,18 @@ def render_with_browser(browser, url: str, timeout_s: float) -> str:
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+    from kb.browser import navigation_refusal, watch_navigation
+
     try:
         with browser.clean_context() as context:
             page = context.new_page()
-            page.goto(url, wait_until="networkidle", timeout=timeout_s * 1000)
+            watch_navigation(page)
+            try:
+                page.goto(url, wait_until="networkidle", timeout=timeout_s * 1000)
+            finally:
+                # The fetch guard's proxy refused the page or a redirect of it.
+                if (refusal := navigation_refusal(page, url)) is not None:
+                    raise PermanentParseError(f"{url}: {refusal}")
             return page.content()
     except PlaywrightTimeout as exc:
         raise TransientParseError(f"{url}: the browser timed out ({str(exc).splitlines()[0]})") from None
@@ -378,12 +392,28 @@ def youtube_metadata(video_id: str, *, proxy: str = "", insecure: bool = False, 
     }
 
 
-def parse_youtube(url: str, *, proxy: str = "", insecure: bool = False, timeout_s: float = 30.0) -> ParsedSource:
+def parse_youtube(url: str, *, proxy: str = "", insecure: bool = False, timeout_s: float = 30.0,
+                  guard: FetchGuard | None = None) -> ParsedSource:
+    """The transcript and metadata of a YouTube video. kb asks YouTube
+    itself (the link gives only the video id). Without a proxy of the owner
+    (KB_YOUTUBE_PROXY), every request of youtube-transcript-api and yt-dlp
+    goes through the fetch guard's proxy, so no redirect reaches a private
+    address."""
     video_id = youtube_video_id(url)
     if not video_id:
         raise PermanentParseError(f"{url}: no YouTube video id in the address")
-    snippets, language = youtube_transcript(video_id, youtube_session(proxy, insecure))
-    metadata = youtube_metadata(video_id, proxy=proxy, insecure=insecure, timeout_s=timeout_s)
+    with contextlib.ExitStack() as stack:
+        guard_proxy = None
+        if not proxy:
+            guard_proxy = stack.enter_context(GuardProxy(guard or FetchGuard.from_settings(), timeout_s=timeout_s))
+            proxy = guard_proxy.url
+        try:
+            snippets, language = youtube_transcript(video_id, youtube_session(proxy, insecure))
+        except ParseError:
+            if guard_proxy is not None and guard_proxy.refused:
+                raise PermanentParseError(f"YouTube video {video_id}: {guard_proxy.refused[0][2]}") from None
+            raise
+        metadata = youtube_metadata(video_id, proxy=proxy, insecure=insecure, timeout_s=timeout_s)
     body = "\n\n".join(group_paragraphs(snippets))
     title = metadata.get("title") or f"YouTube video {video_id}"
     extra = {"video_id": video_id, "language": language}

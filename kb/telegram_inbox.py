@@ -17,6 +17,13 @@ Rules, and why:
   this rule, no item can appear behind the cursor and be missed.
 - The item id comes from the Telegram chat and message ids, so the same
   message twice gives one item. A dropped file's id comes from its bytes.
+- A dropped file is taken only when it is whole: when its size,
+  modification time and change time have not changed for KB_INBOX_SETTLE_S
+  seconds (2 s), and not while it has the name of a partial download
+  (.part, .crdownload ...). The bot never needs this: it writes each file
+  under a temp name and renames it when complete. Why: a file that another
+  program still copied was taken with its first 1,009 bytes of 9 MB, and
+  the rest was lost.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta, timezone
@@ -48,8 +56,16 @@ DROP_TYPES = {
 }
 
 
+# Names that programs give a file while they still write it.
+PARTIAL_SUFFIXES = (".part", ".partial", ".crdownload", ".download", ".tmp", ".temp", "~")
+
+
 class InboxError(ValueError):
     """An inbox file that kb cannot read. The message names the file."""
+
+
+class FileStillChanging(InboxError):
+    """A dropped file changed while kb read it: it is taken at a later look."""
 
 
 @dataclass(frozen=True)
@@ -97,8 +113,9 @@ def utc_now_iso() -> str:
 
 
 class Inbox:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, settle_s: float = 2.0):
         self.root = Path(root)
+        self.settle_s = settle_s  # see settled_dropped_files()
 
     # --- folders ---------------------------------------------------------------
     @property
@@ -206,6 +223,23 @@ class Inbox:
             return []
         return sorted(p for p in self.root.iterdir() if p.is_file() and not p.name.startswith("."))
 
+    def settled_dropped_files(self) -> list[Path]:
+        """The dropped files that no program writes any more: not named as a
+        partial download, and with a size, modification time and change time
+        that have not changed for `settle_s` seconds. The change time counts
+        too because a program can set the modification time (cp -p, touch)
+        but not the change time."""
+        now = time.time()
+        settled = []
+        for path in self.dropped_files():
+            if path.name.lower().endswith(PARTIAL_SUFFIXES):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                stat = path.stat()
+                if now - max(stat.st_mtime, stat.st_ctime) >= self.settle_s:
+                    settled.append(path)
+        return settled
+
     def adopt_dropped_file(self, path: Path) -> InboxItem | None:
         """Make an item of a file that the owner dropped in the inbox.
 
@@ -220,7 +254,12 @@ class Inbox:
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(path, target)
             return None
+        before = _signature(path.stat())
         content = path.read_bytes()
+        after = path.stat()
+        if _signature(after) != before or len(content) != after.st_size:
+            raise FileStillChanging(f"inbox: {path.name} changed while kb read it ({len(content)} of "
+                                    f"{after.st_size} bytes); kb takes it when it stays unchanged")
         item_id = dropped_item_id(content)
         url = None
         file_rel = None
@@ -284,3 +323,7 @@ class Inbox:
     def release_notification(self, item_id: str, state: str) -> None:
         """The send failed: remove the record, so that a later try can send it."""
         (self.notified_dir / f"{item_id}.{state}").unlink(missing_ok=True)
+
+
+def _signature(stat: os.stat_result) -> tuple[int, int, int]:
+    return stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns

@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from kb.fetch_guard import FetchGuard, FetchRefused
 from kb.modal_apps import shared
 from kb.model_backend import ModelBackendClient
 from kb.settings import Settings, get_settings
@@ -208,17 +209,25 @@ class Transcriber(ModelBackendClient):
         except Exception as exc:  # a missing folder, a size name with no hub access, a broken file
             raise TranscribeBackendError(f"the faster-whisper model {model!r} did not load: "
                                          f"{type(exc).__name__}: {exc}") from None
-        for url in video_urls:
-            try:
-                data = shared.fetch_media(url, max_bytes=MAX_VIDEO_BYTES, timeout_s=120.0)
-            except shared.FetchError as exc:
-                yield TranscriptResult(url, reason=exc.reason, detail=exc.detail)
-                continue
-            with tempfile.TemporaryDirectory(prefix="kb-video-") as folder:
-                path = os.path.join(folder, "video.mp4")
-                with open(path, "wb") as handle:
-                    handle.write(data)
-                yield result_from(url, shared.transcription(whisper, path))
+        # Video addresses come from X's answers; the guard keeps them (and
+        # their redirects) on public addresses all the same.
+        guard = FetchGuard.from_settings()
+        with guard.httpx_client(timeout=120.0, follow_redirects=True, headers={"User-Agent": shared.USER_AGENT}) as http:
+            for url in video_urls:
+                try:
+                    guard.check_url(url)
+                    data = shared.fetch_media(url, max_bytes=MAX_VIDEO_BYTES, client=http)
+                except shared.FetchError as exc:
+                    yield TranscriptResult(url, reason=exc.reason, detail=exc.detail)
+                    continue
+                except FetchRefused as exc:
+                    yield TranscriptResult(url, reason=exc.reason, detail=str(exc))
+                    continue
+                with tempfile.TemporaryDirectory(prefix="kb-video-") as folder:
+                    path = os.path.join(folder, "video.mp4")
+                    with open(path, "wb") as handle:
+                        handle.write(data)
+                    yield result_from(url, shared.transcription(whisper, path))
 
     def _transcribe_on_modal(self, video_urls: list[str]) -> Iterator[TranscriptResult]:
         from kb.modal_runner import ModalRunError, run_on_modal

@@ -23,8 +23,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import httpx
-
+from kb.fetch_guard import FetchGuard, FetchRefused
 from kb.modal_apps import shared
 from pydantic import SecretStr
 
@@ -132,13 +131,19 @@ class Captioner(ModelBackendClient):
             max_retries=self.max_retries,
         )
         model = self.model_name()
-        with httpx.Client(timeout=60.0, follow_redirects=True, headers={"User-Agent": shared.USER_AGENT}) as http:
+        # Photo addresses come from X's answers; the guard keeps them (and
+        # their redirects) on public addresses all the same.
+        guard = FetchGuard.from_settings()
+        with guard.httpx_client(timeout=60.0, follow_redirects=True, headers={"User-Agent": shared.USER_AGENT}) as http:
 
             def one(url: str) -> CaptionResult:
                 try:
+                    guard.check_url(url)
                     data_url = shared.image_data_url(shared.fetch_media(url, max_bytes=MAX_IMAGE_BYTES, client=http), url)
                 except shared.FetchError as exc:
                     return CaptionResult(url, reason=exc.reason, detail=exc.detail)
+                except FetchRefused as exc:
+                    return CaptionResult(url, reason=exc.reason, detail=str(exc))
                 try:
                     response = client.chat.completions.create(
                         model=model, messages=shared.caption_messages(data_url),

@@ -18,8 +18,10 @@ from pathlib import Path
 
 
 
+from urllib.parse import unquote, urlsplit, urlunsplit
+
 from kb.atomic_files import write_atomic
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
 from kb.settings import Settings, get_settings
 
@@ -104,12 +106,15 @@ class Wiki(BaseModel):
     """The git-versioned Markdown wiki."""
 
     path: str
-    remote: str = ""  # push here after each commit; empty: no push
+    # Push here after each commit; empty: no push. A secret: the URL can
+    # hold a token (https://user:token@host/wiki.git), so the resource
+    # shows the variable's name (KB_WIKI_REMOTE), never the URL.
+    remote: SecretStr = SecretStr("")
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **overrides) -> Wiki:
         settings = settings or get_settings()
-        return cls(**{"path": str(settings.wiki_dir), "remote": settings.kb_wiki_remote, **overrides})
+        return cls(**{"path": str(settings.wiki_dir), "remote": settings.kb_wiki_remote or SecretStr(""), **overrides})
 
     # --- the folder ---------------------------------------------------------------
 
@@ -147,8 +152,8 @@ class Wiki(BaseModel):
     # --- git --------------------------------------------------------------------
 
     def _run(self, *args: str, check: bool = True, timeout: float = 60,
-             input: str | None = None) -> subprocess.CompletedProcess:
-        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+             input: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
         # No hooks and no fsmonitor: a file in .git/hooks must never run a
         # program when kb commits (a restored archive or a hand edit can
         # hold one).
@@ -426,18 +431,44 @@ class Wiki(BaseModel):
         """Push the branch when a remote is set. Returns an error text, or None.
         A failed push is not a failed change: the commit stays, and the next
         push takes it."""
-        remote = self.remote
+        remote = self.remote.get_secret_value().strip()
         if not remote:
             return None
         problem = self.unpushed_secret_problem()
         if problem:
             return problem
-        proc = self._run("push", "-q", remote, f"HEAD:refs/heads/{BRANCH}", check=False, timeout=120)
+        url, credential_env = split_remote_credentials(remote)
+        helper = ("-c", "credential.helper=", "-c", f"credential.helper={CREDENTIAL_HELPER}") if credential_env else ()
+        proc = self._run(*helper, "push", "-q", url, f"HEAD:refs/heads/{BRANCH}", check=False, timeout=120,
+                         env=credential_env)
         if proc.returncode != 0:
             detail = _redact_userinfo((proc.stderr or proc.stdout).strip())[:300]
             return f"push to the wiki remote failed: {detail}"
         self._run("update-ref", PUSHED_REF, "HEAD")
         return None
+
+
+# The token of the wiki remote goes to git by a credential helper that reads
+# it from git's environment: never in git's command line (`ps` and
+# /proc/<pid>/cmdline show it to every user), in .git/config, or in the URL
+# that git prints. The first, empty helper clears the helpers of the
+# owner's git config, so that none of them (`store`) writes the token to a
+# file. The helper text holds the names of the variables only.
+CREDENTIAL_HELPER = ('!f() { test "$1" = get && printf "username=%s\\npassword=%s\\n" '
+                     '"$KB_WIKI_REMOTE_USERNAME" "$KB_WIKI_REMOTE_PASSWORD"; }; f')
+
+
+def split_remote_credentials(remote: str) -> tuple[str, dict[str, str]]:
+    """(the URL without user and token, the environment that carries them
+    to the credential helper). A remote with no user part (a path, an ssh
+    address, a plain URL) comes back as it is, with no environment."""
+    parts = urlsplit(remote)
+    if parts.scheme not in ("http", "https") or "@" not in parts.netloc:
+        return remote, {}
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user, _, token = userinfo.partition(":")
+    url = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return url, {"KB_WIKI_REMOTE_USERNAME": unquote(user), "KB_WIKI_REMOTE_PASSWORD": unquote(token)}
 
 
 def _redact_userinfo(text: str) -> str:

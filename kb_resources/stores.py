@@ -57,6 +57,7 @@ class WikiResource(ClientResource):
     """The git-versioned Markdown wiki."""
 
     client_class = Wiki
+    SECRETS = {"remote": "KB_WIKI_REMOTE"}  # the URL can hold a token
     path: str
     remote: str = ""
 
@@ -68,11 +69,12 @@ class InboxResource(dg.ConfigurableResource):
     """The Telegram inbox folder that the bot writes and the sensors read."""
 
     path: str
+    settle_s: float = 2.0  # a dropped file must stay unchanged this long
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **overrides) -> InboxResource:
         settings = settings or get_settings()
-        return cls(**{"path": str(settings.inbox_dir), **overrides})
+        return cls(**{"path": str(settings.inbox_dir), "settle_s": settings.kb_inbox_settle_s, **overrides})
 
     def get_client(self) -> Inbox:
-        return Inbox(Path(self.path))
+        return Inbox(Path(self.path), settle_s=self.settle_s)

@@ -40,7 +40,7 @@ from kb_assets.wiki.wiki_pages import (
 )
 from kb.settings import get_settings
 from kb_resources.stores import InboxResource
-from kb.telegram_inbox import Inbox, InboxError, item_id_of_manifest
+from kb.telegram_inbox import FileStillChanging, Inbox, InboxError, item_id_of_manifest
 
 # A burst of items (a backfill of dropped files) is taken in slices, so
 # that one tick stays short.
@@ -49,10 +49,15 @@ MAX_ITEMS_PER_TICK = 100
 
 
 def adopt_dropped_files(inbox: Inbox, log) -> None:
-    for path in inbox.dropped_files():
+    # Only whole files: one that another program still writes waits for a
+    # later tick (kb/telegram_inbox.py, KB_INBOX_SETTLE_S).
+    for path in inbox.settled_dropped_files():
         try:
             item = inbox.adopt_dropped_file(path)
-        except OSError as exc:
+        except FileStillChanging as exc:
+            log.info(str(exc))
+            continue
+        except (OSError, InboxError) as exc:
             log.warning(f"inbox: cannot take the dropped file {path.name}: {exc}")
             continue
         if item is None:

@@ -50,6 +50,15 @@ def kb_home(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def loopback_fetches(monkeypatch):
+    """Let kb's fetch guard reach every port of 127.0.0.1 and localhost, for test files
+    whose loopback sites fetch links (`pytestmark = pytest.mark.usefixtures(
+    "loopback_fetches")`). The guard refuses loopback by default; the tests of
+    the guard itself (tests/test_fetch_guard.py) allow one port at a time."""
+    monkeypatch.setenv("KB_FETCH_ALLOW_HOSTS", "127.0.0.1,localhost")
+
+
+@pytest.fixture
 def hasher():
     """The deterministic hash embedder: shared words make near vectors, and
     no model loads."""
@@ -74,9 +83,10 @@ FILE_SECONDS = {
     "test_embedder.py": 29, "test_stage_commands.py": 47, "test_sqlite_instance.py": 46, "test_parsers.py": 44,
     "test_captions.py": 39, "test_definitions.py": 35, "test_documents.py": 34, "test_normalize.py": 32,
     "test_notifications.py": 24, "test_telegram_bot.py": 19, "test_web.py": 18, "test_mcp_server.py": 17,
-    "test_object_storage.py": 16, "test_backup.py": 15, "test_load.py": 14, "test_inbox_sensor.py": 10,
+    "test_object_storage.py": 16, "test_backup.py": 30, "test_load.py": 14, "test_inbox_sensor.py": 10,
     "test_translations.py": 9, "test_transcripts.py": 8, "test_search.py": 7, "test_inspect.py": 7,
-    "test_rerank.py": 12, "test_modal_apps.py": 7, "test_x_graphql.py": 6,
+    "test_rerank.py": 12, "test_modal_apps.py": 7, "test_x_graphql.py": 6, "test_fetch_guard.py": 40,
+    "test_wiki_remote.py": 8,
 }
 
 

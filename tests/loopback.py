@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 
 class QuietHandler(BaseHTTPRequestHandler):
@@ -60,3 +61,10 @@ class LoopbackServer:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def allow_fetches(monkeypatch, *base_urls: str) -> None:
+    """Let kb's fetch guard (kb/fetch_guard.py) reach these loopback servers,
+    by host and port: every other loopback port stays refused. The guard
+    refuses loopback by default, as it must for a hostile link."""
+    monkeypatch.setenv("KB_FETCH_ALLOW_HOSTS", ",".join(urlsplit(url).netloc for url in base_urls))

@@ -5,15 +5,21 @@ searches give the same hits in the same order."""
 
 from __future__ import annotations
 
+import errno
+import io
+import json
 import os
+import re
+import shutil
 import subprocess
 import tarfile
+import tempfile
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from kb.apps.backup import BackupError, create_backup, restore_backup
+from kb.apps.backup import BackupError, create_backup, move, restore_backup, sha256_file
 from kb.sample_data import DEMO_QUERIES, sample_pages
 from kb.settings import get_settings
 from kb.wiki_repo import Wiki
@@ -195,3 +201,249 @@ def test_backup_waits_for_no_run(kb_home):
     result = create_backup(kb_home.parent / "backups")
     assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.STARTED
     assert result.manifest["parts"] == ["dagster"] and result.archive.is_file()
+
+
+# --- a hostile archive ------------------------------------------------------------------------
+# Each archive below is repacked from the real one with a correct manifest
+# (every checksum matches), so only the new checks can stop it.
+
+
+def repacked(archive: Path, folder: Path, edit=None, members=()) -> Path:
+    """The archive with `edit(top, manifest)` applied, checksums made anew,
+    and extra tar `members` ((TarInfo, bytes or None), ...) added."""
+    unpacked = folder / "unpacked"
+    with tarfile.open(archive) as tar:
+        tar.extractall(unpacked, filter="data")
+    [top] = list(unpacked.iterdir())
+    manifest = json.loads((top / "manifest.json").read_text())
+    if edit:
+        edit(top, manifest)
+    manifest["files"] = {str(p.relative_to(top)): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+                         for p in sorted(top.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+    (top / "manifest.json").write_text(json.dumps(manifest))
+    out = folder / "hostile.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        tar.add(top, arcname=top.name)
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return out
+
+
+def member(name: str, data: bytes = b"", **attributes) -> tuple[tarfile.TarInfo, bytes | None]:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    for key, value in attributes.items():
+        setattr(info, key, value)
+    return info, (data if info.isfile() else None)
+
+
+def top_of(archive: Path) -> str:
+    return archive.name.removesuffix(".tar.gz")
+
+
+@pytest.fixture
+def target_home(tmp_path, monkeypatch):
+    """An empty KB_HOME, with a file beside it that an attack wants to reach."""
+    home = tmp_path / "home"
+    point_at(monkeypatch, home)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the owner's file outside KB_HOME")
+    return home, victim
+
+
+def assert_nothing_restored(home: Path, victim: Path) -> None:
+    assert victim.read_text() == "the owner's file outside KB_HOME"
+    assert not home.exists() or [p.name for p in home.iterdir()] == []
+
+
+@pytest.mark.parametrize("name, why", [
+    ("{top}/../../victim.txt", "has an empty, `.` or `..` part"),
+    ("/tmp/kb-restore-absolute-victim.txt", "is an absolute path"),
+    ("{top}/wiki-worktree/.git/hooks/post-commit", r"is under .git \(git hooks and config run code\)"),
+    ("{top}/wiki-worktree/sub/.GIT/config", r"is under .git \(git hooks and config run code\)"),
+])
+def test_restore_refuses_a_member_with_a_path_it_must_not_write(store, tmp_path, target_home, name, why):
+    home, victim = target_home
+    name = name.format(top=top_of(store["archive"]))
+    hostile = repacked(store["archive"], tmp_path, members=[member(name, b"#!/bin/sh\ntouch /tmp/pwned\n")])
+    with pytest.raises(BackupError, match=f"the member {re.escape(repr(name))} {why}; nothing was restored"):
+        restore_backup(hostile)
+    assert_nothing_restored(home, victim)
+    assert not Path("/tmp/kb-restore-absolute-victim.txt").exists()
+
+
+def test_restore_refuses_a_link_in_the_archive(store, tmp_path, target_home):
+    home, victim = target_home
+    name = f"{top_of(store['archive'])}/wiki-worktree/notes.md"
+    link = member(name, type=tarfile.SYMTYPE, linkname=str(victim))
+    hard = member(f"{top_of(store['archive'])}/raw/copy", type=tarfile.LNKTYPE, linkname=str(victim))
+    for extra in (link, hard):
+        with pytest.raises(BackupError, match="is a link or a special file"):
+            restore_backup(repacked(store["archive"], tmp_path / extra[0].name.rsplit("/", 1)[1], members=[extra]))
+        assert_nothing_restored(home, victim)
+
+
+def test_restore_refuses_a_git_hook_in_the_uncommitted_files(store, tmp_path, target_home):
+    home, victim = target_home
+
+    def plant_hook(top: Path, manifest: dict) -> None:
+        hook = top / "wiki-worktree" / ".git" / "hooks" / "post-commit"
+        hook.parent.mkdir(parents=True)
+        hook.write_text(f"#!/bin/sh\necho pwned > {victim}\n")
+        manifest["wiki"]["uncommitted_files"].append(".git/hooks/post-commit")
+
+    with pytest.raises(BackupError, match="is under .git"):
+        restore_backup(repacked(store["archive"], tmp_path, plant_hook))
+    assert_nothing_restored(home, victim)
+
+
+@pytest.mark.parametrize("key, value, why", [
+    ("uncommitted_deletions", ["../../victim.txt"], "has an empty, `.` or `..` part"),
+    ("uncommitted_deletions", [None], "is not a plain path"),
+    ("uncommitted_files", ["/etc/passwd"], "is an absolute path"),
+    ("head", "--upload-pack=touch /tmp/pwned", "is not a commit id"),
+    ("change_in_progress", "HEAD~1; rm -rf ~", "is not a commit id"),
+    ("branch", "--orphan", "is not a plain branch name"),
+])
+def test_restore_refuses_a_manifest_path_or_id_that_is_not_plain(store, tmp_path, target_home, key, value, why):
+    home, victim = target_home
+
+    def edit(top: Path, manifest: dict) -> None:
+        manifest["wiki"][key] = value
+
+    with pytest.raises(BackupError, match=f"wiki {key}: .*{re.escape(why)}"):
+        restore_backup(repacked(store["archive"], tmp_path, edit))
+    assert_nothing_restored(home, victim)
+
+
+@pytest.mark.parametrize("yaml_text, named", [
+    ("run_launcher:\n  module: os\n  class: system\n", "module os"),
+    ("run_coordinator:\n  module: evil_plugin.coordinator\n  class: Coordinator\n", "module evil_plugin.coordinator"),
+    ("python_logs:\n  dagster_handler_config:\n    handlers:\n      h:\n        class: logging.handlers.SysLogHandler\n",
+     "class logging.handlers.SysLogHandler"),
+    ("compute_logs:\n  module: dagsterx.hidden\n  class: Logs\n", "module dagsterx.hidden"),
+])
+def test_restore_refuses_a_dagster_yaml_with_foreign_classes(store, tmp_path, target_home, yaml_text, named):
+    home, victim = target_home
+
+    def edit(top: Path, manifest: dict) -> None:
+        path = top / "dagster" / "dagster.yaml"
+        path.write_text(path.read_text() + yaml_text)
+
+    with pytest.raises(BackupError, match=f"dagster.yaml names code that is not kb's or Dagster's.*{named}"):
+        restore_backup(repacked(store["archive"], tmp_path, edit))
+    assert_nothing_restored(home, victim)
+
+
+def test_restore_writes_nothing_through_a_link_that_a_restored_commit_holds(store, tmp_path, target_home):
+    """The bundle holds a commit whose `raw` is a link out of the wiki; the
+    archive's wiki-raw/ files must not land behind it."""
+    home, victim = target_home
+    outside = tmp_path / "outside"
+    outside.mkdir()
+
+    def link_raw(top: Path, manifest: dict) -> None:
+        repo = tmp_path / "evil-wiki"
+        subprocess.run(["git", "clone", "-q", str(top / "wiki.bundle"), str(repo)], check=True)
+        git(repo, "config", "user.email", "a@b"), git(repo, "config", "user.name", "a")
+        (repo / "raw").symlink_to(outside)
+        (repo / ".gitignore").write_text("")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "raw is a link")
+        (top / "wiki.bundle").unlink()
+        git(repo, "bundle", "create", str(top / "wiki.bundle"), "--all")
+        manifest["wiki"]["head"] = git(repo, "rev-parse", "HEAD").strip()
+        manifest["wiki"]["uncommitted_files"] = []
+        shutil.rmtree(top / "wiki-worktree")
+
+    with pytest.raises(BackupError, match="leads out of .* through a link"):
+        restore_backup(repacked(store["archive"], tmp_path, link_raw))
+    assert list(outside.iterdir()) == []
+    assert_nothing_restored(home, victim)
+
+
+# --- the old data stays until the new data is complete ------------------------------------------
+
+
+def test_a_restore_that_does_not_check_out_leaves_the_old_home_in_place(store, tmp_path, monkeypatch):
+    home = tmp_path / "busy"
+    home.mkdir()
+    (home / "kb.duckdb").write_bytes(b"the owner's data")
+    point_at(monkeypatch, home)
+
+    def wrong_counts(top: Path, manifest: dict) -> None:
+        manifest["counts"]["duckdb"]["bookmarks"] += 1
+
+    with pytest.raises(BackupError, match="DuckDB row counts differ.*Nothing was changed in KB_HOME"):
+        restore_backup(repacked(store["archive"], tmp_path, wrong_counts), force=True)
+    assert sorted(p.name for p in home.iterdir()) == ["kb.duckdb"]  # not moved aside, no stage left
+    assert (home / "kb.duckdb").read_bytes() == b"the owner's data"
+
+
+def test_move_copies_across_file_systems():
+    """A real EXDEV: /dev/shm (tmpfs) and the temp folder (another file system)."""
+    shm = Path("/dev/shm")
+    with tempfile.TemporaryDirectory(dir=shm) as a, tempfile.TemporaryDirectory() as b:
+        if os.stat(a).st_dev == os.stat(b).st_dev:
+            pytest.skip("/dev/shm and the temp folder are on one file system here")
+        with pytest.raises(OSError) as rename_error:
+            os.rename(Path(a), Path(b) / "x")
+        assert rename_error.value.errno == errno.EXDEV
+        source = Path(a) / "lancedb"
+        (source / "t.lance").mkdir(parents=True)
+        (source / "t.lance" / "data").write_bytes(b"rows")
+        (Path(a) / "kb.duckdb").write_bytes(b"db")
+        move(source, Path(b) / "lancedb")
+        move(Path(a) / "kb.duckdb", Path(b) / "kb.duckdb")
+        assert (Path(b) / "lancedb" / "t.lance" / "data").read_bytes() == b"rows"
+        assert (Path(b) / "kb.duckdb").read_bytes() == b"db"
+        assert not source.exists() and not (Path(a) / "kb.duckdb").exists()
+        assert sorted(p.name for p in Path(b).iterdir()) == ["kb.duckdb", "lancedb"]  # no partial left
+
+
+def _renames_that_cross(monkeypatch, boundary: Path, fail_for: str | None = None):
+    """os.rename as on a KB_HOME whose parts sit on other file systems: a
+    rename into `boundary` gives EXDEV (or another error for `fail_for`)."""
+    real_rename = os.rename
+
+    def rename(source, target):
+        source, target = Path(source), Path(target)
+        if target.parent == boundary and source.parent != boundary:
+            if fail_for and target.name == fail_for:
+                raise OSError(errno.ENOSPC, "No space left on device", str(target))
+            raise OSError(errno.EXDEV, "Invalid cross-device link", str(target))
+        return real_rename(source, target)
+
+    monkeypatch.setattr(os, "rename", rename)
+
+
+def test_restore_copies_when_rename_gives_exdev(store, tmp_path, monkeypatch):
+    home = tmp_path / "mounted"
+    home.mkdir()
+    (home / "kb.duckdb").write_bytes(b"the owner's data")
+    point_at(monkeypatch, home)
+    monkeypatch.setenv("KB_EMBED_BACKEND", "hash")
+    _renames_that_cross(monkeypatch, home)
+
+    result = restore_backup(store["archive"], force=True)
+
+    assert (result.moved_aside / "kb.duckdb").read_bytes() == b"the owner's data"
+    assert sorted(p.name for p in home.iterdir() if not p.name.startswith(".")) == \
+        ["dagster", "inbox", "kb.duckdb", "lancedb", "raw", "wiki"]
+    assert not [p for p in home.iterdir() if p.name.startswith(".kb-restore-")]
+    assert searches() == store["before"]["searches"]
+
+
+def test_a_move_that_fails_puts_the_old_home_back(store, tmp_path, monkeypatch):
+    home = tmp_path / "full"
+    (home / "wiki").mkdir(parents=True)
+    (home / "kb.duckdb").write_bytes(b"the owner's data")
+    (home / "wiki" / "page.md").write_text("the owner's page")
+    point_at(monkeypatch, home)
+    _renames_that_cross(monkeypatch, home, fail_for="raw")
+
+    with pytest.raises(BackupError, match="could not move raw into place .*KB_HOME is as it was before"):
+        restore_backup(store["archive"], force=True)
+    assert sorted(p.name for p in home.iterdir()) == ["kb.duckdb", "wiki"]
+    assert (home / "kb.duckdb").read_bytes() == b"the owner's data"
+    assert (home / "wiki" / "page.md").read_text() == "the owner's page"

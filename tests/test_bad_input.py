@@ -54,6 +54,9 @@ from tests.loopback_site import LoopbackSite, page
 from kb_resources.services import BrowserResource
 from kb_resources.stores import DuckDBResource, RawStoreResource
 
+# The loopback sites stand in for the web: let the fetch guard reach them.
+pytestmark = pytest.mark.usefixtures("loopback_fetches")
+
 CAPTURED = datetime(2026, 11, 1, 10, 0, tzinfo=timezone.utc)
 # Keep the generated cases few: the whole file runs in well under 30 s.
 FEW = settings(max_examples=60, deadline=None, database=None,

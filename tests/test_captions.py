@@ -31,6 +31,9 @@ from tests.fake_media import FakeVisionServer, MediaServer, png
 from kb_resources.services import CaptionerResource, EmbedderResource
 from kb_resources.stores import ChunkIndexResource, DuckDBResource
 
+# The loopback sites stand in for the web: let the fetch guard reach them.
+pytestmark = pytest.mark.usefixtures("loopback_fetches")
+
 B1, B2 = "20261101T000000000Z", "20261102T000000000Z"
 KEY = "sk-TEST-SECRET-vision-0000"
 RED, BLUE = png(40, 20, (220, 20, 20)), png(30, 30, (20, 20, 220))

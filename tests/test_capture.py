@@ -342,7 +342,7 @@ def test_files_mode_imports_pages_byte_for_byte(fake_x, instance, entries, tmp_p
 # --- the two contexts ------------------------------------------------------------------
 
 
-def test_clean_context_sends_no_x_cookies(fake_x, other_server, entries):
+def test_clean_context_sends_no_x_cookies(fake_x, other_server, entries, loopback_fetches):
     fake_x.serve_entries(entries[:5])
     browser = Browser.from_settings()
     with browser.clean_context() as context:

@@ -28,6 +28,7 @@ from kb.browser import Browser
 from kb.duckdb_store import DuckDBStore, insert_rows
 from kb_resources.services import BrowserResource
 from kb_resources.stores import DuckDBResource
+from tests.loopback import allow_fetches
 
 pytestmark = pytest.mark.browser
 
@@ -249,6 +250,7 @@ def env_for(monkeypatch: pytest.MonkeyPatch, home, web: Site, x: Site) -> None:
     # The loopback host stands in for arxiv.org: the rewrite is by host and
     # path, so the test sends a real /pdf/ address through it.
     monkeypatch.setenv("KB_ARXIV_HOSTS", "127.0.0.1")
+    allow_fetches(monkeypatch, web.base)  # the X site is allowed as KB_X_BASE_URL
 
 
 @pytest.fixture(scope="module")

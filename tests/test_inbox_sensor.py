@@ -1,8 +1,13 @@
 """The inbox sensor and the request sensors, with build_sensor_context:
 new items, the cursor, no loss and no repeat."""
 
+import os
+import time
 from datetime import date, datetime
+from pathlib import Path
 from zoneinfo import ZoneInfo
+
+import pytest
 
 import dagster as dg
 
@@ -25,7 +30,7 @@ from kb_assets.wiki.wiki_pages import (
 from kb.settings import get_settings
 from sensors.inbox_folder import MAX_ITEMS_PER_TICK, bot_requests_sensor, inbox_sensor, wiki_requests_sensor
 from sensors.source_outcomes import source_failures_sensor, source_outcomes_sensor
-from kb.telegram_inbox import Inbox, dropped_item_id
+from kb.telegram_inbox import FileStillChanging, Inbox, dropped_item_id
 from kb.telegram_notifier import TelegramNotifier
 from kb_assets.telegram.source_index import source_passages
 from tests import source_helpers as h
@@ -107,7 +112,8 @@ def test_half_written_manifests_are_not_seen():
     assert isinstance(tick(inbox_sensor), dg.SkipReason)
 
 
-def test_files_dropped_in_the_inbox_become_items():
+def test_files_dropped_in_the_inbox_become_items(monkeypatch):
+    monkeypatch.setenv("KB_INBOX_SETTLE_S", "0")  # the files are whole: no wait (see the tests below)
     inbox = h.inbox()
     inbox.root.mkdir(parents=True)
     pdf, note, link, odd = b"%PDF-1.7 dropped", b"# Dropped\n\nnotes " * 5, b"https://example.com/dropped\n", b"MZ binary"
@@ -131,7 +137,8 @@ def test_files_dropped_in_the_inbox_become_items():
     assert inbox.dropped_files() == []
 
 
-def test_an_adoption_cut_off_after_the_manifest_is_finished_next_tick():
+def test_an_adoption_cut_off_after_the_manifest_is_finished_next_tick(monkeypatch):
+    monkeypatch.setenv("KB_INBOX_SETTLE_S", "0")
     inbox = h.inbox()
     inbox.root.mkdir(parents=True)
     dropped = inbox.root / "notes.md"
@@ -141,6 +148,92 @@ def test_an_adoption_cut_off_after_the_manifest_is_finished_next_tick():
     result = tick(inbox_sensor)
     assert run_keys(result) == [item.id]
     assert inbox.dropped_files() == []
+
+
+# Long enough that a tick right after a write comes before it on a loaded
+# machine; each test waits it once or twice.
+SETTLE_S = 1.0
+
+
+def settled_tick(instance):
+    """A tick after the settle time: the dropped file has not changed since."""
+    time.sleep(SETTLE_S + 0.05)
+    return tick(inbox_sensor, instance=instance)
+
+
+def test_a_file_that_grows_between_ticks_is_taken_whole_when_it_stops(monkeypatch):
+    """Another program copies a large file into the inbox. Each tick during
+    the copy leaves it; the first tick after it stayed unchanged for
+    KB_INBOX_SETTLE_S takes all of it."""
+    monkeypatch.setenv("KB_INBOX_SETTLE_S", str(SETTLE_S))
+    inbox = h.inbox()
+    inbox.root.mkdir(parents=True)
+    whole = b"%PDF-1.7\n" + os.urandom(3 << 20)
+    dropped = inbox.root / "report.pdf"
+    instance = dg.DagsterInstance.ephemeral()
+    with dropped.open("wb") as copy:
+        for start, end in ((0, 1009), (1009, 1 << 20), (1 << 20, 2 << 20)):
+            copy.write(whole[start:end])
+            copy.flush()
+            assert isinstance(tick(inbox_sensor, instance=instance), dg.SkipReason)  # it waits; nothing is taken
+            assert dropped.stat().st_size == end and inbox.dropped_files() == [dropped]
+        copy.write(whole[2 << 20:])
+    result = settled_tick(instance)
+    [item_id] = run_keys(result)
+    item = inbox.find(item_id)
+    assert inbox.attachment_path(item).read_bytes() == whole
+    assert (item.file_size, item.id) == (len(whole), dropped_item_id(whole))
+    assert inbox.dropped_files() == []
+
+
+def test_a_copy_that_sets_an_old_modification_time_still_waits(monkeypatch):
+    """cp -p and touch -r set the modification time; the change time shows
+    that the file was just written."""
+    monkeypatch.setenv("KB_INBOX_SETTLE_S", str(SETTLE_S))
+    inbox = h.inbox()
+    inbox.root.mkdir(parents=True)
+    dropped = inbox.root / "notes.md"
+    instance = dg.DagsterInstance.ephemeral()
+    note = b"# Notes\n\nthe first part of a long note, " * 20
+    dropped.write_bytes(note)
+    os.utime(dropped, (time.time() - 3600, time.time() - 3600))
+    assert isinstance(tick(inbox_sensor, instance=instance), dg.SkipReason)
+    assert inbox.dropped_files() == [dropped]
+    assert run_keys(settled_tick(instance)) == [dropped_item_id(note)]
+
+
+def test_a_partial_download_waits_for_its_final_name(monkeypatch):
+    monkeypatch.setenv("KB_INBOX_SETTLE_S", str(SETTLE_S))
+    inbox = h.inbox()
+    inbox.root.mkdir(parents=True)
+    instance = dg.DagsterInstance.ephemeral()
+    partial = inbox.root / "paper.pdf.crdownload"
+    partial.write_bytes(b"%PDF-1.7 half")
+    assert isinstance(settled_tick(instance), dg.SkipReason)
+    assert partial.exists() and not (inbox.root / "unsupported").exists()  # not taken as an odd type
+    partial.write_bytes(b"%PDF-1.7 half and the rest")
+    partial.rename(inbox.root / "paper.pdf")
+    assert run_keys(settled_tick(instance)) == [dropped_item_id(b"%PDF-1.7 half and the rest")]
+
+
+def test_a_file_that_changes_while_it_is_read_is_left_for_a_later_tick():
+    inbox = h.inbox()
+    inbox.root.mkdir(parents=True)
+    dropped = inbox.root / "grows.md"
+    dropped.write_bytes(b"# Grows\n\n" + b"words " * 100)
+    real_read = Path.read_bytes
+
+    def read_while_it_grows(path):
+        data = real_read(path)
+        with path.open("ab") as more:  # the other program writes on
+            more.write(b"more words ")
+        return data
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Path, "read_bytes", read_while_it_grows)
+        with pytest.raises(FileStillChanging, match=r"grows.md changed while kb read it \(609 of 620 bytes\)"):
+            inbox.adopt_dropped_file(dropped)
+    assert inbox.dropped_files() == [dropped] and not (inbox.root / "items").exists()
 
 
 def test_override_requests_run_the_item_again_with_the_override_tag():

@@ -15,6 +15,9 @@ from tests.loopback_site import LoopbackSite
 from kb_resources.services import TelegramNotifierResource
 from kb_resources.stores import InboxResource
 
+# The loopback sites stand in for the web: let the fetch guard reach them.
+pytestmark = pytest.mark.usefixtures("loopback_fetches")
+
 TOKEN = "123456:TEST-SECRET-TOKEN"
 OWNER_CHAT = 555
 NOTE = "Leases let a leader serve reads without a quorum round, as long as the clocks behave."

@@ -31,6 +31,9 @@ from kb.telegram_intake import extract_urls, youtube_video_id
 from tests.fake_youtube import FakeVideo, FakeYouTube
 from tests.loopback_site import LoopbackSite, article_html, page
 
+# The loopback sites stand in for the web: let the fetch guard reach them.
+pytestmark = pytest.mark.usefixtures("loopback_fetches")
+
 PARAGRAPHS = [
     "Write-ahead logging makes a database durable: every change goes to the log before it goes to the data files.",
     "After a crash, the database replays the log from the last checkpoint and reaches a consistent state again.",

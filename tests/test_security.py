@@ -216,7 +216,7 @@ def html_page(title: str, words: str) -> bytes:
 
 
 @pytest.mark.browser
-def test_documents_send_the_x_login_to_x_only(kb_home, monkeypatch, capfd, caplog):
+def test_documents_send_the_x_login_to_x_only(kb_home, monkeypatch, capfd, caplog, loopback_fetches):
     caplog.set_level("DEBUG")
     x = RecordingSite({"/i/article/777": ("text/html", html_page("An X Article", ARTICLE_WORDS))})
     # The other site is on the same host as the fake X: a cookie is per host,
@@ -359,7 +359,8 @@ def ingest_with_the_agent(fake: FakeAnthropic, monkeypatch) -> bool:
     return apply_agent_change(wiki, WikiAgent.from_settings(), prompt, prefix="ingest:", max_turns=20).ok
 
 
-def test_no_key_or_token_reaches_a_log_or_a_file(kb_home, tmp_path, monkeypatch, telegram, capfd, caplog):
+def test_no_key_or_token_reaches_a_log_or_a_file(kb_home, tmp_path, monkeypatch, telegram, capfd, caplog,
+                                               loopback_fetches):
     caplog.set_level("DEBUG")
     agent_home = tmp_path / "agent-home"
     agent_home.mkdir()

@@ -17,6 +17,9 @@ from tests.fake_openai_chat import FakeOpenAIChat, chat, status
 from tests.loopback_site import LoopbackSite, article_html, page
 from tests.test_parsers import PARAGRAPHS, make_pdf
 
+# The loopback sites stand in for the web: let the fetch guard reach them.
+pytestmark = pytest.mark.usefixtures("loopback_fetches")
+
 NOTE = "Consistent hashing maps keys and nodes onto one ring, so adding a node moves few keys."
 
 

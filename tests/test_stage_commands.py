@@ -25,6 +25,9 @@ from tests.fake_ollama import DIM, FakeOllama
 from tests.loopback_site import LoopbackSite, page, pdf_bytes
 from tests.test_sync import instance, kb
 
+# The loopback sites stand in for the web: let the fetch guard reach them.
+pytestmark = pytest.mark.usefixtures("loopback_fetches")
+
 OLD, NEW = "20261101T000000000Z", "20261102T000000000Z"
 
 REPORT_WORDS = ("Glaciers in the northern valleys lost a third of their ice in two decades, and the meltwater "

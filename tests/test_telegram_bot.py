@@ -17,6 +17,9 @@ from tests import source_helpers as h
 from tests.fake_telegram import FakeTelegram, converse
 from tests.loopback_site import LoopbackSite
 
+# The loopback sites stand in for the web: let the fetch guard reach them.
+pytestmark = pytest.mark.usefixtures("loopback_fetches")
+
 TOKEN = "123456:TEST-SECRET-TOKEN"
 OWNER, STRANGER = h.OWNER_ID, 999
 LONG_TEXT = "Idea: keep a log of every schema change, with the reason, so that a rebuild can replay it."

@@ -18,6 +18,9 @@ from tests.fake_media import MediaServer
 from tests.speech_media import videos  # noqa: F401  (a fixture)
 from kb_resources.stores import DuckDBResource
 
+# The loopback sites stand in for the web: let the fetch guard reach them.
+pytestmark = pytest.mark.usefixtures("loopback_fetches")
+
 BATCH = "20261101T000000000Z"
 
 

@@ -36,17 +36,31 @@ How each part is made consistent:
   whole Dagster home out.
 
 Restore goes into an EMPTY KB_HOME only (`force` moves what is there aside
-into KB_HOME/.pre-restore-<time>/ first; nothing is deleted). It checks every
-checksum before it puts anything in place, then opens each store and
-compares its counts with the manifest.
+into KB_HOME/.pre-restore-<time>/; nothing is deleted). An archive is
+hostile input until it is checked, so the restore:
+- refuses an archive member that is not a plain file or folder (a link, a
+  device), a path that is absolute, has `..`, or has a `.git` part (a hook
+  or a git config would run code in the next git command), and a manifest
+  whose paths, commit ids or branch name are not plain;
+- refuses a dagster.yaml that names a class (module/class, a logging
+  handler) that is not kb's or Dagster's: Dagster imports what it names;
+- builds the whole new home in KB_HOME/.kb-restore-<random>/ first (the
+  same file system as its place, also when KB_HOME is a mount point such
+  as a Docker volume), and opens each store there and compares its counts
+  with the manifest. Only then is the old data moved aside and the new data
+  moved in. A move across file systems (EXDEV) copies and then removes.
+  When a move fails, what was moved in goes out again and the old data
+  comes back.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -72,6 +86,11 @@ WIKI_WORKTREE = "wiki-worktree"
 # not data, and they can hold tokens. Not backed up.
 HOME_FOLDERS = ("raw", "inbox")
 CHANGE_MARKER = ".git/kb-change-in-progress"  # see kb/wiki_repo.py
+STAGE_PREFIX = ".kb-restore-"
+ASIDE_PREFIX = ".pre-restore-"
+# Modules whose classes a restored dagster.yaml may name: Dagster's and kb's.
+DAGSTER_YAML_MODULES = ("dagster", "dagster_postgres", "kb_assets", "kb")
+COMMIT_ID = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
 LANCE_COPY_ATTEMPTS = 3
 CHUNK = 1 << 20
 
@@ -122,9 +141,14 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _copy_tree(source: Path, target: Path, *, skip_dirs: tuple[str, ...] = ()) -> int:
-    """Copy regular files; no links (a link could point out of KB_HOME)."""
+def _copy_tree(source: Path, target: Path, *, skip_dirs: tuple[str, ...] = (), within: Path | None = None) -> int:
+    """Copy regular files; no links (a link could point out of KB_HOME).
+    Nothing is written through a link in the target either: a restored
+    wiki commit can hold a link (raw -> /home/owner), and the files of
+    wiki-raw/ must not follow it. Every file lands inside `within`
+    (default: the target)."""
     count = 0
+    inside = (within or target).resolve()
     for folder, dirs, files in os.walk(source):
         dirs[:] = sorted(d for d in dirs if d not in skip_dirs and not Path(folder, d).is_symlink())
         for name in sorted(files):
@@ -132,7 +156,11 @@ def _copy_tree(source: Path, target: Path, *, skip_dirs: tuple[str, ...] = ()) -
             if path.is_symlink() or not path.is_file():
                 continue
             destination = target / path.relative_to(source)
+            if not destination.parent.resolve().is_relative_to(inside):
+                raise BackupError(f"{destination} leads out of {target} through a link; the copy stopped.")
             destination.parent.mkdir(parents=True, exist_ok=True)
+            if destination.is_symlink():
+                destination.unlink()  # the file replaces the link; it is not written through it
             shutil.copy2(path, destination)
             count += 1
     return count
@@ -386,35 +414,40 @@ def _make_parts(settings: Settings, stage: Path, include_dagster: bool) -> dict:
 
 def restore_backup(archive: Path | str, *, force: bool = False, settings: Settings | None = None) -> RestoreResult:
     """Restore an archive of create_backup into KB_HOME, which must be empty
-    (with `force`, what is there moves aside first)."""
+    (with `force`, what is there moves aside, after the new home is
+    complete and checked)."""
     settings = settings or get_settings()
     archive = Path(archive).expanduser().resolve()
     home = settings.home
     if not archive.is_file():
         raise BackupError(f"No such archive: {archive}.")
-    present = sorted(p.name for p in home.iterdir()) if home.is_dir() else []
+    present = sorted(p.name for p in home.iterdir() if not p.name.startswith(STAGE_PREFIX)) if home.is_dir() else []
     if present and not force:
         raise BackupError(f"KB_HOME {home} is not empty ({', '.join(present[:5])}). Restore into an empty "
                           "folder, or use --force to move what is there aside first.")
     home.mkdir(parents=True, exist_ok=True)
 
-    with tempfile.TemporaryDirectory(dir=home.parent, prefix=".kb-restore-") as tmp:
-        root = _unpack(archive, Path(tmp))
+    with tempfile.TemporaryDirectory(dir=home, prefix=STAGE_PREFIX) as tmp:
+        root = _unpack(archive, Path(tmp) / "archive")
         manifest = _read_manifest(root, archive)
         checked = _verify_checksums(root, manifest, archive)
+        _check_dagster_yaml(root / "dagster" / "dagster.yaml", archive)
+        new_home = Path(tmp) / "home"
+        _build_home(root, manifest, new_home)
+        _verify_restored(new_home, manifest, home)
         moved = _move_aside(home, present) if present else None
-        result = RestoreResult(home=home, manifest=manifest, moved_aside=moved, checked_files=checked)
-        _put_in_place(root, manifest, settings)
-    _verify_restored(settings, manifest)
-    return result
+        _move_in(new_home, home, moved)
+    return RestoreResult(home=home, manifest=manifest, moved_aside=moved, checked_files=checked)
 
 
 def _unpack(archive: Path, tmp: Path) -> Path:
     try:
         with tarfile.open(archive, "r:gz") as tar:
+            members = tar.getmembers()
+            _check_members(members, archive)
             # The "data" filter refuses absolute paths, `..`, links out of the
-            # folder and device files: an archive cannot write outside tmp.
-            tar.extractall(tmp, filter="data")
+            # folder and device files as well: a second wall.
+            tar.extractall(tmp, members=members, filter="data")
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise BackupError(f"{archive} is not a readable kb backup (tar.gz): {exc}") from exc
     tops = [p for p in tmp.iterdir() if p.is_dir()]
@@ -423,14 +456,120 @@ def _unpack(archive: Path, tmp: Path) -> Path:
     return tops[0]
 
 
+def _check_members(members: list[tarfile.TarInfo], archive: Path) -> None:
+    """Plain files and folders with plain relative paths only."""
+    for member in members:
+        if not (member.isfile() or member.isdir()):
+            raise BackupError(f"{archive} is refused: the member {member.name!r} is a link or a special file. "
+                              "A kb backup holds plain files and folders only; nothing was restored.")
+        problem = unsafe_path(member.name)
+        if problem:
+            raise BackupError(f"{archive} is refused: the member {member.name!r} {problem}; nothing was restored.")
+
+
+def unsafe_path(path: str) -> str | None:
+    """Why a path from an archive is not safe to use, or None. Safe: relative,
+    no empty, `.` or `..` part, no `.git` part at any depth (in any case)."""
+    if not isinstance(path, str) or not path or "\0" in path or "\\" in path:
+        return "is not a plain path"
+    if path.startswith("/"):
+        return "is an absolute path"
+    parts = path.rstrip("/").split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return "has an empty, `.` or `..` part"
+    if any(part.lower() == ".git" for part in parts):
+        return "is under .git (git hooks and config run code)"
+    return None
+
+
 def _read_manifest(root: Path, archive: Path) -> dict:
     try:
         manifest = json.loads((root / MANIFEST).read_text())
     except ValueError as exc:
         raise BackupError(f"The {MANIFEST} of {archive} is not JSON: {exc}") from exc
-    if manifest.get("format") != FORMAT:
-        raise BackupError(f"{archive} has backup format {manifest.get('format')!r}; this kb reads format {FORMAT}.")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        format_ = manifest.get("format") if isinstance(manifest, dict) else None
+        raise BackupError(f"{archive} has backup format {format_!r}; this kb reads format {FORMAT}.")
+    _check_manifest(manifest, archive)
     return manifest
+
+
+def _check_manifest(manifest: dict, archive: Path) -> None:
+    """Every path, commit id and branch name that the restore acts on."""
+    problems = []
+    files = manifest.get("files", {})
+    if not isinstance(files, dict):
+        problems.append("`files` is not a mapping")
+        files = {}
+    for name in files:
+        if why := unsafe_path(name):
+            problems.append(f"files: {name!r} {why}")
+    wiki = manifest.get("wiki")
+    if wiki is not None:
+        if not isinstance(wiki, dict):
+            raise BackupError(f"{archive} is refused: the wiki part of its {MANIFEST} is not a mapping.")
+        for key in ("uncommitted_files", "uncommitted_deletions"):
+            paths = wiki.get(key, [])
+            for path in paths if isinstance(paths, list) else [paths]:
+                if why := unsafe_path(path):
+                    problems.append(f"wiki {key}: {path!r} {why}")
+        for key in ("head", "change_in_progress"):
+            value = wiki.get(key)
+            if (key == "head" or value is not None) and not (isinstance(value, str) and COMMIT_ID.fullmatch(value)):
+                problems.append(f"wiki {key}: {str(value)[:80]!r} is not a commit id")
+        branch = wiki.get("branch")
+        if branch is not None and not _plain_branch(branch):
+            problems.append(f"wiki branch: {str(branch)[:80]!r} is not a plain branch name")
+    if problems:
+        raise BackupError(f"{archive} is refused: its {MANIFEST} names what a restore must not touch; nothing "
+                          f"was restored. {len(problems)} problem(s), for example: " + "; ".join(problems[:5]))
+
+
+def _plain_branch(name) -> bool:
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,99}", name):
+        return False
+    return ".." not in name and not name.endswith((".lock", "/", ".")) and "//" not in name
+
+
+def _check_dagster_yaml(path: Path, archive: Path) -> None:
+    """Dagster imports every class that its dagster.yaml names (storage, run
+    launcher, coordinator, compute logs, logging handlers). A restored file
+    may name kb's and Dagster's classes only."""
+    if not path.is_file():
+        return
+    import yaml
+
+    try:
+        config = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise BackupError(f"{archive} is refused: its dagster/dagster.yaml is not YAML ({exc}).") from exc
+    foreign = sorted(set(_foreign_classes(config)))
+    if foreign:
+        raise BackupError(f"{archive} is refused: its dagster/dagster.yaml names code that is not kb's or "
+                          f"Dagster's ({', '.join(foreign[:5])}); Dagster would import it. Nothing was restored.")
+
+
+def _foreign_classes(node, key: str = "") -> list[str]:
+    found = []
+    if isinstance(node, dict):
+        module = node.get("module")
+        if module is not None and not _own_module(module):
+            found.append(f"module {module}")
+        for name in ("class", "()"):
+            value = node.get(name)
+            if module is None and value is not None and not _own_module(str(value).rsplit(".", 1)[0]):
+                found.append(f"{name} {value}")  # a dotted path, as logging's dictConfig takes it
+        for child_key, child in node.items():
+            found += _foreign_classes(child, str(child_key))
+    elif isinstance(node, list):
+        for child in node:
+            found += _foreign_classes(child, key)
+    return found
+
+
+def _own_module(module) -> bool:
+    module = str(module)
+    return any(module == root or module.startswith(root + ".") for root in DAGSTER_YAML_MODULES)
 
 
 def _verify_checksums(root: Path, manifest: dict, archive: Path) -> int:
@@ -447,30 +586,75 @@ def _verify_checksums(root: Path, manifest: dict, archive: Path) -> int:
     return len(listed)
 
 
+def _build_home(root: Path, manifest: dict, new_home: Path) -> None:
+    """The restored home, complete, in the stage folder (same file system as KB_HOME)."""
+    new_home.mkdir()
+    if (root / DUCKDB_FILE).is_file():
+        os.replace(root / DUCKDB_FILE, new_home / DUCKDB_FILE)
+    for name in ("lancedb", "raw", "inbox", "dagster"):
+        if (root / name).is_dir():
+            os.replace(root / name, new_home / name)
+    if manifest.get("wiki"):
+        _restore_wiki(root, manifest["wiki"], new_home / "wiki")
+
+
 def _move_aside(home: Path, names: list[str]) -> Path:
-    aside = home / f".pre-restore-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%fZ')}"
+    aside = home / f"{ASIDE_PREFIX}{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%fZ')}"
     aside.mkdir()
     for name in names:
-        if not name.startswith(".pre-restore-"):
-            os.replace(home / name, aside / name)
+        if not name.startswith(ASIDE_PREFIX):
+            move(home / name, aside / name)
     return aside
 
 
-def _put_in_place(root: Path, manifest: dict, settings: Settings) -> None:
-    home = settings.home
-    if (root / DUCKDB_FILE).is_file():
-        os.replace(root / DUCKDB_FILE, settings.duckdb_path)
-    for name, target in (("lancedb", settings.lancedb_dir), ("raw", home / "raw"), ("inbox", home / "inbox"),
-                         ("dagster", settings.dagster_home)):
-        if (root / name).is_dir():
-            os.replace(root / name, target)
-    if manifest.get("wiki"):
-        _restore_wiki(root, manifest["wiki"], settings.wiki_dir)
+def _move_in(new_home: Path, home: Path, aside: Path | None) -> None:
+    """Move each part of the new home into KB_HOME. When one move fails, the
+    parts moved so far go out again and the old data comes back."""
+    placed: list[Path] = []
+    try:
+        for part in sorted(new_home.iterdir()):
+            move(part, home / part.name)
+            placed.append(home / part.name)
+    except OSError as exc:
+        for path in placed:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if aside is not None:
+            for old in sorted(aside.iterdir()):
+                move(old, home / old.name)
+            aside.rmdir()
+        raise BackupError(f"The restore into {home} could not move {part.name} into place ({exc}); "
+                          "KB_HOME is as it was before the restore.") from exc
+
+
+def move(source: Path, target: Path) -> None:
+    """Rename `source` to `target`. Across file systems (EXDEV) copy to a
+    temp name beside the target, rename that into place, then remove the
+    source: the target appears whole or not at all."""
+    try:
+        os.rename(source, target)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    partial = target.with_name(f"{STAGE_PREFIX}{target.name}.partial")
+    try:
+        if source.is_dir() and not source.is_symlink():
+            shutil.copytree(source, partial, symlinks=True)
+        else:
+            shutil.copy2(source, partial, follow_symlinks=False)
+        os.rename(partial, target)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True) if partial.is_dir() else partial.unlink(missing_ok=True)
+        raise
+    shutil.rmtree(source) if source.is_dir() and not source.is_symlink() else source.unlink()
 
 
 def _restore_wiki(root: Path, facts: dict, wiki: Path) -> None:
     # init and fetch every ref, not clone: a clone keeps only one local
-    # branch and adds a remote that names the temp bundle.
+    # branch and adds a remote that names the temp bundle. The paths, ids
+    # and branch of `facts` were checked (_check_manifest), so git cannot
+    # read them as options; the checks below and in _copy_tree keep them
+    # from leaving the wiki through a link that a restored commit holds.
     wiki.mkdir(parents=True)
     _git(wiki, "init", "--quiet", "--initial-branch", facts["branch"] or "main")
     _git(wiki, "fetch", "--quiet", "--update-head-ok", str(root / WIKI_BUNDLE), "refs/*:refs/*")
@@ -479,26 +663,36 @@ def _restore_wiki(root: Path, facts: dict, wiki: Path) -> None:
     else:
         _git(wiki, "checkout", "--quiet", "--detach", facts["head"])
     if (root / WIKI_RAW).is_dir():
-        _copy_tree(root / WIKI_RAW, wiki / "raw")
+        _copy_tree(root / WIKI_RAW, wiki / "raw", within=wiki)
     if (root / WIKI_WORKTREE).is_dir():
-        _copy_tree(root / WIKI_WORKTREE, wiki)
+        _copy_tree(root / WIKI_WORKTREE, wiki, within=wiki)
+    inside = wiki.resolve()
     for path in facts.get("uncommitted_deletions", []):
-        (wiki / path).unlink(missing_ok=True)
+        target = wiki / path
+        if not target.resolve().is_relative_to(inside) or target.resolve().is_relative_to(inside / ".git"):
+            raise BackupError(f"The wiki deletion {path!r} of the archive leads out of the wiki; nothing was restored.")
+        if target.is_file() or target.is_symlink():
+            target.unlink()
     if facts.get("change_in_progress"):
         (wiki / CHANGE_MARKER).write_text(facts["change_in_progress"])
 
 
-def _verify_restored(settings: Settings, manifest: dict) -> None:
+def _verify_restored(new_home: Path, manifest: dict, home: Path) -> None:
+    """Open each store of the new home and compare it with the manifest."""
     counts = manifest.get("counts", {})
     problems = []
-    if "duckdb" in counts and duckdb_counts(settings.duckdb_path) != counts["duckdb"]:
-        problems.append("the DuckDB row counts differ from the manifest")
-    if "lancedb" in counts:
-        restored = {name: {"rows": f["rows"]} for name, f in lancedb_facts(settings.lancedb_dir).items()}
-        if restored != {name: {"rows": f["rows"]} for name, f in counts["lancedb"].items()}:
-            problems.append("the LanceDB row counts differ from the manifest")
+    try:
+        if "duckdb" in counts and duckdb_counts(new_home / DUCKDB_FILE) != counts["duckdb"]:
+            problems.append("the DuckDB row counts differ from the manifest")
+        if "lancedb" in counts:
+            restored = {name: {"rows": f["rows"]} for name, f in lancedb_facts(new_home / "lancedb").items()}
+            if restored != {name: {"rows": f["rows"]} for name, f in counts["lancedb"].items()}:
+                problems.append("the LanceDB row counts differ from the manifest")
+    except Exception as exc:  # a store that does not open: the same answer as a wrong count
+        problems.append(f"a store does not open ({type(exc).__name__}: {str(exc)[:200]})")
     wiki = manifest.get("wiki")
-    if wiki and _git(settings.wiki_dir, "rev-parse", "HEAD") != wiki["head"]:
+    if wiki and _git(new_home / "wiki", "rev-parse", "HEAD") != wiki["head"]:
         problems.append("the wiki HEAD differs from the manifest")
     if problems:
-        raise BackupError(f"The restore into {settings.home} does not match its manifest: {'; '.join(problems)}.")
+        raise BackupError(f"The restore into {home} does not match its manifest: {'; '.join(problems)}. "
+                          "Nothing was changed in KB_HOME.")

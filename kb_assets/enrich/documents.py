@@ -18,6 +18,11 @@ For each web address that a bookmark of the partition links to:
   several workers. A page that is thin at domcontentloaded is read once more
   at networkidle: many pages fill in their text with JavaScript.
 
+Every connection goes through the fetch guard (kb/fetch_guard.py): a link,
+a redirect or a page's script that goes to a loopback, private or cloud
+metadata address fails with the reason "private address", which names the
+host and the address.
+
 Each address is fetched once. A failure is stored with its reason and is
 tried again only on request (run config `retry`). Links to X posts are not
 documents: the capture holds the posts that the owner sees (quoted posts).
@@ -62,7 +67,8 @@ from kb.extract import (
 )
 from kb_assets.partitions import sync_batches
 from kb.atomic_files import write_atomic
-from kb.browser import Browser, XLoginMissing
+from kb.browser import Browser, XLoginMissing, navigation_refusal, watch_navigation
+from kb.fetch_guard import FetchGuard, FetchRefused
 from kb.x_graphql import articles_in
 from kb.duckdb_store import DUCKDB_POOL, insert_rows
 from kb.settings import Settings, excluded_sources, get_settings
@@ -381,6 +387,8 @@ def fetch_file(client: httpx.Client, outcome: Outcome) -> Outcome:
     except httpx.HTTPError as exc:
         outcome.reason, outcome.detail = Reason.ERROR.value, f"{type(exc).__name__}: {exc}"[:500]
         return outcome
+    except FetchRefused as exc:  # a redirect to a private address
+        return refused(outcome, exc)
     if not is_pdf(bytes(data)):
         outcome.reason = Reason.BINARY.value
         outcome.detail = f"not a PDF: {response.headers.get('content-type', 'no content type')}"
@@ -394,26 +402,48 @@ def fetch_file(client: httpx.Client, outcome: Outcome) -> Outcome:
     return judged(outcome)
 
 
-def fetch_link(get_context: Callable, client: httpx.Client, target: Target, settings: Settings) -> Outcome:
-    """Fetch one address that is not on X: as a file, or rendered."""
+def refused(outcome: Outcome, exc: FetchRefused) -> Outcome:
+    """A failure with the guard's reason ("private address"): never a silent skip."""
+    outcome.reason, outcome.detail = exc.reason, str(exc)[:500]
+    return outcome
+
+
+def fetch_link(get_context: Callable, client: httpx.Client, target: Target, settings: Settings,
+               guard: FetchGuard | None = None) -> Outcome:
+    """Fetch one address that is not on X: as a file, or rendered. The
+    client and the browser context connect through the fetch guard; a link,
+    a redirect or a script navigation to a private address fails with the
+    reason "private address"."""
     url = rewrite_arxiv(target.url, arxiv_hosts(settings))
     outcome = Outcome(target, url=url, kind="link", source="browser")
-    what, content_type = probe(client, url)
+    try:
+        (guard or FetchGuard.from_settings(settings)).check_url(url)
+        what, content_type = probe(client, url)
+    except FetchRefused as exc:
+        return refused(outcome, exc)
     if what == "binary":
         outcome.source, outcome.reason, outcome.detail = "file", Reason.BINARY.value, content_type
         return outcome
     if what == "pdf":
         return fetch_file(client, outcome)
     page = get_context().new_page()
+    watch_navigation(page)
     try:
         try:
             response = page.goto(url, wait_until="domcontentloaded", timeout=settings.kb_browser_timeout_s * 1000)
         except PlaywrightError as exc:
+            if (refusal := navigation_refusal(page, url)) is not None:
+                return refused(outcome, refusal)
             if "Download is starting" in str(exc):
                 # The probe saw a page, but the server sent a file.
                 return fetch_file(client, outcome)
             return failure_from_error(outcome, exc)
-        return read_rendered(page, outcome, response.status if response else None, settings)
+        outcome = read_rendered(page, outcome, response.status if response else None, settings)
+        if (refusal := navigation_refusal(page, url)) is not None:
+            # A redirect or a script took the page to a private address.
+            outcome.extracted = None
+            return refused(outcome, refusal)
+        return outcome
     finally:
         page.close()
 
@@ -491,9 +521,10 @@ class _Pool:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def work(self) -> None:
+        guard = FetchGuard.from_settings(self.settings)
         with contextlib.ExitStack() as stack:
             client = stack.enter_context(
-                httpx.Client(
+                guard.httpx_client(
                     follow_redirects=True,
                     timeout=self.settings.kb_browser_timeout_s,
                     headers={"User-Agent": USER_AGENT},
@@ -505,7 +536,7 @@ class _Pool:
                 nonlocal context
                 if context is None:
                     try:
-                        context = stack.enter_context(self.browser.clean_context())
+                        context = stack.enter_context(self.browser.clean_context(guard))
                     except Exception as exc:
                         raise BrowserDidNotStart(f"{type(exc).__name__}: {exc}") from exc
                 return context
@@ -516,7 +547,7 @@ class _Pool:
                 except queue.Empty:
                     return
                 try:
-                    outcome = fetch_link(get_context, client, target, self.settings)
+                    outcome = fetch_link(get_context, client, target, self.settings, guard)
                 except BrowserDidNotStart as exc:
                     # No other page can be rendered by this worker either. Its
                     # target stays unfetched (no row), so the next run tries it.

@@ -1,0 +1,593 @@
+"""The fetch guard: kb fetches links from the public internet only.
+
+Every link that kb fetches comes from hostile text: a bookmark, a page, a
+source that anyone can send to the bot. The owner's machine has services
+that trust loopback and the local network (the Dagster UI on
+127.0.0.1:3000 has no login and starts runs) and, in a cloud, a metadata
+service at 169.254.169.254 that hands out keys. So the rule is an
+allowlist: kb connects to an address only when it is a global unicast
+address. Every other address is refused: loopback, private networks,
+link-local, carrier-grade NAT (100.64.0.0/10), multicast, unspecified,
+reserved, the IPv4-mapped, 6to4 and NAT64 forms of those, and the cloud
+metadata addresses and names.
+
+How the rule holds:
+- The check comes after DNS, and the connection goes to the address that
+  was checked (the guard opens the socket itself). So a name that resolves
+  to a public address for the check and to 127.0.0.1 for the connect (DNS
+  rebinding) does not get through.
+- Each connection is checked, so each redirect is checked too.
+- Numeric forms of an address (http://2130706433/, http://0177.0.0.1/) are
+  read as the C library reads them, and then checked as addresses.
+- httpx: `FetchGuard.httpx_client()` gives a client whose transport
+  connects through the guard. It ignores the proxy variables of the
+  environment: a proxy would make the connection, and the guard could not
+  check it.
+- The browser, yt-dlp and requests: `GuardProxy` is an HTTP proxy on
+  loopback that connects only through the guard (CONNECT for https and
+  WebSockets, plain requests for http). kb's browser contexts send every
+  request through their own GuardProxy: navigations, redirects, frames,
+  scripts, fetch() calls.
+
+Settings (kb/settings.py):
+- KB_FETCH_ALLOW_HOSTS: hosts that may be fetched although their address
+  is not public, as `host` or `host:port` (for example 127.0.0.1:8123 for
+  a test site, or a wiki on the home network). The host is compared as it
+  is written in the link, before DNS: a name that resolves to an allowed
+  address is not allowed by that.
+- KB_FETCH_RESOLVE: `name=address` pairs that the guard uses instead of
+  DNS (as curl --resolve). The guard still checks the address. Tests use
+  it to give a public-looking name a loopback address.
+
+A refused fetch raises `PrivateAddress` (reason "private address"; the
+message names the host, the address and why) or `NotAWebAddress` (a
+scheme that is not http or https). Callers store the reason; they never
+skip the link in silence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import selectors
+import socket
+import socketserver
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import httpcore
+import httpx
+
+if TYPE_CHECKING:
+    from kb.settings import Settings
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolver = Callable[[str, int], list[str]]
+
+WEB_SCHEMES = ("http", "https")
+DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+# Cloud metadata services. Some are global addresses (Azure's wire server,
+# 168.63.129.16), so the global-unicast rule alone would let them through.
+METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
+    "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean ...
+    "169.254.170.2",  # AWS ECS task metadata
+    "169.254.169.253",  # AWS DNS
+    "fd00:ec2::254",  # AWS over IPv6
+    "fd00:ec2::253",
+    "100.100.100.200",  # Alibaba Cloud
+    "168.63.129.16",  # Azure wire server
+    "192.0.0.192",  # Oracle Cloud
+))
+METADATA_NAMES = frozenset((
+    "metadata", "metadata.google.internal", "metadata.goog", "instance-data", "instance-data.ec2.internal",
+))
+# Names that never leave the machine, whatever a resolver answers.
+LOCAL_NAME_SUFFIXES = (".localhost", ".local", ".internal")
+
+CGNAT = ipaddress.ip_network("100.64.0.0/10")
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+class FetchRefused(ValueError):
+    """The guard refused a fetch. `reason` is short and stable: it goes into
+    the documents table and the source's failure."""
+
+    reason = "refused"
+
+
+class PrivateAddress(FetchRefused):
+    """The link's host is, or resolves to, an address that is not public."""
+
+    reason = "private address"
+
+    def __init__(self, host: str, address: str, why: str, *, port: int | None = None, literal: bool = False):
+        self.host, self.address, self.why, self.port = host, address, why, port
+        shown = f"[{host}]" if ":" in host else host
+        shown += f":{port}" if port else ""
+        if host == address:
+            where = shown
+        else:
+            where = f"{shown} is {address}" if literal else f"{shown} resolves to {address}"
+        super().__init__(f"private address: {where} ({why}); kb fetches only public addresses. "
+                         "To allow this host, add it to KB_FETCH_ALLOW_HOSTS.")
+
+
+class NotAWebAddress(FetchRefused):
+    """A link whose scheme is not http or https (file:, ftp:, data: ...)."""
+
+    reason = "not a web address"
+
+
+def why_refused(ip: IPAddress) -> str | None:
+    """Why the address is refused, or None for a global unicast address."""
+    if ip in METADATA_ADDRESSES:
+        return "cloud metadata"
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return f"IPv4-mapped form of {ip.ipv4_mapped}"
+        if ip in NAT64:
+            # An IPv6-only network reaches IPv4 sites through NAT64: allowed
+            # when the IPv4 address inside is.
+            inner = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+            why = why_refused(inner)
+            return f"NAT64 form of {inner}: {why}" if why else None
+        if ip.sixtofour is not None and why_refused(ip.sixtofour):
+            return f"6to4 form of {ip.sixtofour}: {why_refused(ip.sixtofour)}"
+        if ip.teredo is not None:
+            return "Teredo tunnel"
+        if ip.is_site_local:
+            return "site-local"
+    if ip.is_loopback:
+        return "loopback"
+    if ip.is_unspecified:
+        return "unspecified"
+    if ip.is_link_local:
+        return "link-local"
+    if ip.is_multicast:
+        return "multicast"
+    if ip in CGNAT:
+        return "carrier-grade NAT"
+    if ip.is_private:
+        return "private network"
+    if ip.is_reserved:
+        return "reserved"
+    if not ip.is_global:
+        return "not a global address"
+    return None
+
+
+def ip_literal(host: str) -> IPAddress | None:
+    """The address that `host` names as a number, or None for a name.
+
+    Also the old numeric IPv4 forms that the C library accepts (decimal
+    2130706433, octal 0177.0.0.1, hex 0x7f.1): getaddrinfo() reads them as
+    addresses, so the guard must too."""
+    host = host.strip("[]")
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host.split("%", 1)[0])
+    if host and all(c in "0123456789abcdefxABCDEFX." for c in host) and host[0].isdigit():
+        with contextlib.suppress(OSError):
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+    return None
+
+
+def canonical_host(host: str) -> str:
+    """The form in which hosts are compared: lower case, no trailing dot,
+    no brackets, and an address in its standard form."""
+    host = host.strip().strip("[]").rstrip(".").lower()
+    ip = ip_literal(host)
+    return str(ip) if ip is not None else host
+
+
+def _system_resolver(host: str, port: int) -> list[str]:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(info[4][0] for info in infos))
+
+
+def parse_allowed_hosts(value: str) -> frozenset[str]:
+    """`host` or `host:port` entries, comma-separated, in canonical form.
+    An IPv6 address with a port is written [::1]:8080."""
+    entries = set()
+    for raw in value.split(","):
+        raw = raw.strip()
+        if not raw:
+            continue
+        host, port = _split_host_port(raw)
+        entries.add(f"{canonical_host(host)}:{port}" if port else canonical_host(host))
+    return frozenset(entries)
+
+
+def _split_host_port(text: str) -> tuple[str, int | None]:
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
+    if text.count(":") == 1:
+        host, _, port = text.partition(":")
+        return host, int(port) if port.isdigit() else None
+    return text, None
+
+
+def parse_pins(value: str) -> dict[str, tuple[str, ...]]:
+    """KB_FETCH_RESOLVE: `name=address` pairs, comma-separated. One name may
+    come more than once for more addresses."""
+    pins: dict[str, list[str]] = {}
+    for raw in value.split(","):
+        name, sep, address = raw.strip().partition("=")
+        if not sep or not name.strip() or not address.strip():
+            continue
+        ipaddress.ip_address(address.strip().strip("[]"))  # a bad address is an error here, not a later surprise
+        pins.setdefault(canonical_host(name), []).append(address.strip().strip("[]"))
+    return {name: tuple(addresses) for name, addresses in pins.items()}
+
+
+@dataclass(frozen=True)
+class FetchGuard:
+    """The rule for every connection that a link fetch makes."""
+
+    allowed_hosts: frozenset[str] = frozenset()  # canonical `host` or `host:port`
+    pins: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> addresses, instead of DNS
+    resolver: Resolver = _system_resolver
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> FetchGuard:
+        """The guard of the settings (KB_FETCH_ALLOW_HOSTS, KB_FETCH_RESOLVE)."""
+        from kb.settings import get_settings
+
+        settings = settings or get_settings()
+        return cls(allowed_hosts=parse_allowed_hosts(settings.kb_fetch_allow_hosts),
+                   pins=parse_pins(settings.kb_fetch_resolve))
+
+    def allowing(self, *entries: str) -> FetchGuard:
+        """The same guard with more allowed `host` or `host:port` entries
+        (the X origin for the X context)."""
+        return FetchGuard(self.allowed_hosts | parse_allowed_hosts(",".join(entries)), self.pins, self.resolver)
+
+    # --- the rule -----------------------------------------------------------------
+
+    def is_allowed_host(self, host: str, port: int) -> bool:
+        """True when the owner allowed this host (as written, before DNS)."""
+        name = canonical_host(host)
+        return name in self.allowed_hosts or f"{name}:{port}" in self.allowed_hosts
+
+    def addresses(self, host: str, port: int) -> list[IPAddress]:
+        """The addresses to connect to for host:port, all checked. Raises
+        PrivateAddress when any of them is refused: a name with a public and
+        a private address is refused as a whole. OSError when the name does
+        not resolve."""
+        written = host.strip().strip("[]").lower()
+        name = canonical_host(host)
+        allowed = self.is_allowed_host(name, port)
+        literal = ip_literal(name)
+        if literal is not None:
+            found = [literal]
+        else:
+            if not allowed and (name in METADATA_NAMES or name == "localhost" or name.endswith(LOCAL_NAME_SUFFIXES)):
+                raise PrivateAddress(written, written, "a name of the local machine, network or cloud metadata",
+                                     port=port)
+            pinned = self.pins.get(name)
+            found = [ipaddress.ip_address(a.split("%", 1)[0]) for a in (pinned or self.resolver(name, port))]
+            if not found:
+                raise OSError(f"{name}: the name has no address")
+        if not allowed:
+            for ip in found:
+                why = why_refused(ip)
+                if why:
+                    raise PrivateAddress(written, str(ip), why, port=port, literal=literal is not None)
+        return found
+
+    def connect(self, host: str, port: int, timeout: float | None = None,
+                source_address: tuple[str, int] | None = None) -> socket.socket:
+        """A TCP connection to a checked address of host:port. The socket
+        goes to the very address that was checked: no second DNS lookup."""
+        last_error: OSError | None = None
+        for ip in self.addresses(host, port):
+            try:
+                return socket.create_connection((str(ip), port), timeout, source_address)
+            except OSError as exc:
+                last_error = exc
+        raise last_error or OSError(f"{host}:{port}: no address to connect to")
+
+    def check_url(self, url: str) -> None:
+        """Raise NotAWebAddress or PrivateAddress for a link that the guard
+        refuses. A name that does not resolve passes: the fetch itself then
+        fails with the network error, as before."""
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in WEB_SCHEMES:
+            raise NotAWebAddress(f"not a web address: {url[:200]} (kb fetches http and https links only)")
+        try:
+            port = parts.port or DEFAULT_PORTS[scheme]
+        except ValueError:
+            raise NotAWebAddress(f"not a web address: {url[:200]} (the port is not a number)") from None
+        if not parts.hostname:
+            raise NotAWebAddress(f"not a web address: {url[:200]} (no host)")
+        with contextlib.suppress(OSError):
+            self.addresses(parts.hostname, port)
+
+    # --- clients ------------------------------------------------------------------
+
+    def httpx_client(self, **options) -> httpx.Client:
+        """An httpx.Client that connects only through the guard, redirects
+        included. `options` go to httpx.Client (timeout, headers,
+        follow_redirects ...)."""
+        return httpx.Client(transport=GuardedTransport(self), trust_env=False, **options)
+
+
+class _GuardedBackend(httpcore.SyncBackend):
+    """httpcore's network backend, with every TCP connection made by the guard."""
+
+    def __init__(self, guard: FetchGuard):
+        self.guard = guard
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        # The checked address goes to httpcore's own connect; TLS still
+        # checks the certificate of the name (httpcore passes the URL's host
+        # as server_hostname).
+        try:
+            addresses = self.guard.addresses(host, port)
+        except OSError as exc:  # the name does not resolve
+            raise httpcore.ConnectError(f"{host}:{port}: {exc}") from exc
+        for n, ip in enumerate(addresses):
+            try:
+                return super().connect_tcp(str(ip), port, timeout, local_address, socket_options)
+            except httpcore.ConnectError:
+                if n == len(addresses) - 1:
+                    raise
+        raise httpcore.ConnectError(f"{host}:{port}: no address")
+
+
+class GuardedTransport(httpx.HTTPTransport):
+    """httpx's own transport, with a connection pool whose network backend
+    connects through the guard. httpx has no parameter for the backend, so
+    the pool is built here (httpcore's public API) with httpx's defaults."""
+
+    def __init__(self, guard: FetchGuard, verify: bool = True):
+        super().__init__(verify=verify, trust_env=False)
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
+            max_connections=limits.max_connections, max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry, network_backend=_GuardedBackend(guard))
+
+
+# --- the proxy for the browser, yt-dlp and requests ----------------------------------
+
+MAX_HEAD_BYTES = 64 * 1024
+IDLE_TIMEOUT_S = 600.0
+HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te",
+               "trailer", "upgrade"}
+
+
+class GuardProxy:
+    """An HTTP proxy on 127.0.0.1 that connects only through the guard.
+
+    Use it as a context manager; `url` is the proxy's address. Refused
+    connections are kept in `refused` (host, port, error), so the caller can
+    name the reason of a page that did not load. Each plain http request
+    gets its own upstream connection ("Connection: close"), so one client
+    connection cannot carry a second request to another host."""
+
+    def __init__(self, guard: FetchGuard, timeout_s: float = 60.0, idle_timeout_s: float = IDLE_TIMEOUT_S):
+        self.guard = guard
+        self.timeout_s = timeout_s  # to connect
+        # To wait for bytes. Longer than any timeout of the client: the
+        # client decides when a slow server has failed (the X capture names
+        # the page that did not answer), not the proxy.
+        self.idle_timeout_s = max(idle_timeout_s, timeout_s)
+        self.refused: list[tuple[str, int, PrivateAddress]] = []
+        self._lock = threading.Lock()
+        self._server: socketserver.ThreadingTCPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "the proxy is not running"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def refusal_for(self, url: str) -> PrivateAddress | None:
+        """The refusal of a connection to this URL's host and port, if any."""
+        parts = urlsplit(url)
+        if not parts.hostname:
+            return None
+        host = canonical_host(parts.hostname)
+        try:
+            port = parts.port or DEFAULT_PORTS.get(parts.scheme.lower(), 80)
+        except ValueError:
+            return None
+        with self._lock:
+            return next((exc for h, p, exc in reversed(self.refused) if h == host and p == port), None)
+
+    def __enter__(self) -> GuardProxy:
+        proxy = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                proxy._handle(self.request)
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="kb-guard-proxy", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # --- one client connection ----------------------------------------------------------
+
+    def _handle(self, client: socket.socket) -> None:
+        client.settimeout(self.idle_timeout_s)
+        with contextlib.suppress(OSError), contextlib.closing(client):
+            head, rest = _read_head(client)
+            if head is None:
+                return
+            request_line, *header_lines = head.split(b"\r\n")
+            try:
+                method, target, _version = request_line.decode("latin-1").split(" ", 2)
+            except ValueError:
+                return _answer(client, 400, "not an HTTP request")
+            if method.upper() == "CONNECT":
+                self._tunnel(client, target, rest)
+            else:
+                self._forward(client, method, target, header_lines, rest)
+
+    def _open(self, client: socket.socket, host: str, port: int) -> socket.socket | None:
+        try:
+            upstream = self.guard.connect(host, port, self.timeout_s)
+        except PrivateAddress as exc:
+            with self._lock:
+                self.refused.append((canonical_host(host), port, exc))
+            _answer(client, 403, f"kb refused the connection: {exc}")
+            return None
+        except OSError as exc:
+            _answer(client, 502, f"kb could not connect to {host}:{port}: {exc}")
+            return None
+        upstream.settimeout(self.idle_timeout_s)
+        return upstream
+
+    def _tunnel(self, client: socket.socket, target: str, rest: bytes) -> None:
+        host, port = _split_host_port(target)
+        if not host or port is None:
+            return _answer(client, 400, f"CONNECT needs host:port, not {target[:100]}")
+        upstream = self._open(client, host, port)
+        if upstream is None:
+            return
+        with contextlib.closing(upstream):
+            client.sendall(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+            if rest:
+                upstream.sendall(rest)
+            _pump(client, upstream, self.idle_timeout_s)
+
+    def _forward(self, client: socket.socket, method: str, target: str, header_lines: list[bytes],
+                 rest: bytes) -> None:
+        parts = urlsplit(target)
+        if parts.scheme.lower() != "http" or not parts.hostname:
+            return _answer(client, 400, f"kb's proxy takes absolute http URLs and CONNECT, not {target[:100]}")
+        try:
+            port = parts.port or 80
+        except ValueError:
+            return _answer(client, 400, f"not a valid port in {target[:100]}")
+        headers = [line for line in header_lines if line and
+                   line.split(b":", 1)[0].strip().lower().decode("latin-1") not in HOP_HEADERS]
+        lengths = [line for line in headers if line.lower().startswith(b"content-length:")]
+        chunked = any(line.lower().startswith(b"transfer-encoding:") and b"chunked" in line.lower()
+                      for line in headers)
+        upstream = self._open(client, parts.hostname, port)
+        if upstream is None:
+            return
+        with contextlib.closing(upstream):
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            upstream.sendall(f"{method} {path} HTTP/1.1\r\n".encode("latin-1") + b"\r\n".join(headers)
+                             + b"\r\nConnection: close\r\n\r\n")
+            if chunked:
+                _copy_chunked(client, upstream, rest)
+            elif lengths:
+                _copy_exact(client, upstream, rest, int(lengths[0].split(b":", 1)[1].strip() or 0))
+            _answer_back(client, upstream, self.idle_timeout_s)
+
+
+def _read_head(sock: socket.socket) -> tuple[bytes | None, bytes]:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        block = sock.recv(65536)
+        if not block:
+            return None, b""
+        data += block
+        if len(data) > MAX_HEAD_BYTES:
+            return None, b""
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def _answer(client: socket.socket, status: int, text: str) -> None:
+    body = text.encode("utf-8", "replace")
+    phrase = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
+    with contextlib.suppress(OSError):
+        client.sendall(f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                       f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+
+
+def _pump(a: socket.socket, b: socket.socket, timeout_s: float) -> None:
+    """Copy bytes both ways until one side closes or nothing moves for the timeout."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(a, selectors.EVENT_READ, b)
+        selector.register(b, selectors.EVENT_READ, a)
+        while True:
+            events = selector.select(timeout_s)
+            if not events:
+                return
+            for key, _ in events:
+                block = key.fileobj.recv(65536)
+                if not block:
+                    return
+                key.data.sendall(block)
+
+
+def _answer_back(client: socket.socket, upstream: socket.socket, timeout_s: float) -> None:
+    """Copy the upstream answer to the client until either side closes.
+    What the client sends now is dropped: it cannot become a second request
+    on this upstream connection (to another host)."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(upstream, selectors.EVENT_READ)
+        selector.register(client, selectors.EVENT_READ)
+        while events := selector.select(timeout_s):
+            for key, _ in events:
+                block = key.fileobj.recv(65536)
+                if not block:
+                    return
+                if key.fileobj is upstream:
+                    client.sendall(block)
+
+
+def _copy_exact(client: socket.socket, upstream: socket.socket, rest: bytes, length: int) -> None:
+    sent = rest[:length]
+    upstream.sendall(sent)
+    left = length - len(sent)
+    while left > 0:
+        block = client.recv(min(left, 65536))
+        if not block:
+            return
+        upstream.sendall(block)
+        left -= len(block)
+
+
+def _copy_chunked(client: socket.socket, upstream: socket.socket, rest: bytes) -> None:
+    """Copy one chunked body, to its last chunk and trailer, and no byte more."""
+    buffer = rest
+
+    def need(n: int) -> None:
+        nonlocal buffer
+        while len(buffer) < n:
+            block = client.recv(65536)
+            if not block:
+                raise OSError("the client closed inside a chunked body")
+            buffer += block
+
+    def line() -> bytes:
+        nonlocal buffer
+        while b"\r\n" not in buffer:
+            need(len(buffer) + 1)
+        text, _, buffer = buffer.partition(b"\r\n")
+        upstream.sendall(text + b"\r\n")
+        return text
+
+    while True:
+        size = int(line().split(b";", 1)[0].strip() or b"0", 16)
+        if size == 0:
+            while line():  # the trailer ends with an empty line
+                pass
+            return
+        need(size + 2)
+        upstream.sendall(buffer[:size + 2])
+        buffer = buffer[size + 2:]

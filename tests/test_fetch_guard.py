@@ -1,0 +1,456 @@
+"""The fetch guard plays against an attacker (kb/fetch_guard.py).
+
+The attacker controls the links and the pages. Its target is a "secret"
+server on loopback (it stands in for the Dagster UI on 127.0.0.1:3000)
+and the cloud metadata address. The guard allows one loopback port only:
+the attacker's own site, as KB_FETCH_ALLOW_HOSTS names it. Each attack
+must leave the secret server with no request, and the link must fail with
+the reason "private address" and name the address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import socket
+from datetime import datetime, timezone
+
+import dagster as dg
+import httpx
+import pytest
+from playwright.sync_api import Error as PlaywrightError
+
+from kb.browser import Browser, navigation_refusal, watch_navigation
+from kb.duckdb_store import DuckDBStore, insert_rows
+from kb.fetch_guard import (
+    FetchGuard,
+    GuardProxy,
+    NotAWebAddress,
+    PrivateAddress,
+    canonical_host,
+    ip_literal,
+    why_refused,
+)
+from kb.source_parsers import ParseError, PermanentParseError, fetch_page, parse_web, parse_youtube
+from kb.urls import normalize_url
+from tests.loopback import LoopbackServer, QuietHandler, allow_fetches
+
+SECRET_TEXT = "the owner's secret page: dagster ui, launch runs here"
+ARTICLE = " ".join(["A public article about river deltas and the sediment that keeps them fertile."] * 12)
+
+
+class Secret(LoopbackServer):
+    """The target: a loopback service that must see no request."""
+
+    def __init__(self):
+        self.hits: list[str] = []
+        secret = self
+
+        class Handler(QuietHandler):
+            def do_GET(self):
+                secret.hits.append(self.path)
+                self.send_body(200, f"<html><body><p>{SECRET_TEXT}</p></body></html>".encode(), "text/html")
+
+            do_POST = do_GET
+
+        self.bind(Handler)
+
+    @property
+    def port(self) -> int:
+        return self.server.server_port
+
+
+class Attacker(LoopbackServer):
+    """The attacker's site: pages, and redirects to wherever it likes."""
+
+    def __init__(self, routes: dict[str, tuple]):
+        self.routes = routes
+        self.hits: list[str] = []
+        site = self
+
+        class Handler(QuietHandler):
+            def do_GET(self):
+                path = self.path.split("?")[0]
+                site.hits.append(path)
+                kind, value = site.routes.get(path, ("page", "<h1>Not found</h1>"))
+                if kind == "redirect":
+                    self.send_body(302, b"", "text/html", {"Location": value})
+                else:
+                    self.send_body(200, value.encode(), "text/html; charset=utf-8")
+
+            do_HEAD = do_GET
+
+        self.bind(Handler)
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+
+def article(extra: str = "") -> str:
+    return (f"<!doctype html><html><head><title>Deltas</title></head><body><article><h1>Deltas</h1>"
+            f"<p>{ARTICLE}</p></article>{extra}</body></html>")
+
+
+def redirects(secret: Secret) -> dict[str, str]:
+    """Redirect targets, each a way to write a private address."""
+    port = secret.port
+    return {
+        "/to-127.0.0.2": f"http://127.0.0.2:{port}/",
+        "/to-metadata": "http://169.254.169.254/latest/meta-data/iam/security-credentials/",
+        "/to-ipv6-loopback": f"http://[::1]:{port}/",
+        "/to-decimal": f"http://2130706433:{port}/",
+        "/to-octal": f"http://0177.0.0.1:{port}/",
+        "/to-mapped": f"http://[::ffff:127.0.0.1]:{port}/",
+        "/to-secret-port": f"http://127.0.0.1:{port}/",
+        "/to-rebound-name": f"http://news.example.com:{port}/",  # KB_FETCH_RESOLVE points it at 127.0.0.1
+    }
+
+
+@pytest.fixture(scope="module")
+def servers():
+    with Secret() as secret:
+        routes = {path: ("redirect", target) for path, target in redirects(secret).items()}
+        routes["/article"] = ("page", article())
+        with Attacker(routes) as attacker:
+            yield attacker, secret
+
+
+@pytest.fixture
+def guarded(servers, monkeypatch):
+    """The settings of an owner whose only allowed loopback host is the
+    attacker's site; news.example.com resolves to 127.0.0.1."""
+    attacker, secret = servers
+    allow_fetches(monkeypatch, attacker.base_url)
+    monkeypatch.setenv("KB_FETCH_RESOLVE", "news.example.com=127.0.0.1,metadata.example.net=169.254.169.254")
+    secret.hits.clear()
+    return attacker, secret
+
+
+# --- the address rule ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("address, why", [
+    ("127.0.0.1", "loopback"), ("127.8.9.10", "loopback"), ("::1", "loopback"),
+    ("10.0.0.5", "private network"), ("172.16.3.4", "private network"), ("192.168.1.1", "private network"),
+    ("fd12:3456::1", "private network"), ("169.254.10.10", "link-local"), ("fe80::1", "link-local"),
+    ("100.64.0.1", "carrier-grade NAT"), ("100.127.255.254", "carrier-grade NAT"),
+    ("224.0.0.251", "multicast"), ("ff02::1", "multicast"), ("0.0.0.0", "unspecified"), ("::", "unspecified"),
+    ("240.0.0.1", "private network"), ("255.255.255.255", "private network"),
+    ("169.254.169.254", "cloud metadata"), ("fd00:ec2::254", "cloud metadata"),
+    ("168.63.129.16", "cloud metadata"), ("100.100.100.200", "cloud metadata"), ("192.0.0.192", "cloud metadata"),
+    ("::ffff:127.0.0.1", "IPv4-mapped form of 127.0.0.1"), ("::ffff:8.8.8.8", "IPv4-mapped form of 8.8.8.8"),
+    ("2002:7f00:1::", "6to4 form of 127.0.0.1: loopback"),
+    ("64:ff9b::a9fe:a9fe", "NAT64 form of 169.254.169.254: cloud metadata"),
+    ("2001:db8::1", "private network"), ("192.0.2.1", "private network"), ("198.18.0.1", "private network"),
+])
+def test_every_address_that_is_not_global_unicast_is_refused(address, why):
+    assert why_refused(ipaddress.ip_address(address)) == why
+
+
+@pytest.mark.parametrize("address", ["8.8.8.8", "93.184.215.14", "2606:4700::1111", "64:ff9b::808:808"])
+def test_global_unicast_addresses_are_allowed(address):
+    assert why_refused(ipaddress.ip_address(address)) is None
+
+
+@pytest.mark.parametrize("written", ["2130706433", "0177.0.0.1", "0x7f.0.0.1", "127.1", "0x7f000001", "[::1]",
+                                     "127.0.0.1.", "LOCALHOST", "[::ffff:7f00:1]"])
+def test_other_spellings_of_loopback_are_loopback(written):
+    with pytest.raises(PrivateAddress, match="private address"):
+        FetchGuard().addresses(written, 80)
+
+
+def test_numeric_forms_are_read_as_the_c_library_reads_them():
+    for written in ("2130706433", "0177.0.0.1", "0x7f.0.0.1", "127.1"):
+        assert ip_literal(written) == ipaddress.ip_address(socket.gethostbyname(written))
+    assert ip_literal("example.com") is None and ip_literal("1password.com") is None
+    assert canonical_host("[::FFFF:127.0.0.1]") == "::ffff:7f00:1"
+
+
+@pytest.mark.parametrize("name", ["localhost", "db.localhost", "printer.local", "metadata.google.internal",
+                                  "metadata.goog", "metadata", "instance-data"])
+def test_names_of_the_machine_and_of_metadata_are_refused_before_dns(name):
+    asked = []
+    guard = FetchGuard(resolver=lambda host, port: asked.append(host) or ["93.184.215.14"])
+    with pytest.raises(PrivateAddress, match=f"private address: {name}:80 "):
+        guard.addresses(name, 80)
+    assert asked == []
+
+
+def test_a_name_with_one_private_address_among_public_ones_is_refused():
+    guard = FetchGuard(resolver=lambda host, port: ["93.184.215.14", "127.0.0.1"])
+    with pytest.raises(PrivateAddress, match=r"evil.example:443 resolves to 127.0.0.1 \(loopback\)"):
+        guard.addresses("evil.example", 443)
+
+
+def test_the_allow_list_is_by_host_and_port_as_written():
+    guard = FetchGuard.from_settings().allowing("127.0.0.1:8123", "wiki.home")
+    assert guard.addresses("127.0.0.1", 8123) == [ipaddress.ip_address("127.0.0.1")]
+    assert guard.addresses("2130706433", 8123)  # the same address, written as a number
+    with pytest.raises(PrivateAddress):
+        guard.addresses("127.0.0.1", 3000)  # another port of the same host
+    pinned = FetchGuard(pins={"wiki.home": ("192.168.1.20",), "evil.example": ("127.0.0.1",)},
+                        allowed_hosts=guard.allowed_hosts)
+    assert pinned.addresses("wiki.home", 80) == [ipaddress.ip_address("192.168.1.20")]
+    with pytest.raises(PrivateAddress):
+        # A name that resolves to an allowed address is not allowed by that.
+        pinned.addresses("evil.example", 8123)
+
+
+def test_links_that_are_not_web_addresses_are_refused():
+    for url in ("file:///root/.config/kb/.env", "ftp://example.com/x", "data:text/html,hi", "javascript:alert(1)"):
+        with pytest.raises(NotAWebAddress, match="not a web address"):
+            FetchGuard().check_url(url)
+
+
+def test_the_settings_give_the_guard(monkeypatch):
+    monkeypatch.setenv("KB_FETCH_ALLOW_HOSTS", "127.0.0.1:8123, [::1]:9000 ,Wiki.Home")
+    monkeypatch.setenv("KB_FETCH_RESOLVE", "news.example.com=127.0.0.1")
+    guard = FetchGuard.from_settings()
+    assert guard.allowed_hosts == {"127.0.0.1:8123", "::1:9000", "wiki.home"}
+    assert guard.pins == {"news.example.com": ("127.0.0.1",)}
+    assert guard.is_allowed_host("[::1]", 9000) and not guard.is_allowed_host("::1", 9001)
+
+
+# --- httpx: the Telegram web parser and the documents downloads ----------------------------
+
+
+def test_the_allowed_site_is_fetched(guarded):
+    attacker, _ = guarded
+    page = fetch_page(attacker.url("/article"), timeout_s=5)
+    assert "river deltas" in page.body.decode()
+
+
+@pytest.mark.parametrize("path", ["/to-127.0.0.2", "/to-metadata", "/to-ipv6-loopback", "/to-decimal", "/to-mapped",
+                                  "/to-secret-port", "/to-rebound-name"])
+def test_a_redirect_to_a_private_address_fails_the_telegram_link(guarded, path):
+    attacker, secret = guarded
+    with pytest.raises(PermanentParseError, match=r"private address: .*\(.*\).*KB_FETCH_ALLOW_HOSTS"):
+        parse_web(attacker.url(path), timeout_s=5)
+    assert secret.hits == []
+    assert path in attacker.hits  # the first hop was fetched: it is the redirect that was refused
+
+
+def test_a_redirect_to_an_octal_address_is_not_followed(guarded):
+    """httpx refuses 0177.0.0.1 as an address before any connection (the
+    browser reads it as 127.0.0.1, and the guard refuses it there: see the
+    documents test)."""
+    attacker, secret = guarded
+    with pytest.raises(ParseError, match="Invalid IPv4 address: '0177.0.0.1'"):
+        parse_web(attacker.url("/to-octal"), timeout_s=5)
+    assert secret.hits == []
+
+
+def test_a_public_looking_name_that_resolves_to_loopback_is_refused(guarded):
+    _, secret = guarded
+    with pytest.raises(PermanentParseError, match=r"news.example.com:\d+ resolves to 127.0.0.1 \(loopback\)"):
+        parse_web(f"http://news.example.com:{secret.port}/", timeout_s=5)
+    with pytest.raises(PermanentParseError, match=r"metadata.example.net:80 resolves to 169.254.169.254"):
+        parse_web("http://metadata.example.net/latest/meta-data/", timeout_s=5)
+    assert secret.hits == []
+
+
+def test_dns_rebinding_between_the_check_and_the_connect_does_not_work(guarded):
+    """The name is public at the first lookup and loopback at every later
+    one. A guard that checks and then lets httpx resolve again would connect
+    to the secret server; this one checks every lookup it connects by."""
+    _, secret = guarded
+    answers = iter(["93.184.215.14"])
+    lookups = []
+
+    def rebinding(host: str, port: int) -> list[str]:
+        lookups.append(host)
+        return [next(answers, "127.0.0.1")]
+
+    guard = FetchGuard(resolver=rebinding)
+    with pytest.raises(PermanentParseError, match="rebind.example.org:.* resolves to 127.0.0.1"):
+        fetch_page(f"http://rebind.example.org:{secret.port}/", timeout_s=5, guard=guard)
+    assert lookups == ["rebind.example.org", "rebind.example.org"]
+    assert secret.hits == []
+
+
+def test_the_guarded_client_ignores_proxy_variables(guarded, monkeypatch):
+    """A proxy would make the connection where the guard cannot check it."""
+    attacker, secret = guarded
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{secret.port}")
+    monkeypatch.setenv("ALL_PROXY", f"http://127.0.0.1:{secret.port}")
+    with FetchGuard.from_settings().httpx_client(timeout=5) as client:
+        assert client.get(attacker.url("/article")).status_code == 200
+    assert secret.hits == []
+
+
+def test_without_the_setting_the_loopback_site_itself_is_refused(servers, monkeypatch):
+    attacker, secret = servers
+    monkeypatch.delenv("KB_FETCH_ALLOW_HOSTS", raising=False)
+    with pytest.raises(PermanentParseError, match=r"private address: 127.0.0.1:\d+ \(loopback\)"):
+        parse_web(attacker.url("/article"), timeout_s=5)
+    with FetchGuard.from_settings().httpx_client(timeout=5) as client, pytest.raises(PrivateAddress):
+        client.get(attacker.url("/article"))
+
+
+# --- the proxy of the browser, yt-dlp and requests ----------------------------------------
+
+
+def test_the_proxy_refuses_a_tunnel_and_a_request_to_a_private_address(guarded):
+    attacker, secret = guarded
+    with GuardProxy(FetchGuard.from_settings(), timeout_s=5) as proxy:
+        with httpx.Client(proxy=proxy.url, timeout=5) as client:
+            assert client.get(attacker.url("/article")).status_code == 200
+            refused = client.get(f"http://127.0.0.1:{secret.port}/")
+            assert refused.status_code == 403 and "private address: 127.0.0.1" in refused.text
+            with pytest.raises(httpx.ProxyError):
+                client.get(f"https://news.example.com:{secret.port}/")  # CONNECT, as for https
+        assert proxy.refusal_for(f"http://127.0.0.1:{secret.port}/x") is not None
+        assert "news.example.com" in str(proxy.refusal_for(f"https://news.example.com:{secret.port}/"))
+    assert secret.hits == []
+
+
+def test_a_second_request_on_one_proxy_connection_does_not_reach_another_host(guarded):
+    """Request smuggling: the first request goes to the allowed site, the
+    second one, on the same connection, to the secret port."""
+    attacker, secret = guarded
+    with GuardProxy(FetchGuard.from_settings(), timeout_s=3) as proxy:
+        host, port = proxy.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(f"GET {attacker.url('/article')} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+                         f"GET http://127.0.0.1:{secret.port}/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            answer = b""
+            while block := sock.recv(65536):
+                answer += block
+    assert b"river deltas" in answer and SECRET_TEXT.encode() not in answer
+    assert secret.hits == []
+
+
+def test_youtube_requests_go_through_the_guard(guarded, monkeypatch):
+    """Without an owner's proxy, youtube-transcript-api and yt-dlp ask
+    YouTube through the guard's proxy. Here www.youtube.com resolves to
+    loopback, as a poisoned resolver could make it."""
+    _, secret = guarded
+    monkeypatch.setenv("KB_FETCH_RESOLVE", "www.youtube.com=127.0.0.1")
+    with pytest.raises(PermanentParseError, match=r"YouTube video dQw4w9WgXcQ: private address: "
+                                                  r"www.youtube.com:443 resolves to 127.0.0.1"):
+        parse_youtube("https://www.youtube.com/watch?v=dQw4w9WgXcQ", timeout_s=5)
+
+
+# --- the browser -------------------------------------------------------------------------
+
+
+def hostile_page(secret: Secret, frames: bool = True) -> str:
+    """A page whose image, frames, script calls and WebSocket aim at the secret port."""
+    target = f"http://127.0.0.1:{secret.port}"
+    iframes = (f'<iframe src="{target}/frame"></iframe><iframe src="http://169.254.169.254/latest/meta-data/">'
+               "</iframe>") if frames else ""
+    return article(f"""
+<img src="{target}/img.png">{iframes}
+<script>
+fetch("{target}/fetch", {{method: "POST", body: "stolen"}}).catch(() => {{}});
+fetch("http://news.example.com:{secret.port}/rebound").catch(() => {{}});
+try {{ new WebSocket("ws://127.0.0.1:{secret.port}/ws"); }} catch (e) {{}}
+</script>""")
+
+
+@pytest.fixture(scope="module")
+def browser_servers(servers):
+    attacker, secret = servers
+    attacker.routes["/hostile"] = ("page", hostile_page(secret))
+    # The X context stops at a frame that is not on X (its navigation guard),
+    # so its page has the subresources only.
+    attacker.routes["/x-hostile"] = ("page", hostile_page(secret, frames=False))
+    attacker.routes["/navigates"] = ("page", article(
+        f"<script>location.href = 'http://127.0.0.1:{secret.port}/by-script';</script>"))
+    return attacker, secret
+
+
+@pytest.mark.browser
+def test_the_clean_context_loads_no_subresource_from_a_private_address(browser_servers, guarded):
+    attacker, secret = browser_servers
+    with Browser.from_settings(timeout_s=10).clean_context() as context:
+        page = context.new_page()
+        watch_navigation(page)
+        response = page.goto(attacker.url("/hostile"), wait_until="networkidle")
+        assert response.status == 200 and "river deltas" in page.content()
+        assert navigation_refusal(page, attacker.url("/hostile")) is None  # the page itself is good
+
+        for path in ("/to-metadata", "/to-decimal", "/to-rebound-name", "/navigates"):
+            page = context.new_page()
+            watch_navigation(page)
+            with contextlib.suppress(PlaywrightError):  # a refused CONNECT is a load error
+                page.goto(attacker.url(path), wait_until="load")
+            if path == "/navigates":
+                page.wait_for_url("**/by-script", timeout=5000)
+            refusal = navigation_refusal(page, attacker.url(path))
+            assert refusal is not None and "private address" in str(refusal), path
+    assert secret.hits == []
+
+
+@pytest.mark.browser
+def test_the_x_context_reaches_x_and_public_addresses_only(browser_servers, guarded, monkeypatch, tmp_path):
+    """The X origin (KB_X_BASE_URL) is allowed; a post's page that loads
+    from the secret port is not."""
+    attacker, secret = browser_servers
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"cookies": [], "origins": []}))
+    monkeypatch.setenv("KB_X_STATE", str(state))
+    monkeypatch.setenv("KB_X_BASE_URL", attacker.base_url)
+    monkeypatch.delenv("KB_FETCH_ALLOW_HOSTS")
+    with Browser.from_settings(timeout_s=10).x_context() as x:
+        page = x.open("/x-hostile", wait_until="networkidle")
+        assert "river deltas" in page.content()
+    assert secret.hits == []
+
+
+# --- the documents stage ------------------------------------------------------------------
+
+BATCH = "20260101T000000000Z"
+
+
+def _run_documents(store: DuckDBStore, urls: list[str]) -> dict[str, dict]:
+    from kb_assets.enrich.documents import DocumentsConfig, documents
+    from kb_assets.partitions import sync_batches
+    from kb_resources.services import BrowserResource
+    from kb_resources.stores import DuckDBResource
+
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    with store.transaction() as conn:
+        insert_rows(conn, "bookmarks", [{
+            "tweet_id": "1", "batch": BATCH, "sort_index": "1", "url": "https://x.com/u/status/1", "text": "post",
+            "is_long": False, "raw_file": "page-0001.json", "captured_at": now, "article_title": None,
+            "article_text": None}])
+        insert_rows(conn, "links", [{
+            "tweet_id": "1", "url_norm": normalize_url(url), "position": n, "expanded_url": url,
+            "host": normalize_url(url).split("/")[2], "kind": "link", "from_quote": False,
+            "batch": BATCH} for n, url in enumerate(urls)])
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(sync_batches.name, [BATCH])
+    result = dg.materialize([documents], partition_key=BATCH, instance=instance,
+                            resources={"duckdb": DuckDBResource(path=store.path),
+                                       "browser": BrowserResource.from_settings()},
+                            run_config=dg.RunConfig({"documents": DocumentsConfig(workers=2)}))
+    assert result.success
+    with store.connect() as conn:
+        rows = conn.execute("SELECT url, status, reason, detail, text FROM documents").fetchall()
+    return {url: {"status": s, "reason": r, "detail": d, "text": t} for url, s, r, d, t in rows}
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_the_documents_stage_fails_private_links_by_name(browser_servers, guarded, monkeypatch, kb_home):
+    attacker, secret = browser_servers
+    monkeypatch.setenv("KB_BROWSER_TIMEOUT_S", "10")
+    hostile = {
+        attacker.url("/to-metadata"): "169.254.169.254",
+        attacker.url("/to-octal"): "127.0.0.1",  # Chromium reads 0177.0.0.1 as 127.0.0.1
+        attacker.url("/navigates"): "127.0.0.1",
+        f"http://news.example.com:{secret.port}/": "news.example.com",
+        f"http://127.0.0.1:{secret.port}/": "127.0.0.1",
+    }
+    urls = [attacker.url("/hostile"), *hostile]
+    docs = _run_documents(DuckDBStore.from_settings(path=str(kb_home / "kb.duckdb")), urls)
+
+    assert docs[attacker.url("/hostile")]["status"] == "ok"
+    assert "river deltas" in docs[attacker.url("/hostile")]["text"]
+    for url, named in hostile.items():
+        row = docs[url]
+        assert (row["status"], row["reason"]) == ("failed", "private address"), (url, row)
+        assert named in row["detail"] and SECRET_TEXT not in (row["text"] or ""), (url, row)
+    assert secret.hits == []
