@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from pydantic import SecretStr
-
-from kb.settings import Settings, get_settings
+from kb.settings import Settings, get_settings, named_secret_values
 
 # Shorter values would match common words and numbers. Real keys, tokens
 # and X's session cookies (auth_token, ct0, twid) are longer.
@@ -26,15 +23,7 @@ MIN_SECRET_LENGTH = 8
 def guarded_secrets(settings: Settings | None = None) -> dict[str, str]:
     """Each secret value, by a name that a notice may show (never the value)."""
     settings = settings or get_settings()
-    found: dict[str, str] = {}
-    for name in Settings.model_fields:
-        value = getattr(settings, name)
-        if isinstance(value, SecretStr) and value.get_secret_value():
-            found[name.upper()] = value.get_secret_value()
-    remote = settings.kb_wiki_remote.get_secret_value() if settings.kb_wiki_remote else ""
-    password = urlsplit(remote).password
-    if password:
-        found["KB_WIKI_REMOTE (password)"] = password
+    found = named_secret_values(settings)
     for cookie, value in x_login_cookies(settings.x_state_path).items():
         found[f"X login cookie {cookie}"] = value
     return {name: value for name, value in found.items() if len(value) >= MIN_SECRET_LENGTH}

@@ -345,17 +345,28 @@ def _environment_key() -> tuple:
 REDACTED = "<redacted>"
 
 
-def secret_values(settings: Settings | None = None) -> list[str]:
-    """Every key and token that the settings hold (the SecretStr fields)."""
-    settings = settings or get_settings()
-    values = (getattr(settings, name) for name in Settings.model_fields)
-    found = [v.get_secret_value() for v in values if isinstance(v, SecretStr) and v.get_secret_value()]
-    if settings.kb_wiki_remote is not None:  # the token inside the remote's URL, on its own
-        from urllib.parse import unquote, urlsplit
+def named_secret_values(settings: Settings | None = None) -> dict[str, str]:
+    """Every key and token that the settings hold (the SecretStr fields, and
+    the token inside the wiki remote's URL on its own), by a name that a
+    message may show. Never show the values."""
+    from urllib.parse import unquote, urlsplit
 
+    settings = settings or get_settings()
+    found = {}
+    for name in Settings.model_fields:
+        value = getattr(settings, name)
+        if isinstance(value, SecretStr) and value.get_secret_value():
+            found[name.upper()] = value.get_secret_value()
+    if settings.kb_wiki_remote is not None:
         token = urlsplit(settings.kb_wiki_remote.get_secret_value()).password
-        found += [unquote(token)] if token else []
+        if token:
+            found["KB_WIKI_REMOTE (token)"] = unquote(token)
     return found
+
+
+def secret_values(settings: Settings | None = None) -> list[str]:
+    """The values of named_secret_values()."""
+    return list(named_secret_values(settings).values())
 
 
 def redact_secrets(text: str, settings: Settings | None = None) -> str:

@@ -492,3 +492,34 @@ def test_a_push_with_a_secret_in_history_is_stopped(stage, tmp_path, monkeypatch
     (root / "wiki/entities/page.md").write_text("# p\n")
     wiki.commit_all("manual: the key is gone from the page, not from the history")
     assert "GROQ_API_KEY" in (wiki.push() or "")
+
+
+def test_a_hostile_link_reaches_no_loopback_or_metadata_address(kb_home, monkeypatch):
+    """A source sent to the bot is a link to the attacker's site, which
+    redirects to the machine's own services (a stand-in for the Dagster UI
+    on loopback), to the cloud metadata address, and to a public-looking
+    name that resolves to loopback. Each source fails with the reason
+    "private address" under the real intake job, and the service sees no
+    request."""
+    from tests import source_helpers as h
+    from tests.loopback import allow_fetches
+    from tests.test_fetch_guard import Attacker, Secret, redirects
+
+    with Secret() as ui:
+        routes = {path: ("redirect", target) for path, target in redirects(ui).items()}
+        with Attacker(routes) as site:
+            allow_fetches(monkeypatch, site.base_url)
+            monkeypatch.setenv("KB_FETCH_RESOLVE", "news.example.com=127.0.0.1")
+            instance = h.ephemeral_instance()
+            paths = ["/to-secret-port", "/to-metadata", "/to-rebound-name", "/to-mapped", "/to-decimal"]
+            failed = {}
+            for number, path in enumerate(paths, start=1):
+                item = h.add_item("web", 100 + number, url=site.url(path))
+                result = h.run_item(instance, item.id)
+                failed[path] = (result.success, " ".join(
+                    str(e.event_specific_data.error.message) for e in result.all_events
+                    if e.event_type_value == "STEP_FAILURE"))
+    not_stopped = [path for path, (success, error) in failed.items() if success or "private address" not in error]
+    assert not_stopped == [], failed
+    assert ui.hits == [], "the loopback service got requests"
+    assert all(path in site.hits for path in paths)  # the first hop was fetched; the redirect was refused
