@@ -126,7 +126,7 @@ class Settings(BaseSettings):
     kb_transcribe_modal_gpu: str = Field("L4", description="Modal GPU type of the transcription app.")
     kb_transcribe_modal_containers: int = Field(4, description="Most Modal containers that transcribe videos at the same time.")
     kb_translate_max_retries: int = Field(6, description="Retries of the groq client after a 429, a 5xx or a lost connection. After a 429 it waits what retry-after asks, up to 60 s.")
-    kb_exclude: str = Field("", description="Comma-separated chunk sources (post, quote, article, link, image, video) to leave out of every run of this process, added to `exclude` in config.toml. `kb sync --no-image` uses the run tag kb/exclude instead.")
+    kb_exclude: str = Field("", description="Comma-separated chunk sources (post, thread, quote, article, link, image, video) to leave out of every run of this process, added to `exclude` in config.toml. `kb sync --no-image` uses the run tag kb/exclude instead.")
 
     # --- Telegram --------------------------------------------------------------
     telegram_bot_token: SecretStr | None = Field(None, description="Bot token. Empty: no bot; drop files in the inbox.")
