@@ -787,8 +787,9 @@ def set_aside_earlier_attempt(raw_store: RawStore, batch: str) -> Path | None:
     return target
 
 
-def capture_metadata(progress: CaptureProgress, batch_dir: Path) -> dict:
+def capture_metadata(progress: CaptureProgress, batch_dir: Path, answers: int = 0) -> dict:
     return {
+        "answers": answers,  # folder lists, folder pages and threads: the batch holds them besides the pages
         "folders": len(progress.folders),
         "folders_read": len(progress.folders_done),
         "folder_notes": dg.MetadataValue.json(progress.folder_notes[:METADATA_LIST_LIMIT]),
@@ -871,7 +872,7 @@ def x_raw_pages(
         manifest.finished_at = now_iso()
         raw_store.write_manifest(manifest)  # the manifest comes last
 
-    metadata = capture_metadata(progress, raw_store.batch_dir(batch))
+    metadata = capture_metadata(progress, raw_store.batch_dir(batch), answers=len(raw_store.answers(batch)))
     if raise_as is not None:
         if isinstance(raise_as, dg.Failure) or not isinstance(raise_as, Exception):
             raise raise_as  # already clear (bad import input), or KeyboardInterrupt/SystemExit
