@@ -111,7 +111,7 @@ def _grouped(conn, sql: str, tweet_ids: list[str]) -> dict[str, list[tuple]]:
 
 @dg.asset(
     partitions_def=sync_batches,
-    deps=["chunks", "translations"],
+    deps=["chunks", "translations", "bookmark_folders"],
     pool=DUCKDB_POOL,
     group_name="index",
     description="LanceDB index of the batch's chunks: vectors and a full-text index, plus bookmark cards and "

@@ -165,7 +165,7 @@ def chunk_rows(texts: Iterable[SourceText], batch: str) -> list[dict]:
 
 @dg.asset(
     partitions_def=sync_batches,
-    deps=["bookmarks", "links", "media", "documents", "captions", "transcripts"],
+    deps=["bookmarks", "author_threads", "links", "media", "documents", "captions", "transcripts"],
     pool=DUCKDB_POOL,
     group_name="index",
     description="Paragraph-aligned passages of each bookmark's texts: post, the author's thread, quote, article, and enrichments.",

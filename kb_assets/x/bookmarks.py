@@ -411,16 +411,24 @@ def batch_metadata(rows: BatchRows, stats: WriteStats) -> dict[str, dict]:
             "unknown_entries": dict(rows.unknown_entries),
             "entry_problems": len(problems),
             "entry_problem_list": _capped(problems),
-            "folders_listed": len(rows.folder_list or {}),
-            "folder_bookmarks": sum(len(members) for members in rows.folder_members.values()),
-            "threads": len(rows.threads),
-            "thread_posts": sum(len(thread.posts) for thread in rows.threads.values()),
             "removal_sweep": stats.removal_sweep,
             "marked_removed": stats.marked_removed,
             "restored": stats.restored,
             "rows_in_table": stats.table_rows["bookmarks"],
         },
         "authors": {**common, "authors_in_batch": len(rows.authors), "rows_in_table": stats.table_rows["authors"]},
+        "bookmark_folders": {
+            **common,
+            "folders_listed": len(rows.folder_list or {}),
+            "folder_pages_read": sorted(rows.folder_members),
+            "folder_bookmarks": sum(len(members) for members in rows.folder_members.values()),
+            "folders_read_whole": len(folders_read_whole(rows)),
+        },
+        "author_threads": {
+            **common,
+            "threads": len(rows.threads),
+            "thread_posts": sum(len(thread.posts) for thread in rows.threads.values()),
+        },
         "media": {
             **common,
             "photos": sum(1 for m in media if m["kind"] == "photo"),
@@ -470,6 +478,12 @@ CHECK_SPECS = [
         dg.AssetSpec("links", deps=[X_RAW_PAGES], group_name="x", kinds={"duckdb"},
                      description="Links, cards and X Articles of bookmarks, t.co expanded, keyed by "
                                  "normalize_url(). A card's target comes only from the post's url entities."),
+        dg.AssetSpec("bookmark_folders", deps=[X_RAW_PAGES], group_name="x", kinds={"duckdb"},
+                     description="Bookmark folders (tables folders, folder_bookmarks), keyed by X's id: a rename "
+                                 "keeps the folder's bookmarks. A folder read to its end replaces its bookmarks."),
+        dg.AssetSpec("author_threads", deps=[X_RAW_PAGES], group_name="x", kinds={"duckdb"},
+                     description="The author's own chain of replies under a bookmarked post (table thread_posts), "
+                                 "from its TweetDetail answer. Replies of other people are never stored."),
     ],
     partitions_def=sync_batches,
     pool=DUCKDB_POOL,
