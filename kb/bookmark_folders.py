@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from kb.lance_index import ChunkIndex
+from kb.lance_index import KEEP_VERSIONS, ChunkIndex
 
 FOLDERS = "folders"
 FOLDERS_SCHEMA = pa.schema([("folder_id", pa.string()), ("name", pa.string()), ("tweet_id", pa.string())])
@@ -56,6 +56,8 @@ def replace_folders(index: ChunkIndex, rows: list[dict]) -> bool:
     elif not rows:
         return False
     index.overwrite_table(FOLDERS, pa.Table.from_pylist(rows, schema=FOLDERS_SCHEMA))
+    # Each write is a version; old ones go once no reader can still read them.
+    index.table(FOLDERS).optimize(cleanup_older_than=KEEP_VERSIONS)
     return True
 
 

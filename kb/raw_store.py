@@ -118,7 +118,8 @@ class RawStore(BaseModel):
 
     def write_answer(self, batch: str, name: str, body: bytes) -> Path:
         """Keep one more answer (folders-, folder-<id>-, thread-<id>, unsorted-) as it came."""
-        if BOOKMARKS_PAGE.match(name) or answer_of(Path(name)) is None:
+        # Allowlist: one of the names above, and nothing but a file name (no folder part).
+        if Path(name).name != name or BOOKMARKS_PAGE.match(name) or answer_of(Path(name)) is None:
             raise ValueError(f"{name!r} is not a name of a folder list, folder page or thread answer")
         path = self.batch_dir(batch) / name
         write_atomic(path, body)

@@ -158,3 +158,21 @@ def test_folders_and_the_authors_thread_from_import_to_search(tmp_path, capsys):
     assert kb("normalize") == 1  # it names the unsorted answer again
     assert duck("SELECT folder_id, tweet_id FROM folder_bookmarks ORDER BY ALL") == before
     assert duck(f"SELECT count(*) FROM thread_posts WHERE tweet_id = '{FOCAL}'") == [(3,)]
+
+
+def test_ids_from_a_hostile_page_never_reach_an_address_or_a_file_name(tmp_path):
+    """A Bookmarks page names posts and folders; kb puts their ids into X
+    addresses and raw file names. Only digits (posts) and letters and digits
+    (folders) pass, and the raw store refuses any other name."""
+    from kb.raw_store import RawStore
+    from kb_assets.x.raw_pages import thread_targets
+
+    hostile = [("../../../etc/passwd", "x"), ("123", "../evil"), ("456", "alice"), ("456", "alice"),
+               ("789", "bob"), ("12 34", "bob")]
+    assert thread_targets(hostile, read={"789"}, limit=10) == [("123", "i"), ("456", "alice")]
+    assert thread_targets(hostile, read=set(), limit=1) == [("123", "i")]
+    store = RawStore(root=str(tmp_path / "raw"))
+    for name in ("thread-../../x.json", "folder-a/b-0001.json", "page-0001.json", "capture.json", "../folders-0001.json"):
+        with pytest.raises(ValueError):
+            store.write_answer("b1", name, b"{}")
+    assert not any(tmp_path.rglob("*.json"))

@@ -91,7 +91,7 @@ FIRST_BACKOFF_S = 15.0
 MAX_BACKOFF_S = 300.0
 METADATA_LIST_LIMIT = 20  # keep the run metadata readable in the UI
 # An X handle: the thread read opens x.com/<handle>/status/<id>. A handle of
-# another form (from a hostile page) is not put into a path: /i/status/ opens any post.
+# another form (from a hostile page) is not put into a path.
 HANDLE = re.compile(r"^[A-Za-z0-9_]{1,15}$")
 
 
@@ -624,10 +624,7 @@ class ExtraReads:
     def threads(self, x: XContext) -> None:
         """Keep the TweetDetail answer of the newest bookmarked posts with
         replies whose thread no batch holds yet."""
-        read = self.raw_store.threads_read()
-        todo = [(tweet_id, handle) for tweet_id, handle in dict(reversed(self.progress.with_replies)).items()]
-        todo = sorted(todo, key=lambda item: self.progress.with_replies.index(item))  # newest first
-        todo = [item for item in todo if item[0] not in read][:self.thread_reads]
+        todo = thread_targets(self.progress.with_replies, self.raw_store.threads_read(), self.thread_reads)
         for tweet_id, handle in todo:
             try:
                 body = self._thread_body(x, tweet_id, handle)
@@ -643,7 +640,7 @@ class ExtraReads:
                 self.progress.threads.append(tweet_id)
 
     def _thread_body(self, x: XContext, tweet_id: str, handle: str) -> bytes | None:
-        path = f"/{handle if HANDLE.match(handle) else 'i'}/status/{tweet_id}"
+        path = f"/{handle}/status/{tweet_id}"
         backoff = FIRST_BACKOFF_S
         while True:
             traffic = BookmarksTraffic(Timeline(path, TWEET_DETAIL))
@@ -683,6 +680,21 @@ class ExtraReads:
             if time.monotonic() >= deadline:
                 raise CaptureCutOff(f"X did not answer {TWEET_DETAIL} within {self.timeout_s:g} s")
             page.wait_for_timeout(POLL_MS)
+
+
+# A post id: it goes into an X address and a file name (thread-<id>.json).
+POST_ID = re.compile(r"^[0-9]{1,30}$")
+
+
+def thread_targets(with_replies: list[tuple[str, str]], read: set[str], limit: int) -> list[tuple[str, str]]:
+    """The posts whose thread to read: newest first, each once, none that a
+    batch holds already, at most `limit`. An id that is not a number (a
+    hostile page) is never put into an address or a file name."""
+    todo: dict[str, str] = {}
+    for tweet_id, handle in with_replies:
+        if POST_ID.match(tweet_id) and tweet_id not in read and tweet_id not in todo:
+            todo[tweet_id] = handle if HANDLE.match(handle) else "i"  # x.com/i/status/<id> opens any post
+    return list(todo.items())[:limit]
 
 
 def _pause(x: XContext) -> None:
