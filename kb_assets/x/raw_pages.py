@@ -412,7 +412,7 @@ class BookmarksCapture:
             self._scroll(page)
 
     def _keep(self, page: Page, response: Response) -> bool:
-        """Write one Bookmarks page as it came. True when the capture must stop."""
+        """Write one page of the timeline as it came. True when the capture must stop."""
         number = len(self.progress.pages) + 1
         if response.status == 429:
             raise RateLimited(rate_limit_wait(response.headers, self.backoff_s), number, self.timeline.label)
@@ -465,7 +465,7 @@ class BookmarksCapture:
     def _stop_idle(self, page: Page, idle_scrolls: int) -> CaptureProgress:
         if not self.progress.pages:
             raise CaptureCutOff(
-                f"No Bookmarks page came from X after {idle_scrolls} scrolls (the browser is at {page.url}). "
+                f"No {self.timeline.label} page came from X after {idle_scrolls} scrolls (the browser is at {page.url}). "
                 "If the X login expired, run `kb login`."
             )
         if self.last_bottom_cursor:
@@ -473,7 +473,7 @@ class BookmarksCapture:
             # stall, not the end. To call it the end would move the watermark
             # over bookmarks we never saw, or mark them removed after --full.
             raise CaptureCutOff(
-                f"X loaded no new Bookmarks page after {idle_scrolls} scrolls, and the last page "
+                f"X loaded no new {self.timeline.label} page after {idle_scrolls} scrolls, and the last page "
                 f"({self.progress.pages[-1]}) still had a bottom cursor. The pages are kept; run the sync again."
             )
         self._stop(complete=True, reason="end of the bookmarks (no bottom cursor)")
