@@ -73,7 +73,8 @@ FILE_SECONDS = {
     "test_notifications.py": 24, "test_telegram_bot.py": 19, "test_web.py": 18, "test_mcp_server.py": 17,
     "test_object_storage.py": 16, "test_backup.py": 15, "test_load.py": 14, "test_inbox_sensor.py": 10,
     "test_translations.py": 9, "test_transcripts.py": 8, "test_search.py": 7, "test_inspect.py": 7,
-    "test_rerank.py": 12, "test_modal_apps.py": 7, "test_x_graphql.py": 6,
+    "test_rerank.py": 12, "test_modal_apps.py": 7, "test_x_graphql.py": 6, "test_folders_threads.py": 45,
+    "test_first_hour.py": 10,
 }
 
 

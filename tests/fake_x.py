@@ -264,13 +264,7 @@ class FakeX:
             # X's answer to too many requests: 429 with its rate-limit headers.
             state.limit_count -= 1
             state.limited.append(index)
-            body = b'{"errors":[{"message":"Rate limit exceeded","code":88}]}'
-            request.send_response(429)
-            for name, value in {"Content-Type": "application/json", "Content-Length": str(len(body)),
-                                **state.limit_headers}.items():
-                request.send_header(name, value)
-            request.end_headers()
-            request.wfile.write(body)
+            self._rate_limited(request)
             return
         if state.fail_after is not None and index >= state.fail_after:
             if state.fail_mode == "500":
@@ -289,6 +283,7 @@ class FakeX:
         request.send_body(200, state.pages[index], "application/json")
 
     def _rate_limited(self, request: _QuietHandler) -> None:
+        """X's answer to too many requests: 429 with its rate-limit headers."""
         body = b'{"errors":[{"message":"Rate limit exceeded","code":88}]}'
         request.send_response(429)
         for name, value in {"Content-Type": "application/json", "Content-Length": str(len(body)),

@@ -155,7 +155,10 @@ def test_folders_and_the_authors_thread_from_import_to_search(tmp_path, capsys):
     before = duck("SELECT folder_id, tweet_id FROM folder_bookmarks ORDER BY ALL")
     unsorted = [p for p in get_settings().x_raw_dir.glob("*/unsorted-*.json")]
     assert [p.read_bytes() for p in unsorted] == [Path(unnamed).read_bytes()]
-    assert kb("normalize") == 1  # it names the unsorted answer again
+    capsys.readouterr()
+    assert kb("normalize") == 1  # it names the unsorted answer again, and only it
+    named = [line for line in capsys.readouterr().err.splitlines() if line.startswith("Problem:")]
+    assert len(named) == 1 and "unsorted-0001.json" in named[0] and "names no folder or post" in named[0], named
     assert duck("SELECT folder_id, tweet_id FROM folder_bookmarks ORDER BY ALL") == before
     assert duck(f"SELECT count(*) FROM thread_posts WHERE tweet_id = '{FOCAL}'") == [(3,)]
 
@@ -176,3 +179,17 @@ def test_ids_from_a_hostile_page_never_reach_an_address_or_a_file_name(tmp_path)
         with pytest.raises(ValueError):
             store.write_answer("b1", name, b"{}")
     assert not any(tmp_path.rglob("*.json"))
+
+
+def test_only_a_folder_read_to_its_end_replaces_its_bookmarks():
+    """A browser capture that a limit cut off in a folder holds only the
+    folder's first pages: they add bookmarks, and remove none."""
+    from kb.raw_store import CaptureManifest
+    from kb_assets.x.bookmarks import BatchRows, folders_read_whole
+
+    members = {"a": {"1"}, "b": {"2"}}
+    cut = CaptureManifest(batch="b1", mode="browser", full=False, complete=True, folders=["a", "b"],
+                          folders_done=["a"])
+    assert folders_read_whole(BatchRows("b1", cut, folder_members=members)) == {"a"}
+    imported = CaptureManifest(batch="b1", mode="files", full=False, complete=True)
+    assert folders_read_whole(BatchRows("b1", imported, folder_members=members)) == {"a", "b"}
