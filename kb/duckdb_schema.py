@@ -10,7 +10,7 @@ transaction. A migration may drop and rebuild only a DERIVED table (one that
 the normalize stage fills again from the raw files), never a KEPT table.
 """
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # version -> the statements that take a file from version - 1 to version.
 # Write each statement so that it can run on a file where the table already
@@ -26,12 +26,18 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: (  # the quality gate's answer as it came, kept for audit
         "ALTER TABLE gate_results ADD COLUMN IF NOT EXISTS raw_answer VARCHAR",
     ),
+    4: (  # media and links of the author's thread under a bookmark; the new tables
+          # folders, folder_bookmarks and thread_posts come from TABLES
+        "ALTER TABLE media ADD COLUMN IF NOT EXISTS from_thread BOOLEAN",
+        "ALTER TABLE links ADD COLUMN IF NOT EXISTS from_thread BOOLEAN",
+    ),
 }
 
 # The tables that nothing can make again for free. A migration must keep their rows.
 KEPT_TABLES = ("documents", "captions", "transcripts", "translations", "sources", "gate_results")
 # The tables that the normalize and chunks stages fill again from the raw files.
-DERIVED_TABLES = ("bookmarks", "authors", "media", "links", "capture_problems", "chunks")
+DERIVED_TABLES = ("bookmarks", "authors", "media", "links", "capture_problems", "chunks",
+                  "folders", "folder_bookmarks", "thread_posts")
 
 TABLES: dict[str, str] = {
     "bookmarks": """
@@ -85,6 +91,7 @@ TABLES: dict[str, str] = {
             smallest_mp4  VARCHAR,              -- for transcripts: less to download
             best_mp4      VARCHAR,              -- for viewing
             batch         VARCHAR NOT NULL,
+            from_thread   BOOLEAN,              -- in the author's thread under the post (thread_posts)
             PRIMARY KEY (tweet_id, media_key)
         )""",
     "links": """
@@ -100,6 +107,7 @@ TABLES: dict[str, str] = {
             card_title    VARCHAR,
             card_description VARCHAR,
             batch         VARCHAR NOT NULL,
+            from_thread   BOOLEAN,              -- in the author's thread under the post (thread_posts)
             PRIMARY KEY (tweet_id, url_norm)
         )""",
     "capture_problems": """
@@ -108,6 +116,37 @@ TABLES: dict[str, str] = {
             raw_file      VARCHAR NOT NULL,
             reason        VARCHAR NOT NULL,
             PRIMARY KEY (batch, raw_file, reason)
+        )""",
+    # Bookmark folders (X Premium), keyed by X's id: a folder that the owner
+    # renames keeps its bookmarks, and shows its new name.
+    "folders": """
+        CREATE TABLE IF NOT EXISTS folders (
+            folder_id     VARCHAR PRIMARY KEY,  -- the bookmark_collection id
+            name          VARCHAR,              -- as the latest folder list names it
+            batch         VARCHAR NOT NULL,
+            raw_file      VARCHAR NOT NULL
+        )""",
+    "folder_bookmarks": """
+        CREATE TABLE IF NOT EXISTS folder_bookmarks (
+            folder_id     VARCHAR NOT NULL,
+            tweet_id      VARCHAR NOT NULL,
+            batch         VARCHAR NOT NULL,     -- the batch whose read of the folder holds it
+            PRIMARY KEY (folder_id, tweet_id)
+        )""",
+    # The author's own chain of replies under a bookmarked post (TweetDetail).
+    # Replies of other people are never stored.
+    "thread_posts": """
+        CREATE TABLE IF NOT EXISTS thread_posts (
+            tweet_id      VARCHAR NOT NULL,     -- the bookmark
+            position      INTEGER NOT NULL,     -- 0: the author's first reply under it
+            post_id       VARCHAR NOT NULL,
+            url           VARCHAR NOT NULL,
+            created_at    TIMESTAMPTZ,
+            text          VARCHAR NOT NULL,
+            lang          VARCHAR,
+            batch         VARCHAR NOT NULL,     -- the batch that holds the TweetDetail answer
+            raw_file      VARCHAR NOT NULL,
+            PRIMARY KEY (tweet_id, position)
         )""",
     "schema_info": """
         CREATE TABLE IF NOT EXISTS schema_info (
@@ -119,7 +158,7 @@ TABLES["chunks"] = """
     CREATE TABLE IF NOT EXISTS chunks (
         chunk_id    VARCHAR PRIMARY KEY,   -- stable: hash of tweet_id, source, ref, position
         tweet_id    VARCHAR NOT NULL,      -- the bookmark that owns it
-        source      VARCHAR NOT NULL,      -- post, quote, article, link, image, video, ...
+        source      VARCHAR NOT NULL,      -- post, thread, quote, article, link, image, video, ...
         ref         VARCHAR NOT NULL,      -- the URL the passage came from
         position    INTEGER NOT NULL,      -- order within (tweet_id, source, ref)
         text        VARCHAR NOT NULL,

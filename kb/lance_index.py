@@ -9,6 +9,7 @@ Tables in one LanceDB folder (settings.lancedb_dir):
   The table's schema metadata records the embedding model and dimension.
 - `bookmarks`: one card per bookmark (post, quoted post, links, media).
 - `index_meta`: key/value facts, for now the last sync.
+- `folders`: the bookmarks of each bookmark folder (kb/bookmark_folders.py).
 - `embedding_cache`: owned by kb.embedder.
 
 One writer (the `chunk_index` asset) and many readers (search, MCP, bot).
@@ -381,6 +382,10 @@ class ChunkIndex(BaseModel):
             self._connect().create_table(META, schema=META_SCHEMA, exist_ok=True)
             table = self.table(META)
         table.merge_insert("key").when_matched_update_all().when_not_matched_insert_all().execute(data)
+
+    def overwrite_table(self, name: str, data: pa.Table) -> None:
+        """Replace a small table whole, as one new version (kb/bookmark_folders.py)."""
+        self._connect().create_table(name, data=data, mode="overwrite")
 
     def model_info(self, table=None, *, schema: pa.Schema | None = None) -> tuple[str, int] | None:
         """(model name, dimension) of the vectors in the index, or None when

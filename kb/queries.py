@@ -42,9 +42,12 @@ def owned_documents(
 
 
 def partition_bookmarks(conn, batch: str) -> tuple[list[str], list[str]]:
-    """(live tweet ids of this batch, ids that a full capture marked removed)."""
+    """(live tweet ids of this batch, ids that a full capture marked removed).
+    A bookmark of an earlier batch whose thread this batch read is live here
+    too: the stages of this batch carry its thread into the index."""
     live = [r[0] for r in conn.execute(
-        "SELECT tweet_id FROM bookmarks WHERE batch = ? AND removed_at IS NULL ORDER BY " + BOOKMARK_ORDER_SQL, [batch]
+        "SELECT tweet_id FROM bookmarks WHERE removed_at IS NULL AND (batch = ? OR tweet_id IN "
+        "(SELECT tweet_id FROM thread_posts WHERE batch = ?)) ORDER BY " + BOOKMARK_ORDER_SQL, [batch, batch]
     ).fetchall()]
     removed = [r[0] for r in conn.execute("SELECT tweet_id FROM bookmarks WHERE removed_at IS NOT NULL").fetchall()]
     return live, removed

@@ -1,14 +1,22 @@
 """Raw files: captured pages exactly as they came. Never edited.
 
 Layout under KB_HOME/raw/x:
-    <batch>/page-0001.json ...   one file per GraphQL Bookmarks response
-    <batch>/capture.json         the capture's manifest (written last)
-    watermark.json               newest bookmark of the last complete capture
+    <batch>/page-0001.json ...        one file per GraphQL Bookmarks response
+    <batch>/folders-0001.json         a BookmarkFoldersSlice answer (the folder list)
+    <batch>/folder-<id>-0001.json ... the BookmarkFolderTimeline pages of folder <id>
+    <batch>/thread-<id>.json          the TweetDetail answer of bookmark <id>
+    <batch>/capture.json              the capture's manifest (written last)
+    watermark.json                    newest bookmark of the last complete capture
+
+A folder timeline answer does not name its folder, and a TweetDetail answer
+does not say which post was asked for: the file name keeps both. So the
+names are the one rule that the capture, `kb import` and normalize share.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -39,6 +47,43 @@ class CaptureManifest:
     # Then newest_* is the newest bookmark of the first batch of the chain:
     # the chain as a whole reaches from it down to the end or the watermark.
     resumed_from: str | None = None
+    # Folders that the folder list named, and those whose timeline this batch
+    # holds to its end: only these replace the folder's bookmarks.
+    folders: list[str] = field(default_factory=list)
+    folders_done: list[str] = field(default_factory=list)
+    # Bookmarks whose TweetDetail answer this batch holds.
+    threads: list[str] = field(default_factory=list)
+
+
+# The answers of a batch, by file name (see the module text).
+BOOKMARKS_PAGE = re.compile(r"^page-\d{4,}\.json$")
+FOLDER_LIST_FILE = re.compile(r"^folders-\d{4,}\.json$")
+FOLDER_PAGE_FILE = re.compile(r"^folder-(?P<id>[A-Za-z0-9]{1,64})-\d{4,}\.json$")
+THREAD_FILE = re.compile(r"^thread-(?P<id>[A-Za-z0-9]{1,64})(?:-\d+)?\.json$")
+# An imported answer that names no folder or post: kept, and named as unreadable.
+UNSORTED_FILE = re.compile(r"^unsorted-\d{4,}\.json$")
+
+
+@dataclass(frozen=True)
+class RawAnswer:
+    """One raw answer of a batch that is not a Bookmarks page."""
+
+    kind: str  # folders, folder, thread, unsorted
+    path: Path
+    key: str | None = None  # the folder id (folder) or the bookmark id (thread)
+
+
+def answer_of(path: Path) -> RawAnswer | None:
+    """What a raw file holds, by its name; None for a Bookmarks page or another file."""
+    if FOLDER_LIST_FILE.match(path.name):
+        return RawAnswer("folders", path)
+    if UNSORTED_FILE.match(path.name):
+        return RawAnswer("unsorted", path)
+    for kind, pattern in (("folder", FOLDER_PAGE_FILE), ("thread", THREAD_FILE)):
+        found = pattern.match(path.name)
+        if found:
+            return RawAnswer(kind, path, found["id"])
+    return None
 
 
 class RawStore(BaseModel):
@@ -71,6 +116,30 @@ class RawStore(BaseModel):
         folder = self.batch_dir(batch)
         return sorted(folder.glob("page-*.json")) if folder.is_dir() else []
 
+    def write_answer(self, batch: str, name: str, body: bytes) -> Path:
+        """Keep one more answer (folders-, folder-<id>-, thread-<id>, unsorted-) as it came."""
+        # Allowlist: one of the names above, and nothing but a file name (no folder part).
+        if Path(name).name != name or BOOKMARKS_PAGE.match(name) or answer_of(Path(name)) is None:
+            raise ValueError(f"{name!r} is not a name of a folder list, folder page or thread answer")
+        path = self.batch_dir(batch) / name
+        write_atomic(path, body)
+        return path
+
+    def answers(self, batch: str) -> list[RawAnswer]:
+        """The folder lists, folder pages and thread answers of a batch, in
+        file name order."""
+        folder = self.batch_dir(batch)
+        found = [answer_of(path) for path in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+        return [answer for answer in found if answer is not None]
+
+    def threads_read(self) -> set[str]:
+        """The bookmarks whose TweetDetail answer some batch keeps: the
+        capture reads each thread once."""
+        read: set[str] = set()
+        for batch in self.batches():
+            read.update(a.key for a in self.answers(batch) if a.kind == "thread" and a.key)
+        return read
+
     def batches(self) -> list[str]:
         root = self.x_dir()
         if not root.is_dir():
@@ -81,11 +150,8 @@ class RawStore(BaseModel):
         path = self.batch_dir(manifest.batch) / "capture.json"
         write_atomic(path, json.dumps(asdict(manifest), indent=2).encode())
 
-    def resume_point(self, *, full: bool) -> CaptureManifest | None:
-        """The manifest of the last browser capture when it did not complete
-        and left a cursor to go on from (with the same `full`), else None.
-        Hard-won fact: a first capture of thousands of bookmarks meets HTTP
-        429; when each sync starts at the top again, it never completes."""
+    def last_browser_capture(self) -> CaptureManifest | None:
+        """The manifest of the last browser capture, or None."""
         captures = []
         for batch in self.batches():
             try:
@@ -94,10 +160,15 @@ class RawStore(BaseModel):
                 continue
             if manifest is not None and manifest.mode == "browser":
                 captures.append(manifest)
-        if not captures:
-            return None
-        last = max(captures, key=lambda m: (m.started_at, m.batch))
-        if last.complete or not last.resume_cursor or last.full != full:
+        return max(captures, key=lambda m: (m.started_at, m.batch)) if captures else None
+
+    def resume_point(self, *, full: bool) -> CaptureManifest | None:
+        """The manifest of the last browser capture when it did not complete
+        and left a cursor to go on from (with the same `full`), else None.
+        Hard-won fact: a first capture of thousands of bookmarks meets HTTP
+        429; when each sync starts at the top again, it never completes."""
+        last = self.last_browser_capture()
+        if last is None or last.complete or not last.resume_cursor or last.full != full:
             return None
         return last
 

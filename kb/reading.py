@@ -178,7 +178,7 @@ def clip_words(text: str, max_words: int, max_chars: int = PAGE_CHARS) -> tuple[
 
 # Reading order of the texts behind one bookmark: the post first, then what
 # it quotes and links to, then what its media hold.
-SOURCE_ORDER = {"post": 0, "quote": 1, "article": 2, "link": 3, "video": 4, "image": 5}
+SOURCE_ORDER = {"post": 0, "thread": 1, "quote": 2, "article": 3, "link": 4, "video": 5, "image": 6}
 UNKNOWN_SOURCE_RANK = 9
 STATUS_URL = re.compile(r"^https?://(?:[\w-]+\.)?(?:x|twitter)\.com/(?:[^/?#]+|i(?:/web)?)/status(?:es)?/(\d+)",
                         re.IGNORECASE)

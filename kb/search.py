@@ -34,7 +34,8 @@ everything behind the bookmark. With `tweet_id` or `ref` set (read one
 document), results are passages of that document, best first.
 
 Filters apply before ranking (prefilter), so `source="video", limit=3`
-returns 3 hits when 3 videos exist. The serving side reads LanceDB only and
+returns 3 hits when 3 videos exist. `folder` keeps to the bookmarks of one
+bookmark folder, by its current name or its id (kb/bookmark_folders.py). The serving side reads LanceDB only and
 never opens DuckDB, so search works while a sync writes.
 
 Speed: a search reads one table version, as a Lance dataset (pylance, not
@@ -70,6 +71,7 @@ from functools import lru_cache
 import numpy as np
 from lance.query import FullTextOperator, MatchQuery
 
+from kb.bookmark_folders import folder_members
 from kb.embedder import Embedder
 from kb.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, PassageRows, empty_index_note, sql_in, sql_str,
                             to_utc, vector_probes)
@@ -203,6 +205,7 @@ def search(
     mode: str = "hybrid",
     tweet_id: str | None = None,
     ref: str | None = None,
+    folder: str | None = None,
     index: ChunkIndex | None = None,
     embedder: Embedder | None = None,
     fusion: str = DEFAULT_FUSION,
@@ -226,11 +229,12 @@ def search(
     after_dt = to_utc(after, name="after")
     before_dt = to_utc(before, name="before")
     sources = _sources(source)
-    where = _where(author=author, sources=sources, after=after_dt, before=before_dt, tweet_id=tweet_id, ref=ref)
+    folder = " ".join(folder.split()) if isinstance(folder, str) and folder.strip() else None
     filters = {"author": author, "source": source, "after": after_dt and after_dt.isoformat(),
-               "before": before_dt and before_dt.isoformat(), "tweet_id": tweet_id, "ref": ref}
+               "before": before_dt and before_dt.isoformat(), "tweet_id": tweet_id, "ref": ref, "folder": folder}
 
     index = index or ChunkIndex.from_settings()
+
     # One pinned version for the whole search: the row ids stay valid.
     table = index.dataset(CHUNKS)
     schema = table.schema if table is not None else None
@@ -241,6 +245,12 @@ def search(
         response.note = empty_index_note(index.path)
         response.took_ms = _ms(started)
         return response
+    in_folder = folder_members(index, folder) if folder else None
+    if in_folder == []:  # the folder holds no bookmark: nothing can match
+        response.took_ms = _ms(started)
+        return response
+    where = _where(author=author, sources=sources, after=after_dt, before=before_dt, tweet_id=tweet_id, ref=ref,
+                   tweet_ids=in_folder)
 
     index.check_schema(schema=schema)
     rows = index.passage_rows(table)
@@ -250,7 +260,7 @@ def search(
     depth = min(MAX_DEPTH, max(MIN_DEPTH, limit * DEPTH_PER_HIT))
     table_rows = table.count_rows()
     phrases = _phrases(query)
-    only_sources = not (author or after_dt or before_dt or tweet_id is not None or ref is not None)
+    only_sources = not (author or after_dt or before_dt or tweet_id is not None or ref is not None or folder)
 
     def start_dense(vector: np.ndarray):
         if rows.vectors is not None and only_sources:
@@ -396,7 +406,7 @@ def _sources(source: str | list[str] | None) -> list[str]:
     return [s.strip().lower() for s in items if s and s.strip()]
 
 
-def _where(*, author, sources, after, before, tweet_id, ref) -> str | None:
+def _where(*, author, sources, after, before, tweet_id, ref, tweet_ids=None) -> str | None:
     parts = []
     if author:
         parts.append(f"lower(author) = {sql_str(author.strip().lstrip('@').lower())}")
@@ -410,6 +420,8 @@ def _where(*, author, sources, after, before, tweet_id, ref) -> str | None:
         parts.append(f"tweet_id = {sql_str(str(tweet_id))}")
     if ref is not None:
         parts.append(f"ref = {sql_str(ref)}")
+    if tweet_ids:  # the bookmarks of a folder
+        parts.append(sql_in("tweet_id", tweet_ids))
     return " AND ".join(parts) or None
 
 

@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     kb_capture_max_idle_scrolls: int = Field(6, description="Scrolls with no new Bookmarks page before the capture stops. It is the end only when the last page had no bottom cursor.")
     kb_capture_max_wait_s: float = Field(900.0, description="Longest total wait, in seconds, of one capture after X answers HTTP 429 (rate limit). X's retry-after or x-rate-limit-reset sets each wait. A longer wait ends the capture, and the next sync goes on from the last kept page.")
     kb_capture_scroll_wait_s: float = Field(2.0, description="Seconds the capture waits for a new Bookmarks page after each scroll.")
+    kb_capture_folders: bool = Field(True, description="After the bookmarks, read the bookmark folders (X Premium) and each folder's posts to its end, so that a change of folder shows at the next sync.")
+    kb_capture_threads: int = Field(20, ge=0, description="Bookmarked posts with replies whose thread (TweetDetail) one sync reads, newest first. Each thread is read once. 0: off.")
+    kb_thread_max_posts: int = Field(25, ge=1, description="Most posts of the author's own thread under a bookmark that kb keeps with it.")
 
     # --- embeddings ------------------------------------------------------------
     kb_embed_backend: str = Field("auto", description="auto, ollama or local. auto: Ollama when it answers and has the model, else local.")
@@ -127,7 +130,7 @@ class Settings(BaseSettings):
     kb_transcribe_modal_gpu: str = Field("L4", description="Modal GPU type of the transcription app.")
     kb_transcribe_modal_containers: int = Field(4, description="Most Modal containers that transcribe videos at the same time.")
     kb_translate_max_retries: int = Field(6, description="Retries of the groq client after a 429, a 5xx or a lost connection. After a 429 it waits what retry-after asks, up to 60 s.")
-    kb_exclude: str = Field("", description="Comma-separated chunk sources (post, quote, article, link, image, video) to leave out of every run of this process, added to `exclude` in config.toml. `kb sync --no-image` uses the run tag kb/exclude instead.")
+    kb_exclude: str = Field("", description="Comma-separated chunk sources (post, thread, quote, article, link, image, video) to leave out of every run of this process, added to `exclude` in config.toml. `kb sync --no-image` uses the run tag kb/exclude instead.")
 
     # --- Telegram --------------------------------------------------------------
     telegram_bot_token: SecretStr | None = Field(None, description="Bot token. Empty: no bot; drop files in the inbox.")

@@ -8,6 +8,18 @@ The Bookmarks operation wraps tweet entries in this envelope:
       .entries[]  entryId "tweet-<id>" | "cursor-top-..." | "cursor-bottom-..."
         .sortIndex  string; orders by bookmark time (not post time)
         .content.itemContent.tweet_results.result   Tweet or TweetWithVisibilityResults{tweet}
+
+Three more operations of the web client hold what the owner sorted and wrote:
+- BookmarkFoldersSlice: the folders of a Premium account,
+      data.viewer.user_results.result.bookmark_collections_slice.items[] {id, name}
+- BookmarkFolderTimeline (variables.bookmark_collection_id): one folder's posts,
+      data.bookmark_collection_timeline.timeline.instructions, the same entries as Bookmarks.
+      The answer does not name its folder: the capture keeps the id in the file name.
+- TweetDetail (variables.focalTweetId): a post and its replies,
+      data.threaded_conversation_with_injections_v2.instructions; replies come in
+      TimelineTimelineModule entries (content.items[].item.itemContent).
+Where a real capture differs from these documented shapes, the capture wins:
+the readers below look for the parts by their names, not by a fixed path.
 """
 
 from __future__ import annotations
@@ -25,10 +37,24 @@ from kb.urls import normalize_url, url_host
 # The query ID in /i/api/graphql/<id>/<Operation> changes with each X deploy,
 # so the capture matches the operation name only.
 BOOKMARKS_OPERATION_SUFFIX = "Bookmarks"
+BOOKMARKS = "Bookmarks"
+FOLDER_LIST = "BookmarkFoldersSlice"
+FOLDER_TIMELINE = "BookmarkFolderTimeline"
+TWEET_DETAIL = "TweetDetail"
+# Where each timeline keeps its instructions, as documented. A folder
+# timeline under another key of `data` is still read (see _instructions).
+_INSTRUCTION_PATHS = {
+    BOOKMARKS: ("bookmark_timeline_v2", "timeline", "instructions"),
+    FOLDER_TIMELINE: ("bookmark_collection_timeline", "timeline", "instructions"),
+    TWEET_DETAIL: ("threaded_conversation_with_injections_v2", "instructions"),
+}
+# How the first words of an error name each kind of answer.
+_ANSWER_NAMES = {BOOKMARKS: "Bookmarks page", FOLDER_TIMELINE: "BookmarkFolderTimeline answer",
+                 TWEET_DETAIL: "TweetDetail answer", FOLDER_LIST: "BookmarkFoldersSlice answer"}
 
 
 class PageShapeError(ValueError):
-    """A raw page that is not JSON, or not of the Bookmarks shape."""
+    """A raw page that is not JSON, or not of the shape of its operation."""
 
 
 def operation_name(url: str) -> str | None:
@@ -43,6 +69,42 @@ def operation_name(url: str) -> str | None:
 def is_bookmarks_response(url: str) -> bool:
     name = operation_name(url)
     return bool(name) and name.endswith(BOOKMARKS_OPERATION_SUFFIX)
+
+
+def answer_kind(payload: Any) -> str | None:
+    """The operation whose answer `payload` is, by its shape: BOOKMARKS,
+    FOLDER_LIST, FOLDER_TIMELINE or TWEET_DETAIL; None for another shape.
+    `kb import` takes files in any order and sorts them by this."""
+    data = payload.get("data") if isinstance(payload, dict) else None
+    if not isinstance(data, dict):
+        return None
+    if "bookmark_timeline_v2" in data:
+        return BOOKMARKS
+    if any(key.startswith("threaded_conversation") for key in data):
+        return TWEET_DETAIL
+    if any(key.startswith("bookmark_collection") and isinstance(_dig(value, "timeline"), dict)
+           for key, value in data.items()):
+        return FOLDER_TIMELINE
+    if _find_key(data, "bookmark_collections_slice") is not None:
+        return FOLDER_LIST
+    return None
+
+
+# The folder list sits a few levels under `data` (viewer.user_results.result).
+_MAX_SLICE_DEPTH = 6
+
+
+def _find_key(node: Any, key: str, depth: int = _MAX_SLICE_DEPTH) -> Any:
+    """The value of the first `key` in dicts at most `depth` levels down, breadth first."""
+    level = [node]
+    for _ in range(depth + 1):
+        found = [n[key] for n in level if isinstance(n, dict) and key in n]
+        if found:
+            return found[0]
+        level = [v for n in level if isinstance(n, dict) for v in n.values() if isinstance(v, dict)]
+        if not level:
+            return None
+    return None
 
 
 def load_page(raw: bytes | str, *, name: str = "<page>") -> dict:
@@ -63,23 +125,39 @@ def load_page(raw: bytes | str, *, name: str = "<page>") -> dict:
     return payload
 
 
-def timeline_instructions(payload: dict, *, name: str = "<page>") -> list[dict]:
-    """The instructions list of a Bookmarks page."""
+def timeline_instructions(payload: dict, *, name: str = "<page>", operation: str = BOOKMARKS) -> list[dict]:
+    """The instructions list of a timeline answer of `operation`."""
     try:
-        instructions = payload["data"]["bookmark_timeline_v2"]["timeline"]["instructions"]
+        instructions = _instructions(payload, operation)
     except (KeyError, TypeError) as exc:
         errors = payload.get("errors") if isinstance(payload, dict) else None
         detail = f"X returned errors: {errors!r:.200}" if errors else f"missing key {exc}"
-        raise PageShapeError(f"{name}: not a Bookmarks page ({detail})") from exc
+        raise PageShapeError(f"{name}: not a {_ANSWER_NAMES[operation]} ({detail})") from exc
     if not isinstance(instructions, list):
         raise PageShapeError(f"{name}: timeline.instructions is not a list")
     return instructions
 
 
-def timeline_entries(payload: dict, *, name: str = "<page>") -> list[dict]:
+def _instructions(payload: dict, operation: str) -> Any:
+    """The documented path; for a folder timeline also `data.<any key>.timeline`.
+    Why: the folder operations are newer and less stable than Bookmarks, and
+    the capture wins over the documented shape."""
+    first, *rest = _INSTRUCTION_PATHS[operation]
+    data = payload["data"]
+    if operation == FOLDER_TIMELINE and first not in data and isinstance(data, dict):
+        first = next((key for key, value in data.items() if isinstance(_dig(value, "timeline"), dict)), first)
+    if operation == TWEET_DETAIL and first not in data and isinstance(data, dict):
+        first = next((key for key in data if key.startswith("threaded_conversation")), first)
+    node = data[first]
+    for key in rest:
+        node = node[key]
+    return node
+
+
+def timeline_entries(payload: dict, *, name: str = "<page>", operation: str = BOOKMARKS) -> list[dict]:
     """Every entry of every TimelineAddEntries instruction, in page order."""
     entries: list[dict] = []
-    for instruction in timeline_instructions(payload, name=name):
+    for instruction in timeline_instructions(payload, name=name, operation=operation):
         if not isinstance(instruction, dict):
             continue
         if instruction.get("type") == "TimelineAddEntries" or "entries" in instruction:
@@ -99,18 +177,37 @@ class PageSummary:
 
     tweets: list[tuple[str, str]] = field(default_factory=list)  # (tweet_id, sort_index)
     bottom_cursor: str | None = None
+    # (tweet_id, author handle) of each post that has replies: its author may
+    # have gone on in a thread below it (the capture reads its TweetDetail).
+    with_replies: list[tuple[str, str]] = field(default_factory=list)
 
 
-def summarize_page(payload: dict, *, name: str = "<page>") -> PageSummary:
+def summarize_page(payload: dict, *, name: str = "<page>", operation: str = BOOKMARKS) -> PageSummary:
     summary = PageSummary()
-    for entry in timeline_entries(payload, name=name):
+    for entry in timeline_entries(payload, name=name, operation=operation):
         entry_id = str(entry.get("entryId", ""))
         content = entry.get("content") or {}
         if entry_id.startswith("tweet-"):
-            summary.tweets.append((entry_id.removeprefix("tweet-"), str(entry.get("sortIndex", ""))))
+            tweet_id = entry_id.removeprefix("tweet-")
+            summary.tweets.append((tweet_id, str(entry.get("sortIndex", ""))))
+            handle = _replied_post_author(_dig(content, "itemContent", "tweet_results", "result"))
+            if handle:
+                summary.with_replies.append((tweet_id, handle))
         elif entry_id.startswith("cursor-bottom-") and isinstance(content, dict):
             summary.bottom_cursor = content.get("value")
     return summary
+
+
+def _replied_post_author(result: Any) -> str | None:
+    """The author handle of a post that has replies, else None. A retweet
+    shows another post: its thread is not the bookmark's."""
+    tweet = unwrap_tweet(result)
+    if tweet is None or _dig(tweet, "legacy", "retweeted_status_result") is not None:
+        return None
+    if (_int(_dig(tweet, "legacy", "reply_count")) or 0) < 1:
+        return None
+    user = parse_user(_dig(tweet, "core", "user_results", "result"))
+    return user["handle"] if user else None
 
 
 # X wraps a post in TweetWithVisibilityResults once. More levels than this
@@ -485,6 +582,7 @@ class _RowBuilder:
                 "variants": json.dumps(variants) if variants else None,
                 "smallest_mp4": smallest,
                 "best_mp4": best,
+                "from_thread": False,
                 "batch": self.page.batch,
             })
             position += 1
@@ -513,6 +611,7 @@ class _RowBuilder:
                 "from_quote": from_quote,
                 "card_title": None,
                 "card_description": None,
+                "from_thread": False,
                 "batch": self.page.batch,
             }
             self._links[(bookmark_id, key)] = row
@@ -632,16 +731,18 @@ def _bookmark_row(bookmark_id: str, entry_tweet: dict, sort_index: str, builder:
         builder.add_post_links(bookmark_id, quoted, from_quote=True, skip_status=None)
 
 
-def parse_page(payload: dict, *, raw_file: str, batch: str, captured_at: datetime) -> ParsedPage:
-    """The rows of one Bookmarks page.
+def parse_page(payload: dict, *, raw_file: str, batch: str, captured_at: datetime,
+               operation: str = BOOKMARKS) -> ParsedPage:
+    """The rows of one Bookmarks page (or one BookmarkFolderTimeline page:
+    its entries have the same shape).
 
-    A page that is not of the Bookmarks shape raises PageShapeError naming
-    raw_file. Inside a good page, a bad entry never stops the page: an
-    unknown entry kind is counted in unknown_entries, a tweet entry that
-    cannot be read is named in problems."""
+    A page that is not of the shape raises PageShapeError naming raw_file.
+    Inside a good page, a bad entry never stops the page: an unknown entry
+    kind is counted in unknown_entries, a tweet entry that cannot be read is
+    named in problems."""
     page = ParsedPage(raw_file=raw_file, batch=batch)
     builder = _RowBuilder(page, captured_at)
-    for entry in timeline_entries(payload, name=raw_file):
+    for entry in timeline_entries(payload, name=raw_file, operation=operation):
         entry_id = str(entry.get("entryId", ""))
         if entry_id.startswith("cursor-"):
             continue
@@ -669,3 +770,164 @@ def parse_page(payload: dict, *, raw_file: str, batch: str, captured_at: datetim
             page.problems.append(f"entry {entry_id}: cannot read the post ({type(exc).__name__}: {str(exc)[:200]}); skipped")
     builder.finish()
     return page
+
+
+# ---------------------------------------------------------------------------
+# Bookmark folders: BookmarkFoldersSlice -> {folder_id, name}
+# ---------------------------------------------------------------------------
+
+# A folder id goes into a file name and into an X address: only letters and
+# digits pass (X's ids are digits). Anything else is hostile or unknown.
+FOLDER_ID = re.compile(r"^[A-Za-z0-9]{1,64}$")
+MAX_FOLDER_NAME = 200
+
+
+def parse_folder_list(payload: dict, *, name: str = "<answer>") -> tuple[list[dict], list[str]]:
+    """([{folder_id, name}], problems) of a BookmarkFoldersSlice answer.
+    PageShapeError when it holds no folder list."""
+    data = payload.get("data") if isinstance(payload, dict) else None
+    found = _find_key(data, "bookmark_collections_slice") if isinstance(data, dict) else None
+    items = found.get("items") if isinstance(found, dict) else None
+    if not isinstance(items, list):
+        errors = payload.get("errors") if isinstance(payload, dict) else None
+        detail = f"X returned errors: {errors!r:.200}" if errors else "no bookmark_collections_slice.items list"
+        raise PageShapeError(f"{name}: not a BookmarkFoldersSlice answer ({detail})")
+    folders: list[dict] = []
+    problems: list[str] = []
+    seen: set[str] = set()
+    for position, item in enumerate(items):
+        folder_id = _id(item.get("id")) if isinstance(item, dict) else None
+        if not folder_id or not FOLDER_ID.match(folder_id):
+            problems.append(f"folder {position + 1}: id {folder_id!r:.80} is not letters and digits; skipped")
+            continue
+        if folder_id in seen:
+            continue
+        seen.add(folder_id)
+        label = _str(item.get("name"))
+        folders.append({"folder_id": folder_id, "name": label.strip()[:MAX_FOLDER_NAME] if label else None})
+    return folders, problems
+
+
+# ---------------------------------------------------------------------------
+# The author's thread: TweetDetail -> the author's own chain under a post
+# ---------------------------------------------------------------------------
+
+# Media and link positions of the thread start here, after the post's own.
+THREAD_POSITION = 1000
+
+
+@dataclass
+class ParsedThread:
+    """The author's own chain under one bookmarked post, as rows."""
+
+    raw_file: str
+    batch: str
+    tweet_id: str  # the bookmark
+    posts: list[dict] = field(default_factory=list)  # thread_posts rows, in chain order
+    authors: list[dict] = field(default_factory=list)
+    media: list[dict] = field(default_factory=list)  # from_thread = True
+    links: list[dict] = field(default_factory=list)  # from_thread = True
+    problems: list[str] = field(default_factory=list)
+
+
+def tweet_detail_posts(payload: dict, *, name: str = "<answer>") -> list[dict]:
+    """Every post of a TweetDetail answer (the Tweet objects), in page order:
+    the top-level entries and the items of each conversation module."""
+    posts: list[dict] = []
+    for entry in timeline_entries(payload, name=name, operation=TWEET_DETAIL):
+        content = entry.get("content")
+        if not isinstance(content, dict):
+            continue
+        results = [_dig(content, "itemContent", "tweet_results", "result")]
+        items = content.get("items")
+        results += [_dig(item, "item", "itemContent", "tweet_results", "result")
+                    for item in (items if isinstance(items, list) else [])]
+        posts += [tweet for tweet in map(unwrap_tweet, results) if tweet is not None]
+    return posts
+
+
+def focal_post_id(payload: dict, *, name: str = "<answer>") -> str | None:
+    """The post that a TweetDetail answer is about, when no request names it:
+    the last top-level tweet entry. The posts that it answers come before it,
+    the replies after it, in conversation modules."""
+    focal = None
+    for entry in timeline_entries(payload, name=name, operation=TWEET_DETAIL):
+        entry_id = str(entry.get("entryId", ""))
+        if entry_id.startswith("tweet-") and FOLDER_ID.match(entry_id.removeprefix("tweet-")):
+            focal = entry_id.removeprefix("tweet-")
+    return focal
+
+
+def _post_id(tweet: dict) -> str | None:
+    return _id(tweet.get("rest_id")) or _id(_dig(tweet, "legacy", "id_str"))
+
+
+def _author_id(tweet: dict) -> str | None:
+    user = parse_user(_dig(tweet, "core", "user_results", "result"))
+    return user["author_id"] if user else _id(_dig(tweet, "legacy", "user_id_str"))
+
+
+def author_thread(payload: dict, *, head_id: str, max_posts: int, name: str = "<answer>") -> list[dict]:
+    """The Tweet objects of the author's own chain under the post `head_id`,
+    in order: each one is a reply of the same author to the one before, up
+    to `max_posts`. Replies of other people, and the author's answers to
+    them, are not in the chain. PageShapeError when the post is not in the answer."""
+    posts = tweet_detail_posts(payload, name=name)
+    head = next((tweet for tweet in posts if _post_id(tweet) == head_id), None)
+    if head is None:
+        raise PageShapeError(f"{name}: post {head_id} is not in this TweetDetail answer")
+    author = _author_id(head)
+    chain: list[dict] = []
+    used, current = {head_id}, head_id
+    while author and len(chain) < max_posts:
+        reply = next((tweet for tweet in posts if _post_id(tweet) not in used and _author_id(tweet) == author
+                      and _id(_dig(tweet, "legacy", "in_reply_to_status_id_str")) == current), None)
+        if reply is None:
+            break
+        chain.append(reply)
+        current = _post_id(reply)
+        used.add(current)
+    return chain
+
+
+def parse_thread(payload: dict, *, tweet_id: str, raw_file: str, batch: str, captured_at: datetime,
+                 max_posts: int) -> ParsedThread:
+    """The rows of the author's own chain under the bookmark `tweet_id`:
+    thread_posts rows, and media and link rows of the bookmark (from_thread
+    true), so that the enrichment stages fetch and read them."""
+    thread = ParsedThread(raw_file=raw_file, batch=batch, tweet_id=tweet_id)
+    page = ParsedPage(raw_file=raw_file, batch=batch)
+    builder = _RowBuilder(page, captured_at)
+    next_media = THREAD_POSITION
+    for tweet in author_thread(payload, head_id=tweet_id, max_posts=max_posts, name=raw_file):
+        state = builder.checkpoint()
+        try:
+            post = _read_post(tweet, with_quote=False)
+            builder.add_author(post.author)
+            next_media = builder.add_media(tweet_id, post, from_quote=False, start=next_media)
+            builder.add_post_links(tweet_id, post, from_quote=False, skip_status=None)
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+            builder.rollback(state)
+            thread.problems.append(f"reply {_post_id(tweet)}: cannot read the post ({type(exc).__name__}); "
+                                   "the thread stops before it")
+            break
+        thread.posts.append({
+            "tweet_id": tweet_id,
+            "position": len(thread.posts),
+            "post_id": post.tweet_id,
+            "url": post.url,
+            "created_at": post.created_at,
+            "text": post.text,
+            "lang": post.lang,
+            "batch": batch,
+            "raw_file": raw_file,
+        })
+    builder.finish()
+    for row in page.media:
+        row["from_thread"] = True
+    for row in page.links:
+        row["from_thread"] = True
+        row["position"] += THREAD_POSITION
+    thread.authors, thread.media, thread.links = page.authors, page.media, page.links
+    thread.problems += page.problems
+    return thread

@@ -90,11 +90,12 @@ translate_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
 )
 
-# `kb normalize`: the tables bookmarks, authors, media and links of one
-# sync batch again, from its raw pages.
+# `kb normalize`: the tables bookmarks, authors, media, links, folders and
+# threads of one sync batch again, from its raw answers.
 normalize_job = dg.define_asset_job(
     "normalize_job",
-    selection=dg.AssetSelection.assets("bookmarks", "authors", "media", "links"),
+    selection=dg.AssetSelection.assets("bookmarks", "authors", "media", "links", "bookmark_folders",
+                                       "author_threads"),
     description="Rebuild the normalized tables of one sync batch from its raw pages: `kb normalize`.",
     executor_def=dg.in_process_executor,
 )

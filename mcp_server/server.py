@@ -3,7 +3,8 @@
 An agent (the model) calls these tools; retrieval returns passages, and the
 agent reasons over them:
 - search_bookmarks: hybrid search, one best passage per bookmark.
-- get_bookmark: the post, its quoted post, links and media. No document bodies.
+- get_bookmark: the post, the author's thread under it, its quoted post, links,
+  media and bookmark folders. No document bodies.
 - read_document: the text behind a bookmark or a page, one bounded page at a
   time, or its best passages for a query.
 - search_wiki, read_wiki_page: the same over the wiki that the agent keeps.
@@ -36,6 +37,7 @@ from kb.reading import (PAGE_CHARS, PAGE_WORDS, Document, DocumentNotFound, Offs
                                WikiPageNotFound, bookmark_documents, bookmark_sources, clip_words, count_words,
                                media_with_captions, page_of, read_wiki_file, resolve_document, source_list, source_rank,
                                tweet_id_from, word_offsets)
+from kb.bookmark_folders import folders_of
 from kb.rerank import RerankError
 from kb.search import MAX_LIMIT, SearchResponse, search, warm_up
 from kb.wiki_files import WIKI_ID_PREFIX, WIKI_SOURCE
@@ -110,21 +112,22 @@ def search_bookmarks(
     query: Annotated[str, Field(description="Words to search for. Put a \"phrase\" in quotes to find it as it is.")],
     limit: Annotated[int, Field(description="Number of bookmarks, 1 to 100.")] = 10,
     author: Annotated[str | None, Field(description="Only posts by this X handle, for example karpathy.")] = None,
-    source: Annotated[str | None, Field(description="Only passages of this kind: post, quote, article, link, "
-                                                    "video, image or telegram. Commas for more than one.")] = None,
+    source: Annotated[str | None, Field(description="Only passages of this kind: post, thread, quote, article, "
+                                                    "link, video, image or telegram. Commas for more than one.")] = None,
     after: Annotated[str | None, Field(description="Only posts on or after this date (YYYY-MM-DD).")] = None,
     before: Annotated[str | None, Field(description="Only posts before this date (YYYY-MM-DD).")] = None,
+    folder: Annotated[str | None, Field(description="Only bookmarks in this bookmark folder, by its name on X.")] = None,
     rerank: Annotated[bool, Field(description="Deep search: a cross-encoder sorts the first 20 hits again. A better "
                                               "order, but 1 to 3 s per call instead of about 15 ms.")] = False,
 ) -> dict[str, Any]:
-    """Search the bookmarks and the texts behind them (posts, quoted posts, articles, linked pages,
-    video transcripts, photo captions), and the sources sent to the Telegram bot (best_source `telegram`,
-    tweet_id `telegram:<item id>`, best_ref the parsed file): hybrid vector and keyword search, one best
-    passage per bookmark or source.
+    """Search the bookmarks and the texts behind them (posts, the author's own thread under a post, quoted
+    posts, articles, linked pages, video transcripts, photo captions), and the sources sent to the Telegram bot
+    (best_source `telegram`, tweet_id `telegram:<item id>`, best_ref the parsed file): hybrid vector and keyword
+    search, one best passage per bookmark or source.
 
-    Filters apply before ranking. author: an X handle. source: post, quote, article, link, video or image
+    Filters apply before ranking. author: an X handle. source: post, thread, quote, article, link, video or image
     (commas for more than one). after (inclusive) and before (exclusive): YYYY-MM-DD or ISO 8601, on the post
-    date. limit: 1 to 100 (a larger value is capped at 100). Each hit gives best_chunk (the passage that matched),
+    date. folder: a bookmark folder's name (an unknown name gets an error that names the folders). limit: 1 to 100 (a larger value is capped at 100). Each hit gives best_chunk (the passage that matched),
     best_ref (the page it came from) and word_count (of everything behind the bookmark): read more with
     read_document(tweet_id). rerank=true: a slower, better order (each sorted hit gets rerank_score)."""
     started = time.perf_counter()
@@ -135,7 +138,7 @@ def search_bookmarks(
         return _empty_search(query, limit, index, note=empty_index_note(get_settings().lancedb_dir),
                              after=after, before=before)
     response = _run_search(index, query, limit=limit, author=author, source=sources, after=after, before=before,
-                           rerank=rerank)
+                           folder=folder, rerank=rerank)
     fields = HIT_FIELDS + ("rerank_score",) if rerank else HIT_FIELDS
     hits = [{name: getattr(hit, name) for name in fields} for hit in response.hits]
     log.info("search_bookmarks: %d hits in %.0f ms", len(hits), (time.perf_counter() - started) * 1000)
@@ -176,8 +179,9 @@ def _filters(filters: dict) -> dict:
 def get_bookmark(
     tweet_id: Annotated[str, Field(description="The tweet id of the bookmark, or its post URL.")],
 ) -> dict[str, Any]:
-    """One bookmark: the full post text, the quoted post, author, date, every link, and every media item with its
-    caption when one exists. No document bodies, so it is cheap: `documents` says what read_document can read
+    """One bookmark: the full post text, the author's own thread under it (`thread`), the quoted post, author,
+    date, the bookmark folders that hold it, every link, and every media item with its caption when one exists.
+    No document bodies, so it is cheap: `documents` says what read_document can read
     (source, ref, words). tweet_id: the id, or the post URL."""
     tweet_id = _tweet_id_from(tweet_id, "tweet_id")
     index = INDEX.get()
@@ -199,6 +203,9 @@ def get_bookmark(
         "article": card.get("article"),
         "links": card.get("links") or [],
         "media": media_with_captions(index, tweet_id, card.get("media") or [], max_words=CAPTION_WORDS),
+        # The author's own replies under the post, and the bookmark folders (current names) that hold it.
+        "thread": card.get("thread") or [],
+        "folders": folders_of(index, tweet_id),
         "documents": bookmark_documents(outline),
         "last_sync": index.last_sync(),
         # A source sent to the Telegram bot: its title, type, file name and parsed file.

@@ -9,6 +9,13 @@ The answers are Bookmarks pages from tests/x_fixtures.py, paged by cursor.
 The page also calls another GraphQL operation (UserByScreenName), which the
 capture must not keep.
 
+With folders set, the bookmarks page also asks BookmarkFoldersSlice, and
+GET /i/bookmarks/<folder id> plays a folder page: the same script, with the
+operation BookmarkFolderTimeline and the variable bookmark_collection_id, as
+the X web client asks (twillot-app/twillot docs/req-res/folders.md).
+GET /<handle>/status/<id> plays a post page: it asks TweetDetail with the
+variable focalTweetId, and the answer comes from `tweet_details`.
+
 `OtherSite` is a second site. Both record the Cookie header of every request.
 """
 
@@ -31,6 +38,9 @@ PAGE_SCRIPT = """<!doctype html>
 const QUERY_ID = %(query_id)s;
 const STOP_AFTER = %(stop_after)s;     // the client stops asking after N pages (a stall)
 const REFRESH_TOP = %(refresh_top)s;   // ask again for the top, as X does now and then
+const OPERATION = %(operation)s;       // Bookmarks, or BookmarkFolderTimeline on a folder page
+const FOLDER_ID = %(folder_id)s;
+const ASK_FOLDERS = %(ask_folders)s;
 let bottomCursor = null, topCursor = null, loading = false, done = false, asked = 0;
 
 function graphqlUrl(operation, queryId, variables) {
@@ -38,7 +48,8 @@ function graphqlUrl(operation, queryId, variables) {
 }
 
 function render(data) {
-  const instructions = data.data.bookmark_timeline_v2.timeline.instructions;
+  const timeline = FOLDER_ID ? data.data.bookmark_collection_timeline : data.data.bookmark_timeline_v2;
+  const instructions = timeline.timeline.instructions;
   let tweets = 0;
   for (const instruction of instructions) {
     for (const entry of instruction.entries || []) {
@@ -64,9 +75,10 @@ async function loadMore() {
   loading = true;
   asked++;
   const variables = {count: 20, includePromotedContent: true};
+  if (FOLDER_ID) variables.bookmark_collection_id = FOLDER_ID;
   if (bottomCursor) variables.cursor = bottomCursor;
   try {
-    const response = await fetch(graphqlUrl("Bookmarks", QUERY_ID, variables), {credentials: "include"});
+    const response = await fetch(graphqlUrl(OPERATION, QUERY_ID, variables), {credentials: "include"});
     if (!response.ok) { done = true; return; }   // X shows "Something went wrong"
     const tweets = render(await response.json());
     if (tweets === 0) done = true;
@@ -85,7 +97,22 @@ window.addEventListener("scroll", () => {
   if (window.innerHeight + window.scrollY >= document.body.scrollHeight - 1000) loadMore();
 });
 fetch(graphqlUrl("UserByScreenName", "xyzUser1", {screen_name: "owner"}), {credentials: "include"}).then(r => r.json());
+if (ASK_FOLDERS) fetch(graphqlUrl("BookmarkFoldersSlice", "i78YDd0Tza", {}), {credentials: "include"}).then(r => r.json());
 loadMore();
+</script>
+</body></html>
+"""
+
+POST_SCRIPT = """<!doctype html>
+<html><head><title>Post / X</title></head>
+<body><div id="conversation"></div>
+<script>
+const variables = {focalTweetId: %(tweet_id)s, with_rux_injections: false, includePromotedContent: true};
+fetch("/i/api/graphql/xyzDetail/TweetDetail?variables=" + encodeURIComponent(JSON.stringify(variables)),
+      {credentials: "include"})
+  .then(r => r.json())
+  .then(data => { document.getElementById("conversation").textContent = "loaded"; })
+  .catch(() => {});
 </script>
 </body></html>
 """
@@ -133,6 +160,15 @@ class FakeXState:
     refresh_top: bool = False
     seen: list[SeenRequest] = field(default_factory=list)
     served_pages: list[int] = field(default_factory=list)
+    # Folders: None is an account without folders (the page asks for none).
+    folders: list[dict] | None = None  # the items of BookmarkFoldersSlice: {"id", "name"}
+    folder_pages: dict[str, list[bytes]] = field(default_factory=dict)  # folder id -> pages by cursor
+    folder_limit_count: int = 0  # answer this many folder page requests with HTTP 429 first
+    served_folder_pages: list[tuple[str, int]] = field(default_factory=list)
+    # TweetDetail answers by focal post id; another id gets HTTP 404.
+    tweet_details: dict[str, bytes] = field(default_factory=dict)
+    detail_limit_count: int = 0  # answer this many TweetDetail requests with HTTP 429 first
+    asked_details: list[str] = field(default_factory=list)
 
 
 class FakeX:
@@ -161,6 +197,13 @@ class FakeX:
         self.state.pages = [json.dumps(page).encode() for page in paged_bookmarks(entries, page_size)]
         return self.state.pages
 
+    def serve_folders(self, folders: dict[str, tuple[str, list[dict]]], page_size: int = 20) -> None:
+        """Serve these folders: {folder id: (name, tweet entries)}."""
+        self.state.folders = [{"id": folder_id, "name": name} for folder_id, (name, _) in folders.items()]
+        self.state.folder_pages = {folder_id: [json.dumps(page).encode() for page in
+                                               paged_bookmarks(entries, page_size, folder=True)]
+                                   for folder_id, (_, entries) in folders.items()}
+
     def stop(self) -> None:
         self._stopping.set()
         self.server.shutdown()
@@ -173,19 +216,34 @@ class FakeX:
         url = urlsplit(request.path)
         state.seen.append(SeenRequest(url.path, request.headers.get("Cookie", "")))
         parts = url.path.strip("/").split("/")
-        if url.path == "/i/bookmarks":
+        if url.path == "/i/bookmarks" or (len(parts) == 3 and parts[:2] == ["i", "bookmarks"]):
+            folder_id = parts[2] if len(parts) == 3 else None
             html = PAGE_SCRIPT % {
                 "query_id": json.dumps(state.query_id),
                 "stop_after": state.stop_after,
                 "refresh_top": json.dumps(state.refresh_top),
+                "operation": json.dumps("BookmarkFolderTimeline" if folder_id else "Bookmarks"),
+                "folder_id": json.dumps(folder_id),
+                "ask_folders": json.dumps(folder_id is None and state.folders is not None),
             }
             request.send_body(200, html.encode(), "text/html; charset=utf-8")
+        elif len(parts) == 3 and parts[1] == "status":
+            request.send_body(200, (POST_SCRIPT % {"tweet_id": json.dumps(parts[2])}).encode(),
+                              "text/html; charset=utf-8")
         elif url.path == "/leave":
             request.send_response(302)
             request.send_header("Location", url.query)  # /leave?http://other/...
             request.end_headers()
         elif len(parts) == 5 and parts[:3] == ["i", "api", "graphql"] and parts[4] == "Bookmarks":
             self._bookmarks(request, url.query)
+        elif len(parts) == 5 and parts[:3] == ["i", "api", "graphql"] and parts[4] == "BookmarkFoldersSlice":
+            body = {"data": {"viewer": {"user_results": {"result": {
+                "__typename": "User", "bookmark_collections_slice": {"items": state.folders or [], "slice_info": {}}}}}}}
+            request.send_body(200, json.dumps(body).encode(), "application/json")
+        elif len(parts) == 5 and parts[:3] == ["i", "api", "graphql"] and parts[4] == "BookmarkFolderTimeline":
+            self._folder_page(request, url.query)
+        elif len(parts) == 5 and parts[:3] == ["i", "api", "graphql"] and parts[4] == "TweetDetail":
+            self._tweet_detail(request, url.query)
         elif len(parts) == 5 and parts[:3] == ["i", "api", "graphql"]:
             body = json.dumps({"data": {"user": {"result": {"rest_id": "1", "legacy": {"screen_name": "owner"}}}}})
             request.send_body(200, body.encode(), "application/json")
@@ -206,13 +264,7 @@ class FakeX:
             # X's answer to too many requests: 429 with its rate-limit headers.
             state.limit_count -= 1
             state.limited.append(index)
-            body = b'{"errors":[{"message":"Rate limit exceeded","code":88}]}'
-            request.send_response(429)
-            for name, value in {"Content-Type": "application/json", "Content-Length": str(len(body)),
-                                **state.limit_headers}.items():
-                request.send_header(name, value)
-            request.end_headers()
-            request.wfile.write(body)
+            self._rate_limited(request)
             return
         if state.fail_after is not None and index >= state.fail_after:
             if state.fail_mode == "500":
@@ -229,6 +281,46 @@ class FakeX:
         index = min(index, len(state.pages) - 1)  # past the end: the empty last page again
         state.served_pages.append(index)
         request.send_body(200, state.pages[index], "application/json")
+
+    def _rate_limited(self, request: _QuietHandler) -> None:
+        """X's answer to too many requests: 429 with its rate-limit headers."""
+        body = b'{"errors":[{"message":"Rate limit exceeded","code":88}]}'
+        request.send_response(429)
+        for name, value in {"Content-Type": "application/json", "Content-Length": str(len(body)),
+                            **self.state.limit_headers}.items():
+            request.send_header(name, value)
+        request.end_headers()
+        request.wfile.write(body)
+
+    def _folder_page(self, request: _QuietHandler, query: str) -> None:
+        state = self.state
+        variables = json.loads(parse_qs(query).get("variables", ["{}"])[0])
+        pages = state.folder_pages.get(str(variables.get("bookmark_collection_id")))
+        if not pages:
+            request.send_body(404, b'{"errors":[{"message":"no such folder"}]}', "application/json")
+            return
+        if state.folder_limit_count > 0:
+            state.folder_limit_count -= 1
+            self._rate_limited(request)
+            return
+        cursor = variables.get("cursor")
+        index = 0 if cursor is None else min(int(cursor.removeprefix("page-")), len(pages) - 1)
+        state.served_folder_pages.append((str(variables["bookmark_collection_id"]), index))
+        request.send_body(200, pages[index], "application/json")
+
+    def _tweet_detail(self, request: _QuietHandler, query: str) -> None:
+        state = self.state
+        focal = str(json.loads(parse_qs(query).get("variables", ["{}"])[0]).get("focalTweetId"))
+        state.asked_details.append(focal)
+        if state.detail_limit_count > 0:
+            state.detail_limit_count -= 1
+            self._rate_limited(request)
+            return
+        body = state.tweet_details.get(focal)
+        if body is None:
+            request.send_body(404, b'{"errors":[{"message":"no such post"}]}', "application/json")
+            return
+        request.send_body(200, body, "application/json")
 
     # --- what the server saw ------------------------------------------------------
 

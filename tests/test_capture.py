@@ -399,3 +399,96 @@ def test_readiness_names_a_chromium_that_is_not_there(fake_x, monkeypatch, tmp_p
     monkeypatch.setenv("KB_CHROMIUM_PATH", str(tmp_path / "no-chromium"))
     ok, detail = Browser.from_settings().readiness()
     assert not ok and "no-chromium" in detail and "not executable" in detail
+
+
+# --- folders and threads, after the bookmarks -----------------------------------------
+
+FOCAL = "1649191520250245121"  # @XDevelopers' first post; the real TweetDetail capture holds its thread
+
+
+def folder_files(batch: str) -> dict[str, bytes]:
+    folder = RawStore.from_settings().batch_dir(batch)
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("folder*.json"))}
+
+
+@pytest.fixture
+def with_thread(fake_x, entries):
+    """The bookmarks with @XDevelopers' post first, and its real TweetDetail answer."""
+    from tests.shared_data import x_fixture
+
+    focal = next(e for e in entries if e["entryId"] == f"tweet-{FOCAL}")
+    served = [focal] + [e for e in entries if e is not focal][:39]
+    fake_x.serve_entries(served)
+    detail = x_fixture("raw_tweet_details.json").read_bytes()
+    fake_x.state.tweet_details = {FOCAL: detail}
+    return served, detail
+
+
+def test_capture_reads_each_folder_to_its_end_and_a_thread_once(fake_x, instance, with_thread):
+    served, detail = with_thread
+    fake_x.serve_folders({"1794418757911433313": ("Reading", served[1:26]),  # two pages, then the end
+                          "1794004218426319192": ("GitHub", served[30:32])}, page_size=20)
+
+    result = capture(instance, "b-folders")
+
+    assert result.success, failure_message(result)
+    files = folder_files("b-folders")
+    listed = json.loads(files.pop("folders-0001.json"))
+    assert [i["name"] for i in listed["data"]["viewer"]["user_results"]["result"]["bookmark_collections_slice"]["items"]] \
+        == ["Reading", "GitHub"]
+    # Every page of each folder, as it came, named by the folder's id.
+    assert files == {f"folder-1794418757911433313-{n:04d}.json": page for n, page in
+                     enumerate(fake_x.state.folder_pages["1794418757911433313"], start=1)} | \
+                    {f"folder-1794004218426319192-{n:04d}.json": page for n, page in
+                     enumerate(fake_x.state.folder_pages["1794004218426319192"], start=1)}
+    store = RawStore.from_settings()
+    manifest = store.manifest("b-folders")
+    assert manifest.complete and sorted(manifest.folders_done) == sorted(manifest.folders) == \
+        ["1794004218426319192", "1794418757911433313"]
+    # The thread of the newest post with replies, kept as X answered it.
+    assert (store.batch_dir("b-folders") / f"thread-{FOCAL}.json").read_bytes() == detail
+    assert manifest.threads == [FOCAL] and fake_x.state.asked_details[0] == FOCAL
+    meta = metadata(result)
+    assert (meta["folders"], meta["folders_read"], meta["threads_read"]) == (2, 2, 1)
+
+    # The next sync reads the folders again (a change of folder shows), the thread not.
+    fake_x.state.asked_details.clear()
+    fake_x.state.served_folder_pages.clear()
+    again = capture(instance, "b-folders-2")
+    assert again.success, failure_message(again)
+    assert FOCAL not in fake_x.state.asked_details
+    assert {folder for folder, _ in fake_x.state.served_folder_pages} == {"1794418757911433313", "1794004218426319192"}
+
+
+def test_a_rate_limit_on_a_folder_waits_and_goes_on(fake_x, instance, with_thread):
+    served, _ = with_thread
+    fake_x.serve_folders({"77": ("Reading", served[1:26])}, page_size=20)
+    fake_x.state.folder_limit_count = 1
+    fake_x.state.limit_headers = {"retry-after": "0"}
+
+    result = capture(instance, "b-folder-limit")
+
+    assert result.success, failure_message(result)
+    assert RawStore.from_settings().manifest("b-folder-limit").folders_done == ["77"]
+    assert sorted(folder_files("b-folder-limit")) == ["folder-77-0001.json", "folder-77-0002.json",
+                                                      "folder-77-0003.json", "folders-0001.json"]
+    assert metadata(result)["rate_limit_waits"] == 1
+
+
+def test_a_long_limit_on_folders_and_threads_keeps_the_batch_complete(fake_x, instance, with_thread, monkeypatch):
+    monkeypatch.setenv("KB_CAPTURE_MAX_WAIT_S", "60")
+    served, _ = with_thread
+    fake_x.serve_folders({"77": ("Reading", served[1:5])})
+    fake_x.state.folder_limit_count = fake_x.state.detail_limit_count = 1
+    fake_x.state.limit_headers = {"x-rate-limit-reset": str(int(time.time()) + 900)}
+
+    result = capture(instance, "b-folder-cut")
+
+    assert result.success, failure_message(result)
+    store = RawStore.from_settings()
+    manifest = store.manifest("b-folder-cut")
+    assert manifest.complete and manifest.folders == ["77"] and manifest.folders_done == []
+    assert manifest.threads == [] and store.watermark()["batch"] == "b-folder-cut"
+    meta = metadata(result)
+    assert "KB_CAPTURE_MAX_WAIT_S" in meta["folder_notes"][0] and "reads it first" in meta["folder_notes"][0]
+    assert "KB_CAPTURE_MAX_WAIT_S" in meta["thread_notes"][0]

@@ -28,11 +28,22 @@ def test_demo_runs_the_whole_graph_on_an_empty_home(tmp_path, monkeypatch):
     assert "FAILED" not in result.stdout
     assert home.is_dir()
 
-    # The search that the demo prints reaches the demo store when typed in a shell.
-    typed = [line.strip() for line in result.stdout.splitlines() if " kb search " in line and "KB_HOME=" in line]
-    assert typed and all(line.startswith(("$ KB_HOME=kb-demo ", "KB_HOME=kb-demo ")) for line in typed), typed
-    shell_env = {**env, "PATH": f"{Path(sys.executable).parent}:{env['PATH']}"}
-    search = subprocess.run(["bash", "-c", typed[-1] + " --json"], cwd=cwd, env=shell_env,
+    # The commands that the demo prints reach the demo store when typed in a
+    # shell in this folder, as printed: the venv is not on PATH.
+    typed = [line.strip().removeprefix("$ ") for line in result.stdout.splitlines()
+             if line.strip().startswith(("$ KB_HOME=", "KB_HOME="))]
+    assert typed and all(line.startswith("KB_HOME=kb-demo ") for line in typed), typed
+    venv_bin = Path(sys.executable).parent.resolve()
+    shell_env = {**env, "PATH": ":".join(p for p in env["PATH"].split(":") if p and Path(p).resolve() != venv_bin)}
+    status = subprocess.run(["bash", "-c", next(line for line in typed if line.endswith(" status"))], cwd=cwd,
+                            env=shell_env, capture_output=True, text=True, timeout=300)
+    assert status.returncode == 0 and "indexed" in status.stdout, status.stderr[-2000:]
+    for server in (line for line in typed if line.endswith((" web", " up --no-bot"))):
+        started = subprocess.run(["bash", "-c", server + " --help"], cwd=cwd, env=shell_env, capture_output=True,
+                                 text=True, timeout=120)
+        assert started.returncode == 0, (server, started.stderr[-1000:])
+    last_search = [line for line in typed if " search " in line][-1]
+    search = subprocess.run(["bash", "-c", last_search + " --json"], cwd=cwd, env=shell_env,
                             capture_output=True, text=True, timeout=300)
     assert search.returncode == 0, search.stderr[-2000:]
     hits = json.loads(search.stdout)["hits"]

@@ -320,7 +320,7 @@ def test_tools_are_listed_as_read_only(client):
     assert set(tools) == {"search_bookmarks", "get_bookmark", "read_document", "search_wiki", "read_wiki_page"}
     assert all(tool.annotations.read_only_hint for tool in tools.values())
     params = tools["search_bookmarks"].input_schema["properties"]
-    assert set(params) == {"query", "limit", "author", "source", "after", "before", "rerank"}
+    assert set(params) == {"query", "limit", "author", "source", "after", "before", "folder", "rerank"}
     assert set(tools["read_document"].input_schema["properties"]) == {"tweet_id_or_url", "query", "offset"}
 
 

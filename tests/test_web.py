@@ -7,6 +7,7 @@ through HTTP too, without the browser."""
 
 from __future__ import annotations
 
+import re
 import socket
 import struct
 import threading
@@ -20,6 +21,7 @@ import uvicorn
 from starlette.testclient import TestClient
 
 from kb.apps.web import create_app
+from kb.bookmark_folders import folder_rows, replace_folders
 from kb.apps.web.reader import WikiReader
 from kb.apps.web.wiki_html import render_markdown
 from kb.wiki_files import wiki_page_files
@@ -197,6 +199,9 @@ def settings(tmp_path_factory) -> Settings:
     index.replace_chunks(sorted({r["tweet_id"] for r in rows}), rows,
                          Embedder.from_settings(backend="hash", cache_dir=str(settings.lancedb_dir)))
     index.upsert_bookmark_cards(cards())
+    # Two bookmark folders, as the chunk_index asset writes them.
+    replace_folders(index, folder_rows([("f1", "Rust talks"), ("f2", "Bread")],
+                                       [("f1", "100"), ("f1", "300"), ("f2", "200")]))
     # Not a DuckDB file: if the app opened it, the answer would be an error.
     settings.duckdb_path.write_bytes(b"this is not a DuckDB database")
     return settings
@@ -330,6 +335,38 @@ def test_search_filters_bookmark_and_paging(page):
     page.locator("article.document .prev").last.click()
     expect(info).to_have_text(f"Words 1921–3840 of {total}")
     page.screenshot(path=str(ARTIFACTS / "web-document.png"))
+
+
+def test_the_address_keeps_the_search_and_its_filters(page, server):
+    from playwright.sync_api import expect
+
+    # A search that someone bookmarked or shared runs when the page loads.
+    page.goto(server + "/?q=borrow+checker&folder=rust+talks&mode=bm25")
+    hits = page.locator("#hits li.hit")
+    expect(hits).to_have_count(2)
+    assert {hits.nth(i).get_attribute("data-tweet-id") for i in range(2)} == {"100", "300"}
+    expect(page.locator("#q")).to_have_value("borrow checker")
+    expect(page.locator("#folder")).to_have_value("rust talks")
+    expect(page.locator("#mode")).to_have_value("bm25")
+    # A change of a filter goes into the address; a reload runs the same search.
+    page.fill("#author", "carol")
+    expect(hits).to_have_count(1)
+    expect(page).to_have_url(re.compile(r"[?&]author=carol(&|$)"))
+    assert page.evaluate("new URLSearchParams(location.search).get('folder')") == "rust talks"
+    page.reload()
+    expect(page.locator("#author")).to_have_value("carol")
+    expect(hits).to_have_count(1)
+    expect(hits.first).to_have_attribute("data-tweet-id", "300")
+    # The folder filter keeps to the folder: the bread post is in another one.
+    page.fill("#author", "")
+    page.fill("#folder", "Bread")
+    page.fill("#q", "sourdough bread")
+    expect(hits).to_have_count(1)
+    expect(hits.first).to_have_attribute("data-tweet-id", "200")
+    # The folder names come from the index, for the input's list.
+    expect(page.locator("#folder-names option")).to_have_count(2)
+    hits.first.click()
+    expect(page.locator("#detail .folders .badge")).to_have_text("Bread")
 
 
 def test_wiki_search_page_and_wikilinks(page):
@@ -481,6 +518,16 @@ def test_search_answer_carries_the_hit_fields(client):
     assert [hit["best_chunk"][s:e] for s, e in hit["highlights"]] == ["borrow", "checker"]
     assert answer["last_sync"] == SYNCED.isoformat()
     assert client.get("/api/search", params={"q": "  "}).json()["hits"] == []
+
+
+def test_folder_filter_and_folder_list(client):
+    answer = client.get("/api/search", params={"q": "borrow checker", "folder": "Rust Talks"}).json()
+    assert {h["tweet_id"] for h in answer["hits"]} == {"100", "300"} and answer["filters"]["folder"] == "Rust Talks"
+    unknown = client.get("/api/search", params={"q": "borrow", "folder": "Poems"})
+    assert unknown.status_code == 400 and "'Bread', 'Rust talks'" in unknown.json()["error"]
+    assert client.get("/api/folders").json()["folders"] == [
+        {"folder_id": "f2", "name": "Bread", "bookmarks": 1}, {"folder_id": "f1", "name": "Rust talks", "bookmarks": 2}]
+    assert client.get("/api/bookmark/300").json()["folders"] == ["Rust talks"]
 
 
 def test_only_loopback_host_names_are_answered(client):

@@ -378,3 +378,62 @@ def test_video_variant_choice_ignores_the_playlist():
     ]
     assert video_variant_choice(variants) == ("https://v/270.mp4", "https://v/720.mp4")
     assert video_variant_choice(variants[:1]) == (None, None)
+
+
+# --- folders and threads -------------------------------------------------------------
+
+def test_the_folder_list_reads_ids_and_names_and_refuses_odd_ids():
+    from kb.x_graphql import FOLDER_LIST, answer_kind, parse_folder_list
+    from tests.x_fixtures import TWILLOT_FOLDERS, folder_list_answer
+
+    answer = folder_list_answer()
+    assert answer_kind(answer) == FOLDER_LIST
+    folders, problems = parse_folder_list(answer)
+    assert [(f["folder_id"], f["name"]) for f in folders] == list(TWILLOT_FOLDERS) and problems == []
+    # An id goes into a file name and an X address: only letters and digits pass.
+    hostile = folder_list_answer((("../../etc", "x"), ("12 34", "y"), ("", "z"), ("55", "  Kept  ")))
+    folders, problems = parse_folder_list(hostile)
+    assert folders == [{"folder_id": "55", "name": "Kept"}] and len(problems) == 3
+    with pytest.raises(PageShapeError, match="not a BookmarkFoldersSlice answer"):
+        parse_folder_list({"data": {"viewer": {}}}, name="folders-0001.json")
+
+
+def test_a_folder_timeline_is_read_under_the_documented_key_and_under_another():
+    from kb.x_graphql import FOLDER_TIMELINE, answer_kind
+    from tests.x_fixtures import folder_page
+
+    documented = folder_page([entry("1649191520250245121")])
+    assert answer_kind(documented) == FOLDER_TIMELINE
+    # The capture wins: a later X deploy may name the key otherwise.
+    renamed = {"data": {"bookmark_collection_timeline_v2": documented["data"]["bookmark_collection_timeline"]}}
+    for payload in (documented, renamed):
+        page = parse_page(payload, raw_file="folder-1-0001.json", batch="b1", captured_at=CAPTURED_AT,
+                          operation=FOLDER_TIMELINE)
+        assert [row["tweet_id"] for row in page.bookmarks] == ["1649191520250245121"]
+    with pytest.raises(PageShapeError, match="not a Bookmarks page"):
+        parse_page(documented, raw_file="page-0001.json", batch="b1", captured_at=CAPTURED_AT)
+
+
+def test_the_authors_thread_is_the_chain_of_their_own_replies():
+    from kb.x_graphql import TWEET_DETAIL, answer_kind, author_thread, focal_post_id, parse_thread
+
+    payload = json.loads(x_fixture("raw_tweet_details.json").read_text())
+    assert answer_kind(payload) == TWEET_DETAIL and focal_post_id(payload) == "1649191520250245121"
+    chain = author_thread(payload, head_id="1649191520250245121", max_posts=25)
+    assert [t["rest_id"] for t in chain] == ["1649191521323995138", "1649191522485817345", "1649191523697979392"]
+    assert [t["rest_id"] for t in author_thread(payload, head_id="1649191520250245121", max_posts=2)] == \
+        ["1649191521323995138", "1649191522485817345"]
+    # Under a reply of someone else there is no chain of the bookmark's author.
+    assert author_thread(payload, head_id="1649263296434806785", max_posts=25) == []
+    with pytest.raises(PageShapeError, match="post 42 is not in this TweetDetail answer"):
+        author_thread(payload, head_id="42", max_posts=25)
+
+    thread = parse_thread(payload, tweet_id="1649191520250245121", raw_file="b1/thread-1649191520250245121.json",
+                          batch="b1", captured_at=CAPTURED_AT, max_posts=25)
+    assert [p["url"] for p in thread.posts][-1] == "https://x.com/XDevelopers/status/1649191523697979392"
+    assert thread.posts[2]["text"].startswith("Thank you to those who have already migrated")
+    # The replies' links are links of the bookmark, after its own (position 1000 on).
+    assert {(link["url_norm"], link["from_thread"]) for link in thread.links} == {
+        ("https://shorturl.at/uwAKZ", True), ("https://developer.twitter.com", True)}
+    assert min(link["position"] for link in thread.links) >= 1000
+    assert {a["handle"] for a in thread.authors} == {"XDevelopers"}

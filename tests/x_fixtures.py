@@ -77,24 +77,54 @@ def cursor_entry(kind: str, value: str, sort_index: str) -> dict:
     }
 
 
-def bookmarks_page(entries: list[dict], *, bottom_cursor: str | None, page_no: int = 0) -> dict:
-    """One Bookmarks response: the entries, then top and bottom cursors."""
+def bookmarks_page(entries: list[dict], *, bottom_cursor: str | None, page_no: int = 0,
+                   folder: bool = False) -> dict:
+    """One Bookmarks response: the entries, then top and bottom cursors.
+    folder=True: a BookmarkFolderTimeline response, whose envelope is
+    data.bookmark_collection_timeline (twillot-app/twillot docs/req-res/folders.md)."""
     items = list(entries)
     items.append(cursor_entry("Top", f"top-{page_no}", "1999999999999999999"))
     if bottom_cursor is not None:
         items.append(cursor_entry("Bottom", bottom_cursor, "0"))
-    return {"data": {"bookmark_timeline_v2": {"timeline": {
-        "instructions": [{"type": "TimelineAddEntries", "entries": items}],
-        "responseObjects": {"feedbackActions": []},
-    }}}}
+    timeline = {"timeline": {"instructions": [{"type": "TimelineAddEntries", "entries": items}],
+                             "responseObjects": {"feedbackActions": []}}}
+    return {"data": {"bookmark_collection_timeline" if folder else "bookmark_timeline_v2": timeline}}
 
 
-def paged_bookmarks(entries: list[dict], page_size: int = 20) -> list[dict]:
+def paged_bookmarks(entries: list[dict], page_size: int = 20, *, folder: bool = False) -> list[dict]:
     """Split entries into Bookmarks pages linked by cursor. The last page has
     a bottom cursor but no tweets, as X ends a timeline."""
     pages = []
     chunks = [entries[i:i + page_size] for i in range(0, len(entries), page_size)]
     for n, chunk in enumerate(chunks):
-        pages.append(bookmarks_page(chunk, bottom_cursor=f"page-{n + 1}", page_no=n))
-    pages.append(bookmarks_page([], bottom_cursor=f"page-{len(chunks) + 1}", page_no=len(chunks)))
+        pages.append(bookmarks_page(chunk, bottom_cursor=f"page-{n + 1}", page_no=n, folder=folder))
+    pages.append(bookmarks_page([], bottom_cursor=f"page-{len(chunks) + 1}", page_no=len(chunks), folder=folder))
     return pages
+
+
+# --- bookmark folders ------------------------------------------------------------
+# The shapes below follow the public captures of the X web client in
+# twillot-app/twillot, docs/req-res/folders.md: BookmarkFoldersSlice answers
+# data.viewer.user_results.result.bookmark_collections_slice.items[] ({id,
+# media, name}, slice_info {}), and BookmarkFolderTimeline answers
+# data.bookmark_collection_timeline.timeline.instructions with the entries of
+# Bookmarks (there with sortIndex "1" and a bottom cursor "-1716657745566").
+# The folder ids and names are the ones of that capture.
+TWILLOT_FOLDERS = (("1794418757911433313", "社会科学"), ("1794165526627033447", "邮件营销"),
+                   ("1794004218426319192", "GitHub"))
+
+
+def folder_list_answer(folders=TWILLOT_FOLDERS) -> dict:
+    items = [{"id": folder_id, "media": {"id": "QXBpTWVkaWE6", "media_key": f"3_{folder_id}",
+                                         "media_info": {"__typename": "ApiImage", "original_img_height": 480,
+                                                        "original_img_width": 480}},
+              "name": name} for folder_id, name in folders]
+    return {"data": {"viewer": {"user_results": {"result": {
+        "__typename": "User", "bookmark_collections_slice": {"items": items, "slice_info": {}}}}}}}
+
+
+def folder_page(entries: list[dict], *, bottom_cursor: str | None = "-1716657745566") -> dict:
+    """One BookmarkFolderTimeline answer. As in the public capture, the
+    folder's entries carry small sortIndex values, not bookmark times."""
+    numbered = [dict(entry, sortIndex=str(len(entries) - i)) for i, entry in enumerate(entries)]
+    return bookmarks_page(numbered, bottom_cursor=bottom_cursor, folder=True)

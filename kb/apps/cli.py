@@ -56,7 +56,7 @@ def login() -> None:
     run_login(get_settings())
 
 
-SOURCE_KINDS = ("post", "quote", "article", "link", "image", "video")
+SOURCE_KINDS = ("post", "thread", "quote", "article", "link", "image", "video")
 
 
 def _exclusion_options(command):
@@ -87,7 +87,10 @@ def sync(full: bool, **exclusions) -> None:
 @click.argument("pages", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @_exclusion_options
 def import_pages(pages: tuple[str, ...], **exclusions) -> None:
-    """Import saved Bookmarks pages (JSON) as one sync batch, with no browser."""
+    """Import saved X answers (JSON) as one sync batch, with no browser: Bookmarks
+    pages, BookmarkFoldersSlice and BookmarkFolderTimeline answers (named
+    folder-<folder id>-0001.json, as the capture names them) and TweetDetail
+    answers, in any order."""
     from kb.apps.sync import run_sync
 
     _finish(run_sync(files=[str(Path(p).resolve()) for p in pages], exclude=_exclusions(exclusions),
@@ -113,21 +116,22 @@ def inspect(pages: tuple[str, ...], as_json: bool) -> None:
 @click.argument("query")
 @click.option("-n", "limit", default=10, show_default=True, help="Number of hits.")
 @click.option("--author", help="Only posts by this handle.")
-@click.option("--source", help="Only this source kind: post, quote, article, link, image, video, wiki.")
+@click.option("--source", help="Only this source kind: post, thread, quote, article, link, image, video, wiki.")
 @click.option("--after", help="Posts on or after this date (YYYY-MM-DD).")
 @click.option("--before", help="Posts before this date (YYYY-MM-DD).")
+@click.option("--folder", help="Only bookmarks in this bookmark folder (its name on X).")
 @click.option("--mode", type=click.Choice(["hybrid", "bm25", "dense"]), default="hybrid", show_default=True)
 @click.option("--rerank", is_flag=True, help="Deep search: a cross-encoder sorts the first 20 hits again. "
                                              "Better order, but 1 to 3 s more.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with a `hits` list.")
-def search(query, limit, author, source, after, before, mode, rerank, as_json) -> None:
+def search(query, limit, author, source, after, before, folder, mode, rerank, as_json) -> None:
     """Search bookmarks: hybrid (vector + BM25), one best passage per bookmark."""
     from kb.rerank import RerankError
     from kb.search import search as run_search
 
     try:
         response = run_search(query, limit=limit, author=author, source=source, after=after,
-                              before=before, mode=mode, rerank=rerank)
+                              before=before, folder=folder, mode=mode, rerank=rerank)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     except RerankError as exc:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
+import sys
 from pathlib import Path
 
 import click
@@ -36,7 +38,7 @@ def run_demo(home: Path) -> int:
     print_sync_report(report)
     misses = 0
     for demo_query in DEMO_QUERIES:
-        click.echo(f"\n$ {demo_env(home)} kb search {shlex.quote(demo_query.query)} -n 3")
+        click.echo(f"\n$ {demo_env(home)} {typed('kb')} search {shlex.quote(demo_query.query)} -n 3")
         response = search(demo_query.query, limit=3)
         print_hits(response)
         if not any(hit.author == demo_query.expected_author for hit in response.hits):
@@ -62,17 +64,35 @@ def demo_env(home: Path) -> str:
     return f"KB_HOME={shlex.quote(_shown(home))} KB_EMBED_BACKEND=local"
 
 
+def typed(command: str) -> str:
+    """A command of kb's venv as the user can type it in this folder. The
+    bare name only when the shell finds this same program on PATH. Else its
+    path: after `python3 -m venv .venv && .venv/bin/kb demo`, the venv is not
+    on PATH, and a printed `kb search` answered "kb: command not found"."""
+    program = Path(sys.executable).parent / command  # the venv's bin folder; not resolved: that is the venv
+    if not program.exists():
+        return command
+    found = shutil.which(command)
+    if found and Path(found).resolve() == program.resolve():
+        return command
+    shown = _shown(program)
+    # A path without a slash is a name that the shell looks up on PATH.
+    return shlex.quote(shown if "/" in shown else f"./{shown}")
+
+
 def next_commands(home: Path, query: str) -> str:
     """The commands that reach the demo store when the user types them in this folder."""
-    env, shown = demo_env(home), _shown(home)
-    # Dagster wants an absolute DAGSTER_HOME; the shell makes it from $PWD.
-    dagster_home = (shlex.quote(str(home / "dagster")) if shown == str(home)
-                    else f'"$PWD"/{shlex.quote(shown)}/dagster')
-    return "\n".join([
-        "Try the demo store yourself. Type these commands in this folder:",
-        f"  {env} kb search {shlex.quote(query)} -n 3",
-        f"  {env} kb status",
-        f"  {env} kb web",
-        f"  {env} DAGSTER_HOME={dagster_home} dagster dev -w workspace.yaml",
-        "Your own store is ~/kb (or KB_HOME): run `kb login`, then `kb sync`.",
-    ])
+    env, kb = demo_env(home), typed("kb")
+    lines = ["Try the demo store yourself. Type these commands in this folder:",
+             f"  {env} {kb} search {shlex.quote(query)} -n 3",
+             f"  {env} {kb} status",
+             f"  {env} {kb} web",
+             f"  {env} {kb} up --no-bot",
+             "(`kb up` runs the Dagster UI on http://127.0.0.1:3000 and the search page.)"]
+    if kb != "kb":
+        bin_folder = shlex.quote(_shown(Path(sys.executable).parent))
+        lines.append(f"To type `kb` alone, put the venv on PATH first: export PATH=\"$PWD/{bin_folder}:$PATH\""
+                     if not bin_folder.startswith("/") else
+                     f"To type `kb` alone, put the venv on PATH first: export PATH=\"{bin_folder}:$PATH\"")
+    lines.append(f"Your own store is ~/kb (or KB_HOME): run `{kb} login`, then `{kb} sync`.")
+    return "\n".join(lines)

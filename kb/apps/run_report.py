@@ -52,7 +52,8 @@ def unreadable_pages(report, asset: str) -> list[str]:
     problems = []
     for batch, values in _values(report, asset):
         problems += [f"Could not read {line}" for line in values.get("unreadable_pages") or []]
-        pages = values.get("pages", values.get("raw_pages", 0))
+        # Folder lists, folder pages and threads count: an import of them alone is one.
+        pages = values.get("pages", values.get("raw_pages", 0)) + values.get("answers", 0)
         if pages - values.get("bad_pages", 0) <= 0:
             problems.append(f"Batch {batch}: no page was read, so no bookmark came in.")
     return problems

@@ -39,6 +39,8 @@ def _duckdb_counts(settings: Settings) -> dict:
             "photos": one("SELECT count(*) FROM media WHERE kind = 'photo'"),
             "videos": one("SELECT count(*) FROM media WHERE kind IN ('video', 'animated_gif')"),
             "documents": _document_counts(conn),
+            "folders": _folder_counts(conn),
+            "threads": one("SELECT count(DISTINCT tweet_id) FROM thread_posts"),
             **_enrichment_coverage(conn),
         }
     finally:
@@ -62,6 +64,19 @@ def _document_counts(conn) -> dict:
         else:
             out["failed"][reason or "unknown"] = out["failed"].get(reason or "unknown", 0) + count
     return out
+
+
+def _folder_counts(conn) -> list[dict]:
+    """Live bookmarks per bookmark folder, by the folder's current name."""
+    try:
+        rows = conn.execute(
+            """SELECT f.folder_id, coalesce(f.name, f.folder_id) AS label, count(b.tweet_id)
+               FROM folders f LEFT JOIN folder_bookmarks fb USING (folder_id)
+               LEFT JOIN bookmarks b ON b.tweet_id = fb.tweet_id AND b.removed_at IS NULL
+               GROUP BY f.folder_id, label ORDER BY lower(label), f.folder_id""").fetchall()
+    except duckdb_lib.CatalogException:
+        return []
+    return [{"folder_id": folder_id, "name": name, "bookmarks": count} for folder_id, name, count in rows]
 
 
 def _enrichment_coverage(conn) -> dict:
@@ -253,6 +268,10 @@ def format_status(report: dict) -> str:
         lines.append(f"  documents   {docs.get('fetched', 0)} fetched, {docs.get('thin', 0)} thin, "
                      f"{sum(failed.values())} failed" + (f" ({reasons})" if reasons else ""))
         lines += _coverage_lines(norm)
+        if norm.get("threads"):
+            lines.append(f"  threads     {norm['threads']} bookmarks with the author's thread")
+        if norm.get("folders"):
+            lines.append("  folders     " + ", ".join(f"{f['name']} {f['bookmarks']}" for f in norm["folders"]))
     else:
         lines.append(f"normalized  {norm.get('state')}")
     index = report["index"]

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
+from kb.bookmark_folders import folder_rows, replace_folders
 from kb.queries import partition_bookmarks
 from kb_assets.run_choices import excluded_in_run
 from kb_assets.partitions import sync_batches
@@ -69,6 +70,8 @@ def _bookmark_cards(conn, tweet_ids: list[str], synced_at: datetime) -> list[dic
     ).fetchall()
     links = _grouped(conn, "SELECT tweet_id, expanded_url, kind, from_quote, card_title FROM links "
                      "WHERE tweet_id IN (SELECT unnest(?)) ORDER BY position", tweet_ids)
+    thread = _grouped(conn, "SELECT tweet_id, url, text, created_at FROM thread_posts "
+                      "WHERE tweet_id IN (SELECT unnest(?)) ORDER BY position", tweet_ids)
     media = _grouped(conn, "SELECT tweet_id, kind, url, alt_text, best_mp4, from_quote FROM media "
                      "WHERE tweet_id IN (SELECT unnest(?)) ORDER BY position", tweet_ids)
     for (tweet_id, url, handle, name, created_at, text, lang, q_id, q_handle, q_name, q_text,
@@ -83,10 +86,20 @@ def _bookmark_cards(conn, tweet_ids: list[str], synced_at: datetime) -> list[dic
                 "links": [dict(zip(("url", "kind", "from_quote", "title"), row)) for row in links.get(tweet_id, [])],
                 "media": [dict(zip(("kind", "url", "alt_text", "video_url", "from_quote"), row))
                           for row in media.get(tweet_id, [])],
-            }),
+                # The author's own replies under the post, in order.
+                "thread": [dict(zip(("url", "text", "created_at"), row)) for row in thread.get(tweet_id, [])],
+            }, default=str),
             "last_sync": synced_at,
         })
     return cards
+
+
+def _folders(conn) -> list[dict]:
+    """Every folder and its live bookmarks, for the whole folders table of the index."""
+    folders = conn.execute("SELECT folder_id, name FROM folders").fetchall()
+    members = conn.execute("""SELECT fb.folder_id, fb.tweet_id FROM folder_bookmarks fb
+                              JOIN bookmarks b USING (tweet_id) WHERE b.removed_at IS NULL""").fetchall()
+    return folder_rows(folders, members)
 
 
 def _grouped(conn, sql: str, tweet_ids: list[str]) -> dict[str, list[tuple]]:
@@ -98,10 +111,11 @@ def _grouped(conn, sql: str, tweet_ids: list[str]) -> dict[str, list[tuple]]:
 
 @dg.asset(
     partitions_def=sync_batches,
-    deps=["chunks", "translations"],
+    deps=["chunks", "translations", "bookmark_folders"],
     pool=DUCKDB_POOL,
     group_name="index",
-    description="LanceDB index of the batch's chunks: vectors and a full-text index, plus bookmark cards.",
+    description="LanceDB index of the batch's chunks: vectors and a full-text index, plus bookmark cards and "
+                "the bookmarks of each folder.",
 )
 def chunk_index(
     context: dg.AssetExecutionContext, duckdb: DuckDBResource, embedder: EmbedderResource, lance: ChunkIndexResource
@@ -114,6 +128,7 @@ def chunk_index(
         live, removed = partition_bookmarks(conn, batch)
         rows = _chunk_rows(conn, live, skip)
         cards = _bookmark_cards(conn, live, synced_at)
+        folders = _folders(conn)
     # No DuckDB connection is open from here on.
     deleted = lance.remove_bookmarks(removed)
     if skip:
@@ -122,6 +137,7 @@ def chunk_index(
     # (most of a sync's top page): see ChunkIndex.replace_chunks.
     written = lance.replace_chunks(live, rows, embedder)
     lance.upsert_bookmark_cards(cards)
+    folders_written = replace_folders(lance, folders)
     # With nothing deleted and every row indexed, optimize() has nothing to
     # do, and its compaction would rewrite the whole table.
     maintained = lance.maintain(skip_if_current=not (deleted or written["deleted"]))
@@ -134,6 +150,7 @@ def chunk_index(
         "unchanged_bookmarks": written["unchanged_bookmarks"],
         "optimize": maintained.get("optimize", "done"),
         "removed_bookmarks": len(removed),
+        "folders_written": folders_written,
         "index_chunks": counts.get("chunks", 0),
         "model": str(counts.get("model", "")),
     })

@@ -25,7 +25,7 @@ class SourceText:
     """One text behind a bookmark, before it is cut into chunks."""
 
     tweet_id: str
-    source: str  # post, quote, article, link, image, video, ...
+    source: str  # post, thread, quote, article, link, image, video, ...
     ref: str  # the URL the text came from
     text: str
     lang: str | None = None
@@ -41,6 +41,19 @@ def post_texts(conn, tweet_ids):
     ).fetchall()
     for tweet_id, url, text, lang in rows:
         yield SourceText(tweet_id, "post", url, text or "", lang)
+
+
+def thread_texts(conn, tweet_ids):
+    """The author's own replies under the post (asset `bookmarks`, table
+    thread_posts), one text per reply: the ref is the reply's address, so a
+    hit shows which reply matched. Replies of other people are never here."""
+    rows = conn.execute(
+        """SELECT tweet_id, url, text, lang FROM thread_posts
+           WHERE tweet_id IN (SELECT unnest(?)) AND text <> '' ORDER BY tweet_id, position""",
+        [tweet_ids],
+    ).fetchall()
+    for tweet_id, url, text, lang in rows:
+        yield SourceText(tweet_id, "thread", url, text, lang)
 
 
 def quote_texts(conn, tweet_ids):
@@ -113,6 +126,7 @@ def video_texts(conn, tweet_ids):
 
 CHUNK_SOURCES: dict[str, ChunkSource] = {
     "post": post_texts,
+    "thread": thread_texts,
     "quote": quote_texts,
     "article": article_texts,
     "link": document_texts,
@@ -151,10 +165,10 @@ def chunk_rows(texts: Iterable[SourceText], batch: str) -> list[dict]:
 
 @dg.asset(
     partitions_def=sync_batches,
-    deps=["bookmarks", "links", "media", "documents", "captions", "transcripts"],
+    deps=["bookmarks", "author_threads", "links", "media", "documents", "captions", "transcripts"],
     pool=DUCKDB_POOL,
     group_name="index",
-    description="Paragraph-aligned passages of each bookmark's texts: post, quote, article, and enrichments.",
+    description="Paragraph-aligned passages of each bookmark's texts: post, the author's thread, quote, article, and enrichments.",
 )
 def chunks(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
     duckdb = duckdb.get_client()

@@ -1,5 +1,6 @@
 """Normalize: raw X Bookmarks pages of one sync batch -> DuckDB tables
-`bookmarks`, `authors`, `media`, `links`.
+`bookmarks`, `authors`, `media`, `links`; the batch's folder answers ->
+`folders`, `folder_bookmarks`; its TweetDetail answers -> `thread_posts`.
 
 The raw pages are the truth; these tables are rebuilt from them at any time.
 One materialization of a partition (one sync batch):
@@ -15,6 +16,20 @@ One materialization of a partition (one sync batch):
 A page that is not JSON or not of the Bookmarks shape stays on disk as it
 came. It is recorded in `capture_problems` and named in the metadata, and
 the other pages of the batch still normalize.
+
+Folders and threads, with the reason for each rule:
+- A folder is keyed by X's id, so a rename keeps its bookmarks. The latest
+  folder list gives the names; a folder that it no longer names is gone,
+  with its bookmarks' folder rows.
+- A folder read to its end (manifest.folders_done) replaces the folder's
+  bookmarks; a read that was cut off only adds. Only a whole folder shows
+  which posts left it.
+- A post of a folder page that no bookmark row holds (an import of folder
+  pages alone) gets its row from the folder page. A post that the table
+  holds keeps its row: a folder page's sortIndex is not the bookmark time.
+- The author's thread is kept apart from the post's rows (thread_posts, and
+  media and links with from_thread): a later capture of the post replaces
+  the post's rows, never the thread that an earlier batch read once.
 """
 
 # No `from __future__ import annotations` here: Dagster 1.13 reads the
@@ -32,9 +47,11 @@ import pyarrow as pa
 from kb_assets.keys import X_RAW_PAGES
 from kb_assets.partitions import sync_batches
 from kb.urls import normalize_url
-from kb.x_graphql import PageShapeError, ParsedPage, load_page, parse_page
+from kb.x_graphql import (FOLDER_TIMELINE, PageShapeError, ParsedPage, ParsedThread, load_page, parse_folder_list,
+                          parse_page, parse_thread)
 from kb.duckdb_store import DUCKDB_POOL
-from kb.raw_store import CaptureManifest, RawStore
+from kb.raw_store import CaptureManifest, RawAnswer, RawStore
+from kb.settings import get_settings
 from kb_resources.stores import DuckDBResource, RawStoreResource
 
 NORMALIZED_TABLES = ("bookmarks", "authors", "media", "links")
@@ -69,10 +86,18 @@ class BatchRows:
     unresolved_cards: list[str] = field(default_factory=list)
     bad_pages: dict[str, str] = field(default_factory=dict)       # raw_file -> reason
     entry_problems: dict[str, list[str]] = field(default_factory=dict)  # raw_file -> reasons
+    folder_list: dict[str, dict] | None = None  # folder id -> folders row; None: no list in the batch
+    folder_members: dict[str, set[str]] = field(default_factory=dict)  # folder id -> tweet ids
+    folder_only: set[str] = field(default_factory=set)  # rows that only a folder page gave
+    threads: dict[str, ParsedThread] = field(default_factory=dict)  # bookmark id -> its thread
 
-    def add(self, page: ParsedPage) -> None:
+    def add(self, page: ParsedPage, *, folder_id: str | None = None) -> None:
         # X can repeat a post on the next page of one capture; its first row
-        # stays, with the media and links of that same page.
+        # stays, with the media and links of that same page. Folder pages
+        # come after the Bookmarks pages: a Bookmarks page's row wins.
+        if folder_id is not None:
+            self.folder_members.setdefault(folder_id, set()).update(page.seen_tweet_ids)
+            self.folder_only.update(row["tweet_id"] for row in page.bookmarks if row["tweet_id"] not in self.bookmarks)
         for row in page.bookmarks:
             self.bookmarks.setdefault(row["tweet_id"], row)
         kept = set(self.bookmarks)
@@ -126,24 +151,64 @@ def read_page_file(path: Path, *, batch: str, manifest: CaptureManifest | None) 
 def read_batch(raw_store: RawStore, batch: str, log=None) -> BatchRows:
     manifest = raw_store.manifest(batch)
     paths = raw_store.pages(batch)
-    if not paths and manifest is None:
+    answers = raw_store.answers(batch)
+    if not paths and not answers and manifest is None:
         raise dg.Failure(
             description=f"Batch {batch} has no raw pages and no capture.json in {raw_store.batch_dir(batch)}. "
                         "Materialize x_raw_pages for this batch first.")
-    rows = BatchRows(batch=batch, manifest=manifest, pages=len(paths))
+    rows = BatchRows(batch=batch, manifest=manifest, pages=len(paths) + len(answers))
     for path in paths:
-        try:
-            page = read_page_file(path, batch=batch, manifest=manifest)
-        except PageShapeError as exc:
-            name = raw_file_name(batch, path)
-            rows.bad_pages[name] = str(exc).removeprefix(f"{name}: ")
-            if log:
-                log.warning(f"Raw page kept but not normalized: {exc}")
-            continue
-        rows.add(page)
-        if log and page.unknown_entries:
-            log.warning(f"{page.raw_file}: skipped unknown entry kinds {dict(page.unknown_entries)}")
+        _read_into(rows, path, log, lambda: rows.add(read_page_file(path, batch=batch, manifest=manifest)))
+    max_posts = get_settings().kb_thread_max_posts
+    for answer in answers:  # after the Bookmarks pages: their rows win
+        _read_into(rows, answer.path, log, lambda: _add_answer(rows, answer, max_posts))
     return rows
+
+
+def _read_into(rows: BatchRows, path: Path, log, read) -> None:
+    """Run `read`; a file that it cannot read is named with the reason, and kept."""
+    try:
+        read()
+    except PageShapeError as exc:
+        name = raw_file_name(rows.batch, path)
+        rows.bad_pages[name] = str(exc).removeprefix(f"{name}: ")
+        if log:
+            log.warning(f"Raw page kept but not normalized: {exc}")
+
+
+def _add_answer(rows: BatchRows, answer: RawAnswer, max_posts: int) -> None:
+    """One folder list, folder page or thread answer of the batch."""
+    name = raw_file_name(rows.batch, answer.path)
+    if answer.kind == "unsorted":
+        raise PageShapeError(f"{name}: an imported answer that names no folder or post; kept as it came")
+    payload = load_page(answer.path.read_bytes(), name=name)
+    captured_at = capture_time(rows.manifest, answer.path)
+    if answer.kind == "folders":
+        folders, problems = parse_folder_list(payload, name=name)
+        listed = rows.folder_list if rows.folder_list is not None else {}
+        for folder in folders:
+            listed[folder["folder_id"]] = {**folder, "batch": rows.batch, "raw_file": name}
+        rows.folder_list = listed
+        if problems:
+            rows.entry_problems.setdefault(name, []).extend(problems)
+    elif answer.kind == "folder":
+        rows.add(parse_page(payload, raw_file=name, batch=rows.batch, captured_at=captured_at,
+                            operation=FOLDER_TIMELINE), folder_id=answer.key)
+    else:
+        thread = parse_thread(payload, tweet_id=answer.key, raw_file=name, batch=rows.batch,
+                              captured_at=captured_at, max_posts=max_posts)
+        rows.threads[answer.key] = thread  # a later answer of the same post wins
+        if thread.problems:
+            rows.entry_problems.setdefault(name, []).extend(thread.problems)
+
+
+def folders_read_whole(rows: BatchRows) -> set[str]:
+    """The folders whose pages in this batch reach the folder's end. An
+    import is what the owner gave: whole."""
+    manifest = rows.manifest
+    if manifest is None or manifest.mode == "files":
+        return set(rows.folder_members)
+    return set(manifest.folders_done) & set(rows.folder_members)
 
 
 # ---------------------------------------------------------------------------
@@ -181,12 +246,13 @@ def removal_sweep_allowed(rows: BatchRows) -> tuple[bool, str]:
     return True, "run"
 
 
-def _insert(conn: duckdb.DuckDBPyConnection, table: str, rows: list[dict], *, replace: bool = False) -> None:
+def _insert(conn: duckdb.DuckDBPyConnection, table: str, rows: list[dict], *, replace: bool = False,
+            ignore: bool = False) -> None:
     if not rows:
         return
     conn.register("incoming_rows", pa.Table.from_pylist(rows))
     try:
-        verb = "INSERT OR REPLACE" if replace else "INSERT"
+        verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE" if ignore else "INSERT"
         conn.execute(f"{verb} INTO {table} BY NAME SELECT * FROM incoming_rows")
     finally:
         conn.unregister("incoming_rows")
@@ -195,6 +261,7 @@ def _insert(conn: duckdb.DuckDBPyConnection, table: str, rows: list[dict], *, re
 def write_batch(conn: duckdb.DuckDBPyConnection, rows: BatchRows, *, now: datetime) -> WriteStats:
     """Replace the rows of one batch. The caller holds the transaction."""
     batch = rows.batch
+    _keep_known_rows(conn, rows)
     tweet_ids = sorted(rows.bookmarks)
     seen = sorted(rows.seen_tweet_ids)
 
@@ -210,13 +277,19 @@ def write_batch(conn: duckdb.DuckDBPyConnection, rows: BatchRows, *, now: dateti
 
     # Rows of this batch (a re-run) and rows of the same posts from other
     # batches (the later materialization wins) go; then the new rows come.
-    for table in ("media", "links", "bookmarks"):
-        conn.execute(f"DELETE FROM {table} WHERE batch = ? OR list_contains(?, tweet_id)", [batch, tweet_ids])
+    # A thread's rows stay: only a thread answer replaces them (_write_threads).
+    conn.execute("DELETE FROM bookmarks WHERE batch = ? OR list_contains(?, tweet_id)", [batch, tweet_ids])
+    for table in ("media", "links"):
+        conn.execute(f"""DELETE FROM {table} WHERE batch = ?
+                         OR (list_contains(?, tweet_id) AND NOT coalesce(from_thread, false))""", [batch, tweet_ids])
     bookmarks = sorted(rows.bookmarks.values(), key=lambda r: sort_key(r["sort_index"]), reverse=True)
     _insert(conn, "bookmarks", bookmarks)
-    _insert(conn, "media", list(rows.media.values()))
-    _insert(conn, "links", list(rows.links.values()))
+    # The post's own media and links win over a thread row with the same key.
+    _insert(conn, "media", list(rows.media.values()), replace=True)
+    _insert(conn, "links", list(rows.links.values()), replace=True)
     _insert(conn, "authors", list(rows.authors.values()), replace=True)
+    _write_threads(conn, rows)
+    _write_folders(conn, rows)
 
     conn.execute("DELETE FROM capture_problems WHERE batch = ? AND starts_with(raw_file, ?)", [batch, f"{batch}/"])
     _insert(conn, "capture_problems", rows.problem_rows())
@@ -235,6 +308,66 @@ def write_batch(conn: duckdb.DuckDBPyConnection, rows: BatchRows, *, now: dateti
     for table in NORMALIZED_TABLES:
         stats.table_rows[table] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     return stats
+
+
+def _keep_known_rows(conn: duckdb.DuckDBPyConnection, rows: BatchRows) -> None:
+    """Drop the rows that only a folder page gave for posts that the table
+    holds already: their own rows stay (a folder's sortIndex is no bookmark time)."""
+    if not rows.folder_only:
+        return
+    known = {r[0] for r in conn.execute("SELECT tweet_id FROM bookmarks WHERE list_contains(?, tweet_id)",
+                                        [sorted(rows.folder_only)]).fetchall()}
+    for tweet_id in known:
+        del rows.bookmarks[tweet_id]
+    rows.media = {key: row for key, row in rows.media.items() if row["tweet_id"] not in known}
+    rows.links = {key: row for key, row in rows.links.items() if row["tweet_id"] not in known}
+    rows.folder_only -= known
+
+
+def _write_threads(conn: duckdb.DuckDBPyConnection, rows: BatchRows) -> None:
+    """The author's thread of each bookmark whose TweetDetail the batch holds
+    replaces that bookmark's thread rows. A thread of a post that is not a
+    bookmark is named, and left out."""
+    conn.execute("DELETE FROM thread_posts WHERE batch = ?", [rows.batch])
+    if not rows.threads:
+        return
+    ids = sorted(rows.threads)
+    known = {r[0] for r in conn.execute("SELECT tweet_id FROM bookmarks WHERE list_contains(?, tweet_id)",
+                                        [ids]).fetchall()}
+    for tweet_id in sorted(set(ids) - known):
+        thread = rows.threads.pop(tweet_id)
+        rows.entry_problems.setdefault(thread.raw_file, []).append(
+            f"post {tweet_id} is not a bookmark: its thread is kept as it came and not used")
+    ids = sorted(rows.threads)
+    conn.execute("DELETE FROM thread_posts WHERE list_contains(?, tweet_id)", [ids])
+    for table in ("media", "links"):
+        conn.execute(f"DELETE FROM {table} WHERE coalesce(from_thread, false) AND list_contains(?, tweet_id)", [ids])
+    threads = rows.threads.values()
+    _insert(conn, "thread_posts", [post for thread in threads for post in thread.posts])
+    # A photo or link that the post itself has stays the post's.
+    _insert(conn, "media", [row for thread in threads for row in thread.media], ignore=True)
+    _insert(conn, "links", [row for thread in threads for row in thread.links], ignore=True)
+    _insert(conn, "authors", [row for thread in threads for row in thread.authors], replace=True)
+
+
+def _write_folders(conn: duckdb.DuckDBPyConnection, rows: BatchRows) -> None:
+    """The folder list and the folders' bookmarks that the batch holds (the
+    module text gives the rules)."""
+    if rows.folder_list is not None:
+        listed = sorted(rows.folder_list)
+        conn.execute("DELETE FROM folder_bookmarks WHERE NOT list_contains(?, folder_id)", [listed])
+        conn.execute("DELETE FROM folders WHERE NOT list_contains(?, folder_id)", [listed])
+        _insert(conn, "folders", list(rows.folder_list.values()), replace=True)
+    whole = folders_read_whole(rows)
+    for folder_id, members in sorted(rows.folder_members.items()):
+        if rows.folder_list is not None and folder_id not in rows.folder_list:
+            continue  # the list of the same batch no longer names it
+        conn.execute("INSERT OR IGNORE INTO folders VALUES (?, NULL, ?, ?)",
+                     [folder_id, rows.batch, f"{rows.batch}/folder-{folder_id}"])
+        if folder_id in whole:
+            conn.execute("DELETE FROM folder_bookmarks WHERE folder_id = ?", [folder_id])
+        _insert(conn, "folder_bookmarks", [{"folder_id": folder_id, "tweet_id": tweet_id, "batch": rows.batch}
+                                           for tweet_id in sorted(members)], ignore=True)
 
 
 # ---------------------------------------------------------------------------
@@ -284,6 +417,18 @@ def batch_metadata(rows: BatchRows, stats: WriteStats) -> dict[str, dict]:
             "rows_in_table": stats.table_rows["bookmarks"],
         },
         "authors": {**common, "authors_in_batch": len(rows.authors), "rows_in_table": stats.table_rows["authors"]},
+        "bookmark_folders": {
+            **common,
+            "folders_listed": len(rows.folder_list or {}),
+            "folder_pages_read": sorted(rows.folder_members),
+            "folder_bookmarks": sum(len(members) for members in rows.folder_members.values()),
+            "folders_read_whole": len(folders_read_whole(rows)),
+        },
+        "author_threads": {
+            **common,
+            "threads": len(rows.threads),
+            "thread_posts": sum(len(thread.posts) for thread in rows.threads.values()),
+        },
         "media": {
             **common,
             "photos": sum(1 for m in media if m["kind"] == "photo"),
@@ -333,6 +478,12 @@ CHECK_SPECS = [
         dg.AssetSpec("links", deps=[X_RAW_PAGES], group_name="x", kinds={"duckdb"},
                      description="Links, cards and X Articles of bookmarks, t.co expanded, keyed by "
                                  "normalize_url(). A card's target comes only from the post's url entities."),
+        dg.AssetSpec("bookmark_folders", deps=[X_RAW_PAGES], group_name="x", kinds={"duckdb"},
+                     description="Bookmark folders (tables folders, folder_bookmarks), keyed by X's id: a rename "
+                                 "keeps the folder's bookmarks. A folder read to its end replaces its bookmarks."),
+        dg.AssetSpec("author_threads", deps=[X_RAW_PAGES], group_name="x", kinds={"duckdb"},
+                     description="The author's own chain of replies under a bookmarked post (table thread_posts), "
+                                 "from its TweetDetail answer. Replies of other people are never stored."),
     ],
     partitions_def=sync_batches,
     pool=DUCKDB_POOL,

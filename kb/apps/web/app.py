@@ -3,12 +3,16 @@
 
 One page of plain HTML, CSS and JavaScript (static/), and JSON endpoints:
 
-    GET /api/search?q=&author=&source=&after=&before=&mode=&limit=
+    GET /api/search?q=&author=&folder=&source=&after=&before=&mode=&limit=
+    GET /api/folders
     GET /api/bookmark/<tweet_id>
     GET /api/document?id=<tweet id or URL>&offset=<word offset>
     GET /api/wiki/search?q=&limit=
     GET /api/wiki/page?path=<wiki path>
     GET /api/status
+
+The page keeps the search and its filters in the address (/?q=...&author=...)
+and runs it on load, so a search can be bookmarked, shared and reloaded.
 
 The app reads only the LanceDB index and the wiki files, like the MCP
 server: it never opens DuckDB, so it answers while a sync writes.
@@ -42,6 +46,7 @@ from kb.apps.web.reader import WikiReader, highlight_spans, page_path, query_ter
 from kb.apps.web.status_panel import collect_web_status
 from kb.apps.web.wiki_html import render_page
 from kb.wiki_files import WIKI_SOURCE
+from kb.bookmark_folders import folders, folders_of
 from kb.embedder import EmbedderError
 from kb.lance_index import ChunkIndex, IndexModelMismatch, empty_index_note
 from kb.settings import Settings, get_settings
@@ -135,7 +140,7 @@ def api_search(request: Request) -> KbJSON:
     try:
         response = search(query, limit=_param(request, "limit") or DEFAULT_LIMIT, author=_param(request, "author"),
                           source=sources, after=_param(request, "after"), before=_param(request, "before"),
-                          mode=mode, index=index)
+                          folder=_param(request, "folder"), mode=mode, index=index)
     except ValueError as exc:
         return _error(400, str(exc))
     except (EmbedderError, IndexModelMismatch) as exc:
@@ -146,12 +151,21 @@ def api_search(request: Request) -> KbJSON:
     return KbJSON(payload)
 
 
+def api_folders(request: Request) -> KbJSON:
+    """The bookmark folders by their current names, with their bookmark counts."""
+    index = _index(request)
+    found = folders(index) if index is not None else []
+    return KbJSON({"folders": [{"folder_id": f.folder_id, "name": f.name, "bookmarks": len(f.tweet_ids)}
+                               for f in found]})
+
+
 def api_bookmark(request: Request) -> KbJSON:
     index = _index(request)
     tweet_id = request.path_params["tweet_id"]
     card = index.bookmark(tweet_id) if index is not None else None
     if card is None:
         return _error(404, f"tweet_id={tweet_id!r} is not in the index: no bookmark has this id")
+    card["folders"] = folders_of(index, tweet_id)
     card["media"] = media_with_captions(index, tweet_id, card.get("media") or [])
     card["documents"] = bookmark_documents(index.outline(tweet_id))
     return KbJSON(card)
@@ -245,6 +259,7 @@ def create_app(settings: Settings | None = None, *, allowed_hosts: list[str] | N
     routes = [
         Route("/", index_page),
         Route("/api/search", api_search),
+        Route("/api/folders", api_folders),
         Route("/api/bookmark/{tweet_id}", api_bookmark),
         Route("/api/document", api_document),
         Route("/api/wiki/search", api_wiki_search),

@@ -90,13 +90,33 @@ let timer = null;
 let inFlight = null;
 let searchSeq = 0;
 
+// The search and its filters, as the address keeps them (?q=...&author=...).
+const SEARCH_FIELDS = ["q", "author", "folder", "source", "after", "before", "mode"];
+
 function filters() {
   const values = {};
-  for (const name of ["q", "author", "source", "after", "before", "mode"]) {
+  for (const name of SEARCH_FIELDS) {
     const value = $(name).value.trim();
     if (value) values[name] = value;
   }
   return values;
+}
+
+// The address keeps the search, so that a search can be bookmarked, shared
+// and reloaded. replaceState: typing makes no new history entry per letter.
+// The fragment (#bookmark=...) names the open view and stays as it is.
+function keepInAddress(values) {
+  const query = new URLSearchParams(values).toString();
+  history.replaceState(null, "", `${location.pathname}${query ? `?${query}` : ""}${location.hash}`);
+}
+
+// The search in the address, into the form. True when it holds a query.
+function searchFromAddress() {
+  const params = new URLSearchParams(location.search);
+  for (const name of SEARCH_FIELDS) {
+    if (params.has(name)) $(name).value = params.get(name);
+  }
+  return Boolean(params.get("q"));
 }
 
 function scheduleSearch() {
@@ -107,6 +127,7 @@ function scheduleSearch() {
 async function runSearch() {
   clearTimeout(timer);
   const values = filters();
+  keepInAddress(values);
   const seq = ++searchSeq;
   if (inFlight) inFlight.abort();
   inFlight = new AbortController();
@@ -121,7 +142,7 @@ async function runSearch() {
   // Wiki pages have no author, date or source kind: with such a filter only
   // bookmarks can match; with source "wiki" only the wiki.
   const wikiOnly = values.source === "wiki";
-  const bookmarkOnly = !wikiOnly && (values.author || values.source || values.after || values.before);
+  const bookmarkOnly = !wikiOnly && (values.author || values.folder || values.source || values.after || values.before);
   $("search-info").textContent = "Searching…";
   const bookmarkParams = new URLSearchParams(values);
   const [bookmarks, wiki] = await Promise.allSettled([
@@ -214,6 +235,15 @@ async function showBookmark(tweetId) {
       " · ", el("time", { datetime: card.created_at || "", text: day(card.created_at) }),
       " · ", externalLink(card.url, "open on X")),
     el("p", { class: "post-text", text: card.text }));
+  if ((card.thread || []).length) {
+    article.append(el("h3", { text: "The author's thread" }),
+      el("ol", { class: "thread" }, card.thread.map((post) =>
+        el("li", {}, el("p", { class: "post-text", text: post.text }), externalLink(post.url, "open on X")))));
+  }
+  if ((card.folders || []).length) {
+    article.append(el("p", { class: "folders" }, "Folders: ",
+      card.folders.map((name) => el("span", { class: "badge", text: name }))));
+  }
   if (card.quoted) {
     article.append(el("blockquote", { class: "quoted" },
       el("div", { class: "author", text: `@${card.quoted.author || "unknown"} ${card.quoted.author_name || ""}` }),
@@ -405,14 +435,22 @@ function route() {
   return showWelcome();
 }
 
+async function loadFolders() {
+  const data = await getJSON("/api/folders");
+  $("folder-names").replaceChildren(...data.folders.map((folder) =>
+    el("option", { value: folder.name, text: `${folder.name} (${plural(folder.bookmarks, "bookmark")})` })));
+}
+
 function start() {
   $("search-form").addEventListener("submit", (event) => { event.preventDefault(); runSearch(); });
   $("q").addEventListener("input", scheduleSearch);
-  for (const name of ["author"]) $(name).addEventListener("input", scheduleSearch);
+  for (const name of ["author", "folder"]) $(name).addEventListener("input", scheduleSearch);
   for (const name of ["source", "after", "before", "mode"]) $(name).addEventListener("change", runSearch);
   window.addEventListener("hashchange", route);
   route();
+  if (searchFromAddress()) runSearch();
   getJSON("/api/status").then(updateHeader).catch(() => {});
+  loadFolders().catch(() => {});
 }
 
 start();

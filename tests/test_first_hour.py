@@ -1,0 +1,104 @@
+"""A new user's first hour: every command that the demo and the README
+print works when it is typed as printed, in the folder where the user
+stands, with the venv not on PATH (as after README command 1).
+
+The lines go through bash, as a user types them. A command that starts a
+server (`kb web`, `kb up`) runs with --help appended: the shell finds the
+program and the variables before it parse, and no port is taken. The slow
+test in tests/test_demo.py runs the searches and `kb status` in full."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kb.apps.demo import next_commands
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+
+
+def shell_env() -> dict[str, str]:
+    """The environment of a new shell: the venv is not on PATH."""
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep)
+            if p and Path(p).resolve() != VENV_BIN.resolve()] or ["/usr/bin", "/bin"]
+    return {**os.environ, "PATH": os.pathsep.join(path)}
+
+
+def typed(line: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", line], cwd=cwd, env=shell_env(), capture_output=True, text=True,
+                          timeout=120)
+
+
+def demo_command_lines(text: str) -> list[str]:
+    """The command lines of the demo's last block (indented, after the first line)."""
+    return [line.strip() for line in text.splitlines()[1:] if line.startswith("  ")]
+
+
+def test_the_commands_that_the_demo_prints_work_as_typed(tmp_path, monkeypatch):
+    cwd = tmp_path / "where-the-user-stands"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    text = next_commands(cwd / "kb-demo", "vector database")
+    lines = demo_command_lines(text)
+    assert lines and all(line.startswith("KB_HOME=kb-demo ") for line in lines), text
+    for line in lines:
+        result = typed(line + " --help", cwd)
+        assert result.returncode == 0 and "Usage:" in result.stdout, (line, result.stderr[-500:])
+    # The way to type `kb` alone, as the demo tells it, works too.
+    [tip] = [line for line in text.splitlines() if "put the venv on PATH" in line]
+    export = tip.split(": ", 1)[1]
+    result = typed(f"{export} && kb --help", cwd)
+    assert result.returncode == 0 and "Usage:" in result.stdout, (export, result.stderr[-500:])
+
+
+def test_the_bare_name_is_printed_only_when_the_shell_finds_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
+    text = next_commands(tmp_path / "kb-demo", "vector database")
+    assert all(" kb " in line for line in demo_command_lines(text)), text
+    assert "put the venv on PATH" not in text
+
+
+def readme_command_lines() -> list[str]:
+    """The lines of the README that a user types: each line of a ```sh block,
+    and each inline `...` that starts with KB_HOME= or .venv/bin/."""
+    text = (REPO / "README.md").read_text()
+    lines = [line.strip() for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+             for line in block.splitlines() if line.strip()]
+    # "`.venv/bin/kb ...`" is a pattern in a sentence, not a line to type.
+    lines += [line for line in re.findall(r"`((?:KB_HOME=|\.venv/bin/)[^`]+)`", text) if "..." not in line]
+    return lines
+
+
+# What a test cannot run, and why. Every other line of the README runs.
+NOT_RUN_HERE = {
+    "python3 -m venv": "installs kb: the test runs in that venv",
+    "bash .ci/run": "runs the whole suite",
+    "cp deploy/kb-up.service": "installs a systemd unit of the owner",
+    "claude mcp add": "needs Claude Code; the path that it registers is checked below",
+}
+
+
+@pytest.mark.skipif(not (REPO / ".venv" / "bin" / "kb").exists(), reason="the README's venv is .venv in the clone")
+def test_the_commands_that_the_readme_prints_work_as_typed():
+    lines = readme_command_lines()
+    assert any("KB_HOME=kb-demo" in line for line in lines)
+    ran = 0
+    for line in lines:
+        if any(line.startswith(start) for start in NOT_RUN_HERE):
+            for path in re.findall(r'"\$PWD/([^"]+)"', line):
+                assert (REPO / path).exists(), (line, path)
+            continue
+        if line.startswith("export PATH="):
+            result = typed(f"{line} && kb --help", REPO)
+        else:
+            # Servers and stores: the program is found and the line parses.
+            result = typed(line + " --help", REPO)
+        assert result.returncode == 0 and "usage:" in result.stdout.lower(), (line, result.stderr[-500:])
+        ran += 1
+    assert ran >= 3
