@@ -12,7 +12,7 @@ do after a crash (re-execution from failure). Before the new batch, a sync:
 1. asks the run launcher about every started run (kb_assets/run_launcher.py):
    the runs of dead workers are marked failed and their pool slots freed, as
    the daemon's run monitoring does. Without this, the next run that needs
-   the pool `duckdb` waits for ever.
+   the pool `wiki` waits for ever, and a dead sync stays STARTED.
 2. re-executes from failure the last run of each earlier batch that did not
    finish, oldest batch first. The order matters: normalize lets the later
    batch win for a post that two batches hold. Every stage replaces its

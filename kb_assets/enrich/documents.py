@@ -70,7 +70,7 @@ from kb.atomic_files import write_atomic
 from kb.browser import Browser, XLoginMissing, navigation_refusal, watch_navigation
 from kb.fetch_guard import FetchGuard, FetchRefused
 from kb.x_graphql import articles_in
-from kb.duckdb_store import DUCKDB_POOL, insert_rows
+from kb.duckdb_store import insert_rows
 from kb.settings import Settings, excluded_sources, get_settings
 from kb_resources.services import BrowserResource
 from kb_resources.stores import DuckDBResource
@@ -693,7 +693,6 @@ DOCUMENTS_COVERAGE = dg.AssetCheckSpec(
 @dg.asset(
     partitions_def=sync_batches,
     deps=["links", "bookmarks"],
-    pool=DUCKDB_POOL,
     group_name="enrich",
     kinds={"duckdb", "playwright"},
     description="The main content behind each link and X Article of the bookmarks, "

@@ -4,8 +4,8 @@ Each of them reads the items that wait, closes DuckDB, lets a model work,
 and writes the results in groups. The rules behind that:
 - A failed item is tried again only on request (`retry`): a failure that
   comes back on every run would hide the items that wait.
-- No connection is open while the model works (the pool `duckdb` is
-  short). Each group of results goes in its own short transaction, so an
+- No connection is open while the model works: a connection holds the
+  writer lock of the file (kb/writer_lock.py), and other runs wait for it. Each group of results goes in its own short transaction, so an
   interrupted run keeps what it wrote and the next run goes on from there.
 """
 
@@ -114,7 +114,7 @@ def with_checks(result: dg.MaterializeResult, *checks: dg.AssetCheckResult) -> d
 
     The checks of a stage run in the stage's own step, not in a step of
     their own: each step cost a sync Dagster events, a DuckDB connection and
-    the wait for the pool (benchmarks/index_and_retrieval.md, "Sync cost")."""
+    the wait for the writer lock (benchmarks/index_and_retrieval.md, "Sync cost")."""
     return result._replace(check_results=[*(result.check_results or []), *checks])
 
 

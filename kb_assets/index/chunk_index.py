@@ -15,7 +15,6 @@ from kb.bookmark_folders import folder_rows, replace_folders
 from kb.queries import partition_bookmarks
 from kb_assets.run_choices import excluded_in_run
 from kb_assets.partitions import sync_batches
-from kb.duckdb_store import DUCKDB_POOL
 from kb.settings import get_settings
 from kb_resources.services import EmbedderResource
 from kb_resources.stores import ChunkIndexResource, DuckDBResource
@@ -112,7 +111,6 @@ def _grouped(conn, sql: str, tweet_ids: list[str]) -> dict[str, list[tuple]]:
 @dg.asset(
     partitions_def=sync_batches,
     deps=["chunks", "translations", "bookmark_folders"],
-    pool=DUCKDB_POOL,
     group_name="index",
     description="LanceDB index of the batch's chunks: vectors and a full-text index, plus bookmark cards and "
                 "the bookmarks of each folder.",
