@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from kb.apps.run_report import failed_items, unreadable_pages
+from kb.apps.run_report import failed_items, index_failures, unreadable_pages
 from kb_assets.instance_config import ensure_dagster_home
 from kb_assets.keys import SOURCE_PASSAGES
 from kb_assets.partitions import new_batch_key, sync_batches
@@ -425,6 +425,7 @@ def run_sync(
     report.problems += unreadable_pages(report, "x_raw_pages")
     # A dead link is a fault of the web, not of the sync: named, not failed.
     report.notes += [f"Could not fetch {line}" for line in failed_items(report, "documents")]
+    report.problems += index_failures(report)
     return report
 
 
@@ -480,6 +481,7 @@ def rebuild_index(*, rebuild: bool = True, exclude: list[str] | None = None,
         run = create_run(instance, location, "wiki_index_job", run_config=QUIET_LOGS, tags=this_process_tags())
         report.run_ids.append(run.run_id)
         report.stages += execute_in_this_process(instance, run, on_stage)
+    report.problems += index_failures(report)
     return report
 
 

@@ -55,7 +55,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from kb_assets.enrich.enrichment import failure_line, failure_list, service_stopped, with_checks
+from kb_assets.enrich.enrichment import failure_line, failure_list, goes_on_after_failure, service_stopped, with_checks
 from kb_assets.run_choices import EXCLUDE_TAG
 from kb.extract import (
     Extracted,
@@ -795,4 +795,5 @@ DOCUMENTS_COVERAGE = dg.AssetCheckSpec(
 def documents(
     context: dg.AssetExecutionContext, config: DocumentsConfig, duckdb: DuckDBResource, browser: BrowserResource
 ) -> dg.MaterializeResult:
-    return with_checks(fetch_documents(context, config, duckdb, browser), documents_coverage(duckdb))
+    return with_checks(goes_on_after_failure(context, "kb extract", fetch_documents, context, config, duckdb, browser),
+                       documents_coverage(duckdb))

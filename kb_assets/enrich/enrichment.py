@@ -10,6 +10,7 @@ and writes the results in groups. The rules behind that:
 """
 
 from collections import Counter
+from collections.abc import Callable
 
 import dagster as dg
 import duckdb
@@ -100,6 +101,22 @@ def service_stopped(context, description: str, metadata: dict) -> dg.Materialize
     results before the stop are stored; the other items wait for the next run."""
     context.log.warning(description)
     return dg.MaterializeResult(metadata={**metadata, STOPPED: description})
+
+
+def goes_on_after_failure(context, command: str, stage: Callable[..., dg.MaterializeResult],
+                          *args) -> dg.MaterializeResult:
+    """stage(*args); when it raises, a stopped result that names the error
+    (see service_stopped). Why: a failed step stops every later step of its
+    run, so one enrichment kind that fails (a bug, an answer of a strange
+    shape) kept the whole batch out of the index. Each result was written
+    as it came; `command` does the rest."""
+    try:
+        return stage(*args)
+    except Exception as exc:
+        context.log.exception(f"{context.op_execution_context.op.name} failed")
+        error = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        return service_stopped(context, f"The stage failed: {error}. The results before the error are stored; "
+                               f"`{command}` tries the rest again.", {"error": error})
 
 
 def backend_stopped(context, backend: str, error: Exception, stored: int, items: str,

@@ -32,7 +32,7 @@ import duckdb
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
 from kb_assets.enrich.enrichment import (ResultWriter, backend_stopped, coverage_check, failure_reasons, waiting_rows,
-                                        with_checks)
+                                        goes_on_after_failure, with_checks)
 from kb_assets.partitions import sync_batches
 from kb.settings import get_settings
 from kb.vision import CaptionBackendError, CaptionResult
@@ -185,4 +185,5 @@ CAPTIONS_COVERAGE = dg.AssetCheckSpec(
 def captions(
     context: dg.AssetExecutionContext, config: CaptionsConfig, duckdb: DuckDBResource, captioner: CaptionerResource
 ) -> dg.MaterializeResult:
-    return with_checks(caption_photos(context, config, duckdb, captioner), captions_coverage(duckdb))
+    return with_checks(goes_on_after_failure(context, "kb caption", caption_photos, context, config, duckdb, captioner),
+                       captions_coverage(duckdb))

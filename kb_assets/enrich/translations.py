@@ -30,7 +30,8 @@ import duckdb
 from kb.queries import partition_bookmarks
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
-from kb_assets.enrich.enrichment import ResultWriter, coverage_check, failure_list, service_stopped, with_checks
+from kb_assets.enrich.enrichment import (ResultWriter, coverage_check, failure_list, goes_on_after_failure,
+                                         service_stopped, with_checks)
 from kb_assets.partitions import sync_batches
 from kb.settings import get_settings
 from kb.translator import TranslateError
@@ -188,4 +189,5 @@ TRANSLATIONS_COVERAGE = dg.AssetCheckSpec(
 def translations(
     context: dg.AssetExecutionContext, config: TranslationsConfig, duckdb: DuckDBResource, translator: TranslatorResource
 ) -> dg.MaterializeResult:
-    return with_checks(translate_chunks(context, config, duckdb, translator), translations_coverage(duckdb))
+    return with_checks(goes_on_after_failure(context, "kb translate", translate_chunks, context, config, duckdb, translator),
+                       translations_coverage(duckdb))

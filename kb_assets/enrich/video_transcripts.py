@@ -33,7 +33,7 @@ from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
 from kb_assets.enrich.enrichment import (
     ResultWriter, backend_stopped, coverage_check, failure_line, failure_list, failure_reasons, waiting_rows,
-    with_checks)
+    goes_on_after_failure, with_checks)
 from kb_assets.partitions import sync_batches
 from kb.transcriber import TranscribeBackendError, TranscriptResult
 from kb_resources.services import TranscriberResource
@@ -201,4 +201,5 @@ TRANSCRIPTS_COVERAGE = dg.AssetCheckSpec(
 def transcripts(
     context: dg.AssetExecutionContext, config: TranscriptsConfig, duckdb: DuckDBResource, transcriber: TranscriberResource
 ) -> dg.MaterializeResult:
-    return with_checks(transcribe_videos(context, config, duckdb, transcriber), transcripts_coverage(duckdb))
+    return with_checks(goes_on_after_failure(context, "kb transcribe", transcribe_videos, context, config, duckdb,
+                                             transcriber), transcripts_coverage(duckdb))
