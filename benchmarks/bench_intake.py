@@ -15,8 +15,10 @@ The steps, in a new temporary KB_HOME:
 3. During an import: `kb import` of `--bookmarks` long posts (300 to 700
    words each, in the shape of benchmarks/make_sample_data.py) starts in
    its own process, in the same KB_HOME. `--delay` seconds later, and then
-   again after each hit, a new note goes into the inbox, while the import
-   runs. The import's own wall time is measured too.
+   again after each hit, a new note goes into the inbox, until the import
+   ends (or `--during` notes). So the notes meet every stage of the
+   import: the capture, normalize, chunks and the long embedding of
+   chunk_index. The import's own wall time is measured too.
 
 The gate is a loopback OpenAI-compatible endpoint (tests/fake_openai_chat.py)
 that accepts each note at once: the gate's model time is not what this
@@ -179,7 +181,7 @@ def main() -> int:
     parser.add_argument("--bookmarks", type=int, default=1500)
     parser.add_argument("--backend", default="local", choices=["local", "hash"])
     parser.add_argument("--alone", type=int, default=2, help="notes before the import")
-    parser.add_argument("--during", type=int, default=3, help="most notes during the import")
+    parser.add_argument("--during", type=int, default=0, help="most notes during the import; 0: until it ends")
     parser.add_argument("--delay", type=float, default=20.0, help="seconds from the import's start to the first note")
     parser.add_argument("--limit", type=float, default=900.0, help="longest wait for one hit, in seconds")
     parser.add_argument("--out", type=Path, help="write the figures here as JSON")
@@ -201,6 +203,7 @@ def main() -> int:
         up_log = open(root / "kb-up.log", "w")
         up = subprocess.Popen([sys.executable, "-m", "kb.apps.cli", "up", "--no-bot", "--no-web",
                                "--dagster-port", str(port)], env=env, stdout=up_log, stderr=subprocess.STDOUT)
+        importer = None
         try:
             started = time.monotonic()
             while not location_loaded(port):
@@ -221,7 +224,7 @@ def main() -> int:
                                          *map(str, pages)], env=env, stdout=import_log, stderr=subprocess.STDOUT)
             time.sleep(args.delay)
             result["during"] = []
-            while importer.poll() is None and len(result["during"]) < args.during:
+            while importer.poll() is None and (not args.during or len(result["during"]) < args.during):
                 note += 1
                 hit = seconds_to_hit(home, note, args.limit)
                 hit["import_still_ran"] = importer.poll() is None
@@ -229,10 +232,13 @@ def main() -> int:
                 result["during"].append(hit)
                 print("during", hit, flush=True)
             importer.wait()
+            importer = None
             result["import_s"] = round(time.monotonic() - import_started, 1)
             result["import_exit"] = importer.returncode
             result["load_at_end"] = load()
         finally:
+            if importer is not None and importer.poll() is None:
+                importer.kill()
             stop_tree(up)
     print(json.dumps(result, indent=2))
     if args.out:
