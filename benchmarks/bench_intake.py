@@ -24,8 +24,18 @@ The gate is a loopback OpenAI-compatible endpoint (tests/fake_openai_chat.py)
 that accepts each note at once: the gate's model time is not what this
 measures. Links are not fetched (KB_EXCLUDE=link): no network.
 
-Give PYTHONPATH to measure another checkout: `kb up` and `kb import` then
-run its code (for example PYTHONPATH=/work/main for "before").
+`--python` runs `kb up` and `kb import` with another interpreter, to
+measure another checkout. PYTHONPATH is not enough: the editable install of
+kb puts a finder before sys.path. For "before", a venv with no packages of
+its own and one .pth file that names the other checkout first and then
+this venv's site-packages (that directory's .pth files then do not run):
+
+    git -C /work/main archive main | tar -x -C /tmp/main-copy
+    python3 -m venv --without-pip /tmp/venv-main
+    printf '/tmp/main-copy\n%s\n' $PWD/.venv/lib/python3.11/site-packages \
+        > /tmp/venv-main/lib/python3.11/site-packages/zz_main.pth
+    cp .venv/bin/dagster .venv/bin/dagster-daemon .venv/bin/dagster-webserver /tmp/venv-main/bin/
+    .venv/bin/python benchmarks/bench_intake.py --python /tmp/venv-main/bin/python
 """
 
 from __future__ import annotations
@@ -185,6 +195,7 @@ def main() -> int:
     parser.add_argument("--delay", type=float, default=20.0, help="seconds from the import's start to the first note")
     parser.add_argument("--limit", type=float, default=900.0, help="longest wait for one hit, in seconds")
     parser.add_argument("--out", type=Path, help="write the figures here as JSON")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter of kb up and kb import")
     args = parser.parse_args()
 
     from tests.fake_openai_chat import FakeOpenAIChat, chat
@@ -194,14 +205,14 @@ def main() -> int:
     home.mkdir()
     pages = write_pages(root / "pages", args.bookmarks)
     result: dict = {"bookmarks": args.bookmarks, "backend": args.backend, "pages": len(pages),
-                    "code": os.environ.get("PYTHONPATH", "this checkout"), "load_at_start": load()}
+                    "python": args.python, "load_at_start": load()}
     with FakeOpenAIChat(chat('{"score": 80, "topics": ["birds"], "reason": "field notes"}')) as gate:
         env = environment(home, args.backend, gate.base_url)
         os.environ.update({k: env[k] for k in ("KB_HOME", "KB_EMBED_BACKEND", "KB_ENV_FILE", "KB_X_STATE",
                                                 "KB_CONFIG_FILE", "HF_HUB_OFFLINE")})
         port = free_port()
         up_log = open(root / "kb-up.log", "w")
-        up = subprocess.Popen([sys.executable, "-m", "kb.apps.cli", "up", "--no-bot", "--no-web",
+        up = subprocess.Popen([args.python, "-m", "kb.apps.cli", "up", "--no-bot", "--no-web",
                                "--dagster-port", str(port)], env=env, stdout=up_log, stderr=subprocess.STDOUT)
         importer = None
         try:
@@ -220,7 +231,7 @@ def main() -> int:
 
             import_log = open(root / "kb-import.log", "w")
             import_started = time.monotonic()
-            importer = subprocess.Popen([sys.executable, "-m", "kb.apps.cli", "import", "--no-link",
+            importer = subprocess.Popen([args.python, "-m", "kb.apps.cli", "import", "--no-link",
                                          *map(str, pages)], env=env, stdout=import_log, stderr=subprocess.STDOUT)
             time.sleep(args.delay)
             result["during"] = []
