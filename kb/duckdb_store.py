@@ -86,7 +86,7 @@ def _join(key: str) -> list | None:
         return entry
 
 
-def _attach(path: Path, key: str) -> list:
+def _attach(key: str) -> list:
     """Join this process's attachment of the file, or take the writer lock and attach it."""
     entry = _join(key)
     if entry is not None:
@@ -95,7 +95,7 @@ def _attach(path: Path, key: str) -> list:
         entry = _join(key)
         if entry is not None:
             return entry
-        fd = writer_lock.acquire(writer_lock_path(path), what=f"DuckDB {path}")
+        fd = writer_lock.acquire(writer_lock_path(Path(key)), what=f"DuckDB {key}")
         try:
             with _host_lock:
                 if not _host:
@@ -128,7 +128,7 @@ def attached_duckdb(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection whose default database is the file at `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     key = str(path.resolve())
-    entry = _attach(path, key)
+    entry = _attach(key)
     try:
         with _host_lock:
             conn = _host[0].cursor()
