@@ -55,9 +55,10 @@ def replace_folders(index: ChunkIndex, rows: list[dict]) -> bool:
             return False
     elif not rows:
         return False
-    index.overwrite_table(FOLDERS, pa.Table.from_pylist(rows, schema=FOLDERS_SCHEMA))
-    # Each write is a version; old ones go once no reader can still read them.
-    index.table(FOLDERS).optimize(cleanup_older_than=KEEP_VERSIONS)
+    with index.writing():
+        index.overwrite_table(FOLDERS, pa.Table.from_pylist(rows, schema=FOLDERS_SCHEMA))
+        # Each write is a version; old ones go once no reader can still read them.
+        index.table(FOLDERS).optimize(cleanup_older_than=KEEP_VERSIONS)
     return True
 
 

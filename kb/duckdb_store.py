@@ -2,9 +2,10 @@
 
 Hard-won rule: while one process holds a read-write connection, no other
 process can open the file, not even read-only. So connections are short
-(one `with` block), never held across a network or model call, every asset
-that writes is in the Dagster pool `duckdb` (size one), and the serving side
-(search, MCP, bot) never opens this file.
+(one `with` block), never held across a network or model call; each one
+holds the writer lock of the file (kb/writer_lock.py), so the processes of
+kb take turns, a few seconds each; and the serving side (search, MCP, bot)
+never opens this file.
 """
 
 from __future__ import annotations
@@ -22,10 +23,8 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from kb.duckdb_schema import MIGRATIONS, SCHEMA_VERSION, TABLES
+from kb import writer_lock
 from kb.settings import Settings, get_settings
-
-DUCKDB_POOL = "duckdb"
-
 
 def _with_lock_wait(open_file, attempts: int = 20):
     """Open the file; wait a short time when another process holds the lock."""
@@ -45,17 +44,32 @@ def _with_lock_wait(open_file, attempts: int = 20):
 # sync connects about 11 times. DETACH releases the file lock as close() did,
 # so the rule above (short connections) stays. Uses of the same file in one
 # process share the attachment (as duckdb.connect shares its instance).
+#
+# The writer lock (kb/writer_lock.py, a file beside the DuckDB file) is held
+# from the ATTACH to the DETACH: another process waits for it instead of
+# failing on DuckDB's own lock. It replaces the Dagster pool that held one
+# slot for a whole step (see the module text of kb/writer_lock.py).
 _host_lock = threading.Lock()
+_attaching = threading.Lock()  # one thread of the process waits for the writer lock
 _host: list[duckdb.DuckDBPyConnection] = []
-_attached: dict[str, list] = {}  # file -> [alias, users]
+_attached: dict[str, list] = {}  # file -> [alias, users, writer lock fd, attached at]
 # Hosts that a forked child got from its parent. The child never uses them:
 # a DuckDB instance does not survive a fork (its threads stay behind).
 _inherited: list[duckdb.DuckDBPyConnection] = []
 
 
+def writer_lock_path(path: Path) -> Path:
+    """The lock file of the DuckDB file at `path`."""
+    return path.with_name(path.name + ".lock")
+
+
 def _forget_host_in_child() -> None:
-    global _host_lock
+    global _host_lock, _attaching
     _host_lock = threading.Lock()
+    _attaching = threading.Lock()
+    for entry in _attached.values():
+        with contextlib.suppress(OSError):
+            os.close(entry[2])  # the parent's writer lock: the child must not keep it held
     _inherited.extend(_host)
     _host.clear()
     _attached.clear()
@@ -64,33 +78,69 @@ def _forget_host_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_host_in_child)
 
 
+def _join(key: str) -> list | None:
+    with _host_lock:
+        entry = _attached.get(key)
+        if entry is not None:
+            entry[1] += 1
+        return entry
+
+
+def _attach(key: str) -> list:
+    """Join this process's attachment of the file, or take the writer lock and attach it."""
+    entry = _join(key)
+    if entry is not None:
+        return entry
+    with _attaching:
+        entry = _join(key)
+        if entry is not None:
+            return entry
+        fd = writer_lock.acquire(writer_lock_path(Path(key)), what=f"DuckDB {key}")
+        try:
+            with _host_lock:
+                if not _host:
+                    _host.append(duckdb.connect(":memory:"))
+                alias = "kb_" + hashlib.sha1(key.encode()).hexdigest()[:16]
+                quoted = key.replace("'", "''")
+                # A process outside kb (the duckdb shell) takes no writer lock: wait for DuckDB's own.
+                _with_lock_wait(lambda: _host[0].execute(f"ATTACH '{quoted}' AS {alias}"))
+                entry = _attached[key] = [alias, 1, fd, time.monotonic()]
+                return entry
+        except BaseException:
+            writer_lock.release(fd)
+            raise
+
+
+def _detach(key: str, entry: list) -> None:
+    with _host_lock:
+        entry[1] -= 1
+        if entry[1] == 0 and _attached.get(key) is entry:
+            del _attached[key]
+            try:
+                _host[0].execute(f"DETACH {entry[0]}")
+            finally:
+                writer_lock.release(entry[2])
+            writer_lock.note_hold(f"DuckDB {key}", time.monotonic() - entry[3])
+
+
 @contextlib.contextmanager
 def attached_duckdb(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection whose default database is the file at `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     key = str(path.resolve())
-    with _host_lock:
-        if not _host:
-            _host.append(duckdb.connect(":memory:"))
-        host = _host[0]
-        entry = _attached.get(key)
-        if entry is None:
-            alias = "kb_" + hashlib.sha1(key.encode()).hexdigest()[:16]
-            quoted = key.replace("'", "''")
-            _with_lock_wait(lambda: host.execute(f"ATTACH '{quoted}' AS {alias}"))
-            entry = _attached[key] = [alias, 0]
-        entry[1] += 1
-        conn = host.cursor()
+    entry = _attach(key)
+    try:
+        with _host_lock:
+            conn = _host[0].cursor()
+    except BaseException:
+        _detach(key, entry)
+        raise
     try:
         conn.execute(f"USE {entry[0]}")
         yield conn
     finally:
         conn.close()
-        with _host_lock:
-            entry[1] -= 1
-            if entry[1] == 0 and _attached.get(key) is entry:
-                del _attached[key]
-                host.execute(f"DETACH {entry[0]}")
+        _detach(key, entry)
 
 
 class SchemaError(RuntimeError):

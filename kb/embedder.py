@@ -825,6 +825,15 @@ class _VectorCache:
         return found
 
     def store(self, keys: list[str], vectors: list[np.ndarray]) -> None:
+        """Add the vectors, with the writer lock of the LanceDB folder (the
+        same lock as ChunkIndex.writing): a compaction here and a commit of
+        another process to this table make a commit conflict."""
+        from kb.writer_lock import writer_lock
+
+        with writer_lock(Path(str(self.folder).rstrip("/") + ".lock"), f"LanceDB {self.folder}").hold():
+            self._store(keys, vectors)
+
+    def _store(self, keys: list[str], vectors: list[np.ndarray]) -> None:
         table = self._table(create=True)
         data = pa.table({
             "model": pa.array([self.model] * len(keys), pa.string()),

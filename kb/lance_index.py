@@ -25,6 +25,7 @@ compares them in numpy, without a Lance query.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -33,7 +34,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import date, datetime, timedelta, timezone
 from itertools import chain
 from pathlib import Path
@@ -47,6 +48,7 @@ from pydantic import BaseModel, PrivateAttr, SecretStr, field_validator
 
 from kb.embedder import Embedder, EmbedderError
 from kb.settings import Settings, get_settings
+from kb.writer_lock import writer_lock
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +212,9 @@ class ChunkIndex(BaseModel):
     s3_access_key_id: SecretStr | None = None
     s3_secret_access_key: SecretStr | None = None
     s3_allow_http: bool = False
+    # The writer lock file (kb/writer_lock.py). Empty: a file beside a local
+    # index folder; no lock for a bucket.
+    lock_path: str = ""
 
     _db: Any = PrivateAttr(default=None)
     _session: Any = PrivateAttr(default=None)  # Lance caches of the readers: see dataset()
@@ -228,7 +233,8 @@ class ChunkIndex(BaseModel):
                       "s3_endpoint": settings.kb_s3_endpoint, "s3_region": settings.kb_s3_region,
                       "s3_access_key_id": settings.kb_s3_access_key_id,
                       "s3_secret_access_key": settings.kb_s3_secret_access_key,
-                      "s3_allow_http": settings.kb_s3_allow_http, **overrides})
+                      "s3_allow_http": settings.kb_s3_allow_http,
+                      "lock_path": str(settings.home / "lancedb.lock"), **overrides})
 
     @field_validator("path")
     @classmethod
@@ -287,6 +293,21 @@ class ChunkIndex(BaseModel):
                 self._db = _lancedb().connect(self.path, read_consistency_interval=timedelta(0),
                                            storage_options=self.storage_options() or None)
             return self._db
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the index's writer lock for one write (seconds): two processes
+        that commit to one table at once make commit conflicts. Embedding
+        happens before it, never inside it."""
+        if self.lock_path:
+            path = Path(self.lock_path)
+        elif not self.remote:
+            path = Path(self.path.rstrip("/") + ".lock")
+        else:
+            yield
+            return
+        with writer_lock(path, f"LanceDB {self.path}").hold():
+            yield
 
     def table(self, name: str):
         """The open table, or None when it does not exist yet. A read on a
@@ -376,6 +397,10 @@ class ChunkIndex(BaseModel):
         return meta
 
     def _set_meta(self, values: dict[str, str]) -> None:
+        with self.writing():
+            self._write_meta(values)
+
+    def _write_meta(self, values: dict[str, str]) -> None:
         table = self.table(META)
         data = pa.Table.from_pylist([{"key": k, "value": str(v)} for k, v in values.items()], schema=META_SCHEMA)
         if table is None:
@@ -385,7 +410,8 @@ class ChunkIndex(BaseModel):
 
     def overwrite_table(self, name: str, data: pa.Table) -> None:
         """Replace a small table whole, as one new version (kb/bookmark_folders.py)."""
-        self._connect().create_table(name, data=data, mode="overwrite")
+        with self.writing():
+            self._connect().create_table(name, data=data, mode="overwrite")
 
     def model_info(self, table=None, *, schema: pa.Schema | None = None) -> tuple[str, int] | None:
         """(model name, dimension) of the vectors in the index, or None when
@@ -446,10 +472,8 @@ class ChunkIndex(BaseModel):
         """Drop every passage and the model record. The next replace_chunks
         starts a new index with the embedder that it gets. Bookmark cards do
         not depend on the model and stay. The embedding cache stays too."""
-        try:
+        with self.writing(), contextlib.suppress(ValueError):
             self._connect().drop_table(CHUNKS)
-        except ValueError:
-            pass
 
     # --- writes -----------------------------------------------------------
     def replace_chunks(self, tweet_ids: list[str], rows: list[dict], embedder) -> dict:
@@ -483,8 +507,9 @@ class ChunkIndex(BaseModel):
                   "deleted": sum(c not in new_ids for t in tweet_ids for c in stored.get(t, {}))}
         if not data_rows:
             if table is not None and counts["deleted"]:
-                for part in _parts(tweet_ids):
-                    table.delete(sql_in("tweet_id", part))
+                with self.writing():
+                    for part in _parts(tweet_ids):
+                        table.delete(sql_in("tweet_id", part))
             return counts
         embedder = self.embedder_for(embedder, table)
         model_name, dim = embedder.model_name, embedder.dim
@@ -494,14 +519,15 @@ class ChunkIndex(BaseModel):
         for row, vector in zip(data_rows, vectors):
             row["vector"] = vector
         data = _chunk_table(data_rows, dim, model_name)
-        if table is None:
-            table = self._connect().create_table(CHUNKS, data=data, exist_ok=True)
-            if table.count_rows() != len(data_rows):
-                # Another writer created it first: fall through to the merge.
+        with self.writing():  # the vectors are made: only the commit waits for other writers
+            if table is None:
+                table = self._connect().create_table(CHUNKS, data=data, exist_ok=True)
+                if table.count_rows() != len(data_rows):
+                    # Another writer created it first: fall through to the merge.
+                    self._merge(table, tweet_ids, data)
+                self._create_fts(table)
+            else:
                 self._merge(table, tweet_ids, data)
-            self._create_fts(table)
-        else:
-            self._merge(table, tweet_ids, data)
         counts.update(written=len(data_rows), embedded=after.get("embedded", 0) - before.get("embedded", 0))
         return counts
 
@@ -569,7 +595,10 @@ class ChunkIndex(BaseModel):
 
     def remove_bookmarks(self, tweet_ids: list[str]) -> int:
         """Delete the passages and the cards of these bookmarks."""
-        tweet_ids = sorted({str(t) for t in tweet_ids})
+        with self.writing():
+            return self._remove_bookmarks(sorted({str(t) for t in tweet_ids}))
+
+    def _remove_bookmarks(self, tweet_ids: list[str]) -> int:
         removed = 0
         for name in (CHUNKS, BOOKMARKS):
             table = self.table(name)
@@ -588,6 +617,10 @@ class ChunkIndex(BaseModel):
         """Delete every passage of these source kinds (for example an owner's
         `exclude = ["image"]`). Their vectors leave with the rows; maintain()
         then prunes the old versions that still hold them."""
+        with self.writing():
+            return self._remove_sources(sources)
+
+    def _remove_sources(self, sources: list[str]) -> int:
         table = self.table(CHUNKS)
         if table is None or not sources:
             return 0
@@ -622,6 +655,11 @@ class ChunkIndex(BaseModel):
             return 0
         cards = [_card(row, index) for index, row in enumerate(rows)]
         data = pa.Table.from_pylist(cards, schema=BOOKMARKS_SCHEMA)
+        with self.writing():
+            self._write_cards(cards, data)
+        return len(cards)
+
+    def _write_cards(self, cards: list[dict], data: pa.Table) -> None:
         table = self.table(BOOKMARKS)
         if table is None:
             self._connect().create_table(BOOKMARKS, schema=BOOKMARKS_SCHEMA, exist_ok=True)
@@ -632,8 +670,7 @@ class ChunkIndex(BaseModel):
             latest = max(syncs)
             known = self.meta().get("last_sync")
             if not known or to_utc(known) < latest:
-                self._set_meta({"last_sync": latest.isoformat()})
-        return len(cards)
+                self._write_meta({"last_sync": latest.isoformat()})
 
     # --- maintenance ------------------------------------------------------
     def _create_fts(self, table) -> None:
@@ -646,6 +683,10 @@ class ChunkIndex(BaseModel):
         skip_if_current: leave the passages table as it is when every index
         covers every row. The caller sets it when it deleted no passages: then
         nothing waits for an index or for pruning."""
+        with self.writing():
+            return self._maintain(skip_if_current=skip_if_current)
+
+    def _maintain(self, *, skip_if_current: bool) -> dict:
         from lancedb.index import Bitmap, BTree
 
         report: dict[str, Any] = {}

@@ -73,6 +73,7 @@ class Settings(BaseSettings):
     kb_s3_access_key_id: SecretStr | None = Field(None, description="S3 access key id. Empty: the AWS default credential chain.")
     kb_s3_secret_access_key: SecretStr | None = Field(None, description="S3 secret access key.")
     kb_s3_allow_http: bool = Field(False, description="Allow an http:// S3 endpoint (a server on a private network). Keep it false for a remote endpoint.")
+    kb_writer_lock_wait_s: float = Field(600.0, gt=0, description="Longest wait, in seconds, of a process for the writer lock of DuckDB or LanceDB (a file beside the store). A write holds the lock for seconds; after this wait the write fails with the name of the lock file.")
 
     # --- browser -------------------------------------------------------------
     kb_chromium_path: str = Field("", description="Chromium binary for Playwright. Empty: Playwright's own browser, else /usr/bin/chromium.")

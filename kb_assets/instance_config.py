@@ -5,9 +5,11 @@ Every Dagster process of kb must read the same dagster.yaml: `dagster dev`,
 absent, by `kb up`, by each `kb` command that opens the instance, and when
 the code location loads (kb_assets/definitions.py).
 
-The pools `duckdb` and `wiki` are both of size one, so one default limit of
-1 serves both: DuckDB allows one writing process per file, and two wiki
-ingests at once would fight over one git tree.
+The pool `wiki` has size one (the default limit of 1): two wiki ingests at
+once would fight over one git tree. DuckDB has no pool: a pool slot is held
+for a whole step, also while it fetches or embeds, so a Telegram source
+waited behind a sync. Each DuckDB and LanceDB write takes the store's
+writer lock instead, for seconds (kb/writer_lock.py).
 
 Run monitoring asks the run launcher whether a run's worker lives. The
 launcher of kb_assets/run_launcher.py answers from the worker's process id,
@@ -40,7 +42,7 @@ run_launcher:
 
 concurrency:
   pools:
-    # duckdb: one writer per DuckDB file. wiki: one git tree, one ingest at a time.
+    # wiki: one git tree, one ingest at a time. DuckDB writes take a file lock (kb/writer_lock.py).
     default_limit: 1
     granularity: op
 
@@ -84,7 +86,7 @@ def instance_storage_sections(settings: Settings | None = None) -> dict:
     (dagster-postgres), so the webserver, the daemon and every `kb` command
     on any host see the same runs. The file names the variable, never its
     value: the URL holds the password. The queued run coordinator keeps the
-    pools of the `concurrency` section (duckdb and wiki of size one) for
+    pools of the `concurrency` section (wiki of size one) for
     every run, whoever starts it."""
     settings = settings or get_settings()
     url = settings.kb_dagster_postgres_url

@@ -13,8 +13,8 @@ x_sync_job = dg.define_asset_job(
     # Partitioned by sync batch: Dagster infers it from the selected assets.
     selection=dg.AssetSelection.groups("x", "enrich", "index") - dg.AssetSelection.assets("wiki_index"),
     description="Capture new bookmarks and carry them through every stage to the index.",
-    # One process for the whole batch: the pools `duckdb` let one stage write
-    # at a time anyway, and one process loads the embedding model once.
+    # One process for the whole batch: the steps run in order, and one
+    # process loads the embedding model once.
     executor_def=dg.in_process_executor,
     tags=NO_RETRY,
 )
@@ -34,7 +34,7 @@ captions_to_index_job = dg.define_asset_job(
     "captions_to_index_job",
     selection=dg.AssetSelection.assets(*INDEX_STAGES),
     description="Carry new captions of one sync batch into its chunks, translations and index.",
-    # Steps in order, one writer at a time (pool duckdb): one process, one model load.
+    # Steps in order: one process, one model load.
     executor_def=dg.in_process_executor,
 )
 

@@ -3,8 +3,8 @@ of local run workers by their process ids.
 
 Hard-won fact (tests/test_crash_safety.py): a run whose worker is killed
 (SIGKILL, power loss, the out-of-memory killer) stays STARTED for ever, and
-it keeps its slot in the pool `duckdb` or `wiki`. Every later run that needs
-that pool then waits for ever.
+it keeps its slot in the pool `wiki`. Every later run that needs that pool
+then waits for ever.
 
 Dagster's run monitoring finds such runs when the run launcher can check a
 worker's health; the default launcher cannot. This one can: every run

@@ -17,7 +17,7 @@ from kb_resources.client_resource import ClientResource
 
 
 class DuckDBResource(ClientResource):
-    """The DuckDB file. Every asset that writes it is in the pool `duckdb`."""
+    """The DuckDB file. Each connection holds the file's writer lock (kb/writer_lock.py)."""
 
     client_class = DuckDBStore
     path: str
@@ -48,6 +48,7 @@ class ChunkIndexResource(ClientResource):
     s3_access_key_id: str = ""
     s3_secret_access_key: str = ""
     s3_allow_http: bool = False
+    lock_path: str = ""
 
     def get_client(self) -> ChunkIndex:
         return super().get_client()

@@ -31,6 +31,9 @@ class FakeOllama(LoopbackServer):
     # When set, /api/embed answers this (status, error) as Ollama does when
     # the model fails to load: {"error": "..."} with the status.
     embed_error: tuple[int, str] | None = None
+    # When set, a request with an input that holds this text gets a 400, as
+    # Ollama answers an input that it cannot read.
+    refuse_text: str | None = None
 
     @property
     def url(self) -> str:
@@ -73,6 +76,9 @@ class FakeOllama(LoopbackServer):
                     return
                 inputs = body.get("input")
                 inputs = [inputs] if isinstance(inputs, str) else list(inputs)
+                if fake.refuse_text and any(fake.refuse_text in text for text in inputs):
+                    self._json(400, {"error": "the input could not be tokenized"})
+                    return
                 vectors = hash_vectors(inputs, DIM).tolist()
                 self._json(200, {"model": model, "embeddings": vectors, "total_duration": 1000,
                                  "load_duration": 10, "prompt_eval_count": len(inputs)})

@@ -5,6 +5,8 @@ How each kill point is reached (each one is deterministic):
 - capture: the fake X (tests/fake_x.py) holds the request for page 3 open;
 - gate call: a loopback OpenAI-compatible endpoint holds the request open;
 - wiki ingest: the fake Messages API (tests/fake_anthropic.py) holds a turn;
+- documents: a loopback site holds the fetch of the last address open,
+  after the others were fetched and written in groups;
 - normalize, chunks, index: these stages call no outside service. A hook in
   the killed process waits inside the stage's write: after write_batch and
   before COMMIT (normalize), after the insert and before COMMIT (chunks),
@@ -100,6 +102,11 @@ def install_pause(point: str, flag: Path) -> None:
             hold()  # the old chunks are deleted and the new ones inserted; no COMMIT yet
 
         module.insert_rows = insert_rows
+    elif point == "documents-groups-of-2":
+        import kb_assets.enrich.documents as module
+
+        module.WRITE_EVERY = 2  # small groups, so that a few addresses make several writes
+        flag.write_text(point)  # no hold here: the held fetch is the site's
     elif point == "index":
         def upsert_bookmark_cards(self, rows):
             hold()  # replace_chunks has committed the passages; the cards are not written
@@ -401,12 +408,12 @@ def test_a_sync_killed_in_each_stage_is_finished_by_the_next_sync(fake_x, tmp_pa
     assert normalize_run.parent_run_id == capture_run.run_id and normalize_run.tags["dagster/partition"] == batch1
     assert steps_started(instance, normalize_run.run_id)[:2] == ["x_raw_pages", "normalized_bookmarks"]
     kb.kill()
-    assert claimed_slots(instance)["duckdb"] == [normalize_run.run_id]  # the dead run keeps its pool slot
+    assert claimed_slots(instance)["duckdb"] == []  # no pool for DuckDB: the writer lock died with the process
     assert duck("SELECT count(*) FROM bookmarks") == [(0,)]  # the open transaction rolled back
     assert [p.read_bytes() for p in raw.pages(batch1)] == served  # the capture of batch 1 is whole now
 
-    # 3. Chunks, killed inside its transaction. To get here, the sync had to
-    # free the dead run's slot in the pool `duckdb`: else normalize waits for ever.
+    # 3. Chunks, killed inside its transaction. The kernel freed the dead
+    # writer's lock of the DuckDB file: the next sync writes at once.
     kb = fork_process(tmp_path, "sync-3", argv=["sync"], pause="chunks")
     kb.wait_paused()
     kb.kill()
@@ -517,6 +524,109 @@ def test_which_earlier_batches_a_sync_finishes():
     assert found["b4-fails-each-time"][1].startswith(f"its runs failed {MAX_FAILED_RUNS} times at the same step")
 
 
+# --- documents: a long fetch ------------------------------------------------------------
+
+
+class HeldSite:
+    """PDFs by path; the path `held` takes its request and answers only
+    after `release` is set."""
+
+    def __init__(self, paths: list[str], held: str) -> None:
+        from tests.loopback_site import pdf_bytes
+
+        self.hits: dict[str, int] = {}
+        self.held_arrived, self.release = threading.Event(), threading.Event()
+        body = pdf_bytes("Glaciers in the northern valleys lost a third of their ice in two decades. " * 12)
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self, with_body: bool) -> None:
+                path = self.path.split("?")[0]
+                site.hits[path] = site.hits.get(path, 0) + 1
+                if path == held:
+                    site.held_arrived.set()
+                    site.release.wait(WAIT_S)
+                if path not in paths and path != held:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/pdf")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if with_body:
+                    self.wfile.write(body)
+
+            def do_HEAD(self):
+                self._answer(False)
+
+            def do_GET(self):
+                self._answer(True)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def documents_rows() -> list[tuple]:
+    """(url, status) of every document, through kb's store: it waits for
+    the writer lock while the killed process writes a group."""
+    from kb.duckdb_store import DuckDBStore
+
+    with DuckDBStore.from_settings().connect() as conn:
+        return conn.execute("SELECT url, status FROM documents ORDER BY url").fetchall()
+
+
+def test_documents_killed_in_a_long_fetch_keeps_each_written_group_and_the_next_run_goes_on(tmp_path, monkeypatch):
+    """`documents` writes its results in groups as they come: a kill in a
+    long fetch loses at most one group, and the next run fetches only the
+    addresses with no result."""
+    from kb.duckdb_store import DuckDBStore, insert_rows
+    from kb.urls import normalize_url
+    from tests.enrich_rows import add_batches, bookmark, write
+    from tests.test_sync import kb as kb_command
+
+    paths, held = [f"/doc-{n}.pdf" for n in range(6)], "/zz-held.pdf"
+    site = HeldSite(paths, held)
+    try:
+        monkeypatch.setenv("KB_FETCH_ALLOW_HOSTS", site.base_url.removeprefix("http://"))
+        monkeypatch.setenv("KB_BROWSER_TIMEOUT_S", str(WAIT_S))  # the held fetch waits for the kill
+        monkeypatch.delenv("KB_EXCLUDE")  # this test fetches links
+        batch = "20261101T000000000Z"
+        urls = [site.base_url + path for path in [*paths, held]]
+        write([bookmark("1", batch, text="reports on glaciers")])
+        with DuckDBStore.from_settings().transaction() as conn:
+            insert_rows(conn, "links", [{"tweet_id": "1", "url_norm": normalize_url(url), "position": n,
+                                         "expanded_url": url, "host": "127.0.0.1", "kind": "link",
+                                         "from_quote": False, "batch": batch} for n, url in enumerate(urls)])
+        add_batches(dagster_instance(), batch)
+
+        run = fork_process(tmp_path, "extract-1", argv=["extract"], pause="documents-groups-of-2")
+        run.wait_for(lambda: site.held_arrived.is_set() and len(documents_rows()) == len(paths),
+                     "the written groups and the held fetch")
+        run.kill()
+        # Three groups of two landed before the kill; the held address has no row.
+        assert documents_rows() == [(url, "ok") for url in urls[:-1]]
+        fetched_before = dict(site.hits)
+
+        site.release.set()
+        assert kb_command("extract") == 0
+    finally:
+        site.stop()
+    assert documents_rows() == [(url, "ok") for url in urls]
+    # The next run fetched the held address only: the written ones were not fetched again.
+    assert {path: site.hits[path] for path in paths} == {path: fetched_before[path] for path in paths}
+    assert site.hits[held] > fetched_before[held]
+
+
 # --- the Telegram inflow: gate call and wiki ingest --------------------------------------
 
 
@@ -606,7 +716,7 @@ def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_p
         held_gate.stop()
     [first] = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": item.id}))
     assert first.status == dg.DagsterRunStatus.STARTED
-    assert claimed_slots(instance)["duckdb"] == [first.run_id]  # the gate call holds the pool `duckdb`
+    assert claimed_slots(instance)["duckdb"] == []  # the gate call holds no slot and no writer lock
     assert read_item_state(instance, item.id).state == "processing"  # what /status says before the check
     [(status, parsed_path)] = duck("SELECT status, parsed_path FROM sources")
     assert status == "parsed" and duck("SELECT count(*) FROM gate_results") == [(0,)]

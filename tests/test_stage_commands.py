@@ -197,6 +197,69 @@ def test_kb_translate_translates_what_waits_and_indexes_the_english(monkeypatch,
     assert "gsk-TEST-SECRET" not in "".join(capsys.readouterr())
 
 
+class StrangeGroq(FakeGroq):
+    """Groq that answers one text with a completion without a message: a
+    shape that the translator does not expect, so the stage raises."""
+
+    def __init__(self, strange_text: str, **kwargs):
+        super().__init__(**kwargs)
+        self.strange_text = strange_text
+
+    def completion(self, body: dict) -> dict:
+        answer = super().completion(body)
+        if any(self.strange_text in m["content"] for m in body["messages"] if m["role"] == "user"):
+            answer["choices"][0]["message"] = None
+        return answer
+
+
+def test_a_translation_stage_that_raises_leaves_the_batch_to_go_on_to_the_index(monkeypatch, capsys):
+    """One failure stops one thing: the stage is named, its batch is still
+    indexed, and `kb translate` tries the text again."""
+    monkeypatch.setenv("GROQ_API_KEY", "gsk-TEST-SECRET-translate-0003")
+    english = "The harbour keeps a record of every ship that enters."
+    write([bookmark("30", OLD, text=SPANISH[0], lang="es"), bookmark("31", OLD, text=english, lang="en")],
+          texts=[SourceText("30", "post", "https://x.com/alice/status/30", SPANISH[0], "es"),
+                 SourceText("31", "post", "https://x.com/alice/status/31", english, "en")], batch=OLD)
+    add_batches(instance(), OLD)
+    with StrangeGroq(SPANISH[0], translations=dict(zip(SPANISH, ENGLISH))) as groq:
+        monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
+        assert kb("translate") == 1
+    # The index of the batch was still built: both posts are searchable, the Spanish one as it came.
+    texts = {h["text"] for h in ChunkIndex.from_settings().table("chunks").search().to_list()}
+    assert texts == {SPANISH[0], english}
+    captured = capsys.readouterr()
+    [line] = [line for line in captured.out.splitlines() if "translations" in line and "FAILED" in line]
+    assert "AttributeError" in line and "kb translate" in line
+    assert rows("SELECT count(*) FROM translations WHERE english IS NOT NULL") == [(0,)]
+
+    with FakeGroq(dict(zip(SPANISH, ENGLISH))) as groq:
+        monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
+        assert kb("translate") == 0
+    texts = {h["text"] for h in ChunkIndex.from_settings().table("chunks").search().to_list()}
+    assert texts == {ENGLISH[0], english}
+
+
+def test_a_bookmark_that_cannot_be_embedded_is_named_and_the_rest_is_indexed(monkeypatch, capsys):
+    monkeypatch.setenv("KB_EMBED_BACKEND", "ollama")
+    posts = {str(40 + n): f"Post {n} about rivers, valleys and the water that farmers use." for n in range(4)}
+    posts["42"] = "A post that the embedding server cannot read: UNREADABLE-INPUT."
+    write([bookmark(t, OLD, text=text) for t, text in posts.items()],
+          texts=[SourceText(t, "post", f"https://x.com/alice/status/{t}", text, "en") for t, text in posts.items()],
+          batch=OLD)
+    add_batches(instance(), OLD)
+    with FakeOllama(refuse_text="UNREADABLE-INPUT") as ollama:
+        monkeypatch.setenv("OLLAMA_URL", ollama.url)
+        assert kb("index") == 1
+        captured = capsys.readouterr()
+        assert "Could not index 42: error (" in captured.err
+        indexed = set(ChunkIndex.from_settings().table("chunks").to_arrow().column("tweet_id").to_pylist())
+        assert indexed == set(posts) - {"42"}
+        ollama.refuse_text = None  # the server reads it now: `kb index` tries the bookmark again
+        assert kb("index") == 0
+    indexed = set(ChunkIndex.from_settings().table("chunks").to_arrow().column("tweet_id").to_pylist())
+    assert indexed == set(posts)
+
+
 # --- kb normalize --------------------------------------------------------------------------------
 
 

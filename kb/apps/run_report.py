@@ -68,3 +68,10 @@ def skipped(report, asset: str) -> list[str]:
     """Why `asset` did nothing, when it was off (no key, no backend)."""
     return sorted({f"{asset}: nothing was done: {values['skipped']}"
                    for _, values in _values(report, asset) if values.get("skipped")})
+
+
+def index_failures(report) -> list[str]:
+    """The bookmarks that the index stages could not cut or index. A fault
+    of kb, not of the web: the command fails and names each one; `kb index`
+    tries them again."""
+    return [f"Could not index {line}" for asset in ("chunks", "chunk_index") for line in failed_items(report, asset)]

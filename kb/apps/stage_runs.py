@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from kb.apps.run_report import failed_items, skipped, unreadable_pages
+from kb.apps.run_report import failed_items, index_failures, skipped, unreadable_pages
 from kb.apps.sync import SyncReport, known_batches, run_batches
 from kb.duckdb_store import DuckDBStore
 from kb.settings import excluded_sources
@@ -49,7 +49,7 @@ def _nothing_waits(title: str, what: str) -> SyncReport:
 
 
 def _item_problems(report: SyncReport, asset: str) -> SyncReport:
-    report.problems += skipped(report, asset) + failed_items(report, asset)
+    report.problems += skipped(report, asset) + failed_items(report, asset) + index_failures(report)
     return report
 
 

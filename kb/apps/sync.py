@@ -12,7 +12,7 @@ do after a crash (re-execution from failure). Before the new batch, a sync:
 1. asks the run launcher about every started run (kb_assets/run_launcher.py):
    the runs of dead workers are marked failed and their pool slots freed, as
    the daemon's run monitoring does. Without this, the next run that needs
-   the pool `duckdb` waits for ever.
+   the pool `wiki` waits for ever, and a dead sync stays STARTED.
 2. re-executes from failure the last run of each earlier batch that did not
    finish, oldest batch first. The order matters: normalize lets the later
    batch win for a post that two batches hold. Every stage replaces its
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from kb.apps.run_report import failed_items, unreadable_pages
+from kb.apps.run_report import failed_items, index_failures, unreadable_pages
 from kb_assets.instance_config import ensure_dagster_home
 from kb_assets.keys import SOURCE_PASSAGES
 from kb_assets.partitions import new_batch_key, sync_batches
@@ -425,6 +425,7 @@ def run_sync(
     report.problems += unreadable_pages(report, "x_raw_pages")
     # A dead link is a fault of the web, not of the sync: named, not failed.
     report.notes += [f"Could not fetch {line}" for line in failed_items(report, "documents")]
+    report.problems += index_failures(report)
     return report
 
 
@@ -480,6 +481,7 @@ def rebuild_index(*, rebuild: bool = True, exclude: list[str] | None = None,
         run = create_run(instance, location, "wiki_index_job", run_config=QUIET_LOGS, tags=this_process_tags())
         report.run_ids.append(run.run_id)
         report.stages += execute_in_this_process(instance, run, on_stage)
+    report.problems += index_failures(report)
     return report
 
 

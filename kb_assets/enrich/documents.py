@@ -27,9 +27,12 @@ Each address is fetched once. A failure is stored with its reason and is
 tried again only on request (run config `retry`). Links to X posts are not
 documents: the capture holds the posts that the owner sees (quoted posts).
 
-DuckDB is in the pool `duckdb`, but the asset holds no connection while it
-fetches: it reads the addresses, closes, fetches, and writes all results in
-one short transaction.
+The asset holds no DuckDB connection (so no writer lock) while it fetches:
+it reads the addresses, closes, fetches, and writes the results in groups
+as they come (WRITE_EVERY results, or WRITE_EVERY_S seconds), each group in
+one short transaction. A killed or timed-out run loses at most one group;
+the next run fetches only the addresses with no row. Only a small summary
+of each result stays in memory.
 """
 
 # No `from __future__ import annotations`: Dagster reads the config class
@@ -52,7 +55,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from kb_assets.enrich.enrichment import failure_line, failure_list, service_stopped, with_checks
+from kb_assets.enrich.enrichment import failure_line, failure_list, goes_on_after_failure, service_stopped, with_checks
 from kb_assets.run_choices import EXCLUDE_TAG
 from kb.extract import (
     Extracted,
@@ -70,7 +73,7 @@ from kb.atomic_files import write_atomic
 from kb.browser import Browser, XLoginMissing, navigation_refusal, watch_navigation
 from kb.fetch_guard import FetchGuard, FetchRefused
 from kb.x_graphql import articles_in
-from kb.duckdb_store import DUCKDB_POOL, insert_rows
+from kb.duckdb_store import DuckDBStore, insert_rows
 from kb.settings import Settings, excluded_sources, get_settings
 from kb_resources.services import BrowserResource
 from kb_resources.stores import DuckDBResource
@@ -212,6 +215,74 @@ def write_outcomes(conn: duckdb.DuckDBPyConnection, outcomes: Iterable[Outcome],
     insert_rows(conn, "documents", [o.row(batch, now) for o in outcomes])
 
 
+def one_outcome(make: Callable[[Target], Outcome], target: Target, *, kind: str, source: str) -> Outcome:
+    """make(target), or a failed outcome with the error: one bad address
+    must not stop the others."""
+    try:
+        return make(target)
+    except Exception as exc:
+        return Outcome(target, url=target.url, kind=kind, source=source, reason=Reason.ERROR.value,
+                       detail=f"{type(exc).__name__}: {exc}"[:500])
+
+
+# A killed run loses at most this many results, or this many seconds of fetching.
+WRITE_EVERY = 20
+WRITE_EVERY_S = 60.0
+
+
+class OutcomeWriter:
+    """Writes the outcomes of the fetching threads in groups, each group in
+    its own short transaction (see the module text). It keeps every outcome
+    for the end report, without its text once written."""
+
+    def __init__(self, duckdb: DuckDBStore, batch: str):
+        self.duckdb = duckdb
+        self.batch = batch
+        self.outcomes: list[Outcome] = []
+        self.groups_written = 0
+        self._pending: list[Outcome] = []
+        self._lock = threading.Lock()
+        self._since = time.monotonic()
+
+    def add(self, outcome: Outcome) -> None:
+        with self._lock:
+            self.outcomes.append(outcome)
+            self._pending.append(outcome)
+            if len(self._pending) >= WRITE_EVERY or time.monotonic() - self._since >= WRITE_EVERY_S:
+                self._write()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._write()
+
+    def _write(self) -> None:
+        self._since = time.monotonic()
+        if not self._pending:
+            return
+        try:
+            with self.duckdb.transaction() as conn:
+                write_outcomes(conn, self._pending, self.batch)
+        except duckdb.Error:
+            self._write_one_by_one()
+        for outcome in self._pending:
+            outcome.extracted = None  # the text is in DuckDB now; the report needs the summary only
+        self._pending = []
+        self.groups_written += 1
+
+    def _write_one_by_one(self) -> None:
+        """A group that DuckDB refused: each result alone, so that one bad
+        row fails only its own address (stored as failed, with the error)."""
+        for outcome in self._pending:
+            try:
+                with self.duckdb.transaction() as conn:
+                    write_outcomes(conn, [outcome], self.batch)
+            except duckdb.Error as exc:
+                outcome.extracted, outcome.reason = None, Reason.ERROR.value
+                outcome.detail = f"the result could not be stored: {exc}"[:500]
+                with self.duckdb.transaction() as conn:
+                    write_outcomes(conn, [outcome], self.batch)
+
+
 # --- X Articles ------------------------------------------------------------------
 
 def article_from_content_state(target: Target) -> Outcome:
@@ -227,12 +298,14 @@ def x_path(url: str) -> str:
     return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
-def fetch_articles(targets: list[Target], browser: Browser, settings: Settings) -> list[Outcome]:
+def fetch_articles(targets: list[Target], browser: Browser, settings: Settings,
+                   record: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     """Render X Articles in the X context, one at a time, never scrolling.
-    Raises XLoginMissing when there is no saved login."""
+    Each outcome goes to `record` as it comes. Raises XLoginMissing when
+    there is no saved login."""
     if not targets:
         return []
-    outcomes = []
+    outcomes = _Recorded(record)
     with browser.x_context() as x:
         statuses: dict[str, int] = {}
 
@@ -252,21 +325,34 @@ def fetch_articles(targets: list[Target], browser: Browser, settings: Settings) 
             try:
                 page = x.open(x_path(target.url))
             except PlaywrightError as exc:
-                outcomes.append(failure_from_error(outcome, exc))
+                outcomes.add(failure_from_error(outcome, exc))
                 continue
             except Exception as exc:  # the X context left X, or any other fault
                 outcome.reason, outcome.detail = Reason.ERROR.value, str(exc)[:500]
-                outcomes.append(outcome)
+                outcomes.add(outcome)
                 continue
             try:
                 rendered = read_rendered(page, outcome, statuses.get("main"), settings)
-                outcomes.append(article_from_graphql(target, graphql, page, settings) or rendered)
+                outcomes.add(article_from_graphql(target, graphql, page, settings) or rendered)
             except Exception as exc:  # one bad page must not lose the others
                 outcome.reason, outcome.detail = Reason.ERROR.value, f"{type(exc).__name__}: {exc}"[:500]
-                outcomes.append(outcome)
+                outcomes.add(outcome)
             finally:
                 page.close()
-    return outcomes
+    return outcomes.all
+
+
+class _Recorded:
+    """The outcomes of one thread, each also handed to `record` as it comes."""
+
+    def __init__(self, record: Callable[[Outcome], None] | None):
+        self.all: list[Outcome] = []
+        self.record = record
+
+    def add(self, outcome: Outcome) -> None:
+        self.all.append(outcome)
+        if self.record is not None:
+            self.record(outcome)
 
 
 class ArticleTraffic:
@@ -515,6 +601,7 @@ class _Pool:
 
     browser: Browser
     settings: Settings
+    record: Callable[[Outcome], None] | None = None
     targets: queue.Queue = field(default_factory=queue.Queue)
     outcomes: list[Outcome] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
@@ -559,12 +646,16 @@ class _Pool:
                                       reason=Reason.ERROR.value, detail=f"{type(exc).__name__}: {exc}"[:500])
                 with self.lock:
                     self.outcomes.append(outcome)
+                if self.record is not None:
+                    self.record(outcome)
 
 
-def fetch_links(targets: list[Target], browser: Browser, settings: Settings, workers: int) -> tuple[list[Outcome], list[BaseException]]:
-    """Fetch addresses that are not on X with `workers` threads.
+def fetch_links(targets: list[Target], browser: Browser, settings: Settings, workers: int,
+                record: Callable[[Outcome], None] | None = None) -> tuple[list[Outcome], list[BaseException]]:
+    """Fetch addresses that are not on X with `workers` threads; each
+    outcome goes to `record` as it comes.
     Returns the outcomes, and the errors that stopped a worker."""
-    pool = _Pool(browser, settings)
+    pool = _Pool(browser, settings, record)
     for target in targets:
         pool.targets.put(target)
     threads = [threading.Thread(target=pool.work, name=f"documents-{n}") for n in range(min(workers, len(targets)))]
@@ -603,22 +694,29 @@ def fetch_documents(
         f"{len(articles)} articles to render, {len(links)} other links"
     )
 
-    outcomes = [article_from_content_state(t) for t in from_state]
+    writer = OutcomeWriter(duckdb, batch)
+    for target in from_state:
+        writer.add(one_outcome(article_from_content_state, target, kind="article", source="content_state"))
     # X Articles render in their own thread, one at a time, while the
     # workers of the clean context fetch the other links.
     rendered: dict = {}
 
     def render_articles() -> None:
         try:
-            rendered["outcomes"] = fetch_articles(articles, browser, settings)
+            fetch_articles(articles, browser, settings, writer.add)
         except Exception as exc:
             rendered["error"] = exc
 
     x_thread = threading.Thread(target=render_articles, name="documents-x")
     x_thread.start()
-    link_outcomes, errors = fetch_links(links, browser, settings, max(1, config.workers))
-    x_thread.join()
-    outcomes += link_outcomes + rendered.get("outcomes", [])
+    try:
+        _, errors = fetch_links(links, browser, settings, max(1, config.workers), writer.add)
+        x_thread.join()
+    finally:
+        # Write what was fetched before any error is raised: nothing is lost,
+        # and the rest waits for the next run.
+        writer.flush()
+    outcomes = writer.outcomes
     waiting_for_login = 0
     if isinstance(rendered.get("error"), XLoginMissing):
         # Not a failure of the articles: they wait for `kb login`, and the
@@ -627,12 +725,6 @@ def fetch_documents(
         context.log.warning(f"{waiting_for_login} X Articles wait: {rendered['error']}")
     elif "error" in rendered:
         errors.append(rendered["error"])
-
-    # Write what was fetched before any error is raised: nothing is lost, and
-    # the rest waits for the next run.
-    if outcomes:  # a sync with nothing new opens DuckDB once less
-        with duckdb.transaction() as conn:
-            write_outcomes(conn, outcomes, batch)
 
     for outcome in outcomes:
         if not outcome.ok:
@@ -646,6 +738,7 @@ def fetch_documents(
         "by_kind": dg.MetadataValue.json(dict(Counter(o.kind for o in outcomes if o.ok))),
         "read_at_networkidle": sum(o.wait == "networkidle" and o.ok for o in outcomes),
         "articles_waiting_for_login": waiting_for_login,
+        "groups_written": writer.groups_written,
         "retry": config.retry,
     }
     if errors:
@@ -693,7 +786,6 @@ DOCUMENTS_COVERAGE = dg.AssetCheckSpec(
 @dg.asset(
     partitions_def=sync_batches,
     deps=["links", "bookmarks"],
-    pool=DUCKDB_POOL,
     group_name="enrich",
     kinds={"duckdb", "playwright"},
     description="The main content behind each link and X Article of the bookmarks, "
@@ -703,4 +795,5 @@ DOCUMENTS_COVERAGE = dg.AssetCheckSpec(
 def documents(
     context: dg.AssetExecutionContext, config: DocumentsConfig, duckdb: DuckDBResource, browser: BrowserResource
 ) -> dg.MaterializeResult:
-    return with_checks(fetch_documents(context, config, duckdb, browser), documents_coverage(duckdb))
+    return with_checks(goes_on_after_failure(context, "kb extract", fetch_documents, context, config, duckdb, browser),
+                       documents_coverage(duckdb))

@@ -4,12 +4,13 @@ Each of them reads the items that wait, closes DuckDB, lets a model work,
 and writes the results in groups. The rules behind that:
 - A failed item is tried again only on request (`retry`): a failure that
   comes back on every run would hide the items that wait.
-- No connection is open while the model works (the pool `duckdb` is
-  short). Each group of results goes in its own short transaction, so an
+- No connection is open while the model works: a connection holds the
+  writer lock of the file (kb/writer_lock.py), and other runs wait for it. Each group of results goes in its own short transaction, so an
   interrupted run keeps what it wrote and the next run goes on from there.
 """
 
 from collections import Counter
+from collections.abc import Callable
 
 import dagster as dg
 import duckdb
@@ -102,6 +103,22 @@ def service_stopped(context, description: str, metadata: dict) -> dg.Materialize
     return dg.MaterializeResult(metadata={**metadata, STOPPED: description})
 
 
+def goes_on_after_failure(context, command: str, stage: Callable[..., dg.MaterializeResult],
+                          *args) -> dg.MaterializeResult:
+    """stage(*args); when it raises, a stopped result that names the error
+    (see service_stopped). Why: a failed step stops every later step of its
+    run, so one enrichment kind that fails (a bug, an answer of a strange
+    shape) kept the whole batch out of the index. Each result was written
+    as it came; `command` does the rest."""
+    try:
+        return stage(*args)
+    except Exception as exc:
+        context.log.exception(f"{context.op_execution_context.op.name} failed")
+        error = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        return service_stopped(context, f"The stage failed: {error}. The results before the error are stored; "
+                               f"`{command}` tries the rest again.", {"error": error})
+
+
 def backend_stopped(context, backend: str, error: Exception, stored: int, items: str,
                     metadata: dict) -> dg.MaterializeResult:
     """The result of a run whose backend stopped answering (see service_stopped)."""
@@ -114,7 +131,7 @@ def with_checks(result: dg.MaterializeResult, *checks: dg.AssetCheckResult) -> d
 
     The checks of a stage run in the stage's own step, not in a step of
     their own: each step cost a sync Dagster events, a DuckDB connection and
-    the wait for the pool (benchmarks/index_and_retrieval.md, "Sync cost")."""
+    the wait for the writer lock (benchmarks/index_and_retrieval.md, "Sync cost")."""
     return result._replace(check_results=[*(result.check_results or []), *checks])
 
 

@@ -11,7 +11,7 @@ backend a GPU start costs the same for 1 photo as for 600. So:
 One run can cover a range of sync batches (BackfillPolicy.single_run), so
 the photos of many batches share one GPU start.
 
-DuckDB is in the pool `duckdb`, but no connection is open while the model
+No DuckDB connection (and so no writer lock) is open while the model
 works: the asset reads the waiting photos, closes, and writes each group of
 results in its own short transaction. An interrupted run keeps what it
 wrote, and the next run goes on from there.
@@ -32,9 +32,8 @@ import duckdb
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
 from kb_assets.enrich.enrichment import (ResultWriter, backend_stopped, coverage_check, failure_reasons, waiting_rows,
-                                        with_checks)
+                                        goes_on_after_failure, with_checks)
 from kb_assets.partitions import sync_batches
-from kb.duckdb_store import DUCKDB_POOL
 from kb.settings import get_settings
 from kb.vision import CaptionBackendError, CaptionResult
 from kb_resources.services import CaptionerResource
@@ -177,7 +176,6 @@ CAPTIONS_COVERAGE = dg.AssetCheckSpec(
     partitions_def=sync_batches,
     backfill_policy=dg.BackfillPolicy.single_run(),
     deps=["media", "bookmarks"],
-    pool=DUCKDB_POOL,
     group_name="enrich",
     kinds={"duckdb"},
     description="A caption and the text in the image (OCR) for each photo of the bookmarks, "
@@ -187,4 +185,5 @@ CAPTIONS_COVERAGE = dg.AssetCheckSpec(
 def captions(
     context: dg.AssetExecutionContext, config: CaptionsConfig, duckdb: DuckDBResource, captioner: CaptionerResource
 ) -> dg.MaterializeResult:
-    return with_checks(caption_photos(context, config, duckdb, captioner), captions_coverage(duckdb))
+    return with_checks(goes_on_after_failure(context, "kb caption", caption_photos, context, config, duckdb, captioner),
+                       captions_coverage(duckdb))

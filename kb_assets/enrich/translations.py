@@ -15,7 +15,7 @@ the model found it English already, so it is never sent again. The index
 (`chunk_index`) then shows the English in `text` and the original in
 `source_text`.
 
-DuckDB is in the pool `duckdb`, but no connection is open while the model
+No DuckDB connection (and so no writer lock) is open while the model
 works: each group of translations is written in its own short transaction,
 so an interrupted run keeps what it did.
 """
@@ -30,9 +30,9 @@ import duckdb
 from kb.queries import partition_bookmarks
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
-from kb_assets.enrich.enrichment import ResultWriter, coverage_check, failure_list, service_stopped, with_checks
+from kb_assets.enrich.enrichment import (ResultWriter, coverage_check, failure_list, goes_on_after_failure,
+                                         service_stopped, with_checks)
 from kb_assets.partitions import sync_batches
-from kb.duckdb_store import DUCKDB_POOL
 from kb.settings import get_settings
 from kb.translator import TranslateError
 from kb_resources.services import TranslatorResource
@@ -180,7 +180,6 @@ TRANSLATIONS_COVERAGE = dg.AssetCheckSpec(
 @dg.asset(
     partitions_def=sync_batches,
     deps=["chunks"],
-    pool=DUCKDB_POOL,
     group_name="enrich",
     kinds={"duckdb"},
     description="English translations of the foreign chunks, cached by text hash "
@@ -190,4 +189,5 @@ TRANSLATIONS_COVERAGE = dg.AssetCheckSpec(
 def translations(
     context: dg.AssetExecutionContext, config: TranslationsConfig, duckdb: DuckDBResource, translator: TranslatorResource
 ) -> dg.MaterializeResult:
-    return with_checks(translate_chunks(context, config, duckdb, translator), translations_coverage(duckdb))
+    return with_checks(goes_on_after_failure(context, "kb translate", translate_chunks, context, config, duckdb, translator),
+                       translations_coverage(duckdb))

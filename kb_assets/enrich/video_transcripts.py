@@ -15,7 +15,7 @@ sound is the same in every variant.
   transcribed once.
 - A failure is tried again only on request (run config `retry`).
 
-DuckDB is in the pool `duckdb`, but no connection is open while a video
+No DuckDB connection (and so no writer lock) is open while a video
 downloads or the model works: each group of results is written in its own
 short transaction, so an interrupted run keeps what it did.
 """
@@ -33,9 +33,8 @@ from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
 from kb_assets.enrich.enrichment import (
     ResultWriter, backend_stopped, coverage_check, failure_line, failure_list, failure_reasons, waiting_rows,
-    with_checks)
+    goes_on_after_failure, with_checks)
 from kb_assets.partitions import sync_batches
-from kb.duckdb_store import DUCKDB_POOL
 from kb.transcriber import TranscribeBackendError, TranscriptResult
 from kb_resources.services import TranscriberResource
 from kb_resources.stores import DuckDBResource
@@ -193,7 +192,6 @@ TRANSCRIPTS_COVERAGE = dg.AssetCheckSpec(
 @dg.asset(
     partitions_def=sync_batches,
     deps=["media", "bookmarks"],
-    pool=DUCKDB_POOL,
     group_name="enrich",
     kinds={"duckdb"},
     description="The speech in each video of the bookmarks: a document of kind video, keyed "
@@ -203,4 +201,5 @@ TRANSCRIPTS_COVERAGE = dg.AssetCheckSpec(
 def transcripts(
     context: dg.AssetExecutionContext, config: TranscriptsConfig, duckdb: DuckDBResource, transcriber: TranscriberResource
 ) -> dg.MaterializeResult:
-    return with_checks(transcribe_videos(context, config, duckdb, transcriber), transcripts_coverage(duckdb))
+    return with_checks(goes_on_after_failure(context, "kb transcribe", transcribe_videos, context, config, duckdb,
+                                             transcriber), transcripts_coverage(duckdb))

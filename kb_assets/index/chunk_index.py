@@ -15,8 +15,9 @@ from kb.bookmark_folders import folder_rows, replace_folders
 from kb.queries import partition_bookmarks
 from kb_assets.run_choices import excluded_in_run
 from kb_assets.partitions import sync_batches
-from kb.duckdb_store import DUCKDB_POOL
+from kb.lance_index import IndexModelMismatch
 from kb.settings import get_settings
+from kb_assets.enrich.enrichment import failure_line, failure_list
 from kb_resources.services import EmbedderResource
 from kb_resources.stores import ChunkIndexResource, DuckDBResource
 
@@ -112,7 +113,6 @@ def _grouped(conn, sql: str, tweet_ids: list[str]) -> dict[str, list[tuple]]:
 @dg.asset(
     partitions_def=sync_batches,
     deps=["chunks", "translations", "bookmark_folders"],
-    pool=DUCKDB_POOL,
     group_name="index",
     description="LanceDB index of the batch's chunks: vectors and a full-text index, plus bookmark cards and "
                 "the bookmarks of each folder.",
@@ -135,7 +135,7 @@ def chunk_index(
         deleted += lance.remove_sources(sorted(skip))
     # Bookmarks whose passages are stored already are not written again
     # (most of a sync's top page): see ChunkIndex.replace_chunks.
-    written = lance.replace_chunks(live, rows, embedder)
+    written, failures = replace_each_alone_on_failure(context, lance, live, rows, embedder)
     lance.upsert_bookmark_cards(cards)
     folders_written = replace_folders(lance, folders)
     # With nothing deleted and every row indexed, optimize() has nothing to
@@ -153,4 +153,46 @@ def chunk_index(
         "folders_written": folders_written,
         "index_chunks": counts.get("chunks", 0),
         "model": str(counts.get("model", "")),
+        "failures": failure_list(failures),
     })
+
+
+# When this many bookmarks fail one after the other, the fault is not one
+# bookmark's (the embedder is down): the step fails, as it did before.
+FAILURES_IN_A_ROW = 3
+
+
+def replace_each_alone_on_failure(context, lance, live: list[str], rows: list[dict],
+                                  embedder) -> tuple[dict, list[str]]:
+    """lance.replace_chunks of the batch; when it fails, each bookmark alone,
+    so that one bookmark that cannot be embedded or written keeps only itself
+    out of the index (with its stored passages). Returns the counts and the
+    failed bookmarks ("<tweet id>: <reason>"); `kb index` tries them again."""
+    try:
+        return lance.replace_chunks(live, rows, embedder), []
+    except IndexModelMismatch:
+        raise  # the model of the whole index: no bookmark alone can fix it
+    except Exception as exc:
+        context.log.warning(f"chunk_index: the batch failed ({type(exc).__name__}: {exc}); each bookmark alone now")
+    by_bookmark: dict[str, list[dict]] = {tweet_id: [] for tweet_id in live}
+    for row in rows:
+        by_bookmark[row["tweet_id"]].append(row)
+    totals = {"written": 0, "embedded": 0, "unchanged_bookmarks": 0, "deleted": 0}
+    failures: list[str] = []
+    in_a_row = 0
+    for tweet_id, own_rows in by_bookmark.items():
+        try:
+            counts = lance.replace_chunks([tweet_id], own_rows, embedder)
+        except IndexModelMismatch:
+            raise
+        except Exception as exc:
+            failures.append(failure_line(tweet_id, "error", f"{type(exc).__name__}: {exc}"))
+            context.log.warning(f"chunk_index: bookmark {failures[-1]}")
+            in_a_row += 1
+            if in_a_row >= FAILURES_IN_A_ROW and in_a_row == len(failures):
+                raise  # the first ones all failed: the fault is not one bookmark's
+            continue
+        in_a_row = 0
+        for key in totals:
+            totals[key] += counts.get(key, 0)
+    return totals, failures

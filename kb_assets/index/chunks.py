@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import dagster as dg
 import duckdb
 
+from kb_assets.enrich.enrichment import failure_line, failure_list
 from kb_assets.run_choices import excluded_in_run
 from kb.chunking import chunk_text
 from kb.queries import owned_documents, partition_bookmarks
 from kb_assets.partitions import sync_batches
-from kb.duckdb_store import DUCKDB_POOL, insert_rows
+from kb.duckdb_store import insert_rows
 from kb_resources.stores import DuckDBResource
 
 @dataclass(frozen=True)
@@ -144,29 +145,43 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def chunk_rows(texts: Iterable[SourceText], batch: str) -> list[dict]:
+def chunk_rows(texts: Iterable[SourceText], batch: str, failures: dict[str, str] | None = None) -> list[dict]:
+    """The chunk rows of the texts. With `failures`: a text that cannot be
+    cut is named there ({tweet_id: "<item>: <reason>"}), and every row of
+    its bookmark is left out, so the bookmark keeps its stored chunks. One
+    bad text must not stop the index of its whole batch."""
     rows = []
     for item in texts:
-        for position, passage in enumerate(chunk_text(item.text)):
-            rows.append({
-                "chunk_id": chunk_id(item.tweet_id, item.source, item.ref, position),
-                "tweet_id": item.tweet_id,
-                "source": item.source,
-                "ref": item.ref,
-                "position": position,
-                "text": passage,
-                "text_hash": text_hash(passage),
-                "word_count": len(passage.split()),
-                "lang": item.lang,
-                "batch": batch,
-            })
+        try:
+            rows += _item_rows(item, batch)
+        except Exception as exc:
+            if failures is None:
+                raise
+            failures.setdefault(item.tweet_id, failure_line(f"{item.source} {item.ref or item.tweet_id}",
+                                                            "error", f"{type(exc).__name__}: {exc}"))
+    if failures:
+        rows = [row for row in rows if row["tweet_id"] not in failures]
     return rows
+
+
+def _item_rows(item: SourceText, batch: str) -> list[dict]:
+    return [{
+        "chunk_id": chunk_id(item.tweet_id, item.source, item.ref, position),
+        "tweet_id": item.tweet_id,
+        "source": item.source,
+        "ref": item.ref,
+        "position": position,
+        "text": passage,
+        "text_hash": text_hash(passage),
+        "word_count": len(passage.split()),
+        "lang": item.lang,
+        "batch": batch,
+    } for position, passage in enumerate(chunk_text(item.text))]
 
 
 @dg.asset(
     partitions_def=sync_batches,
     deps=["bookmarks", "author_threads", "links", "media", "documents", "captions", "transcripts"],
-    pool=DUCKDB_POOL,
     group_name="index",
     description="Paragraph-aligned passages of each bookmark's texts: post, the author's thread, quote, article, and enrichments.",
 )
@@ -174,13 +189,20 @@ def chunks(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.Mate
     duckdb = duckdb.get_client()
     batch = context.partition_key
     skip = excluded_in_run(context)
-    with duckdb.transaction() as conn:
+    with duckdb.connect() as conn:
         live, removed = partition_bookmarks(conn, batch)
         texts = [t for source in CHUNK_SOURCES.values() for t in source(conn, live) if t.source not in skip]
-        rows = chunk_rows(texts, batch)
-        # Replace the partition's rows: re-materializing never duplicates.
-        conn.execute("DELETE FROM chunks WHERE tweet_id IN (SELECT unnest(?))", [live + removed])
+    # The cut runs with no connection open: the writer lock is for the write only.
+    failures: dict[str, str] = {}
+    rows = chunk_rows(texts, batch, failures)
+    with duckdb.transaction() as conn:
+        # Replace the partition's rows: re-materializing never duplicates. A
+        # bookmark whose text failed keeps its stored chunks.
+        conn.execute("DELETE FROM chunks WHERE tweet_id IN (SELECT unnest(?))",
+                     [[t for t in live + removed if t not in failures]])
         insert_rows(conn, "chunks", rows)
+    for line in failures.values():
+        context.log.warning(f"chunks: {line}")
     by_source: dict[str, int] = {}
     for row in rows:
         by_source[row["source"]] = by_source.get(row["source"], 0) + 1
@@ -190,4 +212,5 @@ def chunks(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.Mate
         "by_source": dg.MetadataValue.json(by_source),
         "removed_bookmarks_dropped": len(removed),
         "excluded_sources": dg.MetadataValue.json(sorted(skip)),
+        "failures": failure_list(list(failures.values())),
     })

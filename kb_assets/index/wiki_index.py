@@ -22,7 +22,6 @@ import dagster as dg
 
 from kb.chunking import chunk_text
 from kb.wiki_files import WIKI_AUTHOR, WIKI_ID_PREFIX, WIKI_SOURCE, split_frontmatter, wiki_page_files
-from kb.duckdb_store import DUCKDB_POOL
 from kb_resources.services import EmbedderResource
 from kb_resources.stores import ChunkIndexResource, WikiResource
 
@@ -82,10 +81,9 @@ def page_rows(root: Path, file: Path) -> list[dict]:
 
 @dg.asset(
     deps=WIKI_WRITERS,
-    # The pool serializes this asset with chunk_index, the other writer of
-    # the LanceDB tables: two processes that compact and index one table at
-    # the same time make commit conflicts. This asset never opens DuckDB.
-    pool=DUCKDB_POOL,
+    # Two processes that compact and index one table at the same time make
+    # commit conflicts: each write of the index takes its writer lock
+    # (ChunkIndex.writing), only for the write. This asset never opens DuckDB.
     group_name="index",
     # Re-index after any wiki change, with no job to remember.
     automation_condition=dg.AutomationCondition.eager(),

@@ -14,7 +14,6 @@ accepts the source, and this asset indexes it.
 
 import dagster as dg
 
-from kb.duckdb_store import DUCKDB_POOL
 from kb.settings import get_settings
 from kb.source_parsers import split_frontmatter
 from kb.telegram_inbox import Inbox
@@ -28,9 +27,8 @@ from kb_resources.stores import ChunkIndexResource, DuckDBResource
 @dg.asset(
     partitions_def=sources,
     deps=[GATED_SOURCES],
-    # One writer of the LanceDB tables at a time (see wiki_index); this pool
-    # also keeps the short DuckDB read in line with the other writers.
-    pool=DUCKDB_POOL,
+    # No pool: the LanceDB writes take the index's writer lock, the DuckDB
+    # read the file's (kb/writer_lock.py). An X stage never holds this up.
     group_name="telegram",
     kinds={"lancedb"},
     description="An approved Telegram source in the LanceDB search index (source kind `telegram`), "

@@ -46,7 +46,7 @@ from kb.source_parsers import (
 )
 from kb.urls import normalize_url
 from kb.browser import Browser
-from kb.duckdb_store import DUCKDB_POOL, DuckDBStore
+from kb.duckdb_store import DuckDBStore
 from kb.gate import GateVerdict, read_purpose
 from kb.atomic_files import write_atomic
 from kb.wiki_repo import raw_files_lock
@@ -211,7 +211,6 @@ def fail(description: str, item_id: str) -> dg.Failure:
 @dg.asset(
     partitions_def=sources,
     group_name="telegram",
-    pool=DUCKDB_POOL,
     retry_policy=UNEXPECTED_ERROR_RETRY,
     kinds={"duckdb"},
     description="Each inbox item parsed to Markdown with YAML frontmatter (raw/parsed/<type>/<slug>.md "
@@ -311,7 +310,6 @@ def move_parsed_file(wiki_dir: Path, current: Path, rejected: bool, item_type: s
 @dg.asset(
     partitions_def=sources,
     group_name="telegram",
-    pool=DUCKDB_POOL,
     deps=[parsed_sources],
     kinds={"duckdb"},
     description="The quality gate's verdict on each parsed source (DuckDB `gate_results`, `sources.status`): "

@@ -49,7 +49,6 @@ from kb_assets.partitions import sync_batches
 from kb.urls import normalize_url
 from kb.x_graphql import (FOLDER_TIMELINE, PageShapeError, ParsedPage, ParsedThread, load_page, parse_folder_list,
                           parse_page, parse_thread)
-from kb.duckdb_store import DUCKDB_POOL
 from kb.raw_store import CaptureManifest, RawAnswer, RawStore
 from kb.settings import get_settings
 from kb_resources.stores import DuckDBResource, RawStoreResource
@@ -486,7 +485,6 @@ CHECK_SPECS = [
                                  "from its TweetDetail answer. Replies of other people are never stored."),
     ],
     partitions_def=sync_batches,
-    pool=DUCKDB_POOL,
     # The checks run in this step, on its connection: a step of their own
     # cost each sync Dagster events and one more DuckDB connection.
     check_specs=CHECK_SPECS,
