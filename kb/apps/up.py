@@ -172,6 +172,11 @@ def daemon_heartbeat(dagster_home: Path) -> datetime | None:
         return None
     import dagster as dg
 
+    # kb's SQLite storage finds its files through DAGSTER_HOME. A home that
+    # kb made earlier (`kb demo`, an earlier `kb up`) has a dagster.yaml, and
+    # the owner need not set DAGSTER_HOME: kb up sets it for every part anyway.
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         beats = instance.get_daemon_heartbeats()
     if not beats:
