@@ -185,12 +185,13 @@ def test_backup_refuses_to_overwrite_or_to_write_into_kb_home(store, monkeypatch
 def test_backup_waits_for_no_run(kb_home):
     """A run whose process lives may write: the backup does not start."""
     from kb_assets.instance_config import ensure_dagster_home
+    from kb_resources.run_worker import worker_tags
 
     instance = dg.DagsterInstance.from_config(str(ensure_dagster_home()))
     live = instance.add_run(dg.DagsterRun(job_name="source_intake", status=dg.DagsterRunStatus.STARTED,
-                                          tags={"kb/pid": str(os.getppid())}))
+                                          tags={"kb/pid": str(os.getppid()), **worker_tags()}))
     dead = instance.add_run(dg.DagsterRun(job_name="source_intake", status=dg.DagsterRunStatus.STARTED,
-                                          tags={"kb/pid": "999999999"}))
+                                          tags={"kb/pid": "999999999", **worker_tags()}))
     with pytest.raises(BackupError, match=f"A run is in progress .*: source_intake {live.run_id} \\(STARTED\\)"):
         create_backup(kb_home.parent / "backups")
     assert not (kb_home.parent / "backups").exists() or not any((kb_home.parent / "backups").iterdir())
