@@ -107,6 +107,7 @@ class Settings(BaseSettings):
     kb_gate_base_url: str = Field("https://api.deepseek.com", description="Quality gate OpenAI-compatible endpoint.")
     kb_gate_model: str = Field("deepseek-chat", description="Quality gate model.")
     kb_gate_threshold: int = Field(60, description="Gate score below which a source is rejected.")
+    kb_gate_retry_waits_s: str = Field("60,120,240", description="Comma-separated waits in seconds between two tries of the quality gate, after an error or an answer that is not the asked JSON. The number of waits is the number of retries. Only after the last try is the source accepted with the default score 65, marked so.")
     anthropic_base_url: str = Field("", description="Messages API endpoint for the wiki agent. Empty: the agent is off and sources wait.")
     anthropic_auth_token: SecretStr | None = Field(None, description="Token for the wiki agent endpoint.")
     kb_agent_model: str = Field("claude-sonnet-4-5", description="Wiki agent model.")
@@ -174,12 +175,15 @@ class Settings(BaseSettings):
             raise ValueError(f"TZ={value!r} is not a time zone name: use one such as Europe/Berlin or UTC") from None
         return zone
 
-    @field_validator("kb_source_retry_waits_s", mode="after")
+    @field_validator("kb_source_retry_waits_s", "kb_gate_retry_waits_s", mode="after")
     @classmethod
-    def _waits(cls, value: str) -> str:
+    def _waits(cls, value: str, info) -> str:
+        # A parse retry waits at least a second (Dagster's retry policy); the
+        # gate waits in its own step, and tests set its waits to 0.
+        least = 0 if info.field_name == "kb_gate_retry_waits_s" else 1
         parts = [p.strip() for p in value.split(",") if p.strip()]
-        if not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise ValueError(f"KB_SOURCE_RETRY_WAITS_S={value!r} must be whole seconds above 0, "
+        if not all(p.isdigit() and int(p) >= least for p in parts):
+            raise ValueError(f"{info.field_name.upper()}={value!r} must be whole seconds of {least} or more, "
                              "separated by commas (for example 60,120,240)")
         return ",".join(parts)
 
@@ -202,6 +206,10 @@ class Settings(BaseSettings):
     @property
     def source_retry_waits(self) -> tuple[int, ...]:
         return tuple(int(p) for p in self.kb_source_retry_waits_s.split(","))
+
+    @property
+    def gate_retry_waits(self) -> tuple[int, ...]:
+        return tuple(int(p) for p in self.kb_gate_retry_waits_s.split(",") if p)
 
     def cron_at(self, time_of_day: str, day: str = "*") -> str:
         """A cron line for HH:MM on a day of the week (* for every day)."""

@@ -41,7 +41,17 @@ def describe(item: InboxItem | None, item_id: str, title: str | None) -> str:
 def notification_text(state: str, what: str, *, error: str | None = None, commit: str | None = None,
                       score: int | None = None, threshold: int | None = None, reason: str | None = None,
                       duplicate_of: str | None = None, item_id: str = "", created: list | None = None,
-                      updated: list | None = None, summary: str | None = None, warnings: list | None = None) -> str:
+                      updated: list | None = None, summary: str | None = None, warnings: list | None = None,
+                      gate_note: str = "") -> str:
+    text = _state_text(state, what, error=error, commit=commit, score=score, threshold=threshold, reason=reason,
+                       duplicate_of=duplicate_of, item_id=item_id, created=created, updated=updated,
+                       summary=summary, warnings=warnings)
+    # A source that the gate let in only because every try failed: the owner must know.
+    return f"{text} {gate_note}" if gate_note and state in ("done", "waiting", "refused") else text
+
+
+def _state_text(state: str, what: str, *, error, commit, score, threshold, reason, duplicate_of, item_id, created,
+                updated, summary, warnings) -> str:
     if state == "done":
         text = f"done: {what} is in the wiki" + (f" (commit {commit[:12]})" if commit else "") + "."
         text += f" Pages: {len(created or [])} created, {len(updated or [])} updated."

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
+from kb.gate import default_accept_note
 from kb.settings import get_settings
 
 from kb_assets.keys import GATED_SOURCES, PARTITION_TAG, REQUESTED_BY_TAG, WIKI_PAGES, WILL_RETRY_TAG
@@ -50,14 +51,16 @@ def notify_outcome(notifier: TelegramNotifier, inbox: Inbox, record, asset_key: 
     item_id = record.partition_key
     metadata = record.asset_materialization.metadata
     item = inbox.find(item_id) if item_id else None
-    title = _value(metadata, "title") or (_gated_title(instance, item_id) if instance and item_id else None)
+    gated = _gated_metadata(instance, item_id) if instance and item_id else {}
+    title = _value(metadata, "title") or gated.get("title") or None
     what = describe(item, item_id, title)
     if asset_key == WIKI_PAGES:
         state = "done"
         values = {k: _value(metadata, k) for k in metadata}
         text = notification_text("done", what, commit=commit_of(values), created=values.get("pages_created"),
                                  updated=values.get("pages_updated"), summary=values.get("summary"),
-                                 warnings=values.get("warnings"))
+                                 warnings=values.get("warnings"),
+                                 gate_note=default_accept_note(gated.get("gate"), gated.get("gate_tries")))
     else:
         state = _value(metadata, "status")
         if state not in ("rejected", "duplicate"):
@@ -120,8 +123,10 @@ def _notify_waiting(context: dg.SensorEvaluationContext, telegram: TelegramNotif
         state = _value(observation.metadata, "state") if observation is not None else None
         if (state in ("waiting", "refused") and item_id
                 and context.instance.has_dynamic_partition(sources.name, item_id)):
-            what = describe(inbox.find(item_id), item_id, _gated_title(context.instance, item_id))
-            text = notification_text(state, what, reason=_value(observation.metadata, "reason"))
+            gated = _gated_metadata(context.instance, item_id)
+            what = describe(inbox.find(item_id), item_id, gated.get("title") or None)
+            text = notification_text(state, what, reason=_value(observation.metadata, "reason"),
+                                     gate_note=default_accept_note(gated.get("gate"), gated.get("gate_tries")))
             try:
                 sent += telegram.notify(item_id, state, text)
             except NotificationError as exc:
@@ -131,13 +136,14 @@ def _notify_waiting(context: dg.SensorEvaluationContext, telegram: TelegramNotif
     return sent
 
 
-def _gated_title(instance: dg.DagsterInstance, item_id: str) -> str | None:
+def _gated_metadata(instance: dg.DagsterInstance, item_id: str) -> dict:
+    """The metadata of the item's newest gate verdict (title, gate, gate_tries), or {}."""
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=GATED_SOURCES, asset_partitions=[item_id]), limit=1).records
     if not records:
-        return None
-    title = _value(records[0].asset_materialization.metadata, "title")
-    return str(title) if title else None
+        return {}
+    metadata = records[0].asset_materialization.metadata
+    return {key: _value(metadata, key) for key in metadata}
 
 
 @dg.sensor(

@@ -12,6 +12,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The wiki assets build their retry policy at import: a test of a failed
 # wiki change must not wait a minute for each retry.
 os.environ.setdefault("KB_WIKI_RETRY_DELAY_S", "0")
+# The gate waits 60, 120 and 240 s between its tries: no test waits so long.
+os.environ.setdefault("KB_GATE_RETRY_WAITS_S", "0,0,0")
 
 
 @pytest.fixture(autouse=True)
