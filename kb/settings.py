@@ -155,6 +155,9 @@ class Settings(BaseSettings):
     kb_lint_time: str = Field("02:00", description="Time of day (HH:MM, in TZ) of the daily wiki lint.")
     kb_synthesis_day: str = Field("sun", description="Day of the weekly synthesis: mon, tue, wed, thu, fri, sat or sun. It sums up the ISO week of that day.")
     kb_synthesis_time: str = Field("09:00", description="Time of day (HH:MM, in TZ) of the weekly synthesis.")
+    kb_backup_cron: str = Field("30 3 * * *", description="When the backup schedule writes an archive of KB_HOME (a cron line in TZ: minute hour day month weekday). The default: every day at 03:30. Empty: no scheduled backup.")
+    kb_backup_dir: str = Field("", description="Folder of the scheduled backups. Empty: the folder <KB_HOME>-backups beside KB_HOME (for example ~/kb-backups). It must be outside KB_HOME.")
+    kb_backup_keep: int = Field(7, ge=1, description="Scheduled backups to keep: after each new archive, the oldest ones go.")
     kb_inbox_settle_s: float = Field(2.0, ge=0, description="Seconds that a file dropped in the inbox must stay unchanged (size, modification and change time) before the inbox sensor takes it: a file that another program still copies is not taken half written.")
     kb_inbox_sensor_interval_s: int = Field(15, ge=1, description="Seconds between two looks of the inbox sensors (new items, /override, /lint, /synthesize).")
     kb_notify_sensor_interval_s: int = Field(30, ge=1, description="Seconds between two looks of the sensors that send notices to the owner.")
@@ -194,6 +197,15 @@ class Settings(BaseSettings):
         if not match:
             raise ValueError(f"{info.field_name.upper()}={value!r} is not a time of day: use HH:MM, for example 02:00")
         return f"{int(match.group(1)):02d}:{match.group(2)}"
+
+    @field_validator("kb_backup_cron", mode="after")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        line = " ".join(value.split())
+        if line and (len(line.split()) != 5 or not re.fullmatch(r"[\d*/,\- ]+", line)):
+            raise ValueError(f"KB_BACKUP_CRON={value!r} is not a cron line: give 5 fields (minute hour day month "
+                             "weekday) of digits, *, /, - and commas, for example 30 3 * * *")
+        return line
 
     @field_validator("kb_synthesis_day", mode="after")
     @classmethod
@@ -268,6 +280,12 @@ class Settings(BaseSettings):
     @property
     def wiki_dir(self) -> Path:
         return self.home / "wiki"
+
+    @property
+    def backup_dir(self) -> Path:
+        if self.kb_backup_dir.strip():
+            return Path(self.kb_backup_dir).expanduser()
+        return self.home.parent / f"{self.home.name}-backups"
 
     @property
     def dagster_home(self) -> Path:

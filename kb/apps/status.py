@@ -212,7 +212,17 @@ def collect_status(settings: Settings | None = None) -> dict:
         "purpose": _purpose_state(settings),
         "services": _services(settings),
         "daemon": _daemon(settings),
+        "backups": _backups(settings),
     }
+
+
+def _backups(settings: Settings) -> dict:
+    from kb.backup_archive import last_backup
+
+    try:
+        return last_backup(settings)
+    except OSError as exc:
+        return {"folder": str(settings.backup_dir), "last": None, "bytes": None, "kept": 0, "error": str(exc)}
 
 
 def _daemon(settings: Settings) -> dict:
@@ -292,6 +302,13 @@ def format_status(report: dict) -> str:
     lines.append("daemon   " + ("running" if daemon.get("running") else "not running: sensors, schedules and the "
                                 "bot's requests wait. Start it with `kb up`")
                  + (f" (last heartbeat {daemon['last_heartbeat']})" if daemon.get("last_heartbeat") else ""))
+    backups = report.get("backups") or {}
+    if backups.get("last"):
+        lines.append(f"backup   last {backups['last']} ({backups['bytes'] / 1e6:.1f} MB), "
+                     f"{backups['kept']} kept in {backups['folder']}")
+    else:
+        lines.append(f"backup   none yet in {backups.get('folder')}"
+                     + (f": {backups['error']}" if backups.get("error") else ": the backup schedule writes one each day"))
     lines.append("services")
     for name, svc in report["services"].items():
         lines.append(f"  {name:<22} {'ready' if svc['ready'] else 'not ready':<10} {svc['detail']}")
