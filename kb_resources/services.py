@@ -141,6 +141,7 @@ class TelegramNotifierResource(ClientResource):
     api_base: str
     bot_token: str = ""
     owner_chat_id: str = ""
+    notices_log: str = ""
 
     def get_client(self) -> TelegramNotifier:
         return super().get_client()

@@ -6,7 +6,7 @@ import dagster as dg
 import pytest
 
 from kb_assets.partitions import sources
-from sensors.source_outcomes import source_failures_sensor, source_outcomes_sensor
+from sensors.source_outcomes import run_endings_sensor, source_outcomes_sensor
 from kb.telegram_notifier import NotificationError, TelegramNotifier, notification_text
 from tests import source_helpers as h
 from tests.fake_openai_chat import FakeOpenAIChat, chat
@@ -191,7 +191,7 @@ def test_failures_sensor_sends_a_final_failure_once_and_tries_a_failed_send_agai
     def tick(cursor: str | None) -> str | None:
         context = dg.build_sensor_context(cursor=cursor, instance=dagster, resources={
             "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
-        source_failures_sensor(context)
+        run_endings_sensor(context)
         return context.cursor
 
     started = tick(None)  # the first tick: failures from now on count

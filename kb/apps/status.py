@@ -195,6 +195,8 @@ PURPOSE_HINT = ("  purpose.md is not written yet: write {path}. Until you do, th
 
 
 def collect_status(settings: Settings | None = None) -> dict:
+    from kb.telegram_notifier import recent_notices
+
     settings = settings or get_settings()
     from kb.settings import CONFIG_DIR, settings_file
 
@@ -213,6 +215,8 @@ def collect_status(settings: Settings | None = None) -> dict:
         "services": _services(settings),
         "daemon": _daemon(settings),
         "backups": _backups(settings),
+        # Without a bot, the notices to the owner are here (and in the daemon's log).
+        "unsent_notices": recent_notices(settings),
     }
 
 
@@ -309,6 +313,10 @@ def format_status(report: dict) -> str:
     else:
         lines.append(f"backup   none yet in {backups.get('folder')}"
                      + (f": {backups['error']}" if backups.get("error") else ": the backup schedule writes one each day"))
+    notices = report.get("unsent_notices") or []
+    if notices:
+        lines.append("notices that no bot sent (newest last; the whole list: logs/notices.jsonl)")
+        lines += [f"  {n.get('at', '?')}  {n.get('text', '')}" for n in notices]
     lines.append("services")
     for name, svc in report["services"].items():
         lines.append(f"  {name:<22} {'ready' if svc['ready'] else 'not ready':<10} {svc['detail']}")
