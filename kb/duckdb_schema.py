@@ -10,7 +10,7 @@ transaction. A migration may drop and rebuild only a DERIVED table (one that
 the normalize stage fills again from the raw files), never a KEPT table.
 """
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # version -> the statements that take a file from version - 1 to version.
 # Write each statement so that it can run on a file where the table already
@@ -30,6 +30,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
           # folders, folder_bookmarks and thread_posts come from TABLES
         "ALTER TABLE media ADD COLUMN IF NOT EXISTS from_thread BOOLEAN",
         "ALTER TABLE links ADD COLUMN IF NOT EXISTS from_thread BOOLEAN",
+    ),
+    5: (  # each failed try of the quality gate, with its error
+        "ALTER TABLE gate_results ADD COLUMN IF NOT EXISTS errors JSON",
     ),
 }
 
@@ -230,7 +233,8 @@ TABLES["gate_results"] = """
         decision    VARCHAR NOT NULL,        -- accepted, rejected, duplicate
         overridden  BOOLEAN NOT NULL,        -- /override: accepted whatever the gate said
         gated_at    TIMESTAMPTZ NOT NULL,
-        raw_answer  VARCHAR                  -- the model's answer as it came, for audit
+        raw_answer  VARCHAR,                 -- the model's answer as it came, for audit
+        errors      JSON                     -- each failed try: [{"try": 1, "error": "..."}]
     )"""
 
 

@@ -18,9 +18,12 @@ Rules, and why:
 - Temperature 0: the same source gets the same score on a re-run.
 - Only the first ~2,000 tokens go out. The start of a source tells its
   quality, and a short prompt keeps the cost flat for long PDFs.
-- After 3 failures (errors or bad JSON) the source is accepted with score
-  65 and marked gate-skipped: losing a source the owner sent is worse than
-  ingesting a weak one.
+- A failure (an error, or an answer that is not the asked JSON) is tried
+  again after 60, 120 and 240 s (KB_GATE_RETRY_WAITS_S): a model outage of
+  minutes must not let a source in unscored. Each error is kept with its try
+  (gate_results.errors). Only after the last try is the source accepted with
+  score 65 and marked skipped-errors: losing a source the owner sent is worse
+  than ingesting a weak one. /status and the notice say so.
 - No key: every source is accepted and marked skipped.
 """
 
@@ -41,7 +44,6 @@ from kb.wiki_playbook import PURPOSE_PLACEHOLDER_MARK
 if TYPE_CHECKING:
     import openai
 
-MAX_ATTEMPTS = 3
 FALLBACK_SCORE = 65
 MAX_TOPICS = 6
 # No tokenizer of the endpoint's model is available offline. English text
@@ -85,7 +87,8 @@ class GateVerdict:
     attempts: int
     model: str
     threshold: int
-    errors: list[str] = field(default_factory=list)
+    # One entry per failed try: {"try": 1, "error": "InternalServerError: ..."}.
+    errors: list[dict] = field(default_factory=list)
     raw_answer: str = ""  # the model's last answer as it came ("" when there was none)
 
     @property
@@ -95,6 +98,15 @@ class GateVerdict:
     @property
     def skipped(self) -> bool:
         return self.gate != "scored"
+
+
+def default_accept_note(gate: str | None, tries: int | None) -> str:
+    """The words that mark a source accepted without a score because every
+    try of the gate failed; "" for any other verdict."""
+    if gate != "skipped-errors":
+        return ""
+    return (f"The quality gate failed {tries or 'all its'} tries, so kb accepted the source with the "
+            f"default score {FALLBACK_SCORE}, without a score from the model.")
 
 
 def kebab_case(topic: str) -> str:
@@ -176,13 +188,18 @@ class QualityGate(BaseModel):
     threshold: int
     api_key: SecretStr | None = None
     timeout_s: float = 60.0
-    retry_delay_s: float = 2.0
+    # The waits between two tries; their number is the number of retries.
+    retry_waits_s: list[float] = [60.0, 120.0, 240.0]
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **overrides) -> QualityGate:
         s = settings or get_settings()
         return cls(**{"base_url": s.kb_gate_base_url, "model": s.kb_gate_model, "threshold": s.kb_gate_threshold,
-                      "api_key": s.deepseek_api_key, **overrides})
+                      "api_key": s.deepseek_api_key, "retry_waits_s": list(s.gate_retry_waits), **overrides})
+
+    @property
+    def tries(self) -> int:
+        return len(self.retry_waits_s) + 1
 
     def _threshold(self) -> int:
         return self.threshold
@@ -200,7 +217,7 @@ class QualityGate(BaseModel):
             base_url=self.base_url,
             api_key=self.api_key.get_secret_value(),
             timeout=self.timeout_s,
-            # The gate counts its own attempts (3, then accept); the client
+            # The gate counts its own tries (then it accepts); the client
             # must not multiply them.
             max_retries=0,
         )
@@ -208,7 +225,7 @@ class QualityGate(BaseModel):
     def judge(self, source_text: str, purpose: str, log=None, *, source_type: str | None = None,
               url: str | None = None, file_name: str | None = None, title: str | None = None) -> GateVerdict:
         """Score one source. Never raises for endpoint or answer errors: after
-        MAX_ATTEMPTS failures it returns an accepted, skipped verdict."""
+        the last failed try it returns an accepted, skipped verdict."""
         # openai is imported here, not at the top: every Dagster process
         # imports this module when it loads the graph, and openai adds about
         # 1 s to each start.
@@ -224,9 +241,9 @@ class QualityGate(BaseModel):
             {"role": "user", "content": source_message(source_text, source_type=source_type, url=url,
                                                        file_name=file_name, title=title)},
         ]
-        errors: list[str] = []
+        errors: list[dict] = []
         raw = ""
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        for attempt in range(1, self.tries + 1):
             try:
                 response = client.chat.completions.create(
                     model=model,
@@ -242,13 +259,19 @@ class QualityGate(BaseModel):
             except (openai.OpenAIError, GateAnswerError) as exc:
                 # openai errors name the status and the endpoint's message.
                 # The message can quote the key (a careless server): redact it.
-                errors.append(f"attempt {attempt}: {type(exc).__name__}: {redact_secrets(str(exc))[:200]}")
-                if log is not None:
-                    log.warning(f"quality gate {errors[-1]}")
-                if attempt < MAX_ATTEMPTS and self.retry_delay_s > 0:
-                    time.sleep(self.retry_delay_s * attempt)
-        return GateVerdict(FALLBACK_SCORE, [], f"gate failed {MAX_ATTEMPTS} times: accepted with score {FALLBACK_SCORE}",
-                           "skipped-errors", MAX_ATTEMPTS, model, threshold, errors, raw)
+                errors.append({"try": attempt, "error": f"{type(exc).__name__}: {redact_secrets(str(exc))[:200]}"})
+                if attempt < self.tries:
+                    wait = self.retry_waits_s[attempt - 1]
+                    if log is not None:
+                        log.warning(f"quality gate try {attempt} of {self.tries}: {errors[-1]['error']}. "
+                                    f"Next try in {wait:.0f} s.")
+                    if wait > 0:
+                        time.sleep(wait)
+                elif log is not None:
+                    log.warning(f"quality gate try {attempt} of {self.tries}: {errors[-1]['error']}. No try is left.")
+        return GateVerdict(FALLBACK_SCORE, [], f"the gate failed {self.tries} tries: accepted with the default score "
+                           f"{FALLBACK_SCORE}. Last error: {errors[-1]['error']}",
+                           "skipped-errors", self.tries, model, threshold, errors, raw)
 
     def readiness(self) -> tuple[bool, str]:
         """(ready, detail) for `kb status`."""

@@ -39,6 +39,9 @@ class ItemState:
     score: int | None = None
     duplicate_of: str | None = None
     title: str | None = None
+    # Set when every try of the quality gate failed and the score is the
+    # default: the words that say so (kb.gate.default_accept_note).
+    gate_note: str | None = None
 
 
 # Gives the state of each item id. It blocks (it reads the Dagster instance),

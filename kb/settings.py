@@ -108,6 +108,7 @@ class Settings(BaseSettings):
     kb_gate_base_url: str = Field("https://api.deepseek.com", description="Quality gate OpenAI-compatible endpoint.")
     kb_gate_model: str = Field("deepseek-chat", description="Quality gate model.")
     kb_gate_threshold: int = Field(60, description="Gate score below which a source is rejected.")
+    kb_gate_retry_waits_s: str = Field("60,120,240", description="Comma-separated waits in seconds between two tries of the quality gate, after an error or an answer that is not the asked JSON. The number of waits is the number of retries. Only after the last try is the source accepted with the default score 65, marked so.")
     anthropic_base_url: str = Field("", description="Messages API endpoint for the wiki agent. Empty: the agent is off and sources wait.")
     anthropic_auth_token: SecretStr | None = Field(None, description="Token for the wiki agent endpoint.")
     kb_agent_model: str = Field("claude-sonnet-4-5", description="Wiki agent model.")
@@ -155,6 +156,9 @@ class Settings(BaseSettings):
     kb_lint_time: str = Field("02:00", description="Time of day (HH:MM, in TZ) of the daily wiki lint.")
     kb_synthesis_day: str = Field("sun", description="Day of the weekly synthesis: mon, tue, wed, thu, fri, sat or sun. It sums up the ISO week of that day.")
     kb_synthesis_time: str = Field("09:00", description="Time of day (HH:MM, in TZ) of the weekly synthesis.")
+    kb_backup_cron: str = Field("30 3 * * *", description="When the backup schedule writes an archive of KB_HOME (a cron line in TZ: minute hour day month weekday). The default: every day at 03:30. Empty: no scheduled backup.")
+    kb_backup_dir: str = Field("", description="Folder of the scheduled backups. Empty: the folder <KB_HOME>-backups beside KB_HOME (for example ~/kb-backups). It must be outside KB_HOME.")
+    kb_backup_keep: int = Field(7, ge=1, description="Scheduled backups to keep: after each new archive, the oldest ones go.")
     kb_inbox_settle_s: float = Field(2.0, ge=0, description="Seconds that a file dropped in the inbox must stay unchanged (size, modification and change time) before the inbox sensor takes it: a file that another program still copies is not taken half written.")
     kb_inbox_sensor_interval_s: int = Field(15, ge=1, description="Seconds between two looks of the inbox sensors (new items, /override, /lint, /synthesize).")
     kb_notify_sensor_interval_s: int = Field(30, ge=1, description="Seconds between two looks of the sensors that send notices to the owner.")
@@ -175,12 +179,15 @@ class Settings(BaseSettings):
             raise ValueError(f"TZ={value!r} is not a time zone name: use one such as Europe/Berlin or UTC") from None
         return zone
 
-    @field_validator("kb_source_retry_waits_s", mode="after")
+    @field_validator("kb_source_retry_waits_s", "kb_gate_retry_waits_s", mode="after")
     @classmethod
-    def _waits(cls, value: str) -> str:
+    def _waits(cls, value: str, info) -> str:
+        # A parse retry waits at least a second (Dagster's retry policy); the
+        # gate waits in its own step, and tests set its waits to 0.
+        least = 0 if info.field_name == "kb_gate_retry_waits_s" else 1
         parts = [p.strip() for p in value.split(",") if p.strip()]
-        if not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise ValueError(f"KB_SOURCE_RETRY_WAITS_S={value!r} must be whole seconds above 0, "
+        if not all(p.isdigit() and int(p) >= least for p in parts):
+            raise ValueError(f"{info.field_name.upper()}={value!r} must be whole seconds of {least} or more, "
                              "separated by commas (for example 60,120,240)")
         return ",".join(parts)
 
@@ -191,6 +198,15 @@ class Settings(BaseSettings):
         if not match:
             raise ValueError(f"{info.field_name.upper()}={value!r} is not a time of day: use HH:MM, for example 02:00")
         return f"{int(match.group(1)):02d}:{match.group(2)}"
+
+    @field_validator("kb_backup_cron", mode="after")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        line = " ".join(value.split())
+        if line and (len(line.split()) != 5 or not re.fullmatch(r"[\d*/,\- ]+", line)):
+            raise ValueError(f"KB_BACKUP_CRON={value!r} is not a cron line: give 5 fields (minute hour day month "
+                             "weekday) of digits, *, /, - and commas, for example 30 3 * * *")
+        return line
 
     @field_validator("kb_synthesis_day", mode="after")
     @classmethod
@@ -203,6 +219,10 @@ class Settings(BaseSettings):
     @property
     def source_retry_waits(self) -> tuple[int, ...]:
         return tuple(int(p) for p in self.kb_source_retry_waits_s.split(","))
+
+    @property
+    def gate_retry_waits(self) -> tuple[int, ...]:
+        return tuple(int(p) for p in self.kb_gate_retry_waits_s.split(",") if p)
 
     def cron_at(self, time_of_day: str, day: str = "*") -> str:
         """A cron line for HH:MM on a day of the week (* for every day)."""
@@ -261,6 +281,12 @@ class Settings(BaseSettings):
     @property
     def wiki_dir(self) -> Path:
         return self.home / "wiki"
+
+    @property
+    def backup_dir(self) -> Path:
+        if self.kb_backup_dir.strip():
+            return Path(self.kb_backup_dir).expanduser()
+        return self.home.parent / f"{self.home.name}-backups"
 
     @property
     def dagster_home(self) -> Path:

@@ -8,13 +8,16 @@ for the wiki agent; a wiki lint or synthesis has a result.
 - A Telegram item gets a reply to the message that brought it. A system
   item (a file dropped in the inbox) goes to OWNER_CHAT_ID.
 - With no bot token (or no chat to write to), the notification goes to
-  stdout, where `dagster dev` shows it.
+  stdout, where `dagster dev` and the daemon's log show it, and to the
+  notices log ($KB_HOME/logs/notices.jsonl), where `kb status` reads it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from datetime import datetime, timezone
 
 from pathlib import Path
 
@@ -41,7 +44,17 @@ def describe(item: InboxItem | None, item_id: str, title: str | None) -> str:
 def notification_text(state: str, what: str, *, error: str | None = None, commit: str | None = None,
                       score: int | None = None, threshold: int | None = None, reason: str | None = None,
                       duplicate_of: str | None = None, item_id: str = "", created: list | None = None,
-                      updated: list | None = None, summary: str | None = None, warnings: list | None = None) -> str:
+                      updated: list | None = None, summary: str | None = None, warnings: list | None = None,
+                      gate_note: str = "") -> str:
+    text = _state_text(state, what, error=error, commit=commit, score=score, threshold=threshold, reason=reason,
+                       duplicate_of=duplicate_of, item_id=item_id, created=created, updated=updated,
+                       summary=summary, warnings=warnings)
+    # A source that the gate let in only because every try failed: the owner must know.
+    return f"{text} {gate_note}" if gate_note and state in ("done", "waiting", "refused") else text
+
+
+def _state_text(state: str, what: str, *, error, commit, score, threshold, reason, duplicate_of, item_id, created,
+                updated, summary, warnings) -> str:
     if state == "done":
         text = f"done: {what} is in the wiki" + (f" (commit {commit[:12]})" if commit else "") + "."
         text += f" Pages: {len(created or [])} created, {len(updated or [])} updated."
@@ -66,6 +79,13 @@ def notification_text(state: str, what: str, *, error: str | None = None, commit
     if state == "duplicate":
         return f"duplicate: {what} is the same as item {duplicate_of}. Send /override {item_id} to ingest it anyway."
     raise ValueError(f"no notification for state {state!r}; states: {', '.join(NOTIFIED_STATES)}")
+
+
+def run_ending_text(state: str, job: str, partition: str, reason: str, run_id: str) -> str:
+    """The notice of a run that failed for good or was canceled: the job,
+    the partition and the reason, and the run id for the Dagster UI."""
+    where = f" partition {partition}" if partition else ""
+    return f"{state}: {job}{where}: {clip(reason or 'no error message', 600)} (run {run_id[:8]})"
 
 
 def clip(text: str, limit: int = MAX_SUMMARY_CHARS) -> str:
@@ -120,12 +140,15 @@ class TelegramNotifier(BaseModel):
     api_base: str
     bot_token: SecretStr | None = None
     owner_chat_id: str = ""
+    # Where a notice goes when no bot can send it (`kb status` reads it).
+    notices_log: str = ""
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **overrides) -> TelegramNotifier:
         s = settings or get_settings()
         return cls(**{"inbox_dir": str(s.inbox_dir), "api_base": s.telegram_api_base,
-                      "bot_token": s.telegram_bot_token, "owner_chat_id": s.owner_chat_id, **overrides})
+                      "bot_token": s.telegram_bot_token, "owner_chat_id": s.owner_chat_id,
+                      "notices_log": str(notices_log_path(s)), **overrides})
 
     def notify(self, item_id: str, state: str, text: str, *, chat_id: int | str | None = None) -> bool:
         """Send once. True when sent now, False when it was sent before.
@@ -146,6 +169,7 @@ class TelegramNotifier(BaseModel):
             chat_id, reply_to = self.owner_chat_id.strip() or None, None
         if not token or chat_id is None:
             print(f"[kb] {text}", flush=True)
+            self._log_unsent(item_id, state, text, "no TELEGRAM_BOT_TOKEN" if not token else "no OWNER_CHAT_ID")
             return True
         try:
             asyncio.run(_send(self.api_base, token, chat_id, text, reply_to))
@@ -156,3 +180,36 @@ class TelegramNotifier(BaseModel):
             raise NotificationError(f"notification {state} of item {item_id} not sent: "
                                     f"{redact(f'{type(exc).__name__}: {exc}', token)}") from None
         return True
+
+    def _log_unsent(self, key: str, state: str, text: str, why: str) -> None:
+        if not self.notices_log:
+            return
+        path = Path(self.notices_log)
+        record = {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "key": key, "state": state,
+                  "text": text, "not_sent": why}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as log_file:  # one short line: an append is whole
+                log_file.write(json.dumps(record) + "\n")
+        except OSError as exc:
+            log.warning("could not write the notice to %s: %s", path, exc)
+
+
+def notices_log_path(settings: Settings) -> Path:
+    return settings.home / "logs" / "notices.jsonl"
+
+
+def recent_notices(settings: Settings, limit: int = 5) -> list[dict]:
+    """The newest notices that no bot sent, newest last, for `kb status`."""
+    path = notices_log_path(settings)
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    notices = []
+    for line in lines[-limit:]:
+        try:
+            notices.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut by a full disk: the others still count
+    return notices

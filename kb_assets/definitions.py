@@ -8,6 +8,7 @@ import gc
 import dagster as dg
 
 from kb_assets import enrich, index, telegram, wiki, x
+from kb_assets.backups import backup_job
 from kb_assets.instance_config import ensure_on_load
 from kb_assets.jobs import (
     captions_job, captions_to_index_job, extract_job, index_rebuild_job, normalize_job, source_index_job,
@@ -26,10 +27,11 @@ from kb_resources.services import (
     WikiAgentResource,
 )
 from kb_resources.stores import ChunkIndexResource, DuckDBResource, InboxResource, RawStoreResource, WikiResource
+from sensors.backup_schedule import backup_schedule
 from sensors.waiting_photos import captions_sensor, captions_to_index_sensor
 from sensors.inbox_folder import bot_requests_sensor, inbox_sensor, wiki_requests_sensor
 from sensors.x_sync_sensor import x_sync_sensor
-from sensors.source_outcomes import source_failures_sensor, source_outcomes_sensor
+from sensors.source_outcomes import run_endings_sensor, source_outcomes_sensor
 from sensors.wiki_results import wiki_results_sensor
 from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 
@@ -82,11 +84,11 @@ def defs() -> dg.Definitions:
         resources=build_resources(),
         jobs=[x_sync_job, captions_job, captions_to_index_job, index_rebuild_job, source_index_job, wiki_index_job,
               extract_job, transcribe_job, translate_job, normalize_job, source_intake_job,
-              wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
-        schedules=[wiki_lint_schedule, wiki_synthesis_schedule],
+              wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job, backup_job],
+        schedules=[wiki_lint_schedule, wiki_synthesis_schedule, backup_schedule],
         sensors=[
             x_sync_sensor, captions_sensor, captions_to_index_sensor,
-            inbox_sensor, bot_requests_sensor, wiki_requests_sensor, source_outcomes_sensor, source_failures_sensor,
+            inbox_sensor, bot_requests_sensor, wiki_requests_sensor, source_outcomes_sensor, run_endings_sensor,
             wiki_waiting_sensor, wiki_results_sensor,
         ],
     )

@@ -11,9 +11,20 @@ worker's health; the default launcher cannot. This one can: every run
 worker on this machine writes its process id into the run's event log
 ("Started process for run (pid: N)" for a launched run, "Executing steps in
 process (pid: N)" for the in-process executor), and a run that `kb sync`
-executes in its own process carries the tags kb/pid and kb/host. A run is
-dead when none of its processes lives. Then the daemon's run monitoring
-marks it failed, its run retries apply, and its pool slots are freed.
+executes in its own process carries the tag kb/pid. A run is dead when
+none of its processes lives. Then the daemon's run monitoring marks it
+failed, its run retries apply, and its pool slots are freed.
+
+A process id means something only on the machine (and the container) that
+ran the process, and only until that machine starts again. So each run
+carries the tags kb/host and kb/boot_id of its worker: the worker writes
+them when its first kb resource starts (kb_resources/run_worker.py),
+and `kb sync` when it creates the run. The launcher checks a process id
+only for a run of this host and this boot. A run of another host (in the
+compose deployment the daemon and the run workers are in two containers)
+is left to Dagster's own monitoring: the start timeout and the longest run
+time. A run of this host from an earlier boot is dead: the start of the
+machine stopped its worker.
 
 Without a daemon (a plain `kb sync`), `fail_runs_of_dead_workers` asks the
 same launcher, so one health rule serves both cases.
@@ -29,8 +40,9 @@ import dagster as dg
 import psutil
 from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
 
+from kb_resources.run_worker import BOOT_TAG, HOST_TAG, boot_id, worker_tags
+
 PID_TAG = "kb/pid"
-HOST_TAG = "kb/host"
 # psutil gives the start time of a process to about 10 ms; the run record's
 # create time comes from another clock read. Allow for both.
 CLOCK_SLACK_S = 2.0
@@ -39,7 +51,22 @@ CLOCK_SLACK_S = 2.0
 def this_process_tags() -> dict[str, str]:
     """Tags for a run that executes in this process: they name the process,
     so that a later health check can see whether it still lives."""
-    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+    return {PID_TAG: str(os.getpid()), **worker_tags()}
+
+
+def worker_place(run: dg.DagsterRun) -> str:
+    """Where the run's worker lives, seen from this process: "here", "gone"
+    (this host, an earlier boot), "elsewhere" (another host) or "unknown"
+    (the worker has not tagged the run yet)."""
+    host = run.tags.get(HOST_TAG)
+    if host is None:
+        return "unknown"
+    if host != socket.gethostname():
+        return "elsewhere"
+    recorded_boot, this_boot = run.tags.get(BOOT_TAG, ""), boot_id()
+    if recorded_boot and this_boot and recorded_boot != this_boot:
+        return "gone"
+    return "here"
 
 
 def process_alive(pid: int, recorded_at: float) -> bool:
@@ -86,9 +113,17 @@ class LocalRunLauncher(dg.DefaultRunLauncher):
         return True
 
     def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
-        if run.tags.get(HOST_TAG, socket.gethostname()) != socket.gethostname():
+        place = worker_place(run)
+        if place == "elsewhere":
             # A pid means something only on the machine that ran the process.
             return CheckRunHealthResult(WorkerStatus.UNKNOWN, f"the run worker is on {run.tags[HOST_TAG]}")
+        if place == "gone":
+            return CheckRunHealthResult(
+                WorkerStatus.FAILED, "the run worker is gone: this host started again after the run began")
+        if place == "unknown":
+            # Not tagged yet: the worker may be on another host. Dagster's
+            # start timeout and longest run time cover it.
+            return CheckRunHealthResult(WorkerStatus.UNKNOWN, "the run worker has not named its host yet")
         pids = run_pids(self._instance, run)
         if not pids:
             # Not started yet: Dagster's start timeout covers it.

@@ -18,6 +18,7 @@ import dagster as dg
 from pydantic import BaseModel, PrivateAttr, SecretStr
 
 from kb.settings import Settings
+from kb_resources.run_worker import tag_run_with_worker
 
 
 class ClientResource(dg.ConfigurableResource):
@@ -42,6 +43,12 @@ class ClientResource(dg.ConfigurableResource):
                 value = _secret_env(cls.SECRETS[name], value)
             values[name] = value
         return cls(**values)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        # In a run worker: tag the run with the worker's host and boot, so
+        # that run monitoring checks its process ids only on that host.
+        if context.dagster_run is not None and context.instance is not None:
+            tag_run_with_worker(context.instance, context.dagster_run)
 
     def get_client(self):
         if self._client is None:

@@ -109,7 +109,7 @@ class QualityGateResource(ClientResource):
     threshold: int
     api_key: str = ""
     timeout_s: float = 60.0
-    retry_delay_s: float = 2.0
+    retry_waits_s: list[float] = [60.0, 120.0, 240.0]
 
     def get_client(self) -> QualityGate:
         return super().get_client()
@@ -141,6 +141,7 @@ class TelegramNotifierResource(ClientResource):
     api_base: str
     bot_token: str = ""
     owner_chat_id: str = ""
+    notices_log: str = ""
 
     def get_client(self) -> TelegramNotifier:
         return super().get_client()

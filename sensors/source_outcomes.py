@@ -8,13 +8,18 @@ a restart sends nothing twice.
 ids of the last events it handled. A send that fails stops the tick before
 that event, so the next tick tries it again.
 
-`source_failures_sensor` reads failed runs of a `sources` partition (any
-job: the intake or the wiki) after its cursor: the update time of the last
-run it handled. A run that Dagster will retry is not the end, so it sends
+`run_endings_sensor` reads the runs of every job that ended failed or
+canceled (syncs, stage commands, lint, synthesis, backups, Telegram items)
+after its cursor: the update time of the last run it handled. Dagster
+keeps the cursor, so a restart of the daemon goes on from it. Each run gets
+one notice with the job, the partition and the reason: a Telegram item's
+notice is a reply to its message; /lint and /synthesize go to the owner who
+asked; every other run goes to OWNER_CHAT_ID (without a bot: the log and
+`kb status`). A run that Dagster will retry is not the end, so it sends
 nothing for it. A failed send stops the tick before that run, so the next
-tick tries it again. Why not a run failure sensor: Dagster moves a run
-status sensor past the event even when the sensor raises, and the notice
-of that failure was lost.
+tick tries it again. Why not Dagster's run_failure_sensor: Dagster moves a
+run status sensor past the event even when the sensor raises, and the
+notice of that failure was lost.
 """
 
 from __future__ import annotations
@@ -24,14 +29,17 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
+from kb.gate import default_accept_note
 from kb.settings import get_settings
+
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from kb_assets.keys import GATED_SOURCES, PARTITION_TAG, REQUESTED_BY_TAG, WIKI_PAGES, WILL_RETRY_TAG
 from kb_assets.partitions import sources
 from kb_resources.stores import InboxResource
 from kb.telegram_inbox import Inbox
 from kb_assets.telegram.item_state import commit_of, failure_message
-from kb.telegram_notifier import NotificationError, TelegramNotifier, describe, notification_text
+from kb.telegram_notifier import NotificationError, TelegramNotifier, describe, notification_text, run_ending_text
 from kb_resources.services import TelegramNotifierResource
 
 EVENTS_PER_TICK = 100
@@ -50,14 +58,16 @@ def notify_outcome(notifier: TelegramNotifier, inbox: Inbox, record, asset_key: 
     item_id = record.partition_key
     metadata = record.asset_materialization.metadata
     item = inbox.find(item_id) if item_id else None
-    title = _value(metadata, "title") or (_gated_title(instance, item_id) if instance and item_id else None)
+    gated = _gated_metadata(instance, item_id) if instance and item_id else {}
+    title = _value(metadata, "title") or gated.get("title") or None
     what = describe(item, item_id, title)
     if asset_key == WIKI_PAGES:
         state = "done"
         values = {k: _value(metadata, k) for k in metadata}
         text = notification_text("done", what, commit=commit_of(values), created=values.get("pages_created"),
                                  updated=values.get("pages_updated"), summary=values.get("summary"),
-                                 warnings=values.get("warnings"))
+                                 warnings=values.get("warnings"),
+                                 gate_note=default_accept_note(gated.get("gate"), gated.get("gate_tries")))
     else:
         state = _value(metadata, "status")
         if state not in ("rejected", "duplicate"):
@@ -120,8 +130,10 @@ def _notify_waiting(context: dg.SensorEvaluationContext, telegram: TelegramNotif
         state = _value(observation.metadata, "state") if observation is not None else None
         if (state in ("waiting", "refused") and item_id
                 and context.instance.has_dynamic_partition(sources.name, item_id)):
-            what = describe(inbox.find(item_id), item_id, _gated_title(context.instance, item_id))
-            text = notification_text(state, what, reason=_value(observation.metadata, "reason"))
+            gated = _gated_metadata(context.instance, item_id)
+            what = describe(inbox.find(item_id), item_id, gated.get("title") or None)
+            text = notification_text(state, what, reason=_value(observation.metadata, "reason"),
+                                     gate_note=default_accept_note(gated.get("gate"), gated.get("gate_tries")))
             try:
                 sent += telegram.notify(item_id, state, text)
             except NotificationError as exc:
@@ -131,58 +143,73 @@ def _notify_waiting(context: dg.SensorEvaluationContext, telegram: TelegramNotif
     return sent
 
 
-def _gated_title(instance: dg.DagsterInstance, item_id: str) -> str | None:
+def _gated_metadata(instance: dg.DagsterInstance, item_id: str) -> dict:
+    """The metadata of the item's newest gate verdict (title, gate, gate_tries), or {}."""
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=GATED_SOURCES, asset_partitions=[item_id]), limit=1).records
     if not records:
-        return None
-    title = _value(records[0].asset_materialization.metadata, "title")
-    return str(title) if title else None
+        return {}
+    metadata = records[0].asset_materialization.metadata
+    return {key: _value(metadata, key) for key in metadata}
+
+
+ENDED = [dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 
 
 @dg.sensor(
     minimum_interval_seconds=get_settings().kb_notify_sensor_interval_s,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Tells the owner when a source, /lint or /synthesize failed for good.",
+    description="Tells the owner once of each run that failed for good or was canceled, whatever its job.",
 )
-def source_failures_sensor(context: dg.SensorEvaluationContext, telegram: TelegramNotifierResource,
-                           inbox: InboxResource) -> dg.SkipReason:
+def run_endings_sensor(context: dg.SensorEvaluationContext, telegram: TelegramNotifierResource,
+                       inbox: InboxResource) -> dg.SkipReason:
     if context.cursor is None:
-        # The first tick starts the record: failures from before the sensor ran are history.
+        # The first tick starts the record: endings from before the sensor ran are history.
         context.update_cursor(datetime.now(timezone.utc).isoformat())
-        return dg.SkipReason("started: failed runs from now on are reported")
+        return dg.SkipReason("started: failed and canceled runs from now on are reported")
     notifier, box = telegram.get_client(), inbox.get_client()
     records = context.instance.get_run_records(
-        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE],
-                              updated_after=datetime.fromisoformat(context.cursor)),
+        filters=dg.RunsFilter(statuses=ENDED, updated_after=datetime.fromisoformat(context.cursor)),
         limit=EVENTS_PER_TICK, order_by="update_timestamp", ascending=True)
     sent = 0
     for record in records:
         try:
-            sent += notify_failure(notifier, box, context.instance, record.dagster_run, context.log)
+            sent += notify_ending(notifier, box, context.instance, record.dagster_run, context.log)
         except NotificationError as exc:
             context.log.warning(str(exc))
             break
         context.update_cursor(record.update_timestamp.isoformat())  # exact: the next tick asks for later ones
-    return dg.SkipReason(f"{sent} failure notices sent")
+    return dg.SkipReason(f"{sent} notices of failed or canceled runs sent")
 
 
-def notify_failure(notifier: TelegramNotifier, inbox: Inbox, instance: dg.DagsterInstance, run: dg.DagsterRun,
-                   log) -> bool:
-    """Tell the owner of one failed run, once. True when sent now."""
-    item_id = run.tags.get(PARTITION_TAG)
-    requester = run.tags.get(REQUESTED_BY_TAG)
+def ending_reason(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
+    if run.status == dg.DagsterRunStatus.CANCELED:
+        return "the run was canceled"
+    return failure_message(instance, run.run_id)
+
+
+def run_partition(run: dg.DagsterRun) -> str:
+    """The partition of the run as the owner reads it: one key, a range, or ""."""
+    if run.tags.get(PARTITION_TAG):
+        return run.tags[PARTITION_TAG]
+    first, last = run.tags.get(ASSET_PARTITION_RANGE_START_TAG), run.tags.get(ASSET_PARTITION_RANGE_END_TAG)
+    return f"{first}...{last}" if first and last else ""
+
+
+def notify_ending(notifier: TelegramNotifier, inbox: Inbox, instance: dg.DagsterInstance, run: dg.DagsterRun,
+                  log) -> bool:
+    """Tell the owner of one failed or canceled run, once. True when sent now."""
     if run.tags.get(WILL_RETRY_TAG) == "true":
         log.info(f"run {run.run_id} failed; Dagster runs it again, so no notice yet")
         return False
-    if run.job_name in WIKI_JOBS and requester:
-        # /lint or /synthesize failed: the owner who asked hears of it.
-        error = failure_message(instance, run.run_id)
-        return notifier.notify(f"run{run.run_id.replace('-', '')}", "failed",
-                               f"failed: {run.job_name} {item_id or ''}: {error or 'no error message'}",
-                               chat_id=requester)
-    if not item_id or not instance.has_dynamic_partition(sources.name, item_id):
-        return False
-    error = failure_message(instance, run.run_id)
-    return notifier.notify(item_id, "failed", notification_text("failed", describe(inbox.find(item_id), item_id, None),
-                                                                 error=error))
+    item_id = run.tags.get(PARTITION_TAG)
+    reason = ending_reason(instance, run)
+    if item_id and run.job_name not in WIKI_JOBS and instance.has_dynamic_partition(sources.name, item_id):
+        # A Telegram item: the reply to the message that brought it.
+        return notifier.notify(item_id, "failed", notification_text(
+            "failed", describe(inbox.find(item_id), item_id, None), error=reason))
+    state = "canceled" if run.status == dg.DagsterRunStatus.CANCELED else "failed"
+    # /lint or /synthesize: the owner who asked hears of it; any other run: OWNER_CHAT_ID.
+    return notifier.notify(f"run{run.run_id.replace('-', '')}", state,
+                           run_ending_text(state, run.job_name, run_partition(run), reason, run.run_id),
+                           chat_id=run.tags.get(REQUESTED_BY_TAG) or None)

@@ -109,7 +109,9 @@ def status_detail(item: InboxItem, state: ItemState) -> str:
         lines.append(f"source: {title}")
     lines.append(f"received: {age(item.received_at)} ago")
     if state.score is not None:
-        lines.append(f"score: {state.score}")
+        lines.append(f"score: {state.score}" + (" (a default, not a score of the model)" if state.gate_note else ""))
+    if state.gate_note:
+        lines.append(f"gate: {state.gate_note}")
     if state.duplicate_of:
         lines.append(f"duplicate of: {state.duplicate_of}")
     if state.error:

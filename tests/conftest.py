@@ -12,6 +12,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The wiki assets build their retry policy at import: a test of a failed
 # wiki change must not wait a minute for each retry.
 os.environ.setdefault("KB_WIKI_RETRY_DELAY_S", "0")
+# The gate waits 60, 120 and 240 s between its tries: no test waits so long.
+os.environ.setdefault("KB_GATE_RETRY_WAITS_S", "0,0,0")
 
 
 @pytest.fixture(autouse=True)
@@ -79,7 +81,7 @@ def hasher():
 FILE_SECONDS = {
     "test_crash_safety.py": 172, "test_up.py": 149, "test_sync.py": 96, "test_wiki_agent.py": 95,
     "test_extract.py": 87, "test_shared_instance.py": 71, "test_layout.py": 66, "test_bad_input.py": 66,
-    "test_demo.py": 64, "test_security.py": 55, "test_capture.py": 52, "test_sources_assets.py": 49,
+    "test_demo.py": 95, "test_run_monitoring.py": 16, "test_run_endings.py": 36, "test_security.py": 55, "test_capture.py": 52, "test_sources_assets.py": 49,
     "test_embedder.py": 29, "test_stage_commands.py": 47, "test_sqlite_instance.py": 46, "test_parsers.py": 44,
     "test_captions.py": 39, "test_definitions.py": 35, "test_documents.py": 34, "test_normalize.py": 32,
     "test_notifications.py": 24, "test_telegram_bot.py": 19, "test_web.py": 18, "test_mcp_server.py": 17,

@@ -38,10 +38,12 @@ class FakeOpenAIChat(LoopbackServer):
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         self.paths: list[str] = []
+        self.arrivals: list[float] = []  # time.monotonic() of each request
         fake = self
 
         class Handler(QuietHandler):
             def do_POST(self):
+                fake.arrivals.append(time.monotonic())
                 body = self.read_json()
                 fake.paths.append(self.path)
                 fake.headers.append({k.lower(): v for k, v in self.headers.items()})

@@ -60,7 +60,7 @@ def add_item(type_: str, message_id: int, *, url: str | None = None, text: str |
 
 
 def resources() -> dict:
-    return {"duckdb": DuckDBResource.from_settings(), "browser": BrowserResource.from_settings(), "gate": QualityGateResource.from_settings(retry_delay_s=0),
+    return {"duckdb": DuckDBResource.from_settings(), "browser": BrowserResource.from_settings(), "gate": QualityGateResource.from_settings(),
             "wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(),
             "inbox": InboxResource.from_settings(),
             # The test embedder: deterministic and fast; the index is a real LanceDB folder.

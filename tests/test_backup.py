@@ -129,6 +129,54 @@ def test_a_restored_home_answers_the_same_searches(store, tmp_path, monkeypatch)
     assert (home / "inbox").is_dir() and list((home / "inbox" / "items").glob(f"*{store['item']}*.json"))
 
 
+def test_the_backup_schedule_keeps_the_newest_archives_and_the_newest_restores_every_part(store, tmp_path,
+                                                                                            monkeypatch):
+    """What the daemon does each night: the schedule's run request, run by
+    Dagster. Three nights with KB_BACKUP_KEEP=2: the oldest archive goes,
+    an archive that the owner named stays, `kb status` names the newest,
+    and the newest restores into an empty KB_HOME with every part."""
+    from datetime import datetime, timezone
+
+    from kb.apps.status import collect_status, format_status
+    from kb_assets.backups import backup_job
+    from sensors.backup_schedule import backup_schedule
+
+    point_at(monkeypatch, store["home"])
+    folder = tmp_path / "scheduled"
+    monkeypatch.setenv("KB_BACKUP_DIR", str(folder))
+    monkeypatch.setenv("KB_BACKUP_KEEP", "2")
+    folder.mkdir()
+    (folder / "kb-backup-mine.tar.gz").write_bytes(b"an archive that the owner named")
+    assert collect_status()["backups"]["last"] is None
+    instance = dg.DagsterInstance.get()
+    names = []
+    for day in (1, 2, 3):
+        tick = datetime(2026, 12, day, 3, 30, tzinfo=timezone.utc)
+        request = backup_schedule(dg.build_schedule_context(instance=instance, scheduled_execution_time=tick))
+        result = backup_job.execute_in_process(run_config=request.run_config, instance=instance, tags=request.tags)
+        assert result.success  # its own run is in progress: the backup does not wait for it
+        names.append(request.run_key)
+    assert names[0] == "kb-backup-20261201T033000Z.tar.gz"
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*names[1:], "kb-backup-mine.tar.gz"])
+
+    newest = folder / names[-1]
+    backups = collect_status()["backups"]
+    assert backups == {"folder": str(folder), "last": names[-1], "bytes": newest.stat().st_size, "kept": 2}
+    assert f"backup   last {names[-1]} ({newest.stat().st_size / 1e6:.1f} MB), 2 kept in {folder}" in \
+        format_status(collect_status())
+
+    home = tmp_path / "restored"
+    point_at(monkeypatch, home)
+    monkeypatch.setenv("KB_EMBED_BACKEND", "hash")
+    result = restore_backup(newest)
+    assert result.manifest["parts"] == ["duckdb", "lancedb", "wiki", "raw", "inbox", "dagster"]
+    assert searches() == store["before"]["searches"]
+    assert git(get_settings().wiki_dir, "log", "--all", "--format=%H %P %s") == store["before"]["wiki_log"]
+    assert sorted(dg.DagsterInstance.get().get_dynamic_partitions("sync_batches")) == store["before"]["batches"]
+    assert list((home / "inbox" / "items").glob(f"*{store['item']}*.json"))
+    assert any((home / "raw" / "x").rglob("*.json"))
+
+
 def test_restore_refuses_a_home_that_is_not_empty(store, tmp_path, monkeypatch):
     home = tmp_path / "busy"
     home.mkdir()
@@ -185,12 +233,13 @@ def test_backup_refuses_to_overwrite_or_to_write_into_kb_home(store, monkeypatch
 def test_backup_waits_for_no_run(kb_home):
     """A run whose process lives may write: the backup does not start."""
     from kb_assets.instance_config import ensure_dagster_home
+    from kb_resources.run_worker import worker_tags
 
     instance = dg.DagsterInstance.from_config(str(ensure_dagster_home()))
     live = instance.add_run(dg.DagsterRun(job_name="source_intake", status=dg.DagsterRunStatus.STARTED,
-                                          tags={"kb/pid": str(os.getppid())}))
+                                          tags={"kb/pid": str(os.getppid()), **worker_tags()}))
     dead = instance.add_run(dg.DagsterRun(job_name="source_intake", status=dg.DagsterRunStatus.STARTED,
-                                          tags={"kb/pid": "999999999"}))
+                                          tags={"kb/pid": "999999999", **worker_tags()}))
     with pytest.raises(BackupError, match=f"A run is in progress .*: source_intake {live.run_id} \\(STARTED\\)"):
         create_backup(kb_home.parent / "backups")
     assert not (kb_home.parent / "backups").exists() or not any((kb_home.parent / "backups").iterdir())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -38,10 +40,14 @@ def test_demo_runs_the_whole_graph_on_an_empty_home(tmp_path, monkeypatch):
     status = subprocess.run(["bash", "-c", next(line for line in typed if line.endswith(" status"))], cwd=cwd,
                             env=shell_env, capture_output=True, text=True, timeout=300)
     assert status.returncode == 0 and "indexed" in status.stdout, status.stderr[-2000:]
-    for server in (line for line in typed if line.endswith((" web", " up --no-bot"))):
-        started = subprocess.run(["bash", "-c", server + " --help"], cwd=cwd, env=shell_env, capture_output=True,
-                                 text=True, timeout=120)
-        assert started.returncode == 0, (server, started.stderr[-1000:])
+    web = next(line for line in typed if line.endswith(" web"))
+    started = subprocess.run(["bash", "-c", web + " --help"], cwd=cwd, env=shell_env, capture_output=True,
+                             text=True, timeout=120)
+    assert started.returncode == 0, (web, started.stderr[-1000:])
+    # `kb up` as printed starts on the demo's home: every part runs (it read
+    # the home's heartbeats before it set DAGSTER_HOME, and stopped, before).
+    up = next(line for line in typed if line.endswith(" up --no-bot"))
+    assert_up_starts(f"{up} --no-web --dagster-port {free_port()}", cwd, shell_env)
     last_search = [line for line in typed if " search " in line][-1]
     search = subprocess.run(["bash", "-c", last_search + " --json"], cwd=cwd, env=shell_env,
                             capture_output=True, text=True, timeout=300)
@@ -65,6 +71,28 @@ def test_demo_runs_the_whole_graph_on_an_empty_home(tmp_path, monkeypatch):
     assert report["capture"]["last_sync"] is not None
     # kb status names the settings file that it read.
     assert report["settings_file"] == str(Path(os.environ["KB_ENV_FILE"]).resolve())
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def assert_up_starts(command: str, cwd: Path, env: dict[str, str]) -> None:
+    """Run the shell command of `kb up` until it says that every part runs, then stop it with SIGTERM."""
+    up = subprocess.Popen(["bash", "-c", f"exec env {command}"], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in up.stdout:
+            lines.append(line)
+            if "kb up: running" in line:
+                break
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.wait(timeout=60)
+    assert any("kb up: running" in line for line in lines), "".join(lines)[-3000:]
 
 
 def test_a_read_of_a_missing_store_creates_nothing_and_says_what_to_do(tmp_path, monkeypatch):

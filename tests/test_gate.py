@@ -2,6 +2,7 @@
 `openai` client, real HTTP."""
 
 import json
+import time
 
 import pytest
 
@@ -28,7 +29,7 @@ def gate_env(monkeypatch):
         monkeypatch.setenv("KB_GATE_MODEL", "deepseek-chat")
         if key:
             monkeypatch.setenv("DEEPSEEK_API_KEY", key)
-        return QualityGate.from_settings(retry_delay_s=0)
+        return QualityGate.from_settings()
     return configure
 
 
@@ -87,19 +88,35 @@ def test_bad_json_then_good_json_uses_the_second_answer(gate_env):
     with FakeOpenAIChat(chat("I think this is a 7 out of 10"), chat('{"score": 70, "topics": [], "reason": "ok"}')) as server:
         verdict = gate_env(server.base_url).judge("text", PURPOSE)
     assert (verdict.score, verdict.attempts, verdict.gate) == (70, 2, "scored")
-    assert "not JSON" in verdict.errors[0]
+    assert verdict.errors[0]["try"] == 1 and "not JSON" in verdict.errors[0]["error"]
     assert len(server.requests) == 2
 
 
-def test_three_failures_accept_with_65_and_mark_gate_skipped(gate_env):
-    with FakeOpenAIChat(status(500, "boom"), chat("not json"), chat('{"topics": []}')) as server:
+def test_four_failures_accept_with_65_and_mark_gate_skipped(gate_env):
+    with FakeOpenAIChat(status(500, "boom"), chat("not json"), status(503, "overloaded"), chat('{"topics": []}')) as server:
         verdict = gate_env(server.base_url).judge("text", PURPOSE)
-    assert len(server.requests) == 3  # the client itself does not retry
+    assert len(server.requests) == 4  # three waits, four tries; the client itself does not retry
     assert (verdict.score, verdict.gate, verdict.accepted, verdict.skipped) == (FALLBACK_SCORE, "skipped-errors", True, True)
-    assert [e.split(":")[0] for e in verdict.errors] == ["attempt 1", "attempt 2", "attempt 3"]
-    assert "InternalServerError" in verdict.errors[0]
-    assert "no 'score'" in verdict.errors[2]
-    assert all(FAKE_KEY not in e for e in verdict.errors)
+    assert [e["try"] for e in verdict.errors] == [1, 2, 3, 4]
+    assert "InternalServerError" in verdict.errors[0]["error"]
+    assert "no 'score'" in verdict.errors[3]["error"]
+    assert all(FAKE_KEY not in e["error"] for e in verdict.errors)
+    assert "failed 4 tries" in verdict.reason and "no 'score'" in verdict.reason
+
+
+def test_the_gate_waits_the_set_times_between_tries_and_accepts_only_after_the_last(gate_env, monkeypatch):
+    """A model outage of a few seconds must not let a source in unscored:
+    the tries wait KB_GATE_RETRY_WAITS_S, and an answer on the last try counts."""
+    monkeypatch.setenv("KB_GATE_RETRY_WAITS_S", "1,2")
+    with FakeOpenAIChat(status(503, "down"), status(503, "down"), chat('{"score": 40, "reason": "thin"}')) as server:
+        gate = gate_env(server.base_url)
+        assert gate.retry_waits_s == [1, 2] and gate.tries == 3
+        verdict = gate.judge("text", PURPOSE)
+    assert (verdict.score, verdict.gate, verdict.accepted, verdict.attempts) == (40, "scored", False, 3)
+    assert [e["try"] for e in verdict.errors] == [1, 2]
+    arrivals = server.arrivals
+    gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
+    assert 0.9 < gaps[0] < 1.9 and 1.9 < gaps[1] < 3.5, gaps
 
 
 def test_errors_accept_even_when_the_threshold_is_above_65(gate_env, monkeypatch):
@@ -107,7 +124,15 @@ def test_errors_accept_even_when_the_threshold_is_above_65(gate_env, monkeypatch
     with FakeOpenAIChat(status(503, "overloaded")) as server:
         verdict = gate_env(server.base_url).judge("text", PURPOSE)
     assert (verdict.score, verdict.accepted) == (65, True)
-    assert len(server.requests) == 3
+    assert len(server.requests) == 4
+
+
+def test_a_wait_below_zero_is_a_bad_setting(monkeypatch):
+    from kb.settings import get_settings
+
+    monkeypatch.setenv("KB_GATE_RETRY_WAITS_S", "60,-5")
+    with pytest.raises(ValueError, match="KB_GATE_RETRY_WAITS_S"):
+        get_settings()
 
 
 def test_no_key_accepts_without_a_call(gate_env):
@@ -124,7 +149,7 @@ def test_unreachable_endpoint_counts_as_failures(gate_env):
         url = server.base_url
     verdict = gate_env(url).judge("text", PURPOSE)  # the server is closed now
     assert verdict.gate == "skipped-errors"
-    assert all("APIConnectionError" in e for e in verdict.errors)
+    assert all("APIConnectionError" in e["error"] for e in verdict.errors)
 
 
 @pytest.mark.parametrize("content, expected", [

@@ -29,7 +29,7 @@ from kb_assets.wiki.wiki_pages import (
 )
 from kb.settings import get_settings
 from sensors.inbox_folder import MAX_ITEMS_PER_TICK, bot_requests_sensor, inbox_sensor, wiki_requests_sensor
-from sensors.source_outcomes import source_failures_sensor, source_outcomes_sensor
+from sensors.source_outcomes import run_endings_sensor, source_outcomes_sensor
 from kb.telegram_inbox import FileStillChanging, Inbox, dropped_item_id
 from kb.telegram_notifier import TelegramNotifier
 from kb_assets.telegram.source_index import source_passages
@@ -284,7 +284,7 @@ def test_the_sensors_load_with_the_real_wiki_stage():
                 wiki_topic_synthesis],
         jobs=[source_intake_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
         sensors=[inbox_sensor, bot_requests_sensor, wiki_requests_sensor, source_outcomes_sensor,
-                 source_failures_sensor],
+                 run_endings_sensor],
         resources={**h.resources(), "telegram": TelegramNotifierResource.from_settings()},
     )
     dg.Definitions.validate_loadable(definitions)

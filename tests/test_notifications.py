@@ -6,7 +6,7 @@ import dagster as dg
 import pytest
 
 from kb_assets.partitions import sources
-from sensors.source_outcomes import source_failures_sensor, source_outcomes_sensor
+from sensors.source_outcomes import run_endings_sensor, source_outcomes_sensor
 from kb.telegram_notifier import NotificationError, TelegramNotifier, notification_text
 from tests import source_helpers as h
 from tests.fake_openai_chat import FakeOpenAIChat, chat
@@ -137,6 +137,38 @@ def test_outcomes_sensor_sends_rejected_duplicate_and_done_once_each(fake, monke
     assert len(fake.sent) == 4
 
 
+def test_a_source_that_the_gate_let_in_by_default_is_marked_so_in_status_and_the_notice(fake, monkeypatch):
+    """Every try of the gate failed: the source is in, with the default 65,
+    and the owner reads that it has no score of the model."""
+    from kb.item_states import ItemState
+    from kb.telegram_inbox import Inbox
+    from kb_assets.telegram.item_state import read_item_state
+    from telegram_bridge.bot import status_detail
+    from tests.fake_openai_chat import status
+
+    dagster = h.ephemeral_instance()
+    with FakeOpenAIChat(status(503, "overloaded")) as gate:
+        monkeypatch.setenv("KB_GATE_BASE_URL", gate.base_url)
+        monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-TEST-SECRET-GATE-KEY-0004")
+        item = h.add_item("text", 13, text=NOTE)
+        h.run_item(dagster, item.id, raise_on_error=True)
+    assert len(gate.requests) == 4
+    context = dg.build_sensor_context(instance=dagster, resources={
+        "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
+    source_outcomes_sensor(context)
+    [notice] = fake.sent
+    assert notice["text"].startswith("waiting: ")
+    assert notice["text"].endswith("The quality gate failed 4 tries, so kb accepted the source with the default "
+                                   "score 65, without a score from the model.")
+    state = read_item_state(dagster, item.id)
+    detail = status_detail(Inbox(h.get_settings().inbox_dir).find(item.id), state)
+    assert "score: 65 (a default, not a score of the model)" in detail
+    assert "gate: The quality gate failed 4 tries" in detail
+    # A scored source has no such line.
+    scored = ItemState(item.id, "approved", score=80)
+    assert "default" not in status_detail(Inbox(h.get_settings().inbox_dir).find(item.id), scored)
+
+
 def test_outcomes_sensor_tries_a_failed_send_again_next_tick(fake, monkeypatch):
     dagster = h.ephemeral_instance()
     with FakeOpenAIChat(chat('{"score": 5, "topics": [], "reason": "spam"}')) as gate:
@@ -159,7 +191,7 @@ def test_failures_sensor_sends_a_final_failure_once_and_tries_a_failed_send_agai
     def tick(cursor: str | None) -> str | None:
         context = dg.build_sensor_context(cursor=cursor, instance=dagster, resources={
             "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
-        source_failures_sensor(context)
+        run_endings_sensor(context)
         return context.cursor
 
     started = tick(None)  # the first tick: failures from now on count

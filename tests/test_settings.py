@@ -41,7 +41,7 @@ def test_schedule_and_retry_settings_have_the_spec_defaults_and_clear_errors(mon
     assert settings.cron_at(settings.kb_lint_time) == "0 2 * * *"
     assert settings.cron_at(settings.kb_synthesis_time, settings.kb_synthesis_day) == "0 9 * * sun"
     for name, value, words in (("TZ", "Mars/Olympus", "TZ='Mars/Olympus' is not a time zone name"),
-                               ("KB_SOURCE_RETRY_WAITS_S", "60,soon", "must be whole seconds above 0"),
+                               ("KB_SOURCE_RETRY_WAITS_S", "60,soon", "must be whole seconds of 1 or more"),
                                ("KB_LINT_TIME", "25:00", "KB_LINT_TIME='25:00' is not a time of day"),
                                ("KB_SYNTHESIS_DAY", "someday", "KB_SYNTHESIS_DAY='someday' is not a day")):
         monkeypatch.setenv(name, value)

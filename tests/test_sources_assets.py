@@ -150,12 +150,20 @@ def test_pdf_attachment_is_parsed(tmp_path, dagster):
     assert path == f"raw/parsed/pdf/merkle-trees-{item.id}.md"
 
 
-def test_gate_errors_three_times_accept_with_65(gate, dagster):
+def test_gate_errors_four_times_accept_with_65(gate, dagster):
     gate.script = [status(500, "down")]
     item = h.add_item("text", 9, text=NOTE)
     h.run_item(dagster, item.id, raise_on_error=True)
-    assert len(gate.requests) == 3
-    assert rows("SELECT score, gate, decision FROM gate_results") == [(65, "skipped-errors", "accepted")]
+    assert len(gate.requests) == 4  # the waits 0,0,0 of the tests: three retries
+    [(score, kind, decision, attempts, errors)] = rows(
+        "SELECT score, gate, decision, attempts, errors FROM gate_results")
+    assert (score, kind, decision, attempts) == (65, "skipped-errors", "accepted", 4)
+    # Each error is kept with its try, not only in the run log.
+    errors = json.loads(errors)
+    assert [e["try"] for e in errors] == [1, 2, 3, 4]
+    assert all(e["error"].startswith("InternalServerError") and "down" in e["error"] for e in errors)
+    state = read_item_state(dagster, item.id)
+    assert state.score == 65 and "failed 4 tries" in state.gate_note
 
 
 def test_permanent_error_fails_at_once_with_no_retry(site, dagster):

@@ -195,6 +195,8 @@ PURPOSE_HINT = ("  purpose.md is not written yet: write {path}. Until you do, th
 
 
 def collect_status(settings: Settings | None = None) -> dict:
+    from kb.telegram_notifier import recent_notices
+
     settings = settings or get_settings()
     from kb.settings import CONFIG_DIR, settings_file
 
@@ -212,7 +214,19 @@ def collect_status(settings: Settings | None = None) -> dict:
         "purpose": _purpose_state(settings),
         "services": _services(settings),
         "daemon": _daemon(settings),
+        "backups": _backups(settings),
+        # Without a bot, the notices to the owner are here (and in the daemon's log).
+        "unsent_notices": recent_notices(settings),
     }
+
+
+def _backups(settings: Settings) -> dict:
+    from kb.backup_archive import last_backup
+
+    try:
+        return last_backup(settings)
+    except OSError as exc:
+        return {"folder": str(settings.backup_dir), "last": None, "bytes": None, "kept": 0, "error": str(exc)}
 
 
 def _daemon(settings: Settings) -> dict:
@@ -292,6 +306,17 @@ def format_status(report: dict) -> str:
     lines.append("daemon   " + ("running" if daemon.get("running") else "not running: sensors, schedules and the "
                                 "bot's requests wait. Start it with `kb up`")
                  + (f" (last heartbeat {daemon['last_heartbeat']})" if daemon.get("last_heartbeat") else ""))
+    backups = report.get("backups") or {}
+    if backups.get("last"):
+        lines.append(f"backup   last {backups['last']} ({backups['bytes'] / 1e6:.1f} MB), "
+                     f"{backups['kept']} kept in {backups['folder']}")
+    else:
+        lines.append(f"backup   none yet in {backups.get('folder')}"
+                     + (f": {backups['error']}" if backups.get("error") else ": the backup schedule writes one each day"))
+    notices = report.get("unsent_notices") or []
+    if notices:
+        lines.append("notices that no bot sent (newest last; the whole list: logs/notices.jsonl)")
+        lines += [f"  {n.get('at', '?')}  {n.get('text', '')}" for n in notices]
     lines.append("services")
     for name, svc in report["services"].items():
         lines.append(f"  {name:<22} {'ready' if svc['ready'] else 'not ready':<10} {svc['detail']}")

@@ -16,7 +16,9 @@ It runs these parts, each as its own process:
 Every part uses the instance under KB_HOME, with kb's dagster.yaml (written
 before any part starts). The daemon and the webserver start when the code
 server answers. It restarts a part that dies, with a growing wait,
-and it stops every part on Ctrl-C or SIGTERM. Dagster still does all the
+and it stops every part on Ctrl-C or SIGTERM. The owner gets one notice
+when a part dies, and one more when a part restarts more than 3 times in 10
+minutes (then no more until the part runs healthy again). Dagster still does all the
 orchestration: kb up only keeps its processes alive.
 """
 
@@ -24,10 +26,12 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +41,7 @@ from pathlib import Path
 import click
 
 from kb.settings import Settings, get_settings
+from kb.telegram_notifier import NotificationError, TelegramNotifier
 
 CODE_LOCATION = "kb"  # as in workspace.yaml: runs, schedules and sensors keep their names
 CODE_SERVER_HOST = "127.0.0.1"
@@ -59,8 +64,9 @@ STOPPED_MARKER = "kb-up-stopped-at"
 FIRST_WAIT_S, LONGEST_WAIT_S = 1.0, 60.0
 # A part that ran this long before it died counts as healthy: its wait starts again.
 HEALTHY_RUN_S = 60.0
-# This many deaths in a row, each after a short run: say so clearly.
-KEEPS_DYING = 5
+# A part that starts again more than this many times in this window
+# restarts in a loop: the owner gets one notice of it.
+RESTART_LOOP_COUNT, RESTART_LOOP_WINDOW_S = 3, 600.0
 NAME_WIDTH = 19  # the column of the part names in the lines that kb up prints
 STOP_WAIT_S = 10.0  # SIGTERM first; SIGKILL after this. Within the 15 s promise.
 
@@ -82,7 +88,8 @@ class Part:
     process: subprocess.Popen | None = None
     started_at: float = 0.0
     wait_s: float = FIRST_WAIT_S
-    deaths_in_a_row: int = 0
+    deaths: list[float] = field(default_factory=list)  # monotonic times, within RESTART_LOOP_WINDOW_S
+    loop_told: bool = False  # the owner has the notice of this restart loop
     restart_at: float | None = None
     log_file: object = field(default=None, repr=False)
 
@@ -172,6 +179,11 @@ def daemon_heartbeat(dagster_home: Path) -> datetime | None:
         return None
     import dagster as dg
 
+    # kb's SQLite storage finds its files through DAGSTER_HOME. A home that
+    # kb made earlier (`kb demo`, an earlier `kb up`) has a dagster.yaml, and
+    # the owner need not set DAGSTER_HOME: kb up sets it for every part anyway.
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         beats = instance.get_daemon_heartbeats()
     if not beats:
@@ -251,7 +263,7 @@ def run_up(*, host: str = "127.0.0.1", dagster_port: int = 3000, web_port: int =
     parts, off = plan_parts(settings, host=host, dagster_port=dagster_port, code_server_port=code_server_port,
                             web_port=web_port, bot=bot, web=web, workspace=workspace, logs=logs)
     env = {**os.environ, "KB_HOME": str(settings.home), "DAGSTER_HOME": str(dagster_home)}
-    return Supervisor(parts, off, env, dagster_home).run()
+    return Supervisor(parts, off, env, dagster_home, TelegramNotifier.from_settings(settings)).run()
 
 
 def prepare_home(settings: Settings, code_server_port: int) -> tuple[Path, Path]:
@@ -287,9 +299,12 @@ def create_instance_storage(dagster_home: Path) -> None:
 
 
 class Supervisor:
-    def __init__(self, parts: list[Part], off: list[str], env: dict[str, str], dagster_home: Path):
+    def __init__(self, parts: list[Part], off: list[str], env: dict[str, str], dagster_home: Path,
+                 notifier: TelegramNotifier | None = None):
         self.parts, self.off, self.env, self.dagster_home = parts, off, env, dagster_home
+        self.notifier = notifier
         self.stopping = False
+        self.notices: list[threading.Thread] = []
 
     def _on_signal(self, signum, _frame) -> None:
         self.stopping = True
@@ -351,15 +366,38 @@ class Supervisor:
                 continue
             ran = now - part.started_at
             if ran >= HEALTHY_RUN_S:
-                part.wait_s, part.deaths_in_a_row = FIRST_WAIT_S, 0
-            part.deaths_in_a_row += 1
-            click.echo(f"kb up: {part.name} stopped (exit {code}) after {ran:.0f} s. "
-                       f"It starts again in {part.wait_s:.0f} s. Log: {part.log}", err=True)
-            if part.deaths_in_a_row >= KEEPS_DYING:
-                click.echo(f"kb up: {part.name} keeps dying ({part.deaths_in_a_row} times in a row). "
-                           f"Read its log: {part.log}", err=True)
+                part.wait_s, part.loop_told = FIRST_WAIT_S, False
+            part.deaths = [t for t in part.deaths if now - t < RESTART_LOOP_WINDOW_S] + [now]
+            line = (f"kb up: {part.name} stopped (exit {code}) after {ran:.0f} s. "
+                    f"It starts again in {part.wait_s:.0f} s. Log: {part.log}")
+            click.echo(line, err=True)
+            if len(part.deaths) > RESTART_LOOP_COUNT and not part.loop_told:
+                part.loop_told = True
+                looping = (f"kb up: {part.name} restarts in a loop: {len(part.deaths)} stops in "
+                           f"{RESTART_LOOP_WINDOW_S / 60:.0f} minutes. Read its log: {part.log}")
+                click.echo(looping, err=True)
+                self.tell(part, "looping", looping)
+            elif not part.loop_told:
+                self.tell(part, "stopped", line)
             part.restart_at = now + part.wait_s
             part.wait_s = min(part.wait_s * 2, LONGEST_WAIT_S)
+
+    def tell(self, part: Part, state: str, text: str) -> None:
+        """One notice to the owner, in a thread: a slow Bot API must not hold
+        up a restart. Without a bot token it goes to the log and to `kb status`."""
+        if self.notifier is None:
+            return
+        key = f"up-{re.sub(r'[^a-z0-9]+', '-', part.name.lower())}-{time.time_ns()}"
+
+        def send() -> None:
+            try:
+                self.notifier.notify(key, state, text)
+            except NotificationError as exc:
+                click.echo(f"kb up: {exc}", err=True)
+
+        thread = threading.Thread(target=send, name=f"notice {key}", daemon=True)
+        thread.start()
+        self.notices.append(thread)
 
     def stop_all(self) -> None:
         """SIGTERM to each part's process group; SIGKILL to what is left after STOP_WAIT_S."""
@@ -383,6 +421,8 @@ class Supervisor:
                 part.process.wait()
         for part in self.parts:
             part.close_log()
+        for thread in self.notices:
+            thread.join(timeout=STOP_WAIT_S)  # a notice on its way is not cut off
         self.forget_heartbeats()
 
     def forget_heartbeats(self) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import dagster as dg
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 
+from kb.gate import default_accept_note
 from kb.item_states import ItemState, StateReader
 from kb_assets.keys import GATED_SOURCES, PARTITION_TAG, WIKI_PAGES, WILL_RETRY_TAG
 from kb_assets.partitions import sources
@@ -93,17 +94,18 @@ def read_item_state(instance: DagsterInstance | None, item_id: str) -> ItemState
     title = gated_meta.get("title") or None
     score = gated_meta.get("score")
     score = score if isinstance(score, int) and score >= 0 else None
+    gate_note = default_accept_note(gated_meta.get("gate"), gated_meta.get("gate_tries")) or None
 
     if latest is not None and latest.status in IN_PROGRESS:
         selection = latest.asset_selection or set()
         wiki_only = WIKI_PAGES in selection and GATED_SOURCES not in selection
-        return ItemState(item_id, "ingesting" if wiki_only else "processing", title=title, score=score)
+        return ItemState(item_id, "ingesting" if wiki_only else "processing", title=title, score=score, gate_note=gate_note)
     if latest is not None and latest.status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED):
         state = "retrying" if latest.tags.get(WILL_RETRY_TAG) == "true" else "failed"
         error = failure_message(instance, latest.run_id) if latest.status == DagsterRunStatus.FAILURE else "the run was canceled"
-        return ItemState(item_id, state, error=error, title=title, score=score)
+        return ItemState(item_id, state, error=error, title=title, score=score, gate_note=gate_note)
     if wiki is not None and (gated is None or wiki.storage_id > gated.storage_id):
-        return ItemState(item_id, "done", commit=commit_of(wiki_meta), title=title, score=score)
+        return ItemState(item_id, "done", commit=commit_of(wiki_meta), title=title, score=score, gate_note=gate_note)
     if gated is not None:
         status = gated_meta.get("status")
         if status == "accepted":
@@ -111,11 +113,11 @@ def read_item_state(instance: DagsterInstance | None, item_id: str) -> ItemState
             seen = latest_observation(instance, WIKI_PAGES, item_id)
             seen_meta = _metadata(seen)
             if seen is not None and seen.storage_id > gated.storage_id and seen_meta.get("state") in WIKI_STATES:
-                return ItemState(item_id, seen_meta["state"], title=title, score=score,
+                return ItemState(item_id, seen_meta["state"], title=title, score=score, gate_note=gate_note,
                                  error=seen_meta.get("error") or seen_meta.get("reason"))
-            return ItemState(item_id, "approved", title=title, score=score)
+            return ItemState(item_id, "approved", title=title, score=score, gate_note=gate_note)
         if status in ("rejected", "duplicate"):
-            return ItemState(item_id, status, title=title, score=score, duplicate_of=gated_meta.get("duplicate_of"))
+            return ItemState(item_id, status, title=title, score=score, gate_note=gate_note, duplicate_of=gated_meta.get("duplicate_of"))
     return ItemState(item_id, "queued" if latest is None else "parsed", title=title)
 
 

@@ -355,7 +355,8 @@ def gated_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, gat
         conn.execute("DELETE FROM gate_results WHERE item_id = ?", [item_id])
         conn.execute(
             """INSERT INTO gate_results (item_id, score, topics, reason, gate, model, attempts, threshold,
-                   decision, overridden, gated_at, raw_answer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   decision, overridden, gated_at, raw_answer, errors)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             [item_id,
              verdict.score if verdict else None,
              json.dumps(verdict.topics if verdict else []),
@@ -364,7 +365,8 @@ def gated_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, gat
              verdict.model if verdict else None,
              verdict.attempts if verdict else 0,
              verdict.threshold if verdict else settings.kb_gate_threshold,
-             decision, override, now, verdict.raw_answer if verdict else None],
+             decision, override, now, verdict.raw_answer if verdict else None,
+             json.dumps(verdict.errors if verdict else [])],
         )
     context.log.info(f"inbox item {item_id}: {decision}"
                      + (f" (score {verdict.score}, gate {verdict.gate})" if verdict else f" of {duplicate_of}"))
@@ -384,6 +386,7 @@ def gated_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, gat
             "topics": ", ".join(verdict.topics),
             "reason": verdict.reason,
             "gate": verdict.gate,
+            "gate_tries": verdict.attempts,
         })
     if duplicate_of:
         metadata["duplicate_of"] = duplicate_of

@@ -1,0 +1,93 @@
+"""kb's run launcher checks a worker's process id only where that id means
+something: a worker on this host, in this boot. A run of another host is
+left to Dagster's own monitoring (the compose deployment: the daemon and
+the run workers live in two containers)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import dagster as dg
+import pytest
+from dagster._core.launcher import WorkerStatus
+
+from kb_assets.instance_config import ensure_dagster_home
+from kb_assets.run_launcher import PID_TAG, fail_runs_of_dead_workers
+from kb_resources.run_worker import BOOT_TAG, HOST_TAG, worker_tags
+from kb_resources.stores import DuckDBResource
+
+
+@pytest.fixture
+def instance(kb_home):
+    with dg.DagsterInstance.from_config(str(ensure_dagster_home())) as instance:
+        yield instance
+
+
+def dead_pid() -> int:
+    """The id of a process that has ended."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def started_run(instance: dg.DagsterInstance, run_id: str, tags: dict[str, str]) -> dg.DagsterRun:
+    run = dg.DagsterRun(job_name="x_sync", run_id=run_id, status=dg.DagsterRunStatus.STARTED, tags=tags)
+    instance.add_run(run)
+    return run
+
+
+@dg.op(required_resource_keys={"duckdb"})
+def one_step(context) -> None:
+    context.resources.duckdb.get_client()
+
+
+@dg.graph
+def one_step_graph() -> None:
+    one_step()
+
+
+def test_a_run_worker_tags_its_run_with_its_host_and_boot(instance):
+    job = one_step_graph.to_job(resource_defs={"duckdb": DuckDBResource.from_settings()})
+    result = job.execute_in_process(instance=instance)
+    tags = instance.get_run_by_id(result.run_id).tags
+    assert {HOST_TAG: tags.get(HOST_TAG), BOOT_TAG: tags.get(BOOT_TAG)} == worker_tags()
+    assert tags[BOOT_TAG]  # Linux has a boot id
+
+
+def test_the_process_id_is_checked_only_for_a_worker_on_this_host(instance):
+    launcher = instance.run_launcher
+    here, pid = worker_tags(), str(dead_pid())
+    this_host = started_run(instance, "run-on-this-host", {PID_TAG: pid, **here})
+    # The same dead pid, but the worker lives in another container: its pid means nothing here.
+    other_host = started_run(instance, "run-on-another-host", {PID_TAG: pid, HOST_TAG: "kb-code-container",
+                                                               BOOT_TAG: here[BOOT_TAG]})
+    # A worker that has not named its host yet: it may be anywhere.
+    untagged = started_run(instance, "run-not-tagged-yet", {PID_TAG: pid})
+    # This host, an earlier boot: the pid is alive (this process), but it is another program now.
+    earlier_boot = started_run(instance, "run-of-an-earlier-boot", {PID_TAG: str(os.getpid()),
+                                                                    HOST_TAG: here[HOST_TAG], BOOT_TAG: "0" * 32})
+
+    assert launcher.check_run_worker_health(this_host).status == WorkerStatus.FAILED
+    health = launcher.check_run_worker_health(other_host)
+    assert health.status == WorkerStatus.UNKNOWN and "kb-code-container" in health.msg
+    assert launcher.check_run_worker_health(untagged).status == WorkerStatus.UNKNOWN
+    assert launcher.check_run_worker_health(earlier_boot).status == WorkerStatus.FAILED
+
+    failed = {run.run_id for run in fail_runs_of_dead_workers(instance)}
+    assert failed == {"run-on-this-host", "run-of-an-earlier-boot"}
+    assert instance.get_run_by_id("run-on-another-host").status == dg.DagsterRunStatus.STARTED
+    assert instance.get_run_by_id("run-not-tagged-yet").status == dg.DagsterRunStatus.STARTED
+
+
+def test_a_live_worker_on_this_host_is_running(instance):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.1)
+        run = started_run(instance, "run-alive", {PID_TAG: str(sleeper.pid), **worker_tags()})
+        assert instance.run_launcher.check_run_worker_health(run).status == WorkerStatus.RUNNING
+    finally:
+        sleeper.kill()
+        sleeper.wait()
