@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, PrivateAttr, SecretStr, field_validator
 
+from kb.chunking import word_count
 from kb.embedder import Embedder, EmbedderError
 from kb.settings import Settings, get_settings
 
@@ -565,7 +566,7 @@ class ChunkIndex(BaseModel):
                 "position": int(row.get("position") or 0),
                 "text": text,
                 "source_text": row.get("source_text") or "",
-                "word_count": int(row["word_count"]) if row.get("word_count") is not None else len(text.split()),
+                "word_count": int(row["word_count"]) if row.get("word_count") is not None else word_count(text),
                 "lang": row.get("lang") or "",
             })
         totals = _bookmark_totals(out)

@@ -14,7 +14,7 @@ import dagster as dg
 import duckdb
 
 from kb_assets.run_choices import excluded_in_run
-from kb.chunking import chunk_text
+from kb.chunking import chunk_text, word_count
 from kb.queries import owned_documents, partition_bookmarks
 from kb_assets.partitions import sync_batches
 from kb.duckdb_store import DUCKDB_POOL, insert_rows
@@ -156,7 +156,7 @@ def chunk_rows(texts: Iterable[SourceText], batch: str) -> list[dict]:
                 "position": position,
                 "text": passage,
                 "text_hash": text_hash(passage),
-                "word_count": len(passage.split()),
+                "word_count": word_count(passage),
                 "lang": item.lang,
                 "batch": batch,
             })
