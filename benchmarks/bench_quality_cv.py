@@ -138,7 +138,7 @@ def collect(cache: Path, variant: Corpus = CORPORA["plain"]) -> dict:
     import kb.search as S
     from kb.apps.eval_retrieval import load_beir
     from kb.embedder import Embedder
-    from kb.lance_index import CHUNKS, ChunkIndex, vector_probes
+    from kb.lance_index import CHUNKS, ChunkIndex
 
     corpus, queries, qrels = load_beir(DATA, SPLIT)
     embedder = Embedder.from_settings(backend="local", cache_dir=str(cache / "home" / "lancedb"))
@@ -162,7 +162,7 @@ def collect(cache: Path, variant: Corpus = CORPORA["plain"]) -> dict:
     for qid, text in queries.items():
         text = " ".join(text.split())
         vector = embedder.embed_query(text)
-        dense = S._dense(table, vector, None, COLLECT_DEPTH, vector_probes(rows))
+        dense = S._dense(table, vector, None, COLLECT_DEPTH, rows)
         lexical = S._bm25(table, text, None, COLLECT_DEPTH)
         cands: dict = {}
         for rid, distance in dense:

@@ -34,7 +34,9 @@ everything behind the bookmark. With `tweet_id` or `ref` set (read one
 document), results are passages of that document, best first.
 
 Filters apply before ranking (prefilter), so `source="video", limit=3`
-returns 3 hits when 3 videos exist. `folder` keeps to the bookmarks of one
+returns 3 hits when 3 videos exist. On a table with a vector index, a dense
+search under a filter that leaves few rows is exact; under a wider filter
+it scans enough partitions to fill its list (_dense()). `folder` keeps to the bookmarks of one
 bookmark folder, by its current name or its id (kb/bookmark_folders.py). The serving side reads LanceDB only and
 never opens DuckDB, so search works while a sync writes.
 
@@ -59,6 +61,7 @@ benchmarks/index_and_retrieval.md.
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 import time
@@ -74,7 +77,7 @@ from lance.query import FullTextOperator, MatchQuery
 from kb.bookmark_folders import folder_members
 from kb.embedder import Embedder
 from kb.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, PassageRows, empty_index_note, sql_in, sql_str,
-                            to_utc, vector_probes)
+                            to_utc, vector_partitions, vector_probes)
 from kb.rerank import RERANK_TOP, WordRarity, load_model, new_order, window_for, words_of
 from kb.settings import get_settings
 from kb.stop_words import FTS_STOP_WORDS, STOP_WORDS
@@ -111,6 +114,19 @@ RARE_SLOT = 3
 MIN_DEPTH = 100
 MAX_DEPTH = 300
 DEPTH_PER_HIT = 2
+# A dense search with a filter, on a table with a vector index (_dense()):
+# when the filter leaves at most this many rows, the search scans every
+# partition: an exact search of those rows. At 100,000 passages that cost
+# at most 2 times the CPU of the usual 20 partitions (11 ms against 6 ms
+# for 10,000 rows left; benchmarks/filters_and_scripts.md), and 20
+# partitions found only 65% of the exact top 200 there.
+EXACT_FILTER_ROWS = 10_000
+# Above it: the partitions that hold about this many times k rows of the
+# filter, if its rows lie evenly in them.
+FILTER_PROBE_SAFETY = 2
+# A dense query with this many partitions scans them all (Lance clips it).
+ALL_PARTITIONS = 1 << 20
+ROWS_LEFT_KEPT = 256  # filter counts kept (_rows_left())
 
 RESULT_COLUMNS = ["chunk_id", "tweet_id", "url", "author", "created_at", "source", "ref", "position",
                   "text", "source_text", "word_count", "lang", "bookmark_chunks", "bookmark_words"]
@@ -265,7 +281,7 @@ def search(
     def start_dense(vector: np.ndarray):
         if rows.vectors is not None and only_sources:
             return _Done(_exact_dense(rows.vectors, vector, depth, sources or None))
-        return _POOL.submit(_dense, table, vector, where, depth, vector_probes(table_rows))
+        return _POOL.submit(_dense, table, vector, where, depth, table_rows)
 
     dense_rows = lexical_rows = early_probes = None
     wants_dense = mode in ("dense", "hybrid")
@@ -458,16 +474,80 @@ def embedder_for_index(info: tuple[str, int] | None) -> Embedder:
     return Embedder.from_settings().keeping_to(info[0] if info else None)
 
 
-def _dense(table, vector: np.ndarray, where: str | None, depth: int, probes: int) -> list[tuple[int, float]]:
-    """(row id, distance) of the nearest passages, nearest first."""
+def _dense(table, vector: np.ndarray, where: str | None, depth: int, table_rows: int) -> list[tuple[int, float]]:
+    """(row id, distance) of the nearest passages, nearest first.
+
+    Without a vector index, Lance compares every vector (of the rows that the
+    filter leaves): the search is exact. With the IVF index, a search without
+    a filter scans the nearest vector_probes() partitions. A filter applies
+    first (prefilter), so the nearest partitions can hold too few of its
+    rows: with 20 of 141 partitions and 200 rows of one author among 20,000,
+    a search found 29 of them (benchmarks/filters_and_scripts.md). So:
+    - when the filter leaves at most EXACT_FILTER_ROWS rows: every partition,
+      which is an exact search of those rows (IVF_FLAT keeps whole vectors);
+    - above that: enough partitions to hold about FILTER_PROBE_SAFETY times
+      `depth` rows of the filter, and every partition when they still hold
+      fewer than `depth`. So a filter never loses a hit that it leaves."""
+    probes = vector_probes(table_rows)
+    if not where or not _has_vector_index(table):
+        return _nearest(table, vector, where, depth, probes)
+    left = _rows_left(table, where)
+    if left <= EXACT_FILTER_ROWS:
+        return _nearest(table, vector, where, depth, ALL_PARTITIONS)
+    found = _nearest(table, vector, where, depth, _filter_probes(table_rows, left, depth))
+    if len(found) < depth:
+        found = _nearest(table, vector, where, depth, ALL_PARTITIONS)
+    return found
+
+
+def _nearest(table, vector: np.ndarray, where: str | None, depth: int, probes: int) -> list[tuple[int, float]]:
+    """One vector query: (row id, distance), nearest first."""
     # Unit vectors: dot distance (1 - dot product) is cosine distance, cheaper.
-    # probes: used only when the IVF index exists; below it the search is
-    # exact. Minimum and maximum equal, as LanceDB's nprobes() sets them.
+    # probes: used only when the IVF index exists. Minimum and maximum
+    # equal: Lance 13 raises any lower minimum to every partition when k > 10
+    # (its heuristic for an open maximum).
     nearest = {"column": "vector", "q": np.asarray(vector, dtype=np.float32), "k": depth, "metric": "dot",
                "minimum_nprobes": probes, "maximum_nprobes": probes}
     result = table.to_table(columns=["_distance"], with_row_id=True, nearest=nearest, filter=where,
                             prefilter=bool(where), disable_scoring_autoprojection=True)
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_distance").to_pylist()))
+
+
+def _has_vector_index(table) -> bool:
+    # The dataset keeps its index list: about 7 us a call.
+    return any(ix.field_names == ["vector"] for ix in table.describe_indices())
+
+
+def _filter_probes(table_rows: int, left: int, depth: int) -> int:
+    """Partitions that hold about FILTER_PROBE_SAFETY x depth of the `left`
+    rows of a filter, when they lie evenly in the partitions; at least
+    vector_probes()."""
+    partitions = vector_partitions(table_rows)
+    wanted = math.ceil(partitions * depth * FILTER_PROBE_SAFETY / max(left, 1))
+    return max(vector_probes(table_rows), min(partitions, wanted))
+
+
+_ROWS_LEFT: dict[tuple, int] = {}
+
+
+def _rows_left(table, where: str) -> int:
+    """The rows that `where` leaves in this table version, counted up to
+    EXACT_FILTER_ROWS + 1. A scan of row ids: the scalar indexes serve
+    tweet_id, created_at and source; the author test reads its column (at
+    100,000 passages about 3 ms of CPU, at 1,000,000 about 17 ms). The count
+    is kept per table and version: the MCP server gives each search the same
+    source filter. A table made again (kb index --rebuild) counts its
+    versions from 1 again, so a kept count can be of the old table: it only
+    chooses the number of partitions, and _dense() scans every partition
+    when they give fewer than k rows."""
+    key = (table.uri, table.version, where)
+    left = _ROWS_LEFT.get(key)
+    if left is None:
+        left = table.to_table(columns=[], with_row_id=True, filter=where, limit=EXACT_FILTER_ROWS + 1).num_rows
+        if len(_ROWS_LEFT) >= ROWS_LEFT_KEPT:
+            _ROWS_LEFT.clear()
+        _ROWS_LEFT[key] = left
+    return left
 
 
 def _exact_dense(vectors: tuple[np.ndarray, np.ndarray, np.ndarray], vector: np.ndarray, depth: int,

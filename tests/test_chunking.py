@@ -51,3 +51,65 @@ def test_no_word_is_lost_and_no_chunk_is_over_the_limit(paragraphs, max_words):
     chunks = chunk_text(text, max_words=max_words)
     assert all(word_count(c) <= max_words for c in chunks)
     assert " ".join(chunks).split() == text.split()
+
+
+# --- scripts without spaces between words (issue 29) ---------------------------
+from tests.scripts_text import TEXTS  # noqa: E402
+
+
+def _no_space(text: str) -> str:
+    return "".join(text.split())
+
+
+@pytest.mark.parametrize("lang", sorted(TEXTS))
+def test_each_script_is_cut_within_the_limit(lang):
+    # Real text, several times over: the default limit and a small one.
+    text = "\n".join([TEXTS[lang]] * 12)
+    for max_words in (200, 40):
+        chunks = chunk_text(text, max_words=max_words)
+        assert len(chunks) >= word_count(text) // max_words > 1
+        assert all(word_count(c) <= max_words for c in chunks)
+        assert _no_space("".join(chunks)) == _no_space(text)
+
+
+def test_a_character_of_an_unspaced_script_is_a_word():
+    assert word_count("人人生而自由") == 6
+    assert word_count("すべての人間") == 6
+    assert word_count("모든 인간은") == 5  # each Hangul syllable
+    assert word_count("สิทธิ") == 3  # ส, ทธิ: a mark stays with its letter
+    assert word_count("Rust 的 borrow checker") == 4
+    # 4,480 characters of Chinese: passages of at most 200 characters.
+    chunks = chunk_text((TEXTS["zh"] * 60)[:4480])
+    assert len(chunks) > 20 and all(word_count(c) <= 200 for c in chunks)
+
+
+def test_chinese_sentences_end_at_their_own_marks():
+    sentences = TEXTS["zh"].split("。")
+    chunks = chunk_text(TEXTS["zh"], max_words=50)
+    assert all(c.endswith(("。", "；")) or c == chunks[-1] for c in chunks)
+    assert chunks[0].startswith(sentences[0])
+
+
+def test_a_thai_cut_falls_at_a_space_and_keeps_marks_with_their_letter():
+    chunks = chunk_text(TEXTS["th"], max_words=60)
+    assert len(chunks) > 1 and all(word_count(c) <= 60 for c in chunks)
+    words = set(TEXTS["th"].split())
+    assert all(c.split()[-1] in words for c in chunks)  # whole runs between spaces
+
+
+def test_a_closing_quote_stays_with_its_sentence():
+    text = " ".join(['He said "stop." Then he left.'] * 10)
+    chunks = chunk_text(text, max_words=20)
+    assert " ".join(chunks).split() == text.split()
+
+
+unspaced = st.text(alphabet="人生而自由。あいう ขอกิ่ abc.", min_size=1, max_size=300)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(unspaced, min_size=1, max_size=6), st.integers(min_value=1, max_value=40))
+def test_no_character_is_lost_in_any_script(paragraphs, max_words):
+    text = "\n\n".join(paragraphs)
+    chunks = chunk_text(text, max_words=max_words)
+    assert all(word_count(c) <= max_words for c in chunks)
+    assert _no_space("".join(chunks)) == _no_space(text)

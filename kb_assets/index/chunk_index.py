@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from kb.bookmark_folders import folder_rows, replace_folders
+from kb.chunking import word_count
 from kb.queries import partition_bookmarks
 from kb_assets.run_choices import excluded_in_run
 from kb_assets.partitions import sync_batches
@@ -53,7 +54,7 @@ def _chunk_rows(conn, tweet_ids: list[str], skip: set[str]) -> list[dict]:
         row["author"] = row["author"] or ""
         row["lang"] = row["lang"] or ""
         if row["source_text"]:
-            row["word_count"] = len(row["text"].split())  # the words of the English text
+            row["word_count"] = word_count(row["text"])  # the words of the English text
         rows.append(row)
     return rows
 

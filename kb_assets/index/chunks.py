@@ -15,7 +15,7 @@ import duckdb
 
 from kb_assets.enrich.enrichment import failure_line, failure_list
 from kb_assets.run_choices import excluded_in_run
-from kb.chunking import chunk_text
+from kb.chunking import chunk_text, word_count
 from kb.queries import owned_documents, partition_bookmarks
 from kb_assets.partitions import sync_batches
 from kb.duckdb_store import insert_rows
@@ -173,7 +173,7 @@ def _item_rows(item: SourceText, batch: str) -> list[dict]:
         "position": position,
         "text": passage,
         "text_hash": text_hash(passage),
-        "word_count": len(passage.split()),
+        "word_count": word_count(passage),
         "lang": item.lang,
         "batch": batch,
     } for position, passage in enumerate(chunk_text(item.text))]
