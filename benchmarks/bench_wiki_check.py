@@ -308,15 +308,21 @@ def finding_key(kind: str, item: dict):
     return (kind, json.dumps(item, sort_keys=True))
 
 
-def run_check(root: Path, home: Path) -> tuple[float, dict]:
+def run_check(root: Path, home: Path) -> tuple[float, float, dict]:
+    """(wall seconds, CPU seconds of the process, the findings)."""
+    import resource
+
     env = {**os.environ, "KB_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run([str(Path(sys.executable).parent / "kb"), "wiki", "check", str(root), "--json"],
                           capture_output=True, text=True, env=env, cwd=REPO)
     seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     if proc.returncode not in (0, 1):
         raise SystemExit(f"kb wiki check failed: {proc.stderr[-2000:]}")
-    return seconds, json.loads(proc.stdout)
+    return seconds, cpu, json.loads(proc.stdout)
 
 
 def main() -> None:
@@ -337,10 +343,10 @@ def main() -> None:
         home = Path(tmp) / "kb_home"
         for label in ("cold", "warm"):
             load = os.getloadavg()[0]
-            seconds, findings = run_check(root, home)
+            seconds, cpu, findings = run_check(root, home)
             missed, false = score(plan, findings)
             total = sum(len(v) for v in findings.values())
-            print(f"{label}: {seconds:.1f} s (load {load:.1f} at the start), {total} findings, "
+            print(f"{label}: {seconds:.1f} s wall, {cpu:.1f} s CPU (load {load:.1f} at the start), {total} findings, "
                   f"missed {len(missed)} of {planted}, false {len(false)} ({100 * len(false) / max(total, 1):.1f} %)")
         for kind, key in missed:
             print(f"  missed {kind}: {sorted(key) if isinstance(key, frozenset) else key}")
