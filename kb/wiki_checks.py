@@ -37,7 +37,7 @@ SCHEMAS: dict[str, tuple[str, tuple[str, ...]]] = {
 ENTITY_KINDS = {"person", "organization", "product", "place", "work", "other"}
 SYNTHESIS_KINDS = {"weekly": "weekly", "lint": "lint", "topics": "topic"}
 # Sections that list links, not claims: their lines need no citation.
-LINK_SECTIONS = {"related", "see also", "mentions", "aliases", "links"}
+LINK_SECTIONS = {"related", "see also", "mentions", "aliases", "links", "mentioned in syntheses", "reading list"}
 
 
 @dataclass
@@ -96,7 +96,9 @@ def check_wiki(path: str | Path, embed: Embed | None = None) -> dict[str, list[d
                 inbound[resolved].add(page.target)
         findings["frontmatter"] += _frontmatter_problems(page)
         findings["open_contradictions"] += _open_contradictions(page)
-        if _redirect(page):
+        if (redirect := _redirect(page)) is not None:
+            if resolve(redirect) is None:
+                findings["frontmatter"].append({"page": page.rel, "problem": f"redirect {redirect!r} names no page"})
             continue  # a merged page: its one line names the page that holds its content
         findings["uncited"] += _uncited_lines(page)
         if page.folder in ("entities", "concepts", "sources"):
@@ -245,6 +247,8 @@ def _frontmatter_problems(page: Page) -> list[dict]:
     if page.frontmatter is None:
         return [{"page": page.rel, "problem": page.frontmatter_error}]
     expected_type, required = SCHEMAS[page.folder]
+    if _redirect(page):
+        required = ("name", "redirect")  # a merged page keeps only its name and where it went
     problems = []
     if page.frontmatter.get("type") != expected_type:
         problems.append(f"type is {page.frontmatter.get('type')!r}, expected {expected_type!r}")
