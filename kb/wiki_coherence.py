@@ -142,7 +142,7 @@ def duplicate_pages(pages: list[PageFacts], embed: Embed) -> list[dict]:
         by_key: dict[str, list[PageFacts]] = {}
         for page in group:
             # With the spaces too: "Open AI" and "OpenAI", "Duck DB" and "DuckDB".
-            for key in {k for n in page.names for k in (name_key(n), name_key(n).replace(" ", "")) if k}:
+            for key in dict.fromkeys(k for n in page.names for k in (name_key(n), name_key(n).replace(" ", "")) if k):
                 by_key.setdefault(key, []).append(page)
         for key, same in by_key.items():
             for i, first in enumerate(same):
@@ -340,15 +340,10 @@ def contradiction_candidates(claims: list[Claim], embed: Embed, known: list[str]
 # --- the embedder --------------------------------------------------------------------
 
 
-_LOCAL_EMBED: list[Embed] = []
-
-
 def local_embed() -> Embed:
     """The local model with the vector cache of KB_HOME: a second check
-    embeds only the lines that changed. Loaded when first called."""
-    if not _LOCAL_EMBED:
-        from kb.embedder import Embedder
+    embeds only the lines that changed. The model loads once per process,
+    on the first texts (kb.embedder)."""
+    from kb.embedder import Embedder
 
-        embedder = Embedder.from_settings(backend="local", onnx_documents=True)
-        _LOCAL_EMBED.append(embedder.embed_documents)
-    return _LOCAL_EMBED[0]
+    return Embedder.from_settings(backend="local", onnx_documents=True).embed_documents
