@@ -518,6 +518,10 @@ class Embedder(BaseModel):
     use_cache: bool = True
     ollama_timeout_s: float = 120.0
     query_int8: bool = True  # queries on ONNX Runtime use int8 weights (onnx_int8_file)
+    # Passages on ONNX Runtime too, whatever their number (when it is usable).
+    # For `kb wiki check`: a short process that must not pay for the import
+    # of PyTorch, and whose texts are short lines.
+    onnx_documents: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **overrides) -> Embedder:
@@ -602,6 +606,8 @@ class Embedder(BaseModel):
             name = self._local_model()
             batch = self._batch()
             runtime = dict(zip(("queries", "documents"), local_runtimes()))
+            if self.onnx_documents and runtime["queries"] == "onnx":
+                runtime["documents"] = "onnx"
             # Each ONNX model loads when this process first uses it: a server
             # that only searches holds the int8 model alone (with the full one
             # too, 20 to 48 MB more). The int8 file is made from the full one,

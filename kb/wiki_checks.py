@@ -15,11 +15,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kb.wiki_coherence import (Claim, Embed, PageFacts, SourcePassages, contradiction_candidates, duplicate_pages,
+                                local_embed, plain_text, unsupported_claims)
 from kb.wiki_files import split_frontmatter, wiki_page_files
 
 
 FINDING_KINDS = ("dangling_links", "orphans", "stubs", "index_mismatch", "frontmatter", "uncited",
-                 "open_contradictions")
+                 "open_contradictions", "duplicates", "contradiction_candidates", "unsupported")
 STUB_MIN_BODY_LINES = 10
 WIKILINK = re.compile(r"!?\[\[([^\]\n]+?)\]\]")
 FENCE = re.compile(r"^(```|~~~)")
@@ -35,7 +37,7 @@ SCHEMAS: dict[str, tuple[str, tuple[str, ...]]] = {
 ENTITY_KINDS = {"person", "organization", "product", "place", "work", "other"}
 SYNTHESIS_KINDS = {"weekly": "weekly", "lint": "lint", "topics": "topic"}
 # Sections that list links, not claims: their lines need no citation.
-LINK_SECTIONS = {"related", "see also", "mentions", "aliases", "links"}
+LINK_SECTIONS = {"related", "see also", "mentions", "aliases", "links", "mentioned in syntheses", "reading list"}
 
 
 @dataclass
@@ -50,8 +52,10 @@ class Page:
     body_start: int = 1  # line number of the first body line
 
 
-def check_wiki(path: str | Path) -> dict[str, list[dict]]:
-    """All findings for the wiki folder at `path`: one list per kind."""
+def check_wiki(path: str | Path, embed: Embed | None = None) -> dict[str, list[dict]]:
+    """All findings for the wiki folder at `path`: one list per kind.
+    `embed` turns texts into unit vectors; by default the local model
+    (kb.wiki_coherence.local_embed), loaded only when a check needs it."""
     root = Path(path).expanduser().resolve()
     if not (root / "wiki").is_dir():
         raise FileNotFoundError(f"{root} is not a wiki folder: it has no wiki/ subfolder")
@@ -91,17 +95,76 @@ def check_wiki(path: str | Path) -> dict[str, list[dict]]:
             elif resolved in inbound and resolved != page.target:
                 inbound[resolved].add(page.target)
         findings["frontmatter"] += _frontmatter_problems(page)
-        findings["uncited"] += _uncited_lines(page)
         findings["open_contradictions"] += _open_contradictions(page)
+        if (redirect := _redirect(page)) is not None:
+            if resolve(redirect) is None:
+                findings["frontmatter"].append({"page": page.rel, "problem": f"redirect {redirect!r} names no page"})
+            continue  # a merged page: its one line names the page that holds its content
+        findings["uncited"] += _uncited_lines(page)
         if page.folder in ("entities", "concepts", "sources"):
             body_lines = sum(1 for line in page.body if line.strip())
             if body_lines < STUB_MIN_BODY_LINES:
                 findings["stubs"].append({"page": page.rel, "body_lines": body_lines})
     for page in pages:
-        if page.folder in ("entities", "concepts", "sources") and not inbound[page.target]:
+        if page.folder in ("entities", "concepts", "sources") and not inbound[page.target] and not _redirect(page):
             findings["orphans"].append({"page": page.rel})
     findings["index_mismatch"] = _index_mismatch(root, pages, resolve)
+    _coherence(findings, root, pages, resolve, embed or (lambda texts: local_embed()(texts)))
     return findings
+
+
+def _coherence(findings: dict, root: Path, pages: list[Page], resolve, embed: Embed) -> None:
+    """Duplicates, contradictions between pages, claims that their sources
+    do not hold (kb.wiki_coherence)."""
+    facts = [_page_facts(page, resolve) for page in pages
+             if page.folder in ("entities", "concepts") or page.subfolder == "topics"]
+    findings["duplicates"] = duplicate_pages([f for f in facts if f.kind in ("entity", "concept")], embed)
+    claims = [claim for f in facts for claim in f.claims]
+    known = [plain_text(line) for page in pages for _, line, section in _body_lines(page)
+             if section == CONTRADICTIONS_SECTION and line.strip() and not line.strip().startswith("#")]
+    findings["contradiction_candidates"] = contradiction_candidates(
+        [c for c in claims if not c.page.startswith("wiki/syntheses/")], embed, known)
+    findings["unsupported"] = unsupported_claims(claims, SourcePassages(root), embed)
+
+
+def _redirect(page: Page) -> str | None:
+    """The target that a merged page points to (frontmatter `redirect`)."""
+    value = (page.frontmatter or {}).get("redirect")
+    return str(value) if value and page.folder in ("entities", "concepts") else None
+
+
+def _page_facts(page: Page, resolve) -> PageFacts:
+    """What the coherence checks need of an entity, concept or topic page."""
+    kind = {"entities": "entity", "concepts": "concept"}.get(page.folder, "topic")
+    if _redirect(page):
+        return PageFacts(page.rel, page.target, "redirect", [], "")
+    meta = page.frontmatter or {}
+    aliases = meta.get("aliases") if isinstance(meta.get("aliases"), list) else []
+    names = [str(n) for n in [meta.get("name"), page.target.rsplit("/", 1)[-1], *aliases] if n]
+    facts = PageFacts(page.rel, page.target, kind, names, "")
+    own = {page.target} if kind != "topic" else set()
+    for line_no, line, section in _body_lines(page):
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("#", ">")) or section in LINK_SECTIONS:
+            continue
+        if not facts.definition and section == "" and _has_prose(stripped):
+            facts.definition = plain_text(re.split(r"(?<=[.!?])\s", stripped, maxsplit=1)[0])
+        citations = [(target[len("sources/"):], anchor) for target, anchor in
+                     (_split_link(m.group(1)) for m in WIKILINK.finditer(stripped))
+                     if target.startswith("sources/")]
+        if not citations or section == CONTRADICTIONS_SECTION or not _has_prose(stripped):
+            continue
+        linked = {resolve(m.group(1)) for m in WIKILINK.finditer(stripped)}
+        subjects = own | {t for t in linked if t and t.startswith(("entities/", "concepts/"))}
+        facts.claims.append(Claim(page.rel, line_no, stripped, citations, subjects))
+    return facts
+
+
+def _split_link(inner: str) -> tuple[str, str]:
+    """`sources/a#para3|text` -> (`sources/a`, `para3`)."""
+    target, _, anchor = inner.split("|", 1)[0].partition("#")
+    target = target.strip()
+    return (target[:-3] if target.endswith(".md") else target), anchor.strip()
 
 
 def findings_count(findings: dict[str, list[dict]]) -> int:
@@ -184,6 +247,8 @@ def _frontmatter_problems(page: Page) -> list[dict]:
     if page.frontmatter is None:
         return [{"page": page.rel, "problem": page.frontmatter_error}]
     expected_type, required = SCHEMAS[page.folder]
+    if _redirect(page):
+        required = ("name", "redirect")  # a merged page keeps only its name and where it went
     problems = []
     if page.frontmatter.get("type") != expected_type:
         problems.append(f"type is {page.frontmatter.get('type')!r}, expected {expected_type!r}")

@@ -13,6 +13,10 @@ from typing import NamedTuple
 
 import yaml
 
+# libyaml's loader when PyYAML has it: the same safe subset, and on a wiki of
+# 600 pages the pure Python loader took 5 of the 10 s of `kb wiki check`.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 PAGES_FOLDER = "wiki"  # the pages live in <wiki root>/wiki/
 WIKI_PAGE_SUFFIX = ".md"
 # How wiki pages appear in the search index: source kind, id prefix, author.
@@ -103,7 +107,7 @@ def split_frontmatter(text: str) -> Frontmatter:
         if lines[end].strip() == "---":
             body = lines[end + 1:]
             try:
-                data = yaml.safe_load("\n".join(lines[1:end])) or {}
+                data = yaml.load("\n".join(lines[1:end]), Loader=_YAML_LOADER) or {}
             except yaml.YAMLError as exc:
                 return Frontmatter(None, f"frontmatter is not valid YAML: {str(exc).splitlines()[0]}", body, end + 2)
             if not isinstance(data, dict):

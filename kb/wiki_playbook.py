@@ -48,6 +48,10 @@ The owner reads it in Obsidian or in any Markdown viewer.
   of text between empty lines, after the frontmatter, counted from 1.
 - Every fact on an entity, concept or topic page ends with at least one citation to a source page.
   A line with no citation is a finding of the lint.
+- No fact without a source. Write only what the cited passage says. Quote the passage
+  (or keep its words) rather than invent a wording, a number or a date.
+  kb compares each claim with the passage that it cites; a claim that the passage
+  does not hold is a finding of the lint (`unsupported`).
 - Link only to pages that exist, or to pages that you make in the same change.
 
 ## Page schemas
@@ -108,6 +112,19 @@ One sentence that says who or what this is. [[sources/slug#para1]]
 Concept page (`wiki/concepts/`): the same as an entity page, but `type: concept`,
 no `kind`, and the first sentence is a definition.
 
+Redirect page: what is left of a page that was merged into another. Keep it in `index.md`.
+
+```markdown
+---
+type: concept                # or entity, as the page was
+name: "vector retrieval"
+redirect: concepts/vector-search
+---
+# vector retrieval
+
+Merged into [[concepts/vector-search]].
+```
+
 Synthesis page (`wiki/syntheses/...`):
 
 ```markdown
@@ -150,18 +167,34 @@ another page (keep its text and citation), never disappear.
 1. The prompt gives the findings of the deterministic checks. Fix what you can:
    add missing citations from the source pages, link orphan pages from related pages,
    add missing pages to `index.md`, correct frontmatter, fix or remove dangling links.
-2. Merge two pages about one subject into one, and keep every cited claim with its citation.
+2. Merge two pages about one subject (the finding `duplicates`). Read both pages first:
+   a finding is a candidate, not a proof. When they are one subject:
+   - Keep the page with more cited claims. Move every cited claim of the other page to it,
+     with its text and its citation. Add the sources to `sources` and the other name to `aliases`.
+   - Make the other page a redirect page (see "Page schemas"). Keep it in `index.md`.
+   - Change the links to the other page so that they point to the kept page.
    Never delete a cited claim, also when it looks wrong or contradicts another: mark it disputed.
-3. Write `wiki/syntheses/lint/<YYYY-MM-DD>.md`: what you found, what you fixed, what is left.
-4. Add an entry to `log.md`, then call report_result with the commit message `lint: <YYYY-MM-DD>`.
+3. For each finding `contradiction_candidates`: read both claims and their passages.
+   When they disagree, follow "Contradictions" on both pages. Keep both claims with their citations.
+4. For each finding `unsupported`: read the cited source. Cite the passage that holds the claim,
+   or quote the passage. When no passage holds it, put `(unsupported)` at the end of the line.
+5. Write `wiki/syntheses/lint/<YYYY-MM-DD>.md`: what you found, what you fixed, what is left.
+   kb adds the list of unsupported claims to it.
+6. Add an entry to `log.md`, then call report_result with the commit message `lint: <YYYY-MM-DD>`.
 
 ### Weekly synthesis (commit message `synthesis: weekly <YYYY-Www>`)
-1. The prompt names the sources of the week. Read their source pages.
-2. Write `wiki/syntheses/weekly/<YYYY-Www>.md`: the main themes, what is new,
+1. The prompt names the sources of the week and the entity and concept pages that they
+   changed. Read the source pages and those pages.
+2. Write `wiki/syntheses/weekly/<YYYY-Www>.md`, at most 1,500 words: the main themes, what is new,
    how the sources connect, open questions. Cite the source pages.
-3. When the prompt says that the week is thin, say so in the first line and keep the page short.
-4. Add the page to `index.md`, add an entry to `log.md`, then call report_result
+3. End with a `## Reading list` section: one line for each source of the week,
+   `- [[sources/<slug>]]: why to read it`.
+4. When the prompt says that the week is thin, say so in the first line and keep the page short.
+5. Add an entry to `log.md`, then call report_result
    with the commit message `synthesis: weekly <YYYY-Www>`.
+   kb adds the page to `index.md` and a link back to the synthesis under
+   `## Mentioned in syntheses` on each page that the synthesis links. kb refuses
+   a synthesis of more than about 1,500 words.
 
 ### Topic synthesis (commit message `synthesis: topic <topic>`)
 1. Find the pages about the topic with Grep and Glob. Read them and their source pages.

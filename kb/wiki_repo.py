@@ -204,6 +204,11 @@ class Wiki(BaseModel):
             changes.append(Change(status[:1], path))
         return changes
 
+    def paths_changed_in(self, sha: str) -> list[str]:
+        """The paths that one commit added or changed (not the deleted ones)."""
+        out = self.git("show", "--name-only", "--no-renames", "--diff-filter=AM", "--format=", sha)
+        return [line for line in out.splitlines() if line]
+
     def show(self, sha: str, path: str) -> str | None:
         proc = self._run("show", f"{sha}:{path}", check=False)
         return proc.stdout if proc.returncode == 0 else None

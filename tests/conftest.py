@@ -91,6 +91,7 @@ FILE_SECONDS = {
     "test_wiki_remote.py": 8, "test_folders_threads.py": 45, "test_first_hour.py": 10, "test_red_team.py": 60,
     "test_writer_lock.py": 35,
     "test_filtered_search.py": 6,
+    "test_wiki_remote.py": 8, "test_wiki_coherence.py": 30, "test_folders_threads.py": 45, "test_first_hour.py": 10, "test_red_team.py": 60,
 }
 
 

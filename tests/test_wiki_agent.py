@@ -91,6 +91,9 @@ def agent_env(tmp_path, monkeypatch):
     """The CLI gets a temp HOME; the token is a marked fake."""
     home = tmp_path / "home"
     home.mkdir()
+    # The ONNX file of the local model (kb wiki check) stays in the user's
+    # cache: made once, not once per test. The CLI never sees this variable.
+    monkeypatch.setenv("XDG_CACHE_HOME", os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", TOKEN)
     monkeypatch.setenv("KB_AGENT_TIMEOUT_S", "60")
@@ -654,3 +657,197 @@ def test_a_source_that_says_delete_the_contradicting_page_cannot_delete_a_cited_
     assert check_wiki(root)["open_contradictions"] == [{
         "page": "wiki/concepts/analytical-engine.md", "line": 13,
         "text": "- Disputed: never finished [[sources/engine-notes#para2]] vs ran in 1850 [[sources/engine-built]]"}]
+
+
+# --- coherence: merges, contradictions, unsupported claims, the weekly synthesis ---------------
+
+MERGE_SOURCE = """\
+---
+title: Search notes
+---
+Vector search finds the documents whose embeddings are nearest to the query.
+
+Vector search needs an index of embeddings to be fast.
+"""
+MERGE_SOURCE_PAGE = """\
+---
+type: source
+title: "Search notes"
+source_id: "s9"
+source_type: web
+raw: raw/parsed/web/search-notes.md
+ingested: 2026-11-20
+---
+# Search notes
+
+## Summary
+Notes on vector search. [[concepts/vector-search]] [[concepts/Vector Searches]]
+"""
+
+
+def concept(name: str, lines: list[str], extra: str = "") -> str:
+    return (f"---\ntype: concept\nname: \"{name}\"\naliases: []\nsources: [search-notes]\nupdated: 2026-11-20\n"
+            f"{extra}---\n# {name}\n\n" + "\n".join(lines) + "\n")
+
+
+KEPT_CLAIM = "Vector search finds the documents whose embeddings are nearest to the query. [[sources/search-notes#para1]]"
+OTHER_CLAIM = "- Vector search needs an index of embeddings to be fast. [[sources/search-notes#para2]]"
+
+
+def commit_all(root: Path, message: str) -> None:
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-qm", message], cwd=root, check=True)
+
+
+def merge_wiki(root: Path) -> None:
+    (root / "raw/parsed/web").mkdir(parents=True, exist_ok=True)
+    (root / "raw/parsed/web/search-notes.md").write_text(MERGE_SOURCE)
+    (root / "wiki/sources/search-notes.md").write_text(MERGE_SOURCE_PAGE)
+    (root / "wiki/concepts/vector-search.md").write_text(concept("vector search", [KEPT_CLAIM]))
+    (root / "wiki/concepts/Vector Searches.md").write_text(concept("Vector Searches", [OTHER_CLAIM]))
+    index = (root / "index.md").read_text().replace(
+        "## Concepts\n", "## Concepts\n- [[concepts/vector-search]]\n- [[concepts/Vector Searches]]\n").replace(
+        "## Sources\n", "## Sources\n- [[sources/search-notes]]\n")
+    (root / "index.md").write_text(index)
+    commit_all(root, "manual: two pages for one subject")
+
+
+def lint_turns(day: str, pages: dict[str, str], reads: list[str]) -> list:
+    report_page = (f"---\ntype: synthesis\nkind: lint\nperiod: {day}\nsources: []\ncreated: {day}\n---\n"
+                   f"# Lint {day}\n\nMerged the duplicate pages.\n")
+    return [
+        [tool_use("Read", file_path=path) for path in reads],
+        [write(path, text) for path, text in {**pages, f"wiki/syntheses/lint/{day}.md": report_page}.items()],
+        [report(status="done", commit_message=f"lint: {day}", pages_created=[f"wiki/syntheses/lint/{day}.md"],
+                pages_updated=list(pages), log_entry="", summary="Merged.", warnings=[])],
+        [text("Done.")],
+    ]
+
+
+def run_lint(day: str, turns: list, monkeypatch) -> tuple[dg.ExecuteInProcessResult, str]:
+    with FakeAnthropic(turns=turns) as fake, ephemeral_instance() as instance:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        result = dg.materialize([wiki_lint], partition_key=day, instance=instance, raise_on_error=False,
+                                resources={"wiki": WikiResource.from_settings(),
+                                           "wiki_agent": WikiAgentResource.from_settings()})
+        return result, fake.first_prompt_text()
+
+
+def test_lint_merges_duplicate_pages_through_the_checked_commit(wiki, monkeypatch):
+    root = wiki.root()
+    merge_wiki(root)
+    day = "2026-11-30"
+    duplicates = check_wiki(root)["duplicates"]
+    assert duplicates == [{"page": "wiki/concepts/Vector Searches.md", "other": "wiki/concepts/vector-search.md",
+                           "reason": "names match: 'vector search'"}]
+    reads = ["wiki/concepts/vector-search.md", "wiki/concepts/Vector Searches.md"]
+    redirect = concept("Vector Searches", ["Merged into [[concepts/vector-search]]."],
+                       extra="redirect: concepts/vector-search\n")
+    # An agent that merges and drops the claim of the other page: refused.
+    dropped = {"wiki/concepts/Vector Searches.md": redirect}
+    before = snapshot(root)
+    result, prompt = run_lint(day, lint_turns(day, dropped, reads), monkeypatch)
+    assert not result.success
+    assert '"duplicates"' in prompt and "names match" in prompt and 'Merge two pages' in prompt
+    assert_unchanged(before, root)
+    # The merge of the playbook: the kept page holds both claims, the other is a redirect.
+    merged = {"wiki/concepts/vector-search.md": concept("vector search", [KEPT_CLAIM, "", "## Facts", OTHER_CLAIM]),
+              "wiki/concepts/Vector Searches.md": redirect}
+    result, _ = run_lint(day, lint_turns(day, merged, reads), monkeypatch)
+    assert result.success
+    assert subjects(root)[0] == f"lint: {day}"
+    after = check_wiki(root)
+    assert after["duplicates"] == [] and after["frontmatter"] == [] and after["index_mismatch"] == []
+    assert "[[concepts/Vector Searches]]" in (root / "index.md").read_text()
+
+
+def test_lint_records_a_contradiction_and_the_digest_lists_unsupported_claims(wiki, monkeypatch):
+    root = wiki.root()
+    merge_wiki(root)
+    (root / "raw/parsed/web/search-notes.md").write_text(
+        MERGE_SOURCE + "\nVector search does not need an index of embeddings to be fast.\n")
+    other = "- [[concepts/vector-search]] does not need an index of embeddings to be fast. [[sources/search-notes#para3]]"
+    invented = "- Vector search was invented on the Moon by cats. [[sources/search-notes#para1]]"
+    (root / "wiki/concepts/Vector Searches.md").write_text(concept("vector index", [other, invented]))
+    (root / "wiki/concepts/vector-search.md").write_text(concept("vector search", [KEPT_CLAIM, "", "## Facts",
+                                                                                   OTHER_CLAIM]))
+    commit_all(root, "manual: a second page")
+    findings = check_wiki(root)
+    assert [(c["page"], c["signal"]) for c in findings["contradiction_candidates"]] == [
+        ("wiki/concepts/Vector Searches.md", "a negation in one claim only")]
+    assert [u["text"][:40] for u in findings["unsupported"]] == ["Vector search was invented on the Moon b"]
+    day = "2026-12-01"
+    recorded = concept("vector search", [
+        KEPT_CLAIM, "", "## Facts", OTHER_CLAIM[:-len("[[sources/search-notes#para2]]")]
+        + "[[sources/search-notes#para2]] (disputed)", "", "## Contradictions",
+        f"- Disputed: needs an index [[sources/search-notes#para2]] vs does not need one [[sources/search-notes#para3]]"])
+    reads = ["wiki/concepts/vector-search.md", "raw/parsed/web/search-notes.md"]
+    result, prompt = run_lint(day, lint_turns(day, {"wiki/concepts/vector-search.md": recorded}, reads), monkeypatch)
+    assert result.success
+    assert '"contradiction_candidates"' in prompt and '"unsupported"' in prompt
+    after = check_wiki(root)
+    assert after["contradiction_candidates"] == []
+    assert after["open_contradictions"][0]["page"] == "wiki/concepts/vector-search.md"
+    digest = (root / f"wiki/syntheses/lint/{day}.md").read_text()
+    assert "## Unsupported claims" in digest and "invented on the Moon" in digest
+    assert f"[[syntheses/lint/{day}]]" in (root / "index.md").read_text()
+
+
+def weekly_turns(page: str) -> list:
+    return [
+        [tool_use("Read", file_path="wiki/sources/search-notes.md")],
+        [write("wiki/syntheses/weekly/2026-W48.md", page)],
+        [report(status="done", commit_message="synthesis: weekly 2026-W48",
+                pages_created=["wiki/syntheses/weekly/2026-W48.md"], pages_updated=[], log_entry="",
+                summary="The week.", warnings=[])],
+        [text("Done.")],
+    ]
+
+
+def run_weekly(page: str, monkeypatch) -> tuple[dg.ExecuteInProcessResult, str]:
+    with FakeAnthropic(turns=weekly_turns(page)) as fake, ephemeral_instance() as instance:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        result = dg.materialize([wiki_synthesis], partition_key="2026-11-23", instance=instance,
+                                raise_on_error=False,
+                                resources={"wiki": WikiResource.from_settings(),
+                                           "wiki_agent": WikiAgentResource.from_settings()})
+        return result, fake.first_prompt_text()
+
+
+def test_weekly_synthesis_gets_a_reading_list_back_links_and_the_index(wiki, monkeypatch):
+    root = wiki.root()
+    merge_wiki(root)
+    # The week's ingest changed the source page and one concept page.
+    (root / "wiki/concepts/vector-search.md").write_text(concept("vector search", [KEPT_CLAIM, "More."]))
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    env = {**os.environ, "GIT_COMMITTER_DATE": "2026-11-25T12:00:00+00:00"}
+    subprocess.run(["git", "commit", "-qm", "ingest: search-notes"], cwd=root, check=True, env=env)
+    head = "---\ntype: synthesis\nkind: weekly\nperiod: 2026-W48\nsources: [search-notes]\ncreated: 2026-11-29\n---\n"
+    # Too long: refused, nothing changes.
+    before = snapshot(root)
+    result, prompt = run_weekly(head + "# Week 2026-W48\n\nThin week: only 1 new sources.\n\n" + "word " * 1700 + "\n",
+                                monkeypatch)
+    assert not result.success
+    retries = [str(e.event_specific_data) for e in result.all_node_events if e.is_step_up_for_retry]
+    assert retries and all("has 1708 words: the limit is about 1500 (at most 1650)" in r for r in retries)
+    assert_unchanged(before, root)
+    assert "wiki/concepts/vector-search.md" in prompt and "at most 1500 words" in prompt
+    assert "## Reading list" in prompt
+    # A page that names a concept and links CLAUDE.md, with no reading list: kb adds what is missing.
+    page = head + ("# Week 2026-W48\n\nThin week: only 1 new sources.\n\n"
+                   "The week was about [[concepts/vector-search]]. See [[CLAUDE]] and [[../purpose]].\n")
+    result, _ = run_weekly(page, monkeypatch)
+    assert result.success
+    assert subjects(root)[0] == "synthesis: weekly 2026-W48"
+    weekly = (root / "wiki/syntheses/weekly/2026-W48.md").read_text()
+    assert "## Reading list\n- [[sources/search-notes]]" in weekly
+    for name in ("concepts/vector-search", "sources/search-notes"):
+        text_of_page = (root / f"wiki/{name}.md").read_text()
+        assert "## Mentioned in syntheses\n- [[syntheses/weekly/2026-W48]]" in text_of_page
+    assert "Mentioned" not in (root / "wiki/concepts/Vector Searches.md").read_text()
+    assert (root / "CLAUDE.md").read_text() == before_playbook(root) and "Mentioned" not in (root / "purpose.md").read_text()
+    assert "- [[syntheses/weekly/2026-W48]]" in (root / "index.md").read_text()
+
+
+def before_playbook(root: Path) -> str:
+    return subprocess.run(["git", "show", "HEAD~1:CLAUDE.md"], cwd=root, capture_output=True, text=True).stdout

@@ -34,6 +34,7 @@ from kb_assets.keys import GATED_SOURCES, WIKI_PAGES
 from kb_assets.partitions import sources
 from kb.wiki_files import read_frontmatter
 from kb.wiki_checks import check_wiki, findings_count
+from kb.wiki_finish import WEEKLY_MAX_WORDS, add_to_index, finish_lint, finish_weekly
 from kb.duckdb_store import DuckDBStore
 from kb.settings import get_settings
 from kb.wiki_repo import BeforeChange, Verdict, Wiki, raw_files_lock
@@ -157,11 +158,13 @@ def _apply_agent_change(
     may_delete_pages: bool = False,
     must_exist: str | None = None,
     must_contain: tuple[str, str] | None = None,
+    finish=None,
 ) -> ChangeOutcome:
     before = wiki.begin_change()
     try:
         run = agent.run(prompt, cwd=wiki.root(), max_turns=max_turns, show_change=wiki.pending_diff)
-        verdict = commit_agent_change(wiki, before, run, prefix=prefix, may_delete_pages=may_delete_pages)
+        verdict = commit_agent_change(wiki, before, run, prefix=prefix, may_delete_pages=may_delete_pages,
+                                      finish=finish)
         problems = list(verdict.problems)
         if not problems and must_exist and wiki.show("HEAD", must_exist) is None:
             problems.append(f"the commit has no {must_exist}")
@@ -199,14 +202,18 @@ def _apply_agent_change(
 
 
 def commit_agent_change(wiki: Wiki, before: BeforeChange, run: AgentRun, *, prefix: str,
-                        may_delete_pages: bool) -> Verdict:
+                        may_delete_pages: bool, finish=None) -> Verdict:
     """kb's side of an agent change: check the working tree against the
     allowlist and the secrets, make the one commit with the agent's
     commit_message, then verify the commit. A verdict without problems means
-    that the change is committed and good."""
+    that the change is committed and good. `finish(root)`, when given, runs
+    first: kb's own deterministic part of the change (back-links, the index)
+    on the agent's files; it returns the problems that refuse the change."""
     failure = run.failure()
     if failure:
         return Verdict(problems=[failure])
+    if finish is not None and (problems := finish(wiki.root())):
+        return Verdict(problems=problems)
     message = str(run.report.get("commit_message", "")) if run.report else ""
     refused = wiki.refusals(before, message)
     if refused:
@@ -283,12 +290,23 @@ The deterministic checks found {findings_count(findings)} problems:
 {json.dumps(findings, indent=1, ensure_ascii=False)}
 ```
 
+- `duplicates`: two pages that may be about one subject. Read both. When they are,
+  merge them as CLAUDE.md says ("Merge two pages"). When they are not, leave them
+  and say so in the report.
+- `contradiction_candidates`: two cited claims on two pages that may disagree. Read
+  both and their sources. When they disagree, record them as CLAUDE.md says
+  ("Contradictions"), on both pages.
+- `unsupported`: claims whose cited passage does not hold them. Read the source.
+  Cite the passage that holds the claim, or quote the passage. When no passage
+  holds it, put `(unsupported)` at the end of its line. Do not delete it.
+
 Fix what you can. Write the report to wiki/syntheses/lint/{day}.md.
 When you are done, call report_result with the commit_message `lint: {day}`."""
 
 
-def synthesis_prompt(label: str, slugs: list[str], thin: bool) -> str:
+def synthesis_prompt(label: str, slugs: list[str], thin: bool, changed_pages: list[str] = ()) -> str:
     listing = "\n".join(f"- [[sources/{slug}]]" for slug in slugs)
+    changed = "\n".join(f"- {path}" for path in changed_pages) or "- none"
     thin_rule = (f"\nThis is a thin week: only {len(slugs)} new sources. The first line of the body "
                  f"must be `Thin week: only {len(slugs)} new sources.` Keep the page short.\n") if thin else ""
     return f"""\
@@ -296,8 +314,13 @@ Write the weekly synthesis for {label}. Follow the Weekly synthesis workflow in 
 
 The sources of the week:
 {listing}
+
+The entity and concept pages that these sources changed (read them too):
+{changed}
 {thin_rule}
-Write wiki/syntheses/weekly/{label}.md.
+Write wiki/syntheses/weekly/{label}.md: at most {WEEKLY_MAX_WORDS} words, and a
+`## Reading list` section that links each source of the week with one line on why to read it.
+kb adds the "Mentioned in syntheses" links to the pages that you name, and the page to index.md.
 When you are done, call report_result with the commit_message `synthesis: weekly {label}`."""
 
 
@@ -446,6 +469,7 @@ def wiki_lint(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent:
             wiki, wiki_agent, lint_prompt(day, findings), prefix=f"lint: {day}",
             max_turns=settings.kb_lint_max_turns, may_delete_pages=True,
             must_exist=f"wiki/syntheses/lint/{day}.md",
+            finish=lambda root: finish_lint(root, day, findings["unsupported"]),
         )
         _finish(context, outcome, subject=f"lint {day}")
         mode = "agent"
@@ -488,9 +512,10 @@ def wiki_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_a
         return
     else:
         outcome = apply_agent_change(
-            wiki, wiki_agent, synthesis_prompt(label, slugs, thin), prefix=f"synthesis: weekly {label}",
-            max_turns=settings.kb_synthesis_max_turns, must_exist=page,
+            wiki, wiki_agent, synthesis_prompt(label, slugs, thin, week_changed_pages(wiki, week_start, settings.tz)),
+            prefix=f"synthesis: weekly {label}", max_turns=settings.kb_synthesis_max_turns, must_exist=page,
             must_contain=(page, "thin week") if thin else None,
+            finish=lambda root: finish_weekly(root, label, slugs),
         )
         _finish(context, outcome, subject=f"synthesis {label}")
         mode = "agent"
@@ -532,33 +557,25 @@ def iso_week_label(day: date) -> str:
     return f"{year}-W{week:02d}"
 
 
-def week_ingests(wiki: Wiki, week_start: date, tz: str) -> list[str]:
-    """Slugs of the sources ingested in the week that starts on week_start."""
+def _week_ingest_commits(wiki: Wiki, week_start: date, tz: str) -> list[tuple[str, str]]:
     zone = ZoneInfo(tz)
     start = datetime.combine(week_start, datetime.min.time(), tzinfo=zone)
     end = start + timedelta(days=7)
-    commits = wiki.log_between(start.isoformat(), end.isoformat(), "ingest:")
+    return wiki.log_between(start.isoformat(), end.isoformat(), "ingest:")
+
+
+def week_changed_pages(wiki: Wiki, week_start: date, tz: str) -> list[str]:
+    """The entity and concept pages that the ingests of the week changed:
+    the synthesis reads them with the week's source pages."""
+    paths = {path for sha, _ in _week_ingest_commits(wiki, week_start, tz) for path in wiki.paths_changed_in(sha)}
+    return sorted(p for p in paths if p.startswith(("wiki/entities/", "wiki/concepts/")) and p.endswith(".md"))
+
+
+def week_ingests(wiki: Wiki, week_start: date, tz: str) -> list[str]:
+    """Slugs of the sources ingested in the week that starts on week_start."""
+    commits = _week_ingest_commits(wiki, week_start, tz)
     return sorted({subject.removeprefix("ingest:").strip().split()[0] for _, subject in commits
                    if subject.removeprefix("ingest:").strip()})
-
-
-def add_to_index(root: Path, section: str, link: str) -> None:
-    """Add `- [[link]]` under `## section` of index.md, once."""
-    index = root / "index.md"
-    lines = index.read_text(encoding="utf-8").splitlines() if index.exists() else ["# Index"]
-    entry = f"- [[{link}]]"
-    if entry in lines:
-        return
-    heading = f"## {section}"
-    if heading not in lines:
-        lines += ["", heading]
-    at = lines.index(heading) + 1
-    while at < len(lines) and not lines[at].startswith("## "):
-        at += 1
-    while at > 0 and not lines[at - 1].strip():
-        at -= 1
-    lines.insert(at, entry)
-    index.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def append_log(root: Path, heading: str, lines: list[str]) -> None:
