@@ -27,7 +27,8 @@ import time
 
 import dagster as dg
 import psutil
-from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
+
+from kb_assets.dagster_internals import CheckRunHealthResult, WorkerStatus
 
 PID_TAG = "kb/pid"
 HOST_TAG = "kb/host"

@@ -175,7 +175,7 @@ def refuse_if_runs_in_progress(settings: Settings) -> None:
         return
     import dagster as dg
 
-    from dagster._core.launcher import WorkerStatus
+    from kb_assets.dagster_internals import WorkerStatus
 
     unfinished = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING,
                   dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
