@@ -44,7 +44,14 @@ import anyio
 from pydantic import BaseModel, SecretStr
 import jsonschema
 
-from kb.agent_sandbox import bubblewrap_args, bundled_cli, bubblewrap_works, sandbox_choice, write_launcher
+from kb.agent_sandbox import (
+    RoomNetwork,
+    bubblewrap_args,
+    bubblewrap_works,
+    bundled_cli,
+    sandbox_choice,
+    write_launcher,
+)
 from kb.settings import Settings, get_settings
 from kb.wiki_files import APPEND_ONLY_FILES, agent_path_problem
 
@@ -265,18 +272,19 @@ class WikiAgent(BaseModel):
             return False, str(exc)
         return True, f"{self._base_url()} model {self.model}, {room}"
 
-    def _env(self, config_dir: Path) -> dict[str, str]:
+    def _env(self, room: "AgentRoom") -> dict[str, str]:
         """What kb sets for the CLI. The launcher passes these names and no
         other (kb.agent_sandbox.AGENT_ENV_NAMES)."""
         token = self.auth_token.get_secret_value() if self.auth_token else ""
         return {
-            "ANTHROPIC_BASE_URL": self._base_url(),
+            # In a room, the endpoint's address as the room reaches it (the relay).
+            "ANTHROPIC_BASE_URL": room.base_url,
             "ANTHROPIC_AUTH_TOKEN": token,
             # An API key of the owner's shell must not go to this endpoint.
             "ANTHROPIC_API_KEY": "",
             # The owner's own Claude Code settings, hooks and login stay out
             # of the wiki agent: each run gets a new, empty config folder.
-            "CLAUDE_CONFIG_DIR": str(config_dir),
+            "CLAUDE_CONFIG_DIR": str(room.config_dir),
             # Only the model endpoint: no telemetry, no update checks, no
             # error reports. The agent must work with no other network.
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
@@ -305,7 +313,7 @@ class WikiAgent(BaseModel):
                 run.error += f" (CLI: {_first_line(run.stderr_tail[-1])})"
         finally:
             if room is not None:
-                shutil.rmtree(room.folder, ignore_errors=True)
+                room.close()
         run.seconds = round(time.monotonic() - started, 2)
         return run
 
@@ -320,12 +328,15 @@ class WikiAgent(BaseModel):
         config_dir.mkdir(parents=True, mode=0o700)
         cli = bundled_cli()
         use_bwrap, _ = sandbox_choice(self.sandbox)
-        prefix = []
+        prefix, network = [], None
         if use_bwrap:
+            # The room has no network: the endpoint only, through a relay.
+            network = RoomNetwork.open(self._base_url())
             prefix = bubblewrap_args(bubblewrap_works()[1], wiki=root, writable=[home],
-                                     readable=[Path(cli).parent])
+                                     readable=[Path(cli).parent], relay=network)
         launcher = write_launcher(folder, cli=cli, home=home, prefix=prefix)
-        return AgentRoom(folder=folder, config_dir=config_dir, launcher=launcher, prefix=tuple(prefix))
+        return AgentRoom(folder=folder, config_dir=config_dir, launcher=launcher, prefix=tuple(prefix),
+                         base_url=network.room_url if network else self._base_url(), network=network)
 
     async def _run(self, prompt: str, cwd: Path, max_turns: int, timeout: float, run: AgentRun,
                    room: "AgentRoom", show_change: Callable[[], str]) -> None:
@@ -375,7 +386,7 @@ class WikiAgent(BaseModel):
             strict_mcp_config=True,
             hooks={"PreToolUse": [HookMatcher(matcher=None, hooks=[guard])]},
             cli_path=str(room.launcher),
-            env=self._env(room.config_dir),
+            env=self._env(room),
             stderr=lambda line: run.stderr_tail.append(line) if len(run.stderr_tail) < 50 else None,
         )
         # anyio, not asyncio.timeout: the SDK closes the CLI inside an anyio
@@ -403,7 +414,15 @@ class AgentRoom:
     folder: Path
     config_dir: Path
     launcher: Path
-    prefix: tuple[str, ...]  # the bubblewrap command in front of the CLI; empty without bubblewrap
+    prefix: tuple[str, ...]  # the bubblewrap command (and the relay) in front of the CLI; empty without bubblewrap
+    base_url: str  # the endpoint as the CLI reaches it
+    network: RoomNetwork | None = None  # the relay to the endpoint; None without bubblewrap
+
+    def close(self) -> None:
+        """Stop the relay and remove the room's files."""
+        if self.network is not None:
+            self.network.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def system_prompt(root: Path) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ import dagster as dg
 import psutil
 import pytest
 
-from kb.agent_sandbox import AGENT_ENV_NAMES
+from kb.agent_sandbox import AGENT_ENV_NAMES, bubblewrap_works
 from kb.search import search
 from kb.settings import get_settings
 from kb.wiki_files import APPEND_ONLY_FILES
@@ -385,8 +386,6 @@ def test_a_page_or_message_with_a_secret_is_refused_and_rolled_back(stage):
 def test_the_agent_runs_in_a_room_without_the_owner_files(stage):
     """bubblewrap: the settings file, the X login and DuckDB are not in the
     room at all, and the wiki's .git is empty there."""
-    from kb.agent_sandbox import bubblewrap_works
-
     if not bubblewrap_works()[0]:
         reason = f"bubblewrap does not work here: {bubblewrap_works()[1]}"
         if os.environ.get("CI", "").lower() == "true":
@@ -395,6 +394,7 @@ def test_the_agent_runs_in_a_room_without_the_owner_files(stage):
     assert get_settings().kb_agent_sandbox == "auto"
     from kb.wiki_agent import WikiAgent
 
+    os.environ["ANTHROPIC_BASE_URL"] = "http://127.0.0.1:9"  # the relay is not used here
     agent = WikiAgent.from_settings()
     room = agent._make_room(stage["root"])
     try:
@@ -404,10 +404,65 @@ def test_the_agent_runs_in_a_room_without_the_owner_files(stage):
              f"ls {stage['kb_home']}; touch {stage['root']}/purpose.md"],
             capture_output=True, text=True)
     finally:
-        shutil.rmtree(room.folder)
+        room.close()
     assert not canaries_in(probe.stdout + probe.stderr)
     assert "No such file" in probe.stderr and "Read-only file system" in probe.stderr
     assert probe.stdout.split()[:2] == [".", ".."] and "kb.duckdb" not in probe.stdout
+
+
+# Run in the room: each address that a hostile page could name, and the endpoint.
+NETWORK_PROBE = """
+import json, socket, sys, urllib.request
+ui_port, endpoint = int(sys.argv[1]), sys.argv[2]
+def connect(host, port):
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+        return "open"
+    except OSError as exc:
+        return type(exc).__name__
+found = {"dagster_ui": connect("127.0.0.1", ui_port), "metadata": connect("169.254.169.254", 80),
+         "local_network": connect("192.168.1.1", 80), "public": connect("1.1.1.1", 443)}
+try:
+    socket.getaddrinfo("example.com", 443)
+    found["dns"] = "resolved"
+except OSError as exc:
+    found["dns"] = type(exc).__name__
+try:
+    urllib.request.urlopen(endpoint + "/v1/models", timeout=10)
+    found["endpoint"] = "answered"
+except urllib.error.HTTPError as exc:
+    found["endpoint"] = f"answered {exc.code}"  # the fake knows no GET: an answer all the same
+except OSError as exc:
+    found["endpoint"] = repr(exc)
+print(json.dumps(found))
+"""
+
+
+def test_the_room_reaches_the_endpoint_and_no_other_address(stage):
+    """bubblewrap: no network in the room, only the relay to the endpoint.
+    A loopback server outside plays the Dagster UI (no login, launches runs)."""
+    if not bubblewrap_works()[0]:
+        reason = f"bubblewrap does not work here: {bubblewrap_works()[1]}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason + " (CI=true: .ci/run installs bubblewrap)")
+        pytest.skip(reason)
+    from kb.wiki_agent import WikiAgent
+
+    with FakeAnthropic(turns=[]) as fake, FakeAnthropic(turns=[]) as dagster_ui:
+        os.environ["ANTHROPIC_BASE_URL"] = fake.base_url
+        ui_port = int(dagster_ui.base_url.rsplit(":", 1)[1].strip("/"))
+        socket.create_connection(("127.0.0.1", ui_port), timeout=3).close()  # open from outside the room
+        room = WikiAgent.from_settings()._make_room(stage["root"])
+        try:
+            probe = subprocess.run([*room.prefix, room.network.python, "-IS", "-c", NETWORK_PROBE,
+                                    str(ui_port), room.base_url], capture_output=True, text=True, timeout=60)
+        finally:
+            room.close()
+        assert probe.returncode == 0, probe.stderr[-2000:]
+        found = json.loads(probe.stdout.strip().splitlines()[-1])
+        assert found.pop("endpoint").startswith("answered"), probe.stdout
+        assert all(value != "open" and value != "resolved" for value in found.values()), found
+        assert fake.unknown == ["GET /v1/models"] and dagster_ui.unknown == []
 
 
 def test_a_refused_change_is_rolled_back_and_told_once_with_its_rule(stage, capfd):
