@@ -14,7 +14,7 @@ fails for good is told to the owner, as every failed run is.
 
 
 import dagster as dg
-from dagster._core.launcher import WorkerStatus
+from kb_assets.dagster_internals import WorkerStatus
 
 from kb.backup_archive import BackupError, create_backup, default_archive_name, prune_archives
 from kb.settings import Settings, get_settings

@@ -94,7 +94,7 @@ def instance_storage_sections(settings: Settings | None = None) -> dict:
         return SQLITE_SECTIONS
     return {
         "storage": {"postgres": {"postgres_url": {"env": POSTGRES_URL_VAR}}},
-        "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"},
+        "run_coordinator": {"module": "dagster", "class": "QueuedRunCoordinator"},
     }
 
 

@@ -38,7 +38,8 @@ import time
 
 import dagster as dg
 import psutil
-from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
+
+from kb_assets.dagster_internals import CheckRunHealthResult, WorkerStatus
 
 from kb_resources.run_worker import BOOT_TAG, HOST_TAG, boot_id, worker_tags
 

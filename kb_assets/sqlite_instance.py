@@ -38,8 +38,10 @@ these things for the SQLite files of its Dagster home:
 PostgreSQL storage (KB_DAGSTER_POSTGRES_URL) is not touched.
 
 The classes override private methods of Dagster's SQLite storages
-(`_connect`, `_initdb`, `connect`, `from_local`). pyproject.toml pins Dagster
-to one version; tests/test_sqlite_instance.py checks the classes against it.
+(`_connect`, `_initdb`, `connect`, `from_local`); the bases come through
+kb_assets/dagster_internals.py. tests/test_dagster_internals.py checks those
+names, and tests/test_sqlite_instance.py checks the classes, against the
+Dagster that is installed.
 """
 
 from __future__ import annotations
@@ -53,15 +55,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import dagster as dg
-from dagster._core.storage.event_log.schema import SqlEventLogStorageMetadata
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SQLITE_BUSY_TIMEOUT_SECONDS
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage as DagsterEventLog
-from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage as DagsterRunStorage
-from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import (
-    SqliteScheduleStorage as DagsterScheduleStorage,
+
+from kb_assets.dagster_internals import (
+    ALEMBIC_SCRIPTS_LOCATION,
+    INDEX_SHARD_NAME,
+    SQLITE_BUSY_TIMEOUT_SECONDS,
+    DagsterEventLog,
+    DagsterRunStorage,
+    DagsterScheduleStorage,
+    SqlEventLogStorageMetadata,
+    create_db_conn_string,
 )
-from dagster._core.storage.sql import ALEMBIC_SCRIPTS_LOCATION
-from dagster._core.storage.sqlite import create_db_conn_string
 
 # The engines of the files used last, and the keepers of the files opened
 # last (a connection to a file that has its keeper does not touch the list:

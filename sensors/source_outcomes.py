@@ -32,7 +32,7 @@ import dagster as dg
 from kb.gate import default_accept_note
 from kb.settings import get_settings
 
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from kb_assets.dagster_internals import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from kb_assets.keys import GATED_SOURCES, PARTITION_TAG, REQUESTED_BY_TAG, WIKI_PAGES, WILL_RETRY_TAG
 from kb_assets.partitions import sources

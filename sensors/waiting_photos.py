@@ -18,9 +18,9 @@ starts a run of chunks, translations and chunk_index, so they are.
 
 import dagster as dg
 import duckdb as duckdb_lib
-# Dagster has no public name for these tags; they make one run cover a range of partitions.
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
+# Dagster has no public name for these tags; they make one run cover a range of partitions.
+from kb_assets.dagster_internals import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from kb_assets.keys import PARTITION_TAG, STAGE_TAG
 from kb_assets.enrich.photo_captions import SOURCE, waiting_by_batch
 from kb.settings import excluded_sources

@@ -173,15 +173,16 @@ def test_a_run_made_without_loading_the_location_names_what_the_loaded_location_
     """kb makes a sync's run from the job's definition alone (no snapshot of
     the whole location). Its origins and job snapshot must be those of the
     location that the UI loads, or the UI cannot re-execute the run."""
-    from kb.apps.sync import code_location, create_run, remote_job, sync_run_config
+    from kb.apps.sync import code_location, sync_run_config
+    from kb_assets.dagster_internals import create_location_run
     from kb_assets.instance_config import ensure_dagster_home
 
     ensure_dagster_home()
     instance = dg.DagsterInstance.get()
     with code_location(instance) as location:
-        run = create_run(instance, location, "x_sync", run_config=sync_run_config(files=[]),
-                         tags={"dagster/partition": "2026-12-01T000000"})
-        _, loaded = remote_job(location.location, "x_sync")
+        run = create_location_run(instance, location, "x_sync", run_config=sync_run_config(files=[]),
+                                  tags={"dagster/partition": "2026-12-01T000000"})
+        loaded = location.loaded_job("x_sync")
     assert run.remote_job_origin == loaded.get_remote_origin()
     assert run.job_code_origin == loaded.get_python_origin()
     assert run.job_snapshot_id == loaded.identifying_job_snapshot_id

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import dagster as dg
 
-from kb.apps.sync import PARTITION_TAG, QUIET_LOGS, code_location, create_run, execute_in_this_process
+from kb.apps.sync import PARTITION_TAG, QUIET_LOGS, code_location, execute_in_this_process
+from kb_assets.dagster_internals import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    create_location_run,
+)
 from kb_assets.enrich.photo_captions import waiting_by_batch
 from kb_assets.instance_config import ensure_dagster_home
 from kb_assets.partitions import sync_batches
@@ -23,9 +28,6 @@ from kb.duckdb_store import DuckDBStore
 def run_captions(*, limit: int = 0, retry: bool = False) -> dict:
     """Caption every waiting photo in one run, then carry the captions into
     the index of each batch. Returns a summary."""
-    # Dagster has no public name for these tags; they make one run cover a range of partitions.
-    from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
-
     ensure_dagster_home()
     instance = dg.DagsterInstance.get()
     fail_runs_of_dead_workers(instance)
@@ -37,7 +39,7 @@ def run_captions(*, limit: int = 0, retry: bool = False) -> dict:
         return {"ok": True, "waiting": 0, "captioned": 0, "failed": {}, "message": "No photo waits for a caption."}
     summary: dict = {"batches": len(batches), "waiting_before": sum(by_batch[b] for b in batches)}
     with code_location(instance) as location:
-        run = create_run(
+        run = create_location_run(
             instance, location, "captions_job",
             run_config={**QUIET_LOGS, "ops": {"captions": {"config": {"limit": limit, "retry": retry,
                                                                         "min_photos": 0}}}},
@@ -56,7 +58,7 @@ def run_captions(*, limit: int = 0, retry: bool = False) -> dict:
             return summary
         done, errors = 0, []
         for batch in batches:
-            index_run = create_run(instance, location, "captions_to_index_job", run_config=QUIET_LOGS,
+            index_run = create_location_run(instance, location, "captions_to_index_job", run_config=QUIET_LOGS,
                                    tags={PARTITION_TAG: batch, **this_process_tags()})
             failed = [r for r in execute_in_this_process(instance, index_run, None) if not r.ok]
             if failed:

@@ -21,10 +21,7 @@ do after a crash (re-execution from failure). Before the new batch, a sync:
 
 from __future__ import annotations
 
-import functools
 import gc
-import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,14 +30,12 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from kb.apps.run_report import failed_items, index_failures, unreadable_pages
+from kb_assets.dagster_internals import CodeLocation, create_location_run, create_run_from_failure, execute_run_here
 from kb_assets.instance_config import ensure_dagster_home
 from kb_assets.keys import SOURCE_PASSAGES
 from kb_assets.partitions import new_batch_key, sync_batches
 from kb_assets.run_launcher import fail_runs_of_dead_workers, this_process_tags
 
-MODULE = "kb_assets.definitions"
-LOCATION = "kb"  # as in workspace.yaml and [tool.dagster] of pyproject.toml
-REPOSITORY = "__repository__"  # Dagster's name for the one repository of a Definitions
 SYNC_JOB = "x_sync"
 PARTITION_TAG = "dagster/partition"
 # Earlier batches that a sync checks for unfinished work. Older ones are for
@@ -96,121 +91,17 @@ class SyncReport:
 
 
 # --- the code location, in this process ----------------------------------------------
-
-
-class LocalCodeLocation:
-    """The code location "kb" (kb_assets.definitions), as seen from this
-    process. A run that it makes carries the location's origins, so the UI
-    (which loads the same location from workspace.yaml) can re-execute it.
-
-    `create_run` builds the run from the job's definition alone. The full
-    location (`request`, `location`) loads only for a re-execution: it makes
-    a snapshot of every job, sensor and schedule, 0.3 s of CPU that a sync
-    with nothing new does not need."""
-
-    def __init__(self, instance: dg.DagsterInstance):
-        self.instance = instance
-        self._process_context = None
-        self._request = None
-
-    def origins(self, job_name: str):
-        """(ReconstructableJob, RemoteJobOrigin) of a job of the location."""
-        from dagster._core.code_pointer import ModuleCodePointer
-        from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
-        from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
-
-        target = self._target_origin()
-        repository = ReconstructableRepository(
-            ModuleCodePointer(MODULE, _definitions_attribute(), target.working_directory),
-            executable_path=target.executable_path, entry_point=["dagster"])
-        remote = RemoteJobOrigin(RemoteRepositoryOrigin(self._location_origin(), REPOSITORY), job_name)
-        return ReconstructableJob(repository, job_name), remote
-
-    def _target_origin(self):
-        from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
-
-        return LoadableTargetOrigin(executable_path=sys.executable, module_name=MODULE,
-                                    working_directory=os.getcwd())
-
-    def _location_origin(self):
-        from dagster._core.remote_origin import InProcessCodeLocationOrigin
-
-        return InProcessCodeLocationOrigin(self._target_origin(), location_name=LOCATION)
-
-    @property
-    def request(self):
-        """The workspace request context of the loaded location."""
-        if self._request is None:
-            from dagster._core.workspace.context import WorkspaceProcessContext
-            from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
-
-            self._process_context = WorkspaceProcessContext(
-                self.instance, InProcessWorkspaceLoadTarget(self._location_origin()))
-            self._request = self._process_context.create_request_context()
-        return self._request
-
-    @property
-    def location(self):
-        return self.request.get_code_location(LOCATION)
-
-    def close(self) -> None:
-        if self._process_context is not None:
-            self._process_context.__exit__(None, None, None)
-
-
-@functools.cache
-def _definitions_attribute() -> str:
-    """The name of the Definitions in kb_assets.definitions, as Dagster
-    finds it when it loads the module (the code pointer of the runs)."""
-    from dagster._core.workspace.autodiscovery import loadable_targets_from_python_module
-
-    # The module is the same in every working folder: one look per process.
-    [target] = loadable_targets_from_python_module(MODULE, working_directory=os.getcwd())
-    return target.attribute
+# Its runs come from kb_assets/dagster_internals.py: a run that the UI can
+# re-execute, and its events while it executes, need Dagster's private parts.
 
 
 @contextmanager
-def code_location(instance: dg.DagsterInstance) -> Iterator[LocalCodeLocation]:
-    location = LocalCodeLocation(instance)
+def code_location(instance: dg.DagsterInstance) -> Iterator[CodeLocation]:
+    location = CodeLocation(instance)
     try:
         yield location
     finally:
         location.close()
-
-
-def remote_job(location, name: str):
-    from dagster._core.definitions.selector import JobSubsetSelector
-
-    [repository] = location.get_repositories().values()
-    return repository, location.get_job(JobSubsetSelector(
-        location_name=location.name, repository_name=repository.name, job_name=name, op_selection=None))
-
-
-def create_run(instance: dg.DagsterInstance, location: LocalCodeLocation, job_name: str, *, run_config: dict,
-               tags: dict[str, str]) -> dg.DagsterRun:
-    """A run of a job of the code location, as `dagster job launch` makes
-    it: the job's snapshot, its execution plan and the location's origins."""
-    from dagster._core.execution.api import create_execution_plan
-
-    recon_job, remote_origin = location.origins(job_name)
-    job = recon_job.get_definition()
-    plan = create_execution_plan(recon_job, run_config=run_config, instance_ref=instance.get_ref(),
-                                 tags={**job.tags, **tags})
-    return instance.create_run_for_job(
-        job_def=job, execution_plan=plan, run_config=run_config, tags={**job.tags, **tags},
-        remote_job_origin=remote_origin, job_code_origin=recon_job.get_python_origin())
-
-
-def create_run_from_failure(instance: dg.DagsterInstance, location: LocalCodeLocation,
-                            parent: dg.DagsterRun) -> dg.DagsterRun:
-    """Dagster's re-execution from failure of `parent`: the steps that did
-    not succeed and the steps after them, with the parent's config and tags."""
-    from dagster._core.execution.plan.resume_retry import ReexecutionStrategy
-
-    _, job = remote_job(location.location, parent.job_name)
-    return instance.create_reexecuted_run(
-        request_context=location.request, parent_run=parent, code_location=location.location, remote_job=job,
-        strategy=ReexecutionStrategy.FROM_FAILURE, extra_tags=this_process_tags(), use_parent_run_tags=True)
 
 
 # --- one run, in this process ------------------------------------------------------------
@@ -293,21 +184,10 @@ def execute_in_this_process(instance: dg.DagsterInstance, run: dg.DagsterRun,
                             on_stage: Callable[[str, int, int], None] | None = None) -> list[StageResult]:
     """Execute `run` here, as a run worker would. Never raises for a failed
     stage: the run's record and the results say what failed."""
-    from dagster._utils.hosted_user_process import recon_job_from_origin
-    from dagster._core.execution.api import execute_run_iterator
-
-    from dagster._core.definitions.reconstruct import ReconstructableJob
-
-    # Dagster keeps the last loaded job of a code origin in a cache of the
-    # process. One process can run a job under other settings later (kb demo
-    # sets KB_HOME; the sync benchmark and tests change it): the cached job
-    # would keep the resources, and so the paths, of the first settings.
-    ReconstructableJob.get_definition.cache_clear()
-    ReconstructableJob.get_repository_definition.cache_clear()
     watcher = StageWatcher(run, instance, on_stage)
     run_error = ""
     try:
-        for event in execute_run_iterator(recon_job_from_origin(run.job_code_origin), run, instance):
+        for event in execute_run_here(instance, run):
             watcher(event)
             if event.event_type == dg.DagsterEventType.RUN_FAILURE and not watcher.results:
                 run_error = _first_line(event.message or "")
@@ -407,7 +287,7 @@ def run_sync(
             if earlier.last_run is None:
                 report.notes.append(f"batch {earlier.batch} is left as it is: {earlier.note}")
                 continue
-            run = create_run_from_failure(instance, location, earlier.last_run)
+            run = create_run_from_failure(instance, location, earlier.last_run, this_process_tags())
             report.run_ids.append(run.run_id)
             report.stages += execute_in_this_process(instance, run, on_stage)
             report.resumed.append(earlier.batch)
@@ -416,7 +296,7 @@ def run_sync(
         # during the recovery leaves no empty batch behind.
         report.batch = new_batch_key()
         instance.add_dynamic_partitions(sync_batches.name, [report.batch])
-        run = create_run(instance, location, SYNC_JOB, run_config=sync_run_config(full=full, files=files),
+        run = create_location_run(instance, location, SYNC_JOB, run_config=sync_run_config(full=full, files=files),
                          tags={PARTITION_TAG: report.batch, **sync_tags(exclude), **this_process_tags()})
         report.run_ids.append(run.run_id)
         report.stages += execute_in_this_process(instance, run, on_stage)
@@ -440,8 +320,8 @@ def run_batches(job: str, runs: list[tuple[str, dict]], *, title: str, tags: dic
         return report
     with code_location(instance) as location:
         for batch, ops in runs:
-            run = create_run(instance, location, job, run_config={**QUIET_LOGS, **({"ops": ops} if ops else {})},
-                             tags={PARTITION_TAG: batch, **(tags or {}), **this_process_tags()})
+            run = create_location_run(instance, location, job,
+                                      run_config={**QUIET_LOGS, **({"ops": ops} if ops else {})}, tags={PARTITION_TAG: batch, **(tags or {}), **this_process_tags()})
             report.run_ids.append(run.run_id)
             report.stages += execute_in_this_process(instance, run, on_stage)
     return report
@@ -474,11 +354,11 @@ def rebuild_index(*, rebuild: bool = True, exclude: list[str] | None = None,
         # The passages of Telegram sources are in the same table: without
         # these runs a rebuild would take them out of search.
         for item_id in indexed_sources(instance) if rebuild else []:
-            run = create_run(instance, location, "source_index_job", run_config=QUIET_LOGS,
+            run = create_location_run(instance, location, "source_index_job", run_config=QUIET_LOGS,
                              tags={PARTITION_TAG: item_id, **this_process_tags()})
             report.run_ids.append(run.run_id)
             report.stages += execute_in_this_process(instance, run, on_stage)
-        run = create_run(instance, location, "wiki_index_job", run_config=QUIET_LOGS, tags=this_process_tags())
+        run = create_location_run(instance, location, "wiki_index_job", run_config=QUIET_LOGS, tags=this_process_tags())
         report.run_ids.append(run.run_id)
         report.stages += execute_in_this_process(instance, run, on_stage)
     report.problems += index_failures(report)
