@@ -26,6 +26,10 @@ Query vectors are given, so no time goes to embedding. Results are printed
 as a table and written as JSON.
 
     .venv/bin/python benchmarks/bench_index.py --sizes 10000 100000 --out benchmarks/results.json
+    .venv/bin/python benchmarks/bench_index.py --sizes 1000000 --sqlite-sizes --out FILE
+
+--sqlite-sizes: the sizes at which the SQLite stack runs too (default: every
+size; with no value: none).
 """
 
 from __future__ import annotations
@@ -37,7 +41,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -119,6 +125,37 @@ def percentiles(times: list[float]) -> dict:
             "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 2)}
 
 
+@contextmanager
+def peak_memory(out: dict, key: str):
+    """Sets out[key] to the peak resident memory of this process during the
+    block, in MB above its memory before the block."""
+    import psutil
+
+    process = psutil.Process()
+    before = process.memory_info().rss
+    peak = [before]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            peak[0] = max(peak[0], process.memory_info().rss)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield
+    finally:
+        done.set()
+        sampler.join()
+        peak[0] = max(peak[0], process.memory_info().rss)
+        out[key] = round((peak[0] - before) / 1e6, 1)
+
+
+# Filtered searches: (name, search() arguments for query number i).
+FILTERS = (("hybrid_author", lambda i: {"author": f"user{i % 200}"}),
+           ("hybrid_3_sources", lambda i: {"source": ["post", "link", "article"]}))
+
+
 # --- kb (LanceDB) --------------------------------------------------------------
 def data_bytes(folder: Path) -> dict[str, int]:
     data = folder / "lancedb" / "chunks.lance" / "data"
@@ -141,25 +178,30 @@ def bench_kb(rows, vectors, queries, query_vectors, folder: Path) -> dict:
     index = ChunkIndex.from_settings(path=str(folder / "lancedb"))
     new_share = max(1, len(rows) // 100)
     base, fresh = rows[:-new_share], rows[-new_share:]
+    memory: dict = {}
     started = time.perf_counter()
     batch = 20_000
-    for at in range(0, len(base), batch):
-        part = base[at:at + batch]
-        index.replace_chunks(sorted({r["tweet_id"] for r in part}), [dict(r) for r in part], embedder)
-    written = time.perf_counter()
-    # skip_if_current=True: as the chunk_index asset calls it when no
-    # passage was deleted.
-    index.maintain(skip_if_current=True)
+    with peak_memory(memory, "build_peak_mb"):
+        for at in range(0, len(base), batch):
+            part = base[at:at + batch]
+            index.replace_chunks(sorted({r["tweet_id"] for r in part}), [dict(r) for r in part], embedder)
+        written = time.perf_counter()
+        # skip_if_current=True: as the chunk_index asset calls it when no
+        # passage was deleted.
+        index.maintain(skip_if_current=True)
     built = time.perf_counter()
+    print(f"{len(rows)} passages: built in {built - started:.1f} s", file=sys.stderr, flush=True)
     before_update = data_bytes(folder)
     # 1% new bookmarks (their tweet ids are new), as one sync batch does.
-    index.replace_chunks(sorted({r["tweet_id"] for r in fresh}), [dict(r) for r in fresh], embedder)
-    report = index.maintain(skip_if_current=True)
+    update_started = time.perf_counter()
+    with peak_memory(memory, "update_1pct_peak_mb"):
+        index.replace_chunks(sorted({r["tweet_id"] for r in fresh}), [dict(r) for r in fresh], embedder)
+        report = index.maintain(skip_if_current=True)
     updated = time.perf_counter()
     after_update = data_bytes(folder)
     out = {"write_s": round(written - started, 2), "maintain_s": round(built - written, 2),
-           "build_s": round(built - started, 2), "update_1pct_s": round(updated - built, 2),
-           "update_report": report,
+           "build_s": round(built - started, 2), "update_1pct_s": round(updated - update_started, 2),
+           "update_report": report, **memory,
            "table_data_bytes": sum(before_update.values()),
            "update_new_data_bytes": sum(v for k, v in after_update.items() if k not in before_update),
            "vector_index": index.counts()["vector_index"]}
@@ -181,6 +223,17 @@ def bench_kb(rows, vectors, queries, query_vectors, folder: Path) -> dict:
             times.append((time.perf_counter() - t) * 1000)
             assert response.hits or mode == "bm25", (mode, query)
         out[mode] = {**percentiles(times), "cpu_ms_per_query": round((time.process_time() - cpu) * 1000 / len(pairs), 2)}
+    for name, arguments in FILTERS:
+        for i, (query, vector) in enumerate(pairs[:5]):
+            search(query, index=index, query_vector=vector, **arguments(i))
+        times = []
+        cpu = time.process_time()
+        for i, (query, vector) in enumerate(pairs):
+            t = time.perf_counter()
+            search(query, index=index, query_vector=vector, **arguments(i))
+            times.append((time.perf_counter() - t) * 1000)
+        out[name] = {**percentiles(times), "cpu_ms_per_query": round((time.process_time() - cpu) * 1000 / len(pairs), 2)}
+    print(f"{len(rows)} passages: searches timed", file=sys.stderr, flush=True)
     out["same_hits_as_before"] = compare_before(index, pairs)
     out["vector_recall_at_100"] = vector_recall(index, query_vectors)
     return out
@@ -287,22 +340,26 @@ def bench_sqlite(rows, vectors, queries, query_vectors, folder: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--sqlite-sizes", type=int, nargs="*", default=None,
+                        help="the sizes at which the SQLite stack runs too (default: all)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
     args = parser.parse_args()
     results = {}
     for size in args.sizes:
+        started = time.perf_counter()
         rows, vectors, queries, query_vectors = make_corpus(size)
+        print(f"{size} passages: corpus made in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+        with_sqlite = args.sqlite_sizes is None or size in args.sqlite_sizes
         with tempfile.TemporaryDirectory(prefix="kb-bench-") as tmp:
             kb = bench_kb(rows, vectors, queries, query_vectors, Path(tmp))
-            sqlite = bench_sqlite(rows, vectors, queries, query_vectors, Path(tmp))
-        results[size] = {
-            "kb_lancedb": kb, "sqlite_fts5_vec": sqlite,
-            "ratio_kb_over_sqlite": {
+            sqlite = bench_sqlite(rows, vectors, queries, query_vectors, Path(tmp)) if with_sqlite else None
+        results[size] = {"kb_lancedb": kb, "sqlite_fts5_vec": sqlite}
+        if sqlite:
+            results[size]["ratio_kb_over_sqlite"] = {
                 "build": round(kb["build_s"] / sqlite["build_s"], 2),
                 "hybrid_p50": round(kb["hybrid"]["p50_ms"] / sqlite["hybrid"]["p50_ms"], 2),
                 "hybrid_p95": round(kb["hybrid"]["p95_ms"] / sqlite["hybrid"]["p95_ms"], 2),
-            },
-        }
+            }
         print(json.dumps({size: results[size]}, indent=2), flush=True)
     if args.out:
         args.out.write_text(json.dumps(results, indent=2) + "\n")

@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/bench_serving.py mcp --home /tmp/kb-demo [--calls 30]
     .venv/bin/python benchmarks/bench_serving.py mcp --passages 100000
     .venv/bin/python benchmarks/bench_serving.py cold --home /tmp/kb-demo [--runs 3]
+    .venv/bin/python benchmarks/bench_serving.py memory --home /tmp/kb-demo [--clients 3] [--calls 30]
+    .venv/bin/python benchmarks/bench_serving.py memory --passages 100000 [--keep DIR]
 
 mcp: starts `python -m mcp_server.server` on KB_HOME and speaks JSON-RPC on
 its stdin and stdout, as an agent client does. It measures the time from the
@@ -17,6 +19,17 @@ N synthetic passages (the corpus of bench_index.py) and random 256-dimension
 vectors that the index records as the hash embedder's, so the server embeds
 each query with KB_EMBED_BACKEND=hash (no model). The figures then show the
 search and the memory at that size, not the local model.
+
+memory: starts --clients kb-mcp servers one after the other (as agent
+clients start them), then `kb web`, each with --calls searches. After each
+start it waits until every process is idle (the word counts end on a thread
+of their own), and then reads /proc/PID/smaps_rollup of each process: RSS,
+PSS (a shared page counts for a share), USS (the pages that only this
+process holds) and the anonymous memory (not backed by a file). The sum of
+the PSS of all the processes is what they cost the machine together: its
+growth from one client to the next is the cost of a further client.
+--keep DIR (with --passages): build the synthetic KB_HOME in DIR, or use it
+when it is there already (a build of 1,000,000 passages takes minutes).
 
 cold: runs `kb search QUERY -n 3` in a new process, then the same steps in a
 new process with a timer on each: import, query model load, query
@@ -136,6 +149,172 @@ def bench_mcp(home: Path, calls: int, backend: str) -> dict:
             "warm_up_log": [line[-90:] for line in log if "loaded the query" in line]}
 
 
+def memory_of(pid: int) -> dict:
+    """RSS, PSS, USS and anonymous memory of a process, in MB, from
+    /proc/PID/smaps_rollup (kB there)."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        name, value = line.split(":", 1)
+        fields[name] = int(value.split()[0])
+    return {"rss_mb": round(fields["Rss"] / 1024, 1), "pss_mb": round(fields["Pss"] / 1024, 1),
+            "uss_mb": round((fields["Private_Clean"] + fields["Private_Dirty"]) / 1024, 1),
+            "anonymous_mb": round(fields["Anonymous"] / 1024, 1)}
+
+
+def wait_idle(pids: list[int], quiet_s: float = 3.0, timeout_s: float = 900.0) -> float:
+    """Wait until no process of `pids` used more than 2% of a core for
+    quiet_s seconds. Returns the seconds waited."""
+    import psutil
+
+    processes = [psutil.Process(pid) for pid in pids]
+    started = time.monotonic()
+    last = [sum(p.cpu_times()[:2]) for p in processes]
+    quiet_since = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        time.sleep(0.5)
+        now = [sum(p.cpu_times()[:2]) for p in processes]
+        if any(b - a > 0.01 for a, b in zip(last, now)):
+            quiet_since = time.monotonic()
+        last = now
+        if time.monotonic() - quiet_since >= quiet_s:
+            break
+    return round(time.monotonic() - started, 1)
+
+
+class McpClient:
+    """One kb-mcp process (the console command, as an agent client starts
+    it), spoken to over its stdin and stdout."""
+
+    def __init__(self, env: dict[str, str]):
+        command = str(Path(sys.executable).with_name("kb-mcp"))
+        self.started = time.perf_counter()
+        self.process = subprocess.Popen([command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, env=env, text=True, bufsize=1)
+        self.log: list[str] = []
+        self.ready = threading.Event()
+        self._ident = 0
+        threading.Thread(target=self._read_log, daemon=True).start()
+
+    def _read_log(self) -> None:
+        for line in self.process.stderr:
+            self.log.append(line.rstrip())
+            if "kb-mcp serves" in line or "kb-mcp relays" in line:
+                self.ready.set()
+
+    def rpc(self, method: str, params: dict) -> dict:
+        self._ident += 1
+        ident = self._ident
+        self.process.stdin.write(json.dumps({"jsonrpc": "2.0", "id": ident, "method": method, "params": params})
+                                 + "\n")
+        self.process.stdin.flush()
+        while True:
+            message = json.loads(self.process.stdout.readline())
+            if message.get("id") == ident:
+                return message
+
+    def open(self) -> float:
+        if not self.ready.wait(600):
+            self.process.kill()
+            raise SystemExit("kb-mcp did not get ready:\n" + "\n".join(self.log[-20:]))
+        ready_s = time.perf_counter() - self.started
+        self.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                "clientInfo": {"name": "bench", "version": "1"}})
+        self.process.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+        self.process.stdin.flush()
+        return ready_s
+
+    def search(self, query: str) -> float:
+        at = time.perf_counter()
+        answer = self.rpc("tools/call", {"name": "search_bookmarks", "arguments": {"query": query}})
+        assert "result" in answer and not answer["result"].get("isError"), answer
+        return (time.perf_counter() - at) * 1000
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.terminate()
+        self.process.wait(10)
+
+
+def start_web(env: dict[str, str]) -> tuple[subprocess.Popen, int, float]:
+    """`kb web` on a free loopback port; returns when it answers."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.perf_counter()
+    process = subprocess.Popen([str(Path(sys.executable).with_name("kb")), "web", "--port", str(port)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while time.perf_counter() - started < 600:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=5).read()
+            return process, port, time.perf_counter() - started
+        except OSError:
+            if process.poll() is not None:
+                raise SystemExit(f"kb web stopped with code {process.returncode}")
+            time.sleep(0.2)
+    process.kill()
+    raise SystemExit("kb web did not answer in 600 s")
+
+
+def web_search(port: int, query: str) -> float:
+    import urllib.parse
+    import urllib.request
+
+    at = time.perf_counter()
+    answer = json.loads(urllib.request.urlopen(
+        f"http://127.0.0.1:{port}/api/search?" + urllib.parse.urlencode({"q": query}), timeout=60).read())
+    assert "hits" in answer, answer
+    return (time.perf_counter() - at) * 1000
+
+
+def call_queries(calls: int) -> list[str]:
+    return [f"{QUERIES[i % len(QUERIES)]} {i // len(QUERIES)}" if i >= len(QUERIES) else QUERIES[i]
+            for i in range(calls)]
+
+
+def bench_memory(home: Path, clients: int, calls: int, backend: str) -> dict:
+    """Memory of kb-mcp servers (one after the other) and of kb web: see the
+    module text."""
+    env = {**os.environ, "KB_HOME": str(home), "HF_HUB_OFFLINE": "1", "KB_EMBED_BACKEND": backend,
+           "PYTHONPATH": str(REPO)}
+    running: list[McpClient] = []
+    steps = []
+    try:
+        for number in range(1, clients + 1):
+            client = McpClient(env)
+            running.append(client)
+            ready_s = client.open()
+            warm = [client.search(q) for q in call_queries(calls)]
+            waited = wait_idle([c.process.pid for c in running])
+            memory = [memory_of(c.process.pid) for c in running]
+            steps.append({"clients": number, "ready_s": round(ready_s, 2),
+                          "warm_p50_ms": round(statistics.median(warm), 1), "idle_after_s": waited,
+                          "newest": memory[-1], "sum_pss_mb": round(sum(m["pss_mb"] for m in memory), 1),
+                          "sum_uss_mb": round(sum(m["uss_mb"] for m in memory), 1),
+                          "mode": "relay" if any("relays" in line for line in client.log) else "alone"})
+            print(json.dumps(steps[-1]), flush=True)
+        for client in running:
+            client.close()
+        running = []
+        web, port, ready_s = start_web(env)
+        try:
+            warm = [web_search(port, q) for q in call_queries(calls)]
+            waited = wait_idle([web.pid])
+            web_step = {"ready_s": round(ready_s, 2), "warm_p50_ms": round(statistics.median(warm), 1),
+                        "idle_after_s": waited, **memory_of(web.pid)}
+        finally:
+            web.terminate()
+            web.wait(10)
+        print(json.dumps({"kb_web": web_step}), flush=True)
+    finally:
+        for client in running:
+            client.process.kill()
+    return {"kb_mcp": steps, "kb_web": web_step,
+            "further_client_pss_mb": [round(b["sum_pss_mb"] - a["sum_pss_mb"], 1) for a, b in zip(steps, steps[1:])]}
+
+
 COLD_STEPS = """
 import json, sys, time
 t0 = time.perf_counter()
@@ -174,12 +353,25 @@ def bench_cold(home: Path, runs: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["mcp", "cold"])
+    parser.add_argument("what", choices=["mcp", "cold", "memory"])
     parser.add_argument("--home", type=Path, help="an existing KB_HOME (local model)")
     parser.add_argument("--passages", type=int, help="mcp: a new KB_HOME with this many synthetic passages")
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=3, help="memory: kb-mcp servers, one after the other")
+    parser.add_argument("--keep", type=Path, help="memory --passages: keep the synthetic KB_HOME here")
     args = parser.parse_args()
+    if args.what == "memory":
+        if args.passages:
+            home = args.keep or Path(tempfile.mkdtemp(prefix="kb-memory-"))
+            if not (home / "lancedb").is_dir():
+                built = time.perf_counter()
+                synthetic_home(args.passages, home)
+                print(f"built {args.passages} passages in {time.perf_counter() - built:.1f} s", flush=True)
+            print(json.dumps(bench_memory(home, args.clients, args.calls, "hash"), indent=2))
+            return
+        print(json.dumps(bench_memory(args.home, args.clients, args.calls, "local"), indent=2))
+        return
     if args.what == "cold":
         print(json.dumps(bench_cold(args.home, args.runs), indent=2))
         return
