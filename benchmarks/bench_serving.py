@@ -6,7 +6,8 @@
     .venv/bin/python benchmarks/bench_serving.py memory --home /tmp/kb-demo [--clients 3] [--calls 30]
     .venv/bin/python benchmarks/bench_serving.py memory --passages 100000 [--keep DIR]
 
-mcp: starts `python -m mcp_server.server` on KB_HOME and speaks JSON-RPC on
+mcp: starts `python -m mcp_server.server` (--service: `kb web`, then the
+console command kb-mcp, which relays to it) on KB_HOME and speaks JSON-RPC on
 its stdin and stdout, as an agent client does. It measures the time from the
 start to the "kb-mcp serves" log line (ready), the first search_bookmarks
 after ready, and the warm calls: each call has a new query text, so the
@@ -28,6 +29,8 @@ PSS (a shared page counts for a share), USS (the pages that only this
 process holds) and the anonymous memory (not backed by a file). The sum of
 the PSS of all the processes is what they cost the machine together: its
 growth from one client to the next is the cost of a further client.
+--service: kb web (the search service, mcp_server/service.py) starts
+first, so each kb-mcp relays to it; the sums then hold kb web too.
 --keep DIR (with --passages): build the synthetic KB_HOME in DIR, or use it
 when it is there already (a build of 1,000,000 passages takes minutes).
 
@@ -89,64 +92,35 @@ def synthetic_home(passages: int, folder: Path) -> None:
     index.maintain(skip_if_current=True)
 
 
-def bench_mcp(home: Path, calls: int, backend: str) -> dict:
+def bench_mcp(home: Path, calls: int, backend: str, service: bool = False) -> dict:
+    """kb-mcp alone (`python -m mcp_server.server`), or, with service, the
+    console command kb-mcp relayed to kb web (started first)."""
     import psutil
 
     env = {**os.environ, "KB_HOME": str(home), "HF_HUB_OFFLINE": "1", "KB_EMBED_BACKEND": backend,
            "PYTHONPATH": str(REPO)}
-    started = time.perf_counter()
-    server = subprocess.Popen([sys.executable, "-m", "mcp_server.server"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True, bufsize=1)
-    ready = threading.Event()
-    log: list[str] = []
-
-    def read_log() -> None:
-        for line in server.stderr:
-            log.append(line.rstrip())
-            if "kb-mcp serves" in line:
-                ready.set()
-
-    threading.Thread(target=read_log, daemon=True).start()
-    if not ready.wait(300):
-        server.kill()
-        raise SystemExit("the server did not get ready:\n" + "\n".join(log[-20:]))
-    ready_s = time.perf_counter() - started
-
-    def rpc(ident: int, method: str, params: dict) -> dict:
-        server.stdin.write(json.dumps({"jsonrpc": "2.0", "id": ident, "method": method, "params": params}) + "\n")
-        server.stdin.flush()
-        while True:
-            message = json.loads(server.stdout.readline())
-            if message.get("id") == ident:
-                return message
-
-    def search(ident: int, query: str) -> float:
-        at = time.perf_counter()
-        answer = rpc(ident, "tools/call", {"name": "search_bookmarks", "arguments": {"query": query}})
-        took = (time.perf_counter() - at) * 1000
-        assert "result" in answer and not answer["result"].get("isError"), answer
-        return took
-
-    rpc(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                          "clientInfo": {"name": "bench", "version": "1"}})
-    server.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
-    server.stdin.flush()
-    first = search(2, "machine learning papers")
-    process = psutil.Process(server.pid)
-    cpu_before = sum(process.cpu_times()[:2])
-    warm = [search(10 + i, f"{QUERIES[i % len(QUERIES)]} {i // len(QUERIES)}" if i >= len(QUERIES)
-                   else QUERIES[i]) for i in range(calls)]
-    cpu_ms = (sum(process.cpu_times()[:2]) - cpu_before) * 1000 / calls
-    rss_mb = process.memory_info().rss / 1e6
-    server.stdin.close()
-    server.terminate()
-    server.wait(10)
+    web = start_web(env)[0] if service else None
+    try:
+        client = McpClient(env, None if service else [sys.executable, "-m", "mcp_server.server"])
+        ready_s = client.open()
+        first = client.search("machine learning papers")
+        # The CPU of the process that searches: kb web when it relays.
+        process = psutil.Process(web.pid if web else client.process.pid)
+        cpu_before = sum(process.cpu_times()[:2])
+        warm = [client.search(q) for q in call_queries(calls)]
+        cpu_ms = (sum(process.cpu_times()[:2]) - cpu_before) * 1000 / calls
+        rss_mb = process.memory_info().rss / 1e6
+        client.close()
+    finally:
+        if web is not None:
+            web.terminate()
+            web.wait(10)
     ordered = sorted(warm)
     return {"start_to_ready_s": round(ready_s, 2), "first_search_ms": round(first, 1),
             "warm_p50_ms": round(statistics.median(warm), 1),
             "warm_p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 1),
             "server_cpu_ms_per_call": round(cpu_ms, 1), "server_rss_mb": round(rss_mb, 1), "calls": calls,
-            "warm_up_log": [line[-90:] for line in log if "loaded the query" in line]}
+            "relayed": service, "warm_up_log": [line[-90:] for line in client.log if "loaded the query" in line]}
 
 
 def memory_of(pid: int) -> dict:
@@ -185,10 +159,10 @@ class McpClient:
     """One kb-mcp process (the console command, as an agent client starts
     it), spoken to over its stdin and stdout."""
 
-    def __init__(self, env: dict[str, str]):
-        command = str(Path(sys.executable).with_name("kb-mcp"))
+    def __init__(self, env: dict[str, str], command: list[str] | None = None):
+        command = command or [str(Path(sys.executable).with_name("kb-mcp"))]
         self.started = time.perf_counter()
-        self.process = subprocess.Popen([command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, env=env, text=True, bufsize=1)
         self.log: list[str] = []
         self.ready = threading.Event()
@@ -274,44 +248,48 @@ def call_queries(calls: int) -> list[str]:
             for i in range(calls)]
 
 
-def bench_memory(home: Path, clients: int, calls: int, backend: str) -> dict:
+def bench_memory(home: Path, clients: int, calls: int, backend: str, service: bool = False) -> dict:
     """Memory of kb-mcp servers (one after the other) and of kb web: see the
-    module text."""
+    module text. service: kb web starts first, so each kb-mcp relays to it."""
     env = {**os.environ, "KB_HOME": str(home), "HF_HUB_OFFLINE": "1", "KB_EMBED_BACKEND": backend,
            "PYTHONPATH": str(REPO)}
     running: list[McpClient] = []
     steps = []
+    web = None
     try:
+        if service:
+            web, port, web_ready_s = start_web(env)
         for number in range(1, clients + 1):
             client = McpClient(env)
             running.append(client)
             ready_s = client.open()
             warm = [client.search(q) for q in call_queries(calls)]
-            waited = wait_idle([c.process.pid for c in running])
-            memory = [memory_of(c.process.pid) for c in running]
+            pids = [c.process.pid for c in running] + ([web.pid] if web else [])
+            waited = wait_idle(pids)
+            memory = [memory_of(pid) for pid in pids]
             steps.append({"clients": number, "ready_s": round(ready_s, 2),
                           "warm_p50_ms": round(statistics.median(warm), 1), "idle_after_s": waited,
-                          "newest": memory[-1], "sum_pss_mb": round(sum(m["pss_mb"] for m in memory), 1),
+                          "newest": memory[number - 1], "sum_pss_mb": round(sum(m["pss_mb"] for m in memory), 1),
                           "sum_uss_mb": round(sum(m["uss_mb"] for m in memory), 1),
                           "mode": "relay" if any("relays" in line for line in client.log) else "alone"})
             print(json.dumps(steps[-1]), flush=True)
         for client in running:
             client.close()
         running = []
-        web, port, ready_s = start_web(env)
-        try:
-            warm = [web_search(port, q) for q in call_queries(calls)]
-            waited = wait_idle([web.pid])
-            web_step = {"ready_s": round(ready_s, 2), "warm_p50_ms": round(statistics.median(warm), 1),
-                        "idle_after_s": waited, **memory_of(web.pid)}
-        finally:
-            web.terminate()
-            web.wait(10)
+        if web is None:
+            web, port, web_ready_s = start_web(env)
+        warm = [web_search(port, q) for q in call_queries(calls)]
+        waited = wait_idle([web.pid])
+        web_step = {"ready_s": round(web_ready_s, 2), "warm_p50_ms": round(statistics.median(warm), 1),
+                    "idle_after_s": waited, **memory_of(web.pid)}
         print(json.dumps({"kb_web": web_step}), flush=True)
     finally:
         for client in running:
             client.process.kill()
-    return {"kb_mcp": steps, "kb_web": web_step,
+        if web is not None:
+            web.terminate()
+            web.wait(10)
+    return {"kb_mcp": steps, "kb_web": web_step, "service": service,
             "further_client_pss_mb": [round(b["sum_pss_mb"] - a["sum_pss_mb"], 1) for a, b in zip(steps, steps[1:])]}
 
 
@@ -359,6 +337,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--clients", type=int, default=3, help="memory: kb-mcp servers, one after the other")
+    parser.add_argument("--service", action="store_true",
+                        help="memory: kb web (the search service) starts first; each kb-mcp relays to it")
     parser.add_argument("--keep", type=Path, help="memory --passages: keep the synthetic KB_HOME here")
     args = parser.parse_args()
     if args.what == "memory":
@@ -368,9 +348,9 @@ def main() -> None:
                 built = time.perf_counter()
                 synthetic_home(args.passages, home)
                 print(f"built {args.passages} passages in {time.perf_counter() - built:.1f} s", flush=True)
-            print(json.dumps(bench_memory(home, args.clients, args.calls, "hash"), indent=2))
+            print(json.dumps(bench_memory(home, args.clients, args.calls, "hash", args.service), indent=2))
             return
-        print(json.dumps(bench_memory(args.home, args.clients, args.calls, "local"), indent=2))
+        print(json.dumps(bench_memory(args.home, args.clients, args.calls, "local", args.service), indent=2))
         return
     if args.what == "cold":
         print(json.dumps(bench_cold(args.home, args.runs), indent=2))
@@ -380,9 +360,9 @@ def main() -> None:
             built = time.perf_counter()
             synthetic_home(args.passages, Path(tmp))
             print(f"built {args.passages} passages in {time.perf_counter() - built:.1f} s", flush=True)
-            print(json.dumps(bench_mcp(Path(tmp), args.calls, "hash"), indent=2))
+            print(json.dumps(bench_mcp(Path(tmp), args.calls, "hash", args.service), indent=2))
         return
-    print(json.dumps(bench_mcp(args.home, args.calls, "local"), indent=2))
+    print(json.dumps(bench_mcp(args.home, args.calls, "local", args.service), indent=2))
 
 
 if __name__ == "__main__":
