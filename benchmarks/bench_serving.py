@@ -34,6 +34,11 @@ first, so each kb-mcp relays to it; the sums then hold kb web too.
 --keep DIR (with --passages): build the synthetic KB_HOME in DIR, or use it
 when it is there already (a build of 1,000,000 passages takes minutes).
 
+memory-parts: in one new process on --home (local model) or --keep (a
+synthetic home, hash embedder), the memory after each step of a server's
+start: imports, a first search, the index prewarm, the passage rows, the
+word counts, a hybrid search.
+
 cold: runs `kb search QUERY -n 3` in a new process, then the same steps in a
 new process with a timer on each: import, query model load, query
 embedding, search.
@@ -293,6 +298,45 @@ def bench_memory(home: Path, clients: int, calls: int, backend: str, service: bo
             "further_client_pss_mb": [round(b["sum_pss_mb"] - a["sum_pss_mb"], 1) for a, b in zip(steps, steps[1:])]}
 
 
+PARTS_STEPS = """
+import json, os, sys, time
+from pathlib import Path
+sys.path.insert(0, os.environ["BENCH_DIR"])
+from bench_serving import memory_of
+steps = {"start": memory_of(os.getpid())}
+import kb.search as S
+from kb.lance_index import CHUNKS, ChunkIndex
+from kb.embedder import use_cpu_threads
+use_cpu_threads(1)
+steps["imports"] = memory_of(os.getpid())
+index = ChunkIndex.from_settings()
+table = index.dataset(CHUNKS)
+table.count_rows()
+steps["table opened"] = memory_of(os.getpid())
+for name in sorted({ix.name for ix in table.describe_indices() if ix.field_names in (["vector"], ["text"])}):
+    table.prewarm_index(name)
+steps["index prewarm (vector and full-text index in Lance's cache)"] = memory_of(os.getpid())
+rows = index.passage_rows(table)
+steps["passage rows"] = memory_of(os.getpid())
+rows.count_words(S._words_of)
+steps["word counts"] = memory_of(os.getpid())
+S.search("warm up", index=index, limit=1, mode="bm25")
+steps["a bm25 search"] = memory_of(os.getpid())
+S.search("vector database", index=index, limit=10)
+steps["a hybrid search (query model loaded)"] = memory_of(os.getpid())
+print(json.dumps(steps))
+"""
+
+
+def bench_memory_parts(home: Path, backend: str) -> dict:
+    """Resident memory after each step of a server's start, in one new
+    process: where the memory of the passages goes."""
+    env = {**os.environ, "KB_HOME": str(home), "HF_HUB_OFFLINE": "1", "KB_EMBED_BACKEND": backend,
+           "PYTHONPATH": str(REPO), "BENCH_DIR": str(REPO / "benchmarks")}
+    done = subprocess.run([sys.executable, "-c", PARTS_STEPS], env=env, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 COLD_STEPS = """
 import json, sys, time
 t0 = time.perf_counter()
@@ -331,7 +375,7 @@ def bench_cold(home: Path, runs: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["mcp", "cold", "memory"])
+    parser.add_argument("what", choices=["mcp", "cold", "memory", "memory-parts"])
     parser.add_argument("--home", type=Path, help="an existing KB_HOME (local model)")
     parser.add_argument("--passages", type=int, help="mcp: a new KB_HOME with this many synthetic passages")
     parser.add_argument("--calls", type=int, default=30)
@@ -341,6 +385,10 @@ def main() -> None:
                         help="memory: kb web (the search service) starts first; each kb-mcp relays to it")
     parser.add_argument("--keep", type=Path, help="memory --passages: keep the synthetic KB_HOME here")
     args = parser.parse_args()
+    if args.what == "memory-parts":
+        backend = "local" if args.home else "hash"
+        print(json.dumps(bench_memory_parts(args.home or args.keep, backend), indent=2))
+        return
     if args.what == "memory":
         if args.passages:
             home = args.keep or Path(tempfile.mkdtemp(prefix="kb-memory-"))
