@@ -3,8 +3,11 @@
     .venv/bin/python benchmarks/bench_serving.py mcp --home /tmp/kb-demo [--calls 30]
     .venv/bin/python benchmarks/bench_serving.py mcp --passages 100000
     .venv/bin/python benchmarks/bench_serving.py cold --home /tmp/kb-demo [--runs 3]
+    .venv/bin/python benchmarks/bench_serving.py memory --home /tmp/kb-demo [--clients 3] [--calls 30]
+    .venv/bin/python benchmarks/bench_serving.py memory --passages 100000 [--keep DIR]
 
-mcp: starts `python -m mcp_server.server` on KB_HOME and speaks JSON-RPC on
+mcp: starts `python -m mcp_server.server` (--service: `kb web`, then the
+console command kb-mcp, which relays to it) on KB_HOME and speaks JSON-RPC on
 its stdin and stdout, as an agent client does. It measures the time from the
 start to the "kb-mcp serves" log line (ready), the first search_bookmarks
 after ready, and the warm calls: each call has a new query text, so the
@@ -17,6 +20,24 @@ N synthetic passages (the corpus of bench_index.py) and random 256-dimension
 vectors that the index records as the hash embedder's, so the server embeds
 each query with KB_EMBED_BACKEND=hash (no model). The figures then show the
 search and the memory at that size, not the local model.
+
+memory: starts --clients kb-mcp servers one after the other (as agent
+clients start them), then `kb web`, each with --calls searches. After each
+start it waits until every process is idle (the word counts end on a thread
+of their own), and then reads /proc/PID/smaps_rollup of each process: RSS,
+PSS (a shared page counts for a share), USS (the pages that only this
+process holds) and the anonymous memory (not backed by a file). The sum of
+the PSS of all the processes is what they cost the machine together: its
+growth from one client to the next is the cost of a further client.
+--service: kb web (the search service, mcp_server/service.py) starts
+first, so each kb-mcp relays to it; the sums then hold kb web too.
+--keep DIR (with --passages): build the synthetic KB_HOME in DIR, or use it
+when it is there already (a build of 1,000,000 passages takes minutes).
+
+memory-parts: in one new process on --home (local model) or --keep (a
+synthetic home, hash embedder), the memory after each step of a server's
+start: imports, a first search, the index prewarm, the passage rows, the
+word counts, a hybrid search.
 
 cold: runs `kb search QUERY -n 3` in a new process, then the same steps in a
 new process with a timer on each: import, query model load, query
@@ -76,64 +97,244 @@ def synthetic_home(passages: int, folder: Path) -> None:
     index.maintain(skip_if_current=True)
 
 
-def bench_mcp(home: Path, calls: int, backend: str) -> dict:
+def bench_mcp(home: Path, calls: int, backend: str, service: bool = False) -> dict:
+    """kb-mcp alone (`python -m mcp_server.server`), or, with service, the
+    console command kb-mcp relayed to kb web (started first)."""
     import psutil
 
     env = {**os.environ, "KB_HOME": str(home), "HF_HUB_OFFLINE": "1", "KB_EMBED_BACKEND": backend,
            "PYTHONPATH": str(REPO)}
-    started = time.perf_counter()
-    server = subprocess.Popen([sys.executable, "-m", "mcp_server.server"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True, bufsize=1)
-    ready = threading.Event()
-    log: list[str] = []
-
-    def read_log() -> None:
-        for line in server.stderr:
-            log.append(line.rstrip())
-            if "kb-mcp serves" in line:
-                ready.set()
-
-    threading.Thread(target=read_log, daemon=True).start()
-    if not ready.wait(300):
-        server.kill()
-        raise SystemExit("the server did not get ready:\n" + "\n".join(log[-20:]))
-    ready_s = time.perf_counter() - started
-
-    def rpc(ident: int, method: str, params: dict) -> dict:
-        server.stdin.write(json.dumps({"jsonrpc": "2.0", "id": ident, "method": method, "params": params}) + "\n")
-        server.stdin.flush()
-        while True:
-            message = json.loads(server.stdout.readline())
-            if message.get("id") == ident:
-                return message
-
-    def search(ident: int, query: str) -> float:
-        at = time.perf_counter()
-        answer = rpc(ident, "tools/call", {"name": "search_bookmarks", "arguments": {"query": query}})
-        took = (time.perf_counter() - at) * 1000
-        assert "result" in answer and not answer["result"].get("isError"), answer
-        return took
-
-    rpc(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                          "clientInfo": {"name": "bench", "version": "1"}})
-    server.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
-    server.stdin.flush()
-    first = search(2, "machine learning papers")
-    process = psutil.Process(server.pid)
-    cpu_before = sum(process.cpu_times()[:2])
-    warm = [search(10 + i, f"{QUERIES[i % len(QUERIES)]} {i // len(QUERIES)}" if i >= len(QUERIES)
-                   else QUERIES[i]) for i in range(calls)]
-    cpu_ms = (sum(process.cpu_times()[:2]) - cpu_before) * 1000 / calls
-    rss_mb = process.memory_info().rss / 1e6
-    server.stdin.close()
-    server.terminate()
-    server.wait(10)
+    web = start_web(env)[0] if service else None
+    try:
+        client = McpClient(env, None if service else [sys.executable, "-m", "mcp_server.server"])
+        ready_s = client.open()
+        first = client.search("machine learning papers")
+        # The CPU of the process that searches: kb web when it relays.
+        process = psutil.Process(web.pid if web else client.process.pid)
+        cpu_before = sum(process.cpu_times()[:2])
+        warm = [client.search(q) for q in call_queries(calls)]
+        cpu_ms = (sum(process.cpu_times()[:2]) - cpu_before) * 1000 / calls
+        rss_mb = process.memory_info().rss / 1e6
+        client.close()
+    finally:
+        if web is not None:
+            web.terminate()
+            web.wait(10)
     ordered = sorted(warm)
     return {"start_to_ready_s": round(ready_s, 2), "first_search_ms": round(first, 1),
             "warm_p50_ms": round(statistics.median(warm), 1),
             "warm_p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 1),
             "server_cpu_ms_per_call": round(cpu_ms, 1), "server_rss_mb": round(rss_mb, 1), "calls": calls,
-            "warm_up_log": [line[-90:] for line in log if "loaded the query" in line]}
+            "relayed": service, "warm_up_log": [line[-90:] for line in client.log if "loaded the query" in line]}
+
+
+def memory_of(pid: int) -> dict:
+    """RSS, PSS, USS and anonymous memory of a process, in MB, from
+    /proc/PID/smaps_rollup (kB there)."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        name, value = line.split(":", 1)
+        fields[name] = int(value.split()[0])
+    return {"rss_mb": round(fields["Rss"] / 1024, 1), "pss_mb": round(fields["Pss"] / 1024, 1),
+            "uss_mb": round((fields["Private_Clean"] + fields["Private_Dirty"]) / 1024, 1),
+            "anonymous_mb": round(fields["Anonymous"] / 1024, 1)}
+
+
+def wait_idle(pids: list[int], quiet_s: float = 3.0, timeout_s: float = 900.0) -> float:
+    """Wait until no process of `pids` used more than 2% of a core for
+    quiet_s seconds. Returns the seconds waited."""
+    import psutil
+
+    processes = [psutil.Process(pid) for pid in pids]
+    started = time.monotonic()
+    last = [sum(p.cpu_times()[:2]) for p in processes]
+    quiet_since = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        time.sleep(0.5)
+        now = [sum(p.cpu_times()[:2]) for p in processes]
+        if any(b - a > 0.01 for a, b in zip(last, now)):
+            quiet_since = time.monotonic()
+        last = now
+        if time.monotonic() - quiet_since >= quiet_s:
+            break
+    return round(time.monotonic() - started, 1)
+
+
+class McpClient:
+    """One kb-mcp process (the console command, as an agent client starts
+    it), spoken to over its stdin and stdout."""
+
+    def __init__(self, env: dict[str, str], command: list[str] | None = None):
+        command = command or [str(Path(sys.executable).with_name("kb-mcp"))]
+        self.started = time.perf_counter()
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, env=env, text=True, bufsize=1)
+        self.log: list[str] = []
+        self.ready = threading.Event()
+        self._ident = 0
+        threading.Thread(target=self._read_log, daemon=True).start()
+
+    def _read_log(self) -> None:
+        for line in self.process.stderr:
+            self.log.append(line.rstrip())
+            if "kb-mcp serves" in line or "kb-mcp relays" in line:
+                self.ready.set()
+
+    def rpc(self, method: str, params: dict) -> dict:
+        self._ident += 1
+        ident = self._ident
+        self.process.stdin.write(json.dumps({"jsonrpc": "2.0", "id": ident, "method": method, "params": params})
+                                 + "\n")
+        self.process.stdin.flush()
+        while True:
+            message = json.loads(self.process.stdout.readline())
+            if message.get("id") == ident:
+                return message
+
+    def open(self) -> float:
+        if not self.ready.wait(600):
+            self.process.kill()
+            raise SystemExit("kb-mcp did not get ready:\n" + "\n".join(self.log[-20:]))
+        ready_s = time.perf_counter() - self.started
+        self.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                "clientInfo": {"name": "bench", "version": "1"}})
+        self.process.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+        self.process.stdin.flush()
+        return ready_s
+
+    def search(self, query: str) -> float:
+        at = time.perf_counter()
+        answer = self.rpc("tools/call", {"name": "search_bookmarks", "arguments": {"query": query}})
+        assert "result" in answer and not answer["result"].get("isError"), answer
+        return (time.perf_counter() - at) * 1000
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.terminate()
+        self.process.wait(10)
+
+
+def start_web(env: dict[str, str]) -> tuple[subprocess.Popen, int, float]:
+    """`kb web` on a free loopback port; returns when it answers."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.perf_counter()
+    process = subprocess.Popen([str(Path(sys.executable).with_name("kb")), "web", "--port", str(port)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while time.perf_counter() - started < 600:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=5).read()
+            return process, port, time.perf_counter() - started
+        except OSError:
+            if process.poll() is not None:
+                raise SystemExit(f"kb web stopped with code {process.returncode}")
+            time.sleep(0.2)
+    process.kill()
+    raise SystemExit("kb web did not answer in 600 s")
+
+
+def web_search(port: int, query: str) -> float:
+    import urllib.parse
+    import urllib.request
+
+    at = time.perf_counter()
+    answer = json.loads(urllib.request.urlopen(
+        f"http://127.0.0.1:{port}/api/search?" + urllib.parse.urlencode({"q": query}), timeout=60).read())
+    assert "hits" in answer, answer
+    return (time.perf_counter() - at) * 1000
+
+
+def call_queries(calls: int) -> list[str]:
+    return [f"{QUERIES[i % len(QUERIES)]} {i // len(QUERIES)}" if i >= len(QUERIES) else QUERIES[i]
+            for i in range(calls)]
+
+
+def bench_memory(home: Path, clients: int, calls: int, backend: str, service: bool = False) -> dict:
+    """Memory of kb-mcp servers (one after the other) and of kb web: see the
+    module text. service: kb web starts first, so each kb-mcp relays to it."""
+    env = {**os.environ, "KB_HOME": str(home), "HF_HUB_OFFLINE": "1", "KB_EMBED_BACKEND": backend,
+           "PYTHONPATH": str(REPO)}
+    running: list[McpClient] = []
+    steps = []
+    web = None
+    try:
+        if service:
+            web, port, web_ready_s = start_web(env)
+        for number in range(1, clients + 1):
+            client = McpClient(env)
+            running.append(client)
+            ready_s = client.open()
+            warm = [client.search(q) for q in call_queries(calls)]
+            pids = [c.process.pid for c in running] + ([web.pid] if web else [])
+            waited = wait_idle(pids)
+            memory = [memory_of(pid) for pid in pids]
+            steps.append({"clients": number, "ready_s": round(ready_s, 2),
+                          "warm_p50_ms": round(statistics.median(warm), 1), "idle_after_s": waited,
+                          "newest": memory[number - 1], "sum_pss_mb": round(sum(m["pss_mb"] for m in memory), 1),
+                          "sum_uss_mb": round(sum(m["uss_mb"] for m in memory), 1),
+                          "mode": "relay" if any("relays" in line for line in client.log) else "alone"})
+            print(json.dumps(steps[-1]), flush=True)
+        for client in running:
+            client.close()
+        running = []
+        if web is None:
+            web, port, web_ready_s = start_web(env)
+        warm = [web_search(port, q) for q in call_queries(calls)]
+        waited = wait_idle([web.pid])
+        web_step = {"ready_s": round(web_ready_s, 2), "warm_p50_ms": round(statistics.median(warm), 1),
+                    "idle_after_s": waited, **memory_of(web.pid)}
+        print(json.dumps({"kb_web": web_step}), flush=True)
+    finally:
+        for client in running:
+            client.process.kill()
+        if web is not None:
+            web.terminate()
+            web.wait(10)
+    return {"kb_mcp": steps, "kb_web": web_step, "service": service,
+            "further_client_pss_mb": [round(b["sum_pss_mb"] - a["sum_pss_mb"], 1) for a, b in zip(steps, steps[1:])]}
+
+
+PARTS_STEPS = """
+import json, os, sys, time
+from pathlib import Path
+sys.path.insert(0, os.environ["BENCH_DIR"])
+from bench_serving import memory_of
+steps = {"start": memory_of(os.getpid())}
+import kb.search as S
+from kb.lance_index import CHUNKS, ChunkIndex
+from kb.embedder import use_cpu_threads
+use_cpu_threads(1)
+steps["imports"] = memory_of(os.getpid())
+index = ChunkIndex.from_settings()
+table = index.dataset(CHUNKS)
+table.count_rows()
+steps["table opened"] = memory_of(os.getpid())
+for name in sorted({ix.name for ix in table.describe_indices() if ix.field_names in (["vector"], ["text"])}):
+    table.prewarm_index(name)
+steps["index prewarm (vector and full-text index in Lance's cache)"] = memory_of(os.getpid())
+rows = index.passage_rows(table)
+steps["passage rows"] = memory_of(os.getpid())
+rows.count_words(S._words_of)
+steps["word counts"] = memory_of(os.getpid())
+S.search("warm up", index=index, limit=1, mode="bm25")
+steps["a bm25 search"] = memory_of(os.getpid())
+S.search("vector database", index=index, limit=10)
+steps["a hybrid search (query model loaded)"] = memory_of(os.getpid())
+print(json.dumps(steps))
+"""
+
+
+def bench_memory_parts(home: Path, backend: str) -> dict:
+    """Resident memory after each step of a server's start, in one new
+    process: where the memory of the passages goes."""
+    env = {**os.environ, "KB_HOME": str(home), "HF_HUB_OFFLINE": "1", "KB_EMBED_BACKEND": backend,
+           "PYTHONPATH": str(REPO), "BENCH_DIR": str(REPO / "benchmarks")}
+    done = subprocess.run([sys.executable, "-c", PARTS_STEPS], env=env, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 COLD_STEPS = """
@@ -174,12 +375,31 @@ def bench_cold(home: Path, runs: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["mcp", "cold"])
+    parser.add_argument("what", choices=["mcp", "cold", "memory", "memory-parts"])
     parser.add_argument("--home", type=Path, help="an existing KB_HOME (local model)")
     parser.add_argument("--passages", type=int, help="mcp: a new KB_HOME with this many synthetic passages")
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=3, help="memory: kb-mcp servers, one after the other")
+    parser.add_argument("--service", action="store_true",
+                        help="memory: kb web (the search service) starts first; each kb-mcp relays to it")
+    parser.add_argument("--keep", type=Path, help="memory --passages: keep the synthetic KB_HOME here")
     args = parser.parse_args()
+    if args.what == "memory-parts":
+        backend = "local" if args.home else "hash"
+        print(json.dumps(bench_memory_parts(args.home or args.keep, backend), indent=2))
+        return
+    if args.what == "memory":
+        if args.passages:
+            home = args.keep or Path(tempfile.mkdtemp(prefix="kb-memory-"))
+            if not (home / "lancedb").is_dir():
+                built = time.perf_counter()
+                synthetic_home(args.passages, home)
+                print(f"built {args.passages} passages in {time.perf_counter() - built:.1f} s", flush=True)
+            print(json.dumps(bench_memory(home, args.clients, args.calls, "hash", args.service), indent=2))
+            return
+        print(json.dumps(bench_memory(args.home, args.clients, args.calls, "local", args.service), indent=2))
+        return
     if args.what == "cold":
         print(json.dumps(bench_cold(args.home, args.runs), indent=2))
         return
@@ -188,9 +408,9 @@ def main() -> None:
             built = time.perf_counter()
             synthetic_home(args.passages, Path(tmp))
             print(f"built {args.passages} passages in {time.perf_counter() - built:.1f} s", flush=True)
-            print(json.dumps(bench_mcp(Path(tmp), args.calls, "hash"), indent=2))
+            print(json.dumps(bench_mcp(Path(tmp), args.calls, "hash", args.service), indent=2))
         return
-    print(json.dumps(bench_mcp(args.home, args.calls, "local"), indent=2))
+    print(json.dumps(bench_mcp(args.home, args.calls, "local", args.service), indent=2))
 
 
 if __name__ == "__main__":

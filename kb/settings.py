@@ -289,6 +289,12 @@ class Settings(BaseSettings):
         return self.home.parent / f"{self.home.name}-backups"
 
     @property
+    def mcp_socket(self) -> Path:
+        """The Unix socket of the search service (mcp_server/service.py):
+        kb web serves kb-mcp's tools there, and kb-mcp relays to it."""
+        return self.home / "run" / "mcp.sock"
+
+    @property
     def dagster_home(self) -> Path:
         return self.home / "dagster"
 

@@ -71,6 +71,12 @@ class ReadOnlyIndex:
         self._index: ChunkIndex | None = None
         self._lock = threading.Lock()
 
+    def use(self, index: ChunkIndex) -> None:
+        """Serve this index (the search service: the index of kb web, so
+        that the process holds one copy of the passages)."""
+        with self._lock:
+            self._index = index
+
     def get(self) -> ChunkIndex | None:
         settings = get_settings()
         with self._lock:

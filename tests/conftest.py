@@ -92,6 +92,7 @@ FILE_SECONDS = {
     "test_writer_lock.py": 35,
     "test_filtered_search.py": 6,
     "test_wiki_coherence.py": 30,
+    "test_mcp_front.py": 30,
 }
 
 

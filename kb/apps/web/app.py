@@ -30,6 +30,7 @@ import json
 import logging
 import threading
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -269,8 +270,9 @@ def create_app(settings: Settings | None = None, *, allowed_hosts: list[str] | N
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_NAMES),
                   Middleware(SecurityHeaders)]
-    app = Starlette(routes=routes, middleware=middleware)
+    app = Starlette(routes=routes, middleware=middleware, lifespan=_lifespan)
     app.state.settings = settings
+    app.state.search_service = None
     app.state.index = ChunkIndex.from_settings(settings)
     app.state.kinds = SourceKinds()
     app.state.wiki = WikiReader(settings.wiki_dir)
@@ -287,6 +289,34 @@ def is_loopback(host: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
 
 
+@asynccontextmanager
+async def _lifespan(app: Starlette):
+    """At the end (uvicorn's shutdown, also on SIGTERM): remove the search
+    service's socket, so that a new kb-mcp serves alone at once. Why here:
+    uvicorn raises the signal again after its shutdown, so code after
+    uvicorn.run() does not run."""
+    yield
+    service = app.state.search_service
+    if service is not None:
+        service.close()
+
+
+def start_search_service(app: Starlette):
+    """Serve kb-mcp's tools on the search service's socket, over the app's
+    index: each kb-mcp that an agent client starts then relays to this
+    process, which holds the model and the passages once
+    (mcp_server/service.py). Without the socket, each kb-mcp serves alone."""
+    from mcp_server import server as mcp
+    from mcp_server.service import ServiceError, start_service
+
+    mcp.INDEX.use(app.state.index)
+    try:
+        return start_service(app.state.settings.mcp_socket, mcp.build_server)
+    except (ServiceError, OSError) as exc:
+        log.warning("kb web does not serve kb-mcp sessions: %s. Each kb-mcp then serves alone.", exc)
+        return None
+
+
 def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, settings: Settings | None = None) -> None:
     """Run the web app until Ctrl-C. A host other than loopback opens the
     page, which has no login, to the network: kb warns about it."""
@@ -298,6 +328,12 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, settings: Settings
                     "It has no login.", host)
         if host in ("0.0.0.0", "::"):
             allowed = ["*"]
+    from kb.embedder import use_cpu_threads
+
+    # A serving process: one CPU thread for the query model, as kb-mcp
+    # (see use_cpu_threads). kb web serves the relayed kb-mcp sessions too.
+    use_cpu_threads(1)
     app = create_app(settings, allowed_hosts=allowed, warm_up=True)
+    app.state.search_service = start_search_service(app)
     print(f"kb web: http://{host if ':' not in host else f'[{host}]'}:{port}/  (Ctrl-C stops it)", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
