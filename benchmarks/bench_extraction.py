@@ -19,7 +19,7 @@ Two tables, from one run:
    no real web boilerplate, so it could not show the precision that kb lost
    on real pages (issue 15).
 
-With --cv, the parameters of kb's rule (kb.extract: PRECISION_KEEPS,
+With --cv, the parameters of kb's rule (kb.enrich.extract: PRECISION_KEEPS,
 LINK_SHARE, SHORT_BLOCK_CHARS) are checked by 5-fold cross-validation on the
 development set: tuned on 4 folds, scored on the 5th.
 
@@ -51,7 +51,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kb.extract import extract_html  # noqa: E402
+from kb.enrich.extract import extract_html  # noqa: E402
 
 SHARED = Path(os.environ.get("KB_SHARED_DIR", REPO.parent / "shared"))
 DEFAULT_CORPUS = SHARED / "eval" / "scifact" / "corpus.jsonl"
@@ -457,7 +457,7 @@ def snippet_scores(dev, predictions: dict[str, str], keys: list[str]) -> dict[st
 
 # --- cross-validation of kb's rule -------------------------------------------------------------
 
-# The grid: the values of each parameter of kb.extract.main_content
+# The grid: the values of each parameter of kb.enrich.extract.main_content
 # that the folds choose from. inf switches a step off.
 GRID = {
     "precision_keeps": [0.9, 0.95, 0.98, 1.0, float("inf")],
@@ -471,7 +471,7 @@ def trafilatura_fragments(dev, keys: list[str]) -> dict[str, dict[str, str]]:
     """trafilatura's fragment of each page for each mode, as extract_html makes
     them, kept so that every point of the grid is scored without running
     trafilatura again."""
-    from kb.extract import trafilatura_fragment
+    from kb.enrich.extract import trafilatura_fragment
 
     fragments = {}
     for key in keys:
@@ -483,7 +483,7 @@ def trafilatura_fragments(dev, keys: list[str]) -> dict[str, dict[str, str]]:
 def cross_validate(dev, baselines: dict[str, dict[str, str]]) -> dict:
     """Tune the grid on 4 folds, score on the 5th. Folds by page key, which
     is a hash: a fixed split that follows no site or language."""
-    from kb.extract import html_to_text, main_content
+    from kb.enrich.extract import html_to_text, main_content
 
     keys = list(dev.SNIPPETS)
     fragments = trafilatura_fragments(dev, keys)

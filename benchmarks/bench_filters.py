@@ -15,7 +15,7 @@ For filters that leave 50 to 30,000 rows, this benchmark measures:
 - all: every partition, with the filter first: an exact search of the rows
   that the filter leaves (IVF_FLAT keeps the vectors whole);
 - count: the scan that tells how many rows the filter leaves (row ids
-  only, at most a limit), as kb.search does it before the query.
+  only, at most a limit), as kb.index.search does it before the query.
 
 Each with the CPU time of the process (median of the queries; steadier than
 the wall time on a shared machine), the rows returned and the recall
@@ -39,11 +39,11 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pyarrow as pa
 
-from kb.lance_index import _lancedb, vector_index_config, vector_partitions, vector_probes
+from kb.index.lance_index import _lancedb, vector_index_config, vector_partitions, vector_probes
 
 DIM = 384
 TOPICS = 200
-DEPTH = 200  # the dense depth of a search with limit 100 (kb.search)
+DEPTH = 200  # the dense depth of a search with limit 100 (kb.index.search)
 SIZES = (50, 200, 1000, 3000, 10000, 30000)
 QUERIES = 15
 SAFETY = 2

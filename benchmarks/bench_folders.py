@@ -6,7 +6,7 @@ A new KB_HOME in a temporary folder with N synthetic passages (the corpus of
 bench_index.py, three passages per bookmark, random vectors recorded as the
 hash embedder's: no model loads), and one bookmark folder of each size. The
 filter becomes `tweet_id IN (...)` with one literal per bookmark of the
-folder, as kb/search.py makes it. Each search is warm (the second and later
+folder, as kb/index/search.py makes it. Each search is warm (the second and later
 of the same process), in the hybrid mode and in bm25; the query vectors are
 given, so the figures show the search alone. Figures go into
 benchmarks/index_and_retrieval.md with the machine's load.
@@ -38,9 +38,9 @@ def main() -> None:
 
     from bench_index import make_corpus
     from bench_serving import synthetic_home
-    from kb.bookmark_folders import folder_rows, replace_folders
-    from kb.lance_index import ChunkIndex
-    from kb.search import search
+    from kb.index.folders import folder_rows, replace_folders
+    from kb.index.lance_index import ChunkIndex
+    from kb.index.search import search
     from kb.settings import Settings
 
     with tempfile.TemporaryDirectory() as tmp:

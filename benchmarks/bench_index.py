@@ -9,7 +9,7 @@ bookmark. Then it measures:
   full-text index, the scalar indexes and, above kb_vector_index_min_rows,
   the IVF vector index); the time to fold 1% new bookmarks into a built
   index, and the bytes of data files that it wrote (a full rewrite writes
-  the whole table again); and the query time of kb.search.search() in
+  the whole table again); and the query time of kb.index.search.search() in
   hybrid, bm25 and dense modes (the whole function: retrieval, fusion,
   grouping by bookmark, chunk counts and bookmark cards), as wall time and
   as CPU time of the process (steadier on a shared machine).
@@ -49,8 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kb.search import search, wait_for_word_counts, warm_up
-from kb.lance_index import ChunkIndex, _lancedb
+from kb.index.search import search, wait_for_word_counts, warm_up
+from kb.index.lance_index import ChunkIndex, _lancedb
 
 # kb imports lancedb on first use (3 to 8 s here): load it now, so that the
 # build time of the first corpus does not hold it.
@@ -168,13 +168,13 @@ def data_bytes(folder: Path) -> dict[str, int]:
 
 
 def search_before():
-    """kb.search as it was at commit BEFORE, as a module of its own."""
-    source = subprocess.run(["git", "show", f"{BEFORE}:kb/search.py"], cwd=REPO, check=True,
+    """kb.index.search as it was at commit BEFORE, as a module of its own."""
+    source = subprocess.run(["git", "show", f"{BEFORE}:kb/index/search.py"], cwd=REPO, check=True,
                             capture_output=True, text=True).stdout
     spec = importlib.util.spec_from_loader("kb_search_before", loader=None)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    exec(compile(source, f"{BEFORE}:kb/search.py", "exec"), module.__dict__)
+    exec(compile(source, f"{BEFORE}:kb/index/search.py", "exec"), module.__dict__)
     return module
 
 
@@ -259,7 +259,7 @@ def compare_before(index: ChunkIndex, pairs) -> dict:
 
 def vector_recall(index: ChunkIndex, query_vectors) -> float | None:
     """Share of the exact 100 nearest passages that the index query finds."""
-    from kb.lance_index import vector_probes
+    from kb.index.lance_index import vector_probes
 
     table = index.table("chunks")
     if not index.counts()["vector_index"]:

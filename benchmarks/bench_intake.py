@@ -9,7 +9,7 @@ The steps, in a new temporary KB_HOME:
    benchmark waits until the UI shows the code location as loaded.
 2. Alone: `--alone` Markdown notes, one after the other, are put in
    $KB_HOME/inbox (written under a temp name and renamed, as a whole file).
-   For each, the seconds until kb.search.search() finds its passage
+   For each, the seconds until kb.index.search.search() finds its passage
    (source `telegram`). The inbox sensor, the intake run (parse, gate,
    index) and the daemon's run launcher all count, as the owner sees it.
 3. During an import: `kb import` of `--bookmarks` long posts (300 to 700
@@ -123,7 +123,7 @@ def note_text(number: int) -> tuple[str, str]:
 
 def drop_note(home: Path, number: int) -> tuple[str, str]:
     """Put a note in the inbox as a whole file. Returns its item id and phrase."""
-    from kb.telegram_inbox import dropped_item_id
+    from kb.telegram.inbox import dropped_item_id
 
     body, phrase = note_text(number)
     content = body.encode()
@@ -136,7 +136,7 @@ def drop_note(home: Path, number: int) -> tuple[str, str]:
 
 
 def seconds_to_hit(home: Path, number: int, limit_s: float) -> dict:
-    from kb.search import search
+    from kb.index.search import search
 
     started = time.monotonic()
     item_id, phrase = drop_note(home, number)

@@ -12,7 +12,7 @@ commits the next one (DESIGN.md, "Stores"). This benchmark measures it.
   number of passages, so the embedder works; bookmark cards and
   ChunkIndex.maintain() (compaction, index update, old versions pruned)
   every few commits, as the `chunk_index` asset does at the end of a sync.
-- The clients: `--cli` processes that call kb.search.search() as
+- The clients: `--cli` processes that call kb.index.search.search() as
   `kb search` does, and `--mcp` MCP clients, each with its own
   `python -m mcp_server.server` over stdio (an agent client starts its own
   server), calling search_bookmarks. All start together, after the writer's
@@ -101,8 +101,8 @@ def cards(tweet_ids: list[str], synced: datetime) -> list[dict]:
 
 
 def build_index(lancedb_dir: Path, backend: str, n_bookmarks: int, n_churn: int) -> None:
-    from kb.embedder import Embedder
-    from kb.lance_index import ChunkIndex
+    from kb.index.embedder import Embedder
+    from kb.index.lance_index import ChunkIndex
 
     index = ChunkIndex.from_settings(path=str(lancedb_dir))
     embedder = Embedder.from_settings(backend=backend, cache_dir=str(lancedb_dir))
@@ -119,8 +119,8 @@ def build_index(lancedb_dir: Path, backend: str, n_bookmarks: int, n_churn: int)
 def write_loop(lancedb_dir: str, backend: str, n_churn: int, stop, commits, errors, maintain_every: int = 5) -> None:
     """Commit new versions until `stop` is set. `commits` is a shared counter
     (multiprocessing.Value or a one-item list); `errors` collects texts."""
-    from kb.embedder import Embedder
-    from kb.lance_index import ChunkIndex
+    from kb.index.embedder import Embedder
+    from kb.index.lance_index import ChunkIndex
 
     index = ChunkIndex.from_settings(path=lancedb_dir)
     embedder = Embedder.from_settings(backend=backend, cache_dir=lancedb_dir)
@@ -192,9 +192,9 @@ class ClientResult:
 
 def cli_client(lancedb_dir: str, backend: str, batch: list[Query], go=None) -> ClientResult:
     """What `kb search` does, in this thread or process: search() on the index."""
-    from kb.search import search
-    from kb.embedder import Embedder
-    from kb.lance_index import ChunkIndex
+    from kb.index.search import search
+    from kb.index.embedder import Embedder
+    from kb.index.lance_index import ChunkIndex
 
     result = ClientResult("cli")
     index = ChunkIndex.from_settings(path=lancedb_dir)
@@ -221,7 +221,7 @@ def cli_client(lancedb_dir: str, backend: str, batch: list[Query], go=None) -> C
 
 def cli_process(args: tuple) -> ClientResult:
     """cli_client in a process of its own (multiprocessing)."""
-    from kb.embedder import use_cpu_threads
+    from kb.index.embedder import use_cpu_threads
 
     lancedb_dir, backend, batch, go = args
     use_cpu_threads(1)  # as a serving process does (kb-mcp; `kb search` once wired)

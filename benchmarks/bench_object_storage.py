@@ -6,7 +6,7 @@ LanceDB folder and once into s3://kb-bench/lancedb on a loopback moto S3
 server (tests/fake_s3.py). For each it measures the build (replace_chunks in
 batches, then maintain(): the full-text index, the scalar indexes and, from
 --vector-index-min-rows, the IVF vector index) and the query time of
-kb.search.search() in hybrid, bm25 and dense modes.
+kb.index.search.search() in hybrid, bm25 and dense modes.
 
 moto keeps the objects in memory in one Python process on this host. The
 S3 figures therefore show the cost of the object-store protocol (one HTTP
@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_index import PrecomputedEmbedder, make_corpus, percentiles  # noqa: E402
 
-from kb.lance_index import ChunkIndex  # noqa: E402
-from kb.search import search  # noqa: E402
+from kb.index.lance_index import ChunkIndex  # noqa: E402
+from kb.index.search import search  # noqa: E402
 from tests.fake_s3 import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, s3_server  # noqa: E402
 
 QUERIES = 60

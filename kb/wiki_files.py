@@ -26,8 +26,8 @@ WIKI_AUTHOR = "wiki"
 
 # What the wiki agent may change, by allowlist: Markdown pages in these
 # folders, index.md, and log.md (append only). kb refuses every other path,
-# at the tool call (kb/wiki_agent.py) and again on the change before it makes
-# the commit (kb/wiki_repo.py). Why an allowlist: a list of forbidden paths is
+# at the tool call (kb/wiki/agent.py) and again on the change before it makes
+# the commit (kb/wiki/repo.py). Why an allowlist: a list of forbidden paths is
 # never complete, and one path that it missed (a second CLAUDE.md, a file in
 # .claude/ with hooks) lets a source plant instructions for every later run.
 AGENT_PAGE_FOLDERS = ("wiki/entities", "wiki/concepts", "wiki/sources", "wiki/syntheses")

@@ -4,14 +4,14 @@ agent and the Telegram notifier. Each hands out its core client."""
 
 from __future__ import annotations
 
-from kb.browser import Browser
-from kb.embedder import Embedder
-from kb.gate import QualityGate
-from kb.telegram_notifier import TelegramNotifier
-from kb.transcriber import Transcriber
-from kb.translator import Translator
-from kb.vision import Captioner
-from kb.wiki_agent import WikiAgent
+from kb.x.browser import Browser
+from kb.index.embedder import Embedder
+from kb.telegram.gate import QualityGate
+from kb.telegram.notifier import TelegramNotifier
+from kb.enrich.transcriber import Transcriber
+from kb.enrich.translator import Translator
+from kb.enrich.vision import Captioner
+from kb.wiki.agent import WikiAgent
 from kb_resources.client_resource import ClientResource
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import dagster as dg
 
 from kb.duckdb_store import DuckDBStore
-from kb.lance_index import ChunkIndex
-from kb.raw_store import RawStore
+from kb.index.lance_index import ChunkIndex
+from kb.x.raw_store import RawStore
 from kb.settings import Settings, get_settings
-from kb.telegram_inbox import Inbox
-from kb.wiki_repo import Wiki
+from kb.telegram.inbox import Inbox
+from kb.wiki.repo import Wiki
 from kb_resources.client_resource import ClientResource
 
 

@@ -33,16 +33,16 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
-from kb.reading import (PAGE_CHARS, PAGE_WORDS, Document, DocumentNotFound, OffsetError, Passage, SourceKinds,
+from kb.index.reading import (PAGE_CHARS, PAGE_WORDS, Document, DocumentNotFound, OffsetError, Passage, SourceKinds,
                                WikiPageNotFound, bookmark_documents, bookmark_sources, clip_words, count_words,
                                media_with_captions, page_of, read_wiki_file, resolve_document, source_list, source_rank,
                                tweet_id_from, word_offsets)
-from kb.bookmark_folders import folders_of
-from kb.rerank import RerankError
-from kb.search import MAX_LIMIT, SearchResponse, search, warm_up
+from kb.index.folders import folders_of
+from kb.index.rerank import RerankError
+from kb.index.search import MAX_LIMIT, SearchResponse, search, warm_up
 from kb.wiki_files import WIKI_ID_PREFIX, WIKI_SOURCE
-from kb.embedder import EmbedderError, use_cpu_threads
-from kb.lance_index import ChunkIndex, IndexModelMismatch, empty_index_note, to_utc
+from kb.index.embedder import EmbedderError, use_cpu_threads
+from kb.index.lance_index import ChunkIndex, IndexModelMismatch, empty_index_note, to_utc
 from kb.settings import get_settings
 from mcp_server.stdio_channel import serve_stdio
 

@@ -40,7 +40,7 @@ from kb_assets.wiki.wiki_pages import (
 )
 from kb.settings import get_settings
 from kb_resources.stores import InboxResource
-from kb.telegram_inbox import FileStillChanging, Inbox, InboxError, item_id_of_manifest
+from kb.telegram.inbox import FileStillChanging, Inbox, InboxError, item_id_of_manifest
 
 # A burst of items (a backfill of dropped files) is taken in slices, so
 # that one tick stays short.
@@ -50,7 +50,7 @@ MAX_ITEMS_PER_TICK = 100
 
 def adopt_dropped_files(inbox: Inbox, log) -> None:
     # Only whole files: one that another program still writes waits for a
-    # later tick (kb/telegram_inbox.py, KB_INBOX_SETTLE_S).
+    # later tick (kb/telegram/inbox.py, KB_INBOX_SETTLE_S).
     for path in inbox.settled_dropped_files():
         try:
             item = inbox.adopt_dropped_file(path)

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
-from kb.gate import default_accept_note
+from kb.telegram.gate import default_accept_note
 from kb.settings import get_settings
 
 from kb_assets.dagster_internals import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
@@ -37,9 +37,9 @@ from kb_assets.dagster_internals import ASSET_PARTITION_RANGE_END_TAG, ASSET_PAR
 from kb_assets.keys import GATED_SOURCES, PARTITION_TAG, REQUESTED_BY_TAG, WIKI_PAGES, WILL_RETRY_TAG
 from kb_assets.partitions import sources
 from kb_resources.stores import InboxResource
-from kb.telegram_inbox import Inbox
+from kb.telegram.inbox import Inbox
 from kb_assets.telegram.item_state import commit_of, failure_message
-from kb.telegram_notifier import NotificationError, TelegramNotifier, describe, notification_text, run_ending_text
+from kb.telegram.notifier import NotificationError, TelegramNotifier, describe, notification_text, run_ending_text
 from kb_resources.services import TelegramNotifierResource
 
 EVENTS_PER_TICK = 100

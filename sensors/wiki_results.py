@@ -18,7 +18,7 @@ import dagster as dg
 
 from kb.settings import get_settings
 
-from kb.telegram_notifier import NotificationError, TelegramNotifier, wiki_result_text
+from kb.telegram.notifier import NotificationError, TelegramNotifier, wiki_result_text
 from kb_assets.keys import REQUESTED_BY_TAG, WIKI_LINT, WIKI_SYNTHESIS, WIKI_TOPIC_SYNTHESIS
 from kb_resources.services import TelegramNotifierResource
 

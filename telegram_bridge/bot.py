@@ -4,7 +4,7 @@ Long polling through aiogram 3 at TELEGRAM_API_BASE. For each message from
 a user on ALLOWED_USER_IDS:
 1. The item id comes from the chat and message ids: the same message twice
    gives one item.
-2. Type detection (kb/telegram_intake.py) accepts or refuses it.
+2. Type detection (kb/telegram/intake.py) accepts or refuses it.
 3. An attachment (up to telegram_max_file_mb) is downloaded into the inbox.
 4. The manifest is written atomically; the reply says `queued for processing`.
 
@@ -33,12 +33,12 @@ from aiogram.filters import Command, CommandObject
 from aiogram.types import BotCommand, Message
 
 from kb.settings import Settings
-from kb import telegram_replies as replies
-from kb.telegram_inbox import Inbox, InboxError, InboxItem, telegram_item_id, utc_now_iso
-from kb.telegram_intake import Accepted, Attachment, Refused, classify
-from kb.item_states import ItemState, StateReader
-from kb.telegram_api import build_bot
-from kb.telegram_token import bot_token, install_redaction, redact
+from kb.telegram import replies
+from kb.telegram.inbox import Inbox, InboxError, InboxItem, telegram_item_id, utc_now_iso
+from kb.telegram.intake import Accepted, Attachment, Refused, classify
+from kb.telegram.item_states import ItemState, StateReader
+from kb.telegram.api import build_bot
+from kb.telegram.bot_token import bot_token, install_redaction, redact
 
 log = logging.getLogger("kb.bot")
 

@@ -64,7 +64,7 @@ def loopback_fetches(monkeypatch):
 def hasher():
     """The deterministic hash embedder: shared words make near vectors, and
     no model loads."""
-    from kb.embedder import Embedder
+    from kb.index.embedder import Embedder
 
     return Embedder.from_settings(backend="hash")
 

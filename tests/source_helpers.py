@@ -12,14 +12,14 @@ from kb_assets.partitions import sources
 from kb_assets.telegram.source_index import source_passages
 from kb_assets.telegram.sources import gated_sources, parsed_sources, source_intake_job
 from kb_assets.wiki.wiki_pages import wiki_pages
-from kb.browser import Browser
+from kb.x.browser import Browser
 from kb_assets.instance_config import ensure_dagster_home
 from kb.duckdb_store import DuckDBStore
-from kb.gate import QualityGate
+from kb.telegram.gate import QualityGate
 from kb.settings import get_settings
-from kb.wiki_repo import Wiki
-from kb.wiki_agent import WikiAgent
-from kb.telegram_inbox import Inbox, InboxItem, telegram_item_id, utc_now_iso
+from kb.wiki.repo import Wiki
+from kb.wiki.agent import WikiAgent
+from kb.telegram.inbox import Inbox, InboxItem, telegram_item_id, utc_now_iso
 from kb_resources.services import BrowserResource, EmbedderResource, QualityGateResource, WikiAgentResource
 from kb_resources.stores import ChunkIndexResource, DuckDBResource, InboxResource, WikiResource
 

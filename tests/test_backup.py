@@ -22,7 +22,7 @@ import pytest
 from kb.apps.backup import BackupError, create_backup, move, restore_backup, sha256_file
 from kb.sample_data import DEMO_QUERIES, sample_pages
 from kb.settings import get_settings
-from kb.wiki_repo import Wiki
+from kb.wiki.repo import Wiki
 
 PAGE = "wiki/concepts/write-ahead-logging.md"
 PARSED = "raw/parsed/text/wal-note-0001.md"
@@ -34,7 +34,7 @@ def git(root: Path, *args: str) -> str:
 
 
 def searches() -> dict[str, list[tuple]]:
-    from kb.search import search
+    from kb.index.search import search
 
     return {q: [(h.tweet_id, round(h.score, 6), h.best_chunk) for h in search(q, limit=5).hits] for q in QUERIES}
 

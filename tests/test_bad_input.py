@@ -35,18 +35,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kb_assets.enrich.documents import DocumentsConfig, documents
-from kb.extract import MAX_LAYOUT_PAGES, extract_file, extract_html, extract_pdf, html_to_text
+from kb.enrich.extract import MAX_LAYOUT_PAGES, extract_file, extract_html, extract_pdf, html_to_text
 from kb_assets.x.bookmarks import normalized_bookmarks
 from kb_assets.partitions import sync_batches
-from kb.source_parsers import PermanentParseError, parse_pdf, parse_web
+from kb.telegram.source_parsers import PermanentParseError, parse_pdf, parse_web
 from kb.urls import normalize_url
-from kb.x_graphql import PageShapeError, load_page, parse_page, summarize_page
-from kb.browser import Browser
+from kb.x.graphql import PageShapeError, load_page, parse_page, summarize_page
+from kb.x.browser import Browser
 from kb.duckdb_store import DuckDBStore, insert_rows
-from kb.raw_store import CaptureManifest, RawStore
+from kb.x.raw_store import CaptureManifest, RawStore
 from kb.duckdb_schema import TABLES
 from kb.settings import get_settings
-from kb.telegram_inbox import Inbox, telegram_item_id
+from kb.telegram.inbox import Inbox, telegram_item_id
 from tests import fake_telegram as tg
 from tests import source_helpers as h
 from tests.fake_telegram import FakeTelegram, converse

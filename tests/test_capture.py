@@ -11,8 +11,8 @@ import pytest
 
 from kb_assets.x.raw_pages import rate_limit_wait, x_raw_pages
 from kb_assets.partitions import sync_batches
-from kb.browser import Browser, NotAnXPage, XLoginMissing
-from kb.raw_store import RawStore
+from kb.x.browser import Browser, NotAnXPage, XLoginMissing
+from kb.x.raw_store import RawStore
 from kb.settings import get_settings
 from tests.fake_x import FakeX, OtherSite
 from tests.x_fixtures import all_tweet_entries

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kb.chunking import chunk_text, word_count
+from kb.index.chunking import chunk_text, word_count
 
 
 def test_short_paragraphs_merge_up_to_the_limit():

@@ -24,7 +24,7 @@ from kb.queries import owned_documents
 from kb_assets.enrich.documents import DocumentsConfig, documents, documents_coverage
 from kb_assets.partitions import sync_batches
 from kb.urls import normalize_url
-from kb.browser import Browser
+from kb.x.browser import Browser
 from kb.duckdb_store import DuckDBStore, insert_rows
 from kb_resources.services import BrowserResource
 from kb_resources.stores import DuckDBResource

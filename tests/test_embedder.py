@@ -14,7 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from kb.embedder import (
+from kb.index.embedder import (
     OLLAMA_DOCUMENT_PROMPT,
     OLLAMA_QUERY_PROMPT,
     CACHE_TABLE,
@@ -190,7 +190,7 @@ def passage(tweet_id: str, text: str) -> dict:
 
 
 def test_auto_keeps_to_the_recorded_backend_when_ollama_starts(ollama):
-    from kb.lance_index import ChunkIndex
+    from kb.index.lance_index import ChunkIndex
 
     index = ChunkIndex.from_settings()
     index.replace_chunks(["1"], [passage("1", "written with the hash embedder")],
@@ -205,7 +205,7 @@ def test_auto_keeps_to_the_recorded_backend_when_ollama_starts(ollama):
 
 
 def test_auto_does_not_fall_back_to_local_for_an_ollama_index(monkeypatch):
-    from kb.lance_index import ChunkIndex
+    from kb.index.lance_index import ChunkIndex
 
     index = ChunkIndex.from_settings()
     with FakeOllama() as fake:
@@ -234,7 +234,7 @@ def test_queries_use_int8_weights_and_passages_the_full_ones():
     """KB_QUERY_INT8 (default on): a query on ONNX Runtime runs on the int8
     file, so its vector is near the full one but not equal; a few passages
     keep the full weights (the test above checks them against PyTorch)."""
-    from kb.embedder import load_onnx_model, onnx_int8_file, local_model_path, onnx_model_file
+    from kb.index.embedder import load_onnx_model, onnx_int8_file, local_model_path, onnx_model_file
 
     text = "how does the borrow checker decide how long a reference lives"
     full = load_onnx_model("all-MiniLM-L6-v2").encode([text])[0]
@@ -250,7 +250,7 @@ def test_queries_use_int8_weights_and_passages_the_full_ones():
     assert onnx_int8_file(path).stat().st_size < onnx_model_file(path).stat().st_size / 3
 
 def test_local_runtimes(monkeypatch):
-    from kb.embedder import EmbedderError, local_runtimes
+    from kb.index.embedder import EmbedderError, local_runtimes
 
     monkeypatch.delenv("KB_LOCAL_RUNTIME", raising=False)
     assert local_runtimes() == ("onnx", "torch")
@@ -270,8 +270,8 @@ def test_local_runtimes(monkeypatch):
 PYTORCH_CHECKS = textwrap.dedent("""
     import json, os, sys
     import numpy as np
-    import kb.embedder as embedder_module
-    from kb.embedder import FEW_TEXTS, Embedder, load_local_model, load_onnx_model
+    import kb.index.embedder as embedder_module
+    from kb.index.embedder import FEW_TEXTS, Embedder, load_local_model, load_onnx_model
     results = {}
 
     # A sync with a few new bookmarks, then a large batch.

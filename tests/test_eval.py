@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kb.apps.eval_retrieval import EvalDataError, document_chunks, evaluate, load_beir, ndcg_at, recall_at
-from kb.embedder import Embedder
+from kb.index.embedder import Embedder
 
 LONG_TEXT = " ".join(f"Filler sentence number {i} talks about weather and clouds." for i in range(40)) + \
     " The final sentence mentions the zirconium isotope ratio."

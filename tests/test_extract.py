@@ -6,7 +6,7 @@ import pymupdf
 import pytest
 
 from kb_assets.enrich.documents import kind_of_content
-from kb.extract import (
+from kb.enrich.extract import (
     THIN_WORDS,
     clean_fragment,
     extract_file,

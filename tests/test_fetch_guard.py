@@ -21,7 +21,7 @@ import httpx
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
-from kb.browser import Browser, navigation_refusal, watch_navigation
+from kb.x.browser import Browser, navigation_refusal, watch_navigation
 from kb.duckdb_store import DuckDBStore, insert_rows
 from kb.fetch_guard import (
     FetchGuard,
@@ -32,7 +32,7 @@ from kb.fetch_guard import (
     ip_literal,
     why_refused,
 )
-from kb.source_parsers import ParseError, PermanentParseError, fetch_page, parse_web, parse_youtube
+from kb.telegram.source_parsers import ParseError, PermanentParseError, fetch_page, parse_web, parse_youtube
 from kb.urls import normalize_url
 from tests.loopback import LoopbackServer, QuietHandler, allow_fetches
 

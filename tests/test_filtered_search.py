@@ -12,9 +12,9 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-import kb.search as search_module
-from kb.lance_index import CHUNKS, ChunkIndex, vector_partitions, vector_probes
-from kb.search import search
+import kb.index.search as search_module
+from kb.index.lance_index import CHUNKS, ChunkIndex, vector_partitions, vector_probes
+from kb.index.search import search
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 WORDS = [f"w{i}" for i in range(400)]
@@ -40,7 +40,7 @@ def folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hasher_module(folder):
-    from kb.embedder import Embedder
+    from kb.index.embedder import Embedder
 
     return Embedder.from_settings(backend="hash", cache_dir=str(folder / "cache"))
 

@@ -167,7 +167,7 @@ def test_ids_from_a_hostile_page_never_reach_an_address_or_a_file_name(tmp_path)
     """A Bookmarks page names posts and folders; kb puts their ids into X
     addresses and raw file names. Only digits (posts) and letters and digits
     (folders) pass, and the raw store refuses any other name."""
-    from kb.raw_store import RawStore
+    from kb.x.raw_store import RawStore
     from kb_assets.x.raw_pages import thread_targets
 
     hostile = [("../../../etc/passwd", "x"), ("123", "../evil"), ("456", "alice"), ("456", "alice"),
@@ -184,7 +184,7 @@ def test_ids_from_a_hostile_page_never_reach_an_address_or_a_file_name(tmp_path)
 def test_only_a_folder_read_to_its_end_replaces_its_bookmarks():
     """A browser capture that a limit cut off in a folder holds only the
     folder's first pages: they add bookmarks, and remove none."""
-    from kb.raw_store import CaptureManifest
+    from kb.x.raw_store import CaptureManifest
     from kb_assets.x.bookmarks import BatchRows, folders_read_whole
 
     members = {"a": {"1"}, "b": {"2"}}

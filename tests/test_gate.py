@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from kb.gate import (
+from kb.telegram.gate import (
     DEFAULT_PURPOSE,
     FALLBACK_SCORE,
     QualityGate,
@@ -15,7 +15,7 @@ from kb.gate import (
     read_purpose,
     source_excerpt,
 )
-from kb.wiki_playbook import PURPOSE_MD
+from kb.wiki.playbook import PURPOSE_MD
 from tests.fake_openai_chat import FakeOpenAIChat, chat, status
 
 FAKE_KEY = "sk-TEST-SECRET-GATE-KEY-0001"

@@ -30,8 +30,8 @@ from kb_assets.wiki.wiki_pages import (
 from kb.settings import get_settings
 from sensors.inbox_folder import MAX_ITEMS_PER_TICK, bot_requests_sensor, inbox_sensor, wiki_requests_sensor
 from sensors.source_outcomes import run_endings_sensor, source_outcomes_sensor
-from kb.telegram_inbox import FileStillChanging, Inbox, dropped_item_id
-from kb.telegram_notifier import TelegramNotifier
+from kb.telegram.inbox import FileStillChanging, Inbox, dropped_item_id
+from kb.telegram.notifier import TelegramNotifier
 from kb_assets.telegram.source_index import source_passages
 from tests import source_helpers as h
 from kb_resources.services import TelegramNotifierResource

@@ -12,8 +12,8 @@ from datetime import datetime
 
 import pytest
 
-from kb.search import search
-from kb.lance_index import CHUNKS, ChunkIndex
+from kb.index.search import search
+from kb.index.lance_index import CHUNKS, ChunkIndex
 
 T0 = "2024-03-01T08:00:00+00:00"
 

@@ -25,7 +25,7 @@ from kb_resources.client_resource import ClientResource
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = [kb, kb_assets, kb_resources, sensors, telegram_bridge, mcp_server]
 
-SERVING_MODULES = ["mcp_server.server", "telegram_bridge.bot", "kb.search", "kb.reading"]
+SERVING_MODULES = ["mcp_server.server", "telegram_bridge.bot", "kb.index.search", "kb.index.reading"]
 # A fresh interpreter imports the modules one after another. After each
 # import it lists the modules of Dagster, DuckDB and the graph that are
 # loaded so far. An empty list for a module means that it and the modules
@@ -83,10 +83,10 @@ def test_loading_the_graph_imports_no_client_library():
 
 
 def test_opening_lancedb_imports_no_rest_client_until_a_name_of_it_is_read(tmp_path):
-    """kb/lance_loader.py: the REST client of LanceDB's namespace package
+    """kb/index/lance_loader.py: the REST client of LanceDB's namespace package
     cost 2 s of CPU in each process that opens LanceDB. Its models load; its
     API classes load only when something reads a name of the package."""
-    check = ("import sys\nfrom kb.lance_loader import lancedb_module\n"
+    check = ("import sys\nfrom kb.index.lance_loader import lancedb_module\n"
              f"lancedb_module().connect({str(tmp_path)!r}).table_names()\n"
              "print('lance_namespace_urllib3_client.api' in sys.modules)\n"
              "from lance_namespace_urllib3_client import ApiClient\n"
@@ -113,10 +113,25 @@ def test_the_core_contract_names_every_core_module():
     assert core == listed, f"add to or remove from the contract: {sorted(core ^ listed)}"
 
 
+def test_the_core_has_one_room_per_asset_group():
+    """kb/x, kb/enrich, kb/index, kb/telegram, kb/wiki hold the code that the asset
+    groups of the same name in kb_assets call. A room without its group, or a
+    group without its room, is a floor plan that no longer tells the truth."""
+    rooms = {m.name for m in pkgutil.iter_modules(kb.__path__) if m.ispkg} - {"apps", "sample_data"}
+    groups = {m.name for m in pkgutil.iter_modules(kb_assets.__path__) if m.ispkg}
+    assert rooms == groups, f"rooms and asset groups differ: {sorted(rooms ^ groups)}"
+
+
 def test_module_names_are_unique_and_no_standard_library_name():
+    # The rooms of the core share their names with the asset groups on purpose
+    # (the test above); every module file has a name of its own.
+    rooms = {m.name for m in pkgutil.iter_modules(kb.__path__) if m.ispkg}
     leaves: dict[str, list[str]] = {}
     for name in all_modules():
-        leaves.setdefault(name.rsplit(".", 1)[-1], []).append(name)
+        leaf = name.rsplit(".", 1)[-1]
+        if name in (f"kb.{leaf}", f"kb_assets.{leaf}") and leaf in rooms:
+            continue
+        leaves.setdefault(leaf, []).append(name)
     twice = {leaf: names for leaf, names in leaves.items() if len(names) > 1}
     assert not twice, f"two modules with one name: {twice}"
     shadows = sorted(leaf for leaf in leaves if leaf in sys.stdlib_module_names)
@@ -155,7 +170,7 @@ def test_a_secret_reaches_the_client_but_the_resource_shows_only_its_variable(mo
 
 def test_a_symlink_to_git_config_is_no_page_for_any_reader(kb_home):
     """One listing of wiki pages serves the index, the checks and the readers."""
-    from kb.wiki_checks import check_wiki
+    from kb.wiki.checks import check_wiki
     from kb.wiki_files import wiki_page_files
     from kb_assets.index.wiki_index import page_rows
 

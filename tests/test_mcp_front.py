@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from kb.embedder import Embedder
-from kb.lance_index import ChunkIndex
-from kb.search import search
+from kb.index.embedder import Embedder
+from kb.index.lance_index import ChunkIndex
+from kb.index.search import search
 from kb.settings import Settings
 from mcp_server.front import relay, safe_socket
 from mcp_server.service import ServiceError, bind_socket

@@ -24,15 +24,15 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from kb.chunking import chunk_text
-from kb.reading import PAGE_CHARS
-from kb.search import search
+from kb.index.chunking import chunk_text
+from kb.index.reading import PAGE_CHARS
+from kb.index.search import search
 from kb.wiki_files import wiki_page_files
 from kb_assets.index.wiki_index import wiki_index
 from kb.duckdb_store import DuckDBStore
-from kb.embedder import Embedder
-from kb.lance_index import ChunkIndex
-from kb.wiki_repo import Wiki
+from kb.index.embedder import Embedder
+from kb.index.lance_index import ChunkIndex
+from kb.wiki.repo import Wiki
 from kb_resources.services import EmbedderResource
 from kb_resources.stores import ChunkIndexResource, WikiResource
 

@@ -26,10 +26,10 @@ import modal
 import pymupdf
 import pytest
 
-from kb.modal_apps import caption_app, shared, transcribe_app
-from kb.modal_runner import ModalRunError, mapped_results, modal_ready, run_on_modal, wait_for_zero
-from kb.transcriber import cpu_whisper, default_whisper_model
-from kb.vision import Captioner, photo_batches
+from kb.enrich.modal_apps import caption_app, shared, transcribe_app
+from kb.enrich.modal_runner import ModalRunError, mapped_results, modal_ready, run_on_modal, wait_for_zero
+from kb.enrich.transcriber import cpu_whisper, default_whisper_model
+from kb.enrich.vision import Captioner, photo_batches
 from tests.fake_media import MediaServer, png
 from tests.speech_media import videos  # noqa: F401  (a fixture)
 

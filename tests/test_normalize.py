@@ -23,7 +23,7 @@ from kb_assets.x.bookmarks import (
 )
 from kb_assets.partitions import sync_batches
 from kb.duckdb_store import DuckDBStore
-from kb.raw_store import CaptureManifest, RawStore
+from kb.x.raw_store import CaptureManifest, RawStore
 from kb.settings import get_settings
 from tests.shared_data import x_fixture
 from tests.x_fixtures import _walk_entries, all_tweet_entries, bookmarks_page, paged_bookmarks

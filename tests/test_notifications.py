@@ -7,7 +7,7 @@ import pytest
 
 from kb_assets.partitions import sources
 from sensors.source_outcomes import run_endings_sensor, source_outcomes_sensor
-from kb.telegram_notifier import NotificationError, TelegramNotifier, notification_text
+from kb.telegram.notifier import NotificationError, TelegramNotifier, notification_text
 from tests import source_helpers as h
 from tests.fake_openai_chat import FakeOpenAIChat, chat
 from tests.fake_telegram import FakeTelegram
@@ -140,8 +140,8 @@ def test_outcomes_sensor_sends_rejected_duplicate_and_done_once_each(fake, monke
 def test_a_source_that_the_gate_let_in_by_default_is_marked_so_in_status_and_the_notice(fake, monkeypatch):
     """Every try of the gate failed: the source is in, with the default 65,
     and the owner reads that it has no score of the model."""
-    from kb.item_states import ItemState
-    from kb.telegram_inbox import Inbox
+    from kb.telegram.item_states import ItemState
+    from kb.telegram.inbox import Inbox
     from kb_assets.telegram.item_state import read_item_state
     from telegram_bridge.bot import status_detail
     from tests.fake_openai_chat import status
@@ -218,7 +218,7 @@ def test_failures_sensor_sends_a_final_failure_once_and_tries_a_failed_send_agai
 
 def test_readiness_says_what_is_missing(monkeypatch):
     from kb.settings import get_settings
-    from kb.telegram_token import readiness
+    from kb.telegram.bot_token import readiness
 
     assert readiness(get_settings()) == (False, f"no TELEGRAM_BOT_TOKEN: no bot; drop files in {get_settings().inbox_dir}")
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)

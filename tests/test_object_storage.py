@@ -14,9 +14,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from kb.apps.web import create_app
-from kb.embedder import Embedder
-from kb.lance_index import CHUNKS, ChunkIndex
-from kb.search import search
+from kb.index.embedder import Embedder
+from kb.index.lance_index import CHUNKS, ChunkIndex
+from kb.index.search import search
 from kb.settings import Settings
 from tests.fake_s3 import SECRET_ACCESS_KEY, object_keys, s3_env, s3_server
 

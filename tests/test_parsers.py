@@ -9,7 +9,7 @@ from pathlib import Path
 import pymupdf
 import pytest
 
-from kb.source_parsers import (
+from kb.telegram.source_parsers import (
     ParsedSource,
     PermanentParseError,
     TransientParseError,
@@ -27,7 +27,7 @@ from kb.source_parsers import (
     slugify,
     split_frontmatter,
 )
-from kb.telegram_intake import extract_urls, youtube_video_id
+from kb.telegram.intake import extract_urls, youtube_video_id
 from tests.fake_youtube import FakeVideo, FakeYouTube
 from tests.loopback_site import LoopbackSite, article_html, page
 
@@ -92,7 +92,7 @@ def test_web_page_is_read_as_the_documents_stage_reads_it():
     """One extraction path for both inflows (issue 15): the Telegram body is
     the Markdown of what the documents stage extracts from the same page,
     without its link blocks and without link addresses."""
-    from kb.extract import extract_html, html_to_text
+    from kb.enrich.extract import extract_html, html_to_text
 
     html = ("<!DOCTYPE html><html><head><title>WAL</title></head><body><article><h1>Write-ahead logging</h1>"
             f"<p>{PARAGRAPHS[0]}</p><p>Read also: <a href='/other'>How B-trees split their pages on insert</a></p>"
@@ -151,7 +151,7 @@ def test_web_pdf_link_is_parsed_as_pdf(tmp_path):
 
 @pytest.mark.browser
 def test_web_page_that_needs_javascript_falls_back_to_the_browser(site):
-    from kb.browser import Browser
+    from kb.x.browser import Browser
 
     without_browser = parse_web(site.url("/js"), timeout_s=10)
     assert "Vector clocks order events" not in without_browser.body

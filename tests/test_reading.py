@@ -1,4 +1,4 @@
-"""kb/reading.py at the function level: the page bound, the document
+"""kb/index/reading.py at the function level: the page bound, the document
 that an id or URL names (over a real LanceDB index), and the wiki path
 safety (over a real folder with symbolic links). The MCP server and the web
 page read through these functions; tests/test_mcp_server.py and
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from kb.reading import (PAGE_CHARS, PAGE_WORDS, DocumentNotFound, OffsetError, Passage, WikiPageNotFound,
+from kb.index.reading import (PAGE_CHARS, PAGE_WORDS, DocumentNotFound, OffsetError, Passage, WikiPageNotFound,
                                WikiPathError, clip_words, is_wiki_page, media_with_captions, page_of, read_wiki_file,
                                resolve_document, wiki_page_file, wiki_page_path)
-from kb.embedder import Embedder
-from kb.lance_index import ChunkIndex
+from kb.index.embedder import Embedder
+from kb.index.lance_index import ChunkIndex
 
 T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
 POST = "https://x.com/alice/status/100"

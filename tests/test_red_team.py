@@ -29,11 +29,11 @@ import dagster as dg
 import psutil
 import pytest
 
-from kb.agent_sandbox import AGENT_ENV_NAMES, bubblewrap_works
-from kb.search import search
+from kb.wiki.sandbox import AGENT_ENV_NAMES, bubblewrap_works
+from kb.index.search import search
 from kb.settings import get_settings
 from kb.wiki_files import APPEND_ONLY_FILES
-from kb.wiki_repo import Wiki
+from kb.wiki.repo import Wiki
 from kb_assets.index.wiki_index import wiki_index
 from kb_assets.wiki.page_checks import wiki_quality
 from kb_assets.wiki.wiki_pages import wiki_pages
@@ -364,7 +364,7 @@ def test_a_page_or_message_with_a_secret_is_refused_and_rolled_back(stage):
     model that knows a secret (its own endpoint token, which the CLI must
     have) cannot put it on a page or in the commit message."""
     from kb_assets.wiki.wiki_pages import apply_agent_change
-    from kb.wiki_agent import WikiAgent
+    from kb.wiki.agent import WikiAgent
 
     root, wiki = stage["root"], stage["wiki"]
     for page, message in ((f"The token is {ENDPOINT_TOKEN}.", f"ingest: {SLUG}"),
@@ -392,7 +392,7 @@ def test_the_agent_runs_in_a_room_without_the_owner_files(stage):
             pytest.fail(reason + " (CI=true: .ci/run installs bubblewrap)")
         pytest.skip(reason)
     assert get_settings().kb_agent_sandbox == "auto"
-    from kb.wiki_agent import WikiAgent
+    from kb.wiki.agent import WikiAgent
 
     os.environ["ANTHROPIC_BASE_URL"] = "http://127.0.0.1:9"  # the relay is not used here
     agent = WikiAgent.from_settings()
@@ -446,7 +446,7 @@ def test_the_room_reaches_the_endpoint_and_no_other_address(stage):
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(reason + " (CI=true: .ci/run installs bubblewrap)")
         pytest.skip(reason)
-    from kb.wiki_agent import WikiAgent
+    from kb.wiki.agent import WikiAgent
 
     with FakeAnthropic(turns=[]) as fake, FakeAnthropic(turns=[]) as dagster_ui:
         os.environ["ANTHROPIC_BASE_URL"] = fake.base_url

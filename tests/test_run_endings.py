@@ -115,7 +115,7 @@ def test_without_a_bot_the_notices_go_to_the_log_and_to_kb_status(capsys):
 
 def test_kb_up_tells_when_a_part_dies_and_once_when_it_restarts_in_a_loop(fake, tmp_path):
     from kb.apps import up
-    from kb.telegram_notifier import TelegramNotifier
+    from kb.telegram.notifier import TelegramNotifier
 
     part = up.Part("kb web", [sys.executable, "-c", "import sys; sys.exit(4)"], "a part that dies",
                    tmp_path / "web.log")

@@ -17,7 +17,7 @@ from functools import cache
 
 import pytest
 
-from kb import x_graphql
+from kb.x import graphql as x_graphql
 from kb.sample_data import DEMO_QUERIES, SAMPLE_DIR, sample_pages
 import make_sample_data as generate  # benchmarks/ is on the test path (pyproject)
 

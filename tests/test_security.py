@@ -53,9 +53,9 @@ from kb_assets.index.wiki_index import wiki_index
 from kb_assets.instance_config import ensure_dagster_home
 from kb.duckdb_store import DuckDBStore, insert_rows
 from kb.settings import get_settings
-from kb.wiki_repo import Wiki
-from kb.wiki_agent import WikiAgent
-from kb.telegram_inbox import Inbox, telegram_item_id
+from kb.wiki.repo import Wiki
+from kb.wiki.agent import WikiAgent
+from kb.telegram.inbox import Inbox, telegram_item_id
 from tests import fake_telegram as tg
 from tests import source_helpers as h
 from tests.fake_anthropic import FakeAnthropic

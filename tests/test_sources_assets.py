@@ -7,7 +7,7 @@ import json
 import dagster as dg
 import pytest
 
-from kb.source_parsers import TransientParseError, split_frontmatter
+from kb.telegram.source_parsers import TransientParseError, split_frontmatter
 from kb_assets.telegram.sources import MAX_TRANSIENT_RETRIES, OVERRIDE_TAG, TRANSIENT_WAITS_S, parsed_sources
 from kb.duckdb_store import DuckDBStore
 from kb.settings import get_settings
@@ -287,7 +287,7 @@ def test_an_approved_source_is_searchable_at_once_and_a_rejected_one_only_after_
     dg.materialize([wiki_index], instance=dagster, resources={
         "wiki": WikiResource.from_settings(), "embedder": EmbedderResource.from_settings(backend="hash"),
         "lance": ChunkIndexResource.from_settings()})
-    from kb.search import search
+    from kb.index.search import search
     hits = search("replays the log after a crash", limit=10).hits
     kinds = {(x.best_source, x.best_ref) for x in hits}
     assert {("telegram", path), ("wiki", "wiki/sources/write-ahead-logging.md")} <= kinds
@@ -299,8 +299,8 @@ def test_kb_index_rebuild_puts_approved_sources_back_and_leaves_rejected_ones_ou
     """`kb index --rebuild` drops every passage; the Telegram sources that
     were in the index come back, with the embedder of the settings."""
     from kb.apps.sync import rebuild_index
-    from kb.lance_index import CHUNKS, ChunkIndex
-    from kb.search import search
+    from kb.index.lance_index import CHUNKS, ChunkIndex
+    from kb.index.search import search
 
     monkeypatch.setenv("KB_EMBED_BACKEND", "hash")  # the model of the rebuild
     dagster = h.instance()  # the instance under KB_HOME, which `kb index` uses

@@ -15,7 +15,7 @@ import dagster as dg
 import pytest
 
 from kb.duckdb_store import DuckDBStore, insert_rows
-from kb.lance_index import ChunkIndex
+from kb.index.lance_index import ChunkIndex
 from kb.sample_data import sample_pages
 from kb.urls import normalize_url
 from kb_assets.index.chunks import SourceText
@@ -264,7 +264,7 @@ def test_a_bookmark_that_cannot_be_embedded_is_named_and_the_rest_is_indexed(mon
 
 
 def test_kb_normalize_rebuilds_the_tables_from_every_raw_page(capsys):
-    from kb.raw_store import RawStore
+    from kb.x.raw_store import RawStore
 
     assert kb("import", "--no-link", "--no-image", "--no-video", *map(str, sample_pages()[:2])) == 0
     before = rows("SELECT tweet_id, batch, text FROM bookmarks ORDER BY tweet_id")

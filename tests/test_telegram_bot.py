@@ -9,9 +9,9 @@ import json
 import pytest
 
 from kb.settings import get_settings
-from kb import telegram_replies as replies
+from kb.telegram import replies
 from kb.apps.bot_runner import dagster_reader, main
-from kb.telegram_inbox import Inbox, telegram_item_id
+from kb.telegram.inbox import Inbox, telegram_item_id
 from tests import fake_telegram as tg
 from tests import source_helpers as h
 from tests.fake_telegram import FakeTelegram, converse
@@ -253,7 +253,7 @@ def test_run_sets_the_command_menu_and_writes_the_manifest_with_the_telegram_ids
 def test_redaction_removes_the_token_from_text_and_log_records():
     import logging
 
-    from kb.telegram_token import RedactingFilter, redact
+    from kb.telegram.bot_token import RedactingFilter, redact
 
     assert redact(f"GET http://h/file/bot{TOKEN}/x.pdf failed", TOKEN) == "GET http://h/file/bot<redacted>/x.pdf failed"
     assert redact("secret half TEST-SECRET-TOKEN", TOKEN) == "secret half <redacted>"
@@ -273,7 +273,7 @@ def test_text_of_control_characters_only_is_too_short():
     and a real text keeps its words without them."""
     from types import SimpleNamespace
 
-    from kb.telegram_intake import Accepted, Refused, classify
+    from kb.telegram.intake import Accepted, Refused, classify
 
     empty = classify(SimpleNamespace(text="\x00" * 60 + "\u200b" * 10, entities=None))
     assert isinstance(empty, Refused) and "too short" in empty.reply
@@ -288,7 +288,7 @@ def test_a_link_sent_to_the_bot_is_searchable_and_the_owner_hears_that_it_waits(
     sensor sends one "waiting" notice as a reply to the message."""
     import dagster as dg
 
-    from kb.telegram_notifier import notification_text
+    from kb.telegram.notifier import notification_text
     from kb_resources.services import TelegramNotifierResource
     from kb_resources.stores import InboxResource
     from mcp_server import server

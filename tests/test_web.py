@@ -2,7 +2,7 @@
 against the app on loopback, over a small real LanceDB index and wiki folder
 that the tests build. The hash embedder makes the vectors, so no model loads.
 
-The JSON endpoints and the shared reader (kb/reading.py) are tested
+The JSON endpoints and the shared reader (kb/index/reading.py) are tested
 through HTTP too, without the browser."""
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ import uvicorn
 from starlette.testclient import TestClient
 
 from kb.apps.web import create_app
-from kb.bookmark_folders import folder_rows, replace_folders
+from kb.index.folders import folder_rows, replace_folders
 from kb.apps.web.reader import WikiReader
 from kb.apps.web.wiki_html import render_markdown
 from kb.wiki_files import wiki_page_files
 from kb_assets.index.wiki_index import page_rows
-from kb.embedder import Embedder
-from kb.lance_index import ChunkIndex
+from kb.index.embedder import Embedder
+from kb.index.lance_index import ChunkIndex
 from kb.settings import Settings
-from kb.reading import PAGE_WORDS
+from kb.index.reading import PAGE_WORDS
 
 pytestmark = pytest.mark.browser
 
@@ -234,7 +234,7 @@ def server(settings):
 def browser(settings):
     from playwright.sync_api import sync_playwright
 
-    from kb.browser import chromium_launch_options
+    from kb.x.browser import chromium_launch_options
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(**chromium_launch_options(settings.chromium_executable(), headless=True))

@@ -31,9 +31,9 @@ from kb_assets.wiki.wiki_pages import (
 )
 from kb_assets.wiki.page_checks import wiki_quality
 from kb.duckdb_store import DuckDBStore
-from kb.wiki_checks import check_wiki
-from kb.wiki_repo import SNAPSHOT_MESSAGE, Wiki
-from kb.wiki_agent import WikiAgent, tool_deny_reason
+from kb.wiki.checks import check_wiki
+from kb.wiki.repo import SNAPSHOT_MESSAGE, Wiki
+from kb.wiki.agent import WikiAgent, tool_deny_reason
 from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 from tests.fake_anthropic import FakeAnthropic, Stall, bash, report, result_text, text, tool_use, write
 from kb_resources.services import WikiAgentResource

@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from kb.wiki_checks import FINDING_KINDS, check_wiki, findings_count, format_findings
-from kb.wiki_repo import Wiki
+from kb.wiki.checks import FINDING_KINDS, check_wiki, findings_count, format_findings
+from kb.wiki.repo import Wiki
 
 SOURCE = """\
 ---
@@ -211,7 +211,7 @@ def test_raw_files_lock_keeps_intake_writes_out_of_an_ingest(tmp_path):
     import threading
     import time as _time
 
-    from kb.wiki_repo import raw_files_lock
+    from kb.wiki.repo import raw_files_lock
 
     wiki_dir = tmp_path / "wiki"
     events: list[str] = []

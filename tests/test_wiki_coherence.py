@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kb.wiki_checks import check_wiki
-from kb.wiki_coherence import (DUPLICATE_COSINE, DUPLICATE_GAP, SUPPORT_COSINE, _pieces, content_words, disagreement,
+from kb.wiki.checks import check_wiki
+from kb.wiki.coherence import (DUPLICATE_COSINE, DUPLICATE_GAP, SUPPORT_COSINE, _pieces, content_words, disagreement,
                                local_embed, name_key, nearest_pairs)
 from tests.shared_data import shared_path
 
@@ -121,7 +121,7 @@ def test_duplicates_by_name_alias_and_definition_and_merged_page_is_quiet(tmp_pa
 def test_duplicate_rule_on_the_kept_pairs(embed):
     """DUPLICATE_COSINE and DUPLICATE_GAP, measured: the definitions of the
     pairs in tests/data, one small wiki per kind, go through the rule of the
-    check. The figures are those that kb/wiki_coherence.py gives; without
+    check. The figures are those that kb/wiki/coherence.py gives; without
     the gap, the rule takes more near neighbours."""
     pairs = json.loads(PAIRS.read_text())["pairs"]
     assert sum(p[3] for p in pairs) >= 20 and sum(not p[3] for p in pairs) >= 20

@@ -21,7 +21,7 @@ import dagster as dg
 import pytest
 
 from kb.settings import get_settings, redact_secrets, secret_values
-from kb.wiki_repo import Wiki
+from kb.wiki.repo import Wiki
 from kb_resources.stores import WikiResource
 from tests.loopback import LoopbackServer, QuietHandler
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from kb.duckdb_store import DuckDBStore, insert_rows, writer_lock_path
-from kb.lance_index import ChunkIndex
+from kb.index.lance_index import ChunkIndex
 from kb.urls import normalize_url
 from kb.writer_lock import WriterLockTimeout
 from tests import source_helpers as h
@@ -89,8 +89,8 @@ def test_lancedb_writes_of_two_processes_take_turns(hasher):
     no commit conflict, and every row of both lands."""
     script = textwrap.dedent("""
         import sys
-        from kb.embedder import Embedder
-        from kb.lance_index import ChunkIndex
+        from kb.index.embedder import Embedder
+        from kb.index.lance_index import ChunkIndex
         index, embedder = ChunkIndex.from_settings(), Embedder.from_settings(backend="hash")
         prefix = sys.argv[1]
         for n in range(8):
@@ -138,7 +138,7 @@ class HeldFile(LoopbackServer):
 
 
 def test_a_telegram_source_is_searchable_while_an_x_stage_fetches_in_another_process(monkeypatch):
-    from kb.search import search
+    from kb.index.search import search
 
     monkeypatch.setenv("KB_EMBED_BACKEND", "hash")
     monkeypatch.setenv("KB_BROWSER_TIMEOUT_S", "300")  # the fetch waits until the test releases it

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 import pytest
 
 from kb.urls import normalize_url, url_host
-from kb.x_graphql import (
+from kb.x.graphql import (
     PageShapeError,
     article_plain_text,
     entry_kind,
@@ -383,7 +383,7 @@ def test_video_variant_choice_ignores_the_playlist():
 # --- folders and threads -------------------------------------------------------------
 
 def test_the_folder_list_reads_ids_and_names_and_refuses_odd_ids():
-    from kb.x_graphql import FOLDER_LIST, answer_kind, parse_folder_list
+    from kb.x.graphql import FOLDER_LIST, answer_kind, parse_folder_list
     from tests.x_fixtures import TWILLOT_FOLDERS, folder_list_answer
 
     answer = folder_list_answer()
@@ -399,7 +399,7 @@ def test_the_folder_list_reads_ids_and_names_and_refuses_odd_ids():
 
 
 def test_a_folder_timeline_is_read_under_the_documented_key_and_under_another():
-    from kb.x_graphql import FOLDER_TIMELINE, answer_kind
+    from kb.x.graphql import FOLDER_TIMELINE, answer_kind
     from tests.x_fixtures import folder_page
 
     documented = folder_page([entry("1649191520250245121")])
@@ -415,7 +415,7 @@ def test_a_folder_timeline_is_read_under_the_documented_key_and_under_another():
 
 
 def test_the_authors_thread_is_the_chain_of_their_own_replies():
-    from kb.x_graphql import TWEET_DETAIL, answer_kind, author_thread, focal_post_id, parse_thread
+    from kb.x.graphql import TWEET_DETAIL, answer_kind, author_thread, focal_post_id, parse_thread
 
     payload = json.loads(x_fixture("raw_tweet_details.json").read_text())
     assert answer_kind(payload) == TWEET_DETAIL and focal_post_id(payload) == "1649191520250245121"

@@ -2,7 +2,7 @@
 
 With no files, the report covers every sync batch under KB_HOME/raw/x. With
 files, it covers just those raw Bookmarks pages. Both read the pages with the
-same parser as the normalize assets (kb.x_graphql.parse_page), so the
+same parser as the normalize assets (kb.x.graphql.parse_page), so the
 report shows what the assets would store.
 
 The report reads raw files only, never DuckDB: it works while a sync holds
@@ -19,8 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kb_assets.x.bookmarks import BatchRows, read_batch, removal_sweep_allowed
-from kb.x_graphql import PageShapeError, load_page, parse_page
-from kb.raw_store import RawStore
+from kb.x.graphql import PageShapeError, load_page, parse_page
+from kb.x.raw_store import RawStore
 from kb.settings import Settings
 
 FILES_BATCH = "<files>"

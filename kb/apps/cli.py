@@ -126,8 +126,8 @@ def inspect(pages: tuple[str, ...], as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with a `hits` list.")
 def search(query, limit, author, source, after, before, folder, mode, rerank, as_json) -> None:
     """Search bookmarks: hybrid (vector + BM25), one best passage per bookmark."""
-    from kb.rerank import RerankError
-    from kb.search import search as run_search
+    from kb.index.rerank import RerankError
+    from kb.index.search import search as run_search
 
     try:
         response = run_search(query, limit=limit, author=author, source=source, after=after,
@@ -225,7 +225,7 @@ def status(as_json: bool) -> None:
 @click.option("--url", help="The page's address, for relative links and site rules.")
 def extract_file(path: str, url: str | None) -> None:
     """Print the main text that the chunker would see for one saved HTML file."""
-    from kb.extract import extract_file as extract
+    from kb.enrich.extract import extract_file as extract
 
     try:
         click.echo(extract(Path(path), url))
@@ -244,7 +244,7 @@ def wiki() -> None:
 def wiki_check(path: str | None, as_json: bool) -> None:
     """Deterministic checks of a wiki folder: dangling links, orphans, stubs,
     index.md against the files, frontmatter, claims without a citation."""
-    from kb.wiki_checks import check_wiki, findings_count, format_findings
+    from kb.wiki.checks import check_wiki, findings_count, format_findings
     from kb.settings import get_settings
 
     try:
@@ -353,7 +353,7 @@ def eval_group() -> None:
 def eval_retrieval(folder: str, split: str, mode: str, rerank: bool, as_json: bool) -> None:
     """nDCG@10, Recall@100 and median query time on a BEIR-format folder."""
     from kb.apps.eval_retrieval import evaluate
-    from kb.rerank import RerankError
+    from kb.index.rerank import RerankError
 
     modes = ["bm25", "dense", "hybrid"] if mode == "all" else [mode]
     try:

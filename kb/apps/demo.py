@@ -28,7 +28,7 @@ def run_demo(home: Path) -> int:
     os.environ["KB_EMBED_BACKEND"] = "local"
 
     from kb.apps.printing import print_hits, print_stage_line, print_sync_report
-    from kb.search import search
+    from kb.index.search import search
     from kb.apps.sync import run_sync
 
     click.echo(f"kb demo: KB_HOME is {home}")

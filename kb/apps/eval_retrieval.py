@@ -2,7 +2,7 @@
 
 Each corpus document becomes one "bookmark": its title and text are cut by
 chunk_text(), embedded by the Embedder (with its cache), written by
-ChunkIndex.replace_chunks() and searched by kb.search.search(). So the
+ChunkIndex.replace_chunks() and searched by kb.index.search.search(). So the
 figures measure the code that answers the owner, not a copy of it.
 
 Folder layout (BEIR):
@@ -26,10 +26,10 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from kb.chunking import DEFAULT_MAX_WORDS, chunk_text
-from kb.search import DEFAULT_FUSION, MODES, search
-from kb.embedder import Embedder
-from kb.lance_index import ChunkIndex
+from kb.index.chunking import DEFAULT_MAX_WORDS, chunk_text
+from kb.index.search import DEFAULT_FUSION, MODES, search
+from kb.index.embedder import Embedder
+from kb.index.lance_index import ChunkIndex
 
 INDEX_BATCH = 1000  # documents per replace_chunks call
 

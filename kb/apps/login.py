@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kb.browser import BrowserNotFound, chromium_launch_options, is_x_host
+from kb.x.browser import BrowserNotFound, chromium_launch_options, is_x_host
 from kb.atomic_files import write_atomic
 from kb.settings import Settings
 

@@ -104,7 +104,7 @@ def run_normalize(*, on_stage: OnStage = None) -> SyncReport:
     instance does not know (a restore without the Dagster home) is added."""
     import dagster as dg
 
-    from kb.raw_store import RawStore
+    from kb.x.raw_store import RawStore
     from kb_assets.partitions import sync_batches
 
     on_disk = sorted(RawStore.from_settings().batches())

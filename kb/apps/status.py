@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import duckdb as duckdb_lib
 
-from kb.lance_index import empty_index_note
+from kb.index.lance_index import empty_index_note
 from kb.settings import Settings, get_settings
 
 
@@ -99,7 +99,7 @@ def _enrichment_coverage(conn) -> dict:
 
 
 def _capture_counts(settings: Settings) -> dict:
-    from kb.raw_store import RawStore
+    from kb.x.raw_store import RawStore
 
     counts = RawStore.from_settings(settings).capture_counts()
     # kb status calls the last complete capture the last sync.
@@ -107,7 +107,7 @@ def _capture_counts(settings: Settings) -> dict:
 
 
 def _index_counts() -> dict:
-    from kb.lance_index import ChunkIndex
+    from kb.index.lance_index import ChunkIndex
 
     try:
         return ChunkIndex.from_settings().counts()
@@ -117,7 +117,7 @@ def _index_counts() -> dict:
 
 def _embedder_readiness(settings: Settings) -> tuple[bool, str]:
     """Ollama and its model, and the local model, in one line."""
-    from kb.embedder import Embedder
+    from kb.index.embedder import Embedder
 
     report = Embedder.from_settings(settings).readiness()
     ollama, local = report["ollama"], report["local"]
@@ -128,13 +128,13 @@ def _embedder_readiness(settings: Settings) -> tuple[bool, str]:
 
 
 def _services(settings: Settings) -> dict:
-    from kb.browser import Browser
-    from kb.gate import QualityGate
-    from kb.transcriber import Transcriber
-    from kb.translator import Translator
-    from kb.vision import Captioner
-    from kb.wiki_agent import WikiAgent
-    from kb.telegram_token import readiness as telegram_readiness
+    from kb.x.browser import Browser
+    from kb.telegram.gate import QualityGate
+    from kb.enrich.transcriber import Transcriber
+    from kb.enrich.translator import Translator
+    from kb.enrich.vision import Captioner
+    from kb.wiki.agent import WikiAgent
+    from kb.telegram.bot_token import readiness as telegram_readiness
 
     checks = {
         # Browser.readiness() covers the X login state too, and never shows its content.
@@ -169,13 +169,13 @@ def _wiki_state(settings: Settings) -> dict:
         return {"sources": {}, "waiting": [], "failed": []}
     import dagster as dg
 
-    from kb.wiki_agent import WikiAgent
+    from kb.wiki.agent import WikiAgent
     from kb_assets.wiki.wiki_pages import wiki_status
     from kb_assets.instance_config import ensure_dagster_home
 
     ensure_dagster_home(settings)
     with dg.DagsterInstance.get() as instance:
-        from kb.wiki_agent import WikiAgent
+        from kb.wiki.agent import WikiAgent
 
         state = wiki_status(instance, WikiAgent.from_settings(settings))
     state.pop("agent", None)  # the services list shows it
@@ -183,7 +183,7 @@ def _wiki_state(settings: Settings) -> dict:
 
 
 def _purpose_state(settings: Settings) -> dict:
-    from kb.gate import purpose_is_default
+    from kb.telegram.gate import purpose_is_default
 
     path = settings.wiki_dir / "purpose.md"
     return {"written": not purpose_is_default(settings.wiki_dir), "path": str(path)}
@@ -195,7 +195,7 @@ PURPOSE_HINT = ("  purpose.md is not written yet: write {path}. Until you do, th
 
 
 def collect_status(settings: Settings | None = None) -> dict:
-    from kb.telegram_notifier import recent_notices
+    from kb.telegram.notifier import recent_notices
 
     settings = settings or get_settings()
     from kb.settings import CONFIG_DIR, settings_file

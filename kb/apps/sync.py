@@ -172,7 +172,7 @@ def stage_error(error) -> str:
         error = error.cause
     line = _first_line(error.message)
     prefix, _, rest = line.partition(": ")
-    # "kb.lance_index.IndexModelMismatch: The index ...": the owner needs the sentence only.
+    # "kb.index.lance_index.IndexModelMismatch: The index ...": the owner needs the sentence only.
     return rest if rest and prefix.split(".")[-1] == error.cls_name else line
 
 
@@ -342,7 +342,7 @@ def rebuild_index(*, rebuild: bool = True, exclude: list[str] | None = None,
     source again (one run of `source_index_job` each). Texts that the vector
     cache holds for the model are not embedded again. `exclude`: source kinds
     to take out of the index in this run (the run tag kb/exclude)."""
-    from kb.lance_index import ChunkIndex
+    from kb.index.lance_index import ChunkIndex
 
     if rebuild:
         ChunkIndex.from_settings().rebuild()

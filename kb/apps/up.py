@@ -41,7 +41,7 @@ from pathlib import Path
 import click
 
 from kb.settings import Settings, get_settings
-from kb.telegram_notifier import NotificationError, TelegramNotifier
+from kb.telegram.notifier import NotificationError, TelegramNotifier
 
 CODE_LOCATION = "kb"  # as in workspace.yaml: runs, schedules and sensors keep their names
 CODE_SERVER_HOST = "127.0.0.1"

@@ -57,7 +57,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from kb_assets.enrich.enrichment import failure_line, failure_list, goes_on_after_failure, service_stopped, with_checks
 from kb_assets.run_choices import EXCLUDE_TAG
-from kb.extract import (
+from kb.enrich.extract import (
     Extracted,
     Reason,
     extract_html,
@@ -70,9 +70,9 @@ from kb.extract import (
 )
 from kb_assets.partitions import sync_batches
 from kb.atomic_files import write_atomic
-from kb.browser import Browser, XLoginMissing, navigation_refusal, watch_navigation
+from kb.x.browser import Browser, XLoginMissing, navigation_refusal, watch_navigation
 from kb.fetch_guard import FetchGuard, FetchRefused
-from kb.x_graphql import articles_in
+from kb.x.graphql import articles_in
 from kb.duckdb_store import DuckDBStore, insert_rows
 from kb.settings import Settings, excluded_sources, get_settings
 from kb_resources.services import BrowserResource

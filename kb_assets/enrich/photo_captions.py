@@ -35,7 +35,7 @@ from kb_assets.enrich.enrichment import (ResultWriter, backend_stopped, coverage
                                         goes_on_after_failure, with_checks)
 from kb_assets.partitions import sync_batches
 from kb.settings import get_settings
-from kb.vision import CaptionBackendError, CaptionResult
+from kb.enrich.vision import CaptionBackendError, CaptionResult
 from kb_resources.services import CaptionerResource
 from kb_resources.stores import DuckDBResource
 

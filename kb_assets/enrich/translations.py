@@ -34,7 +34,7 @@ from kb_assets.enrich.enrichment import (ResultWriter, coverage_check, failure_l
                                          service_stopped, with_checks)
 from kb_assets.partitions import sync_batches
 from kb.settings import get_settings
-from kb.translator import TranslateError
+from kb.enrich.translator import TranslateError
 from kb_resources.services import TranslatorResource
 from kb_resources.stores import DuckDBResource
 

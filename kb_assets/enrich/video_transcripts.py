@@ -35,7 +35,7 @@ from kb_assets.enrich.enrichment import (
     ResultWriter, backend_stopped, coverage_check, failure_line, failure_list, failure_reasons, waiting_rows,
     goes_on_after_failure, with_checks)
 from kb_assets.partitions import sync_batches
-from kb.transcriber import TranscribeBackendError, TranscriptResult
+from kb.enrich.transcriber import TranscribeBackendError, TranscriptResult
 from kb_resources.services import TranscriberResource
 from kb_resources.stores import DuckDBResource
 

@@ -11,12 +11,12 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
-from kb.bookmark_folders import folder_rows, replace_folders
-from kb.chunking import word_count
+from kb.index.folders import folder_rows, replace_folders
+from kb.index.chunking import word_count
 from kb.queries import partition_bookmarks
 from kb_assets.run_choices import excluded_in_run
 from kb_assets.partitions import sync_batches
-from kb.lance_index import IndexModelMismatch
+from kb.index.lance_index import IndexModelMismatch
 from kb.settings import get_settings
 from kb_assets.enrich.enrichment import failure_line, failure_list
 from kb_resources.services import EmbedderResource

@@ -15,7 +15,7 @@ import duckdb
 
 from kb_assets.enrich.enrichment import failure_line, failure_list
 from kb_assets.run_choices import excluded_in_run
-from kb.chunking import chunk_text, word_count
+from kb.index.chunking import chunk_text, word_count
 from kb.queries import owned_documents, partition_bookmarks
 from kb_assets.partitions import sync_batches
 from kb.duckdb_store import insert_rows

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from kb.chunking import chunk_text
+from kb.index.chunking import chunk_text
 from kb.wiki_files import WIKI_AUTHOR, WIKI_ID_PREFIX, WIKI_SOURCE, split_frontmatter, wiki_page_files
 from kb_resources.services import EmbedderResource
 from kb_resources.stores import ChunkIndexResource, WikiResource

@@ -4,7 +4,7 @@ Dagster is the only state store of an item: its partition of `sources`,
 the runs of that partition, and the materializations of `gated_sources`
 and `wiki_pages` for it. There is no second table to keep in step.
 
-The states and what they mean: kb/item_states.py.
+The states and what they mean: kb/telegram/item_states.py.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import dagster as dg
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 
-from kb.gate import default_accept_note
-from kb.item_states import ItemState, StateReader
+from kb.telegram.gate import default_accept_note
+from kb.telegram.item_states import ItemState, StateReader
 from kb_assets.keys import GATED_SOURCES, PARTITION_TAG, WIKI_PAGES, WILL_RETRY_TAG
 from kb_assets.partitions import sources
 

@@ -2,7 +2,7 @@
 
 It runs in the intake run right after the gate, next to the wiki ingest
 and independent of it: a source is searchable within a minute, also when
-the wiki agent has no endpoint or fails. See kb/telegram_passages.py for
+the wiki agent has no endpoint or fails. See kb/telegram/passages.py for
 how a source appears in the index.
 
 A rejected or duplicate source is not in the index: the asset removes its
@@ -15,9 +15,9 @@ accepts the source, and this asset indexes it.
 import dagster as dg
 
 from kb.settings import get_settings
-from kb.source_parsers import split_frontmatter
-from kb.telegram_inbox import Inbox
-from kb.telegram_passages import source_card, source_document_id, source_rows
+from kb.telegram.source_parsers import split_frontmatter
+from kb.telegram.inbox import Inbox
+from kb.telegram.passages import source_card, source_document_id, source_rows
 from kb_assets.keys import GATED_SOURCES
 from kb_assets.partitions import sources
 from kb_resources.services import EmbedderResource

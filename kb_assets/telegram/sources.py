@@ -25,7 +25,7 @@ import dagster as dg
 
 from kb_assets.keys import OVERRIDE_TAG, RETRY_ON_ASSET_FAILURE_TAG, SOURCE_PASSAGES, WIKI_PAGES
 from kb_assets.partitions import sources
-from kb.source_parsers import (
+from kb.telegram.source_parsers import (
     ParsedSource,
     PermanentParseError,
     TransientParseError,
@@ -45,13 +45,13 @@ from kb.source_parsers import (
     split_frontmatter,
 )
 from kb.urls import normalize_url
-from kb.browser import Browser
+from kb.x.browser import Browser
 from kb.duckdb_store import DuckDBStore
-from kb.gate import GateVerdict, read_purpose
+from kb.telegram.gate import GateVerdict, read_purpose
 from kb.atomic_files import write_atomic
-from kb.wiki_repo import raw_files_lock
+from kb.wiki.repo import raw_files_lock
 from kb.settings import Settings, get_settings
-from kb.telegram_inbox import Inbox, InboxError, InboxItem
+from kb.telegram.inbox import Inbox, InboxError, InboxItem
 from kb_resources.services import BrowserResource, QualityGateResource
 from kb_resources.stores import DuckDBResource
 

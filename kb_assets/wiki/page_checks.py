@@ -1,11 +1,11 @@
 """The deterministic wiki checks as Dagster asset checks on `wiki_pages`.
-The rules themselves live in kb/wiki_checks.py, so `kb wiki check` and these
+The rules themselves live in kb/wiki/checks.py, so `kb wiki check` and these
 checks give the same findings."""
 
 from kb_assets.keys import WIKI_PAGES
 import dagster as dg
 
-from kb.wiki_checks import FINDING_KINDS, check_wiki
+from kb.wiki.checks import FINDING_KINDS, check_wiki
 from kb_resources.stores import WikiResource
 
 

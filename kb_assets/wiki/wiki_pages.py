@@ -33,12 +33,12 @@ import dagster as dg
 from kb_assets.keys import GATED_SOURCES, WIKI_PAGES
 from kb_assets.partitions import sources
 from kb.wiki_files import read_frontmatter
-from kb.wiki_checks import check_wiki, findings_count
-from kb.wiki_finish import WEEKLY_MAX_WORDS, add_to_index, finish_lint, finish_weekly
+from kb.wiki.checks import check_wiki, findings_count
+from kb.wiki.finish import WEEKLY_MAX_WORDS, add_to_index, finish_lint, finish_weekly
 from kb.duckdb_store import DuckDBStore
 from kb.settings import get_settings
-from kb.wiki_repo import BeforeChange, Verdict, Wiki, raw_files_lock
-from kb.wiki_agent import AgentRun, WikiAgent
+from kb.wiki.repo import BeforeChange, Verdict, Wiki, raw_files_lock
+from kb.wiki.agent import AgentRun, WikiAgent
 from kb_resources.services import WikiAgentResource
 from kb_resources.stores import DuckDBResource, WikiResource
 

@@ -47,9 +47,9 @@ import pyarrow as pa
 from kb_assets.keys import X_RAW_PAGES
 from kb_assets.partitions import sync_batches
 from kb.urls import normalize_url
-from kb.x_graphql import (FOLDER_TIMELINE, PageShapeError, ParsedPage, ParsedThread, load_page, parse_folder_list,
+from kb.x.graphql import (FOLDER_TIMELINE, PageShapeError, ParsedPage, ParsedThread, load_page, parse_folder_list,
                           parse_page, parse_thread)
-from kb.raw_store import CaptureManifest, RawAnswer, RawStore
+from kb.x.raw_store import CaptureManifest, RawAnswer, RawStore
 from kb.settings import get_settings
 from kb_resources.stores import DuckDBResource, RawStoreResource
 

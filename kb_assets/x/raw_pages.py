@@ -32,7 +32,7 @@ watermark, so the next sync goes back over the same ground, and normalize
 must not mark bookmarks removed after an incomplete `full` capture.
 
 After a capture that met the watermark or the end, two more reads follow in
-the same browser (kb/raw_store.py names their files):
+the same browser (kb/x/raw_store.py names their files):
 - Folders (KB_CAPTURE_FOLDERS). The bookmarks page asks for the folder list
   (BookmarkFoldersSlice); the capture keeps it, then opens each folder
   (/i/bookmarks/<id>) and scrolls it to its end, as it scrolls the bookmarks,
@@ -73,11 +73,11 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, Request, Response
 
 from kb_assets.partitions import sync_batches
-from kb.x_graphql import (BOOKMARKS, FOLDER_LIST, FOLDER_TIMELINE, TWEET_DETAIL, PageShapeError, answer_kind,
+from kb.x.graphql import (BOOKMARKS, FOLDER_LIST, FOLDER_TIMELINE, TWEET_DETAIL, PageShapeError, answer_kind,
                           focal_post_id, is_bookmarks_response, load_page, operation_name, parse_folder_list,
                           summarize_page)
-from kb.browser import XContext
-from kb.raw_store import FOLDER_PAGE_FILE, THREAD_FILE, CaptureManifest, RawStore
+from kb.x.browser import XContext
+from kb.x.raw_store import FOLDER_PAGE_FILE, THREAD_FILE, CaptureManifest, RawStore
 from kb.settings import get_settings
 from kb_resources.services import BrowserResource
 from kb_resources.stores import RawStoreResource
@@ -711,7 +711,7 @@ def _pause(x: XContext) -> None:
 
 def import_files(raw_store: RawStore, batch: str, files: list[str], log) -> CaptureProgress:
     """Copy saved answers into the batch, byte for byte, in any order: each
-    gets the file name of its kind (kb/raw_store.py). A file that does not
+    gets the file name of its kind (kb/x/raw_store.py). A file that does not
     parse is kept too, and named with the reason."""
     paths = [Path(f).expanduser() for f in files]
     missing = [str(p) for p in paths if not p.is_file()]

@@ -41,15 +41,15 @@ from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from kb.reading import (DocumentNotFound, SourceKinds, WikiPageNotFound, bookmark_documents, bookmark_sources,
+from kb.index.reading import (DocumentNotFound, SourceKinds, WikiPageNotFound, bookmark_documents, bookmark_sources,
                                media_with_captions, source_list)
 from kb.apps.web.reader import WikiReader, highlight_spans, page_path, query_terms, read_document, snippet
 from kb.apps.web.status_panel import collect_web_status
 from kb.apps.web.wiki_html import render_page
 from kb.wiki_files import WIKI_SOURCE
-from kb.bookmark_folders import folders, folders_of
-from kb.embedder import EmbedderError
-from kb.lance_index import ChunkIndex, IndexModelMismatch, empty_index_note
+from kb.index.folders import folders, folders_of
+from kb.index.embedder import EmbedderError
+from kb.index.lance_index import ChunkIndex, IndexModelMismatch, empty_index_note
 from kb.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ def _source_kinds(request: Request) -> list[str]:
 
 
 def api_search(request: Request) -> KbJSON:
-    from kb.search import search
+    from kb.index.search import search
 
     index = _index(request)
     query = _param(request, "q")
@@ -191,7 +191,7 @@ def api_document(request: Request) -> KbJSON:
 def api_wiki_search(request: Request) -> KbJSON:
     """Wiki pages for a query: through the index with the search function
     of the bookmarks when the index holds the wiki, else over the files."""
-    from kb.search import search
+    from kb.index.search import search
 
     wiki: WikiReader = request.app.state.wiki
     query = _param(request, "q") or ""
@@ -279,7 +279,7 @@ def create_app(settings: Settings | None = None, *, allowed_hosts: list[str] | N
     app.state.status_lock = threading.Lock()
     app.state.status_cache = None
     if warm_up:
-        from kb.search import warm_up as warm_up_search
+        from kb.index.search import warm_up as warm_up_search
 
         warm_up_search(app.state.index)
     return app
@@ -328,7 +328,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, settings: Settings
                     "It has no login.", host)
         if host in ("0.0.0.0", "::"):
             allowed = ["*"]
-    from kb.embedder import use_cpu_threads
+    from kb.index.embedder import use_cpu_threads
 
     # A serving process: one CPU thread for the query model, as kb-mcp
     # (see use_cpu_threads). kb web serves the relayed kb-mcp sessions too.

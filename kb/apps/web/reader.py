@@ -1,7 +1,7 @@
 """What the search page reads: documents from the LanceDB index, pages from
 the wiki folder. Never DuckDB.
 
-Documents are read and paged through kb/reading.py, as the MCP tool
+Documents are read and paged through kb/index/reading.py, as the MCP tool
 read_document reads and pages them: the same id gives the same passages in
 the same reading order, and a page of the web and a page of the MCP tool
 with the same offset hold the same words.
@@ -22,10 +22,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kb.reading import WikiPageNotFound, page_of, resolve_document
-from kb.wiki_checks import WIKILINK
+from kb.index.reading import WikiPageNotFound, page_of, resolve_document
+from kb.wiki.checks import WIKILINK
 from kb.wiki_files import is_wiki_page, split_frontmatter, wiki_page_files
-from kb.lance_index import ChunkIndex
+from kb.index.lance_index import ChunkIndex
 
 TOKEN = re.compile(r"\w+", re.UNICODE)
 STOP_WORDS = frozenset(
@@ -131,7 +131,7 @@ class WikiReader:
     def resolver(self):
         """A function from a wikilink to a page path (or None), over the pages
         as they are now: one folder scan for all links of a page. The rules
-        of kb/wiki_checks.py: a path under wiki/ without .md (`wiki/`
+        of kb/wiki/checks.py: a path under wiki/ without .md (`wiki/`
         in front is allowed), a file at the top, or a bare name that exactly
         one page has (Obsidian resolves it so)."""
         paths = {page.path for page in self.pages()}

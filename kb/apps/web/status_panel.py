@@ -21,8 +21,8 @@ import httpx
 
 from kb.apps.web.reader import WikiReader
 from kb.wiki_files import WIKI_SOURCE
-from kb.lance_index import BOOKMARKS, CHUNKS, ChunkIndex
-from kb.raw_store import RawStore
+from kb.index.lance_index import BOOKMARKS, CHUNKS, ChunkIndex
+from kb.x.raw_store import RawStore
 from kb.settings import Settings
 
 SERVICE_TIMEOUT_S = 1.0
@@ -155,7 +155,7 @@ def service_readiness(settings: Settings, index: ChunkIndex) -> dict:
 def _query_embedder(settings: Settings, index: ChunkIndex) -> dict:
     """Whether the search page can embed a query with the index's model.
     It checks that the model is there; it does not load it."""
-    from kb.embedder import EmbedderError, local_model_path, ollama_models
+    from kb.index.embedder import EmbedderError, local_model_path, ollama_models
 
     info = index.model_info() if index.exists() else None
     if info is None:
@@ -181,7 +181,7 @@ def _query_embedder(settings: Settings, index: ChunkIndex) -> dict:
 
 
 def _browser() -> dict:
-    from kb.browser import Browser
+    from kb.x.browser import Browser
 
     try:
         ready, detail = Browser.from_settings().readiness()

@@ -20,7 +20,7 @@ from markdown.inlinepatterns import InlineProcessor
 from markdown.treeprocessors import Treeprocessor
 
 from kb.apps.web.reader import WikiPage, WikiReader
-from kb.wiki_checks import WIKILINK
+from kb.wiki.checks import WIKILINK
 
 # Not "extra": its attr_list lets a page set any attribute ({: onclick=...})
 # and its md_in_html lets raw HTML back in.

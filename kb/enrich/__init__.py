@@ -1,0 +1,1 @@
+"""Enrichment: the text behind links (extraction), photos (vision), videos (transcripts), translation."""

@@ -1,0 +1,1041 @@
+"""The one search function for the CLI, the MCP server and any UI.
+
+Modes:
+- `bm25`: LanceDB's native full-text index (BM25).
+- `dense`: cosine similarity of embedding vectors.
+- `hybrid` (default): both, fused.
+
+Fusion (hybrid): each list's scores are scaled to [0, 1] over the
+candidates (min-max) and summed with equal weights ("convex combination").
+Unlike reciprocal rank fusion, it keeps the size of the gaps between scores:
+when BM25 puts one passage far above the rest (a rare word matched), the
+gap survives, where rank fusion would give it the same credit as a narrow
+lead. Plain RRF stays available as `fusion="rrf"`. On SciFact it gives
+nDCG@10 0.735 against 0.713 for RRF (figures in benchmarks/index_and_retrieval.md).
+
+Exact words first:
+- A passage that holds the exact query phrase (or every "quoted phrase")
+  ranks above the passages that do not.
+- A rare word is one that at most RARE_SHARE of the passages hold (at least
+  RARE_MIN): a name, an identifier, a CVE number. An embedding model has
+  never seen such a word, so semantic neighbours can outscore the one
+  passage that holds it. For a keyword query (at most KEYWORD_QUERY_WORDS
+  content words), the passages that hold every rare word rank first. For a
+  longer query, the best such passage is kept among the first RARE_SLOT hits.
+
+Deep search (`rerank=True`): a cross-encoder reads the query with a window
+of each of the first RERANK_TOP hits and sorts them again (kb/index/rerank.py).
+It gives a better order (SciFact nDCG@10: see kb/index/rerank.py), but it adds 1 to
+3 s on 2 cores, so it is off by default. In a keyword query or a query with a
+"quoted phrase", the exact-word hits keep their places (exact_words_lead()).
+
+Results: one best passage per bookmark, with chunk_count and word_count of
+everything behind the bookmark. With `tweet_id` or `ref` set (read one
+document), results are passages of that document, best first.
+
+Filters apply before ranking (prefilter), so `source="video", limit=3`
+returns 3 hits when 3 videos exist. On a table with a vector index, a dense
+search under a filter that leaves few rows is exact; under a wider filter
+it scans enough partitions to fill its list (_dense()). `folder` keeps to the bookmarks of one
+bookmark folder, by its current name or its id (kb/index/folders.py). The serving side reads LanceDB only and
+never opens DuckDB, so search works while a sync writes.
+
+Speed: a search reads one table version, as a Lance dataset (pylance, not
+LanceDB's query builders: see ChunkIndex.dataset()). The two retrievers and
+the rare-word look-ups give row ids and scores only; they run at the same
+time. The other columns of the candidates and of the hits come from memory
+(ChunkIndex.passage_rows()), not from reads by row id. The candidates
+are plain objects: the rules read one column of each (from Python lists)
+and the text of those that a rule must look at, lowered once per search.
+The result of a rare-word look-up is kept with the rows of the table
+version, by filter and word, so a word looked up before costs no Lance
+query until the next version. A server (warm_up()) also counts, once per
+data fragment and source, the passages that hold each word: a query word
+that surely more than rare_max passages hold is not rare, and needs no
+look-up (_skip_common_words()). A new table version counts its new
+fragments on a thread of its own. A table without a vector index (fewer
+rows than kb_vector_index_min_rows) is searched in numpy from its vectors
+in memory, with the same distance and order as Lance. Figures:
+benchmarks/index_and_retrieval.md.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from array import array
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timezone
+from functools import lru_cache
+
+import numpy as np
+from lance.query import FullTextOperator, MatchQuery
+
+from kb.index.folders import folder_members
+from kb.index.embedder import Embedder
+from kb.index.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, PassageRows, empty_index_note, sql_in, sql_str,
+                            to_utc, vector_partitions, vector_probes)
+from kb.index.rerank import RERANK_TOP, WordRarity, load_model, new_order, window_for, words_of
+from kb.settings import get_settings
+from kb.index.stop_words import FTS_STOP_WORDS, STOP_WORDS
+
+MODES = ("bm25", "dense", "hybrid")
+FUSION_METHODS = ("convex", "rrf")
+DEFAULT_FUSION = "convex"
+MAX_LIMIT = 100
+RRF_K = 60
+# A query word is rare when at most this share of the passages holds it
+# (but never fewer than RARE_MIN passages). One small full-text look-up per
+# query word finds out, for at most MAX_PROBES words per query: the words that
+# the fewest lexical hits hold. A word that the word counts show in more
+# passages needs no look-up (_skip_common_words()).
+RARE_SHARE = 0.001
+RARE_MIN = 3
+MAX_PROBES = 3
+# On a large table the look-ups start with the lexical query, before it
+# tells which words the fewest hits hold, for queries of at most this many
+# words: up to 2 look-ups more than MAX_PROBES, but they run while the
+# dense query runs. After the lexical list, at 100k passages, 3 look-ups
+# added about 3 to 7 ms to each query of 4 or 5 words.
+EARLY_PROBES = MAX_PROBES + 2
+# A query of at most this many content words is a keyword look-up: passages
+# that hold all its rare words rank first. A longer query is a question or a
+# description: the best passage that holds all its rare words is kept among
+# the first RARE_SLOT hits, and the fusion orders the rest. (On SciFact,
+# pinning such passages first for long queries cost 0.02 nDCG@10; the slot
+# costs nothing.)
+KEYWORD_QUERY_WORDS = 4
+RARE_SLOT = 3
+# Passages fetched from each retriever before grouping by bookmark. Several
+# passages of one bookmark can fill the list, so it is deeper than `limit`.
+MIN_DEPTH = 100
+MAX_DEPTH = 300
+DEPTH_PER_HIT = 2
+# A dense search with a filter, on a table with a vector index (_dense()):
+# when the filter leaves at most this many rows, the search scans every
+# partition: an exact search of those rows. At 100,000 passages that cost
+# at most 2 times the CPU of the usual 20 partitions (11 ms against 6 ms
+# for 10,000 rows left; benchmarks/filters_and_scripts.md), and 20
+# partitions found only 65% of the exact top 200 there.
+EXACT_FILTER_ROWS = 10_000
+# Above it: the partitions that hold about this many times k rows of the
+# filter, if its rows lie evenly in them.
+FILTER_PROBE_SAFETY = 2
+# A dense query with this many partitions scans them all (Lance clips it).
+ALL_PARTITIONS = 1 << 20
+ROWS_LEFT_KEPT = 256  # filter counts kept (_rows_left())
+
+RESULT_COLUMNS = ["chunk_id", "tweet_id", "url", "author", "created_at", "source", "ref", "position",
+                  "text", "source_text", "word_count", "lang", "bookmark_chunks", "bookmark_words"]
+# The retrievers give the row id and the score only. Grouping reads one
+# column of each candidate from memory (the tweet id; source, ref and
+# position when one document is read), the rules read the text of the
+# candidates that they must look at, and the other result columns are read
+# only for the hits shown (benchmarks/index_and_retrieval.md).
+ROW_ID = "_rowid"
+# The whole query counts as an exact phrase only when it is this short. A
+# long question never occurs word for word, so the check would cost time
+# for nothing.
+MAX_PHRASE_WORDS = 8
+# LanceDB runs a query in native code and releases the GIL, so the lexical
+# and the vector query (and the rare-word look-ups) run at the same time.
+# One worker for each query of a search: the lexical list, the dense list and
+# the rare-word look-ups; none waits for a free worker.
+_POOL = ThreadPoolExecutor(max_workers=2 + EARLY_PROBES, thread_name_prefix="kb-search")
+# The token limit of the full-text index (tantivy's filter, as
+# lance_index.fts_config() sets it up).
+FTS_MAX_TOKEN = 40
+QUOTED = re.compile(r'"([^"]+)"')
+TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass
+class Hit:
+    tweet_id: str
+    url: str
+    author: str
+    created_at: str | None
+    score: float
+    best_source: str
+    best_chunk: str
+    best_ref: str
+    chunk_count: int
+    word_count: int
+    media: list = field(default_factory=list)
+    lang: str = ""
+    best_source_text: str = ""
+    best_position: int = 0
+    chunk_id: str = ""
+    exact_match: bool = False
+    rerank_score: float | None = None  # the cross-encoder's score, for the hits that it sorted (rerank=True)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class SearchResponse:
+    query: str
+    mode: str
+    hits: list[Hit]
+    limit: int
+    filters: dict
+    model: str | None = None
+    last_sync: str | None = None
+    took_ms: float = 0.0
+    note: str | None = None  # set when there is nothing to search: what to do
+    rerank: bool = False  # the cross-encoder sorted the first hits again (kb.index.rerank)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["hits"] = [h.to_dict() for h in self.hits]
+        return out
+
+
+@dataclass(slots=True)
+class _Candidate:
+    # slots: a search makes about 200 of them; plain attributes, no dict each.
+    row_id: int  # in the pinned table version of this search
+    key: object = None  # tweet id; (source, ref, position) when one document is read
+    dense: float | None = None  # cosine similarity
+    bm25: float | None = None
+    dense_rank: int | None = None
+    bm25_rank: int | None = None
+    score: float = 0.0
+    exact: bool = False  # holds the exact query phrase
+    rare: bool = False  # holds every rare query word
+    rerank: float | None = None  # the cross-encoder's score (rerank=True)
+
+
+def search(
+    query: str,
+    *,
+    limit: int = 10,
+    author: str | None = None,
+    source: str | list[str] | None = None,
+    after: str | date | datetime | None = None,
+    before: str | date | datetime | None = None,
+    mode: str = "hybrid",
+    tweet_id: str | None = None,
+    ref: str | None = None,
+    folder: str | None = None,
+    index: ChunkIndex | None = None,
+    embedder: Embedder | None = None,
+    fusion: str = DEFAULT_FUSION,
+    query_vector: np.ndarray | None = None,
+    rerank: bool = False,
+) -> SearchResponse:
+    """Search the index. See the module text for modes, fusion and filters.
+
+    `after` is inclusive and `before` exclusive, on the post date (UTC); a
+    date means its midnight UTC. `query_vector` skips the query embedding
+    (the evaluation uses it to time the search alone). `rerank`: a deep
+    search; a cross-encoder sorts the first kb.index.rerank.RERANK_TOP hits again
+    (about 1.5 s more on 2 cores; see kb/index/rerank.py)."""
+    started = time.perf_counter()
+    query = _check_query(query)
+    limit = _check_limit(limit)
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} is unknown: use one of {', '.join(MODES)}")
+    if fusion not in FUSION_METHODS:
+        raise ValueError(f"fusion={fusion!r} is unknown: use one of {', '.join(FUSION_METHODS)}")
+    after_dt = to_utc(after, name="after")
+    before_dt = to_utc(before, name="before")
+    sources = _sources(source)
+    folder = " ".join(folder.split()) if isinstance(folder, str) and folder.strip() else None
+    filters = {"author": author, "source": source, "after": after_dt and after_dt.isoformat(),
+               "before": before_dt and before_dt.isoformat(), "tweet_id": tweet_id, "ref": ref, "folder": folder}
+
+    index = index or ChunkIndex.from_settings()
+
+    # One pinned version for the whole search: the row ids stay valid.
+    table = index.dataset(CHUNKS)
+    schema = table.schema if table is not None else None
+    meta = index.meta(table, schema=schema)
+    response = SearchResponse(query=query, mode=mode, hits=[], limit=limit, filters=filters,
+                              model=meta.get("model"), last_sync=meta.get("last_sync"), rerank=rerank)
+    if table is None:
+        response.note = empty_index_note(index.path)
+        response.took_ms = _ms(started)
+        return response
+    in_folder = folder_members(index, folder) if folder else None
+    if in_folder == []:  # the folder holds no bookmark: nothing can match
+        response.took_ms = _ms(started)
+        return response
+    where = _where(author=author, sources=sources, after=after_dt, before=before_dt, tweet_id=tweet_id, ref=ref,
+                   tweet_ids=in_folder)
+
+    index.check_schema(schema=schema)
+    rows = index.passage_rows(table)
+    _count_new_fragments(rows)
+    texts = _LowerTexts(rows)
+    per_document = tweet_id is not None or ref is not None
+    depth = min(MAX_DEPTH, max(MIN_DEPTH, limit * DEPTH_PER_HIT))
+    table_rows = table.count_rows()
+    phrases = _phrases(query)
+    only_sources = not (author or after_dt or before_dt or tweet_id is not None or ref is not None or folder)
+
+    def start_dense(vector: np.ndarray):
+        if rows.vectors is not None and only_sources:
+            return _Done(_exact_dense(rows.vectors, vector, depth, sources or None))
+        return _POOL.submit(_dense, table, vector, where, depth, table_rows)
+
+    dense_rows = lexical_rows = early_probes = None
+    wants_dense = mode in ("dense", "hybrid")
+    if wants_dense and query_vector is not None:
+        dense_rows = start_dense(query_vector)
+    if mode in ("bm25", "hybrid"):
+        # The full-text query and the rare-word look-ups start on worker
+        # threads before the query embedding below, and run while this thread
+        # embeds the query (all of them release the GIL).
+        lexical_rows = _POOL.submit(_bm25, table, query, where, depth)
+        words = _rare_candidates(query)
+        if only_sources:
+            _skip_common_words(rows, words, where, table_rows, sources or None)
+        if 0 < len(words) <= EARLY_PROBES and _rare_max(table_rows) >= depth:
+            # Few words, and no count in the lexical list can show that one
+            # is common (it holds at most `depth` hits): each word is looked
+            # up (see _rare_word_passages), so the look-ups need not wait
+            # for the lexical list. Of more than MAX_PROBES words, the count
+            # then chooses the ones whose look-ups are used.
+            early_probes = _probe(table, rows, table_rows, words, where)
+    if wants_dense and dense_rows is None:
+        dense_rows = start_dense(_embed_query(query, index, schema, embedder))
+
+    # Candidates by row id. The retrievers give row ids and scores only.
+    candidates: dict[int, _Candidate] = {}
+    if dense_rows is not None:
+        for rank, (row_id, distance) in enumerate(dense_rows.result()):
+            cand = candidates.setdefault(row_id, _Candidate(row_id))
+            cand.dense, cand.dense_rank = 1.0 - distance, rank
+    rare_ids: set[int] | None = None
+    lexical: list[tuple[int, float]] = []
+    if lexical_rows is not None:
+        lexical = lexical_rows.result()
+        for rank, (row_id, score) in enumerate(lexical):
+            cand = candidates.setdefault(row_id, _Candidate(row_id))
+            cand.bm25, cand.bm25_rank = score, rank
+        rare_ids = _rare_word_passages(table, rows, table_rows, query, where, lexical, candidates, early_probes,
+                                       texts)
+
+    cands = list(candidates.values())
+    ids = [c.row_id for c in cands]
+    if per_document:
+        keys = zip(*(rows.column(name, ids) for name in ("source", "ref", "position")))
+    else:
+        keys = rows.column("tweet_id", ids)
+    for cand, key in zip(cands, keys):
+        cand.key = key
+    # A passage that holds the exact phrase holds every query word, so the
+    # full-text query matched it: when that list was not cut at the depth,
+    # only its passages can hold the phrase.
+    if phrases:
+        lexical_cut = lexical_rows is None or len(lexical) >= depth or not _indexed_words(query)
+        if lexical_cut:
+            looked_at = cands
+        else:
+            lexical_ids = {row_id for row_id, _ in lexical}
+            looked_at = [c for c in cands if c.row_id in lexical_ids]
+        holds_phrases = _PhraseTest(phrases)
+        for cand, text in zip(looked_at, texts.lowered([c.row_id for c in looked_at])):
+            cand.exact = holds_phrases(text)
+
+    _score(cands, mode, fusion)
+    keyword_query = _is_keyword_query(query)
+    if rare_ids:
+        for cand in cands:
+            cand.rare = cand.row_id in rare_ids
+    # A deep search sorts the first RERANK_TOP again, also when fewer are shown.
+    picked = max(limit, RERANK_TOP) if rerank else limit
+    if keyword_query:
+        ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.rare, c.score), reverse=True)
+        chosen = _pick(ranked, picked)
+    else:
+        ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.score), reverse=True)
+        chosen = _keep_rare_in_top(ranked, _pick(ranked, picked), picked)
+    if rerank:
+        chosen = _reranked(query, rows, chosen, per_document)[:limit]
+    response.hits = _hits(index, rows, chosen)
+    response.took_ms = _ms(started)
+    return response
+
+
+def warm_up(index: ChunkIndex | None = None, *, mode: str = "hybrid") -> float | None:
+    """Run one search, so that a server loads the query embedder and the
+    index parts that a search reads before it says that it is ready. Else
+    the first query pays for them (the query model load, and the index
+    parts that each query reads). mode="bm25" warms all but the embedder.
+
+    Returns the seconds it took, or None when the index is empty or the
+    search failed. Never raises: the first real search reports the error."""
+    started = time.perf_counter()
+    index = index or ChunkIndex.from_settings()
+    try:
+        table = index.dataset(CHUNKS)
+        if table is None:
+            return None
+        # Load the vector and full-text indexes into the readers' cache: else
+        # each query loads the parts that it reads (at 100k passages, the
+        # first queries took 1.5 times the CPU of the later ones).
+        for name in sorted({ix.name for ix in table.describe_indices() if ix.field_names in (["vector"], ["text"])}):
+            table.prewarm_index(name)
+        # The word counts, so that no search looks up a common word. At
+        # 100,000 passages they take 7 to 10 s of CPU, so they run on their
+        # own thread: the server says that it is ready before they end (until
+        # then a search looks up more words, as without counts).
+        rows = index.passage_rows(table)
+        rows.words_of = _words_of
+        _count_new_fragments(rows)
+        search("warm up", index=index, limit=1, mode=mode)
+    except Exception as exc:  # noqa: BLE001 - a server must start without it
+        import logging
+
+        logging.getLogger(__name__).warning("The search did not warm up: %s", exc)
+        return None
+    return time.perf_counter() - started
+
+
+# --- input checks ------------------------------------------------------------
+def _check_query(query: str) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("query is empty: give words to search for")
+    return " ".join(query.split())
+
+
+def _check_limit(limit: int) -> int:
+    try:
+        limit = int(limit)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"limit={limit!r} is not a whole number") from exc
+    if limit < 1:
+        raise ValueError(f"limit={limit} must be 1 or more")
+    return min(limit, MAX_LIMIT)
+
+
+def _sources(source: str | list[str] | None) -> list[str]:
+    if source is None or source == "":
+        return []
+    items = source.split(",") if isinstance(source, str) else list(source)
+    return [s.strip().lower() for s in items if s and s.strip()]
+
+
+def _where(*, author, sources, after, before, tweet_id, ref, tweet_ids=None) -> str | None:
+    parts = []
+    if author:
+        parts.append(f"lower(author) = {sql_str(author.strip().lstrip('@').lower())}")
+    if sources:
+        parts.append(sql_in("source", sources))
+    if after:
+        parts.append(f"created_at >= timestamp {sql_str(after.strftime('%Y-%m-%dT%H:%M:%S.%fZ'))}")
+    if before:
+        parts.append(f"created_at < timestamp {sql_str(before.strftime('%Y-%m-%dT%H:%M:%S.%fZ'))}")
+    if tweet_id is not None:
+        parts.append(f"tweet_id = {sql_str(str(tweet_id))}")
+    if ref is not None:
+        parts.append(f"ref = {sql_str(ref)}")
+    if tweet_ids:  # the bookmarks of a folder
+        parts.append(sql_in("tweet_id", tweet_ids))
+    return " AND ".join(parts) or None
+
+
+# --- retrieval ---------------------------------------------------------------
+def _embed_query(query: str, index: ChunkIndex, schema, embedder: Embedder | None) -> np.ndarray:
+    if embedder is None:
+        return _default_embedder(index, schema).embed_query(query)
+    return index.embedder_for(embedder, schema=schema).embed_query(query)
+
+
+_DEFAULT_EMBEDDERS: dict[tuple, Embedder] = {}
+
+
+def _default_embedder(index: ChunkIndex, schema) -> Embedder:
+    """The embedder of the settings for an index that records this model,
+    made and checked once: making it and checking it against the index cost
+    about 1 ms per search (kb-mcp and kb web call search() with no embedder).
+    The settings object is new when the environment changes (get_settings()),
+    so a new KB_HOME or backend gets a new embedder."""
+    settings = get_settings()
+    key = (id(settings), index.model_info(schema=schema))
+    embedder = _DEFAULT_EMBEDDERS.get(key)
+    if embedder is None:
+        embedder = index.embedder_for(Embedder.from_settings(settings), schema=schema)
+        if len(_DEFAULT_EMBEDDERS) >= 8:
+            _DEFAULT_EMBEDDERS.clear()
+        _DEFAULT_EMBEDDERS[key] = embedder
+    return embedder
+
+
+def embedder_for_index(info: tuple[str, int] | None) -> Embedder:
+    """The default embedder for a search of an index that holds `info`
+    (model, dimension): see Embedder.keeping_to."""
+    return Embedder.from_settings().keeping_to(info[0] if info else None)
+
+
+def _dense(table, vector: np.ndarray, where: str | None, depth: int, table_rows: int) -> list[tuple[int, float]]:
+    """(row id, distance) of the nearest passages, nearest first.
+
+    Without a vector index, Lance compares every vector (of the rows that the
+    filter leaves): the search is exact. With the IVF index, a search without
+    a filter scans the nearest vector_probes() partitions. A filter applies
+    first (prefilter), so the nearest partitions can hold too few of its
+    rows: with 20 of 141 partitions and 200 rows of one author among 20,000,
+    a search found 29 of them (benchmarks/filters_and_scripts.md). So:
+    - when the filter leaves at most EXACT_FILTER_ROWS rows: every partition,
+      which is an exact search of those rows (IVF_FLAT keeps whole vectors);
+    - above that: enough partitions to hold about FILTER_PROBE_SAFETY times
+      `depth` rows of the filter, and every partition when they still hold
+      fewer than `depth`. So a filter never loses a hit that it leaves."""
+    probes = vector_probes(table_rows)
+    if not where or not _has_vector_index(table):
+        return _nearest(table, vector, where, depth, probes)
+    left = _rows_left(table, where)
+    if left <= EXACT_FILTER_ROWS:
+        return _nearest(table, vector, where, depth, ALL_PARTITIONS)
+    found = _nearest(table, vector, where, depth, _filter_probes(table_rows, left, depth))
+    if len(found) < depth:
+        found = _nearest(table, vector, where, depth, ALL_PARTITIONS)
+    return found
+
+
+def _nearest(table, vector: np.ndarray, where: str | None, depth: int, probes: int) -> list[tuple[int, float]]:
+    """One vector query: (row id, distance), nearest first."""
+    # Unit vectors: dot distance (1 - dot product) is cosine distance, cheaper.
+    # probes: used only when the IVF index exists. Minimum and maximum
+    # equal: Lance 13 raises any lower minimum to every partition when k > 10
+    # (its heuristic for an open maximum).
+    nearest = {"column": "vector", "q": np.asarray(vector, dtype=np.float32), "k": depth, "metric": "dot",
+               "minimum_nprobes": probes, "maximum_nprobes": probes}
+    result = table.to_table(columns=["_distance"], with_row_id=True, nearest=nearest, filter=where,
+                            prefilter=bool(where), disable_scoring_autoprojection=True)
+    return list(zip(result.column(ROW_ID).to_pylist(), result.column("_distance").to_pylist()))
+
+
+def _has_vector_index(table) -> bool:
+    # The dataset keeps its index list: about 7 us a call.
+    return any(ix.field_names == ["vector"] for ix in table.describe_indices())
+
+
+def _filter_probes(table_rows: int, left: int, depth: int) -> int:
+    """Partitions that hold about FILTER_PROBE_SAFETY x depth of the `left`
+    rows of a filter, when they lie evenly in the partitions; at least
+    vector_probes()."""
+    partitions = vector_partitions(table_rows)
+    wanted = math.ceil(partitions * depth * FILTER_PROBE_SAFETY / max(left, 1))
+    return max(vector_probes(table_rows), min(partitions, wanted))
+
+
+_ROWS_LEFT: dict[tuple, int] = {}
+
+
+def _rows_left(table, where: str) -> int:
+    """The rows that `where` leaves in this table version, counted up to
+    EXACT_FILTER_ROWS + 1. A scan of row ids: the scalar indexes serve
+    tweet_id, created_at and source; the author test reads its column (at
+    100,000 passages about 3 ms of CPU, at 1,000,000 about 17 ms). The count
+    is kept per table and version: the MCP server gives each search the same
+    source filter. A table made again (kb index --rebuild) counts its
+    versions from 1 again, so a kept count can be of the old table: it only
+    chooses the number of partitions, and _dense() scans every partition
+    when they give fewer than k rows."""
+    key = (table.uri, table.version, where)
+    left = _ROWS_LEFT.get(key)
+    if left is None:
+        left = table.to_table(columns=[], with_row_id=True, filter=where, limit=EXACT_FILTER_ROWS + 1).num_rows
+        if len(_ROWS_LEFT) >= ROWS_LEFT_KEPT:
+            _ROWS_LEFT.clear()
+        _ROWS_LEFT[key] = left
+    return left
+
+
+def _exact_dense(vectors: tuple[np.ndarray, np.ndarray, np.ndarray], vector: np.ndarray, depth: int,
+                 sources: list[str] | None = None) -> list[tuple[int, float]]:
+    """(row id, distance) of the nearest passages, nearest first, from the
+    vectors in memory: the exact search that Lance makes on a table without
+    a vector index, with the same dot distance (1 - dot product), without
+    the fixed cost of a Lance query (1 to 2 ms, also on 43 rows). sources:
+    only the passages of these kinds, as the filter `source IN (...)` (the
+    MCP server sets it when the index holds wiki pages)."""
+    row_ids, matrix, kinds = vectors
+    distance = 1.0 - matrix @ np.asarray(vector, dtype=np.float32)
+    if sources is not None:
+        keep = np.flatnonzero(np.isin(kinds, np.asarray(sources, dtype=object)))
+        row_ids, distance = row_ids[keep], distance[keep]
+    # Equal distances in row id order, as Lance gives them (the table has
+    # fewer rows than a vector index needs: a full sort costs little).
+    nearest = np.lexsort((row_ids, distance))[:depth]
+    return list(zip(row_ids[nearest].tolist(), distance[nearest].tolist()))
+
+
+class _Done:
+    """A result at hand, with the interface of a Future."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def result(self):
+        return self._value
+
+
+class _LowerTexts:
+    """The lowered text of the candidates, read once per search: the
+    rare-word count and the phrase test read the same texts. Lowering and
+    reading each text twice cost about 1 ms per query at 10,000 passages."""
+
+    def __init__(self, rows: PassageRows):
+        self._rows = rows
+        self._lowered: dict[int, str] = {}
+
+    def lowered(self, row_ids: list[int]) -> list[str]:
+        missing = [r for r in row_ids if r not in self._lowered]
+        if missing:
+            for row_id, text in zip(missing, self._rows.column("text", missing)):
+                self._lowered[row_id] = text.lower()
+        return [self._lowered[r] for r in row_ids]
+
+
+def _bm25(table, query: str, where: str | None, depth: int) -> list[tuple[int, float]]:
+    """(row id, BM25 score) of the best lexical matches, best first."""
+    plain = QUOTED.sub(lambda m: m.group(1), query)
+    if not TOKEN.search(plain):
+        return []
+    rows = _fts(table, plain, where, depth)
+    quoted = [p for p in QUOTED.findall(query) if len(TOKEN.findall(p)) > 1]
+    if quoted:
+        # Quoted phrases: also fetch the passages that hold all their words,
+        # which a long OR-query may rank below the depth. The phrase check
+        # on the text then finds the exact ones. (The index keeps no token
+        # positions, so it cannot match a phrase itself: positions made its
+        # build 4 times slower and each query 2 times slower.)
+        seen = {row_id for row_id, _ in rows}
+        for phrase in quoted:
+            for row_id, score in _fts(table, MatchQuery(phrase, "text", operator=FullTextOperator.AND), where, depth):
+                if row_id not in seen:
+                    seen.add(row_id)
+                    rows.append((row_id, score))
+        rows.sort(key=lambda r: r[1], reverse=True)
+    return rows
+
+
+def _fts(table, query: str | MatchQuery, where: str | None, depth: int) -> list[tuple[int, float]]:
+    """(row id, BM25 score) of a full-text query on the text column, best first."""
+    text_query = query if isinstance(query, MatchQuery) else {"query": query, "columns": ["text"]}
+    result = table.to_table(columns=["_score"], with_row_id=True, full_text_query=text_query, limit=depth,
+                            filter=where, prefilter=bool(where), disable_scoring_autoprojection=True)
+    return list(zip(result.column(ROW_ID).to_pylist(), result.column("_score").to_pylist()))
+
+
+def _rare_candidates(query: str) -> list[str]:
+    """The query words that may be rare: no stop word, not one letter."""
+    words: dict[str, None] = {}
+    for word in TOKEN.findall(QUOTED.sub(lambda m: m.group(1), query).lower()):
+        if word not in STOP_WORDS and len(word) > 1:
+            words[word] = None
+    return list(words)
+
+
+def _rare_max(table_rows: int) -> int:
+    return max(RARE_MIN, int(table_rows * RARE_SHARE))
+
+
+# The look-up results kept per table version: at most this many words and
+# this many row ids in all (8 bytes each: at most 16 MB), so that a long-lived
+# server on a large table does not grow without a limit.
+WORD_CACHE_WORDS = 20_000
+WORD_CACHE_IDS = 2_000_000
+
+
+def _words_of(text: str) -> set[str]:
+    """The words of a text as the rare-word rule sees them: the whole words
+    that _holds_word() finds in the lowered text."""
+    return set(TOKEN.findall(text.lower()))
+
+
+# A thread of its own counts the words of the new data fragments of a table
+# version (a sync's new passages; all of them after a compaction), so that
+# no search waits for the count. Until it ends, the search looks up more
+# words. A daemon thread: a server that stops does not wait for a count (an
+# executor's worker would hold the exit for up to 10 s at 100k passages).
+# The lock lets one count run at a time.
+_COUNTING = threading.Lock()
+
+
+def _count_new_fragments(rows: PassageRows) -> None:
+    """Count the words of the fragments of a new table version that have no
+    counts yet, when the index counts words (warm_up() starts that: a server
+    does; a one-off search from the command line does not wait seconds for
+    it)."""
+    if rows.uncounted() and not rows.counting_started:
+        rows.counting_started = True
+        threading.Thread(target=_count_words, args=(rows,), name="kb-word-count", daemon=True).start()
+
+
+def _count_words(rows: PassageRows) -> None:
+    with _COUNTING:
+        rows.count_words()
+
+
+def wait_for_word_counts(index: ChunkIndex, timeout: float) -> bool:
+    """Wait until the word counts of the newest table version are made (after
+    warm_up()). True when they are; False after `timeout` seconds. For
+    benchmarks and tests, which measure the steady state."""
+    deadline = time.monotonic() + timeout
+    while True:
+        table = index.dataset(CHUNKS)
+        rows = index.passage_rows(table) if table is not None else None
+        if rows is None or not rows.uncounted():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _skip_common_words(rows: PassageRows, words: list[str], where: str | None, table_rows: int,
+                       sources: list[str] | None) -> None:
+    """Keep the answer "not rare" (None) for each query word that the word
+    counts show in more than rare_max passages: its look-up would find more
+    than rare_max passages, so it needs none. The look-up matches the stem of
+    the word, so it finds at least the passages that hold the word itself.
+    Why: a look-up costs about 1.6 ms of CPU, and on a large table each query
+    word is looked up (the lexical list cannot show a common word).
+
+    `where`: no filter, or the filter of `sources` alone (the MCP server and
+    kb web leave out the wiki pages so): the counts are per source. Only for
+    an ASCII word: for such a word, the words of the count (runs of re's
+    word characters) and those of the full-text index (runs of Unicode
+    letters and digits) have the same limits. (A mark of another script
+    that touches the word can still make them differ; the count in the
+    lexical list has the same limit.)"""
+    if rows.words_of is None:
+        return
+    rare_max = _rare_max(table_rows)
+    kept = rows.word_holders
+    for word in words:
+        if ((where, word) not in kept and word.isascii() and len(kept) < WORD_CACHE_WORDS
+                and rows.least_holders(word, sources) > rare_max):
+            kept[(where, word)] = None
+
+
+def _probe(table, rows: PassageRows, table_rows: int, words: list[str], where: str | None) -> list[tuple]:
+    """One full-text look-up per word: at most rare_max + 1 passages each.
+    A word that a search with the same filter looked up before on this
+    table version needs no look-up: its result is in rows.word_holders, by
+    filter and word (the same version and filter give the same result).
+    Each look-up costs about 1.6 ms of CPU."""
+    known = rows.word_holders
+    return [(word, known[(where, word)], None) if (where, word) in known
+            else (word, None, _POOL.submit(_fts, table, word, where, _rare_max(table_rows) + 1)) for word in words]
+
+
+def _holders(rows: PassageRows, probe: tuple, rare_max: int, where: str | None) -> list[int] | None:
+    """The row ids of the passages that hold the word of this look-up, best
+    first, or None when it is absent (or a stop word to the index) or common."""
+    word, known, future = probe
+    if future is None:
+        return None if known is None else known.tolist()
+    found = future.result()
+    ids = [row_id for row_id, _ in found] if found and len(found) <= rare_max else None
+    kept = rows.word_holders
+    if len(kept) < WORD_CACHE_WORDS:
+        if ids is None:
+            kept[(where, word)] = None
+        elif rows.word_ids_kept + len(ids) <= WORD_CACHE_IDS:
+            kept[(where, word)] = array("Q", ids)  # 8 bytes an id; a tuple of ints takes 40
+            rows.word_ids_kept += len(ids)
+    return ids
+
+
+def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, where: str | None,
+                        lexical: list[tuple[int, float]], candidates: dict[int, _Candidate],
+                        probes: list[tuple] | None, texts: _LowerTexts) -> set[int] | None:
+    """Row ids of the passages that hold every rare word of the query, or
+    None when the query has no rare word. Those passages join the candidates,
+    so a rare word is found even when neither list ranked its passage.
+    probes: the look-ups of every query word, when they already started."""
+    rare_max = _rare_max(table_rows)
+    held_by = dict.fromkeys(_rare_candidates(query), 0)
+    known = rows.word_holders
+    if all((where, word) in known and known[(where, word)] is None for word in held_by):
+        # No word is rare (an empty query too): whichever words the count
+        # below chose, the answer is None. The count costs about 0.5 ms for
+        # a query of 5 words.
+        return None
+    if probes is None or len(probes) > MAX_PROBES:
+        started = {probe[0]: probe for probe in probes or ()}
+        maybe_rare = _words_to_look_up(rows, held_by, rare_max, where, lexical, texts)
+        for word, (_, _, future) in started.items():
+            if future is not None and word not in maybe_rare:
+                future.cancel()  # started early, but not one of the words chosen by the count
+        if not maybe_rare:
+            return None
+        new = iter(_probe(table, rows, table_rows, [w for w in maybe_rare if w not in started], where))
+        probes = [started[w] if w in started else next(new) for w in maybe_rare]
+    holders: set[int] | None = None
+    for probe in probes:
+        ids = _holders(rows, probe, rare_max, where)
+        if ids is None:
+            continue
+        for row_id in ids:
+            if row_id not in candidates:
+                candidates[row_id] = _Candidate(row_id)
+        holders = set(ids) if holders is None else holders & set(ids)
+    return holders
+
+
+def _words_to_look_up(rows: PassageRows, held_by: dict[str, int], rare_max: int, where: str | None,
+                      lexical: list[tuple[int, float]], texts: _LowerTexts) -> list[str]:
+    """The query words that may be rare, at most MAX_PROBES of them, in the
+    order in which their passages join the candidates."""
+    if len(held_by) <= MAX_PROBES and all((where, w) in rows.word_holders for w in held_by):
+        # Every word was looked up before on this version. The count
+        # below would only leave out words that hold more than rare_max
+        # passages, and their stored result is None: the same answer.
+        return list(held_by)
+    # A word that more than rare_max lexical hits hold is not rare: no
+    # look-up needed. (Stemming can hide a hit from this count, never
+    # add one.) The look-up of such a word finds more than rare_max
+    # passages, or none (a stop word of the index), and both are left
+    # out below: the same answer without it. The count reads the text
+    # of the hits (in memory).
+    lowered = texts.lowered([row_id for row_id, _ in lexical])
+    for word in held_by:
+        held_by[word] = sum(1 for text in lowered if _holds_word(text, word))
+    if len(held_by) <= MAX_PROBES:
+        # In the order of the query, as the look-ups that start early:
+        # the passages that they add join the candidates in that order.
+        return [w for w, n in held_by.items() if n <= rare_max]
+    # The words that the fewest lexical hits hold.
+    return [w for _, w in sorted((n, w) for w, n in held_by.items() if n <= rare_max)[:MAX_PROBES]]
+
+
+def _holds_word(text: str, word: str) -> bool:
+    r"""True when `word` (word characters only) is a whole word of `text`:
+    the test of re's r"\bword\b", without a regular expression. Why: str.find
+    skips to each place that holds the letters, where the regular expression
+    tries each place of the text; at 10,000 passages the count took 1.5 ms
+    per query. A word character is one that str.isalnum() accepts, or "_",
+    as re's \w in a str pattern."""
+    end = len(word)
+    at = text.find(word)
+    while at >= 0:
+        after = at + end
+        if ((at == 0 or not _word_char(text[at - 1]))
+                and (after == len(text) or not _word_char(text[after]))):
+            return True
+        at = text.find(word, at + 1)
+    return False
+
+
+def _word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+# --- fusion ------------------------------------------------------------------
+def _score(cands: list[_Candidate], mode: str, fusion: str) -> None:
+    if mode == "dense":
+        for c in cands:
+            c.score = c.dense if c.dense is not None else -1.0
+        return
+    if mode == "bm25":
+        for c in cands:
+            c.score = c.bm25 or 0.0  # a rare-word passage below the depth has none
+        return
+    if fusion == "rrf":
+        for c in cands:
+            c.score = sum(1.0 / (RRF_K + r + 1) for r in (c.dense_rank, c.bm25_rank) if r is not None)
+        return
+    dense = _min_max([c.dense for c in cands])
+    bm25 = _min_max([c.bm25 for c in cands])
+    for c, d, b in zip(cands, dense, bm25):
+        c.score = 0.5 * d + 0.5 * b
+
+
+def _min_max(values: list[float | None]) -> list[float]:
+    """Scores to [0, 1] over this candidate list: the list's best is 1, its
+    worst 0. A passage that the list does not hold scores 0 too."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return [0.0] * len(values)
+    low, high = min(present), max(present)
+    span = high - low or 1.0
+    return [0.0 if v is None else (v - low) / span for v in values]
+
+
+def _indexed_words(query: str) -> list[str]:
+    """The query words that the full-text index holds: not a stop word of
+    its English filter, not longer than its token limit."""
+    return [w for w in TOKEN.findall(query.lower()) if w not in FTS_STOP_WORDS and len(w) <= FTS_MAX_TOKEN]
+
+
+def _phrases(query: str) -> list[str]:
+    quoted = [" ".join(TOKEN.findall(p.lower())) for p in QUOTED.findall(query)]
+    quoted = [p for p in quoted if p]
+    if quoted:
+        return quoted
+    words = TOKEN.findall(query.lower())
+    return [" ".join(words)] if 0 < len(words) <= MAX_PHRASE_WORDS else []
+
+
+def _holds_phrases(text: str, phrases: list[str]) -> bool:
+    """True when the words of each phrase follow each other in the text."""
+    return _PhraseTest(phrases)(text.lower())
+
+
+class _PhraseTest:
+    """The phrase test of one search, for the lowered text of each candidate.
+    Cheap test first: most passages lack a word, and the longest word is most
+    often the one that they lack. The words are split and sorted once per
+    search, not once per text: at 100,000 passages the test of about 200
+    candidates took 1.4 ms of CPU, now about 0.1 ms."""
+
+    def __init__(self, phrases: list[str]):
+        self._phrases = phrases
+        self._words = sorted({word for p in phrases for word in p.split(" ")}, key=len, reverse=True)
+
+    def __call__(self, lowered: str) -> bool:
+        if not self._phrases:
+            return False
+        for word in self._words:
+            if word not in lowered:
+                return False
+        return all(_phrase_pattern(p).search(lowered) for p in self._phrases)
+
+
+@lru_cache(maxsize=1024)
+def _phrase_pattern(phrase: str) -> re.Pattern:
+    # The phrase's words as whole words, with only non-word characters
+    # between them: the same test as joining the text's words (TOKEN) with
+    # spaces and looking for the phrase, without splitting the whole text.
+    # At 10,000 passages the split cost about 3 ms per query.
+    return re.compile(r"\b" + r"\W+".join(map(re.escape, phrase.split(" "))) + r"\b")
+
+
+# --- results -----------------------------------------------------------------
+def _content_words(query: str) -> list[str]:
+    return [w for w in TOKEN.findall(query.lower()) if w not in STOP_WORDS]
+
+
+def _is_keyword_query(query: str) -> bool:
+    """A keyword look-up, not a question (see KEYWORD_QUERY_WORDS)."""
+    return len(_content_words(query)) <= KEYWORD_QUERY_WORDS
+
+
+def _keep_rare_in_top(ranked: list[_Candidate], chosen: list[_Candidate], limit: int) -> list[_Candidate]:
+    """Put the best passage that holds every rare query word among the first
+    RARE_SLOT hits, when it is not there yet."""
+    best = next((c for c in ranked if c.rare), None)
+    if best is None:
+        return chosen
+    position = next((i for i, c in enumerate(chosen) if c.key == best.key), None)
+    if position is not None and position < RARE_SLOT:
+        return chosen
+    rest = [c for c in chosen if c.key != best.key]
+    slot = min(RARE_SLOT - 1, len(rest))
+    return (rest[:slot] + [best] + rest[slot:])[:limit]
+
+
+def _pick(ranked: list[_Candidate], limit: int) -> list[_Candidate]:
+    # One document read: its passages (key: source, ref, position). Else:
+    # one passage per bookmark (key: tweet id).
+    chosen: list[_Candidate] = []
+    seen: set = set()
+    for cand in ranked:
+        key = cand.key
+        if key in seen:
+            continue
+        seen.add(key)
+        chosen.append(cand)
+        if len(chosen) == limit:
+            break
+    return chosen
+
+
+def _hits(index: ChunkIndex, rows: PassageRows, chosen: list[_Candidate]) -> list[Hit]:
+    if not chosen:
+        return []
+    found = rows.get(sorted({c.row_id for c in chosen}), RESULT_COLUMNS)
+    cards = index.bookmarks(sorted({row["tweet_id"] for row in found.values()}))
+    hits = []
+    for cand in chosen:
+        row = found[cand.row_id]
+        card = cards.get(row["tweet_id"], {})
+        created = row["created_at"]
+        hits.append(Hit(
+            tweet_id=row["tweet_id"],
+            url=row["url"] or card.get("url", ""),
+            author=row["author"] or card.get("author", ""),
+            created_at=created.astimezone(timezone.utc).isoformat() if created else card.get("created_at"),
+            score=round(float(cand.score), 6),
+            best_source=row["source"],
+            best_chunk=row["text"],
+            best_ref=row["ref"],
+            chunk_count=int(row["bookmark_chunks"] or 1),
+            word_count=int(row["bookmark_words"] or row["word_count"] or 0),
+            media=card.get("media") or [],
+            lang=row["lang"] or card.get("lang", ""),
+            best_source_text=row["source_text"] or "",
+            best_position=int(row["position"] or 0),
+            chunk_id=row["chunk_id"],
+            exact_match=cand.exact or cand.rare,
+            rerank_score=None if cand.rerank is None else round(cand.rerank, 6),
+        ))
+    return hits
+
+
+# --- deep search ---------------------------------------------------------------
+def exact_words_lead(query: str) -> bool:
+    """True when the hits with the exact words (Hit.exact_match) keep their
+    places in a deep search: a keyword query, or a query with a "quoted
+    phrase". There the owner asks for those words. In a longer query, a rare
+    word is one word of a question, and the cross-encoder, which reads the
+    whole text, orders all the first hits: on SciFact, hits kept in place
+    there cost nDCG@10 (benchmarks/index_and_retrieval.md)."""
+    return _is_keyword_query(query) or bool(QUOTED.search(query))
+
+
+def _reranked(query: str, rows: PassageRows, chosen: list[_Candidate], per_document: bool) -> list[_Candidate]:
+    """The first RERANK_TOP hits in the cross-encoder's order (kb.index.rerank).
+    The model loads at the first deep search of a process, so a search
+    without rerank never loads it."""
+    head = chosen[:RERANK_TOP]
+    if not head:
+        return chosen
+    if rows.word_rarity is None:
+        rows.word_rarity = WordRarity.of_sample(rows.texts())
+    query_words = words_of(query)
+    windows = [window_for(query_words, texts, rows.word_rarity) for texts in _texts_behind(rows, head, per_document)]
+    scores = load_model().score(query, windows).tolist()
+    for cand, score in zip(head, scores):
+        cand.rerank = score
+    keep = exact_words_lead(query)
+    order = new_order(scores, [c.score for c in head], [keep and (c.exact or c.rare) for c in head])
+    return [head[i] for i in order] + chosen[len(head):]
+
+
+def _texts_behind(rows: PassageRows, head: list[_Candidate], per_document: bool) -> list[list[list[str]]]:
+    """For each hit: its texts, each as its passages in order. A bookmark hit:
+    every text of the bookmark (its post, article, linked pages...), the
+    text of the hit's passage first. A hit of one document read: its passage."""
+    if per_document:
+        return [[[text]] for text in rows.column("text", [c.row_id for c in head])]
+    hit_rows = dict(zip((c.row_id for c in head), zip(*(rows.column(n, [c.row_id for c in head])
+                                                          for n in ("source", "ref")))))
+    by_bookmark = rows.rows_of_bookmarks(list(dict.fromkeys(c.key for c in head)))
+    out = []
+    for cand in head:
+        ids = by_bookmark[cand.key]
+        texts: dict[tuple, list[tuple[int, str]]] = {hit_rows[cand.row_id]: []}
+        for source, ref, position, text in zip(*(rows.column(n, ids) for n in ("source", "ref", "position", "text"))):
+            texts.setdefault((source, ref), []).append((position or 0, text))
+        out.append([[text for _, text in sorted(parts, key=lambda p: p[0])] for parts in texts.values() if parts])
+    return out
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 2)
+
+
+__all__ = ["search", "warm_up", "wait_for_word_counts", "exact_words_lead", "SearchResponse", "Hit", "MODES",
+           "FUSION_METHODS", "IndexModelMismatch", "embedder_for_index"]

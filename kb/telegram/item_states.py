@@ -1,0 +1,49 @@
+"""The state of an inbox item, as the bot shows it. No Dagster here.
+
+Dagster is the only state store of an item; kb_assets/telegram/item_state.py
+reads it from the Dagster instance. This module holds only the shape of the
+answer, so that the bot can use it without importing Dagster.
+
+States:
+    received    in the inbox; the inbox sensor has not seen it yet
+    queued      a partition of `sources`; no run has started
+    processing  a run of the partition is queued or running
+    parsed      parsed, but the gate has not run yet
+    retrying    the last run failed and Dagster will run it again
+    failed      the last run failed for good (the error says why)
+    rejected    the quality gate scored it below the threshold
+    duplicate   an earlier item has the same URL or the same words
+    approved    accepted by the gate; the wiki has not run yet
+    waiting     accepted, but the wiki agent has no endpoint (ANTHROPIC_BASE_URL)
+    ingesting   the wiki agent is working on it
+    done        in the wiki (the commit SHA says where)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+STATES = (
+    "received", "queued", "processing", "parsed", "retrying", "failed",
+    "rejected", "duplicate", "approved", "waiting", "ingesting", "done",
+)
+
+
+@dataclass(frozen=True)
+class ItemState:
+    item_id: str
+    state: str
+    error: str | None = None
+    commit: str | None = None
+    score: int | None = None
+    duplicate_of: str | None = None
+    title: str | None = None
+    # Set when every try of the quality gate failed and the score is the
+    # default: the words that say so (kb.telegram.gate.default_accept_note).
+    gate_note: str | None = None
+
+
+# Gives the state of each item id. It blocks (it reads the Dagster instance),
+# so async code runs it in a thread.
+StateReader = Callable[[list[str]], dict[str, ItemState]]

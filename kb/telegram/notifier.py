@@ -1,0 +1,215 @@
+"""Notifications: an item is done, failed, rejected, a duplicate, or waits
+for the wiki agent; a wiki lint or synthesis has a result.
+
+- At most once per item and state, across retries and restarts: a file in
+  inbox/notified/ records each one before it goes out (see
+  Inbox.claim_notification). A send that fails removes the record, so the
+  next sensor tick can try again.
+- A Telegram item gets a reply to the message that brought it. A system
+  item (a file dropped in the inbox) goes to OWNER_CHAT_ID.
+- With no bot token (or no chat to write to), the notification goes to
+  stdout, where `dagster dev` and the daemon's log show it, and to the
+  notices log ($KB_HOME/logs/notices.jsonl), where `kb status` reads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from datetime import datetime, timezone
+
+from pathlib import Path
+
+from pydantic import BaseModel, SecretStr
+
+from kb.settings import Settings, get_settings
+from kb.telegram.inbox import Inbox, InboxItem
+
+log = logging.getLogger(__name__)
+
+NOTIFIED_STATES = ("done", "failed", "rejected", "duplicate", "waiting", "refused")
+MAX_SUMMARY_CHARS = 300
+
+
+class NotificationError(RuntimeError):
+    """The Bot API did not take the notification. The message has no token."""
+
+
+def describe(item: InboxItem | None, item_id: str, title: str | None) -> str:
+    name = title or (item.url if item and item.url else None) or (item.file_name if item else None)
+    return f"{name} (id {item_id})" if name else f"item {item_id}"
+
+
+def notification_text(state: str, what: str, *, error: str | None = None, commit: str | None = None,
+                      score: int | None = None, threshold: int | None = None, reason: str | None = None,
+                      duplicate_of: str | None = None, item_id: str = "", created: list | None = None,
+                      updated: list | None = None, summary: str | None = None, warnings: list | None = None,
+                      gate_note: str = "") -> str:
+    text = _state_text(state, what, error=error, commit=commit, score=score, threshold=threshold, reason=reason,
+                       duplicate_of=duplicate_of, item_id=item_id, created=created, updated=updated,
+                       summary=summary, warnings=warnings)
+    # A source that the gate let in only because every try failed: the owner must know.
+    return f"{text} {gate_note}" if gate_note and state in ("done", "waiting", "refused") else text
+
+
+def _state_text(state: str, what: str, *, error, commit, score, threshold, reason, duplicate_of, item_id, created,
+                updated, summary, warnings) -> str:
+    if state == "done":
+        text = f"done: {what} is in the wiki" + (f" (commit {commit[:12]})" if commit else "") + "."
+        text += f" Pages: {len(created or [])} created, {len(updated or [])} updated."
+        if summary:
+            text += f" Summary: {clip(summary)}"
+        if warnings:
+            text += f" Warnings: {len(warnings)}."
+        return text
+    if state == "waiting":
+        return (f"waiting: {what} is approved and searchable now. The wiki agent has no endpoint "
+                "(ANTHROPIC_BASE_URL), so the wiki ingest waits. Nothing is lost: it starts when you set one.")
+    if state == "failed":
+        return f"failed: {what}: {error or 'no error message'}"
+    if state == "refused":
+        return (f"refused: kb refused the wiki change for {what}: {reason or 'a rule of the wiki'}. "
+                "Nothing of the change is in the wiki. The source stays approved and searchable, "
+                "and kb tries the ingest again.")
+    if state == "rejected":
+        scored = f"score {score} < {threshold}" if score is not None and threshold is not None else "below the threshold"
+        because = f": {reason}" if reason else ""
+        return f"rejected: {what}, {scored}{because}. Send /override {item_id} to ingest it anyway."
+    if state == "duplicate":
+        return f"duplicate: {what} is the same as item {duplicate_of}. Send /override {item_id} to ingest it anyway."
+    raise ValueError(f"no notification for state {state!r}; states: {', '.join(NOTIFIED_STATES)}")
+
+
+def run_ending_text(state: str, job: str, partition: str, reason: str, run_id: str) -> str:
+    """The notice of a run that failed for good or was canceled: the job,
+    the partition and the reason, and the run id for the Dagster UI."""
+    where = f" partition {partition}" if partition else ""
+    return f"{state}: {job}{where}: {clip(reason or 'no error message', 600)} (run {run_id[:8]})"
+
+
+def clip(text: str, limit: int = MAX_SUMMARY_CHARS) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def wiki_result_text(asset: str, partition: str, metadata: dict) -> str:
+    """The notice of a wiki lint, a weekly synthesis or a topic synthesis."""
+    warnings = metadata.get("warnings") or []
+    tail = f" Warnings: {len(warnings)}." if warnings else ""
+    if asset == "wiki_lint":
+        before = metadata.get("findings_by_kind") or {}
+        kinds = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in sorted(before.items()) if n) or "none"
+        found, left = metadata.get("findings_before", 0), metadata.get("findings_after", 0)
+        fixed = max(0, found - left)
+        return (f"lint {partition}: {found} findings ({kinds}); {fixed} fixed, {left} left. "
+                f"Report: wiki/syntheses/lint/{partition}.md.{tail}")
+    if asset == "wiki_synthesis":
+        week = metadata.get("week") or partition
+        themes = clip(metadata.get("summary") or "") or "no summary"
+        return (f"weekly synthesis {week}: {metadata.get('sources', 0)} sources. Themes: {themes} "
+                f"Page: wiki/syntheses/weekly/{week}.md.{tail}")
+    if asset == "wiki_topic_synthesis":
+        topic = metadata.get("topic") or partition
+        summary = clip(metadata.get("summary") or "") or "no summary"
+        return f"topic synthesis {topic}: {summary} Page: wiki/syntheses/topics/{topic}.md.{tail}"
+    raise ValueError(f"no wiki notice for asset {asset!r}")
+
+
+async def _send(api_base: str, token: str, chat_id: int | str, text: str, reply_to: int | None) -> None:
+    # aiogram is imported here, not at the top: every Dagster process imports
+    # this module when it loads the graph, and aiogram's types take about
+    # 4 s to import.
+    from aiogram.types import ReplyParameters
+
+    from kb.telegram.api import bot_at
+
+    bot = bot_at(api_base, token)
+    try:
+        reply = ReplyParameters(message_id=reply_to, allow_sending_without_reply=True) if reply_to else None
+        await bot.send_message(chat_id=chat_id, text=text, reply_parameters=reply)
+    finally:
+        await bot.session.close()
+
+
+class TelegramNotifier(BaseModel):
+    """Sends item notifications through the Bot API (TELEGRAM_BOT_TOKEN,
+    TELEGRAM_API_BASE, OWNER_CHAT_ID)."""
+
+    inbox_dir: str
+    api_base: str
+    bot_token: SecretStr | None = None
+    owner_chat_id: str = ""
+    # Where a notice goes when no bot can send it (`kb status` reads it).
+    notices_log: str = ""
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides) -> TelegramNotifier:
+        s = settings or get_settings()
+        return cls(**{"inbox_dir": str(s.inbox_dir), "api_base": s.telegram_api_base,
+                      "bot_token": s.telegram_bot_token, "owner_chat_id": s.owner_chat_id,
+                      "notices_log": str(notices_log_path(s)), **overrides})
+
+    def notify(self, item_id: str, state: str, text: str, *, chat_id: int | str | None = None) -> bool:
+        """Send once. True when sent now, False when it was sent before.
+        Raises NotificationError when the Bot API refuses it (not recorded).
+        `item_id` names what the notice is about (an inbox item, or a run of
+        the wiki). `chat_id` (the owner who sent /lint, for example) wins
+        over the item's chat and over OWNER_CHAT_ID."""
+        inbox = Inbox(Path(self.inbox_dir))
+        if not inbox.claim_notification(item_id, state):
+            return False
+        item = inbox.find(item_id) if chat_id is None else None
+        token = self.bot_token.get_secret_value().strip() if self.bot_token else ""
+        if chat_id is not None:
+            reply_to = None
+        elif item is not None and not item.is_system:
+            chat_id, reply_to = item.chat_id, item.message_id
+        else:
+            chat_id, reply_to = self.owner_chat_id.strip() or None, None
+        if not token or chat_id is None:
+            print(f"[kb] {text}", flush=True)
+            self._log_unsent(item_id, state, text, "no TELEGRAM_BOT_TOKEN" if not token else "no OWNER_CHAT_ID")
+            return True
+        try:
+            asyncio.run(_send(self.api_base, token, chat_id, text, reply_to))
+        except Exception as exc:  # aiogram and aiohttp raise many kinds
+            from kb.telegram.bot_token import redact
+
+            inbox.release_notification(item_id, state)
+            raise NotificationError(f"notification {state} of item {item_id} not sent: "
+                                    f"{redact(f'{type(exc).__name__}: {exc}', token)}") from None
+        return True
+
+    def _log_unsent(self, key: str, state: str, text: str, why: str) -> None:
+        if not self.notices_log:
+            return
+        path = Path(self.notices_log)
+        record = {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "key": key, "state": state,
+                  "text": text, "not_sent": why}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as log_file:  # one short line: an append is whole
+                log_file.write(json.dumps(record) + "\n")
+        except OSError as exc:
+            log.warning("could not write the notice to %s: %s", path, exc)
+
+
+def notices_log_path(settings: Settings) -> Path:
+    return settings.home / "logs" / "notices.jsonl"
+
+
+def recent_notices(settings: Settings, limit: int = 5) -> list[dict]:
+    """The newest notices that no bot sent, newest last, for `kb status`."""
+    path = notices_log_path(settings)
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    notices = []
+    for line in lines[-limit:]:
+        try:
+            notices.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut by a full disk: the others still count
+    return notices

@@ -1,0 +1,1 @@
+"""The wiki: the git repository, its files and checks, the agent, its playbook and its room."""

@@ -1,0 +1,326 @@
+"""The room that the wiki agent's CLI runs in: a clean environment and,
+where bubblewrap works, a file system that holds only the wiki.
+
+Why a launcher: claude-agent-sdk starts its CLI with `os.environ` merged
+with the `env` that kb passes (subprocess_cli.py, `{**os.environ, ...}`),
+and a run worker holds every key that kb loaded (the resources export them
+to the environment). The SDK has no switch against the merge. So kb gives
+the SDK a launcher as `cli_path`: a small Python program that keeps only the
+variables that this module names and then replaces itself with the CLI
+(`execve`). The CLI never sees another variable.
+
+Why bubblewrap, and not the SDK's `sandbox` settings: those settings wrap
+the Bash tool only, and the wiki agent has no Bash tool. bubblewrap wraps
+the whole CLI. Inside it, the CLI sees the system folders read-only, its own
+binary, a temporary HOME, its config folder, and the wiki folder. The wiki's
+`.git` is an empty folder, and `raw/`, `purpose.md` and `CLAUDE.md` are
+read-only. The owner's settings file, the X login, DuckDB and the rest of
+KB_HOME are not in the room at all, so no tool and no bug of the CLI can
+read them.
+
+Why a relay: the room has no network of its own (`--unshare-net`), only its
+own loopback. The CLI needs one address, the model endpoint. So a small
+program in the room (IN_ROOM_RELAY) listens on the room's loopback and
+passes each connection through a Unix socket to kb (EndpointRelay), and kb
+connects to the endpoint. TLS goes through the relay unchanged: the room's
+/etc/hosts names the endpoint's host as 127.0.0.1, so the CLI checks the
+endpoint's own certificate. Every other address fails in the room: the
+Dagster UI on 127.0.0.1:3000 (no login, it launches runs), the local
+network, 169.254.169.254, and DNS.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+# The only variables that the CLI gets. Each one is here for a reason:
+# - PATH, HOME, TMPDIR, LANG, LC_ALL, TZ: a process needs them to run.
+# - ANTHROPIC_BASE_URL, ANTHROPIC_AUTH_TOKEN, ANTHROPIC_API_KEY: the model
+#   endpoint and its token (kb sets the API key to an empty value).
+# - CLAUDE_CONFIG_DIR and the DISABLE_* and CLAUDE_CODE_* names below: the
+#   CLI's own settings, which kb sets (kb/wiki/agent.py) or the SDK sets
+#   (the entry point, the SDK version, the session-state protocol).
+# A name that is not here never reaches the CLI, whatever its value.
+AGENT_ENV_NAMES = (
+    "PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ", "PWD",
+    "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY",
+    "CLAUDE_CONFIG_DIR",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_TELEMETRY", "DISABLE_ERROR_REPORTING",
+    "DISABLE_AUTOUPDATER", "DISABLE_BUG_COMMAND",
+    "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_AGENT_SDK_VERSION", "CLAUDE_CODE_SDK_READS_SESSION_STATE",
+)
+# The PATH of the CLI: system folders only. The owner's PATH can name a
+# folder in which a stranger's program waits.
+AGENT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+# The system files that a program needs to run and to reach the endpoint by
+# name and by TLS. /etc as a whole is not in the room: it can hold keys.
+SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/sbin")
+SYSTEM_FILES = (
+    "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/passwd", "/etc/group",
+    "/etc/localtime", "/etc/ssl", "/etc/ca-certificates", "/etc/pki",
+)
+# Inside the wiki: what the agent reads but never writes.
+READ_ONLY_IN_WIKI = ("raw", "purpose.md", "CLAUDE.md")
+# Inside the wiki: what the agent never sees.
+HIDDEN_IN_WIKI = (".git",)
+
+LAUNCHER = '''#!{python} -IS
+# Written by kb (kb/wiki/sandbox.py) for each agent run. It keeps only the
+# named variables, then replaces itself with the CLI: no secret of the run
+# worker reaches the CLI's process.
+import json, os, sys
+config = json.loads({config!r})
+env = {{name: os.environ[name] for name in config["names"] if name in os.environ}}
+env.update(config["fixed"])
+argv = config["prefix"] + [config["cli"]] + sys.argv[1:]
+os.execve(argv[0], argv, env)
+'''
+
+
+# Where the relay's files are in the room. A short path: a Unix socket path
+# has at most 107 bytes, and KB_HOME can be deep.
+ROOM_RELAY_DIR = "/run/kb-relay"
+RELAY_SOCKET = "endpoint.sock"
+RELAY_SCRIPT = "relay.py"
+
+IN_ROOM_RELAY = '''# Written by kb (kb/wiki/sandbox.py). It runs in the agent's room, which
+# has no network: it listens on the room's loopback, passes each connection
+# to kb's Unix socket, then replaces itself with the CLI.
+import os, socket, sys, threading
+
+port, path, argv = int(sys.argv[1]), sys.argv[2], sys.argv[4:]
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("127.0.0.1", port))
+listener.listen(64)
+
+
+def pipe(source, target):
+    try:
+        while True:
+            data = source.recv(65536)
+            if not data:
+                break
+            target.sendall(data)
+    except OSError:
+        pass
+    for end in (source, target):
+        try:
+            end.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+if os.fork() == 0:
+    # The relay must not hold the CLI's stdin and stdout: the SDK waits for
+    # their end.
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    while True:
+        client, _ = listener.accept()
+        upstream = socket.socket(socket.AF_UNIX)
+        try:
+            upstream.connect(path)
+        except OSError:
+            client.close()
+            continue
+        threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
+        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+listener.close()
+os.execv(argv[0], argv)
+'''
+
+
+class SandboxError(RuntimeError):
+    """The agent's room cannot be made as the settings ask."""
+
+
+@lru_cache(maxsize=1)
+def bubblewrap_works() -> tuple[bool, str]:
+    """True when `bwrap` is installed and can make a room on this machine
+    (a container without user namespaces cannot). The reason says why not."""
+    bwrap = shutil.which("bwrap")
+    if not bwrap:
+        return False, "bubblewrap is not installed (Debian: apt install bubblewrap)"
+    try:
+        proc = subprocess.run([bwrap, "--ro-bind", "/", "/", "--", "/bin/true"],
+                              capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"bwrap did not start: {exc}"
+    if proc.returncode != 0:
+        return False, f"bwrap cannot make a room here: {proc.stderr.strip()[:200]}"
+    return True, bwrap
+
+
+def sandbox_choice(setting: str) -> tuple[bool, str]:
+    """Whether to use bubblewrap, from KB_AGENT_SANDBOX (auto, bwrap, none).
+    `bwrap` fails when bubblewrap does not work; `auto` uses it when it works."""
+    works, detail = bubblewrap_works()
+    if setting == "none":
+        return False, "KB_AGENT_SANDBOX=none: the agent's CLI runs without bubblewrap"
+    if setting == "bwrap" and not works:
+        raise SandboxError(f"KB_AGENT_SANDBOX=bwrap, but {detail}")
+    if not works:
+        return False, f"the agent's CLI runs without bubblewrap: {detail}"
+    return True, "bubblewrap"
+
+
+def bubblewrap_args(bwrap: str, *, wiki: Path, writable: list[Path], readable: list[Path],
+                    relay: "RoomNetwork | None" = None) -> list[str]:
+    """The bwrap command line in front of the CLI. Later mounts cover earlier
+    ones, so the read-only and hidden parts of the wiki come after the wiki.
+    With a relay, the room has no network and the relay program runs first."""
+    args = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-net", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for folder in SYSTEM_DIRS:
+        if os.path.islink(folder):
+            args += ["--symlink", os.readlink(folder), folder]
+        elif os.path.isdir(folder):
+            args += ["--ro-bind", folder, folder]
+    for path in SYSTEM_FILES:
+        args += ["--ro-bind-try", path, path]
+    for path in readable:
+        args += ["--ro-bind", str(path), str(path)]
+    for path in writable:
+        args += ["--bind", str(path), str(path)]
+    args += ["--bind", str(wiki), str(wiki)]
+    for name in READ_ONLY_IN_WIKI:
+        if (wiki / name).exists():
+            args += ["--ro-bind", str(wiki / name), str(wiki / name)]
+    for name in HIDDEN_IN_WIKI:
+        if (wiki / name).exists():
+            args += ["--tmpfs", str(wiki / name)]
+    if relay is not None:
+        args += ["--ro-bind", str(relay.folder), ROOM_RELAY_DIR,
+                 "--ro-bind", str(relay.folder / "hosts"), "/etc/hosts"]
+        if not any(Path(sys.base_prefix).is_relative_to(d) for d in SYSTEM_DIRS):
+            args += ["--ro-bind", sys.base_prefix, sys.base_prefix]  # the Python that runs the relay
+    args += ["--chdir", str(wiki), "--"]
+    if relay is not None:
+        args += [relay.python, "-IS", f"{ROOM_RELAY_DIR}/{RELAY_SCRIPT}", str(relay.room_port),
+                 f"{ROOM_RELAY_DIR}/{RELAY_SOCKET}", "--"]
+    return args
+
+
+@dataclass
+class RoomNetwork:
+    """The one way out of the room: the endpoint, through a relay.
+    `room_url` is the endpoint's URL as the CLI in the room uses it."""
+
+    folder: Path  # a short temporary folder: the relay's socket, its script, the room's hosts file
+    room_url: str
+    room_port: int
+    python: str
+    relay: "EndpointRelay"
+
+    @classmethod
+    def open(cls, base_url: str) -> "RoomNetwork":
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SandboxError(f"ANTHROPIC_BASE_URL {base_url!r} is not an http or https URL with a host")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        # In the room every port is free; a port below 1024 needs a privilege there.
+        room_port = port if port >= 1024 else 10000 + port
+        host = parts.hostname
+        try:
+            ipaddress.ip_address(host)
+            room_host = "127.0.0.1"  # an address: the room reaches it at its own loopback
+        except ValueError:
+            room_host = host  # a name: the room's hosts file points it at loopback, TLS checks the name
+        room_url = urlunsplit((parts.scheme, f"{room_host}:{room_port}", parts.path, parts.query, ""))
+        folder = Path(tempfile.mkdtemp(prefix="kb-agent-net-"))
+        (folder / RELAY_SCRIPT).write_text(IN_ROOM_RELAY)
+        (folder / "hosts").write_text(f"127.0.0.1 localhost {room_host}\n")
+        relay = EndpointRelay(folder / RELAY_SOCKET, host, port)
+        return cls(folder=folder, room_url=room_url, room_port=room_port,
+                   python=os.path.realpath(sys.executable), relay=relay)
+
+    def close(self) -> None:
+        self.relay.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class EndpointRelay:
+    """kb's end of the relay: each connection on the Unix socket goes to the
+    endpoint's host and port, byte for byte. It connects to that one address
+    and to no other, whatever the room sends."""
+
+    def __init__(self, socket_path: Path, host: str, port: int):
+        target = (host, port)
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                try:
+                    upstream = socket.create_connection(target, timeout=30)
+                except OSError:
+                    return
+                upstream.settimeout(None)
+                back = threading.Thread(target=_pipe, args=(upstream, self.request), daemon=True)
+                back.start()
+                _pipe(self.request, upstream)
+                back.join()
+                upstream.close()
+
+        class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+            daemon_threads = True
+
+        self.server = Server(str(socket_path), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, name="kb-agent-relay", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _pipe(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            target.sendall(data)
+    except OSError:
+        pass
+    for end in (source, target):
+        try:
+            end.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def write_launcher(folder: Path, *, cli: str, home: Path, prefix: list[str]) -> Path:
+    """Write the launcher for one run into `folder` (mode 0700) and return
+    its path. It holds no secret: the token comes through the environment."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    config = {"names": list(AGENT_ENV_NAMES), "cli": cli, "prefix": prefix,
+              "fixed": {"PATH": AGENT_PATH, "HOME": str(home), "TMPDIR": "/tmp"}}
+    path = folder / "launch-cli"
+    path.write_text(LAUNCHER.format(python=sys.executable, config=json.dumps(config)))
+    path.chmod(0o700)
+    return path
+
+
+def bundled_cli() -> str:
+    """The CLI that claude-agent-sdk ships (the `_bundled/claude` file)."""
+    import claude_agent_sdk
+
+    path = Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
+    if not path.is_file():
+        found = shutil.which("claude")
+        if not found:
+            raise SandboxError(f"the Claude Code CLI is not at {path} and not on PATH")
+        return found
+    return str(path)
