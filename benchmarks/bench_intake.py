@@ -26,7 +26,8 @@ measures. Links are not fetched (KB_EXCLUDE=link): no network.
 
 `--python` runs `kb up` and `kb import` with another interpreter, to
 measure another checkout. PYTHONPATH is not enough: the editable install of
-kb puts a finder before sys.path. For "before", a venv with no packages of
+kb puts a finder before sys.path (and `python -m` puts the working folder
+first: the benchmark runs both in its temporary folder). For "before", a venv with no packages of
 its own and one .pth file that names the other checkout first and then
 this venv's site-packages (that directory's .pth files then do not run):
 
@@ -213,7 +214,8 @@ def main() -> int:
         port = free_port()
         up_log = open(root / "kb-up.log", "w")
         up = subprocess.Popen([args.python, "-m", "kb.apps.cli", "up", "--no-bot", "--no-web",
-                               "--dagster-port", str(port)], env=env, stdout=up_log, stderr=subprocess.STDOUT)
+                               "--dagster-port", str(port)], env=env, stdout=up_log, stderr=subprocess.STDOUT,
+                              cwd=root)  # `python -m` puts its working folder first on sys.path
         importer = None
         try:
             started = time.monotonic()
@@ -232,7 +234,8 @@ def main() -> int:
             import_log = open(root / "kb-import.log", "w")
             import_started = time.monotonic()
             importer = subprocess.Popen([args.python, "-m", "kb.apps.cli", "import", "--no-link",
-                                         *map(str, pages)], env=env, stdout=import_log, stderr=subprocess.STDOUT)
+                                         *map(str, pages)], env=env, stdout=import_log, stderr=subprocess.STDOUT,
+                                        cwd=root)
             time.sleep(args.delay)
             result["during"] = []
             while importer.poll() is None and (not args.during or len(result["during"]) < args.during):
@@ -242,10 +245,9 @@ def main() -> int:
                 hit["at_import_s"] = round(time.monotonic() - import_started - (hit["seconds"] or 0), 1)
                 result["during"].append(hit)
                 print("during", hit, flush=True)
-            importer.wait()
-            importer = None
+            result["import_exit"] = importer.wait()
             result["import_s"] = round(time.monotonic() - import_started, 1)
-            result["import_exit"] = importer.returncode
+            importer = None
             result["load_at_end"] = load()
         finally:
             if importer is not None and importer.poll() is None:
