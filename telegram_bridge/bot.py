@@ -33,12 +33,13 @@ from aiogram.filters import Command, CommandObject
 from aiogram.types import BotCommand, Message
 
 from kb.settings import Settings
-from kb.telegram import replies
-from kb.telegram.inbox import Inbox, InboxError, InboxItem, telegram_item_id, utc_now_iso
-from kb.telegram.intake import Accepted, Attachment, Refused, classify
-from kb.telegram.item_states import ItemState, StateReader
-from kb.telegram.api import build_bot
-from kb.telegram.bot_token import bot_token, install_redaction, redact
+from kb.enrich.voice_model import english_only_reason
+from kb import telegram_replies as replies
+from kb.telegram_inbox import Inbox, InboxError, InboxItem, telegram_item_id, utc_now_iso
+from kb.telegram_intake import Accepted, Attachment, Refused, classify
+from kb.item_states import ItemState, StateReader
+from kb.telegram_api import build_bot
+from kb.telegram_token import bot_token, install_redaction, redact
 
 log = logging.getLogger("kb.bot")
 
@@ -220,7 +221,12 @@ class BotApp:
             log.error("item %s: cannot write the inbox manifest: %s", item_id, exc)
             await message.reply(f"not queued: the inbox cannot be written ({type(exc).__name__}). Send it again later.")
             return
-        await message.reply(replies.queued(item.id) if created else replies.already_queued(item.id))
+        reply = replies.queued(item.id) if created else replies.already_queued(item.id)
+        if created and intake.type == "voice":
+            # The owner must know before the note fails: only English works now, and the fix.
+            warning = english_only_reason(self.settings)
+            reply = f"{reply}\n{warning}" if warning else reply
+        await message.reply(reply[:MAX_REPLY_CHARS])
 
     def new_item(self, item_id: str, intake: Accepted, message: Message, file_rel: str | None) -> InboxItem:
         attachment = intake.attachment

@@ -2,8 +2,11 @@
 makes, Markdown, text, a voice note spoken by espeak-ng and transcribed by
 the tiny.en model, and YouTube through a loopback stand-in."""
 
+import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pymupdf
@@ -273,6 +276,13 @@ def test_voice_note_is_transcribed_by_tiny_en_when_small_cannot_load(spoken_note
     assert parsed.extra["whisper_model"] == "tiny.en"
     assert parsed.title == parsed.body[:60].rstrip() + "…" and len(parsed.title) == 61
     check_length("voice", parsed, "note.wav")
+    # `kb status` says that only English works now, and how to fix it.
+    from kb.enrich.voice_model import readiness
+
+    ready, detail = readiness()
+    assert not ready
+    assert detail.startswith("Only English voice notes work now: the faster-whisper model small did not load (")
+    assert "so the English-only tiny.en stands in. To fix it, let kb reach huggingface.co once" in detail
 
 
 def test_a_voice_note_in_another_language_fails_instead_of_making_nonsense(tmp_path):
@@ -283,8 +293,37 @@ def test_a_voice_note_in_another_language_fails_instead_of_making_nonsense(tmp_p
                     "Die Bundesregierung hat heute neue Regeln für den Datenschutz beschlossen."],
                    check=True, capture_output=True)
     with pytest.raises(PermanentParseError, match=r"notiz.wav: the speech is not English, or not clear enough "
-                       r"\(confidence -[0-9.]+ < -0.76\), and the model tiny.en knows English only"):
+                       r"\(confidence -[0-9.]+ < -0.76\)\. Only English voice notes work now: the faster-whisper "
+                       r"model small did not load \(.+\), so the English-only tiny.en stands in\. To fix it, let "
+                       r"kb reach huggingface.co once"):
         parse_voice(path, "small")
+
+
+def test_only_the_models_that_kb_ships_are_offline(tmp_path):
+    """kb forced HF_HUB_OFFLINE on every process, so faster-whisper `small`
+    never downloaded. Now a kb process with the local embedder loaded still
+    asks the hub for `small` (here the network has no route to it: a
+    connection error, not offline mode), and a model that loads clears the note."""
+    script = (
+        "import json, os\n"
+        "import kb.apps.cli\n"
+        "from kb.embedder import Embedder\n"
+        "Embedder.from_settings(backend='local', use_cache=False).embed_documents(['a passage'])\n"
+        "import huggingface_hub.constants as c\n"
+        "from kb.transcriber import load_whisper\n"
+        "from kb.enrich.voice_model import fallback\n"
+        "_, name, english_only = load_whisper('small')\n"
+        "print(json.dumps({'env': os.environ.get('HF_HUB_OFFLINE'), 'hub_offline': c.HF_HUB_OFFLINE,\n"
+        "                  'name': name, 'fallback': fallback()}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env["KB_HOME"] = str(tmp_path / "home")
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert (report["env"], report["hub_offline"]) == (None, False)
+    assert report["name"] == "tiny.en"  # no route to the hub here: tiny.en stands in
+    assert report["fallback"]["model"] == "small" and "offline" not in report["fallback"]["error"].lower()
 
 
 def test_voice_file_that_is_not_audio_fails_permanently(tmp_path):

@@ -189,3 +189,67 @@ def test_a_run_made_without_loading_the_location_names_what_the_loaded_location_
     assert run.step_keys_to_execute == ["x_raw_pages", "normalized_bookmarks", "captions", "documents",
                                         "transcripts", "chunks", "translations", "chunk_index"]
     assert run.tags["dagster/max_retries"] == "0" and run.tags["dagster/partition"] == "2026-12-01T000000"
+
+
+def test_the_weekly_full_sync_starts_once_a_week_and_removed_bookmarks_leave_search(tmp_path, monkeypatch):
+    """The weekly sensor asks for a full sync once per weekly time, also after
+    a restart, and waits for the X login. A full capture without a bookmark
+    (the owner removed it on X) takes it out of search."""
+    import json
+    from datetime import datetime, timedelta, timezone
+
+    from kb.apps.sync import run_sync
+    from kb.search import search
+    from sensors.x_sync_sensor import FULL_SYNC_TAG, x_full_sync_sensor
+    from tests.x_fixtures import all_tweet_entries, paged_bookmarks
+
+    before = datetime.now(timezone.utc) - timedelta(minutes=2)
+    monkeypatch.setenv("TZ", "UTC")
+    monkeypatch.setenv("KB_FULL_SYNC_DAY", before.strftime("%a"))
+    monkeypatch.setenv("KB_FULL_SYNC_TIME", before.strftime("%H:%M"))
+    due = before.replace(second=0, microsecond=0)
+
+    def tick(cursor: str | None):
+        context = dg.build_sensor_context(cursor=cursor, instance=instance())
+        result = x_full_sync_sensor(context)
+        return result, context.cursor
+
+    result, cursor = tick(None)  # the first look: not now, one week on
+    assert isinstance(result, dg.SkipReason) and cursor == due.isoformat()
+    result, same = tick(cursor)  # the daemon starts again: not a second full sync
+    assert isinstance(result, dg.SkipReason) and same == cursor
+    week_ago = (due - timedelta(days=7)).isoformat()
+    result, kept = tick(week_ago)  # a week later, with no X login: it waits
+    assert "no X login" in result.skip_message and kept == week_ago
+    get_settings().x_state_path.write_text("{}")
+    result, _ = tick(week_ago)
+    [request] = result.run_requests
+    assert request.run_config == {"ops": {"x_raw_pages": {"config": {"full": True}}}}
+    assert request.tags[FULL_SYNC_TAG] == due.isoformat() and result.cursor == due.isoformat()
+    assert [r.partition_keys for r in result.dynamic_partitions_requests] == [[request.partition_key]]
+    result, _ = tick(result.cursor)  # the next look, or a restart of the daemon: the week has its full sync
+    assert "has started already" in result.skip_message
+
+    # What that run does: a full capture, here from saved pages (no browser).
+    entries = all_tweet_entries()[:30]
+    gone = entries[4]["entryId"].removeprefix("tweet-")
+
+    def pages(kept: list[dict], name: str) -> list[str]:
+        folder = tmp_path / name
+        folder.mkdir()
+        files = []
+        for n, page in enumerate(paged_bookmarks(kept, page_size=10)):
+            files.append(folder / f"page-{n + 1:04d}.json")
+            files[-1].write_text(json.dumps(page))
+        return [str(f) for f in files]
+
+    def found() -> set[str]:
+        text = duck(f"SELECT text FROM bookmarks WHERE tweet_id = '{gone}'")[0][0]
+        return {hit.tweet_id for hit in search(" ".join(text.split()[:12]), limit=10).hits}
+
+    assert run_sync(files=pages(entries, "first"), exclude=["link"]).failed == []
+    assert gone in found()
+    report = run_sync(full=True, files=pages([e for e in entries if e is not entries[4]], "full"), exclude=["link"])
+    assert report.failed == []
+    assert duck(f"SELECT removed_at IS NOT NULL FROM bookmarks WHERE tweet_id = '{gone}'") == [(True,)]
+    assert gone not in found()

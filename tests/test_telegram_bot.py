@@ -313,3 +313,26 @@ def test_a_link_sent_to_the_bot_is_searchable_and_the_owner_hears_that_it_waits(
     dagster.dispose()
     assert fake.replies_to(40)[-1:] == [notification_text("waiting", f"Write-ahead logging (id {item_id})")]
     assert len([t for t in fake.replies_to(40) if t.startswith("waiting:")]) == 1
+
+
+def test_a_voice_note_reply_says_when_only_english_works_and_how_to_fix_it(fake):
+    """After faster-whisper `small` did not load, the bot's reply to a voice
+    note says so at once, not only when a note in another language fails."""
+    from kb.enrich import voice_model
+
+    voice = b"RIFF fake voice bytes " * 50
+    fake.add_file("v1", "voice/file_1.oga", voice)
+    fake.add_file("v2", "voice/file_2.oga", voice)
+    converse(fake, msg(fake, 1, **tg.voice_fields("v1", len(voice))),
+             msg(fake, 2, **tg.text_fields(LONG_TEXT)))
+    assert fake.replies_to(1) == [replies.queued(telegram_item_id(OWNER, 1))]  # small loads: no warning
+
+    voice_model.record_fallback("small", "LocalEntryNotFoundError: Got: ConnectError: no route to huggingface.co")
+    converse(fake, msg(fake, 3, **tg.voice_fields("v2", len(voice))), msg(fake, 4, **tg.text_fields(LONG_TEXT + "!")))
+    [reply] = fake.replies_to(3)
+    assert reply == (f"{replies.queued(telegram_item_id(OWNER, 3))}\nOnly English voice notes work now: the "
+                     "faster-whisper model small did not load (LocalEntryNotFoundError: Got: ConnectError: no route "
+                     f"to huggingface.co), so the English-only tiny.en stands in. {voice_model.FIX}")
+    assert fake.replies_to(4) == [replies.queued(telegram_item_id(OWNER, 4))]  # a text note: no warning
+    voice_model.clear_fallback()
+    assert voice_model.readiness()[0] is True

@@ -5,7 +5,6 @@ the commands, so `kb --help` starts fast."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -15,8 +14,10 @@ import click
 
 from kb.apps.printing import print_hits, print_stage_line, print_sync_report
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# No HF_HUB_OFFLINE here: it reached every process (kb up passes the
+# environment on), and faster-whisper `small` for voice notes never
+# downloaded. The models that kb ships load from their folders with
+# local_files_only (kb/embedder.py); only they are offline on purpose.
 # Dagster warns about beta parameters at import; the owner cannot act on that.
 warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview).*")
 # Dagster's notes on how it resolves kb's jobs: nothing for the owner to do.

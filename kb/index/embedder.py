@@ -149,10 +149,10 @@ def load_local_model(name: str):
     with _LOCK:
         model = _LOCAL_MODELS.get(path)
         if model is None:
-            # Offline on purpose: kb must work with no network, and a hub
-            # look-up would hang or fail on such a machine.
-            os.environ["HF_HUB_OFFLINE"] = "1"
-            os.environ["TRANSFORMERS_OFFLINE"] = "1"
+            # Offline on purpose, for this model only: kb ships it, and a hub
+            # look-up would hang or fail on a machine with no network. Not
+            # HF_HUB_OFFLINE: it would hold for the whole process, and the
+            # voice model (KB_WHISPER_MODEL) must be able to download.
             from sentence_transformers import SentenceTransformer
             from transformers.utils import logging as hf_logging
 

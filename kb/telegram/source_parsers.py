@@ -516,10 +516,14 @@ def parse_voice(path: Path, model: str = "") -> ParsedSource:
         seconds = sum(max(s.end - s.start, 0.01) for s in segments)
         confidence = sum(s.avg_logprob * max(s.end - s.start, 0.01) for s in segments) / seconds
         if confidence < ENGLISH_ONLY_MIN_LOGPROB:
+            from kb.enrich import voice_model
+
+            why = voice_model.english_only_reason() or (
+                f"The model {model_name} knows English only. Set KB_WHISPER_MODEL to a multilingual model "
+                "(small), or send the text.")
             raise PermanentParseError(
                 f"{path}: the speech is not English, or not clear enough (confidence {confidence:.2f} < "
-                f"{ENGLISH_ONLY_MIN_LOGPROB}), and the model {model_name} knows English only. Set "
-                "KB_WHISPER_MODEL to a multilingual model (small) that can load, or send the text.")
+                f"{ENGLISH_ONLY_MIN_LOGPROB}). {why}")
         language = "en"
     title = text[:60].rstrip() + ("…" if len(text) > 60 else "")
     extra = {"language": language, "duration_s": round(info.duration, 1), "whisper_model": model_name}

@@ -1,0 +1,77 @@
+"""Which faster-whisper model the voice notes get, and what the owner must
+know when the multilingual one cannot load.
+
+KB_WHISPER_MODEL (default `small`, multilingual) downloads once from the
+Hugging Face hub where the network allows; after that it loads offline.
+kb forces offline mode only for the models that it ships (the embedder, the
+reranker, tiny.en), never for this one. When it cannot load, the bundled
+English-only tiny.en stands in (kb/transcriber.py): English notes still
+work, and notes in other languages fail with a clear reason. kb then writes
+the cause to $KB_HOME/logs/whisper-model.json, so that `kb status` and the
+bot's reply to a voice note say so, and say how to fix it. A later load
+that works removes the file.
+
+No faster-whisper import here: the bot reads the file at each voice note.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kb.atomic_files import write_atomic
+from kb.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+FIX = ("To fix it, let kb reach huggingface.co once (faster-whisper downloads the model, and after that it "
+       "works offline), or set KB_WHISPER_MODEL to a folder with a multilingual faster-whisper model.")
+
+
+def state_path(settings: Settings | None = None) -> Path:
+    return (settings or get_settings()).home / "logs" / "whisper-model.json"
+
+
+def record_fallback(model: str, error: str, settings: Settings | None = None) -> None:
+    """The configured model did not load: note why, for `kb status` and the bot."""
+    record = {"model": model, "error": error[:300], "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    path = state_path(settings)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(record).encode())
+    except OSError as exc:
+        log.warning("could not write %s: %s", path, exc)
+
+
+def clear_fallback(settings: Settings | None = None) -> None:
+    state_path(settings).unlink(missing_ok=True)
+
+
+def fallback(settings: Settings | None = None) -> dict | None:
+    """{"model", "error", "at"} of the last load that fell back to tiny.en, or None."""
+    try:
+        record = json.loads(state_path(settings).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("model") else None
+
+
+def english_only_reason(settings: Settings | None = None) -> str:
+    """Why only English voice notes work now, with the fix; "" when that is not known to be so."""
+    record = fallback(settings)
+    if record is None:
+        return ""
+    return (f"Only English voice notes work now: the faster-whisper model {record['model']} did not load "
+            f"({record['error']}), so the English-only tiny.en stands in. {FIX}")
+
+
+def readiness(settings: Settings | None = None) -> tuple[bool, str]:
+    """(ready, detail) of voice notes for `kb status`."""
+    settings = settings or get_settings()
+    reason = english_only_reason(settings)
+    if reason:
+        return False, reason
+    model = settings.kb_whisper_model or "tiny.en (bundled)"
+    return True, f"faster-whisper {model}; a model that is not on this machine downloads once at the first voice note"
