@@ -34,12 +34,12 @@ from aiogram.types import BotCommand, Message
 
 from kb.settings import Settings
 from kb.enrich.voice_model import english_only_reason
-from kb import telegram_replies as replies
-from kb.telegram_inbox import Inbox, InboxError, InboxItem, telegram_item_id, utc_now_iso
-from kb.telegram_intake import Accepted, Attachment, Refused, classify
-from kb.item_states import ItemState, StateReader
-from kb.telegram_api import build_bot
-from kb.telegram_token import bot_token, install_redaction, redact
+from kb.telegram import replies
+from kb.telegram.inbox import Inbox, InboxError, InboxItem, telegram_item_id, utc_now_iso
+from kb.telegram.intake import Accepted, Attachment, Refused, classify
+from kb.telegram.item_states import ItemState, StateReader
+from kb.telegram.api import build_bot
+from kb.telegram.bot_token import bot_token, install_redaction, redact
 
 log = logging.getLogger("kb.bot")
 

@@ -307,10 +307,10 @@ def test_only_the_models_that_kb_ships_are_offline(tmp_path):
     script = (
         "import json, os\n"
         "import kb.apps.cli\n"
-        "from kb.embedder import Embedder\n"
+        "from kb.index.embedder import Embedder\n"
         "Embedder.from_settings(backend='local', use_cache=False).embed_documents(['a passage'])\n"
         "import huggingface_hub.constants as c\n"
-        "from kb.transcriber import load_whisper\n"
+        "from kb.enrich.transcriber import load_whisper\n"
         "from kb.enrich.voice_model import fallback\n"
         "_, name, english_only = load_whisper('small')\n"
         "print(json.dumps({'env': os.environ.get('HF_HUB_OFFLINE'), 'hub_offline': c.HF_HUB_OFFLINE,\n"

@@ -199,7 +199,7 @@ def test_the_weekly_full_sync_starts_once_a_week_and_removed_bookmarks_leave_sea
     from datetime import datetime, timedelta, timezone
 
     from kb.apps.sync import run_sync
-    from kb.search import search
+    from kb.index.search import search
     from sensors.x_sync_sensor import FULL_SYNC_TAG, x_full_sync_sensor
     from tests.x_fixtures import all_tweet_entries, paged_bookmarks
 

@@ -128,14 +128,14 @@ def _embedder_readiness(settings: Settings) -> tuple[bool, str]:
 
 
 def _services(settings: Settings) -> dict:
-    from kb.browser import Browser
-    from kb.gate import QualityGate
-    from kb.transcriber import Transcriber
+    from kb.x.browser import Browser
+    from kb.telegram.gate import QualityGate
+    from kb.enrich.transcriber import Transcriber
     from kb.enrich.voice_model import readiness as voice_readiness
-    from kb.translator import Translator
-    from kb.vision import Captioner
-    from kb.wiki_agent import WikiAgent
-    from kb.telegram_token import readiness as telegram_readiness
+    from kb.enrich.translator import Translator
+    from kb.enrich.vision import Captioner
+    from kb.wiki.agent import WikiAgent
+    from kb.telegram.bot_token import readiness as telegram_readiness
 
     checks = {
         # Browser.readiness() covers the X login state too, and never shows its content.

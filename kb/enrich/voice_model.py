@@ -5,7 +5,7 @@ KB_WHISPER_MODEL (default `small`, multilingual) downloads once from the
 Hugging Face hub where the network allows; after that it loads offline.
 kb forces offline mode only for the models that it ships (the embedder, the
 reranker, tiny.en), never for this one. When it cannot load, the bundled
-English-only tiny.en stands in (kb/transcriber.py): English notes still
+English-only tiny.en stands in (kb/enrich/transcriber.py): English notes still
 work, and notes in other languages fail with a clear reason. kb then writes
 the cause to $KB_HOME/logs/whisper-model.json, so that `kb status` and the
 bot's reply to a voice note say so, and say how to fix it. A later load
