@@ -31,6 +31,7 @@ from kb_assets.wiki.wiki_pages import (
 )
 from kb_assets.wiki.page_checks import wiki_quality
 from kb.duckdb_store import DuckDBStore
+from kb.telegram_notifier import wiki_result_text
 from kb.wiki_checks import check_wiki
 from kb.wiki_repo import SNAPSHOT_MESSAGE, Wiki
 from kb.wiki_agent import WikiAgent, tool_deny_reason
@@ -790,6 +791,10 @@ def test_lint_records_a_contradiction_and_the_digest_lists_unsupported_claims(wi
     assert after["open_contradictions"][0]["page"] == "wiki/concepts/vector-search.md"
     digest = (root / f"wiki/syntheses/lint/{day}.md").read_text()
     assert "## Unsupported claims" in digest and "invented on the Moon" in digest
+    # The notice of the lint names the claims that are still unsupported.
+    metadata = {k: v.value for k, v in result.asset_materializations_for_node("wiki_lint")[0].metadata.items()}
+    notice = wiki_result_text("wiki_lint", day, metadata)
+    assert "Claims that their sources do not hold: 1, for example wiki/concepts/Vector Searches.md:" in notice
     assert f"[[syntheses/lint/{day}]]" in (root / "index.md").read_text()
 
 
