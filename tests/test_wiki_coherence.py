@@ -114,8 +114,19 @@ def test_duplicates_by_name_alias_and_definition_and_merged_page_is_quiet(tmp_pa
         "definitions close")
     assert not any("full-text-search" in p for pair in pairs for p in pair)
     assert not any("Engine.md" in a and "engine.md" in b or "vector-retrieval" in a + b for a, b in pairs)
-    quiet = {item["page"] for kind in ("stubs", "orphans", "uncited") for item in findings[kind]}
+    quiet = {item["page"] for kind in ("stubs", "orphans", "uncited", "frontmatter") for item in findings[kind]}
     assert "wiki/concepts/vector-retrieval.md" not in quiet
+
+
+@pytest.mark.parametrize("redirect", ["../CLAUDE", "concepts/nowhere", "sources/notes", "concepts/merged"])
+def test_a_redirect_names_another_entity_or_concept_page(tmp_path, redirect, embed):
+    root = write_wiki(tmp_path, {"wiki/concepts/merged.md": page(
+        "concepts", "merged", f"Merged into [[concepts/kept]].", extra=f"redirect: {redirect}\n"),
+        "wiki/concepts/kept.md": page("concepts", "kept", "A page. [[sources/notes#para2]]")})
+    (root / "CLAUDE.md").write_text("# Playbook\n")
+    problems = [f["problem"] for f in check_wiki(root, embed=embed)["frontmatter"]
+                if f["page"] == "wiki/concepts/merged.md"]
+    assert problems == [f"redirect {redirect!r} names no other entity or concept page"]
 
 
 def test_duplicate_rule_on_the_kept_pairs(embed):
