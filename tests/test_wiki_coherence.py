@@ -192,6 +192,7 @@ def test_unsupported_claims(tmp_path, embed):
         "- She won a gold medal in swimming at the Olympic games. [[sources/notes#para2]]",
         "- She wrote about music. [[sources/notes#para9]]",
         "- She lived in Paris. [[sources/missing-source#para1]]",
+        "- She lived in Rome. [[sources/../../CLAUDE#para1]]",  # a citation that climbs out of sources/
     ]))
     # A hostile source page names, as its parsed file, a page that the agent
     # may write and that says what the claim says.
@@ -208,12 +209,13 @@ def test_unsupported_claims(tmp_path, embed):
     assert "cosine" in reason("Ada Lovelace.md", "gold medal")
     assert "no paragraph 9" in reason("Ada Lovelace.md", "music")
     assert reason("Ada Lovelace.md", "Paris") == "the cited source page does not exist"
+    assert reason("Ada Lovelace.md", "Rome") == "the cited source page does not exist"
     # kb reads no parsed file outside raw/parsed/: it reads the source page
     # itself, which does not say what the claim says.
     assert reason("Queen.md", "queen of France")
     assert reason("Ada Lovelace.md", "born in London") is None  # quoted
     assert reason("Ada Lovelace.md", "Bernoulli") is None  # reworded, held by the embedder
-    assert len(found) == 4
+    assert len(found) == 5
 
 
 def test_contradictions_between_pages(tmp_path, embed):
@@ -249,3 +251,19 @@ def test_contradictions_between_pages(tmp_path, embed):
     assert disagreement("born in 1815", "born in 1816").startswith("different numbers")
     assert disagreement("born in 1815", "born in 1815") is None
     assert disagreement("It can act on symbols", "It cannot act on symbols") == "a negation in one claim only"
+
+
+def test_cli_names_a_local_model_that_is_not_usable(tmp_path, monkeypatch):
+    """`kb wiki check` needs the local model for the texts that words do not
+    settle; without it the command says so and names the setting."""
+    from click.testing import CliRunner
+
+    from kb.apps.cli import main
+
+    root = write_wiki(tmp_path, {"wiki/entities/Ada Lovelace.md": page(
+        "entities", "Ada Lovelace", "She won a gold medal in swimming. [[sources/notes#para2]]")})
+    monkeypatch.setenv("KB_LOCAL_MODEL", str(tmp_path / "no-model-here"))
+    result = CliRunner().invoke(main, ["wiki", "check", str(root)])
+    assert result.exit_code == 1
+    assert "compares texts with the local model, which is not usable" in result.output
+    assert "KB_LOCAL_MODEL=" in result.output
