@@ -752,9 +752,12 @@ def test_lint_merges_duplicate_pages_through_the_checked_commit(wiki, monkeypatc
     assert '"duplicates"' in prompt and "names match" in prompt and 'Merge two pages' in prompt
     assert_unchanged(before, root)
     # The merge of the playbook: the kept page holds both claims, the other is a redirect.
+    # The agent also takes the redirect out of index.md: kb puts it back.
+    index = (root / "index.md").read_text()
     merged = {"wiki/concepts/vector-search.md": concept("vector search", [KEPT_CLAIM, "", "## Facts", OTHER_CLAIM]),
-              "wiki/concepts/Vector Searches.md": redirect}
-    result, _ = run_lint(day, lint_turns(day, merged, reads), monkeypatch)
+              "wiki/concepts/Vector Searches.md": redirect,
+              "index.md": index.replace("- [[concepts/Vector Searches]]\n", "")}
+    result, _ = run_lint(day, lint_turns(day, merged, reads + ["index.md"]), monkeypatch)
     assert result.success
     assert subjects(root)[0] == f"lint: {day}"
     after = check_wiki(root)
