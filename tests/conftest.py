@@ -8,6 +8,10 @@ import os
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The ONNX file of the local model (kb/embedder.py) lives in the user's cache
+# folder. Tests that give a process another HOME keep this one, so the file
+# is made once, not once per test (the wiki checks load the model).
+os.environ.setdefault("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The wiki assets build their retry policy at import: a test of a failed
 # wiki change must not wait a minute for each retry.

@@ -92,9 +92,6 @@ def agent_env(tmp_path, monkeypatch):
     """The CLI gets a temp HOME; the token is a marked fake."""
     home = tmp_path / "home"
     home.mkdir()
-    # The ONNX file of the local model (kb wiki check) stays in the user's
-    # cache: made once, not once per test. The CLI never sees this variable.
-    monkeypatch.setenv("XDG_CACHE_HOME", os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", TOKEN)
     monkeypatch.setenv("KB_AGENT_TIMEOUT_S", "60")
