@@ -325,13 +325,45 @@ def run_check(root: Path, home: Path) -> tuple[float, float, dict]:
     return seconds, cpu, json.loads(proc.stdout)
 
 
+def measure_support(claims_wanted: int) -> None:
+    """The support threshold on real pairs: SciFact claims against the
+    sentences of their evidence abstract (held) and of the abstract that
+    shares the most words among 400 others (not held)."""
+    from kb.wiki.coherence import SUPPORT_COSINE, _pieces, content_words, local_embed
+
+    folder = REPO.parent / "shared" / "eval" / "scifact"
+    corpus = {row["_id"]: row["text"] for row in map(json.loads, open(folder / "corpus.jsonl"))}
+    claims = {row["_id"]: row["text"] for row in map(json.loads, open(folder / "queries.train.jsonl"))}
+    evidence: dict[str, list[str]] = {}
+    for line in list(open(folder / "qrels.train.tsv"))[1:]:
+        query, doc, _ = line.split("\t")
+        evidence.setdefault(query, []).append(doc)
+    chooser, docs, embed = random.Random(7), list(corpus), local_embed()
+    held, near = [], []
+    for query in sorted(evidence)[:claims_wanted]:
+        words = content_words(claims[query])
+        others = [d for d in chooser.sample(docs, 400) if d not in evidence[query]]
+        nearest = max(others, key=lambda d: len(words & content_words(corpus[d])))
+        for doc, out in ((evidence[query][0], held), (nearest, near)):
+            vectors = embed([claims[query]] + _pieces(corpus[doc]))
+            out.append(float((vectors[1:] @ vectors[0]).max()))
+    print(f"support on {len(held)} SciFact claims (threshold now {SUPPORT_COSINE}):")
+    for threshold in (0.40, 0.45, 0.50, 0.55, 0.60, 0.65):
+        kept = sum(c >= threshold for c in held)
+        taken = sum(c >= threshold for c in near)
+        print(f"  {threshold:.2f}: evidence held {kept}/{len(held)}, nearest other abstract held {taken}/{len(near)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sources", type=int, default=150)
     parser.add_argument("--entities", type=int, default=260)
     parser.add_argument("--concepts", type=int, default=190)
     parser.add_argument("--keep", help="write the wiki here and keep it")
+    parser.add_argument("--support-pairs", type=int, default=0, help="also measure the support threshold")
     args = parser.parse_args()
+    if args.support_pairs:
+        measure_support(args.support_pairs)
     plan = make_wiki(args.sources, args.entities, args.concepts)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.keep) if args.keep else Path(tmp) / "wiki"

@@ -8,6 +8,10 @@ import os
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The ONNX file of the local model (kb/index/embedder.py) lives in the user's cache
+# folder. Tests that give a process another HOME keep this one, so the file
+# is made once, not once per test (the wiki checks load the model).
+os.environ.setdefault("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The wiki assets build their retry policy at import: a test of a failed
 # wiki change must not wait a minute for each retry.
@@ -79,7 +83,7 @@ def hasher():
 # used (load average 5.6, 1 December 2026); a file not named here counts as
 # short.
 FILE_SECONDS = {
-    "test_crash_safety.py": 172, "test_up.py": 149, "test_sync.py": 96, "test_wiki_agent.py": 95,
+    "test_crash_safety.py": 172, "test_up.py": 149, "test_sync.py": 96, "test_wiki_agent.py": 130,
     "test_extract.py": 87, "test_shared_instance.py": 71, "test_layout.py": 66, "test_bad_input.py": 66,
     "test_demo.py": 95, "test_run_monitoring.py": 16, "test_run_endings.py": 36, "test_security.py": 55, "test_capture.py": 52, "test_sources_assets.py": 49,
     "test_embedder.py": 29, "test_stage_commands.py": 47, "test_sqlite_instance.py": 46, "test_parsers.py": 44,

@@ -31,6 +31,7 @@ from kb_assets.wiki.wiki_pages import (
 )
 from kb_assets.wiki.page_checks import wiki_quality
 from kb.duckdb_store import DuckDBStore
+from kb.telegram.notifier import wiki_result_text
 from kb.wiki.checks import check_wiki
 from kb.wiki.repo import SNAPSHOT_MESSAGE, Wiki
 from kb.wiki.agent import WikiAgent, tool_deny_reason
@@ -91,9 +92,6 @@ def agent_env(tmp_path, monkeypatch):
     """The CLI gets a temp HOME; the token is a marked fake."""
     home = tmp_path / "home"
     home.mkdir()
-    # The ONNX file of the local model (kb wiki check) stays in the user's
-    # cache: made once, not once per test. The CLI never sees this variable.
-    monkeypatch.setenv("XDG_CACHE_HOME", os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", TOKEN)
     monkeypatch.setenv("KB_AGENT_TIMEOUT_S", "60")
@@ -751,9 +749,12 @@ def test_lint_merges_duplicate_pages_through_the_checked_commit(wiki, monkeypatc
     assert '"duplicates"' in prompt and "names match" in prompt and 'Merge two pages' in prompt
     assert_unchanged(before, root)
     # The merge of the playbook: the kept page holds both claims, the other is a redirect.
+    # The agent also takes the redirect out of index.md: kb puts it back.
+    index = (root / "index.md").read_text()
     merged = {"wiki/concepts/vector-search.md": concept("vector search", [KEPT_CLAIM, "", "## Facts", OTHER_CLAIM]),
-              "wiki/concepts/Vector Searches.md": redirect}
-    result, _ = run_lint(day, lint_turns(day, merged, reads), monkeypatch)
+              "wiki/concepts/Vector Searches.md": redirect,
+              "index.md": index.replace("- [[concepts/Vector Searches]]\n", "")}
+    result, _ = run_lint(day, lint_turns(day, merged, reads + ["index.md"]), monkeypatch)
     assert result.success
     assert subjects(root)[0] == f"lint: {day}"
     after = check_wiki(root)
@@ -790,6 +791,10 @@ def test_lint_records_a_contradiction_and_the_digest_lists_unsupported_claims(wi
     assert after["open_contradictions"][0]["page"] == "wiki/concepts/vector-search.md"
     digest = (root / f"wiki/syntheses/lint/{day}.md").read_text()
     assert "## Unsupported claims" in digest and "invented on the Moon" in digest
+    # The notice of the lint names the claims that are still unsupported.
+    metadata = {k: v.value for k, v in result.asset_materializations_for_node("wiki_lint")[0].metadata.items()}
+    notice = wiki_result_text("wiki_lint", day, metadata)
+    assert "Claims that their sources do not hold: 1, for example wiki/concepts/Vector Searches.md:" in notice
     assert f"[[syntheses/lint/{day}]]" in (root / "index.md").read_text()
 
 

@@ -114,8 +114,19 @@ def test_duplicates_by_name_alias_and_definition_and_merged_page_is_quiet(tmp_pa
         "definitions close")
     assert not any("full-text-search" in p for pair in pairs for p in pair)
     assert not any("Engine.md" in a and "engine.md" in b or "vector-retrieval" in a + b for a, b in pairs)
-    quiet = {item["page"] for kind in ("stubs", "orphans", "uncited") for item in findings[kind]}
+    quiet = {item["page"] for kind in ("stubs", "orphans", "uncited", "frontmatter") for item in findings[kind]}
     assert "wiki/concepts/vector-retrieval.md" not in quiet
+
+
+@pytest.mark.parametrize("redirect", ["../CLAUDE", "concepts/nowhere", "sources/notes", "concepts/merged"])
+def test_a_redirect_names_another_entity_or_concept_page(tmp_path, redirect, embed):
+    root = write_wiki(tmp_path, {"wiki/concepts/merged.md": page(
+        "concepts", "merged", f"Merged into [[concepts/kept]].", extra=f"redirect: {redirect}\n"),
+        "wiki/concepts/kept.md": page("concepts", "kept", "A page. [[sources/notes#para2]]")})
+    (root / "CLAUDE.md").write_text("# Playbook\n")
+    problems = [f["problem"] for f in check_wiki(root, embed=embed)["frontmatter"]
+                if f["page"] == "wiki/concepts/merged.md"]
+    assert problems == [f"redirect {redirect!r} names no other entity or concept page"]
 
 
 def test_duplicate_rule_on_the_kept_pairs(embed):
@@ -181,6 +192,7 @@ def test_unsupported_claims(tmp_path, embed):
         "- She won a gold medal in swimming at the Olympic games. [[sources/notes#para2]]",
         "- She wrote about music. [[sources/notes#para9]]",
         "- She lived in Paris. [[sources/missing-source#para1]]",
+        "- She lived in Rome. [[sources/../../CLAUDE#para1]]",  # a citation that climbs out of sources/
     ]))
     # A hostile source page names, as its parsed file, a page that the agent
     # may write and that says what the claim says.
@@ -197,12 +209,13 @@ def test_unsupported_claims(tmp_path, embed):
     assert "cosine" in reason("Ada Lovelace.md", "gold medal")
     assert "no paragraph 9" in reason("Ada Lovelace.md", "music")
     assert reason("Ada Lovelace.md", "Paris") == "the cited source page does not exist"
+    assert reason("Ada Lovelace.md", "Rome") == "the cited source page does not exist"
     # kb reads no parsed file outside raw/parsed/: it reads the source page
     # itself, which does not say what the claim says.
     assert reason("Queen.md", "queen of France")
     assert reason("Ada Lovelace.md", "born in London") is None  # quoted
     assert reason("Ada Lovelace.md", "Bernoulli") is None  # reworded, held by the embedder
-    assert len(found) == 4
+    assert len(found) == 5
 
 
 def test_contradictions_between_pages(tmp_path, embed):
@@ -238,3 +251,19 @@ def test_contradictions_between_pages(tmp_path, embed):
     assert disagreement("born in 1815", "born in 1816").startswith("different numbers")
     assert disagreement("born in 1815", "born in 1815") is None
     assert disagreement("It can act on symbols", "It cannot act on symbols") == "a negation in one claim only"
+
+
+def test_cli_names_a_local_model_that_is_not_usable(tmp_path, monkeypatch):
+    """`kb wiki check` needs the local model for the texts that words do not
+    settle; without it the command says so and names the setting."""
+    from click.testing import CliRunner
+
+    from kb.apps.cli import main
+
+    root = write_wiki(tmp_path, {"wiki/entities/Ada Lovelace.md": page(
+        "entities", "Ada Lovelace", "She won a gold medal in swimming. [[sources/notes#para2]]")})
+    monkeypatch.setenv("KB_LOCAL_MODEL", str(tmp_path / "no-model-here"))
+    result = CliRunner().invoke(main, ["wiki", "check", str(root)])
+    assert result.exit_code == 1
+    assert "compares texts with the local model, which is not usable" in result.output
+    assert "KB_LOCAL_MODEL=" in result.output

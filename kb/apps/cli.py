@@ -244,7 +244,10 @@ def wiki() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One list per kind of finding.")
 def wiki_check(path: str | None, as_json: bool) -> None:
     """Deterministic checks of a wiki folder: dangling links, orphans, stubs,
-    index.md against the files, frontmatter, claims without a citation."""
+    index.md against the files, frontmatter, claims without a citation,
+    duplicate pages, contradictions between pages, and claims that their
+    cited source does not hold (the local model; no LLM)."""
+    from kb.index.embedder import EmbedderError
     from kb.wiki.checks import check_wiki, findings_count, format_findings
     from kb.settings import get_settings
 
@@ -252,6 +255,8 @@ def wiki_check(path: str | None, as_json: bool) -> None:
         findings = check_wiki(Path(path) if path else get_settings().wiki_dir)
     except FileNotFoundError as exc:
         raise click.UsageError(str(exc)) from exc
+    except EmbedderError as exc:
+        raise click.ClickException(f"kb wiki check compares texts with the local model, which is not usable: {exc}") from exc
     _echo_json(findings) if as_json else click.echo(format_findings(findings))
     sys.exit(1 if findings_count(findings) else 0)
 

@@ -102,7 +102,10 @@ def wiki_result_text(asset: str, partition: str, metadata: dict) -> str:
         kinds = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in sorted(before.items()) if n) or "none"
         found, left = metadata.get("findings_before", 0), metadata.get("findings_after", 0)
         fixed = max(0, found - left)
-        return (f"lint {partition}: {found} findings ({kinds}); {fixed} fixed, {left} left. "
+        unsupported = metadata.get("unsupported_claims") or []
+        claims = (f" Claims that their sources do not hold: {len(unsupported)}, for example "
+                  f"{', '.join(unsupported[:3])}." if unsupported else "")
+        return (f"lint {partition}: {found} findings ({kinds}); {fixed} fixed, {left} left.{claims} "
                 f"Report: wiki/syntheses/lint/{partition}.md.{tail}")
     if asset == "wiki_synthesis":
         week = metadata.get("week") or partition

@@ -97,8 +97,10 @@ def check_wiki(path: str | Path, embed: Embed | None = None) -> dict[str, list[d
         findings["frontmatter"] += _frontmatter_problems(page)
         findings["open_contradictions"] += _open_contradictions(page)
         if (redirect := _redirect(page)) is not None:
-            if resolve(redirect) is None:
-                findings["frontmatter"].append({"page": page.rel, "problem": f"redirect {redirect!r} names no page"})
+            resolved = resolve(redirect)
+            if resolved is None or not resolved.startswith(("entities/", "concepts/")) or resolved == page.target:
+                findings["frontmatter"].append({"page": page.rel, "problem": f"redirect {redirect!r} names no "
+                                                "other entity or concept page"})
             continue  # a merged page: its one line names the page that holds its content
         findings["uncited"] += _uncited_lines(page)
         if page.folder in ("entities", "concepts", "sources"):

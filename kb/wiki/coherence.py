@@ -36,9 +36,9 @@ Embed = Callable[[list[str]], np.ndarray]
 # DUPLICATE_COSINE, and it beats the next nearest definition of each page
 # by DUPLICATE_GAP. Why the nearest and the gap: a subject has one twin at
 # most, and a wiki of 600 pages holds many pairs of alike pages (two guilds
-# of one trade), which a threshold alone takes: on the benchmark wiki a
-# threshold of 0.50 alone took 101 such pairs, the nearest and the gap take
-# none and keep the 3 planted ones (benchmarks/wiki_check.md). On
+# of one trade), which a threshold takes: on the benchmark wiki the nearest
+# rule at 0.50 without the gap took 101 such pairs; with the gap it takes
+# none and keeps the 3 planted ones (benchmarks/wiki_check.md). On
 # tests/data/wiki_duplicate_pairs.json, whose near neighbours were written
 # to be hard, the rule finds 7 of 22 duplicates and takes 1 of 24 near
 # neighbours. The names find most duplicates; the lint agent reads both

@@ -118,11 +118,21 @@ def finish_weekly(root: Path, label: str, slugs: list[str]) -> list[str]:
 def finish_lint(root: Path, day: str, unsupported: list[dict]) -> list[str]:
     """kb's part of the lint of `day`: the report lists the claims that the
     check found unsupported before the lint (the lint digest), and the
-    index lists the report."""
+    index lists the report and every redirect page (what is left of a
+    merged page: an old link or bookmark still finds its way)."""
     target = f"syntheses/lint/{day}"
     page = root / "wiki" / f"{target}.md"
     if not page.is_file() or page.is_symlink():
         return [f"the lint report wiki/{target}.md is missing"]
+    index = root / "index.md"
+    listed = index.read_text(encoding="utf-8") if index.is_file() else ""
+    for file in wiki_page_files(root):
+        relative = file.relative_to(root / "wiki").with_suffix("").as_posix()
+        folder = relative.split("/", 1)[0]
+        if folder not in ("entities", "concepts") or f"[[{relative}]]" in listed:
+            continue
+        if (split_frontmatter(file.read_text(encoding="utf-8", errors="replace")).data or {}).get("redirect"):
+            add_to_index(root, folder.title(), relative)
     if unsupported and f"## {UNSUPPORTED_SECTION}" not in page.read_text(encoding="utf-8"):
         for item in unsupported:
             add_section_line(page, UNSUPPORTED_SECTION,

@@ -482,6 +482,8 @@ def wiki_lint(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent:
         **outcome.metadata(), "mode": mode,
         "findings_before": findings_count(findings), "findings_after": findings_count(after),
         "findings_by_kind": dg.MetadataValue.json({kind: len(items) for kind, items in findings.items()}),
+        # The claims that their cited sources still do not hold, for the digest.
+        "unsupported_claims": dg.MetadataValue.json([f"{u['page']}:{u['line']}" for u in after["unsupported"]]),
     })
 
 
