@@ -250,12 +250,14 @@ def api_status(request: Request) -> KbJSON:
 
 
 def create_app(settings: Settings | None = None, *, allowed_hosts: list[str] | None = None,
-               warm_up: bool = False) -> Starlette:
+               warm_up: bool = False, rows_files: bool = False) -> Starlette:
     """The web app over the index and wiki that `settings` name.
 
     `allowed_hosts`: Host names that the app answers; default loopback names.
     `warm_up`: run one search before the app is returned (the query
-    embedder loads, the index opens), so the first search does not wait."""
+    embedder loads, the index opens), so the first search does not wait.
+    `rows_files`: the passage rows from memory-mapped files
+    (settings.passage_rows_dir), as the search service reads them."""
     settings = settings or get_settings()
     routes = [
         Route("/", index_page),
@@ -273,7 +275,10 @@ def create_app(settings: Settings | None = None, *, allowed_hosts: list[str] | N
     app = Starlette(routes=routes, middleware=middleware, lifespan=_lifespan)
     app.state.settings = settings
     app.state.search_service = None
-    app.state.index = ChunkIndex.from_settings(settings)
+    # The search service: the rows as memory-mapped files. The page and
+    # every relayed kb-mcp session search them in this process, without a
+    # copy in its heap.
+    app.state.index = ChunkIndex.from_settings(settings, rows_dir=str(settings.passage_rows_dir) if rows_files else "")
     app.state.kinds = SourceKinds()
     app.state.wiki = WikiReader(settings.wiki_dir)
     app.state.status_lock = threading.Lock()
@@ -333,7 +338,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, settings: Settings
     # A serving process: one CPU thread for the query model, as kb-mcp
     # (see use_cpu_threads). kb web serves the relayed kb-mcp sessions too.
     use_cpu_threads(1)
-    app = create_app(settings, allowed_hosts=allowed, warm_up=True)
+    app = create_app(settings, allowed_hosts=allowed, warm_up=True, rows_files=True)
     app.state.search_service = start_search_service(app)
     print(f"kb web: http://{host if ':' not in host else f'[{host}]'}:{port}/  (Ctrl-C stops it)", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
