@@ -323,8 +323,11 @@ rows.count_words(S._words_of)
 steps["word counts"] = memory_of(os.getpid())
 S.search("warm up", index=index, limit=1, mode="bm25")
 steps["a bm25 search"] = memory_of(os.getpid())
-S.search("vector database", index=index, limit=10)
-steps["a hybrid search (query model loaded)"] = memory_of(os.getpid())
+try:
+    S.search("vector database", index=index, limit=10)
+    steps["a hybrid search (query model loaded)"] = memory_of(os.getpid())
+except Exception as exc:  # an index of bench_index.py records a model that no embedder gives
+    steps["a hybrid search"] = str(exc)[:100]
 print(json.dumps(steps))
 """
 
