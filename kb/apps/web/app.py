@@ -15,7 +15,10 @@ The page keeps the search and its filters in the address (/?q=...&author=...)
 and runs it on load, so a search can be bookmarked, shared and reloaded.
 
 The app reads only the LanceDB index and the wiki files, like the MCP
-server: it never opens DuckDB, so it answers while a sync writes.
+server: it never opens DuckDB, so it answers while a sync writes. `kb web`
+(serve()) is also the search service of kb-mcp (mcp_server/service.py), and
+reads the passage rows from memory-mapped files that it writes into
+settings.passage_rows_dir (kb/lance_index.py, PassageRows.read()).
 
 Security: it binds to 127.0.0.1 by default and has no login, so it accepts
 only requests whose Host is a loopback name (a web page that points its own
