@@ -127,6 +127,13 @@ CHUNK_FIELDS = ("chunk_id", "tweet_id", "url", "author", "created_at", "source",
 CARD_COLUMNS = ("tweet_id", "url", "author", "author_name", "created_at", "text", "lang", "payload", "last_sync")
 
 
+# A fragment with fewer rows is read into memory also when the index has a
+# rows_dir: the child process that writes a file costs 1 to 3 s (its
+# imports), and a sync's small fragment costs little memory (see
+# PassageRows.read()).
+ROWS_FILE_MIN_ROWS = 10_000
+
+
 class IndexModelMismatch(RuntimeError):
     """The index holds vectors of another model than the embedder's."""
 
@@ -214,10 +221,7 @@ class ChunkIndex(BaseModel):
     # PassageRows.read()); empty: the rows are read into memory. Only for a
     # local index. The search service (kb web) sets it.
     rows_dir: str = ""
-    # A fragment with fewer rows is read into memory all the same: the child
-    # process that writes a file costs 1 to 3 s (its imports), and a sync's
-    # small fragment costs little memory (see PassageRows.read()).
-    rows_file_min_rows: int = 10_000
+    rows_file_min_rows: int = ROWS_FILE_MIN_ROWS
 
     _db: Any = PrivateAttr(default=None)
     _session: Any = PrivateAttr(default=None)  # Lance caches of the readers: see dataset()
