@@ -293,6 +293,12 @@ class Settings(BaseSettings):
         return self.home.parent / f"{self.home.name}-backups"
 
     @property
+    def passage_rows_dir(self) -> Path:
+        """The passage rows of the search service as memory-mapped Arrow
+        files (kb/index/lance_index.py, PassageRows.read())."""
+        return self.home / "cache" / "passage-rows"
+
+    @property
     def mcp_socket(self) -> Path:
         """The Unix socket of the search service (mcp_server/service.py):
         kb web serves kb-mcp's tools there, and kb-mcp relays to it."""

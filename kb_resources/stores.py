@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from kb.duckdb_store import DuckDBStore
-from kb.index.lance_index import ChunkIndex
+from kb.index.lance_index import ROWS_FILE_MIN_ROWS, ChunkIndex
 from kb.x.raw_store import RawStore
 from kb.settings import Settings, get_settings
 from kb.telegram.inbox import Inbox
@@ -49,6 +49,10 @@ class ChunkIndexResource(ClientResource):
     s3_secret_access_key: str = ""
     s3_allow_http: bool = False
     lock_path: str = ""
+    # The rows files of the search service (kb web); the graph's writers
+    # leave them off.
+    rows_dir: str = ""
+    rows_file_min_rows: int = ROWS_FILE_MIN_ROWS
 
     def get_client(self) -> ChunkIndex:
         return super().get_client()

@@ -97,6 +97,7 @@ FILE_SECONDS = {
     "test_filtered_search.py": 6,
     "test_wiki_coherence.py": 30,
     "test_mcp_front.py": 30,
+    "test_rows_files.py": 40,
 }
 
 

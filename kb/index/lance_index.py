@@ -136,6 +136,13 @@ CHUNK_FIELDS = ("chunk_id", "tweet_id", "url", "author", "created_at", "source",
 CARD_COLUMNS = ("tweet_id", "url", "author", "author_name", "created_at", "text", "lang", "payload", "last_sync")
 
 
+# A fragment with fewer rows is read into memory also when the index has a
+# rows_dir: the child process that writes a file costs 1 to 3 s (its
+# imports), and a sync's small fragment costs little memory (see
+# PassageRows.read()).
+ROWS_FILE_MIN_ROWS = 10_000
+
+
 class IndexModelMismatch(RuntimeError):
     """The index holds vectors of another model than the embedder's."""
 
@@ -222,6 +229,11 @@ class ChunkIndex(BaseModel):
     # The writer lock file (kb/writer_lock.py). Empty: a file beside a local
     # index folder; no lock for a bucket.
     lock_path: str = ""
+    # A folder for the passage rows as memory-mapped Arrow files (see
+    # PassageRows.read()); empty: the rows are read into memory. Only for a
+    # local index. The search service (kb web) sets it.
+    rows_dir: str = ""
+    rows_file_min_rows: int = ROWS_FILE_MIN_ROWS
 
     _db: Any = PrivateAttr(default=None)
     _session: Any = PrivateAttr(default=None)  # Lance caches of the readers: see dataset()
@@ -823,7 +835,9 @@ class ChunkIndex(BaseModel):
         with self._lock:
             rows = self._rows
             if rows is None or rows.identity != identity:
-                rows = PassageRows.read(dataset, identity, rows, exact_vectors=self._exact_search(dataset))
+                rows = PassageRows.read(dataset, identity, rows, exact_vectors=self._exact_search(dataset),
+                                        rows_dir=Path(self.rows_dir) if self.rows_dir and not self.remote else None,
+                                        file_min_rows=self.rows_file_min_rows)
                 self._rows = rows
         return rows
 
@@ -1027,24 +1041,38 @@ class PassageRows:
 
     @classmethod
     def read(cls, dataset, identity: tuple, previous: PassageRows | None,
-             exact_vectors: bool = False) -> PassageRows:
+             exact_vectors: bool = False, rows_dir: Path | None = None, file_min_rows: int = 0) -> PassageRows:
+        """The rows of `dataset`; the fragments that `previous` holds are
+        not read again. rows_dir: the rows of each fragment of at least
+        file_min_rows rows come from a memory-mapped Arrow file there (made
+        once, by a child process: write_rows_files()), so they cost this
+        process no heap, and the processes that map the same file share its
+        pages. A smaller fragment (a sync's new rows) is read into memory:
+        a sync then costs no child process, and a compaction puts its rows
+        into a file."""
         known = previous._parts if previous is not None else {}
         parts = {}
         live_rows = {}
-        read_new = False
+        new = []
         for fragment in dataset.get_fragments():
             key = _fragment_key(fragment)
             # From the manifest: no read of the deletion file (object storage).
             live_rows[key] = fragment.metadata.physical_rows - fragment.metadata.num_deletions
             if key in known:
                 parts[key] = known[key]
-                continue
-            table = fragment.to_table(columns=cls.COLUMNS, with_row_id=True).combine_chunks()
-            columns = {name: (table.column(name).to_pylist() if name in cls.LISTED else table.column(name).chunk(0))
-                       for name in cls.COLUMNS} if table.num_rows else {name: [] for name in cls.COLUMNS}
-            parts[key] = (table.column("_rowid").to_numpy(), columns)
-            read_new = True
-        if read_new:
+            else:
+                new.append((key, fragment))
+        large = [(key, f) for key, f in new if f.metadata.physical_rows >= file_min_rows]
+        mapped = cls._map_files(dataset, large, rows_dir) if rows_dir is not None and large else None
+        if mapped is not None:
+            parts.update(mapped)
+            new = [(key, f) for key, f in new if key not in mapped]
+        if new:
+            for key, fragment in new:
+                table = fragment.to_table(columns=cls.COLUMNS, with_row_id=True).combine_chunks()
+                columns = {name: (table.column(name).to_pylist() if name in cls.LISTED else table.column(name).chunk(0))
+                           for name in cls.COLUMNS} if table.num_rows else {name: [] for name in cls.COLUMNS}
+                parts[key] = (table.column("_rowid").to_numpy(), columns)
             # The texts are Python strings now; without this, Arrow's pool keeps
             # the freed text buffers (at 100,000 passages: 55 MB more memory).
             pa.default_memory_pool().release_unused()
@@ -1056,6 +1084,51 @@ class PassageRows:
         if exact_vectors:
             rows.vectors = _live_vectors(dataset)
         return rows
+
+    @classmethod
+    def _map_files(cls, dataset, new: list[tuple], rows_dir: Path) -> dict | None:
+        """{fragment key: (row ids, columns)} of the new fragments from their
+        rows files, made first when missing. None when a file cannot be
+        made or read: then the rows are read into memory, as without files."""
+        files = {key: rows_file(rows_dir, dataset.uri, key) for key, _ in new}
+        try:
+            missing = [fragment.fragment_id for key, fragment in new if not files[key].exists()]
+            if missing:
+                write_rows_files(dataset.uri, dataset.version, missing, rows_dir)
+                prune_rows_files(rows_dir, keep={rows_file(rows_dir, dataset.uri, _fragment_key(f))
+                                                 for f in dataset.get_fragments()})
+            parts = {}
+            for key, fragment in new:
+                table = pa.ipc.open_file(pa.memory_map(str(files[key]))).read_all()
+                # The file holds the rows that were live when it was made: at
+                # least those live now (a fragment only loses rows), at most all.
+                meta = fragment.metadata
+                if not meta.physical_rows - meta.num_deletions <= table.num_rows <= meta.physical_rows:
+                    raise OSError(f"{files[key]} holds {table.num_rows} rows: not the rows of fragment "
+                                  f"{fragment.fragment_id}")
+                parts[key] = (table.column("_rowid").to_numpy(), cls._mapped_columns(table))
+            return parts
+        except (RuntimeError, OSError, pa.ArrowException) as exc:
+            log.warning("The passage rows are read into memory, not from files in %s: %s", rows_dir, exc)
+            return None
+
+    @classmethod
+    def _mapped_columns(cls, table: pa.Table) -> dict:
+        """The columns of a memory-mapped rows file, without a copy: the
+        string columns that ranking reads by row as _MappedStrings, the
+        position as a list (small ints are shared objects), the others as
+        Arrow arrays."""
+        columns = {}
+        for name in cls.COLUMNS:
+            column = table.column(name)
+            array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+            if name == "position":
+                columns[name] = array.to_pylist()
+            elif name in cls.LISTED:
+                columns[name] = _MappedStrings(array) if array.null_count == 0 else array.to_pylist()
+            else:
+                columns[name] = array
+        return columns
 
     def __len__(self) -> int:
         return len(self._sorted)
@@ -1173,6 +1246,98 @@ def _passages_per_word(texts: list[str], words_of: Callable[[str], set[str]]) ->
     than one passage holds (see PassageRows.count_words())."""
     counts = Counter(chain.from_iterable(map(words_of, texts)))
     return {sys.intern(word): n for word, n in counts.items() if n > 1}
+
+
+class _MappedStrings:
+    """A string column of a memory-mapped rows file, read by row without a
+    copy of the column: value i is decoded from the file's bytes when it is
+    asked for. Why not a Python list: a list holds one object per row in
+    the heap of each process (at 100,000 passages about 230 MB with the
+    other columns)."""
+
+    __slots__ = ("_array", "_offsets", "_data")
+
+    def __init__(self, array: pa.Array):
+        self._array = array  # keeps the buffers (the mapping) alive
+        width = np.int64 if pa.types.is_large_string(array.type) else np.int32
+        _, offsets, data = array.buffers()
+        self._offsets = np.frombuffer(offsets, dtype=width)[array.offset:array.offset + len(array) + 1]
+        self._data = memoryview(data) if data is not None else memoryview(b"")
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i: int) -> str:
+        offsets = self._offsets
+        return str(self._data[offsets[i]:offsets[i + 1]], "utf-8")
+
+    def __iter__(self):
+        data, offsets = self._data, self._offsets.tolist()
+        for start, end in zip(offsets, offsets[1:]):
+            yield str(data[start:end], "utf-8")
+
+
+def rows_file(rows_dir: Path, table_uri: str, key: tuple) -> Path:
+    """The rows file of one data fragment: its name is a digest of the table
+    and of what the fragment's rows depend on (_fragment_key), so a file
+    never holds other rows than its name says."""
+    import hashlib
+
+    digest = hashlib.sha256(repr((table_uri, key, PassageRows.COLUMNS)).encode()).hexdigest()[:32]
+    return rows_dir / f"{digest}.arrow"
+
+
+# Rows files that no table version read for this long are removed. A reader
+# that maps a removed file keeps its pages (Linux keeps the data of an open
+# file), and a reader of an older version makes the file again.
+ROWS_FILE_KEEP_S = 3600
+
+
+def prune_rows_files(rows_dir: Path, keep: set[Path]) -> None:
+    cutoff = time.time() - ROWS_FILE_KEEP_S
+    for path in rows_dir.glob("*.arrow"):
+        try:
+            if path not in keep and path.stat().st_mtime < cutoff:
+                path.unlink()
+        except OSError:
+            pass
+
+
+def write_rows_files(table_uri: str, version: int, fragment_ids: list[int], rows_dir: Path) -> None:
+    """Write the rows files of these fragments of a local table version, in
+    a child process. Why a child: a read of the rows through Lance leaves
+    50 to 80 MB of freed memory in the reading process (the allocators keep
+    it) at 100,000 passages; the child gives it back when it ends."""
+    import subprocess
+
+    rows_dir.mkdir(parents=True, exist_ok=True)
+    code = "import sys; from kb.index.lance_index import _write_rows_files_here as w; w(*sys.argv[1:])"
+    done = subprocess.run([sys.executable, "-c", code, table_uri, str(version), str(rows_dir),
+                           *map(str, fragment_ids)], capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"the passage rows of {table_uri} (version {version}) could not be written to "
+                           f"{rows_dir}: {done.stderr.strip()[-500:]}")
+
+
+def _write_rows_files_here(table_uri: str, version: str, rows_dir: str, *fragment_ids: str) -> None:
+    """In the child process: one Arrow IPC file per fragment, one record
+    batch each, written to a temporary name and then renamed (a reader never
+    sees half a file; two writers write the same rows)."""
+    import lance
+
+    dataset = lance.dataset(table_uri, version=int(version))
+    wanted = {int(f) for f in fragment_ids}
+    for fragment in dataset.get_fragments():
+        if fragment.fragment_id not in wanted:
+            continue
+        path = rows_file(Path(rows_dir), table_uri, _fragment_key(fragment))
+        table = fragment.to_table(columns=PassageRows.COLUMNS, with_row_id=True).combine_chunks()
+        batches = table.to_batches()
+        batch = batches[0] if len(batches) == 1 else pa.RecordBatch.from_pylist([], schema=table.schema)
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_batch(batch)
+        os.replace(temporary, path)
 
 
 def _live_vectors(dataset) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

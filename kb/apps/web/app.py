@@ -15,7 +15,10 @@ The page keeps the search and its filters in the address (/?q=...&author=...)
 and runs it on load, so a search can be bookmarked, shared and reloaded.
 
 The app reads only the LanceDB index and the wiki files, like the MCP
-server: it never opens DuckDB, so it answers while a sync writes.
+server: it never opens DuckDB, so it answers while a sync writes. `kb web`
+(serve()) is also the search service of kb-mcp (mcp_server/service.py), and
+reads the passage rows from memory-mapped files that it writes into
+settings.passage_rows_dir (kb/index/lance_index.py, PassageRows.read()).
 
 Security: it binds to 127.0.0.1 by default and has no login, so it accepts
 only requests whose Host is a loopback name (a web page that points its own
@@ -250,12 +253,14 @@ def api_status(request: Request) -> KbJSON:
 
 
 def create_app(settings: Settings | None = None, *, allowed_hosts: list[str] | None = None,
-               warm_up: bool = False) -> Starlette:
+               warm_up: bool = False, rows_files: bool = False) -> Starlette:
     """The web app over the index and wiki that `settings` name.
 
     `allowed_hosts`: Host names that the app answers; default loopback names.
     `warm_up`: run one search before the app is returned (the query
-    embedder loads, the index opens), so the first search does not wait."""
+    embedder loads, the index opens), so the first search does not wait.
+    `rows_files`: the passage rows from memory-mapped files
+    (settings.passage_rows_dir), as the search service reads them."""
     settings = settings or get_settings()
     routes = [
         Route("/", index_page),
@@ -273,7 +278,10 @@ def create_app(settings: Settings | None = None, *, allowed_hosts: list[str] | N
     app = Starlette(routes=routes, middleware=middleware, lifespan=_lifespan)
     app.state.settings = settings
     app.state.search_service = None
-    app.state.index = ChunkIndex.from_settings(settings)
+    # The search service: the rows as memory-mapped files. The page and
+    # every relayed kb-mcp session search them in this process, without a
+    # copy in its heap.
+    app.state.index = ChunkIndex.from_settings(settings, rows_dir=str(settings.passage_rows_dir) if rows_files else "")
     app.state.kinds = SourceKinds()
     app.state.wiki = WikiReader(settings.wiki_dir)
     app.state.status_lock = threading.Lock()
@@ -333,7 +341,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, settings: Settings
     # A serving process: one CPU thread for the query model, as kb-mcp
     # (see use_cpu_threads). kb web serves the relayed kb-mcp sessions too.
     use_cpu_threads(1)
-    app = create_app(settings, allowed_hosts=allowed, warm_up=True)
+    app = create_app(settings, allowed_hosts=allowed, warm_up=True, rows_files=True)
     app.state.search_service = start_search_service(app)
     print(f"kb web: http://{host if ':' not in host else f'[{host}]'}:{port}/  (Ctrl-C stops it)", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
