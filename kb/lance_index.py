@@ -7,6 +7,9 @@ Tables in one LanceDB folder (settings.lancedb_dir):
   date finds it from each of them. The vectors come from the embedding cache,
   so the copies cost no extra embedding.
   The table's schema metadata records the embedding model and dimension.
+  Two full-text indexes: of the words of `text`, and of the characters of
+  the Chinese, Japanese, Korean and Thai runs of text and source_text
+  (column NGRAM_COLUMN; see ngram_fts_config()).
 - `bookmarks`: one card per bookmark (post, quoted post, links, media).
 - `index_meta`: key/value facts, for now the last sync.
 - `folders`: the bookmarks of each bookmark folder (kb/bookmark_folders.py).
