@@ -98,6 +98,7 @@ FILE_SECONDS = {
     "test_wiki_coherence.py": 30,
     "test_mcp_front.py": 30,
     "test_rows_files.py": 40,
+    "test_scripts.py": 8,
 }
 
 

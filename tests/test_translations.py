@@ -236,3 +236,30 @@ def test_the_foreign_text_rule(text, lang, foreign):
     found = conn.execute(f"SELECT {FOREIGN_CHUNK_SQL} FROM (SELECT ? AS text, ? AS lang) c, (SELECT NULL AS lang) b",
                          [text, lang]).fetchone()[0]
     assert found is foreign
+
+
+def test_japanese_passages_are_translated_and_found_by_their_own_words(groq_env, monkeypatch, instance):
+    """Issue 29: a long Japanese post is cut into passages by characters; each
+    passage goes out to be translated, the index shows the English, and a
+    query of two Japanese characters finds the passage by its original."""
+    from kb.index.chunking import chunk_text, word_count
+    from kb.index.search import search
+    from tests.scripts_text import JA
+
+    text = "\n".join(f"第{i}部。{JA}" for i in range(1, 5))
+    passages = chunk_text(text)
+    assert len(passages) > 1 and all(word_count(p) <= 200 for p in passages)
+    english = {p: f"Human rights, part {i}: all people are born free and equal." for i, p in enumerate(passages)}
+    write([bookmark("7", BATCH, text=text, lang="ja")],
+          texts=[SourceText("7", "post", "https://x.com/alice/status/7", text, "ja")], batch=BATCH)
+    with FakeGroq(english) as groq:
+        monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
+        assert _materialize(instance, translations).success
+        assert sorted(groq.user_texts()) == sorted(passages)  # each passage whole, in one piece
+    embedder = EmbedderResource.from_settings(backend="hash")
+    assert _materialize(instance, chunk_index, embedder=embedder, lance=ChunkIndexResource.from_settings()).success
+    stored = ChunkIndex.from_settings().passages(tweet_id="7")
+    assert [p["source_text"] for p in stored] == passages
+    assert [p["text"] for p in stored] == [english[p] for p in passages]
+    hits = search("尊厳", index=ChunkIndex.from_settings(), embedder=embedder.get_client(), mode="bm25").hits
+    assert [h.tweet_id for h in hits] == ["7"] and "尊厳" in hits[0].best_source_text

@@ -45,8 +45,10 @@ UNSPACED = ("\u0e00-\u0eff\u1000-\u11ff\u1780-\u17ff\u3001-\u303f\u3040-\u30ff\u
             "\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff61-\uff9f\U00020000-\U0003134f")
 # One word: a character of such a script with its combining marks, or a run
 # of other characters between spaces.
-WORD = re.compile(rf"[{UNSPACED}][\u0300-\u036f\u0e31\u0e34-\u0e3a\u0e47-\u0e4e\u0eb1\u0eb4-\u0ebc\u0ec8-\u0ecd"
-                  rf"\u102b-\u103e\u17b4-\u17d3\u3099\u309a\ufe00-\ufe0f]*|[^\s{UNSPACED}]+")
+MARKS = ("\u0300-\u036f\u0e31\u0e34-\u0e3a\u0e47-\u0e4e\u0eb1\u0eb4-\u0ebc\u0ec8-\u0ecd\u102b-\u103e"
+         "\u17b4-\u17d3\u3099\u309a\ufe00-\ufe0f")
+CHARACTER_WORD = rf"[{UNSPACED}][{MARKS}]*"
+WORD = re.compile(rf"{CHARACTER_WORD}|[^\s{UNSPACED}]+")
 # A sentence ends at . ! ? and white space (a closing quote or bracket may
 # come between), or at the CJK 。！？ (with no space after them).
 SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))\s+"
@@ -148,3 +150,14 @@ def _cut_after(text: str, breaks: re.Pattern) -> list[str]:
 def _space_after(text: str, end: int) -> str:
     match = SPACE.match(text, end)
     return match.group() if match else ""
+
+
+UNSPACED_RUN = re.compile(rf"(?:{CHARACTER_WORD})+")
+
+
+def unspaced_runs(*texts: str) -> str:
+    """The runs of characters of the scripts that count each character as a
+    word (UNSPACED) in these texts, one space between runs: the text that
+    the n-gram full-text index reads (kb/index/lance_index.py). Empty for a text
+    in Latin letters only."""
+    return " ".join(run.group() for text in texts if text for run in UNSPACED_RUN.finditer(text))

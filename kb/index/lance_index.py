@@ -7,6 +7,9 @@ Tables in one LanceDB folder (settings.lancedb_dir):
   date finds it from each of them. The vectors come from the embedding cache,
   so the copies cost no extra embedding.
   The table's schema metadata records the embedding model and dimension.
+  Two full-text indexes: of the words of `text`, and of the characters of
+  the Chinese, Japanese, Korean and Thai runs of text and source_text
+  (column NGRAM_COLUMN; see ngram_fts_config()).
 - `bookmarks`: one card per bookmark (post, quoted post, links, media).
 - `index_meta`: key/value facts, for now the last sync.
 - `folders`: the bookmarks of each bookmark folder (kb/index/folders.py).
@@ -46,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, PrivateAttr, SecretStr, field_validator
 
-from kb.index.chunking import word_count
+from kb.index.chunking import unspaced_runs, word_count
 from kb.index.embedder import Embedder, EmbedderError
 from kb.settings import Settings, get_settings
 from kb.writer_lock import writer_lock
@@ -99,6 +102,28 @@ def fts_config():
     return FTS(with_position=False, base_tokenizer="simple", language="English",
                stem=True, remove_stop_words=True, lower_case=True, ascii_folding=True)
 
+
+# The word index above sees a run of Chinese, Japanese or Thai as one word,
+# and a Korean word with its particle as one word: a query word inside a run
+# finds nothing. So the runs of those scripts (kb.index.chunking.unspaced_runs() of
+# text and source_text) have a column of their own, NGRAM_COLUMN, with a
+# full-text index of their characters and character pairs (Lance's n-gram
+# tokenizer). A query with such characters looks them up there too
+# (kb/index/search.py). Pairs only: a query of one character would find nothing;
+# 1 to 3 characters: 1.7 times the index size for no gain on a two-character
+# word. A text in Latin letters has an empty run column, so English queries
+# and their index stay as they were. ICU's word segmenter (base_tokenizer
+# "icu") finds Chinese, Japanese and Thai words too, but not a Korean word
+# before its particle (benchmarks/filters_and_scripts.md).
+NGRAM_COLUMN = "ngram_text"
+
+
+def ngram_fts_config():
+    from lancedb.index import FTS
+
+    return FTS(with_position=False, base_tokenizer="ngram", ngram_min_length=1, ngram_max_length=2,
+               lower_case=False, stem=False, remove_stop_words=False, ascii_folding=False)
+
 def vector_partitions(rows: int) -> int:
     """Partitions of the IVF vector index for a table of `rows` rows: about
     the square root, so partitions and rows per partition grow alike.
@@ -119,15 +144,16 @@ def vector_index_config(rows: int):
     queries with the same type. The k-means sample (at most about 20k
     vectors) and its 20 rounds bound the build time as the table grows.
 
-    The size of a partition, not their number: Lance 13 keeps that size when
-    optimize() merges the index again. Given a number, the merge of the
-    first compaction made the index again with its own default size: 2
-    partitions for 20,000 rows, and a search of 20 partitions then read
-    every vector (tests/test_filtered_search.py)."""
+    Note (issue 29): Lance 13's optimize() merges the index again with its
+    own partition size: after the first compaction a table of 20,000 rows
+    has 2 partitions, and a search of 20 partitions reads every vector
+    (exact). The SciFact figures rest on that (an index that keeps its 91
+    partitions gave dense nDCG@10 0.631, not 0.655):
+    benchmarks/filters_and_scripts.md."""
     from lancedb.index import IvfFlat
 
     partitions = vector_partitions(rows)
-    return IvfFlat(distance_type="dot", target_partition_size=math.ceil(rows / partitions), max_iterations=20,
+    return IvfFlat(distance_type="dot", num_partitions=partitions, max_iterations=20,
                    sample_rate=min(256, max(16, 20_000 // partitions)))
 
 
@@ -169,6 +195,7 @@ def chunks_schema(dim: int, model: str = "") -> pa.Schema:
         ("bookmark_chunks", pa.int32()),
         ("bookmark_words", pa.int32()),
         ("vector", pa.list_(pa.float32(), dim)),
+        (NGRAM_COLUMN, pa.string()),  # made from text and source_text: see ngram_fts_config()
     ], metadata=metadata)
 
 
@@ -514,6 +541,8 @@ class ChunkIndex(BaseModel):
         table = self.table(CHUNKS)
         if table is not None:
             self.check_schema(table)
+            if NGRAM_COLUMN not in table.schema.names:
+                self._add_ngram_column(table)  # the new rows carry it; a table from before issue 29 gets it
         stored = self._stored_passages(table, tweet_ids) if table is not None else {}
         by_bookmark: dict[str, dict[str, dict]] = {}
         for row in data_rows:
@@ -694,6 +723,27 @@ class ChunkIndex(BaseModel):
     # --- maintenance ------------------------------------------------------
     def _create_fts(self, table) -> None:
         table.create_index("text", config=fts_config(), replace=True)
+        self._create_ngram_fts(table)
+
+    def _create_ngram_fts(self, table) -> None:
+        if NGRAM_COLUMN not in table.schema.names:
+            self._add_ngram_column(table)
+        table.create_index(NGRAM_COLUMN, config=ngram_fts_config(), replace=True)
+
+    def _add_ngram_column(self, table) -> None:
+        """Give a passages table from before issue 29 its NGRAM_COLUMN, made
+        from the text of each row (one new data file per fragment; the rows
+        keep their ids and vectors)."""
+        import lance
+
+        @lance.batch_udf()
+        def runs(batch: pa.RecordBatch) -> pa.RecordBatch:
+            values = [unspaced_runs(text, source) for text, source in
+                      zip(batch.column("text").to_pylist(), batch.column("source_text").to_pylist())]
+            return pa.RecordBatch.from_arrays([pa.array(values, pa.string())], names=[NGRAM_COLUMN])
+
+        dataset = lance.dataset(table.uri, storage_options=self.storage_options() or None)
+        dataset.add_columns(runs, read_columns=["text", "source_text"])
 
     def maintain(self, *, skip_if_current: bool = False) -> dict:
         """Fold new rows into the indexes, build the vector index once the
@@ -716,6 +766,9 @@ class ChunkIndex(BaseModel):
             if ("text",) not in indexed:
                 self._create_fts(table)
                 report["fts"] = "created"
+            elif (NGRAM_COLUMN,) not in indexed:
+                self._create_ngram_fts(table)
+                report["ngram_fts"] = "created"
             for column, config in (("tweet_id", BTree()), ("source", Bitmap()), ("created_at", BTree())):
                 if (column,) not in indexed and rows:
                     table.create_index(column, config=config)
@@ -1384,6 +1437,7 @@ def _chunk_table(rows: list[dict], dim: int, model: str) -> pa.Table:
         raise IndexModelMismatch(f"The embedder gave {vectors.shape[1]}-dimension vectors, not {dim}. {REBUILD_HINT}")
     columns = {name: pa.array([r[name] for r in rows], type=schema.field(name).type) for name in CHUNK_FIELDS}
     columns["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dim)
+    columns[NGRAM_COLUMN] = pa.array([unspaced_runs(r["text"], r["source_text"]) for r in rows], pa.string())
     return pa.table(columns, schema=schema)
 
 

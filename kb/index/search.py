@@ -75,9 +75,10 @@ import numpy as np
 from lance.query import FullTextOperator, MatchQuery
 
 from kb.index.folders import folder_members
+from kb.index.chunking import UNSPACED, unspaced_runs
 from kb.index.embedder import Embedder
-from kb.index.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, PassageRows, empty_index_note, sql_in, sql_str,
-                            to_utc, vector_partitions, vector_probes)
+from kb.index.lance_index import (CHUNKS, NGRAM_COLUMN, ChunkIndex, IndexModelMismatch, PassageRows, empty_index_note, sql_in,
+                            sql_str, to_utc, vector_partitions, vector_probes)
 from kb.index.rerank import RERANK_TOP, WordRarity, load_model, new_order, window_for, words_of
 from kb.settings import get_settings
 from kb.index.stop_words import FTS_STOP_WORDS, STOP_WORDS
@@ -489,7 +490,7 @@ def _dense(table, vector: np.ndarray, where: str | None, depth: int, table_rows:
       `depth` rows of the filter, and every partition when they still hold
       fewer than `depth`. So a filter never loses a hit that it leaves."""
     probes = vector_probes(table_rows)
-    if not where or not _has_vector_index(table):
+    if not where or not _has_index(table, "vector"):
         return _nearest(table, vector, where, depth, probes)
     left = _rows_left(table, where)
     if left <= EXACT_FILTER_ROWS:
@@ -511,11 +512,6 @@ def _nearest(table, vector: np.ndarray, where: str | None, depth: int, probes: i
     result = table.to_table(columns=["_distance"], with_row_id=True, nearest=nearest, filter=where,
                             prefilter=bool(where), disable_scoring_autoprojection=True)
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_distance").to_pylist()))
-
-
-def _has_vector_index(table) -> bool:
-    # The dataset keeps its index list: about 7 us a call.
-    return any(ix.field_names == ["vector"] for ix in table.describe_indices())
 
 
 def _filter_probes(table_rows: int, left: int, depth: int) -> int:
@@ -602,6 +598,11 @@ def _bm25(table, query: str, where: str | None, depth: int) -> list[tuple[int, f
     if not TOKEN.search(plain):
         return []
     rows = _fts(table, plain, where, depth)
+    runs = unspaced_runs(plain)
+    if runs and _has_index(table, NGRAM_COLUMN):
+        # Chinese, Japanese, Korean or Thai words: the word index sees a
+        # whole run as one word, the n-gram index finds a word inside a run.
+        rows = _union(rows, _fts(table, runs, where, depth, column=NGRAM_COLUMN))
     quoted = [p for p in QUOTED.findall(query) if len(TOKEN.findall(p)) > 1]
     if quoted:
         # Quoted phrases: also fetch the passages that hold all their words,
@@ -619,9 +620,24 @@ def _bm25(table, query: str, where: str | None, depth: int) -> list[tuple[int, f
     return rows
 
 
-def _fts(table, query: str | MatchQuery, where: str | None, depth: int) -> list[tuple[int, float]]:
-    """(row id, BM25 score) of a full-text query on the text column, best first."""
-    text_query = query if isinstance(query, MatchQuery) else {"query": query, "columns": ["text"]}
+def _union(first: list[tuple[int, float]], second: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """The rows of two lexical lists, each with its best score, best first."""
+    best = dict(first)
+    for row_id, score in second:
+        if score > best.get(row_id, -1.0):
+            best[row_id] = score
+    return sorted(best.items(), key=lambda r: r[1], reverse=True)
+
+
+def _has_index(table, column: str) -> bool:
+    # The dataset keeps its index list: about 7 us a call.
+    return any(ix.field_names == [column] for ix in table.describe_indices())
+
+
+def _fts(table, query: str | MatchQuery, where: str | None, depth: int,
+         column: str = "text") -> list[tuple[int, float]]:
+    """(row id, BM25 score) of a full-text query on one column, best first."""
+    text_query = query if isinstance(query, MatchQuery) else {"query": query, "columns": [column]}
     result = table.to_table(columns=["_score"], with_row_id=True, full_text_query=text_query, limit=depth,
                             filter=where, prefilter=bool(where), disable_scoring_autoprojection=True)
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_score").to_pylist()))
@@ -908,8 +924,16 @@ def _phrase_pattern(phrase: str) -> re.Pattern:
     # The phrase's words as whole words, with only non-word characters
     # between them: the same test as joining the text's words (TOKEN) with
     # spaces and looking for the phrase, without splitting the whole text.
-    # At 10,000 passages the split cost about 3 ms per query.
-    return re.compile(r"\b" + r"\W+".join(map(re.escape, phrase.split(" "))) + r"\b")
+    # At 10,000 passages the split cost about 3 ms per query. A phrase that
+    # starts or ends with a character of a script without spaces (Chinese,
+    # Japanese, Thai...) needs no word boundary there: its words lie inside
+    # a run of characters.
+    start = "" if _UNSPACED_CHAR.match(phrase[:1]) else r"\b"
+    end = "" if _UNSPACED_CHAR.match(phrase[-1:]) else r"\b"
+    return re.compile(start + r"\W+".join(map(re.escape, phrase.split(" "))) + end)
+
+
+_UNSPACED_CHAR = re.compile(f"[{UNSPACED}]")
 
 
 # --- results -----------------------------------------------------------------
