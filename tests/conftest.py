@@ -87,6 +87,7 @@ FILE_SECONDS = {
     "test_translations.py": 9, "test_transcripts.py": 8, "test_search.py": 7, "test_inspect.py": 7,
     "test_rerank.py": 12, "test_modal_apps.py": 7, "test_x_graphql.py": 6, "test_fetch_guard.py": 40,
     "test_wiki_remote.py": 8, "test_folders_threads.py": 45, "test_first_hour.py": 10, "test_red_team.py": 60,
+    "test_dagster_internals.py": 8, "test_fast_loop.py": 1,
 }
 
 
@@ -129,6 +130,7 @@ SLOW_TESTS = {
         "test_the_public_execute_job_still_makes_runs_that_the_ui_cannot_re_execute",
     },
     "test_embedder.py": {
+        "test_a_few_texts_are_embedded_without_pytorch_and_match_a_large_batch",  # PyTorch loads for its fixture
         "test_onnx_runtime_gives_the_vectors_of_sentence_transformers",
         "test_without_a_usable_onnx_file_the_model_runs_on_pytorch",
     },
