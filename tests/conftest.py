@@ -105,7 +105,7 @@ FILE_SECONDS = {
 SLOW_FILES = {
     "test_capture.py", "test_documents.py", "test_web.py",  # a browser
     "test_crash_safety.py", "test_demo.py", "test_up.py", "test_load.py", "test_mcp_stdio_channel.py",
-    "test_definitions.py",  # kb or a server in another process
+    "test_definitions.py", "test_mcp_server.py",  # kb or a server in another process
     "test_stage_commands.py", "test_sync.py",  # whole Dagster runs of the graph, 1 to 3 s of CPU each
     "test_shared_instance.py",  # PostgreSQL
     "test_red_team.py", "test_wiki_agent.py",  # the agent's CLI
@@ -161,13 +161,6 @@ SLOW_TESTS = {
         "test_loading_the_graph_imports_no_client_library",
         "test_opening_lancedb_imports_no_rest_client_until_a_name_of_it_is_read",
         "test_serving_apps_and_the_core_load_no_dagster",
-    },
-    "test_mcp_server.py": {
-        "test_calls_while_the_index_is_written",
-        "test_search_bookmarks_deep_search",
-        "test_search_bookmarks_hits_and_last_sync",
-        "test_tools_are_listed_as_read_only",
-        "test_wiki_index_removes_deleted_pages",
     },
     "test_modal_apps.py": {
         "test_the_transcription_body_runs_on_the_cpu",
