@@ -107,6 +107,7 @@ SLOW_FILES = {
     "test_crash_safety.py", "test_demo.py", "test_up.py", "test_load.py", "test_mcp_stdio_channel.py",
     "test_definitions.py", "test_mcp_server.py",  # kb or a server in another process
     "test_stage_commands.py", "test_sync.py",  # whole Dagster runs of the graph, 1 to 3 s of CPU each
+    "test_backup.py", "test_notifications.py", "test_sources_assets.py",  # a sync, sensors and source runs
     "test_shared_instance.py",  # PostgreSQL
     "test_red_team.py", "test_wiki_agent.py",  # the agent's CLI
 }
@@ -173,12 +174,6 @@ SLOW_TESTS = {
         "test_soft_delete_and_restore_with_full_captures",
         "test_unknown_entry_kinds_are_counted_in_the_metadata",
     },
-    "test_notifications.py": {
-        "test_failures_sensor_sends_a_final_failure_once_and_tries_a_failed_send_again",
-        "test_outcomes_sensor_sends_rejected_duplicate_and_done_once_each",
-        "test_outcomes_sensor_tries_a_failed_send_again_next_tick",
-        "test_wiki_results_reach_the_owner_once_and_a_failed_send_is_tried_again",
-    },
     "test_object_storage.py": {
         "test_search_reads_the_bucket",
         "test_web_page_and_mcp_server_read_the_bucket",
@@ -202,17 +197,6 @@ SLOW_TESTS = {
         "test_documents_send_the_x_login_to_x_only",
         "test_mcp_tools_are_read_only_and_calls_change_no_byte",
         "test_no_key_or_token_reaches_a_log_or_a_file",
-    },
-    "test_sources_assets.py": {
-        "test_an_approved_source_is_searchable_at_once_and_a_rejected_one_only_after_override",
-        "test_gate_errors_three_times_accept_with_65",
-        "test_kb_index_rebuild_puts_approved_sources_back_and_leaves_rejected_ones_out",
-        "test_pdf_attachment_is_parsed",
-        "test_rematerializing_replaces_the_row_and_the_file",
-        "test_same_url_again_is_a_duplicate_and_the_gate_is_not_called",
-        "test_same_words_in_another_file_is_a_duplicate",
-        "test_text_item_is_parsed_and_accepted_without_a_gate_key",
-        "test_transient_errors_retry_after_60_120_240_seconds_over_the_items_life",
     },
     "test_sqlite_instance.py": {
         "test_a_dagster_yaml_of_an_earlier_kb_gets_the_event_log_and_keeps_its_runs",
