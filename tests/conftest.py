@@ -87,6 +87,7 @@ FILE_SECONDS = {
     "test_translations.py": 9, "test_transcripts.py": 8, "test_search.py": 7, "test_inspect.py": 7,
     "test_rerank.py": 12, "test_modal_apps.py": 7, "test_x_graphql.py": 6, "test_fetch_guard.py": 40,
     "test_wiki_remote.py": 8, "test_folders_threads.py": 45, "test_first_hour.py": 10, "test_red_team.py": 60,
+    "test_page_types.py": 8,
 }
 
 
