@@ -214,9 +214,19 @@ MODES = {
 SERIES_STRATEGIES = {"posts": (0.5, False), "posts+merge": (0.5, True),
                      "items": (1.0, False), "items+merge": (1.0, True)}
 STRATEGIES = ("article", "default", "precision", "recall", "comments", *SERIES_STRATEGIES)
-# The strategy of each page type, as the cross-validation of
-# benchmarks/bench_extraction.py chose it on both development sets.
-TYPE_STRATEGY = {kind: "article" for kind in PageType}
+# The strategy of each page type, as benchmarks/bench_extraction.py --cv
+# chose it on both development sets together (the same choice in 4 of 5
+# folds for each type; see benchmarks/extraction.md). "default" costs one
+# run of trafilatura, "article" two: the second run is paid where it gains.
+TYPE_STRATEGY = {
+    PageType.ARTICLE: "article",
+    PageType.FORUM: "article",
+    PageType.PRODUCT: "default",
+    PageType.COLLECTION: "posts+merge",
+    PageType.LISTING: "posts+merge",
+    PageType.DOCUMENTATION: "default",
+    PageType.SERVICE: "default",
+}
 _WORD = re.compile(r"\w+")
 # The blocks that clean_fragment() judges one by one.
 _LEAF_BLOCKS = ("p", "h1", "h2", "h3", "h4", "h5", "h6", "li", "dt", "dd")

@@ -122,3 +122,30 @@ def test_real_pages_get_the_type_of_their_annotation(file_id):
     Shopify collection, a software manual: each names its own type."""
     tree, url, annotated = wcxb_page(file_id)
     assert page_type(tree, url) == annotated
+
+
+# --- the strategies of kb.extract.main_content --------------------------------
+
+def test_merge_adds_the_posts_that_trafilatura_left_out_and_not_the_one_it_kept():
+    from kb.extract import html_to_text, main_content
+
+    first = "The first post asks how to oil the lathe belt before the winter comes to the workshop."
+    replies = ["Use light machine oil, wipe it clean, and run everything slowly for one minute.",
+               "Mine squeaked until I replaced that cracked pulley; check yours carefully too.",
+               "Graphite powder works better than grease in cold garages, according to my uncle."]
+    trafilatura_kept = f"<article><p>{first}</p></article>"
+    series = [f'<div class="post"><p>{text}</p></div>' for text in [first, *replies]]
+    text = html_to_text(main_content(lambda mode: trafilatura_kept, strategy="posts+merge",
+                                     blocks=lambda weight: series))
+    assert text.count("The first post asks") == 1
+    for reply in replies:
+        assert reply in text
+    alone = html_to_text(main_content(lambda mode: trafilatura_kept, strategy="default", blocks=lambda w: series))
+    assert replies[0] not in alone
+
+
+def test_an_unknown_strategy_is_named_in_the_error():
+    from kb.extract import main_content
+
+    with pytest.raises(ValueError, match="'everything' is not an extraction strategy"):
+        main_content(lambda mode: "", strategy="everything")
