@@ -1,43 +1,50 @@
 """Extraction quality: kb's extract stage against trafilatura alone.
 
-Two tables, from one run:
+From one run:
 
-1. Real pages: the development set in ../shared/eval/extraction (400 saved
-   pages in many languages, see its README). Its measure: snippets that the
-   main text must hold and boilerplate snippets that it must not hold;
-   precision, recall and F1 over all snippets. Rows: kb's `extract_html`
-   (the documents stage and `kb extract-file`), kb's Telegram web parser
-   (`source_parsers.extract_html`, Markdown), and trafilatura alone with its
-   default options (as the set's score.py calls it) and with
-   favor_precision. Time per page: p50 and p95; the extractors run on each
-   page one after the other, so that load on the machine hits all alike.
+1. Real pages, two development sets in ../shared/eval:
+   - extraction/: 400 news and other pages in many languages; snippets that
+     the main text must hold and must not hold, counted over all pages
+     (its score.py);
+   - wcxb-dev/: 1,497 pages of 7 types (article, forum, product, collection,
+     listing, documentation, service); word F1 of each page against its
+     hand-made main text, averaged (its score.py).
+   Rows: kb's `extract_html` (the documents stage and `kb extract-file`),
+   kb's Telegram web parser (`source_parsers.extract_html`, Markdown; on one
+   fold of the pages only), trafilatura alone as both score.py call it, and
+   with --others every other extractor that pip installed here. F1 over
+   all pages and per page type; CPU and wall time per page, p50 and p95,
+   with the load average.
 
 2. Synthetic pages: SciFact abstracts (../shared/eval/scifact) inside five
-   page templates, scored as the public article-extraction benchmarks do
-   (word 4-gram shingles; precision and recall per page, averaged). The true
-   body is known exactly, so the table shows lost body text clearly; it has
-   no real web boilerplate, so it could not show the precision that kb lost
-   on real pages (issue 15).
+   page templates, scored by word 4-gram shingles. The true body is known
+   exactly, so the table shows lost body text clearly.
 
-With --cv, the parameters of kb's rule (kb.enrich.extract: PRECISION_KEEPS,
-LINK_SHARE, SHORT_BLOCK_CHARS) are checked by 5-fold cross-validation on the
-development set: tuned on 4 folds, scored on the 5th.
+3. With --cv: 5-fold cross-validation of the tuned choice, the extraction
+   strategy of each page type (kb.enrich.extract.TYPE_STRATEGY): chosen on 4
+   folds of both sets together, scored on the 5th, beside trafilatura on
+   the same fold. The classifier's rules (kb.enrich.page_types) are not tuned.
 
 Run:
-    .venv/bin/python benchmarks/bench_extraction.py [--no-synthetic] [--cv] [--json]
+    .venv/bin/python benchmarks/bench_extraction.py [--no-synthetic] [--others] [--cv --cache FILE] [--json FILE]
 
-It exits with status 2 when ../shared (or KB_SHARED_DIR) has no development
-set, and with status 1 when kb scores below trafilatura alone on it.
+It exits with status 2 when ../shared (or KB_SHARED_DIR) has no
+development sets, and with status 1 when kb scores below trafilatura alone
+on either set or on any page type.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import gzip
+import hashlib
 import html
 import importlib.util
 import itertools
 import json
 import os
+import pickle
 import random
 import re
 import statistics
@@ -55,7 +62,8 @@ from kb.enrich.extract import extract_html  # noqa: E402
 
 SHARED = Path(os.environ.get("KB_SHARED_DIR", REPO.parent / "shared"))
 DEFAULT_CORPUS = SHARED / "eval" / "scifact" / "corpus.jsonl"
-DEV_SET = SHARED / "eval" / "extraction"
+NEWS_SET = SHARED / "eval" / "extraction"
+WCXB_SET = SHARED / "eval" / "wcxb-dev"
 
 
 # --- the measure -------------------------------------------------------------------
@@ -383,11 +391,11 @@ def percentile(values: list[float], q: int) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-# --- the development set of real pages ------------------------------------------------------
+# --- the development sets of real pages ------------------------------------------------------
 
 def load_dev_set(folder: Path):
-    """The set's own score.py, so that the figures are the ones its README
-    gives. Raises FileNotFoundError when the folder is absent."""
+    """The news set's own score.py, so that the figures are the ones its
+    README gives. Raises FileNotFoundError when the folder is absent."""
     script = folder / "score.py"
     if not script.exists():
         raise FileNotFoundError(f"{folder}: no development set here (no score.py)")
@@ -397,120 +405,320 @@ def load_dev_set(folder: Path):
     return module
 
 
-def dev_extractors() -> dict[str, Callable[[bytes, str], str]]:
+@dataclass(frozen=True)
+class DevPage:
+    key: str  # "news/<key>" or "wcxb/<id>": unique over both sets
+    url: str
+    kind: str  # the page type of the set's annotation; "news" for the news set
+    path: Path
+
+
+class NewsSet:
+    """The 400 pages of ../shared/eval/extraction: snippets that the text
+    must hold and must not hold, counted over all pages (its score.py)."""
+
+    name = "news"
+
+    def __init__(self, folder: Path):
+        self.dev = load_dev_set(folder)
+        self.pages = [DevPage(f"news/{key}", item["url"].strip(), "news", folder / "html" / f"{key}.html.gz")
+                      for key, item in self.dev.SNIPPETS.items()]
+
+    def counts(self, page: DevPage, text: str) -> tuple[int, int, int]:
+        """(tp, fp, fn) of one page, as the set's score.py counts them."""
+        snippets = self.dev.SNIPPETS[page.key.removeprefix("news/")]
+        text = self.dev.norm(text)
+        tp = sum(1 for s in snippets["with"] if self.dev.norm(s) in text)
+        fp = sum(1 for s in snippets["without"] if self.dev.norm(s) in text)
+        return tp, fp, len(snippets["with"]) - tp
+
+    @staticmethod
+    def f1(counts: list[tuple[int, int, int]]) -> dict[str, float]:
+        tp, fp, fn = (sum(c[i] for c in counts) for i in range(3))
+        p = tp / (tp + fp) if tp + fp else 0.0
+        r = tp / (tp + fn) if tp + fn else 0.0
+        return {"f1": 2 * p * r / (p + r) if p + r else 0.0, "precision": p, "recall": r, "pages": len(counts)}
+
+
+_WORDS = re.compile(r"\w+")
+
+
+class WcxbSet:
+    """The 1,497 pages of ../shared/eval/wcxb-dev: word F1 of each page
+    against its hand-made main text, averaged (its score.py)."""
+
+    name = "wcxb"
+
+    def __init__(self, folder: Path):
+        self.truth: dict[str, str] = {}
+        self.pages = []
+        for path in sorted((folder / "dev" / "ground-truth").glob("*.json")):
+            item = json.loads(path.read_text(encoding="utf-8"))
+            kind = ((item.get("_internal") or {}).get("page_type") or {})
+            kind = kind.get("primary", "article") if isinstance(kind, dict) else (kind or "article")
+            key = f"wcxb/{path.stem}"
+            self.truth[key] = item["ground_truth"].get("main_content") or ""
+            self.pages.append(DevPage(key, item.get("url") or "", "collection" if kind == "category" else kind,
+                                      folder / "dev" / "html" / f"{path.stem}.html.gz"))
+
+    def counts(self, page: DevPage, text: str) -> tuple[float, float, float]:
+        """(precision, recall, F1) of the words of one page (WCXB's measure)."""
+        predicted, true = _WORDS.findall((text or "").lower()), _WORDS.findall(self.truth[page.key].lower())
+        if not true:
+            return (1.0, 1.0, 1.0) if not predicted else (0.0, 0.0, 0.0)
+        if not predicted:
+            return (0.0, 0.0, 0.0)
+        overlap = sum((Counter(predicted) & Counter(true)).values())
+        p, r = overlap / len(predicted), overlap / len(true)
+        return p, r, 2 * p * r / (p + r) if p + r else 0.0
+
+    @staticmethod
+    def f1(counts: list[tuple[float, float, float]]) -> dict[str, float]:
+        if not counts:
+            return {"f1": 0.0, "precision": 0.0, "recall": 0.0, "pages": 0}
+        return {"f1": statistics.mean(c[2] for c in counts), "precision": statistics.mean(c[0] for c in counts),
+                "recall": statistics.mean(c[1] for c in counts), "pages": len(counts)}
+
+
+def html_of(page: DevPage) -> bytes:
+    return gzip.decompress(page.path.read_bytes())
+
+
+def dev_extractors(others: bool) -> dict[str, Callable[[bytes, str], str]]:
     import trafilatura
 
-    from kb_assets import source_parsers
+    from kb.telegram import source_parsers
 
-    return {
+    extractors = {
         "kb extract_html": lambda page, url: extract_html(page, url).text,
         "kb Telegram web": lambda page, url: source_parsers.extract_html(page, url)[0],
-        "trafilatura default": lambda page, url: trafilatura.extract(page, url=url) or "",
-        "trafilatura precision": lambda page, url: trafilatura.extract(page, url=url, favor_precision=True) or "",
+        # As both sets' score.py call it.
+        "trafilatura": lambda page, url: trafilatura.extract(page, url=url) or "",
     }
+    if others:
+        extractors |= other_extractors()
+    return extractors
 
 
-def evaluate_dev(dev, limit: int | None = None) -> tuple[dict[str, dict], dict[str, dict[str, str]]]:
-    """(scores and times of each extractor, its text of each page)."""
-    extractors = dev_extractors()
-    keys = list(dev.SNIPPETS)[:limit]
-    predictions = {name: {} for name in extractors}
-    seconds = {name: [] for name in extractors}
-    cpu_seconds = {name: [] for name in extractors}
-    for name, extractor in extractors.items():  # warm-up: imports and caches stay out of the timing
-        extractor(dev.html_of(keys[0]), dev.SNIPPETS[keys[0]]["url"].strip())
-    for key in keys:
-        page, url = dev.html_of(key), dev.SNIPPETS[key]["url"].strip()
-        for name, extractor in extractors.items():
-            started, cpu_started = time.perf_counter(), time.process_time()
-            predictions[name][key] = extractor(page, url)
-            cpu_seconds[name].append(time.process_time() - cpu_started)
-            seconds[name].append(time.perf_counter() - started)
+def other_extractors() -> dict[str, Callable[[bytes, str], str]]:
+    """Other extractors that pip installs here, each with its documented
+    main-content call. One that is not installed is left out."""
+    found = {}
+    if importlib.util.find_spec("resiliparse"):
+        def resiliparse(page: bytes, url: str) -> str:
+            from resiliparse.extract.html2text import extract_plain_text
+            from resiliparse.parse.encoding import bytes_to_str, detect_encoding
+            from resiliparse.parse.html import HTMLTree
+
+            return extract_plain_text(HTMLTree.parse(bytes_to_str(page, detect_encoding(page))), main_content=True)
+        found["resiliparse 2"] = resiliparse
+    if importlib.util.find_spec("readability"):
+        def readability(page: bytes, url: str) -> str:
+            import lxml.html
+            from readability import Document
+
+            summary = Document(page, url=url).summary(html_partial=True)
+            return lxml.html.fromstring(summary).text_content() if summary.strip() else ""
+        found["readability-lxml"] = readability
+    if importlib.util.find_spec("justext"):
+        def justext_(page: bytes, url: str) -> str:
+            import justext
+
+            return "\n".join(p.text for p in justext.justext(page, justext.get_stoplist("English"))
+                             if not p.is_boilerplate)
+        found["justext"] = justext_
+    if importlib.util.find_spec("goose3"):
+        def goose(page: bytes, url: str) -> str:
+            from goose3 import Goose
+
+            with Goose({"enable_image_fetching": False}) as g:
+                return g.extract(raw_html=page.decode("utf-8", "replace")).cleaned_text or ""
+        found["goose3"] = goose
+    if importlib.util.find_spec("newspaper"):
+        def newspaper(page: bytes, url: str) -> str:
+            from newspaper import Article
+
+            article = Article(url or "https://site.example/")
+            article.download(input_html=page.decode("utf-8", "replace"))
+            article.parse()
+            return article.text or ""
+        found["newspaper4k"] = newspaper
+    if importlib.util.find_spec("boilerpy3"):
+        def boilerpy(page: bytes, url: str) -> str:
+            from boilerpy3 import extractors
+
+            return extractors.ArticleExtractor(raise_on_failure=False).get_content(page.decode("utf-8", "replace"))
+        found["boilerpy3"] = boilerpy
+    return found
+
+
+def _quiet(extractor: Callable[[bytes, str], str]) -> Callable[[bytes, str], str]:
+    """An extractor that fails on a page returns no text: the page scores 0."""
+    def run(page: bytes, url: str) -> str:
+        try:
+            return extractor(page, url)
+        except Exception:  # noqa: BLE001 - other libraries fail in many ways on real pages
+            return ""
+    return run
+
+
+def evaluate_dev(sets: list, others: bool, limit: int | None) -> tuple[dict, dict]:
+    """(scores and times of each extractor on each set, its text of each
+    page). The extractors run on each page one after the other, so that
+    load on the machine hits all alike. CPU time is the figure to compare
+    on a shared machine; wall time is what a user waits."""
+    extractors = {name: _quiet(f) for name, f in dev_extractors(others).items()}
+    predictions: dict[str, dict[str, str]] = {name: {} for name in extractors}
+    wall: dict[str, list[float]] = {name: [] for name in extractors}
+    cpu: dict[str, list[float]] = {name: [] for name in extractors}
+    first = sets[0].pages[0]
+    for extractor in extractors.values():  # warm-up: imports and caches stay out of the timing
+        extractor(html_of(first), first.url)
+    for dev in sets:
+        for page in dev.pages[:limit]:
+            raw = html_of(page)
+            for name, extractor in extractors.items():
+                if name not in ALL_PAGES and fold_of(page) != ONE_FOLD:
+                    continue
+                started, cpu_started = time.perf_counter(), time.process_time()
+                predictions[name][page.key] = extractor(raw, page.url)
+                cpu[name].append(time.process_time() - cpu_started)
+                wall[name].append(time.perf_counter() - started)
     results = {}
     for name in extractors:
-        scored = snippet_scores(dev, predictions[name], keys)
-        results[name] = scored | {"ms_per_page_p50": 1000 * statistics.median(seconds[name]),
-                                  "ms_per_page_p95": 1000 * percentile(seconds[name], 95),
-                                  "cpu_ms_per_page_p50": 1000 * statistics.median(cpu_seconds[name]),
-                                  "cpu_ms_per_page_p95": 1000 * percentile(cpu_seconds[name], 95)}
+        if not cpu[name]:
+            continue  # a one-fold row with no page of that fold under --limit
+        results[name] = {"times": {"cpu_ms_p50": 1000 * statistics.median(cpu[name]),
+                                   "cpu_ms_p95": 1000 * percentile(cpu[name], 95),
+                                   "wall_ms_p50": 1000 * statistics.median(wall[name]),
+                                   "wall_ms_p95": 1000 * percentile(wall[name], 95)}}
+        for dev in sets:
+            pages = [p for p in dev.pages[:limit] if p.key in predictions[name]]
+            results[name][dev.name] = set_scores(dev, pages, predictions[name])
     return results, predictions
 
 
-def snippet_counts(dev, key: str, text: str) -> tuple[int, int, int]:
-    """(tp, fp, fn) of one page, as the set's score.py counts them."""
-    text = dev.norm(text)
-    snippets = dev.SNIPPETS[key]
-    tp = sum(1 for s in snippets["with"] if dev.norm(s) in text)
-    fp = sum(1 for s in snippets["without"] if dev.norm(s) in text)
-    return tp, fp, len(snippets["with"]) - tp
+# The rows that run on every page. The others run on one fold (a fifth of
+# the pages, the same for all), to keep the run short on a shared machine:
+# the Telegram web parser (the same extract_html, written as Markdown) and
+# the other extractors. Each row has its own page count.
+ALL_PAGES = frozenset({"kb extract_html", "trafilatura"})
+ONE_FOLD = 0
 
 
-def snippet_scores(dev, predictions: dict[str, str], keys: list[str]) -> dict[str, float]:
-    tp = fp = fn = 0
-    for key in keys:
-        a, b, c = snippet_counts(dev, key, predictions.get(key, ""))
-        tp, fp, fn = tp + a, fp + b, fn + c
-    p = tp / (tp + fp) if tp + fp else 0.0
-    r = tp / (tp + fn) if tp + fn else 0.0
-    return {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0, "pages": len(keys)}
+def set_scores(dev, pages: list[DevPage], predictions: dict[str, str]) -> dict:
+    """The set's figure over all its pages and per page type."""
+    counts = {page.key: dev.counts(page, predictions.get(page.key, "")) for page in pages}
+    out = {"all": dev.f1(list(counts.values()))}
+    for kind in sorted({page.kind for page in pages}):
+        out[kind] = dev.f1([counts[p.key] for p in pages if p.kind == kind])
+    return out
 
 
-# --- cross-validation of kb's rule -------------------------------------------------------------
+# --- cross-validation of every tuned choice ------------------------------------------------------
 
-# The grid: the values of each parameter of kb.enrich.extract.main_content
-# that the folds choose from. inf switches a step off.
-GRID = {
-    "precision_keeps": [0.9, 0.95, 0.98, 1.0, float("inf")],
-    "link_share": [0.5, 0.7, 0.9, float("inf")],
-    "short_chars": [100, 200, 400],
-}
 FOLDS = 5
+MIN_GAIN = 0.0005  # of the objective, the sum of both sets' F1
 
 
-def trafilatura_fragments(dev, keys: list[str]) -> dict[str, dict[str, str]]:
-    """trafilatura's fragment of each page for each mode, as extract_html makes
-    them, kept so that every point of the grid is scored without running
-    trafilatura again."""
-    from kb.enrich.extract import trafilatura_fragment
-
-    fragments = {}
-    for key in keys:
-        page, url = dev.html_of(key), dev.SNIPPETS[key]["url"].strip()
-        fragments[key] = {mode: trafilatura_fragment(page, url, mode) for mode in ("default", "precision", "recall")}
-    return fragments
+def fold_of(page: DevPage) -> int:
+    """A fixed split that follows no site, language or type: a hash of the key."""
+    return int(hashlib.sha256(page.key.encode()).hexdigest(), 16) % FOLDS
 
 
-def cross_validate(dev, baselines: dict[str, dict[str, str]]) -> dict:
-    """Tune the grid on 4 folds, score on the 5th. Folds by page key, which
-    is a hash: a fixed split that follows no site or language."""
-    from kb.enrich.extract import html_to_text, main_content
+def candidate_texts(sets: list, cache: Path | None) -> tuple[dict, dict]:
+    """For every page: its page type (kb's classifier) and the text of each
+    extraction strategy of kb.enrich.extract.STRATEGIES. trafilatura runs once per
+    mode and page, and the series of repeated blocks is found once per link
+    weight; the strategies combine those. With `cache`, the runs and the
+    series are kept in that file (pickle, key -> {"runs", "blocks"}), so that
+    a second run of the benchmark is quick; delete it after a change of
+    trafilatura's settings or of kb.enrich.repeated_blocks. The page type is
+    found again on every run."""
+    import trafilatura
 
-    keys = list(dev.SNIPPETS)
-    fragments = trafilatura_fragments(dev, keys)
-    points = [dict(zip(GRID, values)) for values in itertools.product(*GRID.values())]
-    counts = {}  # (point index, key) -> (tp, fp, fn)
-    for n, point in enumerate(points):
-        for key in keys:
-            text = html_to_text(main_content(lambda mode, key=key: fragments[key][mode], **point))
-            counts[n, key] = snippet_counts(dev, key, text)
+    from kb.enrich.extract import MODES, SERIES_STRATEGIES, STRATEGIES, html_to_text, main_content, trafilatura_fragment
+    from kb.enrich.page_types import page_type
+    from kb.enrich.repeated_blocks import best_series, series_html
 
-    def f1_of(n: int, subset: list[str]) -> float:
-        tp = sum(counts[n, k][0] for k in subset)
-        fp = sum(counts[n, k][1] for k in subset)
-        fn = sum(counts[n, k][2] for k in subset)
-        p, r = (tp / (tp + fp) if tp + fp else 0.0), (tp / (tp + fn) if tp + fn else 0.0)
-        return 2 * p * r / (p + r) if p + r else 0.0
+    stored = pickle.loads(cache.read_bytes()) if cache and cache.exists() else {}
+    weights = sorted({weight for weight, _ in SERIES_STRATEGIES.values()})
+    kinds, texts = {}, {}
+    for dev in sets:
+        for page in dev.pages:
+            entry = stored.setdefault(page.key, {})
+            tree = trafilatura.load_html(html_of(page))
+            kinds[page.key] = str(page_type(tree, page.url)) if tree is not None else "article"
+            runs = entry.setdefault("runs", {})
+            for mode in MODES:
+                if mode not in runs:
+                    runs[mode] = trafilatura_fragment(copy.deepcopy(tree), page.url, mode) if tree is not None else ""
+            blocks = entry.setdefault("blocks", {})
+            for weight in weights:
+                if weight not in blocks:
+                    blocks[weight] = series_html(best_series(tree, weight)) if tree is not None else []
+            texts[page.key] = {name: html_to_text(main_content(runs.__getitem__, strategy=name,
+                                                               blocks=blocks.__getitem__))
+                               for name in STRATEGIES}
+    if cache:
+        cache.write_bytes(pickle.dumps(stored))
+    return kinds, texts
 
+
+def objective(sets: list, pages: dict[str, list[DevPage]], kinds: dict, counts: dict, choice: dict[str, str]) -> float:
+    """The figure that the tuning maximizes: the sum of both sets' F1 on the
+    given pages, with strategy choice[page type] for each page. counts holds
+    each page's counts of each strategy, made once."""
+    return sum(dev.f1([counts[p.key][choice[kinds[p.key]]] for p in pages[dev.name]])["f1"] for dev in sets)
+
+
+def tune(sets: list, pages: dict[str, list[DevPage]], kinds: dict, counts: dict, strategies: list[str]) -> dict:
+    """The strategy of each page type, chosen by coordinate ascent on the
+    objective (two passes over the types). The choice starts at "default",
+    one run of trafilatura, the cheapest; another strategy replaces the
+    current one only when it gains more than MIN_GAIN, so that a second run
+    of trafilatura is paid only for a gain."""
+    from kb.enrich.page_types import PageType
+
+    choice = {str(kind): "default" for kind in PageType}
+    for _ in range(2):
+        for kind in choice:
+            best, best_score = choice[kind], objective(sets, pages, kinds, counts, choice)
+            for name in strategies:
+                score = objective(sets, pages, kinds, counts, choice | {kind: name})
+                if score > best_score + MIN_GAIN:
+                    best, best_score = name, score
+            choice[kind] = best
+    return choice
+
+
+def cross_validate(sets: list, baselines: dict[str, dict[str, str]], cache: Path | None) -> dict:
+    """Tune the strategy per page type on 4 folds, score on the 5th; the
+    baselines (trafilatura alone) are scored on the same fold."""
+    from kb.enrich.extract import STRATEGIES, TYPE_STRATEGY
+
+    kinds, texts = candidate_texts(sets, cache)
+    strategies = list(STRATEGIES)
+    counts = {p.key: {name: dev.counts(p, texts[p.key][name]) for name in strategies} for dev in sets for p in dev.pages}
     folds = []
     for fold in range(FOLDS):
-        test = [k for k in keys if int(k, 16) % FOLDS == fold]
-        train = [k for k in keys if int(k, 16) % FOLDS != fold]
-        best = max(range(len(points)), key=lambda n: f1_of(n, train))
-        folds.append({
-            "fold": fold + 1, "pages": len(test), "chosen": points[best], "kb_f1": f1_of(best, test),
-            **{f"{name}_f1": snippet_scores(dev, preds, test)["f1"] for name, preds in baselines.items()},
-        })
-    return {"folds": folds, "whole_set_best": points[max(range(len(points)), key=lambda n: f1_of(n, keys))]}
+        train = {dev.name: [p for p in dev.pages if fold_of(p) != fold] for dev in sets}
+        test = {dev.name: [p for p in dev.pages if fold_of(p) == fold] for dev in sets}
+        choice = tune(sets, train, kinds, counts, strategies)
+        row = {"fold": fold + 1, "chosen": choice}
+        for dev in sets:
+            chosen = {p.key: texts[p.key][choice[kinds[p.key]]] for p in test[dev.name]}
+            row[dev.name] = {"kb": set_scores(dev, test[dev.name], chosen)}
+            for name, predictions in baselines.items():
+                row[dev.name][name] = set_scores(dev, test[dev.name], predictions)
+        folds.append(row)
+    whole = {dev.name: dev.pages for dev in sets}
+    shipped = {dev.name: set_scores(dev, dev.pages, {p.key: texts[p.key][TYPE_STRATEGY[kinds[p.key]]]
+                                                     for p in dev.pages}) for dev in sets}
+    confusion = Counter((p.kind, kinds[p.key]) for dev in sets for p in dev.pages)
+    return {"folds": folds, "whole_set_choice": tune(sets, whole, kinds, counts, strategies),
+            "shipped_choice": dict(TYPE_STRATEGY), "shipped_scores": shipped,
+            "confusion": {f"{a} -> {b}": n for (a, b), n in sorted(confusion.items())}}
 
 
 def mean_spread(values: list[float]) -> str:
@@ -519,17 +727,24 @@ def mean_spread(values: list[float]) -> str:
 
 # --- main ------------------------------------------------------------------------------------------
 
-def print_dev(results: dict[str, dict]) -> None:
-    pages = next(iter(results.values()))["pages"]
-    print(f"Real pages: {pages} pages of {DEV_SET} (snippet precision/recall, as its score.py)")
-    # CPU time is the figure to compare on a shared machine; wall time is
-    # what a user waits, and grows with the load of other work.
-    print(f"{'extractor':<22} {'prec':>6} {'recall':>6} {'F1':>6} {'CPU ms p50':>10} {'p95':>7} "
-          f"{'wall ms p50':>11} {'p95':>7}")
+def print_dev(results: dict[str, dict], sets: list) -> None:
+    print(f"{'extractor':<20} {'CPU ms p50':>10} {'p95':>7} {'wall ms p50':>11} {'p95':>7}   "
+          + "   ".join(f"{dev.name} F1 (P/R)" for dev in sets))
     for name, r in results.items():
-        print(f"{name:<22} {r['precision']:6.4f} {r['recall']:6.4f} {r['f1']:6.4f} "
-              f"{r['cpu_ms_per_page_p50']:10.1f} {r['cpu_ms_per_page_p95']:7.1f} "
-              f"{r['ms_per_page_p50']:11.1f} {r['ms_per_page_p95']:7.1f}")
+        t = r["times"]
+        print(f"{name:<20} {t['cpu_ms_p50']:10.1f} {t['cpu_ms_p95']:7.1f} {t['wall_ms_p50']:11.1f} "
+              f"{t['wall_ms_p95']:7.1f}   "
+              + "   ".join(f"{r[dev.name]['all']['f1']:.4f} ({r[dev.name]['all']['precision']:.3f}/"
+                           f"{r[dev.name]['all']['recall']:.3f})" for dev in sets))
+    for dev in sets:
+        kinds = [k for k in next(iter(results.values()))[dev.name] if k != "all"]
+        if len(kinds) < 2:
+            continue
+        print(f"\n{dev.name}: word F1 per page type (pages)")
+        counts = next(iter(results.values()))[dev.name]
+        print(f"{'extractor':<20} " + " ".join(f"{k[:13] + ' (' + str(counts[k]['pages']) + ')':>18}" for k in kinds))
+        for name, r in results.items():
+            print(f"{name:<20} " + " ".join(f"{r[dev.name][k]['f1']:18.4f}" for k in kinds))
 
 
 def print_synthetic(pages: list[Page], seed: int, results: dict[str, dict]) -> None:
@@ -543,72 +758,81 @@ def print_synthetic(pages: list[Page], seed: int, results: dict[str, dict]) -> N
         print(f"  {name}: F1 by template {r['by_template_f1']}")
 
 
-def print_cv(cv: dict) -> None:
-    print(f"5-fold cross-validation of kb's rule (grid {GRID})")
-    names = [k.removesuffix("_f1") for k in cv["folds"][0] if k.endswith("_f1") and k != "kb_f1"]
-    print(f"{'fold':>4} {'pages':>5} {'kb F1':>7} " + " ".join(f"{n + ' F1':>26}" for n in names) + "  chosen")
+def print_cv(cv: dict, sets: list) -> None:
+    print(f"{FOLDS}-fold cross-validation: the strategy of each page type, tuned on 4 folds, scored on the 5th")
+    for dev in sets:
+        kinds = list(cv["folds"][0][dev.name]["kb"])
+        names = list(cv["folds"][0][dev.name])
+        print(f"\n{dev.name}: F1 on the held-out fold, mean ± sd over the folds")
+        print(f"{'':<14}" + " ".join(f"{n:>22}" for n in names) + "   kb above trafilatura")
+        for kind in kinds:
+            values = {n: [f[dev.name][n][kind]["f1"] for f in cv["folds"]] for n in names}
+            above = sum(a > b for a, b in zip(values["kb"], values["trafilatura"]))
+            print(f"{kind:<14}" + " ".join(f"{mean_spread(values[n]):>22}" for n in names)
+                  + f"   in {above} of {FOLDS} folds")
+    print("\nchosen per fold:")
     for f in cv["folds"]:
-        print(f"{f['fold']:>4} {f['pages']:>5} {f['kb_f1']:7.4f} "
-              + " ".join(f"{f[n + '_f1']:26.4f}" for n in names) + f"  {f['chosen']}")
-    print(f"mean ± sd  kb {mean_spread([f['kb_f1'] for f in cv['folds']])}; "
-          + "; ".join(f"{n} {mean_spread([f[n + '_f1'] for f in cv['folds']])}" for n in names))
-    for n in names:
-        gains = [f["kb_f1"] - f[n + "_f1"] for f in cv["folds"]]
-        print(f"kb minus {n}: {mean_spread(gains)} (above in {sum(g > 0 for g in gains)} of {FOLDS} folds)")
-    print(f"best point on the whole set: {cv['whole_set_best']}")
+        print(f"  fold {f['fold']}: {f['chosen']}")
+    print(f"whole set chooses: {cv['whole_set_choice']}")
+    print(f"kb ships:          {cv['shipped_choice']}")
+    for dev in sets:
+        s = cv["shipped_scores"][dev.name]
+        print(f"shipped choice on the whole {dev.name} set: " + ", ".join(f"{k} {v['f1']:.4f}" for k, v in s.items()))
+    print(f"page types (annotation -> kb's classifier): {cv['confusion']}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dev-set", type=Path, default=DEV_SET, help="the folder of the development set")
-    parser.add_argument("--limit", type=int, help="only the first N pages of the development set (a quick look)")
+    parser.add_argument("--news-set", type=Path, default=NEWS_SET, help="the folder of the 400-page news set")
+    parser.add_argument("--wcxb-set", type=Path, default=WCXB_SET, help="the folder of the WCXB development split")
+    parser.add_argument("--limit", type=int, help="only the first N pages of each set (a quick look)")
+    parser.add_argument("--fold", type=int, choices=range(FOLDS),
+                        help="only the pages of this fold of the cross-validation split (a fifth of each set)")
+    parser.add_argument("--others", action="store_true", help="also score the other extractors that are installed")
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="SciFact corpus.jsonl")
     parser.add_argument("--pages", type=int, default=200, help="synthetic pages")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--no-synthetic", action="store_true", help="skip the synthetic table")
-    parser.add_argument("--cv", action="store_true", help="cross-validate kb's rule on the development set")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--save-pages", type=Path, help="write the synthetic pages and their true bodies to this folder")
+    parser.add_argument("--cv", action="store_true", help="cross-validate the strategy per page type")
+    parser.add_argument("--cache", type=Path, help="keep trafilatura's runs for --cv in this file")
+    parser.add_argument("--json", type=Path, help="also write all figures to this file")
     args = parser.parse_args()
     try:
-        dev = load_dev_set(args.dev_set)
+        sets = [NewsSet(args.news_set), WcxbSet(args.wcxb_set)]
     except FileNotFoundError as exc:
-        print(f"{exc}. The development set lives in ../shared/eval/extraction next to the repository; "
-              "give --dev-set or set KB_SHARED_DIR.", file=sys.stderr)
+        print(f"{exc}. The development sets live in ../shared/eval next to the repository; "
+              "give --news-set and --wcxb-set or set KB_SHARED_DIR.", file=sys.stderr)
         return 2
-    out: dict = {}
-    out["dev"], predictions = evaluate_dev(dev, args.limit)
-    if not args.json:
-        print_dev(out["dev"])
+    if args.fold is not None:
+        for dev in sets:
+            dev.pages = [p for p in dev.pages if fold_of(p) == args.fold]
+    out: dict = {"load_before": os.getloadavg(), "fold": args.fold}
+    out["dev"], predictions = evaluate_dev(sets, args.others, args.limit)
+    out["load_after"] = os.getloadavg()
+    print(f"Real pages: {', '.join(f'{len(d.pages[:args.limit])} of {d.name}' for d in sets)}; "
+          f"load average {out['load_before'][0]:.1f} before, {out['load_after'][0]:.1f} after")
+    print_dev(out["dev"], sets)
     if not args.no_synthetic:
         if not args.corpus.exists():
             print(f"{args.corpus}: no such file, so no synthetic table. Give --corpus.", file=sys.stderr)
         else:
             pages = make_pages(load_abstracts(args.corpus), args.pages, args.seed)
-            if args.save_pages:
-                args.save_pages.mkdir(parents=True, exist_ok=True)
-                for n, page in enumerate(pages):
-                    (args.save_pages / f"{n:04d}-{page.template}.html").write_text(page.html, encoding="utf-8")
-                    (args.save_pages / f"{n:04d}-{page.template}.txt").write_text(page.body, encoding="utf-8")
             out["synthetic"] = evaluate(pages)
-            if not args.json:
-                print()
-                print_synthetic(pages, args.seed, out["synthetic"])
-    if args.cv:
-        if args.limit:
-            print("--cv needs the whole development set: leave out --limit.", file=sys.stderr)
-            return 2
-        baselines = {name: predictions[name] for name in ("trafilatura default", "trafilatura precision")}
-        out["cv"] = cross_validate(dev, baselines)
-        if not args.json:
             print()
-            print_cv(out["cv"])
+            print_synthetic(pages, args.seed, out["synthetic"])
+    if args.cv:
+        if args.limit or args.fold is not None:
+            print("--cv needs the whole development sets: leave out --limit and --fold.", file=sys.stderr)
+            return 2
+        out["cv"] = cross_validate(sets, {"trafilatura": predictions["trafilatura"]}, args.cache)
+        print()
+        print_cv(out["cv"], sets)
     if args.json:
-        print(json.dumps(out, indent=2, default=str))
-    kb, alone = out["dev"]["kb extract_html"]["f1"], out["dev"]["trafilatura default"]["f1"]
-    if kb < alone:
-        print(f"FAIL: kb's extract stage scores below trafilatura alone on real pages ({kb:.4f} < {alone:.4f}).",
-              file=sys.stderr)
+        args.json.write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")
+    failed = [f"{dev.name} {kind}" for dev in sets for kind, s in out["dev"]["kb extract_html"][dev.name].items()
+              if s["f1"] < out["dev"]["trafilatura"][dev.name][kind]["f1"]]
+    if failed:
+        print(f"FAIL: kb's extract stage scores below trafilatura alone on: {', '.join(failed)}.", file=sys.stderr)
         return 1
     return 0
 

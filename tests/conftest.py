@@ -100,6 +100,7 @@ FILE_SECONDS = {
     "test_rows_files.py": 40,
     "test_scripts.py": 8,
     "test_dagster_internals.py": 8, "test_fast_loop.py": 1,
+    "test_page_types.py": 8,
 }
 
 

@@ -25,6 +25,9 @@ from urllib.parse import urlsplit, urlunsplit
 import lxml.etree
 import lxml.html
 
+from kb.enrich.page_types import PageType, page_type
+from kb.enrich.repeated_blocks import best_series, series_html
+
 # A page with fewer words than this is "thin": a teaser, a login wall, a
 # cookie notice or an empty JavaScript shell, not an article.
 THIN_WORDS = 60
@@ -60,6 +63,7 @@ class Extracted:
     text: str  # the same without markup: paragraphs split by blank lines
     title: str | None
     word_count: int
+    page_type: str | None = None  # kb.enrich.page_types.PageType of a web page
 
     @property
     def thin(self) -> bool:
@@ -176,6 +180,9 @@ def count_words(text: str) -> int:
 # parts of some pages and keeps figure captions and photo credits. On the
 # development set this cost 0.017 of precision and gained no recall.
 PRECISION_KEEPS = 0.98
+# A block of a series is new when less than this share of its words is
+# already in the text: a post that trafilatura already kept is not added twice.
+NEW_BLOCK_SHARE = 0.5
 # A block (paragraph, heading, list item) of at most SHORT_BLOCK_CHARS
 # characters, of which at least LINK_SHARE are the words of links, points to
 # other pages: it is not prose. Both values, and PRECISION_KEEPS, are the
@@ -184,7 +191,43 @@ PRECISION_KEEPS = 0.98
 SHORT_BLOCK_CHARS = 100
 LINK_SHARE = 0.7
 
-_TRAFILATURA_MODES = {"default": {}, "precision": {"favor_precision": True}, "recall": {"favor_recall": True}}
+# The settings of trafilatura that kb runs, by name. "comments" keeps the
+# replies under a post: on a forum thread they are the content.
+MODES = {
+    "default": {},
+    "precision": {"favor_precision": True},
+    "recall": {"favor_recall": True},
+    "comments": {"include_comments": True},
+    "recall_comments": {"favor_recall": True, "include_comments": True},
+}
+# The strategies of main_content(): how the page's extraction is made.
+# - "article": kb's rule for articles (steps 1 to 3 above).
+# - "default", "precision", "recall", "comments": one run of trafilatura
+#   with those MODES.
+# - "posts", "items" and their "+merge" forms: the page's largest series of
+#   repeated blocks (kb.enrich.repeated_blocks): the posts of a thread (the words
+#   of links count half: names and dates are links) or the items of a list
+#   (links count in full: an item's title is a link). Alone, the series is
+#   the text; with "+merge", the blocks that trafilatura left out are added
+#   to trafilatura's default text.
+# Every strategy falls back to favor_recall when its text is thin.
+SERIES_STRATEGIES = {"posts": (0.5, False), "posts+merge": (0.5, True),
+                     "items": (1.0, False), "items+merge": (1.0, True)}
+STRATEGIES = ("article", "default", "precision", "recall", "comments", *SERIES_STRATEGIES)
+# The strategy of each page type, as benchmarks/bench_extraction.py --cv
+# chose it on both development sets together (the same choice in 4 of 5
+# folds for each type; see benchmarks/extraction.md). "default" costs one
+# run of trafilatura, "article" two: the second run is paid where it gains.
+TYPE_STRATEGY = {
+    PageType.ARTICLE: "article",
+    PageType.FORUM: "article",
+    PageType.PRODUCT: "default",
+    PageType.COLLECTION: "posts+merge",
+    PageType.LISTING: "posts+merge",
+    PageType.DOCUMENTATION: "default",
+    PageType.SERVICE: "default",
+}
+_WORD = re.compile(r"\w+")
 # The blocks that clean_fragment() judges one by one.
 _LEAF_BLOCKS = ("p", "h1", "h2", "h3", "h4", "h5", "h6", "li", "dt", "dd")
 _HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
@@ -193,9 +236,9 @@ _CONTENT_BLOCKS = ("p", "pre", "table", "blockquote", "ul", "ol", "dl", "div", *
 
 
 def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
-    """The main content of a page: see the steps above.
+    """The main content of a page: its page type (kb.enrich.page_types) chooses the
+    strategy (TYPE_STRATEGY, see STRATEGIES).
 
-    Comments under the article are left out: they are not the document.
     Links stay in the HTML; trafilatura makes their addresses absolute when
     it knows the page URL."""
     import trafilatura
@@ -206,15 +249,25 @@ def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
         tree = None
     if tree is None:
         return Extracted(text_html="", text="", title=_page_title(html), word_count=0)
+    kind = page_type(tree, url)
+    runs: dict[str, str] = {}
+    series: dict[float, list[str]] = {}
 
     def run(mode: str) -> str:
         # trafilatura cleans the tree it is given in place: each run gets a copy.
-        return trafilatura_fragment(copy.deepcopy(tree), url, mode)
+        if mode not in runs:
+            runs[mode] = trafilatura_fragment(copy.deepcopy(tree), url, mode)
+        return runs[mode]
 
-    fragment = main_content(run)
+    def blocks(link_weight: float) -> list[str]:
+        if link_weight not in series:
+            series[link_weight] = series_html(best_series(tree, link_weight))
+        return series[link_weight]
+
+    fragment = main_content(run, strategy=TYPE_STRATEGY[kind], blocks=blocks)
     title = _trafilatura_title(tree) or _page_title(html)
     text = html_to_text(fragment)
-    return Extracted(text_html=fragment, text=text, title=title, word_count=count_words(text))
+    return Extracted(text_html=fragment, text=text, title=title, word_count=count_words(text), page_type=str(kind))
 
 
 def trafilatura_fragment(html: str | bytes | lxml.html.HtmlElement, url: str | None, mode: str) -> str:
@@ -227,11 +280,10 @@ def trafilatura_fragment(html: str | bytes | lxml.html.HtmlElement, url: str | N
         html,
         url=url,
         output_format="html",
-        include_comments=False,
         include_links=True,
         include_images=False,
         include_tables=True,
-        **_TRAFILATURA_MODES[mode],
+        **({"include_comments": False} | MODES[mode]),
     )
     return _body_fragment(lxml.html.document_fromstring(output)) if output else ""
 
@@ -254,26 +306,69 @@ def _trafilatura_title(tree: lxml.html.HtmlElement) -> str | None:
 def main_content(
     run: Callable[[str], str],
     *,
+    strategy: str = "article",
+    blocks: Callable[[float], list[str]] | None = None,
     precision_keeps: float = PRECISION_KEEPS,
     link_share: float = LINK_SHARE,
     short_chars: int = SHORT_BLOCK_CHARS,
 ) -> str:
-    """The cleaned HTML fragment of a page's main content, from `run(mode)`:
-    trafilatura's fragment with the settings of mode "default", "precision"
-    or "recall". The benchmark calls this with stored fragments and other
-    parameters, to cross-validate them."""
-    default = clean_fragment(run("default"), link_share=link_share, short_chars=short_chars)
-    precise = clean_fragment(run("precision"), link_share=link_share, short_chars=short_chars)
-    default_chars, precise_chars = len(html_to_text(default)), len(html_to_text(precise))
-    if precise_chars and precise_chars >= precision_keeps * default_chars:
-        fragment, chars = precise, precise_chars
+    """The cleaned HTML fragment of a page's main content by one of
+    STRATEGIES, from `run(mode)` (trafilatura's fragment with the settings
+    of MODES[mode]) and `blocks(link_weight)` (the HTML of the page's largest
+    series of repeated blocks, kb.enrich.repeated_blocks). The benchmark calls this
+    with stored fragments and other parameters, to cross-validate them."""
+
+    def clean(fragment: str) -> str:
+        return clean_fragment(fragment, link_share=link_share, short_chars=short_chars)
+
+    if strategy == "article":
+        fragment = _article_rule(clean(run("default")), clean(run("precision")), precision_keeps)
+    elif strategy in ("default", "precision", "recall", "comments"):
+        fragment = clean(run(strategy))
+    elif strategy in SERIES_STRATEGIES:
+        link_weight, merge = SERIES_STRATEGIES[strategy]
+        base = clean(run("default"))
+        series = [clean(block) for block in (blocks(link_weight) if blocks else [])]
+        fragment = _merge_series(base, series) if merge else _series_fragment(series) or base
     else:
-        fragment, chars = default, default_chars
+        raise ValueError(f"{strategy!r} is not an extraction strategy: choose one of {', '.join(STRATEGIES)}")
     if count_words(html_to_text(fragment)) < THIN_WORDS:
-        recalled = clean_fragment(run("recall"), link_share=link_share, short_chars=short_chars)
-        if len(html_to_text(recalled)) > chars:
+        recalled = clean(run("recall"))
+        if len(html_to_text(recalled)) > len(html_to_text(fragment)):
             fragment = recalled
     return fragment
+
+
+def _article_rule(default: str, precise: str, precision_keeps: float) -> str:
+    """favor_precision's result when it keeps nearly all of the default's
+    text (then what it removed was boilerplate), else the default's."""
+    default_chars, precise_chars = len(html_to_text(default)), len(html_to_text(precise))
+    if precise_chars and precise_chars >= precision_keeps * default_chars:
+        return precise
+    return default
+
+
+def _series_fragment(series: list[str]) -> str:
+    """The blocks of a series as one fragment, or "" when none has text."""
+    kept = [block for block in series if html_to_text(block)]
+    return f"<article>{''.join(kept)}</article>" if kept else ""
+
+
+def _merge_series(base: str, series: list[str]) -> str:
+    """trafilatura's fragment, then each block of the series of which less
+    than half the words are in the text so far: the posts or items that
+    trafilatura left out, without the one that it kept."""
+    seen = set(_WORD.findall(html_to_text(base).lower()))
+    added = []
+    for block in series:
+        words = _WORD.findall(html_to_text(block).lower())
+        if words and sum(word in seen for word in words) < NEW_BLOCK_SHARE * len(words):
+            added.append(block)
+            seen.update(words)
+    if not added:
+        return base
+    inner = base.removeprefix("<article>").removesuffix("</article>") if base else ""
+    return f"<article>{inner}{''.join(added)}</article>"
 
 
 def clean_fragment(fragment: str, *, link_share: float = LINK_SHARE, short_chars: int = SHORT_BLOCK_CHARS) -> str:
