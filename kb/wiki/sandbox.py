@@ -20,7 +20,7 @@ read them.
 
 Why a relay: the room has no network of its own (`--unshare-net`), only its
 own loopback. The CLI needs one address, the model endpoint. So a small
-program in the room (IN_ROOM_RELAY) listens on the room's loopback and
+program in the room (in_room_relay()) listens on the room's loopback and
 passes each connection through a Unix socket to kb (EndpointRelay), and kb
 connects to the endpoint. TLS goes through the relay unchanged: the room's
 /etc/hosts names the endpoint's host as 127.0.0.1, so the CLI checks the
@@ -31,6 +31,7 @@ network, 169.254.169.254, and DNS.
 
 from __future__ import annotations
 
+import inspect
 import ipaddress
 import json
 import os
@@ -97,7 +98,7 @@ ROOM_RELAY_DIR = "/run/kb-relay"
 RELAY_SOCKET = "endpoint.sock"
 RELAY_SCRIPT = "relay.py"
 
-IN_ROOM_RELAY = '''# Written by kb (kb/wiki/sandbox.py). It runs in the agent's room, which
+IN_ROOM_RELAY_TEMPLATE = '''# Written by kb (kb/wiki/sandbox.py). It runs in the agent's room, which
 # has no network: it listens on the room's loopback, passes each connection
 # to kb's Unix socket, then replaces itself with the CLI.
 import os, socket, sys, threading
@@ -109,21 +110,7 @@ listener.bind(("127.0.0.1", port))
 listener.listen(64)
 
 
-def pipe(source, target):
-    try:
-        while True:
-            data = source.recv(65536)
-            if not data:
-                break
-            target.sendall(data)
-    except OSError:
-        pass
-    for end in (source, target):
-        try:
-            end.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
+{pipe}
 
 if os.fork() == 0:
     # The relay must not hold the CLI's stdin and stdout: the SDK waits for
@@ -139,8 +126,8 @@ if os.fork() == 0:
         except OSError:
             client.close()
             continue
-        threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
-        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+        threading.Thread(target=_pipe, args=(client, upstream), daemon=True).start()
+        threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
 listener.close()
 os.execv(argv[0], argv)
 '''
@@ -244,7 +231,7 @@ class RoomNetwork:
             room_host = host  # a name: the room's hosts file points it at loopback, TLS checks the name
         room_url = urlunsplit((parts.scheme, f"{room_host}:{room_port}", parts.path, parts.query, ""))
         folder = Path(tempfile.mkdtemp(prefix="kb-agent-net-"))
-        (folder / RELAY_SCRIPT).write_text(IN_ROOM_RELAY)
+        (folder / RELAY_SCRIPT).write_text(in_room_relay())
         (folder / "hosts").write_text(f"127.0.0.1 localhost {room_host}\n")
         relay = EndpointRelay(folder / RELAY_SOCKET, host, port)
         return cls(folder=folder, room_url=room_url, room_port=room_port,
@@ -299,6 +286,12 @@ def _pipe(source: socket.socket, target: socket.socket) -> None:
             end.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+def in_room_relay() -> str:
+    """The relay program of the room. It cannot import kb (kb is not in the
+    room), so kb writes the one copy of `_pipe` into it."""
+    return IN_ROOM_RELAY_TEMPLATE.replace("{pipe}", inspect.getsource(_pipe))
 
 
 def write_launcher(folder: Path, *, cli: str, home: Path, prefix: list[str]) -> Path:
