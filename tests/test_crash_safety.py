@@ -39,7 +39,7 @@ from collections.abc import Callable
 from functools import partial
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import dagster as dg
@@ -60,6 +60,7 @@ from kb.settings import excluded_sources, get_settings
 from tests.fake_anthropic import FakeAnthropic, HeldAnthropic, ingest_turns, write
 from tests.fake_openai_chat import FakeOpenAIChat, chat
 from tests.fake_x import FakeX
+from tests.loopback import LoopbackServer
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:coroutine 'BaseEventLoop.shutdown_asyncgens' was never awaited"),
@@ -527,7 +528,7 @@ def test_which_earlier_batches_a_sync_finishes():
 # --- documents: a long fetch ------------------------------------------------------------
 
 
-class HeldSite:
+class HeldSite(LoopbackServer):
     """PDFs by path; the path `held` takes its request and answers only
     after `release` is set."""
 
@@ -565,15 +566,12 @@ class HeldSite:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.bind(Handler)
+        self.thread.start()
 
     def stop(self) -> None:
         self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self.__exit__()
 
 
 def documents_rows() -> list[tuple]:
@@ -630,7 +628,7 @@ def test_documents_killed_in_a_long_fetch_keeps_each_written_group_and_the_next_
 # --- the Telegram inflow: gate call and wiki ingest --------------------------------------
 
 
-class HeldEndpoint:
+class HeldEndpoint(LoopbackServer):
     """An OpenAI-compatible endpoint that takes each request and does not
     answer it: the gate call is in flight when the test kills the run."""
 
@@ -649,15 +647,12 @@ class HeldEndpoint:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.bind(Handler)
+        self.thread.start()
 
     def stop(self) -> None:
         self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self.__exit__()
 
 
 def git(root: Path, *args: str) -> str:
