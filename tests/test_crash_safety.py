@@ -39,7 +39,6 @@ from collections.abc import Callable
 from functools import partial
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import dagster as dg
@@ -60,7 +59,7 @@ from kb.settings import excluded_sources, get_settings
 from tests.fake_anthropic import FakeAnthropic, HeldAnthropic, ingest_turns, write
 from tests.fake_openai_chat import FakeOpenAIChat, chat
 from tests.fake_x import FakeX
-from tests.loopback import LoopbackServer
+from tests.loopback import LoopbackServer, QuietHandler, allow_fetches
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:coroutine 'BaseEventLoop.shutdown_asyncgens' was never awaited"),
@@ -530,7 +529,7 @@ def test_which_earlier_batches_a_sync_finishes():
 
 class HeldSite(LoopbackServer):
     """PDFs by path; the path `held` takes its request and answers only
-    after `release` is set."""
+    after `release` is set. The end of its `with` block releases it."""
 
     def __init__(self, paths: list[str], held: str) -> None:
         from tests.loopback_site import pdf_bytes
@@ -540,7 +539,7 @@ class HeldSite(LoopbackServer):
         body = pdf_bytes("Glaciers in the northern valleys lost a third of their ice in two decades. " * 12)
         site = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def _answer(self, with_body: bool) -> None:
                 path = self.path.split("?")[0]
                 site.hits[path] = site.hits.get(path, 0) + 1
@@ -563,15 +562,11 @@ class HeldSite(LoopbackServer):
             def do_GET(self):
                 self._answer(True)
 
-            def log_message(self, *args):
-                pass
-
         self.bind(Handler)
-        self.thread.start()
 
-    def stop(self) -> None:
+    def __exit__(self, *exc) -> None:
         self.release.set()
-        self.__exit__()
+        super().__exit__(*exc)
 
 
 def documents_rows() -> list[tuple]:
@@ -593,9 +588,8 @@ def test_documents_killed_in_a_long_fetch_keeps_each_written_group_and_the_next_
     from tests.test_sync import kb as kb_command
 
     paths, held = [f"/doc-{n}.pdf" for n in range(6)], "/zz-held.pdf"
-    site = HeldSite(paths, held)
-    try:
-        monkeypatch.setenv("KB_FETCH_ALLOW_HOSTS", site.base_url.removeprefix("http://"))
+    with HeldSite(paths, held) as site:
+        allow_fetches(monkeypatch, site.base_url)
         monkeypatch.setenv("KB_BROWSER_TIMEOUT_S", str(WAIT_S))  # the held fetch waits for the kill
         monkeypatch.delenv("KB_EXCLUDE")  # this test fetches links
         batch = "20261101T000000000Z"
@@ -617,8 +611,6 @@ def test_documents_killed_in_a_long_fetch_keeps_each_written_group_and_the_next_
 
         site.release.set()
         assert kb_command("extract") == 0
-    finally:
-        site.stop()
     assert documents_rows() == [(url, "ok") for url in urls]
     # The next run fetched the held address only: the written ones were not fetched again.
     assert {path: site.hits[path] for path in paths} == {path: fetched_before[path] for path in paths}
@@ -630,29 +622,26 @@ def test_documents_killed_in_a_long_fetch_keeps_each_written_group_and_the_next_
 
 class HeldEndpoint(LoopbackServer):
     """An OpenAI-compatible endpoint that takes each request and does not
-    answer it: the gate call is in flight when the test kills the run."""
+    answer it: the gate call is in flight when the test kills the run. The
+    end of its `with` block releases it."""
 
     def __init__(self) -> None:
         self.arrived = threading.Event()
         self.release = threading.Event()
         endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self):
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 endpoint.arrived.set()
                 endpoint.release.wait(WAIT_S)
                 self.close_connection = True
 
-            def log_message(self, *args):
-                pass
-
         self.bind(Handler)
-        self.thread.start()
 
-    def stop(self) -> None:
+    def __exit__(self, *exc) -> None:
         self.release.set()
-        self.__exit__()
+        super().__exit__(*exc)
 
 
 def git(root: Path, *args: str) -> str:
@@ -701,14 +690,11 @@ def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_p
         return len(fail_runs_of_dead_workers(instance))
 
     # 1. The gate call is in flight.
-    held_gate = HeldEndpoint()
-    try:
+    with HeldEndpoint() as held_gate:
         monkeypatch.setenv("KB_GATE_BASE_URL", held_gate.base_url)
         run = fork_process(tmp_path, "intake-1", target=run_item)
         run.wait_for(held_gate.arrived.is_set, "the gate call")
         run.kill()
-    finally:
-        held_gate.stop()
     [first] = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": item.id}))
     assert first.status == dg.DagsterRunStatus.STARTED
     assert claimed_slots(instance)["duckdb"] == []  # the gate call holds no slot and no writer lock
