@@ -76,9 +76,10 @@ class _Backend:
     embed_queries: callable
     # For a call with at most FEW_TEXTS texts to embed; None: embed_documents.
     embed_few_documents: callable = None
-    # "int8" when queries use the int8 weights: their vectors differ a little,
-    # so the process-wide query cache keeps them apart.
-    query_weights: str = ""
+    # Gives "int8" when queries use the int8 weights: their vectors differ a
+    # little, so the process-wide query cache keeps them apart. A function:
+    # the answer loads the int8 model, and a process may never embed a query.
+    query_weights: callable = lambda: ""
 
 
 # A sync with a few new bookmarks embeds a few passages. A new process that
@@ -349,6 +350,13 @@ class OnnxModel:
         if threads:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
+        # No spinning: by default each idle thread of the pool spins after a
+        # run and waits for the next one. On a busy 2-core machine those
+        # threads took cores from the thread that did the work. The 509
+        # texts of a cold `kb wiki check` took 5.4 s of CPU with spinning and
+        # 3.3 to 3.6 s without it (load 11; benchmarks/wiki_check.md). One
+        # thread (use_cpu_threads(1)) has no pool: no change there.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         model_file = onnx_int8_file(model_path) if int8 else onnx_model_file(model_path)
         self.session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
 
@@ -608,37 +616,48 @@ class Embedder(BaseModel):
             runtime = dict(zip(("queries", "documents"), local_runtimes()))
             if self.onnx_documents and runtime["queries"] == "onnx":
                 runtime["documents"] = "onnx"
-            # Each ONNX model loads when this process first uses it: a server
-            # that only searches holds the int8 model alone (with the full one
-            # too, 20 to 48 MB more). The int8 file is made from the full one,
-            # so when it loads, the full file is there too.
-            int8_queries = runtime["queries"] == "onnx" and self.query_int8 and not _onnx_failure(name, int8=True)
-            if "onnx" in runtime.values() and not int8_queries and _onnx_failure(name):
-                runtime = {kind: "torch" for kind in runtime}
+            int8_wanted = runtime["queries"] == "onnx" and self.query_int8
 
-            def onnx_encoder(int8: bool):
+            # Each model loads on the first texts that need it, and only then
+            # does kb learn whether ONNX Runtime can run it here
+            # (_onnx_failure). Why: a server that only searches holds the int8
+            # model alone (with the full one too, 20 to 48 MB more), and
+            # `kb wiki check` embeds passages only: it loaded the int8 model
+            # for nothing (0.15 s of CPU), and a check whose vectors are all
+            # in the cache loaded the full model for nothing (0.3 s).
+            def query_weights() -> str:
+                # "int8" when queries run on the int8 weights. The int8 file
+                # is made from the full one: when it loads, the full file is
+                # there too.
+                return "int8" if int8_wanted and not _onnx_failure(name, int8=True) else ""
+
+            def on_onnx(texts: list[str], int8: bool = False) -> np.ndarray:
                 # load_onnx_model() loads once per process, on the first call.
-                return lambda texts: load_onnx_model(name, int8=int8).encode(texts, batch)
+                return load_onnx_model(name, int8=int8).encode(texts, batch)
 
-            def encoder(kind: str):
-                if runtime[kind] == "onnx":
-                    return onnx_encoder(int8=kind == "queries" and int8_queries)
+            def on_torch(texts: list[str]) -> np.ndarray:
+                # Loaded on the first call: a process that only searches
+                # never imports PyTorch.
+                vectors = load_local_model(name).encode(texts, batch_size=batch, normalize_embeddings=True,
+                                                        convert_to_numpy=True, show_progress_bar=False)
+                return normalize(vectors)
 
-                def encode(texts: list[str]) -> np.ndarray:
-                    # Loaded on the first call: a process that only searches
-                    # never imports PyTorch.
-                    vectors = load_local_model(name).encode(texts, batch_size=batch, normalize_embeddings=True,
-                                                            convert_to_numpy=True, show_progress_bar=False)
-                    return normalize(vectors)
-                return encode
+            def full_weights(texts: list[str]) -> np.ndarray:
+                # ONNX Runtime when it runs here, else PyTorch: the same
+                # vectors (see ONNX_EXPORT_VERSION).
+                return on_torch(texts) if _onnx_failure(name) else on_onnx(texts)
+
+            def queries(texts: list[str]) -> np.ndarray:
+                if runtime["queries"] != "onnx":
+                    return on_torch(texts)
+                return on_onnx(texts, int8=True) if query_weights() == "int8" else full_weights(texts)
 
             dim = (folder_dimension(local_model_path(name)) if "onnx" in runtime.values()
                    else model_dimension(load_local_model(name)))
-            # The same vectors from both runtimes (see ONNX_EXPORT_VERSION).
+            documents = full_weights if runtime["documents"] == "onnx" else on_torch
             # A few passages: the full weights, never the int8 ones.
-            few = onnx_encoder(int8=False) if runtime["queries"] == "onnx" else None
-            return _Backend(self._name_of(backend), dim, encoder("documents"), encoder("queries"), few,
-                            "int8" if int8_queries else "")
+            few = full_weights if runtime["queries"] == "onnx" else None
+            return _Backend(self._name_of(backend), dim, documents, queries, few, query_weights)
         url, model_name, timeout = self._ollama_url(), self._ollama_model(), self.ollama_timeout_s
 
         def documents(texts: list[str]) -> np.ndarray:
@@ -665,7 +684,7 @@ class Embedder(BaseModel):
     def embed_query(self, text: str) -> np.ndarray:
         """One unit vector (float32, shape (dim,)) for a search query."""
         impl = self._impl()
-        key = (impl.model_name, impl.query_weights, text)
+        key = (impl.model_name, impl.query_weights(), text)
         with _LOCK:
             cached = _QUERY_CACHE.get(key)
             if cached is not None:
