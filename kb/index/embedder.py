@@ -175,6 +175,13 @@ def load_local_model(name: str):
 # on SciFact passages), so the model name stays the same and an index built
 # by one runtime is searched by the other.
 ONNX_EXPORT_VERSION = "1"
+# ONNX Runtime runs at most this many texts at a time, whatever
+# KB_EMBED_BATCH says. Smaller batches took less CPU (probably because
+# their activations stay in the CPU cache): the 509 short texts of a cold
+# `kb wiki check`, one thread, 2.7 to 3.0 s at 16 against 3.3 s at 64 and
+# 3.7 to 4.4 s at 128; 128 SciFact abstracts, two threads, 7.7 to 8.5 s at
+# 16 against 8.5 to 9.8 s at 64 (load 16 to 18; benchmarks/wiki_check.md).
+ONNX_MAX_BATCH = 16
 _ONNX_MODELS: dict[tuple[str, int, bool], "OnnxModel"] = {}
 
 
@@ -365,6 +372,7 @@ class OnnxModel:
         # Longest first, as sentence-transformers does: a batch of similar
         # lengths pads less.
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        batch_size = min(batch_size, ONNX_MAX_BATCH)
         for start in range(0, len(order), batch_size):
             part = order[start:start + batch_size]
             out[part] = self._batch([texts[i] for i in part])
