@@ -539,9 +539,9 @@ class Embedder(BaseModel):
     # of PyTorch, and whose texts are short lines.
     onnx_documents: bool = False
     # Passages on the int8 ONNX model (onnx_int8_file), with onnx_documents.
-    # For `kb wiki check` only: it embedded 509 texts in 3.2 s of CPU with
-    # the full weights and took 1.8 s in all with int8 ones; its thresholds
-    # gave the same figures on both (benchmarks/wiki_check.md). The index
+    # For `kb wiki check` only: its 509 texts took 3.2 s of CPU with the
+    # full weights and 1.5 s with the int8 ones; its thresholds gave the
+    # same figures, or one pair apart, on both (benchmarks/wiki_check.md). The index
     # keeps the full weights: its vectors must equal sentence-transformers'.
     int8_documents: bool = False
 

@@ -9,8 +9,9 @@ and gives this module plain facts (`PageFacts`); this module reads only the
 source files under raw/parsed/.
 
 The thresholds are cosine similarities of the local model, with its int8
-weights on ONNX Runtime (local_embed). They were measured, on the full and
-on the int8 weights (the same figures), and the tests measure them again: duplicates on the pairs in
+weights on ONNX Runtime (local_embed). They were measured on the full and
+on the int8 weights (the same figures, or one pair apart), and the tests
+measure them again: duplicates on the pairs in
 tests/data/wiki_duplicate_pairs.json, support on real claim and passage
 pairs of SciFact (tests/test_wiki_coherence.py, benchmarks/wiki_check.md).
 Another model needs new measurements, so the check always uses the local
