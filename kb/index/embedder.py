@@ -541,8 +541,9 @@ class Embedder(BaseModel):
     # Passages on the int8 ONNX model (onnx_int8_file), with onnx_documents.
     # For `kb wiki check` only: its 509 texts took 3.2 s of CPU with the
     # full weights and 1.5 s with the int8 ones; its thresholds gave the
-    # same figures, or one pair apart, on both (benchmarks/wiki_check.md). The index
-    # keeps the full weights: its vectors must equal sentence-transformers'.
+    # same figures, or one pair apart, on both (benchmarks/wiki_check.md).
+    # The index keeps the full weights: its vectors must equal
+    # sentence-transformers'.
     int8_documents: bool = False
 
     @classmethod

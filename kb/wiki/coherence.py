@@ -349,5 +349,7 @@ def local_embed() -> Embed:
     from kb.index.embedder import Embedder
 
     # The int8 weights: less than half the CPU of the full ones, and the
-    # same figures for every threshold above (benchmarks/wiki_check.md).
+    # same figures, or one pair apart, for the thresholds above
+    # (benchmarks/wiki_check.md). On a new machine the first check makes
+    # the int8 file once (kb.index.embedder.onnx_int8_file).
     return Embedder.from_settings(backend="local", onnx_documents=True, int8_documents=True).embed_documents
