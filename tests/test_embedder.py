@@ -249,6 +249,46 @@ def test_queries_use_int8_weights_and_passages_the_full_ones():
     path = local_model_path("all-MiniLM-L6-v2")
     assert onnx_int8_file(path).stat().st_size < onnx_model_file(path).stat().st_size / 3
 
+def test_passages_load_no_query_model_and_cached_passages_load_no_model(tmp_path, monkeypatch):
+    """`kb wiki check` embeds passages only. It must not load the int8 query
+    model, and when the cache holds every vector it must load no model
+    (benchmarks/wiki_check.md: 0.15 s and 0.3 s of CPU for nothing)."""
+    import kb.index.embedder as embedder_module
+
+    texts = ["The harbour guild kept records of cargo in 1820.", "A kiln fires the glaze of a pot at night."]
+    loaded: list[dict] = []
+
+    def check_run() -> np.ndarray:
+        models: dict = {}
+        monkeypatch.setattr(embedder_module, "_ONNX_MODELS", models)  # as in a new process
+        vectors = Embedder.from_settings(backend="local", onnx_documents=True,
+                                         cache_dir=str(tmp_path / "vectors")).embed_documents(texts)
+        loaded.append(models)
+        return vectors
+
+    cold, warm = check_run(), check_run()
+    assert [int8 for _, _, int8 in loaded[0]] == [False]  # the full weights only
+    assert loaded[1] == {}
+    assert float((cold * warm).sum(axis=1).min()) > 0.99999
+
+
+def test_int8_passages_have_their_own_name_in_the_vector_cache(tmp_path):
+    """`kb wiki check` embeds passages with the int8 weights. The index
+    shares the vector cache and needs the full vectors: the int8 ones go
+    under another model name, and the full ones stay as they were."""
+    text = "The harbour guild kept records of cargo in 1820."
+    folder = str(tmp_path / "vectors")
+    full = Embedder.from_settings(backend="local", onnx_documents=True, cache_dir=folder)
+    int8 = Embedder.from_settings(backend="local", onnx_documents=True, int8_documents=True, cache_dir=folder)
+    assert int8.model_name == full.model_name + "+int8"
+    first = full.embed_documents([text])[0]
+    small = int8.embed_documents([text])[0]
+    assert 0.98 < float(first @ small) < 0.99999
+    assert int8.stats == {"embedded": 1, "cached": 0}  # not the full vector from the cache
+    again = Embedder.from_settings(backend="local", onnx_documents=True, cache_dir=folder)
+    assert float(again.embed_documents([text])[0] @ first) > 0.99999 and again.stats["cached"] == 1
+
+
 def test_local_runtimes(monkeypatch):
     from kb.index.embedder import EmbedderError, local_runtimes
 

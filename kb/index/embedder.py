@@ -76,9 +76,10 @@ class _Backend:
     embed_queries: callable
     # For a call with at most FEW_TEXTS texts to embed; None: embed_documents.
     embed_few_documents: callable = None
-    # "int8" when queries use the int8 weights: their vectors differ a little,
-    # so the process-wide query cache keeps them apart.
-    query_weights: str = ""
+    # Gives "int8" when queries use the int8 weights: their vectors differ a
+    # little, so the process-wide query cache keeps them apart. A function:
+    # the answer loads the int8 model, and a process may never embed a query.
+    query_weights: callable = lambda: ""
 
 
 # A sync with a few new bookmarks embeds a few passages. A new process that
@@ -174,6 +175,13 @@ def load_local_model(name: str):
 # on SciFact passages), so the model name stays the same and an index built
 # by one runtime is searched by the other.
 ONNX_EXPORT_VERSION = "1"
+# ONNX Runtime runs at most this many texts at a time, whatever
+# KB_EMBED_BATCH says. Smaller batches took less CPU (probably because
+# their activations stay in the CPU cache): the 509 short texts of a cold
+# `kb wiki check`, one thread, 2.7 to 3.0 s at 16 against 3.3 s at 64 and
+# 3.7 to 4.4 s at 128; 128 SciFact abstracts, two threads, 7.7 to 8.5 s at
+# 16 against 8.5 to 9.8 s at 64 (load 16 to 18; benchmarks/wiki_check.md).
+ONNX_MAX_BATCH = 16
 _ONNX_MODELS: dict[tuple[str, int, bool], "OnnxModel"] = {}
 
 
@@ -349,6 +357,13 @@ class OnnxModel:
         if threads:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
+        # No spinning: by default each idle thread of the pool spins after a
+        # run and waits for the next one. On a busy 2-core machine those
+        # threads took cores from the thread that did the work. The 509
+        # texts of a cold `kb wiki check` took 5.4 s of CPU with spinning and
+        # 3.3 to 3.6 s without it (load 11; benchmarks/wiki_check.md). One
+        # thread (use_cpu_threads(1)) has no pool: no change there.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         model_file = onnx_int8_file(model_path) if int8 else onnx_model_file(model_path)
         self.session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
 
@@ -357,6 +372,7 @@ class OnnxModel:
         # Longest first, as sentence-transformers does: a batch of similar
         # lengths pads less.
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        batch_size = min(batch_size, ONNX_MAX_BATCH)
         for start in range(0, len(order), batch_size):
             part = order[start:start + batch_size]
             out[part] = self._batch([texts[i] for i in part])
@@ -522,6 +538,13 @@ class Embedder(BaseModel):
     # For `kb wiki check`: a short process that must not pay for the import
     # of PyTorch, and whose texts are short lines.
     onnx_documents: bool = False
+    # Passages on the int8 ONNX model (onnx_int8_file), with onnx_documents.
+    # For `kb wiki check` only: its 509 texts took 3.2 s of CPU with the
+    # full weights and 1.5 s with the int8 ones; its thresholds gave the
+    # same figures, or one pair apart, on both (benchmarks/wiki_check.md).
+    # The index keeps the full weights: its vectors must equal
+    # sentence-transformers'.
+    int8_documents: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **overrides) -> Embedder:
@@ -608,37 +631,57 @@ class Embedder(BaseModel):
             runtime = dict(zip(("queries", "documents"), local_runtimes()))
             if self.onnx_documents and runtime["queries"] == "onnx":
                 runtime["documents"] = "onnx"
-            # Each ONNX model loads when this process first uses it: a server
-            # that only searches holds the int8 model alone (with the full one
-            # too, 20 to 48 MB more). The int8 file is made from the full one,
-            # so when it loads, the full file is there too.
-            int8_queries = runtime["queries"] == "onnx" and self.query_int8 and not _onnx_failure(name, int8=True)
-            if "onnx" in runtime.values() and not int8_queries and _onnx_failure(name):
-                runtime = {kind: "torch" for kind in runtime}
+            int8_wanted = runtime["queries"] == "onnx" and self.query_int8
 
-            def onnx_encoder(int8: bool):
+            # Each model loads on the first texts that need it, and only then
+            # does kb learn whether ONNX Runtime can run it here
+            # (_onnx_failure). Why: a server that only searches holds the int8
+            # model alone (with the full one too, 20 to 48 MB more), and
+            # `kb wiki check` embeds passages only: it loaded the int8 model
+            # for nothing (0.15 s of CPU), and a check whose vectors are all
+            # in the cache loaded the full model for nothing (0.3 s).
+            def query_weights() -> str:
+                # "int8" when queries run on the int8 weights. The int8 file
+                # is made from the full one: when it loads, the full file is
+                # there too.
+                return "int8" if int8_wanted and not _onnx_failure(name, int8=True) else ""
+
+            def on_onnx(texts: list[str], int8: bool = False) -> np.ndarray:
                 # load_onnx_model() loads once per process, on the first call.
-                return lambda texts: load_onnx_model(name, int8=int8).encode(texts, batch)
+                return load_onnx_model(name, int8=int8).encode(texts, batch)
 
-            def encoder(kind: str):
-                if runtime[kind] == "onnx":
-                    return onnx_encoder(int8=kind == "queries" and int8_queries)
+            def on_torch(texts: list[str]) -> np.ndarray:
+                # Loaded on the first call: a process that only searches
+                # never imports PyTorch.
+                vectors = load_local_model(name).encode(texts, batch_size=batch, normalize_embeddings=True,
+                                                        convert_to_numpy=True, show_progress_bar=False)
+                return normalize(vectors)
 
-                def encode(texts: list[str]) -> np.ndarray:
-                    # Loaded on the first call: a process that only searches
-                    # never imports PyTorch.
-                    vectors = load_local_model(name).encode(texts, batch_size=batch, normalize_embeddings=True,
-                                                            convert_to_numpy=True, show_progress_bar=False)
-                    return normalize(vectors)
-                return encode
+            def full_weights(texts: list[str]) -> np.ndarray:
+                # ONNX Runtime when it runs here, else PyTorch: the same
+                # vectors (see ONNX_EXPORT_VERSION).
+                return on_torch(texts) if _onnx_failure(name) else on_onnx(texts)
+
+            def queries(texts: list[str]) -> np.ndarray:
+                if runtime["queries"] != "onnx":
+                    return on_torch(texts)
+                return on_onnx(texts, int8=True) if query_weights() == "int8" else full_weights(texts)
 
             dim = (folder_dimension(local_model_path(name)) if "onnx" in runtime.values()
                    else model_dimension(load_local_model(name)))
-            # The same vectors from both runtimes (see ONNX_EXPORT_VERSION).
+            model_name = self._name_of(backend)
+            if self.int8_documents and runtime["documents"] == "onnx":
+                # Another name: the vector cache keeps these vectors apart
+                # from the full ones of the index. When the int8 model is
+                # not usable, the full one embeds (cosine 0.986 or more to
+                # the int8 vectors; the thresholds of the check hold on both).
+                def int8_passages(texts: list[str]) -> np.ndarray:
+                    return full_weights(texts) if _onnx_failure(name, int8=True) else on_onnx(texts, int8=True)
+                return _Backend(f"{model_name}+int8", dim, int8_passages, queries, int8_passages, query_weights)
+            documents = full_weights if runtime["documents"] == "onnx" else on_torch
             # A few passages: the full weights, never the int8 ones.
-            few = onnx_encoder(int8=False) if runtime["queries"] == "onnx" else None
-            return _Backend(self._name_of(backend), dim, encoder("documents"), encoder("queries"), few,
-                            "int8" if int8_queries else "")
+            few = full_weights if runtime["queries"] == "onnx" else None
+            return _Backend(model_name, dim, documents, queries, few, query_weights)
         url, model_name, timeout = self._ollama_url(), self._ollama_model(), self.ollama_timeout_s
 
         def documents(texts: list[str]) -> np.ndarray:
@@ -665,7 +708,7 @@ class Embedder(BaseModel):
     def embed_query(self, text: str) -> np.ndarray:
         """One unit vector (float32, shape (dim,)) for a search query."""
         impl = self._impl()
-        key = (impl.model_name, impl.query_weights, text)
+        key = (impl.model_name, impl.query_weights(), text)
         with _LOCK:
             cached = _QUERY_CACHE.get(key)
             if cached is not None:
