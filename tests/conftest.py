@@ -12,8 +12,8 @@ import pytest
 # process compiled kb's modules again: each xdist worker at collection, and
 # each `kb` command, Dagster code server, daemon and run worker that a test
 # starts (they get this environment). With the cache, `pytest --collect-only`
-# takes 6.0 s of CPU, not 10.6 s, and `import kb_assets.definitions` 1.3 s,
-# not 1.8 s (3 December 2026). The xdist workers and every subprocess start
+# takes 6.0 s of user CPU, not 10.6 s (load 9 to 11), and `import
+# kb_assets.definitions` 1.3 s, not 1.8 s (load 17; 3 December 2026). The xdist workers and every subprocess start
 # after this line, so they inherit it. .gitignore keeps __pycache__/ out of git.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
