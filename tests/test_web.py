@@ -260,6 +260,12 @@ def type_query(page, text: str) -> None:
     box = page.locator("#q")
     box.fill("")
     box.press_sequentially(text, delay=15)
+    # On a busy machine a pause between two keys can outlast the debounce, and
+    # the hits of a prefix show first ("bor": seen at load 6, 3 December 2026).
+    # Wait for the search of the whole text: the address holds it (set as the
+    # search starts) and the line above the hits no longer says "Searching…".
+    page.wait_for_function("text => new URLSearchParams(location.search).get('q') === text"
+                           " && document.getElementById('search-info').textContent !== 'Searching…'", arg=text)
 
 
 # --- in the browser ---------------------------------------------------------------
