@@ -162,6 +162,18 @@ def test_the_nolinks_mode_gives_the_words_of_links_without_addresses():
     assert "full history" in html_to_text(without) and BODY[2] in html_to_text(without)
 
 
+def test_a_collection_page_is_read_without_links_and_an_article_keeps_them():
+    """TYPE_STRATEGY: a collection (here og:type product.group) is read in
+    the "nolinks" mode; an article keeps its links."""
+    collection = article_page().replace(
+        "<head>", '<head><meta property="og:type" content="product.group">')
+    as_collection = extract_html(collection, "https://shop.example/bridges")
+    as_article = extract_html(article_page(), "https://news.example/bridge")
+    assert as_collection.page_type == "collection" and as_article.page_type == "article"
+    assert "href" not in as_collection.text_html and BODY[0] in as_collection.text
+    assert "href" in as_article.text_html
+
+
 def fragment(paragraphs: list[str]) -> str:
     return "<article>" + "".join(f"<p>{p}</p>" for p in paragraphs) + "</article>"
 
