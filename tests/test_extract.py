@@ -17,6 +17,7 @@ from kb.enrich.extract import (
     looks_blocked,
     main_content,
     rewrite_arxiv,
+    trafilatura_fragment,
 )
 from tests.shared_data import shared_path
 
@@ -137,6 +138,40 @@ def test_clean_fragment_keeps_prose_and_drops_what_only_points_elsewhere():
     assert text == (f"How the arches carry the load\n\n{BODY[0]} See the survey for the figures.\n\n"
                     "Stone arches carry weight by compression.\n\na link in code stays")
     assert clean_fragment("") == "" and clean_fragment("   ") == ""
+
+
+def test_a_strategy_with_link_blocks_keeps_the_items_of_a_list_and_still_drops_credit_lines():
+    """On a listing the items are links: "+link_blocks" keeps them."""
+    items = [f"<li><a href='https://a.example/talk/{n}'>Talk {n}: how stone bridges age</a></li>" for n in range(4)]
+    page = f"<article><p>{BODY[0]}</p><p>{BODY[1]}</p><ul>{''.join(items)}</ul><p>© Photo agency</p></article>"
+    runs = {"default": page, "precision": "", "recall": ""}
+    kept = html_to_text(main_content(runs.__getitem__, strategy="default+link_blocks"))
+    dropped = html_to_text(main_content(runs.__getitem__, strategy="default"))
+    assert "Talk 3: how stone bridges age" in kept and "Talk 3" not in dropped
+    assert "Photo agency" not in kept
+    assert "Talk 0" in html_to_text(clean_fragment(page, link_blocks=False))
+
+
+def test_the_nolinks_mode_gives_the_words_of_links_without_addresses():
+    """The "nolinks" mode runs trafilatura without include_links: the
+    words stay, the <a href> go (the mode must not pass include_links twice)."""
+    html = article_page()
+    with_links = trafilatura_fragment(html, "https://news.example/bridge", "default")
+    without = trafilatura_fragment(html, "https://news.example/bridge", "nolinks")
+    assert "href" in with_links and "href" not in without
+    assert "full history" in html_to_text(without) and BODY[2] in html_to_text(without)
+
+
+def test_a_collection_page_is_read_without_links_and_an_article_keeps_them():
+    """TYPE_STRATEGY: a collection (here og:type product.group) is read in
+    the "nolinks" mode; an article keeps its links."""
+    collection = article_page().replace(
+        "<head>", '<head><meta property="og:type" content="product.group">')
+    as_collection = extract_html(collection, "https://shop.example/bridges")
+    as_article = extract_html(article_page(), "https://news.example/bridge")
+    assert as_collection.page_type == "collection" and as_article.page_type == "article"
+    assert "href" not in as_collection.text_html and BODY[0] in as_collection.text
+    assert "href" in as_article.text_html
 
 
 def fragment(paragraphs: list[str]) -> str:
