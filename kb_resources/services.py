@@ -43,6 +43,7 @@ class EmbedderResource(ClientResource):
     ollama_timeout_s: float = 120.0
     query_int8: bool = True
     onnx_documents: bool = False
+    int8_documents: bool = False
 
     def get_client(self) -> Embedder:
         return super().get_client()
