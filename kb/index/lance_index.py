@@ -144,17 +144,25 @@ def vector_index_config(rows: int):
     queries with the same type. The k-means sample (at most about 20k
     vectors) and its 20 rounds bound the build time as the table grows.
 
+    IVF_SQ: each dimension in 8 bits, so the index (which a search process
+    holds in Lance's index cache) is a quarter of the vectors: at 100,000
+    passages of 256 dimensions 27 MB against 104 MB with IVF_FLAT, and a
+    scan of 20 partitions cost 4.2 against 4.8 ms of CPU
+    (benchmarks/index_and_retrieval.md). The distances are approximate; a
+    dense search that must be exact re-ranks its hits with the stored
+    vectors (search.py, _dense()).
+
     Note (issue 29): Lance 13's optimize() merges the index again with its
     own partition size: after the first compaction a table of 20,000 rows
     has 2 partitions, and a search of 20 partitions reads every vector
     (exact). The SciFact figures rest on that (an index that keeps its 91
     partitions gave dense nDCG@10 0.631, not 0.655):
     benchmarks/filters_and_scripts.md."""
-    from lancedb.index import IvfFlat
+    from lancedb.index import IvfSq
 
     partitions = vector_partitions(rows)
-    return IvfFlat(distance_type="dot", num_partitions=partitions, max_iterations=20,
-                   sample_rate=min(256, max(16, 20_000 // partitions)))
+    return IvfSq(distance_type="dot", num_partitions=partitions, max_iterations=20,
+                 sample_rate=min(256, max(16, 20_000 // partitions)))
 
 
 CHUNK_FIELDS = ("chunk_id", "tweet_id", "url", "author", "created_at", "source", "ref", "position",
@@ -773,11 +781,10 @@ class ChunkIndex(BaseModel):
                 if (column,) not in indexed and rows:
                     table.create_index(column, config=config)
             # Exact (flat) vector search is exact and fast enough below this
-            # size. Above it: an IVF index with flat (not quantized) vectors.
+            # size. Above it: an IVF index with 8-bit vectors (vector_index_config()).
             # Its build is a k-means over a sample (about 8 s per 100k rows
             # on 2 cores), where the HNSW-SQ index that it replaced cost 75 s;
-            # a query scans the nearest partitions exactly
-            # (vector_probes()), so nothing needs re-scoring.
+            # a query scans the nearest partitions (vector_probes()).
             if ("vector",) not in indexed and rows >= self._vector_index_min_rows():
                 table.create_index("vector", config=vector_index_config(rows))
                 report["vector_index"] = "created"

@@ -122,6 +122,11 @@ DEPTH_PER_HIT = 2
 # for 10,000 rows left; benchmarks/filters_and_scripts.md), and 20
 # partitions found only 65% of the exact top 200 there.
 EXACT_FILTER_ROWS = 10_000
+# There the 8-bit distances of the vector index choose this many times k
+# rows, and the stored vectors order them. The error of an 8-bit distance
+# is small against the gap between rank k and rank 2k: with 2 x k, the
+# search gives the exact top k.
+EXACT_REFINE = 2
 # Above it: the partitions that hold about this many times k rows of the
 # filter, if its rows lie evenly in them.
 FILTER_PROBE_SAFETY = 2
@@ -378,11 +383,7 @@ def warm_up(index: ChunkIndex | None = None, *, mode: str = "hybrid") -> float |
         table = index.dataset(CHUNKS)
         if table is None:
             return None
-        # Load the vector and full-text indexes into the readers' cache: else
-        # each query loads the parts that it reads (at 100k passages, the
-        # first queries took 1.5 times the CPU of the later ones).
-        for name in sorted({ix.name for ix in table.describe_indices() if ix.field_names in (["vector"], ["text"])}):
-            table.prewarm_index(name)
+        prewarm_indexes(table)
         # The word counts, so that no search looks up a common word. At
         # 100,000 passages they take 7 to 10 s of CPU, so they run on their
         # own thread: the server says that it is ready before they end (until
@@ -397,6 +398,19 @@ def warm_up(index: ChunkIndex | None = None, *, mode: str = "hybrid") -> float |
         logging.getLogger(__name__).warning("The search did not warm up: %s", exc)
         return None
     return time.perf_counter() - started
+
+
+def prewarm_indexes(table) -> None:
+    """Load the vector index into the readers' cache (Lance's index cache):
+    else the first queries load the partitions that they read (at 100k
+    passages, the first queries took 1.5 times the CPU of the later ones).
+    Not the full-text index: Lance loads the posting list of each query word
+    when a query first asks for it, and a prewarm loads the lists of every
+    word. At 100,000 passages the prewarm put 70 MB of lists in the cache;
+    300 queries without it loaded 29 MB, and the second 300 cost the same
+    CPU as with the prewarm (benchmarks/index_and_retrieval.md)."""
+    for name in sorted({ix.name for ix in table.describe_indices() if ix.field_names == ["vector"]}):
+        table.prewarm_index(name)
 
 
 # --- input checks ------------------------------------------------------------
@@ -485,7 +499,8 @@ def _dense(table, vector: np.ndarray, where: str | None, depth: int, table_rows:
     rows: with 20 of 141 partitions and 200 rows of one author among 20,000,
     a search found 29 of them (benchmarks/filters_and_scripts.md). So:
     - when the filter leaves at most EXACT_FILTER_ROWS rows: every partition,
-      which is an exact search of those rows (IVF_FLAT keeps whole vectors);
+      and the best EXACT_REFINE x `depth` of the 8-bit distances of the index
+      re-ranked by the stored vectors: an exact search of those rows;
     - above that: enough partitions to hold about FILTER_PROBE_SAFETY times
       `depth` rows of the filter, and every partition when they still hold
       fewer than `depth`. So a filter never loses a hit that it leaves."""
@@ -494,21 +509,27 @@ def _dense(table, vector: np.ndarray, where: str | None, depth: int, table_rows:
         return _nearest(table, vector, where, depth, probes)
     left = _rows_left(table, where)
     if left <= EXACT_FILTER_ROWS:
-        return _nearest(table, vector, where, depth, ALL_PARTITIONS)
+        return _nearest(table, vector, where, depth, ALL_PARTITIONS, refine=EXACT_REFINE)
     found = _nearest(table, vector, where, depth, _filter_probes(table_rows, left, depth))
     if len(found) < depth:
         found = _nearest(table, vector, where, depth, ALL_PARTITIONS)
     return found
 
 
-def _nearest(table, vector: np.ndarray, where: str | None, depth: int, probes: int) -> list[tuple[int, float]]:
-    """One vector query: (row id, distance), nearest first."""
+def _nearest(table, vector: np.ndarray, where: str | None, depth: int, probes: int,
+             refine: int | None = None) -> list[tuple[int, float]]:
+    """One vector query: (row id, distance), nearest first. refine: Lance
+    takes the best refine x depth rows by the index's 8-bit distances and
+    orders them by the stored vectors (a read of each: about 2.5 ms of CPU
+    for 200 rows at 100,000 passages, so only where the search must be exact)."""
     # Unit vectors: dot distance (1 - dot product) is cosine distance, cheaper.
     # probes: used only when the IVF index exists. Minimum and maximum
     # equal: Lance 13 raises any lower minimum to every partition when k > 10
     # (its heuristic for an open maximum).
     nearest = {"column": "vector", "q": np.asarray(vector, dtype=np.float32), "k": depth, "metric": "dot",
                "minimum_nprobes": probes, "maximum_nprobes": probes}
+    if refine:
+        nearest["refine_factor"] = refine
     result = table.to_table(columns=["_distance"], with_row_id=True, nearest=nearest, filter=where,
                             prefilter=bool(where), disable_scoring_autoprojection=True)
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_distance").to_pylist()))
@@ -1061,5 +1082,5 @@ def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
 
 
-__all__ = ["search", "warm_up", "wait_for_word_counts", "exact_words_lead", "SearchResponse", "Hit", "MODES",
+__all__ = ["search", "warm_up", "prewarm_indexes", "wait_for_word_counts", "exact_words_lead", "SearchResponse", "Hit", "MODES",
            "FUSION_METHODS", "IndexModelMismatch", "embedder_for_index"]
