@@ -124,6 +124,15 @@ def make_corpus(n: int, seed: int = 7) -> tuple[list[dict], dict[str, np.ndarray
     return rows, vectors, queries, query_vectors
 
 
+def corpus_queries(count: int, seed: int = 11) -> list[str]:
+    """Query texts of the words of make_corpus() (the same vocabulary: it is
+    the first draw of make_corpus's generator), drawn as its queries are,
+    without making a corpus."""
+    vocab = vocabulary(30_000, np.random.default_rng(7))
+    rng = np.random.default_rng(seed)
+    return [" ".join(vocab[w] for w in rng.integers(50, 5000, size=int(rng.integers(2, 6)))) for _ in range(count)]
+
+
 def percentiles(times: list[float]) -> dict:
     ordered = sorted(times)
     return {"p50_ms": round(statistics.median(ordered), 2),
