@@ -49,7 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kb.index.search import search, wait_for_word_counts, warm_up
+from kb.index.exact_words import wait_for_word_counts
+from kb.index.search import search, warm_up
 from kb.index.lance_index import ChunkIndex, _lancedb
 
 # kb imports lancedb on first use (3 to 8 s here): load it now, so that the

@@ -306,6 +306,7 @@ from pathlib import Path
 sys.path.insert(0, os.environ["BENCH_DIR"])
 from bench_serving import memory_of
 steps = {"start": memory_of(os.getpid())}
+import kb.index.exact_words as E
 import kb.index.search as S
 from kb.index.lance_index import CHUNKS, ChunkIndex
 from kb.index.embedder import use_cpu_threads
@@ -319,8 +320,8 @@ S.prewarm_indexes(table)
 steps["index prewarm (as warm_up(): the vector index in Lance's cache)"] = memory_of(os.getpid())
 rows = index.passage_rows(table)
 steps["passage rows"] = memory_of(os.getpid())
-rows.words_of = S._words_of
-S._count_words(rows)  # as warm_up() starts it, on its thread
+rows.words_of = E._words_of
+E._count_words(rows)  # as warm_up() starts it, on its thread
 steps["word counts"] = memory_of(os.getpid())
 S.search("warm up", index=index, limit=1, mode="bm25")
 steps["a bm25 search"] = memory_of(os.getpid())
