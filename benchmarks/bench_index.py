@@ -49,7 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kb.index.search import search, wait_for_word_counts, warm_up
+from kb.index.exact_words import wait_for_word_counts
+from kb.index.search import search, warm_up
 from kb.index.lance_index import ChunkIndex, _lancedb
 
 # kb imports lancedb on first use (3 to 8 s here): load it now, so that the
@@ -124,6 +125,15 @@ def make_corpus(n: int, seed: int = 7) -> tuple[list[dict], dict[str, np.ndarray
     return rows, vectors, queries, query_vectors
 
 
+def corpus_queries(count: int, seed: int = 11) -> list[str]:
+    """Query texts of the words of make_corpus() (the same vocabulary: it is
+    the first draw of make_corpus's generator), drawn as its queries are,
+    without making a corpus."""
+    vocab = vocabulary(30_000, np.random.default_rng(7))
+    rng = np.random.default_rng(seed)
+    return [" ".join(vocab[w] for w in rng.integers(50, 5000, size=int(rng.integers(2, 6)))) for _ in range(count)]
+
+
 def percentiles(times: list[float]) -> dict:
     ordered = sorted(times)
     return {"p50_ms": round(statistics.median(ordered), 2),
@@ -179,8 +189,16 @@ def search_before():
 
 
 def bench_kb(rows, vectors, queries, query_vectors, folder: Path, light: bool = False) -> dict:
-    embedder = PrecomputedEmbedder(vectors)
     index = ChunkIndex.from_settings(path=str(folder / "lancedb"))
+    if index.exists():  # --keep with an index built before: the searches only
+        out = {"built_before": str(folder)}
+    else:
+        out = build_kb(rows, vectors, folder, index)
+    return {**out, **search_kb(index, len(rows), queries, query_vectors, light)}
+
+
+def build_kb(rows, vectors, folder: Path, index: ChunkIndex) -> dict:
+    embedder = PrecomputedEmbedder(vectors)
     new_share = max(1, len(rows) // 100)
     base, fresh = rows[:-new_share], rows[-new_share:]
     memory: dict = {}
@@ -215,11 +233,16 @@ def bench_kb(rows, vectors, queries, query_vectors, folder: Path, light: bool = 
            "table_data_bytes": sum(before_update.values()),
            "update_new_data_bytes": sum(v for k, v in after_update.items() if k not in before_update),
            "vector_index": index.counts()["vector_index"]}
+    print(f"{len(rows)} passages: " + json.dumps(out), file=sys.stderr, flush=True)
+    return out
+
+
+def search_kb(index: ChunkIndex, size: int, queries, query_vectors, light: bool) -> dict:
+    out: dict = {}
     pairs = list(zip(queries, query_vectors))
     # As kb-mcp and kb web do before they say that they are ready. bm25: the
     # benchmark has no query embedder (its vectors are given).
     warm_up(index, mode="bm25")
-    print(f"{len(rows)} passages: " + json.dumps(out), file=sys.stderr, flush=True)
     # The word counts end on a thread of their own after the warm-up: the
     # figures are those of a server that runs. (At 1,000,000 passages on a
     # loaded machine they took more than 300 s.)
@@ -237,7 +260,7 @@ def bench_kb(rows, vectors, queries, query_vectors, folder: Path, light: bool = 
             times.append((time.perf_counter() - t) * 1000)
             assert response.hits or mode == "bm25", (mode, query)
         out[mode] = {**percentiles(times), "cpu_ms_per_query": round((time.process_time() - cpu) * 1000 / len(pairs), 2)}
-        print(f"{len(rows)} passages: {mode} {json.dumps(out[mode])}", file=sys.stderr, flush=True)
+        print(f"{size} passages: {mode} {json.dumps(out[mode])}", file=sys.stderr, flush=True)
     for name, arguments in FILTERS:
         for i, (query, vector) in enumerate(pairs[:5]):
             search(query, index=index, query_vector=vector, **arguments(i))
@@ -248,8 +271,8 @@ def bench_kb(rows, vectors, queries, query_vectors, folder: Path, light: bool = 
             search(query, index=index, query_vector=vector, **arguments(i))
             times.append((time.perf_counter() - t) * 1000)
         out[name] = {**percentiles(times), "cpu_ms_per_query": round((time.process_time() - cpu) * 1000 / len(pairs), 2)}
-        print(f"{len(rows)} passages: {name} {json.dumps(out[name])}", file=sys.stderr, flush=True)
-    print(f"{len(rows)} passages: searches timed", file=sys.stderr, flush=True)
+        print(f"{size} passages: {name} {json.dumps(out[name])}", file=sys.stderr, flush=True)
+    print(f"{size} passages: searches timed", file=sys.stderr, flush=True)
     if not light:
         out["same_hits_as_before"] = compare_before(index, pairs)
     out["vector_recall_at_100"] = vector_recall(index, query_vectors[:20] if light else query_vectors)
@@ -364,6 +387,9 @@ def main() -> None:
                         help="time hybrid and the filtered searches only (no bm25, dense, comparison with BEFORE), "
                              "vector recall on 20 queries: for 1,000,000 passages on a loaded machine")
     parser.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="keep the kb index of each size in KEEP/SIZE; an index there already is searched, "
+                             "not built again (to time the searches of new code on a large index)")
     args = parser.parse_args()
     results = {}
     for size in args.sizes:
@@ -372,7 +398,9 @@ def main() -> None:
         print(f"{size} passages: corpus made in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
         with_sqlite = args.sqlite_sizes is None or size in args.sqlite_sizes
         with tempfile.TemporaryDirectory(prefix="kb-bench-") as tmp:
-            kb = bench_kb(rows, vectors, queries, query_vectors, Path(tmp), args.light)
+            folder = args.keep / str(size) if args.keep else Path(tmp)
+            folder.mkdir(parents=True, exist_ok=True)
+            kb = bench_kb(rows, vectors, queries, query_vectors, folder, args.light)
             sqlite = bench_sqlite(rows, vectors, queries, query_vectors, Path(tmp)) if with_sqlite else None
         results[size] = {"kb_lancedb": kb, "sqlite_fts5_vec": sqlite}
         if sqlite:

@@ -135,6 +135,8 @@ def collect(cache: Path, variant: Corpus = CORPORA["plain"]) -> dict:
     path = cache / cands_file
     if path.exists():
         return pickle.load(path.open("rb"))
+    import kb.index.exact_words as E
+    import kb.index.fusion as F
     import kb.index.search as S
     from kb.apps.eval_retrieval import load_beir
     from kb.index.embedder import Embedder
@@ -157,7 +159,7 @@ def collect(cache: Path, variant: Corpus = CORPORA["plain"]) -> dict:
                 zip(arrow[S.ROW_ID], arrow["chunk_id"], arrow["tweet_id"], arrow["position"], arrow["text"])}
     rows = table.count_rows()
     in_memory = index.passage_rows(table)
-    texts = S._LowerTexts(in_memory)
+    texts = E._LowerTexts(in_memory)
     out = {}
     for qid, text in queries.items():
         text = " ".join(text.split())
@@ -166,12 +168,12 @@ def collect(cache: Path, variant: Corpus = CORPORA["plain"]) -> dict:
         lexical = S._bm25(table, text, None, COLLECT_DEPTH)
         cands: dict = {}
         for rid, distance in dense:
-            cands.setdefault(rid, S._Candidate(rid)).dense = 1 - distance
+            cands.setdefault(rid, F._Candidate(rid)).dense = 1 - distance
         for rid, score in lexical:
-            cands.setdefault(rid, S._Candidate(rid)).bm25 = score
+            cands.setdefault(rid, F._Candidate(rid)).bm25 = score
         rare = S._rare_word_passages(table, in_memory, rows, text, None, lexical, cands, None, texts)
-        phrases = S._phrases(text)
-        exact = {rid for rid in cands if phrases and S._holds_phrases(passages[rid]["text"], phrases)}
+        phrases = E._phrases(text)
+        exact = {rid for rid in cands if phrases and E._holds_phrases(passages[rid]["text"], phrases)}
         out[qid] = {"text": text, "vec": vector, "dense": dense, "bm25": lexical, "rare": rare, "exact": exact}
     data = {"passages": passages, "vec": np.array(arrow["vector"], dtype=np.float32),
             "rowids": np.array(arrow[S.ROW_ID]), "queries": out, "qrels": {q: qrels[q] for q in queries},
@@ -185,17 +187,17 @@ def with_dense_of(base: dict, other: dict) -> dict:
     passages: the same chunk ids). The BM25 list, the rare-word passages
     and the passage texts stay those of `base`; the exact-phrase test is
     made again for the passages that only the new dense list brings."""
-    import kb.index.search as S
+    import kb.index.exact_words as E
 
     by_chunk = {p["chunk_id"]: rid for rid, p in base["passages"].items()}
     other_to_base = {rid: by_chunk[p["chunk_id"]] for rid, p in other["passages"].items()}
     queries = {}
     for qid, x in base["queries"].items():
         dense = [(other_to_base[rid], distance) for rid, distance in other["queries"][qid]["dense"]]
-        phrases = S._phrases(x["text"])
+        phrases = E._phrases(x["text"])
         known = {rid for rid, _ in x["dense"]} | {rid for rid, _ in x["bm25"]} | set(x["rare"] or ())
         exact = set(x["exact"]) | {rid for rid, _ in dense if rid not in known and phrases
-                                   and S._holds_phrases(base["passages"][rid]["text"], phrases)}
+                                   and E._holds_phrases(base["passages"][rid]["text"], phrases)}
         queries[qid] = {**x, "dense": dense, "exact": exact}
     return {**base, "queries": queries}
 
@@ -237,11 +239,12 @@ def expansion_lists(cache: Path, data: dict, queries: list) -> dict:
     path = cache / "rm3.pkl"
     if path.exists():
         return pickle.load(path.open("rb"))
+    import kb.index.exact_words as E
     import kb.index.search as S
     from kb.index.lance_index import CHUNKS, ChunkIndex
     from lancedb.query import BooleanQuery, MatchQuery, Occur
 
-    stop = S.STOP_WORDS | S.FTS_STOP_WORDS
+    stop = E.STOP_WORDS | E.FTS_STOP_WORDS
     tokens = {rid: content_tokens(p["text"], stop) for rid, p in data["passages"].items()}
     df = collections.Counter()
     for words in tokens.values():
@@ -282,7 +285,7 @@ class Query:
 
 
 def prepare(data: dict, doc_lists: dict) -> list[Query]:
-    import kb.index.search as S
+    import kb.index.exact_words as E
     from kb.index.rerank import WordRarity, words_of as word_set
 
     passages = data["passages"]
@@ -306,7 +309,7 @@ def prepare(data: dict, doc_lists: dict) -> list[Query]:
         q.doc = [passages[rid]["doc"] for rid in q.ids]
         q.exact = np.array([rid in x["exact"] for rid in q.ids])
         q.rare = np.array([rid in rare for rid in q.ids])
-        q.keyword = len(S._content_words(q.text)) <= S.KEYWORD_QUERY_WORDS
+        q.keyword = len(E._content_words(q.text)) <= E.KEYWORD_QUERY_WORDS
         by_doc = dict(doc_lists[qid][:DEPTH])
         q.doc_bm25 = np.array([by_doc.get(d, np.nan) for d in q.doc])
         # idf-weighted share of the query words (6-letter prefixes) that a passage holds
@@ -321,7 +324,7 @@ def prepare(data: dict, doc_lists: dict) -> list[Query]:
 
 
 def min_max(x: np.ndarray) -> np.ndarray:
-    """As kb.index.search._min_max: the list's best is 1, its worst 0, absent 0."""
+    """As kb.index.fusion._min_max: the list's best is 1, its worst 0, absent 0."""
     out = np.zeros(len(x))
     present = ~np.isnan(x)
     if present.any():
@@ -358,7 +361,7 @@ def rrf(q: Query, k: int = 60) -> np.ndarray:
 def ranking(q: Query, score: np.ndarray, rules: bool = True, limit: int = 100, extra_docs=()) -> list[str]:
     """Document ids in the order of search(): the exact-phrase and rare-word
     rules, one passage per document, the rare-word slot."""
-    import kb.index.search as S
+    import kb.index.exact_words as E
 
     docs = list(q.doc) + list(extra_docs)
     exact = np.concatenate([q.exact, np.zeros(len(extra_docs), bool)])
@@ -381,9 +384,9 @@ def ranking(q: Query, score: np.ndarray, rules: bool = True, limit: int = 100, e
         best = next((i for i in ranked if rare[i]), None)
         if best is not None:
             at = next((j for j, i in enumerate(chosen) if docs[i] == docs[best]), None)
-            if at is None or at >= S.RARE_SLOT:
+            if at is None or at >= E.RARE_SLOT:
                 rest = [i for i in chosen if docs[i] != docs[best]]
-                slot = min(S.RARE_SLOT - 1, len(rest))
+                slot = min(E.RARE_SLOT - 1, len(rest))
                 chosen = (rest[:slot] + [best] + rest[slot:])[:limit]
     return [docs[i] for i in chosen]
 

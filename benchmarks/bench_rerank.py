@@ -96,7 +96,7 @@ def replay(row: dict, query: str, weight: float) -> list[str]:
     hits of the hybrid list, with the cross-encoder scores of the deep search,
     and the hits kept in place as search() keeps them."""
     from kb.index.rerank import RERANK_TOP, new_order
-    from kb.index.search import exact_words_lead
+    from kb.index.deep_search import exact_words_lead
 
     base = row["base"]
     model = {tweet_id: score for tweet_id, score in row["deep"] if score is not None}

@@ -295,7 +295,7 @@ class Settings(BaseSettings):
     @property
     def passage_rows_dir(self) -> Path:
         """The passage rows of the search service as memory-mapped Arrow
-        files (kb/index/lance_index.py, PassageRows.read())."""
+        files (kb/index/passage_rows.py, PassageRows.read())."""
         return self.home / "cache" / "passage-rows"
 
     @property

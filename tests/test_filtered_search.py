@@ -139,3 +139,63 @@ def test_a_wide_filter_fills_the_list(store, hasher_module, monkeypatch):
     assert len(hits) == 100
     # 49 passages of one author: the first partitions hold too few of them.
     _check(index, rows, hasher_module, lambda r: r["author"] == "author5", author="author5")
+
+
+class _RandomVectors:
+    """Random unit vectors, one per text: their distances to a query lie
+    close together, so an 8-bit distance often swaps two neighbours."""
+
+    model_name, dim, stats = "test:random-64", 64, {}
+
+    def __init__(self, texts: list[str]):
+        rng = np.random.default_rng(32)
+        matrix = rng.standard_normal((len(texts), self.dim)).astype(np.float32)
+        self.by_text = dict(zip(texts, matrix / np.linalg.norm(matrix, axis=1, keepdims=True)))
+
+    def keeping_to(self, recorded_model):
+        return self
+
+    def embed_documents(self, texts):
+        return np.stack([self.by_text[t] for t in texts])
+
+
+@pytest.fixture(scope="module")
+def random_store(tmp_path_factory):
+    """1,500 passages with random vectors and their IVF index: 300 of
+    author "near", the others of "crowd"."""
+    rows = [_row(f"r{i}", "crowd" if i >= 300 else "near", T0 + timedelta(hours=i), "post", 0, f"text {i}")
+            for i in range(1500)]
+    embedder = _RandomVectors([r["text"] for r in rows])
+    index = ChunkIndex(path=str(tmp_path_factory.mktemp("random") / "lancedb"), vector_index_min_rows=1000)
+    index.replace_chunks([r["tweet_id"] for r in rows], rows, embedder)
+    index.maintain(skip_if_current=True)
+    assert index.counts()["vector_index"]
+    return index, rows, embedder
+
+
+def _check_exact(index, rows, embedder, keep, **filters) -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        query = rng.standard_normal(embedder.dim).astype(np.float32)
+        query /= np.linalg.norm(query)
+        hits = search("anything", index=index, mode="dense", limit=100, query_vector=query, **filters).hits
+        distance = {r["tweet_id"]: 1.0 - float(embedder.by_text[r["text"]] @ query) for r in rows if keep(r)}
+        assert [h.tweet_id for h in hits] == sorted(distance, key=distance.get)[:100]
+
+
+def test_an_exact_filtered_search_orders_by_the_stored_vectors(random_store):
+    """The vector index keeps 8-bit vectors. A filter that leaves more rows
+    than the search keeps (300 rows of one author, 200 kept) must still give
+    the exact nearest rows in the exact order: the stored vectors re-rank
+    them (search.EXACT_REFINE)."""
+    index, rows, embedder = random_store
+    _check_exact(index, rows, embedder, lambda r: r["author"] == "near", author="near")
+
+
+def test_a_search_of_every_partition_is_exact(random_store, monkeypatch):
+    """A search without a filter that scans every partition (an index that
+    a compaction merged into few partitions) reads every vector: it gives
+    the exact order, as it did with whole vectors in the index."""
+    index, rows, embedder = random_store
+    monkeypatch.setattr(search_module, "vector_probes", lambda rows: 1 << 20)
+    _check_exact(index, rows, embedder, lambda r: True)

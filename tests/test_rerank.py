@@ -16,7 +16,8 @@ from kb.apps.cli import main
 from kb.index.lance_index import ChunkIndex
 from kb.index.rerank import (HEADING_WORDS, RERANK_TOP, RerankError, WordRarity, load_model, model_folder, new_order,
                        window_for, windows, words_of)
-from kb.index.search import exact_words_lead, search
+from kb.index.deep_search import exact_words_lead
+from kb.index.search import search
 from tests.test_search import chunk, index_rows
 
 ESPRESSO_QUERY = "what water temperature is best for espresso"

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 
 from kb.index.chunking import chunk_text, word_count
-from kb.index.lance_index import CHUNKS, NGRAM_COLUMN, ChunkIndex, chunks_schema
+from kb.index.chunk_schema import NGRAM_COLUMN, chunks_schema
+from kb.index.lance_index import CHUNKS, ChunkIndex
 from kb.index.search import search
 from tests.scripts_text import TEXTS
 

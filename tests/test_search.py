@@ -17,10 +17,13 @@ import pytest
 import lance
 import numpy as np
 
-from kb.index.search import (EARLY_PROBES, MAX_PROBES, _bm25, _Candidate, _dense, _exact_dense, _holds_phrases, _LowerTexts,
-                       _phrases, _probe, _rare_max, _rare_word_passages, search, wait_for_word_counts, warm_up)
+from kb.index.exact_words import (EARLY_PROBES, MAX_PROBES, _holds_phrases, _LowerTexts, _phrases, _rare_max,
+                                  wait_for_word_counts)
+from kb.index.fusion import _Candidate
+from kb.index.search import _bm25, _dense, _exact_dense, _probe, _rare_word_passages, search, warm_up
 from kb.index.embedder import Embedder
-from kb.index.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch, PassageRows
+from kb.index.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch
+from kb.index.passage_rows import PassageRows
 
 T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
 
@@ -574,6 +577,6 @@ def test_the_whole_word_test_is_that_of_a_regular_expression(text):
     # The rare-word count tests whole words with str.find; the rule is re's \b.
     import re
 
-    from kb.index.search import _holds_word
+    from kb.index.exact_words import _holds_word
 
     assert _holds_word(text, "kalo") is bool(re.search(r"\bkalo\b", text))

@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from kb.index.chunking import DEFAULT_MAX_WORDS, chunk_text
-from kb.index.search import DEFAULT_FUSION, MODES, search
+from kb.index.fusion import DEFAULT_FUSION
+from kb.index.search import MODES, search
 from kb.index.embedder import Embedder
 from kb.index.lance_index import ChunkIndex
 

@@ -5,29 +5,9 @@ Modes:
 - `dense`: cosine similarity of embedding vectors.
 - `hybrid` (default): both, fused.
 
-Fusion (hybrid): each list's scores are scaled to [0, 1] over the
-candidates (min-max) and summed with equal weights ("convex combination").
-Unlike reciprocal rank fusion, it keeps the size of the gaps between scores:
-when BM25 puts one passage far above the rest (a rare word matched), the
-gap survives, where rank fusion would give it the same credit as a narrow
-lead. Plain RRF stays available as `fusion="rrf"`. On SciFact it gives
-nDCG@10 0.735 against 0.713 for RRF (figures in benchmarks/index_and_retrieval.md).
-
-Exact words first:
-- A passage that holds the exact query phrase (or every "quoted phrase")
-  ranks above the passages that do not.
-- A rare word is one that at most RARE_SHARE of the passages hold (at least
-  RARE_MIN): a name, an identifier, a CVE number. An embedding model has
-  never seen such a word, so semantic neighbours can outscore the one
-  passage that holds it. For a keyword query (at most KEYWORD_QUERY_WORDS
-  content words), the passages that hold every rare word rank first. For a
-  longer query, the best such passage is kept among the first RARE_SLOT hits.
-
-Deep search (`rerank=True`): a cross-encoder reads the query with a window
-of each of the first RERANK_TOP hits and sorts them again (kb/index/rerank.py).
-It gives a better order (SciFact nDCG@10: see kb/index/rerank.py), but it adds 1 to
-3 s on 2 cores, so it is off by default. In a keyword query or a query with a
-"quoted phrase", the exact-word hits keep their places (exact_words_lead()).
+Fusion (hybrid): kb/index/fusion.py. Exact words first (the exact phrase,
+rare words): kb/index/exact_words.py. Deep search (`rerank=True`): a
+cross-encoder sorts the first hits again, kb/index/deep_search.py.
 
 Results: one best passage per bookmark, with chunk_count and word_count of
 everything behind the bookmark. With `tweet_id` or `ref` set (read one
@@ -49,11 +29,8 @@ are plain objects: the rules read one column of each (from Python lists)
 and the text of those that a rule must look at, lowered once per search.
 The result of a rare-word look-up is kept with the rows of the table
 version, by filter and word, so a word looked up before costs no Lance
-query until the next version. A server (warm_up()) also counts, once per
-data fragment and source, the passages that hold each word: a query word
-that surely more than rare_max passages hold is not rare, and needs no
-look-up (_skip_common_words()). A new table version counts its new
-fragments on a thread of its own. A table without a vector index (fewer
+query until the next version; the word counts of a server spare the
+look-up of a common word (kb/index/exact_words.py). A table without a vector index (fewer
 rows than kb_vector_index_min_rows) is searched in numpy from its vectors
 in memory, with the same distance and order as Lance. Figures:
 benchmarks/index_and_retrieval.md.
@@ -62,54 +39,33 @@ benchmarks/index_and_retrieval.md.
 from __future__ import annotations
 
 import math
-import re
-import threading
+import os
 import time
 from array import array
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
-from functools import lru_cache
 
 import numpy as np
 from lance.query import FullTextOperator, MatchQuery
 
-from kb.index.folders import folder_members
-from kb.index.chunking import UNSPACED, unspaced_runs
+from kb.index.chunking import unspaced_runs
+from kb.index.deep_search import _reranked
 from kb.index.embedder import Embedder
-from kb.index.lance_index import (CHUNKS, NGRAM_COLUMN, ChunkIndex, IndexModelMismatch, PassageRows, empty_index_note, sql_in,
-                            sql_str, to_utc, vector_partitions, vector_probes)
-from kb.index.rerank import RERANK_TOP, WordRarity, load_model, new_order, window_for, words_of
+from kb.index.exact_words import (EARLY_PROBES, MAX_PROBES, QUOTED, TOKEN, WORD_CACHE_IDS, WORD_CACHE_WORDS,
+                                  _count_new_fragments, _indexed_words, _is_keyword_query, _keep_rare_in_top,
+                                  _LowerTexts, _phrases, _PhraseTest, _rare_candidates, _rare_max, _skip_common_words,
+                                  _words_of, _words_to_look_up)
+from kb.index.folders import folder_members
+from kb.index.fusion import DEFAULT_FUSION, FUSION_METHODS, _Candidate, _score
+from kb.index.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, empty_index_note, sql_in, sql_str, to_utc,
+                                  vector_partitions, vector_probes)
+from kb.index.chunk_schema import NGRAM_COLUMN
+from kb.index.passage_rows import PassageRows
+from kb.index.rerank import RERANK_TOP
 from kb.settings import get_settings
-from kb.index.stop_words import FTS_STOP_WORDS, STOP_WORDS
-
 MODES = ("bm25", "dense", "hybrid")
-FUSION_METHODS = ("convex", "rrf")
-DEFAULT_FUSION = "convex"
 MAX_LIMIT = 100
-RRF_K = 60
-# A query word is rare when at most this share of the passages holds it
-# (but never fewer than RARE_MIN passages). One small full-text look-up per
-# query word finds out, for at most MAX_PROBES words per query: the words that
-# the fewest lexical hits hold. A word that the word counts show in more
-# passages needs no look-up (_skip_common_words()).
-RARE_SHARE = 0.001
-RARE_MIN = 3
-MAX_PROBES = 3
-# On a large table the look-ups start with the lexical query, before it
-# tells which words the fewest hits hold, for queries of at most this many
-# words: up to 2 look-ups more than MAX_PROBES, but they run while the
-# dense query runs. After the lexical list, at 100k passages, 3 look-ups
-# added about 3 to 7 ms to each query of 4 or 5 words.
-EARLY_PROBES = MAX_PROBES + 2
-# A query of at most this many content words is a keyword look-up: passages
-# that hold all its rare words rank first. A longer query is a question or a
-# description: the best passage that holds all its rare words is kept among
-# the first RARE_SLOT hits, and the fusion orders the rest. (On SciFact,
-# pinning such passages first for long queries cost 0.02 nDCG@10; the slot
-# costs nothing.)
-KEYWORD_QUERY_WORDS = 4
-RARE_SLOT = 3
 # Passages fetched from each retriever before grouping by bookmark. Several
 # passages of one bookmark can fill the list, so it is deeper than `limit`.
 MIN_DEPTH = 100
@@ -122,6 +78,11 @@ DEPTH_PER_HIT = 2
 # for 10,000 rows left; benchmarks/filters_and_scripts.md), and 20
 # partitions found only 65% of the exact top 200 there.
 EXACT_FILTER_ROWS = 10_000
+# There the 8-bit distances of the vector index choose this many times k
+# rows, and the stored vectors order them. The error of an 8-bit distance
+# is small against the gap between rank k and rank 2k: with 2 x k, the
+# search gives the exact top k.
+EXACT_REFINE = 2
 # Above it: the partitions that hold about this many times k rows of the
 # filter, if its rows lie evenly in them.
 FILTER_PROBE_SAFETY = 2
@@ -137,20 +98,11 @@ RESULT_COLUMNS = ["chunk_id", "tweet_id", "url", "author", "created_at", "source
 # candidates that they must look at, and the other result columns are read
 # only for the hits shown (benchmarks/index_and_retrieval.md).
 ROW_ID = "_rowid"
-# The whole query counts as an exact phrase only when it is this short. A
-# long question never occurs word for word, so the check would cost time
-# for nothing.
-MAX_PHRASE_WORDS = 8
 # LanceDB runs a query in native code and releases the GIL, so the lexical
 # and the vector query (and the rare-word look-ups) run at the same time.
 # One worker for each query of a search: the lexical list, the dense list and
 # the rare-word look-ups; none waits for a free worker.
 _POOL = ThreadPoolExecutor(max_workers=2 + EARLY_PROBES, thread_name_prefix="kb-search")
-# The token limit of the full-text index (tantivy's filter, as
-# lance_index.fts_config() sets it up).
-FTS_MAX_TOKEN = 40
-QUOTED = re.compile(r'"([^"]+)"')
-TOKEN = re.compile(r"\w+", re.UNICODE)
 
 
 @dataclass
@@ -194,21 +146,6 @@ class SearchResponse:
         out = asdict(self)
         out["hits"] = [h.to_dict() for h in self.hits]
         return out
-
-
-@dataclass(slots=True)
-class _Candidate:
-    # slots: a search makes about 200 of them; plain attributes, no dict each.
-    row_id: int  # in the pinned table version of this search
-    key: object = None  # tweet id; (source, ref, position) when one document is read
-    dense: float | None = None  # cosine similarity
-    bm25: float | None = None
-    dense_rank: int | None = None
-    bm25_rank: int | None = None
-    score: float = 0.0
-    exact: bool = False  # holds the exact query phrase
-    rare: bool = False  # holds every rare query word
-    rerank: float | None = None  # the cross-encoder's score (rerank=True)
 
 
 def search(
@@ -378,11 +315,7 @@ def warm_up(index: ChunkIndex | None = None, *, mode: str = "hybrid") -> float |
         table = index.dataset(CHUNKS)
         if table is None:
             return None
-        # Load the vector and full-text indexes into the readers' cache: else
-        # each query loads the parts that it reads (at 100k passages, the
-        # first queries took 1.5 times the CPU of the later ones).
-        for name in sorted({ix.name for ix in table.describe_indices() if ix.field_names in (["vector"], ["text"])}):
-            table.prewarm_index(name)
+        prewarm_indexes(table)
         # The word counts, so that no search looks up a common word. At
         # 100,000 passages they take 7 to 10 s of CPU, so they run on their
         # own thread: the server says that it is ready before they end (until
@@ -397,6 +330,19 @@ def warm_up(index: ChunkIndex | None = None, *, mode: str = "hybrid") -> float |
         logging.getLogger(__name__).warning("The search did not warm up: %s", exc)
         return None
     return time.perf_counter() - started
+
+
+def prewarm_indexes(table) -> None:
+    """Load the vector index into the readers' cache (Lance's index cache):
+    else the first queries load the partitions that they read (at 100k
+    passages, the first queries took 1.5 times the CPU of the later ones).
+    Not the full-text index: Lance loads the posting list of each query word
+    when a query first asks for it, and a prewarm loads the lists of every
+    word. At 100,000 passages the prewarm put 70 MB of lists in the cache;
+    300 queries without it loaded 29 MB, and the second 300 cost the same
+    CPU as with the prewarm (benchmarks/index_and_retrieval.md)."""
+    for name in sorted({ix.name for ix in table.describe_indices() if ix.field_names == ["vector"]}):
+        table.prewarm_index(name)
 
 
 # --- input checks ------------------------------------------------------------
@@ -485,30 +431,44 @@ def _dense(table, vector: np.ndarray, where: str | None, depth: int, table_rows:
     rows: with 20 of 141 partitions and 200 rows of one author among 20,000,
     a search found 29 of them (benchmarks/filters_and_scripts.md). So:
     - when the filter leaves at most EXACT_FILTER_ROWS rows: every partition,
-      which is an exact search of those rows (IVF_FLAT keeps whole vectors);
+      and the best EXACT_REFINE x `depth` of the 8-bit distances of the index
+      re-ranked by the stored vectors: an exact search of those rows;
     - above that: enough partitions to hold about FILTER_PROBE_SAFETY times
       `depth` rows of the filter, and every partition when they still hold
       fewer than `depth`. So a filter never loses a hit that it leaves."""
     probes = vector_probes(table_rows)
-    if not where or not _has_index(table, "vector"):
+    if not _has_index(table, "vector"):
         return _nearest(table, vector, where, depth, probes)
+    if not where:
+        # A search that scans every partition reads every vector: it was
+        # exact with whole vectors, and it stays exact (SciFact's index has
+        # few partitions after a compaction: dense nDCG@10 0.6533 without
+        # the re-rank, 0.6550 with it).
+        every = _vector_partitions_of(table) <= probes
+        return _nearest(table, vector, where, depth, probes, refine=EXACT_REFINE if every else None)
     left = _rows_left(table, where)
     if left <= EXACT_FILTER_ROWS:
-        return _nearest(table, vector, where, depth, ALL_PARTITIONS)
+        return _nearest(table, vector, where, depth, ALL_PARTITIONS, refine=EXACT_REFINE)
     found = _nearest(table, vector, where, depth, _filter_probes(table_rows, left, depth))
     if len(found) < depth:
         found = _nearest(table, vector, where, depth, ALL_PARTITIONS)
     return found
 
 
-def _nearest(table, vector: np.ndarray, where: str | None, depth: int, probes: int) -> list[tuple[int, float]]:
-    """One vector query: (row id, distance), nearest first."""
+def _nearest(table, vector: np.ndarray, where: str | None, depth: int, probes: int,
+             refine: int | None = None) -> list[tuple[int, float]]:
+    """One vector query: (row id, distance), nearest first. refine: Lance
+    takes the best refine x depth rows by the index's 8-bit distances and
+    orders them by the stored vectors (a read of each: about 2.5 ms of CPU
+    for 200 rows at 100,000 passages, so only where the search must be exact)."""
     # Unit vectors: dot distance (1 - dot product) is cosine distance, cheaper.
     # probes: used only when the IVF index exists. Minimum and maximum
     # equal: Lance 13 raises any lower minimum to every partition when k > 10
     # (its heuristic for an open maximum).
     nearest = {"column": "vector", "q": np.asarray(vector, dtype=np.float32), "k": depth, "metric": "dot",
                "minimum_nprobes": probes, "maximum_nprobes": probes}
+    if refine:
+        nearest["refine_factor"] = refine
     result = table.to_table(columns=["_distance"], with_row_id=True, nearest=nearest, filter=where,
                             prefilter=bool(where), disable_scoring_autoprojection=True)
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_distance").to_pylist()))
@@ -521,6 +481,28 @@ def _filter_probes(table_rows: int, left: int, depth: int) -> int:
     partitions = vector_partitions(table_rows)
     wanted = math.ceil(partitions * depth * FILTER_PROBE_SAFETY / max(left, 1))
     return max(vector_probes(table_rows), min(partitions, wanted))
+
+
+_PARTITIONS: dict[tuple, int] = {}
+
+
+def _vector_partitions_of(table) -> int:
+    """The most partitions of a segment of the vector index of this table
+    version (Lance's optimize() can merge the index into fewer partitions
+    than vector_partitions() gave). Kept per table version. The statistics
+    without the centroids: with them they cost 78 ms of CPU at 100,000
+    passages and 290 ms at 1,000,000; without them 6 ms (Lance 13 reads
+    this variable at each call)."""
+    key = (table.uri, table.version)
+    partitions = _PARTITIONS.get(key)
+    if partitions is None:
+        os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")
+        name = next(ix.name for ix in table.describe_indices() if ix.field_names == ["vector"])
+        partitions = max(int(s.get("num_partitions") or 0) for s in table.stats.index_stats(name)["indices"])
+        if len(_PARTITIONS) >= ROWS_LEFT_KEPT:
+            _PARTITIONS.clear()
+        _PARTITIONS[key] = partitions
+    return partitions
 
 
 _ROWS_LEFT: dict[tuple, int] = {}
@@ -575,23 +557,6 @@ class _Done:
         return self._value
 
 
-class _LowerTexts:
-    """The lowered text of the candidates, read once per search: the
-    rare-word count and the phrase test read the same texts. Lowering and
-    reading each text twice cost about 1 ms per query at 10,000 passages."""
-
-    def __init__(self, rows: PassageRows):
-        self._rows = rows
-        self._lowered: dict[int, str] = {}
-
-    def lowered(self, row_ids: list[int]) -> list[str]:
-        missing = [r for r in row_ids if r not in self._lowered]
-        if missing:
-            for row_id, text in zip(missing, self._rows.column("text", missing)):
-                self._lowered[row_id] = text.lower()
-        return [self._lowered[r] for r in row_ids]
-
-
 def _bm25(table, query: str, where: str | None, depth: int) -> list[tuple[int, float]]:
     """(row id, BM25 score) of the best lexical matches, best first."""
     plain = QUOTED.sub(lambda m: m.group(1), query)
@@ -641,97 +606,6 @@ def _fts(table, query: str | MatchQuery, where: str | None, depth: int,
     result = table.to_table(columns=["_score"], with_row_id=True, full_text_query=text_query, limit=depth,
                             filter=where, prefilter=bool(where), disable_scoring_autoprojection=True)
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_score").to_pylist()))
-
-
-def _rare_candidates(query: str) -> list[str]:
-    """The query words that may be rare: no stop word, not one letter."""
-    words: dict[str, None] = {}
-    for word in TOKEN.findall(QUOTED.sub(lambda m: m.group(1), query).lower()):
-        if word not in STOP_WORDS and len(word) > 1:
-            words[word] = None
-    return list(words)
-
-
-def _rare_max(table_rows: int) -> int:
-    return max(RARE_MIN, int(table_rows * RARE_SHARE))
-
-
-# The look-up results kept per table version: at most this many words and
-# this many row ids in all (8 bytes each: at most 16 MB), so that a long-lived
-# server on a large table does not grow without a limit.
-WORD_CACHE_WORDS = 20_000
-WORD_CACHE_IDS = 2_000_000
-
-
-def _words_of(text: str) -> set[str]:
-    """The words of a text as the rare-word rule sees them: the whole words
-    that _holds_word() finds in the lowered text."""
-    return set(TOKEN.findall(text.lower()))
-
-
-# A thread of its own counts the words of the new data fragments of a table
-# version (a sync's new passages; all of them after a compaction), so that
-# no search waits for the count. Until it ends, the search looks up more
-# words. A daemon thread: a server that stops does not wait for a count (an
-# executor's worker would hold the exit for up to 10 s at 100k passages).
-# The lock lets one count run at a time.
-_COUNTING = threading.Lock()
-
-
-def _count_new_fragments(rows: PassageRows) -> None:
-    """Count the words of the fragments of a new table version that have no
-    counts yet, when the index counts words (warm_up() starts that: a server
-    does; a one-off search from the command line does not wait seconds for
-    it)."""
-    if rows.uncounted() and not rows.counting_started:
-        rows.counting_started = True
-        threading.Thread(target=_count_words, args=(rows,), name="kb-word-count", daemon=True).start()
-
-
-def _count_words(rows: PassageRows) -> None:
-    with _COUNTING:
-        rows.count_words()
-
-
-def wait_for_word_counts(index: ChunkIndex, timeout: float) -> bool:
-    """Wait until the word counts of the newest table version are made (after
-    warm_up()). True when they are; False after `timeout` seconds. For
-    benchmarks and tests, which measure the steady state."""
-    deadline = time.monotonic() + timeout
-    while True:
-        table = index.dataset(CHUNKS)
-        rows = index.passage_rows(table) if table is not None else None
-        if rows is None or not rows.uncounted():
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-
-
-def _skip_common_words(rows: PassageRows, words: list[str], where: str | None, table_rows: int,
-                       sources: list[str] | None) -> None:
-    """Keep the answer "not rare" (None) for each query word that the word
-    counts show in more than rare_max passages: its look-up would find more
-    than rare_max passages, so it needs none. The look-up matches the stem of
-    the word, so it finds at least the passages that hold the word itself.
-    Why: a look-up costs about 1.6 ms of CPU, and on a large table each query
-    word is looked up (the lexical list cannot show a common word).
-
-    `where`: no filter, or the filter of `sources` alone (the MCP server and
-    kb web leave out the wiki pages so): the counts are per source. Only for
-    an ASCII word: for such a word, the words of the count (runs of re's
-    word characters) and those of the full-text index (runs of Unicode
-    letters and digits) have the same limits. (A mark of another script
-    that touches the word can still make them differ; the count in the
-    lexical list has the same limit.)"""
-    if rows.words_of is None:
-        return
-    rare_max = _rare_max(table_rows)
-    kept = rows.word_holders
-    for word in words:
-        if ((where, word) not in kept and word.isascii() and len(kept) < WORD_CACHE_WORDS
-                and rows.least_holders(word, sources) > rare_max):
-            kept[(where, word)] = None
 
 
 def _probe(table, rows: PassageRows, table_rows: int, words: list[str], where: str | None) -> list[tuple]:
@@ -800,166 +674,6 @@ def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, w
     return holders
 
 
-def _words_to_look_up(rows: PassageRows, held_by: dict[str, int], rare_max: int, where: str | None,
-                      lexical: list[tuple[int, float]], texts: _LowerTexts) -> list[str]:
-    """The query words that may be rare, at most MAX_PROBES of them, in the
-    order in which their passages join the candidates."""
-    if len(held_by) <= MAX_PROBES and all((where, w) in rows.word_holders for w in held_by):
-        # Every word was looked up before on this version. The count
-        # below would only leave out words that hold more than rare_max
-        # passages, and their stored result is None: the same answer.
-        return list(held_by)
-    # A word that more than rare_max lexical hits hold is not rare: no
-    # look-up needed. (Stemming can hide a hit from this count, never
-    # add one.) The look-up of such a word finds more than rare_max
-    # passages, or none (a stop word of the index), and both are left
-    # out below: the same answer without it. The count reads the text
-    # of the hits (in memory).
-    lowered = texts.lowered([row_id for row_id, _ in lexical])
-    for word in held_by:
-        held_by[word] = sum(1 for text in lowered if _holds_word(text, word))
-    if len(held_by) <= MAX_PROBES:
-        # In the order of the query, as the look-ups that start early:
-        # the passages that they add join the candidates in that order.
-        return [w for w, n in held_by.items() if n <= rare_max]
-    # The words that the fewest lexical hits hold.
-    return [w for _, w in sorted((n, w) for w, n in held_by.items() if n <= rare_max)[:MAX_PROBES]]
-
-
-def _holds_word(text: str, word: str) -> bool:
-    r"""True when `word` (word characters only) is a whole word of `text`:
-    the test of re's r"\bword\b", without a regular expression. Why: str.find
-    skips to each place that holds the letters, where the regular expression
-    tries each place of the text; at 10,000 passages the count took 1.5 ms
-    per query. A word character is one that str.isalnum() accepts, or "_",
-    as re's \w in a str pattern."""
-    end = len(word)
-    at = text.find(word)
-    while at >= 0:
-        after = at + end
-        if ((at == 0 or not _word_char(text[at - 1]))
-                and (after == len(text) or not _word_char(text[after]))):
-            return True
-        at = text.find(word, at + 1)
-    return False
-
-
-def _word_char(char: str) -> bool:
-    return char.isalnum() or char == "_"
-
-
-# --- fusion ------------------------------------------------------------------
-def _score(cands: list[_Candidate], mode: str, fusion: str) -> None:
-    if mode == "dense":
-        for c in cands:
-            c.score = c.dense if c.dense is not None else -1.0
-        return
-    if mode == "bm25":
-        for c in cands:
-            c.score = c.bm25 or 0.0  # a rare-word passage below the depth has none
-        return
-    if fusion == "rrf":
-        for c in cands:
-            c.score = sum(1.0 / (RRF_K + r + 1) for r in (c.dense_rank, c.bm25_rank) if r is not None)
-        return
-    dense = _min_max([c.dense for c in cands])
-    bm25 = _min_max([c.bm25 for c in cands])
-    for c, d, b in zip(cands, dense, bm25):
-        c.score = 0.5 * d + 0.5 * b
-
-
-def _min_max(values: list[float | None]) -> list[float]:
-    """Scores to [0, 1] over this candidate list: the list's best is 1, its
-    worst 0. A passage that the list does not hold scores 0 too."""
-    present = [v for v in values if v is not None]
-    if not present:
-        return [0.0] * len(values)
-    low, high = min(present), max(present)
-    span = high - low or 1.0
-    return [0.0 if v is None else (v - low) / span for v in values]
-
-
-def _indexed_words(query: str) -> list[str]:
-    """The query words that the full-text index holds: not a stop word of
-    its English filter, not longer than its token limit."""
-    return [w for w in TOKEN.findall(query.lower()) if w not in FTS_STOP_WORDS and len(w) <= FTS_MAX_TOKEN]
-
-
-def _phrases(query: str) -> list[str]:
-    quoted = [" ".join(TOKEN.findall(p.lower())) for p in QUOTED.findall(query)]
-    quoted = [p for p in quoted if p]
-    if quoted:
-        return quoted
-    words = TOKEN.findall(query.lower())
-    return [" ".join(words)] if 0 < len(words) <= MAX_PHRASE_WORDS else []
-
-
-def _holds_phrases(text: str, phrases: list[str]) -> bool:
-    """True when the words of each phrase follow each other in the text."""
-    return _PhraseTest(phrases)(text.lower())
-
-
-class _PhraseTest:
-    """The phrase test of one search, for the lowered text of each candidate.
-    Cheap test first: most passages lack a word, and the longest word is most
-    often the one that they lack. The words are split and sorted once per
-    search, not once per text: at 100,000 passages the test of about 200
-    candidates took 1.4 ms of CPU, now about 0.1 ms."""
-
-    def __init__(self, phrases: list[str]):
-        self._phrases = phrases
-        self._words = sorted({word for p in phrases for word in p.split(" ")}, key=len, reverse=True)
-
-    def __call__(self, lowered: str) -> bool:
-        if not self._phrases:
-            return False
-        for word in self._words:
-            if word not in lowered:
-                return False
-        return all(_phrase_pattern(p).search(lowered) for p in self._phrases)
-
-
-@lru_cache(maxsize=1024)
-def _phrase_pattern(phrase: str) -> re.Pattern:
-    # The phrase's words as whole words, with only non-word characters
-    # between them: the same test as joining the text's words (TOKEN) with
-    # spaces and looking for the phrase, without splitting the whole text.
-    # At 10,000 passages the split cost about 3 ms per query. A phrase that
-    # starts or ends with a character of a script without spaces (Chinese,
-    # Japanese, Thai...) needs no word boundary there: its words lie inside
-    # a run of characters.
-    start = "" if _UNSPACED_CHAR.match(phrase[:1]) else r"\b"
-    end = "" if _UNSPACED_CHAR.match(phrase[-1:]) else r"\b"
-    return re.compile(start + r"\W+".join(map(re.escape, phrase.split(" "))) + end)
-
-
-_UNSPACED_CHAR = re.compile(f"[{UNSPACED}]")
-
-
-# --- results -----------------------------------------------------------------
-def _content_words(query: str) -> list[str]:
-    return [w for w in TOKEN.findall(query.lower()) if w not in STOP_WORDS]
-
-
-def _is_keyword_query(query: str) -> bool:
-    """A keyword look-up, not a question (see KEYWORD_QUERY_WORDS)."""
-    return len(_content_words(query)) <= KEYWORD_QUERY_WORDS
-
-
-def _keep_rare_in_top(ranked: list[_Candidate], chosen: list[_Candidate], limit: int) -> list[_Candidate]:
-    """Put the best passage that holds every rare query word among the first
-    RARE_SLOT hits, when it is not there yet."""
-    best = next((c for c in ranked if c.rare), None)
-    if best is None:
-        return chosen
-    position = next((i for i, c in enumerate(chosen) if c.key == best.key), None)
-    if position is not None and position < RARE_SLOT:
-        return chosen
-    rest = [c for c in chosen if c.key != best.key]
-    slot = min(RARE_SLOT - 1, len(rest))
-    return (rest[:slot] + [best] + rest[slot:])[:limit]
-
-
 def _pick(ranked: list[_Candidate], limit: int) -> list[_Candidate]:
     # One document read: its passages (key: source, ref, position). Else:
     # one passage per bookmark (key: tweet id).
@@ -1008,58 +722,9 @@ def _hits(index: ChunkIndex, rows: PassageRows, chosen: list[_Candidate]) -> lis
     return hits
 
 
-# --- deep search ---------------------------------------------------------------
-def exact_words_lead(query: str) -> bool:
-    """True when the hits with the exact words (Hit.exact_match) keep their
-    places in a deep search: a keyword query, or a query with a "quoted
-    phrase". There the owner asks for those words. In a longer query, a rare
-    word is one word of a question, and the cross-encoder, which reads the
-    whole text, orders all the first hits: on SciFact, hits kept in place
-    there cost nDCG@10 (benchmarks/index_and_retrieval.md)."""
-    return _is_keyword_query(query) or bool(QUOTED.search(query))
-
-
-def _reranked(query: str, rows: PassageRows, chosen: list[_Candidate], per_document: bool) -> list[_Candidate]:
-    """The first RERANK_TOP hits in the cross-encoder's order (kb.index.rerank).
-    The model loads at the first deep search of a process, so a search
-    without rerank never loads it."""
-    head = chosen[:RERANK_TOP]
-    if not head:
-        return chosen
-    if rows.word_rarity is None:
-        rows.word_rarity = WordRarity.of_sample(rows.texts())
-    query_words = words_of(query)
-    windows = [window_for(query_words, texts, rows.word_rarity) for texts in _texts_behind(rows, head, per_document)]
-    scores = load_model().score(query, windows).tolist()
-    for cand, score in zip(head, scores):
-        cand.rerank = score
-    keep = exact_words_lead(query)
-    order = new_order(scores, [c.score for c in head], [keep and (c.exact or c.rare) for c in head])
-    return [head[i] for i in order] + chosen[len(head):]
-
-
-def _texts_behind(rows: PassageRows, head: list[_Candidate], per_document: bool) -> list[list[list[str]]]:
-    """For each hit: its texts, each as its passages in order. A bookmark hit:
-    every text of the bookmark (its post, article, linked pages...), the
-    text of the hit's passage first. A hit of one document read: its passage."""
-    if per_document:
-        return [[[text]] for text in rows.column("text", [c.row_id for c in head])]
-    hit_rows = dict(zip((c.row_id for c in head), zip(*(rows.column(n, [c.row_id for c in head])
-                                                          for n in ("source", "ref")))))
-    by_bookmark = rows.rows_of_bookmarks(list(dict.fromkeys(c.key for c in head)))
-    out = []
-    for cand in head:
-        ids = by_bookmark[cand.key]
-        texts: dict[tuple, list[tuple[int, str]]] = {hit_rows[cand.row_id]: []}
-        for source, ref, position, text in zip(*(rows.column(n, ids) for n in ("source", "ref", "position", "text"))):
-            texts.setdefault((source, ref), []).append((position or 0, text))
-        out.append([[text for _, text in sorted(parts, key=lambda p: p[0])] for parts in texts.values() if parts])
-    return out
-
-
 def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
 
 
-__all__ = ["search", "warm_up", "wait_for_word_counts", "exact_words_lead", "SearchResponse", "Hit", "MODES",
-           "FUSION_METHODS", "IndexModelMismatch", "embedder_for_index"]
+__all__ = ["search", "warm_up", "prewarm_indexes", "SearchResponse", "Hit", "MODES", "FUSION_METHODS",
+           "IndexModelMismatch", "embedder_for_index"]

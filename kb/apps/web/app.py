@@ -18,7 +18,7 @@ The app reads only the LanceDB index and the wiki files, like the MCP
 server: it never opens DuckDB, so it answers while a sync writes. `kb web`
 (serve()) is also the search service of kb-mcp (mcp_server/service.py), and
 reads the passage rows from memory-mapped files that it writes into
-settings.passage_rows_dir (kb/index/lance_index.py, PassageRows.read()).
+settings.passage_rows_dir (kb/index/passage_rows.py, PassageRows.read()).
 
 Security: it binds to 127.0.0.1 by default and has no login, so it accepts
 only requests whose Host is a loopback name (a web page that points its own
