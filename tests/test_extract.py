@@ -7,6 +7,7 @@ import pytest
 
 from kb_assets.enrich.documents import kind_of_content
 from kb.enrich.extract import (
+    GRID_MIN_BLOCKS,
     THIN_WORDS,
     clean_fragment,
     extract_file,
@@ -352,3 +353,30 @@ def test_rewrite_arxiv(url, expected):
 )
 def test_kind_of_content(content_type, url, kind):
     assert kind_of_content(content_type, url) == kind
+
+
+def test_the_article_strategy_reads_a_grid_of_items_with_the_items():
+    intro = ("This page lists the talks of the conference on storage engines, with one short "
+             "summary for each talk, so that a reader can choose what to watch first this week. "
+             "The talks are in the order of the programme, and each one links to its recording.")
+    # Each item has its own words (the merge adds only blocks with new words).
+    summary = ("speaker explains how engine merges sorted runs why write amplification grows with levels "
+               "which settings keep reads fast small machines talk ends measures real workloads").split()
+    items = [f'<div><h3><a href="/talks/{n}">Talk {n}: compaction</a></h3>'
+             f"<p>{' '.join(word + str(n) for word in summary)}.</p></div>" for n in range(10)]
+    runs = {"default": fragment([intro]), "precision": fragment([intro]), "recall": ""}
+    text = html_to_text(main_content(runs.__getitem__, blocks=lambda weight: items))
+    assert intro in text and all(f"Talk {n}: compaction" in text for n in range(10))
+    # Without the series (the rule removed or no series found), only the intro is left.
+    assert "Talk 0" not in html_to_text(main_content(runs.__getitem__))
+    # A series of fewer than GRID_MIN_BLOCKS blocks does not make a grid, even with as many words.
+    few = [item.replace("</p>", " " + " ".join(word + str(n) + "x" for word in summary) + "</p>")
+           for n, item in enumerate(items[:GRID_MIN_BLOCKS - 1])]
+    assert "Talk 0" not in html_to_text(main_content(runs.__getitem__, blocks=lambda weight: few))
+
+
+def test_the_article_strategy_keeps_an_article_with_a_short_series_of_comments():
+    comments = [f"<div><p>Comment {n}: thanks, a clear text.</p></div>" for n in range(12)]
+    runs = {"default": fragment(BODY * 4), "precision": fragment(BODY * 4), "recall": ""}
+    text = html_to_text(main_content(runs.__getitem__, blocks=lambda weight: comments))
+    assert "Comment" not in text and text.count(BODY[0]) == 4

@@ -190,6 +190,18 @@ NEW_BLOCK_SHARE = 0.5
 # of the 5 cross-validation folds chose the same.
 SHORT_BLOCK_CHARS = 100
 LINK_SHARE = 0.7
+# The grid rule of the article strategy: a page that kb types as an article
+# but that is a grid of items (a collection of talks, a category page) has
+# little running text, and trafilatura keeps few of its items. When
+# trafilatura's text with the items of the page's series added ("items+merge",
+# link blocks kept) has at least GRID_WORDS_RATIO times the words of the
+# article text, and the series has at least GRID_MIN_BLOCKS blocks, the items
+# are the content: that text replaces the article text. A real article with
+# a long list of comments or related links seldom passes both. The 5 training
+# sets of the cross-validation chose 6 and 8 in 5 of 5 folds, with the rule
+# that the news set must not fall (benchmarks/extraction.md, 3 December 2026).
+GRID_WORDS_RATIO = 6.0
+GRID_MIN_BLOCKS = 8
 
 # The settings of trafilatura that kb runs, by name. "comments" keeps the
 # replies under a post: on a forum thread they are the content.
@@ -342,6 +354,8 @@ def main_content(
 
     if strategy == "article":
         fragment = _article_rule(clean(run("default")), clean(run("precision")), precision_keeps)
+        if blocks is not None:
+            fragment = _grid_rule(fragment, run, blocks, link_share=link_share, short_chars=short_chars)
     elif strategy in MODES:
         fragment = clean(run(strategy))
     elif strategy in SERIES_STRATEGIES:
@@ -363,6 +377,24 @@ def _article_rule(default: str, precise: str, precision_keeps: float) -> str:
     if precise_chars and precise_chars >= precision_keeps * default_chars:
         return precise
     return default
+
+
+def _grid_rule(article: str, run: Callable[[str], str], blocks: Callable[[float], list[str]], *,
+               link_share: float, short_chars: int) -> str:
+    """The article text, or trafilatura's text with the items of the page's
+    series added when the page is a grid of items (see GRID_WORDS_RATIO)."""
+    link_weight, _ = SERIES_STRATEGIES["items+merge"]
+    series = blocks(link_weight)
+    if len(series) < GRID_MIN_BLOCKS:
+        return article
+
+    def keep_link_blocks(fragment: str) -> str:
+        return clean_fragment(fragment, link_share=link_share, short_chars=short_chars, link_blocks=False)
+
+    items = _merge_series(keep_link_blocks(run("default")), [keep_link_blocks(block) for block in series])
+    if count_words(html_to_text(items)) >= GRID_WORDS_RATIO * max(1, count_words(html_to_text(article))):
+        return items
+    return article
 
 
 def _series_fragment(series: list[str]) -> str:
