@@ -21,6 +21,8 @@ import itertools
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -206,6 +208,20 @@ class FakeTelegram:
 
 
 # --- Update JSON ------------------------------------------------------------------------------
+
+
+@contextmanager
+def owner_bot(monkeypatch, token: str, owner_chat: int) -> Iterator["FakeTelegram"]:
+    """A FakeTelegram that kb's notifier reaches: the bot token, the API
+    base and the owner's chat are in the environment until the end."""
+    server = FakeTelegram(token).start()
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", token)
+    monkeypatch.setenv("TELEGRAM_API_BASE", server.base_url)
+    monkeypatch.setenv("OWNER_CHAT_ID", str(owner_chat))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def message_update(update_id: int, message_id: int, user_id: int, *, chat_id: int | None = None, **fields) -> dict:

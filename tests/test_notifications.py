@@ -10,7 +10,7 @@ from sensors.source_outcomes import run_endings_sensor, source_outcomes_sensor
 from kb.telegram.notifier import NotificationError, TelegramNotifier, notification_text
 from tests import source_helpers as h
 from tests.fake_openai_chat import FakeOpenAIChat, chat
-from tests.fake_telegram import FakeTelegram
+from tests.fake_telegram import owner_bot
 from tests.loopback_site import LoopbackSite
 from kb_resources.services import TelegramNotifierResource
 from kb_resources.stores import InboxResource
@@ -25,12 +25,8 @@ NOTE = "Leases let a leader serve reads without a quorum round, as long as the c
 
 @pytest.fixture
 def fake(monkeypatch):
-    server = FakeTelegram(TOKEN).start()
-    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)
-    monkeypatch.setenv("TELEGRAM_API_BASE", server.base_url)
-    monkeypatch.setenv("OWNER_CHAT_ID", str(OWNER_CHAT))
-    yield server
-    server.stop()
+    with owner_bot(monkeypatch, TOKEN, OWNER_CHAT) as server:
+        yield server
 
 
 def test_a_notification_is_a_reply_and_goes_out_once_per_state(fake):

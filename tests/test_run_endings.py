@@ -17,7 +17,7 @@ from kb_assets.instance_config import ensure_dagster_home
 from kb_resources.services import TelegramNotifierResource
 from kb_resources.stores import InboxResource
 from sensors.source_outcomes import run_endings_sensor
-from tests.fake_telegram import FakeTelegram
+from tests.fake_telegram import owner_bot
 
 TOKEN = "123456:TEST-SECRET-ENDINGS-TOKEN"
 OWNER_CHAT = 777
@@ -26,12 +26,8 @@ BATCH = "2026-12-01T10-00-00"
 
 @pytest.fixture
 def fake(monkeypatch):
-    server = FakeTelegram(TOKEN).start()
-    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)
-    monkeypatch.setenv("TELEGRAM_API_BASE", server.base_url)
-    monkeypatch.setenv("OWNER_CHAT_ID", str(OWNER_CHAT))
-    yield server
-    server.stop()
+    with owner_bot(monkeypatch, TOKEN, OWNER_CHAT) as server:
+        yield server
 
 
 def open_instance() -> dg.DagsterInstance:
