@@ -41,7 +41,6 @@ import gzip
 import hashlib
 import html
 import importlib.util
-import itertools
 import json
 import os
 import pickle

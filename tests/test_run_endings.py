@@ -6,7 +6,6 @@ restarts in a loop. Without a bot token the notices go to the log and to
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 

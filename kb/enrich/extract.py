@@ -349,13 +349,13 @@ def main_content(
     keep_links = strategy.endswith(KEEP_LINKS)
     strategy = strategy.removesuffix(KEEP_LINKS)
 
-    def clean(fragment: str) -> str:
+    def clean(fragment: str, keep_links: bool = keep_links) -> str:
         return clean_fragment(fragment, link_share=link_share, short_chars=short_chars, link_blocks=not keep_links)
 
     if strategy == "article":
         fragment = _article_rule(clean(run("default")), clean(run("precision")), precision_keeps)
         if blocks is not None:
-            fragment = _grid_rule(fragment, run, blocks, link_share=link_share, short_chars=short_chars)
+            fragment = _grid_rule(fragment, run, blocks, lambda part: clean(part, keep_links=True))
     elif strategy in MODES:
         fragment = clean(run(strategy))
     elif strategy in SERIES_STRATEGIES:
@@ -379,19 +379,16 @@ def _article_rule(default: str, precise: str, precision_keeps: float) -> str:
     return default
 
 
-def _grid_rule(article: str, run: Callable[[str], str], blocks: Callable[[float], list[str]], *,
-               link_share: float, short_chars: int) -> str:
+def _grid_rule(article: str, run: Callable[[str], str], blocks: Callable[[float], list[str]],
+               clean_keeping_links: Callable[[str], str]) -> str:
     """The article text, or trafilatura's text with the items of the page's
-    series added when the page is a grid of items (see GRID_WORDS_RATIO)."""
+    series added when the page is a grid of items (see GRID_WORDS_RATIO):
+    the text of the "items+merge+link_blocks" strategy."""
     link_weight, _ = SERIES_STRATEGIES["items+merge"]
     series = blocks(link_weight)
     if len(series) < GRID_MIN_BLOCKS:
         return article
-
-    def keep_link_blocks(fragment: str) -> str:
-        return clean_fragment(fragment, link_share=link_share, short_chars=short_chars, link_blocks=False)
-
-    items = _merge_series(keep_link_blocks(run("default")), [keep_link_blocks(block) for block in series])
+    items = _merge_series(clean_keeping_links(run("default")), [clean_keeping_links(block) for block in series])
     if count_words(html_to_text(items)) >= GRID_WORDS_RATIO * max(1, count_words(html_to_text(article))):
         return items
     return article

@@ -662,22 +662,24 @@ class Embedder(BaseModel):
                 # vectors (see ONNX_EXPORT_VERSION).
                 return on_torch(texts) if _onnx_failure(name) else on_onnx(texts)
 
+            def int8_weights(texts: list[str]) -> np.ndarray:
+                # The int8 model when it runs here, else the full weights
+                # (cosine 0.986 or more to the int8 vectors).
+                return full_weights(texts) if _onnx_failure(name, int8=True) else on_onnx(texts, int8=True)
+
             def queries(texts: list[str]) -> np.ndarray:
                 if runtime["queries"] != "onnx":
                     return on_torch(texts)
-                return on_onnx(texts, int8=True) if query_weights() == "int8" else full_weights(texts)
+                return int8_weights(texts) if int8_wanted else full_weights(texts)
 
             dim = (folder_dimension(local_model_path(name)) if "onnx" in runtime.values()
                    else model_dimension(load_local_model(name)))
             model_name = self._name_of(backend)
             if self.int8_documents and runtime["documents"] == "onnx":
                 # Another name: the vector cache keeps these vectors apart
-                # from the full ones of the index. When the int8 model is
-                # not usable, the full one embeds (cosine 0.986 or more to
-                # the int8 vectors; the thresholds of the check hold on both).
-                def int8_passages(texts: list[str]) -> np.ndarray:
-                    return full_weights(texts) if _onnx_failure(name, int8=True) else on_onnx(texts, int8=True)
-                return _Backend(f"{model_name}+int8", dim, int8_passages, queries, int8_passages, query_weights)
+                # from the full ones of the index (the thresholds of the
+                # check hold on both weights).
+                return _Backend(f"{model_name}+int8", dim, int8_weights, queries, int8_weights, query_weights)
             documents = full_weights if runtime["documents"] == "onnx" else on_torch
             # A few passages: the full weights, never the int8 ones.
             few = full_weights if runtime["queries"] == "onnx" else None

@@ -42,6 +42,7 @@ import math
 import os
 import time
 from array import array
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
@@ -88,7 +89,7 @@ EXACT_REFINE = 2
 FILTER_PROBE_SAFETY = 2
 # A dense query with this many partitions scans them all (Lance clips it).
 ALL_PARTITIONS = 1 << 20
-ROWS_LEFT_KEPT = 256  # filter counts kept (_rows_left())
+ROWS_LEFT_KEPT = 256  # counts kept per table version (_kept())
 
 RESULT_COLUMNS = ["chunk_id", "tweet_id", "url", "author", "created_at", "source", "ref", "position",
                   "text", "source_text", "word_count", "lang", "bookmark_chunks", "bookmark_words"]
@@ -493,16 +494,27 @@ def _vector_partitions_of(table) -> int:
     without the centroids: with them they cost 78 ms of CPU at 100,000
     passages and 290 ms at 1,000,000; without them 6 ms (Lance 13 reads
     this variable at each call)."""
-    key = (table.uri, table.version)
-    partitions = _PARTITIONS.get(key)
-    if partitions is None:
+    def count() -> int:
         os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")
         name = next(ix.name for ix in table.describe_indices() if ix.field_names == ["vector"])
-        partitions = max(int(s.get("num_partitions") or 0) for s in table.stats.index_stats(name)["indices"])
-        if len(_PARTITIONS) >= ROWS_LEFT_KEPT:
-            _PARTITIONS.clear()
-        _PARTITIONS[key] = partitions
-    return partitions
+        return max(int(s.get("num_partitions") or 0) for s in table.stats.index_stats(name)["indices"])
+
+    return _kept(_PARTITIONS, (table.uri, table.version), count)
+
+
+def _kept(kept: dict[tuple, int], key: tuple, count: Callable[[], int]) -> int:
+    """count() once per key (a table, its version, and what is counted),
+    with at most ROWS_LEFT_KEPT keys kept. A table made again (kb index
+    --rebuild) counts its versions from 1 again, so a kept figure can be of
+    the old table: each caller uses it only to choose how many partitions
+    to scan, never to drop a hit."""
+    value = kept.get(key)
+    if value is None:
+        value = count()
+        if len(kept) >= ROWS_LEFT_KEPT:
+            kept.clear()
+        kept[key] = value
+    return value
 
 
 _ROWS_LEFT: dict[tuple, int] = {}
@@ -513,19 +525,11 @@ def _rows_left(table, where: str) -> int:
     EXACT_FILTER_ROWS + 1. A scan of row ids: the scalar indexes serve
     tweet_id, created_at and source; the author test reads its column (at
     100,000 passages about 3 ms of CPU, at 1,000,000 about 17 ms). The count
-    is kept per table and version: the MCP server gives each search the same
-    source filter. A table made again (kb index --rebuild) counts its
-    versions from 1 again, so a kept count can be of the old table: it only
-    chooses the number of partitions, and _dense() scans every partition
-    when they give fewer than k rows."""
-    key = (table.uri, table.version, where)
-    left = _ROWS_LEFT.get(key)
-    if left is None:
-        left = table.to_table(columns=[], with_row_id=True, filter=where, limit=EXACT_FILTER_ROWS + 1).num_rows
-        if len(_ROWS_LEFT) >= ROWS_LEFT_KEPT:
-            _ROWS_LEFT.clear()
-        _ROWS_LEFT[key] = left
-    return left
+    is kept per table and version (_kept()): the MCP server gives each
+    search the same source filter; _dense() scans every partition when the
+    partitions that it chose give fewer than k rows."""
+    return _kept(_ROWS_LEFT, (table.uri, table.version, where), lambda: table.to_table(
+        columns=[], with_row_id=True, filter=where, limit=EXACT_FILTER_ROWS + 1).num_rows)
 
 
 def _exact_dense(vectors: tuple[np.ndarray, np.ndarray, np.ndarray], vector: np.ndarray, depth: int,
