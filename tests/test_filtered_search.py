@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
+import kb.index.lance_index as lance_index_module
 import kb.index.search as search_module
 from kb.index.lance_index import CHUNKS, ChunkIndex, vector_partitions, vector_probes
 from kb.index.search import search
@@ -20,6 +21,8 @@ T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 WORDS = [f"w{i}" for i in range(400)]
 CROWD = 1800  # bookmarks of one author that fill the table
 AUTHORS = {f"author{i}": 8 + 5 * i for i in range(6)}  # 8 to 33 bookmarks each
+# The shipped value: the fixture few_probes() lowers it for the module.
+MIN_COMPARED_VECTORS = lance_index_module.MIN_COMPARED_VECTORS
 QUERIES = ("w1 w2 w3 w4", "w150 w7 w300", "w42 w43 w99 w201 w5")
 
 
@@ -46,7 +49,17 @@ def hasher_module(folder):
 
 
 @pytest.fixture(scope="module")
-def store(folder, hasher_module):
+def few_probes():
+    """The store stands in for a table of more than MIN_COMPARED_VECTORS
+    rows, whose usual search scans only some of the partitions (a smaller
+    table is searched in every partition)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lance_index_module, "MIN_COMPARED_VECTORS", 0)
+        yield
+
+
+@pytest.fixture(scope="module")
+def store(folder, hasher_module, few_probes):
     """A table over the vector index size (1,800 crowd bookmarks and six small
     authors), with its IVF index. Each small author posts in a date window
     of its own; some of its bookmarks are videos."""
@@ -192,10 +205,11 @@ def test_an_exact_filtered_search_orders_by_the_stored_vectors(random_store):
     _check_exact(index, rows, embedder, lambda r: r["author"] == "near", author="near")
 
 
-def test_a_search_of_every_partition_is_exact(random_store, monkeypatch):
-    """A search without a filter that scans every partition (an index that
-    a compaction merged into few partitions) reads every vector: it gives
-    the exact order, as it did with whole vectors in the index."""
+def test_a_small_table_is_searched_exactly(random_store, monkeypatch):
+    """A table of fewer than MIN_COMPARED_VECTORS rows is searched in every
+    partition, and the stored vectors re-rank the hits: the exact order,
+    as without the index."""
     index, rows, embedder = random_store
-    monkeypatch.setattr(search_module, "vector_probes", lambda rows: 1 << 20)
+    monkeypatch.setattr(lance_index_module, "MIN_COMPARED_VECTORS", MIN_COMPARED_VECTORS)
+    assert len(rows) < MIN_COMPARED_VECTORS
     _check_exact(index, rows, embedder, lambda r: True)

@@ -13,7 +13,7 @@ from datetime import datetime
 import pytest
 
 from kb.index.search import search
-from kb.index.lance_index import CHUNKS, ChunkIndex
+from kb.index.lance_index import CHUNKS, COMPACT_FRAGMENTS, ChunkIndex, vector_partitions
 
 T0 = "2024-03-01T08:00:00+00:00"
 
@@ -118,3 +118,32 @@ def test_a_search_sees_a_changed_bookmark_card(built, hasher):
     built.upsert_bookmark_cards([dict(card, media=[{"kind": "photo", "url": "https://pbs.twimg.com/new.jpg"}])])
     # The cards of the old table version that the first search kept are not served.
     assert search("sourdough", index=built, embedder=hasher).hits[0].media[0]["url"].endswith("new.jpg")
+
+
+def test_a_compaction_keeps_the_partitions_of_the_vector_index(tmp_path, hasher):
+    """Lance's optimize() merges the segments of the IVF index and joins its
+    partitions into a few large ones (a table of 1,000,000 passages kept 31
+    of 995): a search of some partitions then reads every vector. After the
+    compaction that COMPACT_FRAGMENTS syncs bring, the vector index must have
+    the partitions that vector_partitions() gives for the rows of now, in one
+    segment, and every other index one segment that covers every row."""
+    index = ChunkIndex(path=str(tmp_path / "lancedb"), vector_index_min_rows=1000)
+    first = [passage(f"a{i}", 0, f"first batch passage {i} about topic {i % 37}") for i in range(1200)]
+    index.replace_chunks([r["tweet_id"] for r in first], first, hasher)
+    assert index.maintain(skip_if_current=True).get("vector_index") == "created"
+    syncs = COMPACT_FRAGMENTS - 1  # each adds a data file: the last one compacts
+    for sync in range(syncs):
+        rows = [passage(f"s{sync}-{i}", 0, f"sync {sync} passage {i} zeppelin{sync}") for i in range(20)]
+        index.replace_chunks([r["tweet_id"] for r in rows], rows, hasher)
+        report = index.maintain(skip_if_current=True)
+        assert ("indexes" in report) == (sync < syncs - 1), (sync, report)
+    table = index.dataset(CHUNKS)
+    assert len(table.get_fragments()) == 1
+    total = 1200 + 20 * syncs
+    vector = table.stats.index_stats("vector_idx")
+    assert [s["num_partitions"] for s in vector["indices"]] == [vector_partitions(total)]
+    assert vector["num_unindexed_rows"] == 0
+    for ix in table.describe_indices():
+        stats = table.stats.index_stats(ix.name)
+        assert stats["num_indices"] == 1 and stats["num_unindexed_rows"] == 0, ix.name
+    assert search("zeppelin3", mode="bm25", index=index, embedder=hasher).hits[0].tweet_id.startswith("s3-")

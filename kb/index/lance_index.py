@@ -76,6 +76,8 @@ KEEP_VERSIONS = timedelta(minutes=10)
 # that adds rows adds one file and one segment to each index. A search reads
 # each file and segment, so many of them make it slower.
 COMPACT_FRAGMENTS = 16
+# At a compaction, merge up to this many segments of an index: all of them.
+MERGE_EVERY_SEGMENT = 1 << 16
 # Bookmark cards kept in memory per table version (see bookmarks()).
 CARDS_CACHE_SIZE = 4096
 
@@ -115,11 +117,22 @@ def vector_partitions(rows: int) -> int:
     return max(1, round(math.sqrt(rows)))
 
 
+# A dense search compares at least this many vectors: every vector of a
+# smaller table. The MiniLM vectors of one topic lie in many partitions. On
+# SciFact (8,219 passages, 91 partitions) a search of 20 partitions gave
+# dense nDCG@10 0.627 (Recall@100 0.879), of 40 partitions 0.650 (0.919),
+# of every partition 0.655 (0.929) (benchmarks/index_and_retrieval.md).
+MIN_COMPARED_VECTORS = 20_000
+
+
 def vector_probes(rows: int) -> int:
-    """Partitions that a dense query scans: the nearest to the query vector,
-    at least 20 and at least a sixteenth of them. At 100k rows: 20 of 316,
-    about 6,300 vectors compared exactly."""
-    return max(20, vector_partitions(rows) // 16)
+    """Partitions that a dense query scans: the nearest to the query vector.
+    At least 20, at least a sixteenth of them, and enough to hold
+    MIN_COMPARED_VECTORS vectors. At 100,000 rows: 64 of 316 partitions;
+    at 1,000,000: 62 of 1,000; below 20,000 rows: every partition."""
+    partitions = vector_partitions(rows)
+    compared = math.ceil(partitions * MIN_COMPARED_VECTORS / max(rows, 1))
+    return max(20, partitions // 16, compared)
 
 
 def vector_index_config(rows: int):
@@ -737,7 +750,7 @@ class ChunkIndex(BaseModel):
             if ("vector",) not in indexed and rows >= self._vector_index_min_rows():
                 table.create_index("vector", config=vector_index_config(rows))
                 report["vector_index"] = "created"
-            # optimize(): compaction, new rows into every index, prune versions.
+            # _compact(): compaction, new rows into every index, prune versions.
             # Its compaction rewrites every fragment below a million rows that
             # lies next to another one, so on a table of that size each call
             # rewrites the whole table. When nothing is new, skip it. When
@@ -748,7 +761,7 @@ class ChunkIndex(BaseModel):
             elif skip_if_current and self._fold_new_rows(table):
                 report["indexes"] = "new rows folded in, files not compacted"
             else:
-                table.optimize(cleanup_older_than=KEEP_VERSIONS)
+                self._compact(table)
             report["chunks"] = rows
         cards = self.table(BOOKMARKS)
         if cards is not None:
@@ -760,26 +773,66 @@ class ChunkIndex(BaseModel):
             meta.optimize(cleanup_older_than=KEEP_VERSIONS)
         return report
 
+    def _compact(self, table) -> None:
+        """What lancedb's optimize() does (bring every index up to date,
+        compact the files, prune old versions), except for the vector index.
+
+        Why not optimize(): Lance 13 merges the segments of an IVF index and
+        then joins partitions that are small by its own measure (about 32,000
+        rows for IVF_SQ). A new build of 1,000,000 passages kept 31 of its 995
+        partitions, 100,000 kept 4 of 316: a search of vector_probes()
+        partitions then read every vector (hybrid p95 277 ms at 1,000,000,
+        benchmarks/index_and_retrieval.md). So the vector index is made again,
+        with vector_index_config() for the rows of now, when it has more than
+        one segment or misses rows: at most once per COMPACT_FRAGMENTS syncs.
+
+        The indexes come first: Lance compacts only files that the same
+        index segments cover, and each fold gives its file segments of its
+        own. (optimize() compacted nothing after 15 folds: 16 files stayed.)
+        The compaction after it keeps the partitions."""
+        dataset = self._lance(table)
+        vector = None
+        others = []
+        for ix in dataset.describe_indices():
+            if ix.field_names == ["vector"]:
+                vector = ix.name
+            else:
+                others.append(ix.name)
+        if others:
+            # Every segment into one (the default merges only the newest).
+            dataset.optimize.optimize_indices(index_names=others, num_indices_to_merge=MERGE_EVERY_SEGMENT)
+        table.checkout_latest()
+        if vector and self._vector_index_is_stale(table, vector):
+            table.create_index("vector", config=vector_index_config(table.count_rows()), replace=True)
+        self._lance(table).optimize.compact_files()
+        self._lance(table).cleanup_old_versions(older_than=KEEP_VERSIONS)
+        table.checkout_latest()
+
+    def _vector_index_is_stale(self, table, name: str) -> bool:
+        """True when the vector index has more than one segment or misses rows."""
+        stats = self._lance(table).stats.index_stats(name)
+        return len(stats.get("indices") or []) > 1 or bool(stats.get("num_unindexed_rows"))
+
+    def _lance(self, table):
+        """The Lance dataset of a lancedb table, at its newest version."""
+        import lance
+
+        return lance.dataset(table.uri, storage_options=self.storage_options() or None)
+
     def _fold_new_rows(self, table) -> bool:
         """Add the unindexed rows to every index and prune old versions,
         with no compaction: only the index files of the new rows are written.
-        False when that is not possible (no pylance, which gives the index
-        step alone) or the table has COMPACT_FRAGMENTS files or more: then
-        optimize() must compact them."""
-        try:
-            import lance
-        except ImportError:
-            return False
+        False when the table has COMPACT_FRAGMENTS files or more: then
+        _compact() must compact them."""
         if table.stats()["fragment_stats"]["num_fragments"] >= COMPACT_FRAGMENTS:
             return False
-        dataset = lance.dataset(table.uri, storage_options=self.storage_options() or None)
         # num_indices_to_merge=0: the new rows get an index segment of their
         # own. Merging it into the full-text index rewrote that index: 4 s
         # of the 4.2 s that 1% new rows cost at 100k passages. The segments
-        # add up until the compaction above merges them, with the files.
-        dataset.optimize.optimize_indices(num_indices_to_merge=0)
-        lance.dataset(table.uri, storage_options=self.storage_options() or None).cleanup_old_versions(
-            older_than=KEEP_VERSIONS)
+        # add up until _compact() merges them, with the files. (It keeps
+        # the partitions of the vector index, see _compact().)
+        self._lance(table).optimize.optimize_indices(num_indices_to_merge=0)
+        self._lance(table).cleanup_old_versions(older_than=KEEP_VERSIONS)
         return True
 
     @staticmethod
