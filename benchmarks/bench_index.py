@@ -51,7 +51,7 @@ import numpy as np
 
 from kb.index.exact_words import wait_for_word_counts
 from kb.index.search import search, warm_up
-from kb.index.lance_index import ChunkIndex, _lancedb
+from kb.index.lance_index import CHUNKS, ChunkIndex, _lancedb, vector_index_stats
 
 # kb imports lancedb on first use (3 to 8 s here): load it now, so that the
 # build time of the first corpus does not hold it.
@@ -215,6 +215,7 @@ def build_kb(rows, vectors, folder: Path, index: ChunkIndex) -> dict:
         index.maintain(skip_if_current=True)
     built = time.perf_counter()
     build_cpu = time.process_time() - cpu_started
+    built_partitions = vector_segments(index)
     print(f"{len(rows)} passages: built in {built - started:.1f} s", file=sys.stderr, flush=True)
     before_update = data_bytes(folder)
     # 1% new bookmarks (their tweet ids are new), as one sync batch does.
@@ -232,9 +233,17 @@ def build_kb(rows, vectors, folder: Path, index: ChunkIndex) -> dict:
            "update_report": report, **memory,
            "table_data_bytes": sum(before_update.values()),
            "update_new_data_bytes": sum(v for k, v in after_update.items() if k not in before_update),
-           "vector_index": index.counts()["vector_index"]}
+           "vector_index": index.counts()["vector_index"],
+           "vector_partitions_built": built_partitions, "vector_partitions_after_update": vector_segments(index)}
     print(f"{len(rows)} passages: " + json.dumps(out), file=sys.stderr, flush=True)
     return out
+
+
+def vector_segments(index: ChunkIndex) -> list[int]:
+    """The partitions of each segment of the vector index (none: no index).
+    A merge of segments can join partitions (kb.index.lance_index.ChunkIndex._compact)."""
+    stats = vector_index_stats(index.dataset(CHUNKS))
+    return [s["num_partitions"] for s in stats["indices"]] if stats else []
 
 
 def search_kb(index: ChunkIndex, size: int, queries, query_vectors, light: bool) -> dict:

@@ -9,7 +9,7 @@ Steps (each result is cached in --cache, so a second run is fast):
 1. The index: kb's own code (chunk_text, Embedder(backend="local"),
    ChunkIndex.replace_chunks, maintain), as kb.apps.eval_retrieval does.
 2. The candidates of each query, through kb.index.search's own functions
-   (_dense, _bm25, _rare_word_passages, _phrases, _holds_phrases), at depth
+   (_dense, _bm25, _rare_word_passages, query_phrases, _holds_phrases), at depth
    300. The replay uses the first 200 of each list, as search(limit=100).
 3. Data for the leads that need more than the two lists:
    - a BM25 list over whole documents (a full-text-only LanceDB table of
@@ -159,7 +159,7 @@ def collect(cache: Path, variant: Corpus = CORPORA["plain"]) -> dict:
                 zip(arrow[S.ROW_ID], arrow["chunk_id"], arrow["tweet_id"], arrow["position"], arrow["text"])}
     rows = table.count_rows()
     in_memory = index.passage_rows(table)
-    texts = E._LowerTexts(in_memory)
+    texts = E.LowerTexts(in_memory)
     out = {}
     for qid, text in queries.items():
         text = " ".join(text.split())
@@ -168,11 +168,11 @@ def collect(cache: Path, variant: Corpus = CORPORA["plain"]) -> dict:
         lexical = S._bm25(table, text, None, COLLECT_DEPTH)
         cands: dict = {}
         for rid, distance in dense:
-            cands.setdefault(rid, F._Candidate(rid)).dense = 1 - distance
+            cands.setdefault(rid, F.Candidate(rid)).dense = 1 - distance
         for rid, score in lexical:
-            cands.setdefault(rid, F._Candidate(rid)).bm25 = score
+            cands.setdefault(rid, F.Candidate(rid)).bm25 = score
         rare = S._rare_word_passages(table, in_memory, rows, text, None, lexical, cands, None, texts)
-        phrases = E._phrases(text)
+        phrases = E.query_phrases(text)
         exact = {rid for rid in cands if phrases and E._holds_phrases(passages[rid]["text"], phrases)}
         out[qid] = {"text": text, "vec": vector, "dense": dense, "bm25": lexical, "rare": rare, "exact": exact}
     data = {"passages": passages, "vec": np.array(arrow["vector"], dtype=np.float32),
@@ -194,7 +194,7 @@ def with_dense_of(base: dict, other: dict) -> dict:
     queries = {}
     for qid, x in base["queries"].items():
         dense = [(other_to_base[rid], distance) for rid, distance in other["queries"][qid]["dense"]]
-        phrases = E._phrases(x["text"])
+        phrases = E.query_phrases(x["text"])
         known = {rid for rid, _ in x["dense"]} | {rid for rid, _ in x["bm25"]} | set(x["rare"] or ())
         exact = set(x["exact"]) | {rid for rid, _ in dense if rid not in known and phrases
                                    and E._holds_phrases(base["passages"][rid]["text"], phrases)}

@@ -320,7 +320,7 @@ S.prewarm_indexes(table)
 steps["index prewarm (as warm_up(): the vector index in Lance's cache)"] = memory_of(os.getpid())
 rows = index.passage_rows(table)
 steps["passage rows"] = memory_of(os.getpid())
-rows.words_of = E._words_of
+rows.words_of = E.lowered_words
 E._count_words(rows)  # as warm_up() starts it, on its thread
 steps["word counts"] = memory_of(os.getpid())
 S.search("warm up", index=index, limit=1, mode="bm25")

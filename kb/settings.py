@@ -322,7 +322,7 @@ class Settings(BaseSettings):
         """The Chromium to launch, or None for Playwright's own browser."""
         if self.kb_chromium_path:
             return self.kb_chromium_path
-        if _playwright_browser_installed():
+        if playwright_browser_installed():
             return None
         for candidate in ("/usr/bin/chromium", "/usr/bin/chromium-browser"):
             if Path(candidate).exists():
@@ -341,7 +341,7 @@ class Settings(BaseSettings):
         return {int(x) for x in self.allowed_user_ids.replace(" ", "").split(",") if x}
 
 
-def _playwright_browser_installed() -> bool:
+def playwright_browser_installed() -> bool:
     cache = Path(os.environ.get("PLAYWRIGHT_BROWSERS_PATH", "~/.cache/ms-playwright")).expanduser()
     return cache.is_dir() and any(p.name.startswith("chromium") for p in cache.iterdir())
 

@@ -17,9 +17,9 @@ import pytest
 import lance
 import numpy as np
 
-from kb.index.exact_words import (EARLY_PROBES, MAX_PROBES, _holds_phrases, _LowerTexts, _phrases, _rare_max,
+from kb.index.exact_words import (EARLY_PROBES, MAX_PROBES, _holds_phrases, LowerTexts, query_phrases, rare_word_max,
                                   wait_for_word_counts)
-from kb.index.fusion import _Candidate
+from kb.index.fusion import Candidate
 from kb.index.search import _bm25, _dense, _exact_dense, _probe, _rare_word_passages, search, warm_up
 from kb.index.embedder import Embedder
 from kb.index.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch
@@ -376,16 +376,16 @@ def test_look_ups_started_early_give_the_answer_of_the_count(index, hasher):
             for i in range(14)]
     index_rows(index, rows, hasher)
     query = " ".join(words)
-    assert len(words) == EARLY_PROBES > MAX_PROBES and _rare_max(100_000) >= 100
+    assert len(words) == EARLY_PROBES > MAX_PROBES and rare_word_max(100_000) >= 100
 
     def rare_passages(early: bool):
         table = index.dataset(CHUNKS)
         passages = PassageRows.read(table, ("test",), None)  # nothing looked up before
         lexical = _bm25(table, query, None, 100)
         probes = _probe(table, passages, 100_000, list(words), None) if early else None
-        candidates = {row_id: _Candidate(row_id) for row_id, _ in lexical[:3]}
+        candidates = {row_id: Candidate(row_id) for row_id, _ in lexical[:3]}
         found = _rare_word_passages(table, passages, 100_000, query, None, lexical, candidates, probes,
-                                    _LowerTexts(passages))
+                                    LowerTexts(passages))
         return found, list(candidates), passages.word_holders
 
     late_found, late_order, late_kept = rare_passages(early=False)
@@ -553,7 +553,7 @@ def test_exact_phrase_ranks_first(local_index):
 def test_a_phrase_is_whole_words_in_order(text, holds):
     # The exact-phrase rule, alone: exact_match of a hit also holds for a
     # passage with every rare query word.
-    assert _holds_phrases(text, _phrases('"patched CVE-2024-3094"')) is holds
+    assert _holds_phrases(text, query_phrases('"patched CVE-2024-3094"')) is holds
 
 
 def test_another_model_gives_a_clear_error(index, hasher):

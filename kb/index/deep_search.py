@@ -9,8 +9,8 @@ with a "quoted phrase", the exact-word hits keep their places
 
 from __future__ import annotations
 
-from kb.index.exact_words import QUOTED, _is_keyword_query
-from kb.index.fusion import _Candidate
+from kb.index.exact_words import QUOTED, is_keyword_query
+from kb.index.fusion import Candidate
 from kb.index.passage_rows import PassageRows
 from kb.index.rerank import RERANK_TOP, WordRarity, load_model, new_order, window_for, words_of
 
@@ -22,10 +22,10 @@ def exact_words_lead(query: str) -> bool:
     word is one word of a question, and the cross-encoder, which reads the
     whole text, orders all the first hits: on SciFact, hits kept in place
     there cost nDCG@10 (benchmarks/index_and_retrieval.md)."""
-    return _is_keyword_query(query) or bool(QUOTED.search(query))
+    return is_keyword_query(query) or bool(QUOTED.search(query))
 
 
-def _reranked(query: str, rows: PassageRows, chosen: list[_Candidate], per_document: bool) -> list[_Candidate]:
+def reranked_by_model(query: str, rows: PassageRows, chosen: list[Candidate], per_document: bool) -> list[Candidate]:
     """The first RERANK_TOP hits in the cross-encoder's order (kb.index.rerank).
     The model loads at the first deep search of a process, so a search
     without rerank never loads it."""
@@ -44,7 +44,7 @@ def _reranked(query: str, rows: PassageRows, chosen: list[_Candidate], per_docum
     return [head[i] for i in order] + chosen[len(head):]
 
 
-def _texts_behind(rows: PassageRows, head: list[_Candidate], per_document: bool) -> list[list[list[str]]]:
+def _texts_behind(rows: PassageRows, head: list[Candidate], per_document: bool) -> list[list[list[str]]]:
     """For each hit: its texts, each as its passages in order. A bookmark hit:
     every text of the bookmark (its post, article, linked pages...), the
     text of the hit's passage first. A hit of one document read: its passage."""

@@ -11,7 +11,7 @@
 
 A server (search.warm_up()) counts, once per data fragment and source, the
 passages that hold each word: a query word that surely more than rare_max
-passages hold is not rare, and needs no look-up (_skip_common_words()). A
+passages hold is not rare, and needs no look-up (skip_common_words()). A
 new table version counts its new fragments on a thread of its own. The
 look-ups themselves are Lance queries: search.py makes them.
 """
@@ -24,7 +24,7 @@ import time
 from functools import lru_cache
 
 from kb.index.chunking import UNSPACED
-from kb.index.fusion import _Candidate
+from kb.index.fusion import Candidate
 from kb.index.lance_index import CHUNKS, ChunkIndex
 from kb.index.passage_rows import PassageRows
 from kb.index.stop_words import FTS_STOP_WORDS, STOP_WORDS
@@ -33,7 +33,7 @@ from kb.index.stop_words import FTS_STOP_WORDS, STOP_WORDS
 # (but never fewer than RARE_MIN passages). One small full-text look-up per
 # query word finds out, for at most MAX_PROBES words per query: the words that
 # the fewest lexical hits hold. A word that the word counts show in more
-# passages needs no look-up (_skip_common_words()).
+# passages needs no look-up (skip_common_words()).
 RARE_SHARE = 0.001
 RARE_MIN = 3
 MAX_PROBES = 3
@@ -62,7 +62,7 @@ QUOTED = re.compile(r'"([^"]+)"')
 TOKEN = re.compile(r"\w+", re.UNICODE)
 
 
-class _LowerTexts:
+class LowerTexts:
     """The lowered text of the candidates, read once per search: the
     rare-word count and the phrase test read the same texts. Lowering and
     reading each text twice cost about 1 ms per query at 10,000 passages."""
@@ -79,7 +79,7 @@ class _LowerTexts:
         return [self._lowered[r] for r in row_ids]
 
 
-def _rare_candidates(query: str) -> list[str]:
+def rare_candidates(query: str) -> list[str]:
     """The query words that may be rare: no stop word, not one letter."""
     words: dict[str, None] = {}
     for word in TOKEN.findall(QUOTED.sub(lambda m: m.group(1), query).lower()):
@@ -88,7 +88,7 @@ def _rare_candidates(query: str) -> list[str]:
     return list(words)
 
 
-def _rare_max(table_rows: int) -> int:
+def rare_word_max(table_rows: int) -> int:
     return max(RARE_MIN, int(table_rows * RARE_SHARE))
 
 
@@ -99,7 +99,7 @@ WORD_CACHE_WORDS = 20_000
 WORD_CACHE_IDS = 2_000_000
 
 
-def _words_of(text: str) -> set[str]:
+def lowered_words(text: str) -> set[str]:
     """The words of a text as the rare-word rule sees them: the whole words
     that _holds_word() finds in the lowered text."""
     return set(TOKEN.findall(text.lower()))
@@ -114,7 +114,7 @@ def _words_of(text: str) -> set[str]:
 _COUNTING = threading.Lock()
 
 
-def _count_new_fragments(rows: PassageRows) -> None:
+def count_new_fragments(rows: PassageRows) -> None:
     """Count the words of the fragments of a new table version that have no
     counts yet, when the index counts words (warm_up() starts that: a server
     does; a one-off search from the command line does not wait seconds for
@@ -158,7 +158,7 @@ def wait_for_word_counts(index: ChunkIndex, timeout: float) -> bool:
         time.sleep(0.05)
 
 
-def _skip_common_words(rows: PassageRows, words: list[str], where: str | None, table_rows: int,
+def skip_common_words(rows: PassageRows, words: list[str], where: str | None, table_rows: int,
                        sources: list[str] | None) -> None:
     """Keep the answer "not rare" (None) for each query word that the word
     counts show in more than rare_max passages: its look-up would find more
@@ -176,7 +176,7 @@ def _skip_common_words(rows: PassageRows, words: list[str], where: str | None, t
     lexical list has the same limit.)"""
     if rows.words_of is None:
         return
-    rare_max = _rare_max(table_rows)
+    rare_max = rare_word_max(table_rows)
     kept = rows.word_holders
     for word in words:
         if ((where, word) not in kept and word.isascii() and len(kept) < WORD_CACHE_WORDS
@@ -184,8 +184,8 @@ def _skip_common_words(rows: PassageRows, words: list[str], where: str | None, t
             kept[(where, word)] = None
 
 
-def _words_to_look_up(rows: PassageRows, held_by: dict[str, int], rare_max: int, where: str | None,
-                      lexical: list[tuple[int, float]], texts: _LowerTexts) -> list[str]:
+def words_to_look_up(rows: PassageRows, held_by: dict[str, int], rare_max: int, where: str | None,
+                      lexical: list[tuple[int, float]], texts: LowerTexts) -> list[str]:
     """The query words that may be rare, at most MAX_PROBES of them, in the
     order in which their passages join the candidates."""
     if len(held_by) <= MAX_PROBES and all((where, w) in rows.word_holders for w in held_by):
@@ -232,13 +232,13 @@ def _word_char(char: str) -> bool:
     return char.isalnum() or char == "_"
 
 
-def _indexed_words(query: str) -> list[str]:
+def indexed_words(query: str) -> list[str]:
     """The query words that the full-text index holds: not a stop word of
     its English filter, not longer than its token limit."""
     return [w for w in TOKEN.findall(query.lower()) if w not in FTS_STOP_WORDS and len(w) <= FTS_MAX_TOKEN]
 
 
-def _phrases(query: str) -> list[str]:
+def query_phrases(query: str) -> list[str]:
     quoted = [" ".join(TOKEN.findall(p.lower())) for p in QUOTED.findall(query)]
     quoted = [p for p in quoted if p]
     if quoted:
@@ -249,10 +249,10 @@ def _phrases(query: str) -> list[str]:
 
 def _holds_phrases(text: str, phrases: list[str]) -> bool:
     """True when the words of each phrase follow each other in the text."""
-    return _PhraseTest(phrases)(text.lower())
+    return PhraseTest(phrases)(text.lower())
 
 
-class _PhraseTest:
+class PhraseTest:
     """The phrase test of one search, for the lowered text of each candidate.
     Cheap test first: most passages lack a word, and the longest word is most
     often the one that they lack. The words are split and sorted once per
@@ -294,12 +294,12 @@ def _content_words(query: str) -> list[str]:
     return [w for w in TOKEN.findall(query.lower()) if w not in STOP_WORDS]
 
 
-def _is_keyword_query(query: str) -> bool:
+def is_keyword_query(query: str) -> bool:
     """A keyword look-up, not a question (see KEYWORD_QUERY_WORDS)."""
     return len(_content_words(query)) <= KEYWORD_QUERY_WORDS
 
 
-def _keep_rare_in_top(ranked: list[_Candidate], chosen: list[_Candidate], limit: int) -> list[_Candidate]:
+def keep_rare_in_top(ranked: list[Candidate], chosen: list[Candidate], limit: int) -> list[Candidate]:
     """Put the best passage that holds every rare query word among the first
     RARE_SLOT hits, when it is not there yet."""
     best = next((c for c in ranked if c.rare), None)

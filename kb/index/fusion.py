@@ -20,7 +20,7 @@ RRF_K = 60
 
 
 @dataclass(slots=True)
-class _Candidate:
+class Candidate:
     # slots: a search makes about 200 of them; plain attributes, no dict each.
     row_id: int  # in the pinned table version of this search
     key: object = None  # tweet id; (source, ref, position) when one document is read
@@ -35,7 +35,7 @@ class _Candidate:
 
 
 # --- fusion ------------------------------------------------------------------
-def _score(cands: list[_Candidate], mode: str, fusion: str) -> None:
+def score_candidates(cands: list[Candidate], mode: str, fusion: str) -> None:
     if mode == "dense":
         for c in cands:
             c.score = c.dense if c.dense is not None else -1.0

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 ROWS_FILE_MIN_ROWS = 10_000
 
 
-def _dataset_identity(dataset) -> tuple:
+def dataset_identity(dataset) -> tuple:
     """The table version and its first data file. The version number alone
     is not enough: a table dropped and made again (kb index --rebuild) counts
     its versions from 1 again, and its files have new names."""
@@ -85,7 +85,7 @@ class PassageRows:
         # Per data fragment, once a search asked for them (count_words()):
         # {source: {word: passages of the fragment and source that hold it}}.
         # A fragment keeps its counts from version to version, as its rows.
-        # words_of: the rule that gives the words of a text (kb.index.exact_words._words_of).
+        # words_of: the rule that gives the words of a text (kb.index.exact_words.lowered_words).
         self.word_counts: dict[tuple, dict[str, dict[str, int]]] = {}
         self.words_of: Callable[[str], set[str]] | None = None
         self.counting_started = False

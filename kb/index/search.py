@@ -39,7 +39,6 @@ benchmarks/index_and_retrieval.md.
 from __future__ import annotations
 
 import math
-import os
 import time
 from array import array
 from collections.abc import Callable
@@ -51,16 +50,16 @@ import numpy as np
 from lance.query import FullTextOperator, MatchQuery
 
 from kb.index.chunking import unspaced_runs
-from kb.index.deep_search import _reranked
+from kb.index.deep_search import reranked_by_model
 from kb.index.embedder import Embedder
 from kb.index.exact_words import (EARLY_PROBES, MAX_PROBES, QUOTED, TOKEN, WORD_CACHE_IDS, WORD_CACHE_WORDS,
-                                  _count_new_fragments, _indexed_words, _is_keyword_query, _keep_rare_in_top,
-                                  _LowerTexts, _phrases, _PhraseTest, _rare_candidates, _rare_max, _skip_common_words,
-                                  _words_of, _words_to_look_up)
+                                  count_new_fragments, indexed_words, is_keyword_query, keep_rare_in_top,
+                                  LowerTexts, query_phrases, PhraseTest, rare_candidates, rare_word_max, skip_common_words,
+                                  lowered_words, words_to_look_up)
 from kb.index.folders import folder_members
-from kb.index.fusion import DEFAULT_FUSION, FUSION_METHODS, _Candidate, _score
+from kb.index.fusion import DEFAULT_FUSION, FUSION_METHODS, Candidate, score_candidates
 from kb.index.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, empty_index_note, sql_in, sql_str, to_utc,
-                                  vector_partitions, vector_probes)
+                                  vector_index_stats, vector_partitions, vector_probes)
 from kb.index.chunk_schema import NGRAM_COLUMN
 from kb.index.passage_rows import PassageRows
 from kb.index.rerank import RERANK_TOP
@@ -209,12 +208,12 @@ def search(
 
     index.check_schema(schema=schema)
     rows = index.passage_rows(table)
-    _count_new_fragments(rows)
-    texts = _LowerTexts(rows)
+    count_new_fragments(rows)
+    texts = LowerTexts(rows)
     per_document = tweet_id is not None or ref is not None
     depth = min(MAX_DEPTH, max(MIN_DEPTH, limit * DEPTH_PER_HIT))
     table_rows = table.count_rows()
-    phrases = _phrases(query)
+    phrases = query_phrases(query)
     only_sources = not (author or after_dt or before_dt or tweet_id is not None or ref is not None or folder)
 
     def start_dense(vector: np.ndarray):
@@ -231,10 +230,10 @@ def search(
         # threads before the query embedding below, and run while this thread
         # embeds the query (all of them release the GIL).
         lexical_rows = _POOL.submit(_bm25, table, query, where, depth)
-        words = _rare_candidates(query)
+        words = rare_candidates(query)
         if only_sources:
-            _skip_common_words(rows, words, where, table_rows, sources or None)
-        if 0 < len(words) <= EARLY_PROBES and _rare_max(table_rows) >= depth:
+            skip_common_words(rows, words, where, table_rows, sources or None)
+        if 0 < len(words) <= EARLY_PROBES and rare_word_max(table_rows) >= depth:
             # Few words, and no count in the lexical list can show that one
             # is common (it holds at most `depth` hits): each word is looked
             # up (see _rare_word_passages), so the look-ups need not wait
@@ -245,17 +244,17 @@ def search(
         dense_rows = start_dense(_embed_query(query, index, schema, embedder))
 
     # Candidates by row id. The retrievers give row ids and scores only.
-    candidates: dict[int, _Candidate] = {}
+    candidates: dict[int, Candidate] = {}
     if dense_rows is not None:
         for rank, (row_id, distance) in enumerate(dense_rows.result()):
-            cand = candidates.setdefault(row_id, _Candidate(row_id))
+            cand = candidates.setdefault(row_id, Candidate(row_id))
             cand.dense, cand.dense_rank = 1.0 - distance, rank
     rare_ids: set[int] | None = None
     lexical: list[tuple[int, float]] = []
     if lexical_rows is not None:
         lexical = lexical_rows.result()
         for rank, (row_id, score) in enumerate(lexical):
-            cand = candidates.setdefault(row_id, _Candidate(row_id))
+            cand = candidates.setdefault(row_id, Candidate(row_id))
             cand.bm25, cand.bm25_rank = score, rank
         rare_ids = _rare_word_passages(table, rows, table_rows, query, where, lexical, candidates, early_probes,
                                        texts)
@@ -272,18 +271,18 @@ def search(
     # full-text query matched it: when that list was not cut at the depth,
     # only its passages can hold the phrase.
     if phrases:
-        lexical_cut = lexical_rows is None or len(lexical) >= depth or not _indexed_words(query)
+        lexical_cut = lexical_rows is None or len(lexical) >= depth or not indexed_words(query)
         if lexical_cut:
             looked_at = cands
         else:
             lexical_ids = {row_id for row_id, _ in lexical}
             looked_at = [c for c in cands if c.row_id in lexical_ids]
-        holds_phrases = _PhraseTest(phrases)
+        holds_phrases = PhraseTest(phrases)
         for cand, text in zip(looked_at, texts.lowered([c.row_id for c in looked_at])):
             cand.exact = holds_phrases(text)
 
-    _score(cands, mode, fusion)
-    keyword_query = _is_keyword_query(query)
+    score_candidates(cands, mode, fusion)
+    keyword_query = is_keyword_query(query)
     if rare_ids:
         for cand in cands:
             cand.rare = cand.row_id in rare_ids
@@ -294,9 +293,9 @@ def search(
         chosen = _pick(ranked, picked)
     else:
         ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.score), reverse=True)
-        chosen = _keep_rare_in_top(ranked, _pick(ranked, picked), picked)
+        chosen = keep_rare_in_top(ranked, _pick(ranked, picked), picked)
     if rerank:
-        chosen = _reranked(query, rows, chosen, per_document)[:limit]
+        chosen = reranked_by_model(query, rows, chosen, per_document)[:limit]
     response.hits = _hits(index, rows, chosen)
     response.took_ms = _ms(started)
     return response
@@ -322,8 +321,8 @@ def warm_up(index: ChunkIndex | None = None, *, mode: str = "hybrid") -> float |
         # own thread: the server says that it is ready before they end (until
         # then a search looks up more words, as without counts).
         rows = index.passage_rows(table)
-        rows.words_of = _words_of
-        _count_new_fragments(rows)
+        rows.words_of = lowered_words
+        count_new_fragments(rows)
         search("warm up", index=index, limit=1, mode=mode)
     except Exception as exc:  # noqa: BLE001 - a server must start without it
         import logging
@@ -489,15 +488,10 @@ _PARTITIONS: dict[tuple, int] = {}
 
 def _vector_partitions_of(table) -> int:
     """The most partitions of a segment of the vector index of this table
-    version (Lance's optimize() can merge the index into fewer partitions
-    than vector_partitions() gave). Kept per table version. The statistics
-    without the centroids: with them they cost 78 ms of CPU at 100,000
-    passages and 290 ms at 1,000,000; without them 6 ms (Lance 13 reads
-    this variable at each call)."""
+    version (an index made on fewer rows has fewer than vector_partitions()
+    gives for the rows of now). Kept per table version (6 ms of CPU)."""
     def count() -> int:
-        os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")
-        name = next(ix.name for ix in table.describe_indices() if ix.field_names == ["vector"])
-        return max(int(s.get("num_partitions") or 0) for s in table.stats.index_stats(name)["indices"])
+        return max(int(s.get("num_partitions") or 0) for s in vector_index_stats(table)["indices"])
 
     return _kept(_PARTITIONS, (table.uri, table.version), count)
 
@@ -620,7 +614,7 @@ def _probe(table, rows: PassageRows, table_rows: int, words: list[str], where: s
     Each look-up costs about 1.6 ms of CPU."""
     known = rows.word_holders
     return [(word, known[(where, word)], None) if (where, word) in known
-            else (word, None, _POOL.submit(_fts, table, word, where, _rare_max(table_rows) + 1)) for word in words]
+            else (word, None, _POOL.submit(_fts, table, word, where, rare_word_max(table_rows) + 1)) for word in words]
 
 
 def _holders(rows: PassageRows, probe: tuple, rare_max: int, where: str | None) -> list[int] | None:
@@ -642,14 +636,14 @@ def _holders(rows: PassageRows, probe: tuple, rare_max: int, where: str | None) 
 
 
 def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, where: str | None,
-                        lexical: list[tuple[int, float]], candidates: dict[int, _Candidate],
-                        probes: list[tuple] | None, texts: _LowerTexts) -> set[int] | None:
+                        lexical: list[tuple[int, float]], candidates: dict[int, Candidate],
+                        probes: list[tuple] | None, texts: LowerTexts) -> set[int] | None:
     """Row ids of the passages that hold every rare word of the query, or
     None when the query has no rare word. Those passages join the candidates,
     so a rare word is found even when neither list ranked its passage.
     probes: the look-ups of every query word, when they already started."""
-    rare_max = _rare_max(table_rows)
-    held_by = dict.fromkeys(_rare_candidates(query), 0)
+    rare_max = rare_word_max(table_rows)
+    held_by = dict.fromkeys(rare_candidates(query), 0)
     known = rows.word_holders
     if all((where, word) in known and known[(where, word)] is None for word in held_by):
         # No word is rare (an empty query too): whichever words the count
@@ -658,7 +652,7 @@ def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, w
         return None
     if probes is None or len(probes) > MAX_PROBES:
         started = {probe[0]: probe for probe in probes or ()}
-        maybe_rare = _words_to_look_up(rows, held_by, rare_max, where, lexical, texts)
+        maybe_rare = words_to_look_up(rows, held_by, rare_max, where, lexical, texts)
         for word, (_, _, future) in started.items():
             if future is not None and word not in maybe_rare:
                 future.cancel()  # started early, but not one of the words chosen by the count
@@ -673,15 +667,15 @@ def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, w
             continue
         for row_id in ids:
             if row_id not in candidates:
-                candidates[row_id] = _Candidate(row_id)
+                candidates[row_id] = Candidate(row_id)
         holders = set(ids) if holders is None else holders & set(ids)
     return holders
 
 
-def _pick(ranked: list[_Candidate], limit: int) -> list[_Candidate]:
+def _pick(ranked: list[Candidate], limit: int) -> list[Candidate]:
     # One document read: its passages (key: source, ref, position). Else:
     # one passage per bookmark (key: tweet id).
-    chosen: list[_Candidate] = []
+    chosen: list[Candidate] = []
     seen: set = set()
     for cand in ranked:
         key = cand.key
@@ -694,7 +688,7 @@ def _pick(ranked: list[_Candidate], limit: int) -> list[_Candidate]:
     return chosen
 
 
-def _hits(index: ChunkIndex, rows: PassageRows, chosen: list[_Candidate]) -> list[Hit]:
+def _hits(index: ChunkIndex, rows: PassageRows, chosen: list[Candidate]) -> list[Hit]:
     if not chosen:
         return []
     found = rows.get(sorted({c.row_id for c in chosen}), RESULT_COLUMNS)

@@ -59,7 +59,7 @@ from playwright.sync_api import BrowserContext, Frame, Page, Route, sync_playwri
 from playwright.sync_api import Error as PlaywrightError
 
 from kb.fetch_guard import DEFAULT_PORTS, FetchGuard, GuardProxy, PrivateAddress
-from kb.settings import Settings, _playwright_browser_installed, get_settings
+from kb.settings import Settings, playwright_browser_installed, get_settings
 
 # --no-sandbox: Chromium's sandbox needs user namespaces that containers and
 # CI machines often do not give. --disable-background-networking: no update
@@ -102,7 +102,7 @@ def is_x_host(host: str, x_host: str) -> bool:
 def chromium_launch_options(executable: str | None, *, headless: bool) -> dict:
     """Playwright's launch options. `executable` None: Playwright's own
     Chromium (Settings.chromium_executable() finds the one to use)."""
-    if executable is None and not _playwright_browser_installed():
+    if executable is None and not playwright_browser_installed():
         raise BrowserNotFound(
             "No Chromium found: set KB_CHROMIUM_PATH, install Debian's chromium, "
             "or run `playwright install chromium`."
