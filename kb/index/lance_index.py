@@ -121,15 +121,18 @@ def vector_partitions(rows: int) -> int:
 # smaller table. The MiniLM vectors of one topic lie in many partitions. On
 # SciFact (8,219 passages, 91 partitions) a search of 20 partitions gave
 # dense nDCG@10 0.627 (Recall@100 0.879), of 40 partitions 0.650 (0.919),
-# of every partition 0.655 (0.929) (benchmarks/index_and_retrieval.md).
-MIN_COMPARED_VECTORS = 20_000
+# of every partition 0.655 (0.929). More costs time: at 100,000 passages,
+# 20 / 32 / 64 partitions (0 / 10,000 / 20,000 here) gave hybrid p95 13.5 /
+# 14.5 / 21.0 ms, 11.0 / 12.7 / 16.5 ms of CPU (load 2.4; goal 20 ms).
+# benchmarks/index_and_retrieval.md, "Partitions that a compaction keeps".
+MIN_COMPARED_VECTORS = 10_000
 
 
 def vector_probes(rows: int) -> int:
     """Partitions that a dense query scans: the nearest to the query vector.
     At least 20, at least a sixteenth of them, and enough to hold
-    MIN_COMPARED_VECTORS vectors. At 100,000 rows: 64 of 316 partitions;
-    at 1,000,000: 62 of 1,000; below 20,000 rows: every partition."""
+    MIN_COMPARED_VECTORS vectors. At 100,000 rows: 32 of 316 partitions;
+    at 1,000,000: 62 of 1,000; below 10,000 rows: every partition."""
     partitions = vector_partitions(rows)
     compared = math.ceil(partitions * MIN_COMPARED_VECTORS / max(rows, 1))
     return max(20, partitions // 16, compared)
