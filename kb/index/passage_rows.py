@@ -86,7 +86,7 @@ class PassageRows:
         # {source: {word: passages of the fragment and source that hold it}}.
         # A fragment keeps its counts from version to version, as its rows.
         # words_of: the rule that gives the words of a text (kb.index.exact_words.lowered_words).
-        self.word_counts: dict[tuple, dict[str, dict[str, int]]] = {}
+        self.word_counts: dict[tuple, dict[str, WordCounts]] = {}
         self.words_of: Callable[[str], set[str]] | None = None
         self.counting_started = False
         # Per data fragment: its rows in memory that this version deleted.
@@ -205,8 +205,7 @@ class PassageRows:
         A word that only one passage of a fragment and source holds is not
         kept: most words of a corpus are such words. Without them the sum is
         lower, but it stays a number of passages that surely hold the word
-        (least_holders()). The words are interned: the counts of several
-        sources share one copy of each word."""
+        (least_holders()). The counts keep no copy of the words (WordCounts)."""
         self.words_of = words_of or self.words_of
         for key, (_, columns) in self._parts.items():
             if key not in self.word_counts:
@@ -302,11 +301,45 @@ class PassageRows:
         return out
 
 
-def _passages_per_word(texts: list[str], words_of: Callable[[str], set[str]]) -> dict[str, int]:
-    """{word: passages that hold it} of these texts, for the words that more
-    than one passage holds (see PassageRows.count_words())."""
+def _passages_per_word(texts: list[str], words_of: Callable[[str], set[str]]) -> "WordCounts":
+    """The passages that hold each word of these texts, for the words that
+    more than one passage holds (see PassageRows.count_words())."""
     counts = Counter(chain.from_iterable(map(words_of, texts)))
-    return {sys.intern(word): n for word, n in counts.items() if n > 1}
+    return WordCounts({word: n for word, n in counts.items() if n > 1})
+
+
+class WordCounts:
+    """{word: passages that hold it} as two sorted arrays: the hash of each
+    word and its count (12 bytes a word). Why not a dict of the words: at
+    100,000 passages it cost 14.4 MB of memory in each search process
+    (benchmarks/index_and_retrieval.md, "word counts").
+
+    get() gives a number that is surely not too high, as least_holders()
+    needs: two words of one fragment with the same hash keep the lower
+    count. A query word that the fragment does not hold and whose hash is
+    that of a word that it holds gets that word's count; with 64-bit hashes
+    and about 10^5 words, the chance is about 10^-14 per word."""
+
+    __slots__ = ("_hashes", "_counts")
+
+    def __init__(self, counts: dict[str, int]):
+        hashes = np.fromiter(map(hash, counts), dtype=np.int64, count=len(counts))
+        values = np.fromiter(counts.values(), dtype=np.uint32, count=len(counts))
+        order = np.lexsort((values, hashes))  # by hash, the lowest count first
+        hashes, values = hashes[order], values[order]
+        first = np.ones(len(hashes), dtype=bool)
+        first[1:] = hashes[1:] != hashes[:-1]
+        self._hashes, self._counts = hashes[first], values[first]
+
+    def get(self, word: str, default: int = 0) -> int:
+        key = hash(word)
+        at = int(np.searchsorted(self._hashes, key))
+        if at < len(self._hashes) and self._hashes[at] == key:
+            return int(self._counts[at])
+        return default
+
+    def __len__(self) -> int:
+        return len(self._hashes)
 
 
 class _MappedStrings:
