@@ -164,12 +164,8 @@ def vector_index_config(rows: int):
     dense search that must be exact re-ranks its hits with the stored
     vectors (search.py, _dense()).
 
-    Note (issue 29): Lance 13's optimize() merges the index again with its
-    own partition size: after the first compaction a table of 20,000 rows
-    has 2 partitions, and a search of 20 partitions reads every vector
-    (exact). The SciFact figures rest on that (an index that keeps its 91
-    partitions gave dense nDCG@10 0.631, not 0.655):
-    benchmarks/filters_and_scripts.md."""
+    Lance 13's optimize() joins the partitions of this index into few
+    large ones: ChunkIndex._compact() keeps them."""
     from lancedb.index import IvfSq
 
     partitions = vector_partitions(rows)

@@ -441,9 +441,9 @@ def _dense(table, vector: np.ndarray, where: str | None, depth: int, table_rows:
         return _nearest(table, vector, where, depth, probes)
     if not where:
         # A search that scans every partition reads every vector: it was
-        # exact with whole vectors, and it stays exact (SciFact's index has
-        # few partitions after a compaction: dense nDCG@10 0.6533 without
-        # the re-rank, 0.6550 with it).
+        # exact with whole vectors, and it stays exact (a table below
+        # MIN_COMPARED_VECTORS rows, such as SciFact's: dense nDCG@10
+        # 0.6533 without the re-rank, 0.6550 with it).
         every = _vector_partitions_of(table) <= probes
         return _nearest(table, vector, where, depth, probes, refine=EXACT_REFINE if every else None)
     left = _rows_left(table, where)
