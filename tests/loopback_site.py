@@ -7,6 +7,7 @@ every other path.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
 from tests.loopback import LoopbackServer, QuietHandler
@@ -52,3 +53,45 @@ def pdf_bytes(text: str) -> bytes:
     data = doc.tobytes()
     doc.close()
     return data
+
+
+class HeldPdfSite(LoopbackServer):
+    """Serves one PDF. A request for `held` (every path when None) waits
+    until `release` is set, at most `wait_s`; `arrived` is set when it comes.
+    A path not in `paths` (when given) and not `held` gets 404. `hits`: the
+    requests per path. The end of its `with` block releases a held request."""
+
+    def __init__(self, body: bytes, *, wait_s: float, paths: list[str] | None = None,
+                 held: str | None = None) -> None:
+        self.hits: Counter[str] = Counter()
+        self.arrived, self.release = threading.Event(), threading.Event()
+        site = self
+
+        class Handler(QuietHandler):
+            def _answer(self, with_body: bool) -> None:
+                path = self.path.split("?")[0]
+                site.hits[path] += 1
+                if held is None or path == held:
+                    site.arrived.set()
+                    site.release.wait(wait_s)
+                if paths is not None and path not in paths and path != held:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/pdf")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if with_body:
+                    self.wfile.write(body)
+
+            def do_HEAD(self):
+                self._answer(False)
+
+            def do_GET(self):
+                self._answer(True)
+
+        self.bind(Handler)
+
+    def __exit__(self, *exc) -> None:
+        self.release.set()
+        super().__exit__(*exc)

@@ -60,6 +60,7 @@ from tests.fake_anthropic import FakeAnthropic, HeldAnthropic, ingest_turns, wri
 from tests.fake_openai_chat import FakeOpenAIChat, chat
 from tests.fake_x import FakeX
 from tests.loopback import LoopbackServer, QuietHandler, allow_fetches
+from tests.loopback_site import HeldPdfSite, pdf_bytes
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:coroutine 'BaseEventLoop.shutdown_asyncgens' was never awaited"),
@@ -527,48 +528,6 @@ def test_which_earlier_batches_a_sync_finishes():
 # --- documents: a long fetch ------------------------------------------------------------
 
 
-class HeldSite(LoopbackServer):
-    """PDFs by path; the path `held` takes its request and answers only
-    after `release` is set. The end of its `with` block releases it."""
-
-    def __init__(self, paths: list[str], held: str) -> None:
-        from tests.loopback_site import pdf_bytes
-
-        self.hits: dict[str, int] = {}
-        self.held_arrived, self.release = threading.Event(), threading.Event()
-        body = pdf_bytes("Glaciers in the northern valleys lost a third of their ice in two decades. " * 12)
-        site = self
-
-        class Handler(QuietHandler):
-            def _answer(self, with_body: bool) -> None:
-                path = self.path.split("?")[0]
-                site.hits[path] = site.hits.get(path, 0) + 1
-                if path == held:
-                    site.held_arrived.set()
-                    site.release.wait(WAIT_S)
-                if path not in paths and path != held:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "application/pdf")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if with_body:
-                    self.wfile.write(body)
-
-            def do_HEAD(self):
-                self._answer(False)
-
-            def do_GET(self):
-                self._answer(True)
-
-        self.bind(Handler)
-
-    def __exit__(self, *exc) -> None:
-        self.release.set()
-        super().__exit__(*exc)
-
-
 def documents_rows() -> list[tuple]:
     """(url, status) of every document, through kb's store: it waits for
     the writer lock while the killed process writes a group."""
@@ -588,7 +547,8 @@ def test_documents_killed_in_a_long_fetch_keeps_each_written_group_and_the_next_
     from tests.test_sync import kb as kb_command
 
     paths, held = [f"/doc-{n}.pdf" for n in range(6)], "/zz-held.pdf"
-    with HeldSite(paths, held) as site:
+    body = pdf_bytes("Glaciers in the northern valleys lost a third of their ice in two decades. " * 12)
+    with HeldPdfSite(body, wait_s=WAIT_S, paths=paths, held=held) as site:
         allow_fetches(monkeypatch, site.base_url)
         monkeypatch.setenv("KB_BROWSER_TIMEOUT_S", str(WAIT_S))  # the held fetch waits for the kill
         monkeypatch.delenv("KB_EXCLUDE")  # this test fetches links
@@ -602,7 +562,7 @@ def test_documents_killed_in_a_long_fetch_keeps_each_written_group_and_the_next_
         add_batches(dagster_instance(), batch)
 
         run = fork_process(tmp_path, "extract-1", argv=["extract"], pause="documents-groups-of-2")
-        run.wait_for(lambda: site.held_arrived.is_set() and len(documents_rows()) == len(paths),
+        run.wait_for(lambda: site.arrived.is_set() and len(documents_rows()) == len(paths),
                      "the written groups and the held fetch")
         run.kill()
         # Three groups of two landed before the kill; the held address has no row.

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
@@ -27,8 +26,7 @@ from kb.writer_lock import WriterLockTimeout
 from tests import source_helpers as h
 from tests.enrich_rows import add_batches, bookmark, rows, write
 from tests.fake_openai_chat import FakeOpenAIChat, chat
-from tests.loopback import LoopbackServer, QuietHandler
-from tests.loopback_site import pdf_bytes
+from tests.loopback_site import HeldPdfSite, pdf_bytes
 
 pytestmark = pytest.mark.usefixtures("loopback_fetches")
 
@@ -109,41 +107,13 @@ def test_lancedb_writes_of_two_processes_take_turns(hasher):
     assert ids == {"seed"} | {f"{p}-{n}" for p in "ab" for n in range(8)}
 
 
-class HeldFile(LoopbackServer):
-    """A web server that holds every request until `release` is set, then serves a PDF."""
-
-    def __init__(self, body: bytes):
-        self.release = threading.Event()
-        self.arrived = threading.Event()
-        server = self
-
-        class Handler(QuietHandler):
-            def _answer(self, with_body: bool) -> None:
-                server.arrived.set()
-                server.release.wait(WAIT_S)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/pdf")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if with_body:
-                    self.wfile.write(body)
-
-            def do_HEAD(self):
-                self._answer(False)
-
-            def do_GET(self):
-                self._answer(True)
-
-        self.bind(Handler)
-
-
 def test_a_telegram_source_is_searchable_while_an_x_stage_fetches_in_another_process(monkeypatch):
     from kb.index.search import search
 
     monkeypatch.setenv("KB_EMBED_BACKEND", "hash")
     monkeypatch.setenv("KB_BROWSER_TIMEOUT_S", "300")  # the fetch waits until the test releases it
     words = "Glaciers in the northern valleys lost a third of their ice in two decades. " * 12
-    with HeldFile(pdf_bytes(words)) as web, FakeOpenAIChat(chat('{"score": 80, "topics": ["db"], "reason": "ok"}')) as gate:
+    with HeldPdfSite(pdf_bytes(words), wait_s=WAIT_S) as web, FakeOpenAIChat(chat('{"score": 80, "topics": ["db"], "reason": "ok"}')) as gate:
         monkeypatch.setenv("KB_GATE_BASE_URL", gate.base_url)
         monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-TEST-SECRET-GATE-KEY-lock-0001")
         batch, url = "20261101T000000000Z", f"{web.base_url}/report.pdf"
