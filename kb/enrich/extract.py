@@ -25,7 +25,8 @@ from urllib.parse import urlsplit, urlunsplit
 import lxml.etree
 import lxml.html
 
-from kb.enrich.page_types import PageType, page_type
+from kb.enrich import page_choice
+from kb.enrich.page_types import PageType, page_features, page_type
 from kb.enrich.repeated_blocks import best_series, series_html
 
 # A page with fewer words than this is "thin": a teaser, a login wall, a
@@ -291,10 +292,35 @@ def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
             series[link_weight] = series_html(best_series(tree, link_weight))
         return series[link_weight]
 
-    fragment = main_content(run, strategy=TYPE_STRATEGY[kind], blocks=blocks)
+    strategy = choose_strategy(tree, url, kind, run, blocks)
+    fragment = main_content(run, strategy=strategy, blocks=blocks)
     title = _trafilatura_title(tree) or _page_title(html)
     text = html_to_text(fragment)
     return Extracted(text_html=fragment, text=text, title=title, word_count=count_words(text), page_type=str(kind))
+
+
+def choose_strategy(tree: lxml.html.HtmlElement, url: str | None, kind: PageType, run: Callable[[str], str],
+                    blocks: Callable[[float], list[str]]) -> str:
+    """The strategy of one page: its type's (TYPE_STRATEGY), or the one that
+    the per-page choice (kb.enrich.page_choice) gives for a page of the
+    model's types. The inputs of the choice come from the runs that the
+    article strategy makes anyway; the chosen strategy may run one more."""
+    base = TYPE_STRATEGY[kind]
+    model = page_choice.load_model()
+    if str(kind) not in model["types"]:
+        return base
+    return page_choice.choose(model, str(kind), base, choice_inputs(tree, url, run, blocks))
+
+
+def choice_inputs(tree: lxml.html.HtmlElement, url: str | None, run: Callable[[str], str],
+                  blocks: Callable[[float], list[str]]) -> dict[str, float]:
+    """page_choice.choice_features() of one page. The benchmark's training
+    script calls this with stored runs, so both use the same numbers."""
+    words = {name: count_words(html_to_text(main_content(run, strategy=name, blocks=blocks)))
+             for name in page_choice.CHOICE_TEXTS}
+    series = {name: len(blocks(SERIES_STRATEGIES[name][0])) for name in ("posts", "items")}
+    raw_words = {mode: count_words(html_to_text(run(mode))) for mode in ("default", "precision")}
+    return page_choice.choice_features(page_features(tree, url), words, series, raw_words)
 
 
 def trafilatura_fragment(html: str | bytes | lxml.html.HtmlElement, url: str | None, mode: str) -> str:
