@@ -66,6 +66,7 @@ def page_table(sets: list, cache: Path) -> dict:
     import trafilatura
 
     from kb.enrich.extract import STRATEGIES, choice_inputs
+    from kb.enrich.page_types import page_signals
 
     kinds, texts = bench.candidate_texts(sets, cache)  # fills the cache with any missing run
     stored = pickle.loads(cache.read_bytes())
@@ -75,7 +76,8 @@ def page_table(sets: list, cache: Path) -> dict:
             raw = bench.html_of(page)
             tree = trafilatura.load_html(raw)
             entry = stored[page.key]
-            inputs = (choice_inputs(tree, page.url, entry["runs"].__getitem__, entry["blocks"].__getitem__)
+            inputs = (choice_inputs(tree, page_signals(tree, page.url), entry["runs"].__getitem__,
+                                    entry["blocks"].__getitem__)
                       if tree is not None else None)
             counts = {name: dev.counts(page, texts[page.key][name]) for name in STRATEGIES}
             try:
@@ -91,10 +93,10 @@ def page_table(sets: list, cache: Path) -> dict:
 
 
 class Data:
-    def __init__(self, sets: list, table: dict):
+    def __init__(self, sets: list, table: dict, alternatives: tuple[str, ...] = ALTERNATIVES):
         import numpy as np
 
-        self.sets, self.table = sets, table
+        self.sets, self.table, self.alternatives = sets, table, alternatives
         self.names = sorted(next(iter(table.values()))["inputs"])
         self.x = {key: np.array([row["inputs"][n] for n in self.names]) for key, row in table.items()}
 
@@ -127,13 +129,13 @@ class Data:
         for key in news:
             b = self.table[key]["counts"][base[key]]
             out[key] = {}
-            for name in ALTERNATIVES:
+            for name in self.alternatives:
                 c = self.table[key]["counts"][name]
                 d_tp, d_fp, d_fn = c[0] - b[0], c[1] - b[1], c[2] - b[2]
                 out[key][name] = news_weight * (2 * d_tp - f1 * (2 * d_tp + d_fp + d_fn)) / denominator
         for key in wcxb:
             b = self.table[key]["counts"][base[key]][2]
-            out[key] = {name: (self.table[key]["counts"][name][2] - b) / len(wcxb) for name in ALTERNATIVES}
+            out[key] = {name: (self.table[key]["counts"][name][2] - b) / len(wcxb) for name in self.alternatives}
         return out
 
     def fit(self, keys: list[str], base: dict[str, str], settings: dict) -> dict:
@@ -150,7 +152,7 @@ class Data:
         z = scaler.transform(x)
         unit = statistics.mean(abs(g) for k in keys for g in gains[k].values()) or 1.0
         alternatives = {}
-        for name in ALTERNATIVES:
+        for name in self.alternatives:
             gain = np.array([gains[k][name] for k in keys]) / unit
             if not (gain > 0).any() or (gain > 0).all():
                 continue  # nothing to learn: never (or always) better on these pages
@@ -236,6 +238,8 @@ def main() -> int:
     parser.add_argument("--table", type=Path, help="keep the page table in this file (pickle) for a second run")
     parser.add_argument("--write", action="store_true", help="fit on all pages and write the model file")
     parser.add_argument("--json", type=Path, help="also write the CV figures to this file")
+    parser.add_argument("--alternatives", default=",".join(ALTERNATIVES),
+                        help="the strategies that the choice may take, split by commas (to measure others)")
     args = parser.parse_args()
     sets = [bench.NewsSet(bench.NEWS_SET), bench.WcxbSet(bench.WCXB_SET)]
     started = time.process_time()
@@ -247,7 +251,13 @@ def main() -> int:
             args.table.write_bytes(pickle.dumps(table))
     print(f"page table: {len(table)} pages, {time.process_time() - started:.0f} s CPU, "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)
-    data = Data(sets, table)
+    from kb.enrich.extract import STRATEGIES
+
+    alternatives = tuple(args.alternatives.split(","))
+    unknown = [name for name in alternatives if name not in STRATEGIES]
+    if unknown:
+        parser.error(f"--alternatives: {', '.join(unknown)} is not a strategy of kb.enrich.extract.STRATEGIES")
+    data = Data(sets, table, alternatives)
     rows = nested_cv(data)
     print_table(rows)
     if args.json:

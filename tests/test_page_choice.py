@@ -11,6 +11,7 @@ import pytest
 from kb.enrich import page_choice
 from kb.enrich.extract import choice_inputs, extract_html, main_content
 from kb.enrich.page_choice import choose, load_model
+from kb.enrich.page_types import page_signals
 from tests.test_extract import BODY, article_page, fragment
 
 
@@ -57,7 +58,8 @@ def test_the_shipped_model_reads_only_inputs_that_extraction_gives():
     shipped = load_model()
     tree = lxml.html.document_fromstring(article_page())
     runs = {"default": fragment(BODY), "precision": fragment(BODY), "recall": "", "nolinks": fragment(BODY)}
-    inputs = choice_inputs(tree, "https://news.example/bridge", runs.__getitem__, lambda weight: [])
+    inputs = choice_inputs(tree, page_signals(tree, "https://news.example/bridge"), runs.__getitem__,
+                           lambda weight: [])
     assert set(shipped["features"]) <= set(inputs)
     assert set(shipped["alternatives"]) <= {"nolinks", "items+merge+link_blocks", "posts", "default"}
     for name in shipped["alternatives"]:  # every alternative is a strategy that main_content knows

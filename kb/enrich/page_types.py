@@ -222,12 +222,12 @@ _COUNTED_TAGS = ("pre", "code", "table", "form", "input", "button", "li", "a", "
 _YEAR_IN_PATH = re.compile(r"/(19|20)\d\d/")
 
 
-def page_features(tree: lxml.html.HtmlElement, url: str | None) -> dict[str, float]:
+def page_features(tree: lxml.html.HtmlElement, signals: Signals) -> dict[str, float]:
     """The numbers that the per-page choice of strategy weighs
     (kb.enrich.page_choice): the rule's answer (classify()), the signals it
     reads, and counts of elements and words. Counts are on a log scale, so
-    that one huge page does not dominate."""
-    signals = page_signals(tree, url)
+    that one huge page does not dominate. `signals` are page_signals() of
+    the same page: extraction finds them once for both uses."""
     features: dict[str, float] = {f"rule_{kind}": 0.0 for kind in PageType}
     features[f"rule_{classify(signals)}"] = 1.0
     types = signals.schema_types
