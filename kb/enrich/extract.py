@@ -257,7 +257,9 @@ STRATEGIES = (*_BASE_STRATEGIES, *(name + KEEP_LINKS for name in _BASE_STRATEGIE
 # for product and listing in 3; for forum "article" in 1 and its
 # "+link_blocks" form in 3 (the two differ by 0.003 on those pages).
 # "default" and "nolinks" cost one run of trafilatura, "article" two: the
-# second run is paid where it gains.
+# second run is paid where it gains. On article, collection, forum and
+# listing pages, kb.enrich.page_choice can replace the type's strategy with
+# another one for a single page (choose_strategy()).
 TYPE_STRATEGY = {
     PageType.ARTICLE: "article",
     PageType.FORUM: "article",
@@ -277,7 +279,8 @@ _CONTENT_BLOCKS = ("p", "pre", "table", "blockquote", "ul", "ol", "dl", "div", *
 
 def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
     """The main content of a page: its page type (kb.enrich.page_types) chooses the
-    strategy (TYPE_STRATEGY, see STRATEGIES).
+    strategy (TYPE_STRATEGY, see STRATEGIES), and on the pages of some types
+    the per-page choice (kb.enrich.page_choice) can replace it.
 
     Links stay in the HTML; trafilatura makes their addresses absolute when
     it knows the page URL."""
