@@ -96,8 +96,10 @@ _MARKDOWN_PREFIX = {"h1": "# ", "h2": "## ", "h3": "### ", "h4": "#### ", "h5": 
 # default run, each block of the series). Both functions are pure, so the
 # last results are kept: without this, the choice's inputs cost 36 ms CPU
 # per page (p50 of 190 pages of both sets, after the two runs of the article
-# strategy), with it 24 ms.
-_KEPT_RESULTS = 512
+# strategy), with it 24 ms. extract_html() empties both caches at its end:
+# whole documents also pass through html_to_text(), and the memory must not
+# hold hundreds of them.
+_KEPT_RESULTS = 256
 
 
 @lru_cache(maxsize=_KEPT_RESULTS)
@@ -317,6 +319,8 @@ def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
     fragment = main_content(run, strategy=strategy, blocks=blocks)
     title = _trafilatura_title(tree) or _page_title(html)
     text = html_to_text(fragment)
+    html_to_text.cache_clear()
+    clean_fragment.cache_clear()
     return Extracted(text_html=fragment, text=text, title=title, word_count=count_words(text), page_type=str(kind))
 
 
