@@ -340,8 +340,11 @@ def choose_strategy(tree: lxml.html.HtmlElement, signals: Signals, kind: PageTyp
 def choice_inputs(tree: lxml.html.HtmlElement, signals: Signals, run: Callable[[str], str],
                   blocks: Callable[[float], list[str]]) -> dict[str, float]:
     """page_choice.choice_features() of one page. The benchmark's training
-    script calls this with stored runs, so both use the same numbers."""
-    words = {name: count_words(html_to_text(main_content(run, strategy=name, blocks=blocks)))
+    script calls this with stored runs, so both use the same numbers. The
+    texts are counted before the favor_recall run of a thin text: a short
+    series of posts is thin on most pages, and that third run of trafilatura
+    (about 25 ms) made kb's p50 84 ms CPU per page."""
+    words = {name: count_words(html_to_text(main_content(run, strategy=name, blocks=blocks, recall_when_thin=False)))
              for name in page_choice.CHOICE_TEXTS}
     series = {name: len(blocks(SERIES_STRATEGIES[name][0])) for name in ("posts", "items")}
     raw_words = {mode: count_words(html_to_text(run(mode))) for mode in ("default", "precision")}
@@ -388,12 +391,15 @@ def main_content(
     precision_keeps: float = PRECISION_KEEPS,
     link_share: float = LINK_SHARE,
     short_chars: int = SHORT_BLOCK_CHARS,
+    recall_when_thin: bool = True,
 ) -> str:
     """The cleaned HTML fragment of a page's main content by one of
     STRATEGIES, from `run(mode)` (trafilatura's fragment with the settings
     of MODES[mode]) and `blocks(link_weight)` (the HTML of the page's largest
     series of repeated blocks, kb.enrich.repeated_blocks). The benchmark calls this
-    with stored fragments and other parameters, to cross-validate them."""
+    with stored fragments and other parameters, to cross-validate them.
+    With recall_when_thin=False, a thin text is not read again with
+    favor_recall (the inputs of the per-page choice)."""
 
     if strategy not in STRATEGIES:
         raise ValueError(f"{strategy!r} is not an extraction strategy: choose one of {', '.join(STRATEGIES)}")
@@ -414,7 +420,7 @@ def main_content(
         base = clean(run("default"))
         series = [clean(block) for block in (blocks(link_weight) if blocks else [])]
         fragment = _merge_series(base, series) if merge else _series_fragment(series) or base
-    if count_words(html_to_text(fragment)) < THIN_WORDS:
+    if recall_when_thin and count_words(html_to_text(fragment)) < THIN_WORDS:
         recalled = clean(run("recall"))
         if len(html_to_text(recalled)) > len(html_to_text(fragment)):
             fragment = recalled
