@@ -238,6 +238,7 @@ def main() -> int:
     parser.add_argument("--table", type=Path, help="keep the page table in this file (pickle) for a second run")
     parser.add_argument("--write", action="store_true", help="fit on all pages and write the model file")
     parser.add_argument("--json", type=Path, help="also write the CV figures to this file")
+    parser.add_argument("--types", help="only this set of types, split by commas, instead of TYPE_SETS")
     parser.add_argument("--alternatives", default=",".join(ALTERNATIVES),
                         help="the strategies that the choice may take, split by commas (to measure others)")
     args = parser.parse_args()
@@ -258,6 +259,9 @@ def main() -> int:
     if unknown:
         parser.error(f"--alternatives: {', '.join(unknown)} is not a strategy of kb.enrich.extract.STRATEGIES")
     data = Data(sets, table, alternatives)
+    if args.types:
+        global TYPE_SETS
+        TYPE_SETS = (tuple(args.types.split(",")),)
     rows = nested_cv(data)
     print_table(rows)
     if args.json:
