@@ -24,6 +24,9 @@ From one run:
    strategy of each page type (kb.enrich.extract.TYPE_STRATEGY): chosen on 4
    folds of both sets together, scored on the 5th, beside trafilatura on
    the same fold. The classifier's rules (kb.enrich.page_types) are not tuned.
+   The per-page choice on top of it (kb.enrich.page_choice) is not in these
+   texts: benchmarks/train_page_choice.py cross-validates it (nested).
+   The rows of kb's extract stage above include it (fitted on all pages).
 
 Run:
     .venv/bin/python benchmarks/bench_extraction.py [--no-synthetic] [--others] [--cv --cache FILE] [--json FILE]

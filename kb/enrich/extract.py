@@ -19,14 +19,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import lxml.etree
 import lxml.html
 
-from kb.enrich.page_types import PageType, page_type
-from kb.enrich.repeated_blocks import best_series, series_html
+from kb.enrich import page_choice
+from kb.enrich.page_types import PageType, Signals, classify, page_features, page_signals
+from kb.enrich.repeated_blocks import best_series_by_weight, series_html
 
 # A page with fewer words than this is "thin": a teaser, a login wall, a
 # cookie notice or an empty JavaScript shell, not an article.
@@ -89,6 +91,18 @@ _MARKDOWN_PREFIX = {"h1": "# ", "h2": "## ", "h3": "### ", "h4": "#### ", "h5": 
                     "li": "- "}
 
 
+# The strategies, the grid rule and the inputs of the per-page choice read
+# and clean the same fragments many times for one page (trafilatura's
+# default run, each block of the series). Both functions are pure, so the
+# last results are kept: without this, the choice's inputs cost 36 ms CPU
+# per page (p50 of 190 pages of both sets, after the two runs of the article
+# strategy), with it 24 ms. extract_html() empties both caches at its end:
+# whole documents also pass through html_to_text(), and the memory must not
+# hold hundreds of them.
+_KEPT_RESULTS = 256
+
+
+@lru_cache(maxsize=_KEPT_RESULTS)
 def html_to_text(html: str, markdown: bool = False) -> str:
     """The text of an HTML page or fragment: one paragraph per block element,
     paragraphs split by one blank line, spaces inside a paragraph collapsed.
@@ -229,6 +243,7 @@ MODES = {
 # Every strategy falls back to favor_recall when its text is thin.
 SERIES_STRATEGIES = {"posts": (0.5, False), "posts+merge": (0.5, True),
                      "items": (1.0, False), "items+merge": (1.0, True)}
+SERIES_WEIGHTS = tuple(sorted({weight for weight, _ in SERIES_STRATEGIES.values()}))
 _BASE_STRATEGIES = ("article", *MODES, *SERIES_STRATEGIES)
 # A strategy with this suffix keeps the link blocks (clean_fragment): on a
 # listing or a collection the items are links, and on a documentation page
@@ -244,7 +259,11 @@ STRATEGIES = (*_BASE_STRATEGIES, *(name + KEEP_LINKS for name in _BASE_STRATEGIE
 # for product and listing in 3; for forum "article" in 1 and its
 # "+link_blocks" form in 3 (the two differ by 0.003 on those pages).
 # "default" and "nolinks" cost one run of trafilatura, "article" two: the
-# second run is paid where it gains.
+# second run is paid where it gains. On the pages of the types of
+# kb.enrich.page_choice's model (collection, forum and listing), the choice
+# can replace the type's strategy for a single page (choose_strategy()).
+# Not on articles: there its inputs cost 19 ms CPU per page (p50), and the
+# p50 of kb's stage went above the goal of 80 ms.
 TYPE_STRATEGY = {
     PageType.ARTICLE: "article",
     PageType.FORUM: "article",
@@ -264,7 +283,8 @@ _CONTENT_BLOCKS = ("p", "pre", "table", "blockquote", "ul", "ol", "dl", "div", *
 
 def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
     """The main content of a page: its page type (kb.enrich.page_types) chooses the
-    strategy (TYPE_STRATEGY, see STRATEGIES).
+    strategy (TYPE_STRATEGY, see STRATEGIES), and on the pages of some types
+    the per-page choice (kb.enrich.page_choice) can replace it.
 
     Links stay in the HTML; trafilatura makes their addresses absolute when
     it knows the page URL."""
@@ -276,9 +296,11 @@ def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
         tree = None
     if tree is None:
         return Extracted(text_html="", text="", title=_page_title(html), word_count=0)
-    kind = page_type(tree, url)
+    signals = page_signals(tree, url)
+    kind = classify(signals)
     runs: dict[str, str] = {}
     series: dict[float, list[str]] = {}
+    members: dict[float, list[lxml.html.HtmlElement]] = {}
 
     def run(mode: str) -> str:
         # trafilatura cleans the tree it is given in place: each run gets a copy.
@@ -287,14 +309,48 @@ def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
         return runs[mode]
 
     def blocks(link_weight: float) -> list[str]:
+        # One walk over the tree finds the series of every link weight; the
+        # HTML of a series is made when a strategy asks for it.
+        if not members:
+            members.update(best_series_by_weight(tree, SERIES_WEIGHTS))
         if link_weight not in series:
-            series[link_weight] = series_html(best_series(tree, link_weight))
+            series[link_weight] = series_html(members[link_weight])
         return series[link_weight]
 
-    fragment = main_content(run, strategy=TYPE_STRATEGY[kind], blocks=blocks)
+    strategy = choose_strategy(tree, signals, kind, run, blocks)
+    fragment = main_content(run, strategy=strategy, blocks=blocks)
     title = _trafilatura_title(tree) or _page_title(html)
     text = html_to_text(fragment)
+    html_to_text.cache_clear()
+    clean_fragment.cache_clear()
     return Extracted(text_html=fragment, text=text, title=title, word_count=count_words(text), page_type=str(kind))
+
+
+def choose_strategy(tree: lxml.html.HtmlElement, signals: Signals, kind: PageType, run: Callable[[str], str],
+                    blocks: Callable[[float], list[str]]) -> str:
+    """The strategy of one page: its type's (TYPE_STRATEGY), or the one that
+    the per-page choice (kb.enrich.page_choice) gives for a page of the
+    model's types. The inputs of the choice come from the runs that the
+    article strategy makes anyway; the chosen strategy may run one more."""
+    base = TYPE_STRATEGY[kind]
+    model = page_choice.load_model()
+    if str(kind) not in model["types"]:
+        return base
+    return page_choice.choose(model, str(kind), base, choice_inputs(tree, signals, run, blocks))
+
+
+def choice_inputs(tree: lxml.html.HtmlElement, signals: Signals, run: Callable[[str], str],
+                  blocks: Callable[[float], list[str]]) -> dict[str, float]:
+    """page_choice.choice_features() of one page. The benchmark's training
+    script calls this with stored runs, so both use the same numbers. The
+    texts are counted before the favor_recall run of a thin text: a short
+    series of posts is thin on most pages, and that third run of trafilatura
+    (about 25 ms) made kb's p50 84 ms CPU per page."""
+    words = {name: count_words(html_to_text(main_content(run, strategy=name, blocks=blocks, recall_when_thin=False)))
+             for name in page_choice.CHOICE_TEXTS}
+    series = {name: len(blocks(SERIES_STRATEGIES[name][0])) for name in ("posts", "items")}
+    raw_words = {mode: count_words(html_to_text(run(mode))) for mode in ("default", "precision")}
+    return page_choice.choice_features(page_features(tree, signals), words, series, raw_words)
 
 
 def trafilatura_fragment(html: str | bytes | lxml.html.HtmlElement, url: str | None, mode: str) -> str:
@@ -337,12 +393,15 @@ def main_content(
     precision_keeps: float = PRECISION_KEEPS,
     link_share: float = LINK_SHARE,
     short_chars: int = SHORT_BLOCK_CHARS,
+    recall_when_thin: bool = True,
 ) -> str:
     """The cleaned HTML fragment of a page's main content by one of
     STRATEGIES, from `run(mode)` (trafilatura's fragment with the settings
     of MODES[mode]) and `blocks(link_weight)` (the HTML of the page's largest
     series of repeated blocks, kb.enrich.repeated_blocks). The benchmark calls this
-    with stored fragments and other parameters, to cross-validate them."""
+    with stored fragments and other parameters, to cross-validate them.
+    With recall_when_thin=False, a thin text is not read again with
+    favor_recall (the inputs of the per-page choice)."""
 
     if strategy not in STRATEGIES:
         raise ValueError(f"{strategy!r} is not an extraction strategy: choose one of {', '.join(STRATEGIES)}")
@@ -363,7 +422,7 @@ def main_content(
         base = clean(run("default"))
         series = [clean(block) for block in (blocks(link_weight) if blocks else [])]
         fragment = _merge_series(base, series) if merge else _series_fragment(series) or base
-    if count_words(html_to_text(fragment)) < THIN_WORDS:
+    if recall_when_thin and count_words(html_to_text(fragment)) < THIN_WORDS:
         recalled = clean(run("recall"))
         if len(html_to_text(recalled)) > len(html_to_text(fragment)):
             fragment = recalled
@@ -417,6 +476,7 @@ def _merge_series(base: str, series: list[str]) -> str:
     return f"<article>{inner}{''.join(added)}</article>"
 
 
+@lru_cache(maxsize=_KEPT_RESULTS)
 def clean_fragment(fragment: str, *, link_share: float = LINK_SHARE, short_chars: int = SHORT_BLOCK_CHARS,
                    link_blocks: bool = True) -> str:
     """An HTML fragment without link blocks, credit lines, and headings that
