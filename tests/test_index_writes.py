@@ -98,6 +98,19 @@ def test_new_bookmarks_are_folded_in_without_a_rewrite(built, hasher):
     assert search("zeppelin airship", index=built, embedder=hasher).hits[0].tweet_id == "4"
 
 
+def test_a_changed_bookmark_is_folded_in_without_a_rewrite(built, hasher):
+    """A sync that changes a bookmark deletes its old passages, and the wiki
+    index calls maintain() after each change. Neither may rewrite the table
+    (at 1,000,000 passages a compaction writes 3.6 GB and makes the vector
+    index again): the files stay until COMPACT_FRAGMENTS of them."""
+    before = data_files(built)
+    built.replace_chunks(["1"], [passage("1", 0, "raft consensus, leader election and log compaction")], hasher)
+    report = built.maintain()
+    assert report.get("indexes", "").startswith("new rows folded in")
+    assert before <= data_files(built)
+    assert search("compaction", mode="bm25", index=built, embedder=hasher).hits[0].tweet_id == "1"
+
+
 def test_a_card_that_a_caller_changes_stays_the_same_in_the_index(built, hasher):
     built.upsert_bookmark_cards([{"tweet_id": "2", "url": "https://x.com/a/status/2", "author": "alice",
                                   "media": [{"kind": "photo", "url": "https://pbs.twimg.com/a.jpg"}]}])
