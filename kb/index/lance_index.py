@@ -146,8 +146,13 @@ def vector_index_stats(dataset) -> dict | None:
     ms at 1,000,000; without them 6 ms (Lance 13 reads this variable at
     each call)."""
     os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")
-    names = [ix.name for ix in dataset.describe_indices() if ix.field_names == ["vector"]]
-    return dataset.stats.index_stats(names[0]) if names else None
+    name = vector_index_name(dataset)
+    return dataset.stats.index_stats(name) if name else None
+
+
+def vector_index_name(dataset) -> str | None:
+    """The name of the vector index of a Lance dataset (None: no index)."""
+    return next((ix.name for ix in dataset.describe_indices() if ix.field_names == ["vector"]), None)
 
 
 def vector_index_config(rows: int):
@@ -803,7 +808,8 @@ class ChunkIndex(BaseModel):
         own. (optimize() compacted nothing after 15 folds: 16 files stayed.)
         The compaction after it keeps the partitions."""
         dataset = self._lance(table)
-        others = [ix.name for ix in dataset.describe_indices() if ix.field_names != ["vector"]]
+        vector = vector_index_name(dataset)
+        others = [ix.name for ix in dataset.describe_indices() if ix.name != vector]
         if others:
             # Every segment into one (the default merges only the newest).
             dataset.optimize.optimize_indices(index_names=others, num_indices_to_merge=MERGE_EVERY_SEGMENT)
@@ -917,7 +923,7 @@ class ChunkIndex(BaseModel):
         5,000 rows of 384 dimensions take 7.7 MB."""
         if dataset.count_rows() >= self._vector_index_min_rows():
             return False
-        return not any(ix.field_names == ["vector"] for ix in dataset.describe_indices())
+        return vector_index_name(dataset) is None
 
     def bookmark(self, tweet_id: str) -> dict | None:
         """The card of one bookmark, payload fields at the top level."""

@@ -315,21 +315,19 @@ class WordCounts:
     (benchmarks/index_and_retrieval.md, "word counts").
 
     get() gives a number that is surely not too high, as least_holders()
-    needs: two words of one fragment with the same hash keep the lower
-    count. A query word that the fragment does not hold and whose hash is
-    that of a word that it holds gets that word's count; with 64-bit hashes
-    and about 10^5 words, the chance is about 10^-14 per word."""
+    needs: of two words of one fragment with the same hash, it finds the
+    lower count (the arrays are in the order of hash, then count). A query
+    word that the fragment does not hold and whose hash is that of a word
+    that it holds gets that word's count; with 64-bit hashes and about 10^5
+    words, the chance is about 10^-14 per word."""
 
     __slots__ = ("_hashes", "_counts")
 
     def __init__(self, counts: dict[str, int]):
         hashes = np.fromiter(map(hash, counts), dtype=np.int64, count=len(counts))
         values = np.fromiter(counts.values(), dtype=np.uint32, count=len(counts))
-        order = np.lexsort((values, hashes))  # by hash, the lowest count first
-        hashes, values = hashes[order], values[order]
-        first = np.ones(len(hashes), dtype=bool)
-        first[1:] = hashes[1:] != hashes[:-1]
-        self._hashes, self._counts = hashes[first], values[first]
+        order = np.lexsort((values, hashes))
+        self._hashes, self._counts = hashes[order], values[order]
 
     def get(self, word: str, default: int = 0) -> int:
         key = hash(word)
@@ -337,9 +335,6 @@ class WordCounts:
         if at < len(self._hashes) and self._hashes[at] == key:
             return int(self._counts[at])
         return default
-
-    def __len__(self) -> int:
-        return len(self._hashes)
 
 
 class _MappedStrings:

@@ -59,7 +59,8 @@ from kb.index.exact_words import (EARLY_PROBES, MAX_PROBES, QUOTED, TOKEN, WORD_
 from kb.index.folders import folder_members
 from kb.index.fusion import DEFAULT_FUSION, FUSION_METHODS, Candidate, score_candidates
 from kb.index.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, empty_index_note, sql_in, sql_str, to_utc,
-                                  vector_index_stats, vector_partitions, vector_probes)
+                                  vector_index_name, vector_index_stats, vector_partitions,
+                                  vector_probes)
 from kb.index.chunk_schema import NGRAM_COLUMN
 from kb.index.passage_rows import PassageRows
 from kb.index.rerank import RERANK_TOP
@@ -341,7 +342,8 @@ def prewarm_indexes(table) -> None:
     word. At 100,000 passages the prewarm put 70 MB of lists in the cache;
     300 queries without it loaded 29 MB, and the second 300 cost the same
     CPU as with the prewarm (benchmarks/index_and_retrieval.md)."""
-    for name in sorted({ix.name for ix in table.describe_indices() if ix.field_names == ["vector"]}):
+    name = vector_index_name(table)
+    if name:
         table.prewarm_index(name)
 
 
