@@ -20,13 +20,13 @@ From one run:
    page templates, scored by word 4-gram shingles. The true body is known
    exactly, so the table shows lost body text clearly.
 
-3. With --cv: 5-fold cross-validation of the tuned choice, the extraction
-   strategy of each page type (kb.enrich.extract.TYPE_STRATEGY): chosen on 4
-   folds of both sets together, scored on the 5th, beside trafilatura on
-   the same fold. The classifier's rules (kb.enrich.page_types) are not tuned.
-   The per-page choice on top of it (kb.enrich.page_choice) is not in these
-   texts: benchmarks/train_page_choice.py cross-validates it (nested).
-   The rows of kb's extract stage above include it (fitted on all pages).
+3. With --cv: nested 5-fold cross-validation of what was tuned, the block
+   choice (kb.enrich.block_choice: its trees and its threshold per page
+   type), by benchmarks/train_block_choice.py: fitted on 4 folds of both
+   sets together, scored on the 5th, beside trafilatura on the same fold.
+   The rules of kb.enrich.page_types are not tuned. The rows of kb's
+   extract stage above use the shipped model, fitted on all pages. --cv
+   needs the "train" extra (LightGBM): `.venv/bin/pip install -e ".[train]"`.
 
 Run:
     .venv/bin/python benchmarks/bench_extraction.py [--no-synthetic] [--others] [--cv --cache FILE] [--json FILE]
@@ -39,14 +39,12 @@ on either set or on any page type.
 from __future__ import annotations
 
 import argparse
-import copy
 import gzip
 import hashlib
 import html
 import importlib.util
 import json
 import os
-import pickle
 import random
 import re
 import statistics
@@ -628,109 +626,6 @@ def fold_of(page: DevPage) -> int:
     return int(hashlib.sha256(page.key.encode()).hexdigest(), 16) % FOLDS
 
 
-def candidate_texts(sets: list, cache: Path | None) -> tuple[dict, dict]:
-    """For every page: its page type (kb's classifier) and the text of each
-    extraction strategy of kb.enrich.extract.STRATEGIES. trafilatura runs once per
-    mode and page, and the series of repeated blocks is found once per link
-    weight; the strategies combine those. With `cache`, the runs and the
-    series are kept in that file (pickle, key -> {"runs", "blocks"}), so that
-    a second run of the benchmark is quick; delete it after a change of
-    trafilatura's settings or of kb.enrich.repeated_blocks. The page type is
-    found again on every run."""
-    import trafilatura
-
-    from kb.enrich.extract import MODES, SERIES_STRATEGIES, STRATEGIES, html_to_text, main_content, trafilatura_fragment
-    from kb.enrich.page_types import page_type
-    from kb.enrich.repeated_blocks import best_series, series_html
-
-    stored = pickle.loads(cache.read_bytes()) if cache and cache.exists() else {}
-    weights = sorted({weight for weight, _ in SERIES_STRATEGIES.values()})
-    kinds, texts = {}, {}
-    for dev in sets:
-        for page in dev.pages:
-            entry = stored.setdefault(page.key, {})
-            tree = trafilatura.load_html(html_of(page))
-            kinds[page.key] = str(page_type(tree, page.url)) if tree is not None else "article"
-            runs = entry.setdefault("runs", {})
-            for mode in MODES:
-                if mode not in runs:
-                    runs[mode] = trafilatura_fragment(copy.deepcopy(tree), page.url, mode) if tree is not None else ""
-            blocks = entry.setdefault("blocks", {})
-            for weight in weights:
-                if weight not in blocks:
-                    blocks[weight] = series_html(best_series(tree, weight)) if tree is not None else []
-            texts[page.key] = {name: html_to_text(main_content(runs.__getitem__, strategy=name,
-                                                               blocks=blocks.__getitem__))
-                               for name in STRATEGIES}
-    if cache:
-        cache.write_bytes(pickle.dumps(stored))
-    return kinds, texts
-
-
-def objective(sets: list, pages: dict[str, list[DevPage]], kinds: dict, counts: dict, choice: dict[str, str]) -> float:
-    """The figure that the tuning maximizes: the sum of both sets' F1 on the
-    given pages, with strategy choice[page type] for each page. counts holds
-    each page's counts of each strategy, made once."""
-    return sum(dev.f1([counts[p.key][choice[kinds[p.key]]] for p in pages[dev.name]])["f1"] for dev in sets)
-
-
-def tune(sets: list, pages: dict[str, list[DevPage]], kinds: dict, counts: dict, strategies: list[str]) -> dict:
-    """The strategy of each page type, chosen by coordinate ascent on the
-    objective (two passes over the types). The choice starts at "default",
-    one run of trafilatura, the cheapest; another strategy replaces the
-    current one only when it gains more than MIN_GAIN, so that a second run
-    of trafilatura is paid only for a gain."""
-    from kb.enrich.page_types import PageType
-
-    choice = {str(kind): "default" for kind in PageType}
-    for _ in range(2):
-        for kind in choice:
-            best, best_score = choice[kind], objective(sets, pages, kinds, counts, choice)
-            for name in strategies:
-                score = objective(sets, pages, kinds, counts, choice | {kind: name})
-                if score > best_score + MIN_GAIN:
-                    best, best_score = name, score
-            choice[kind] = best
-    return choice
-
-
-def cross_validate(sets: list, baselines: dict[str, dict[str, str]], cache: Path | None) -> dict:
-    """Tune the strategy per page type on 4 folds, score on the 5th; the
-    baselines (trafilatura alone) are scored on the same fold."""
-    from kb.enrich.extract import STRATEGIES, TYPE_STRATEGY
-
-    kinds, texts = candidate_texts(sets, cache)
-    strategies = list(STRATEGIES)
-    counts = {p.key: {name: dev.counts(p, texts[p.key][name]) for name in strategies} for dev in sets for p in dev.pages}
-    folds = []
-    for fold in range(FOLDS):
-        train = {dev.name: [p for p in dev.pages if fold_of(p) != fold] for dev in sets}
-        test = {dev.name: [p for p in dev.pages if fold_of(p) == fold] for dev in sets}
-        choice = tune(sets, train, kinds, counts, strategies)
-        row = {"fold": fold + 1, "chosen": choice}
-        for dev in sets:
-            chosen = {p.key: texts[p.key][choice[kinds[p.key]]] for p in test[dev.name]}
-            row[dev.name] = {"kb": set_scores(dev, test[dev.name], chosen)}
-            for name, predictions in baselines.items():
-                row[dev.name][name] = set_scores(dev, test[dev.name], predictions)
-        folds.append(row)
-    whole = {dev.name: dev.pages for dev in sets}
-    shipped = {dev.name: set_scores(dev, dev.pages, {p.key: texts[p.key][TYPE_STRATEGY[kinds[p.key]]]
-                                                     for p in dev.pages}) for dev in sets}
-    confusion = Counter((p.kind, kinds[p.key]) for dev in sets for p in dev.pages)
-    # The oracle: the strategy per annotated type, tuned and scored on the
-    # whole WCXB set (not held out). It bounds what a classifier that names
-    # the annotated type of every page would give with these strategies.
-    wcxb = next(dev for dev in sets if dev.name == "wcxb")
-    annotated = {p.key: p.kind for p in wcxb.pages}
-    oracle_choice = tune([wcxb], {wcxb.name: wcxb.pages}, annotated, counts, strategies)
-    oracle = set_scores(wcxb, wcxb.pages, {p.key: texts[p.key][oracle_choice[p.kind]] for p in wcxb.pages})
-    return {"folds": folds, "whole_set_choice": tune(sets, whole, kinds, counts, strategies),
-            "oracle_choice": oracle_choice, "oracle_scores": oracle,
-            "shipped_choice": dict(TYPE_STRATEGY), "shipped_scores": shipped,
-            "confusion": {f"{a} -> {b}": n for (a, b), n in sorted(confusion.items())}}
-
-
 def mean_spread(values: list[float]) -> str:
     return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
 
@@ -768,31 +663,6 @@ def print_synthetic(pages: list[Page], seed: int, results: dict[str, dict]) -> N
         print(f"  {name}: F1 by template {r['by_template_f1']}")
 
 
-def print_cv(cv: dict, sets: list) -> None:
-    print(f"{FOLDS}-fold cross-validation: the strategy of each page type, tuned on 4 folds, scored on the 5th")
-    for dev in sets:
-        kinds = list(cv["folds"][0][dev.name]["kb"])
-        names = list(cv["folds"][0][dev.name])
-        print(f"\n{dev.name}: F1 on the held-out fold, mean ± sd over the folds")
-        print(f"{'':<14}" + " ".join(f"{n:>22}" for n in names) + "   kb above trafilatura")
-        for kind in kinds:
-            values = {n: [f[dev.name][n][kind]["f1"] for f in cv["folds"]] for n in names}
-            above = sum(a > b for a, b in zip(values["kb"], values["trafilatura"]))
-            print(f"{kind:<14}" + " ".join(f"{mean_spread(values[n]):>22}" for n in names)
-                  + f"   in {above} of {FOLDS} folds")
-    print("\nchosen per fold:")
-    for f in cv["folds"]:
-        print(f"  fold {f['fold']}: {f['chosen']}")
-    print(f"whole set chooses: {cv['whole_set_choice']}")
-    print(f"kb ships:          {cv['shipped_choice']}")
-    for dev in sets:
-        s = cv["shipped_scores"][dev.name]
-        print(f"shipped choice on the whole {dev.name} set: " + ", ".join(f"{k} {v['f1']:.4f}" for k, v in s.items()))
-    print(f"oracle (annotated types, whole WCXB set, not held out): {cv['oracle_choice']}")
-    print("  " + ", ".join(f"{k} {v['f1']:.4f}" for k, v in cv["oracle_scores"].items()))
-    print(f"page types (annotation -> kb's classifier): {cv['confusion']}")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--news-set", type=Path, default=NEWS_SET, help="the folder of the 400-page news set")
@@ -805,7 +675,7 @@ def main() -> int:
     parser.add_argument("--pages", type=int, default=200, help="synthetic pages")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--no-synthetic", action="store_true", help="skip the synthetic table")
-    parser.add_argument("--cv", action="store_true", help="cross-validate the strategy per page type")
+    parser.add_argument("--cv", action="store_true", help="nested cross-validation of the block choice")
     parser.add_argument("--cache", type=Path, help="keep trafilatura's runs for --cv in this file")
     parser.add_argument("--json", type=Path, help="also write all figures to this file")
     args = parser.parse_args()
@@ -836,9 +706,12 @@ def main() -> int:
         if args.limit or args.fold is not None:
             print("--cv needs the whole development sets: leave out --limit and --fold.", file=sys.stderr)
             return 2
-        out["cv"] = cross_validate(sets, {"trafilatura": predictions["trafilatura"]}, args.cache)
+        import train_block_choice
+
+        table = train_block_choice.block_table(sets, args.cache)
+        out["cv"] = train_block_choice.nested_cv(sets, table, train_block_choice.Scorer(sets, table))
         print()
-        print_cv(out["cv"], sets)
+        train_block_choice.print_table(out["cv"])
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")
     failed = [f"{dev.name} {kind}" for dev in sets for kind, s in out["dev"]["kb extract_html"][dev.name].items()

@@ -7,8 +7,8 @@ import pytest
 
 from kb_assets.enrich.documents import kind_of_content
 from kb.enrich.extract import (
-    GRID_MIN_BLOCKS,
     THIN_WORDS,
+    article_text,
     clean_fragment,
     extract_file,
     extracted_from_text,
@@ -16,9 +16,8 @@ from kb.enrich.extract import (
     extract_pdf,
     html_to_text,
     looks_blocked,
-    main_content,
+    recall_when_thin,
     rewrite_arxiv,
-    trafilatura_fragment,
 )
 from tests.shared_data import shared_path
 
@@ -114,16 +113,12 @@ def boilerplate_page() -> str:
 </article></main></body></html>"""
 
 
-def test_extract_html_drops_link_blocks_and_credit_lines_but_keeps_links_in_prose():
+def test_extract_html_keeps_the_body_and_the_links_in_its_prose():
     result = extract_html(boilerplate_page(), "https://news.example/2024/bridge")
     for paragraph in BODY:
         assert paragraph in result.text
     assert "The full history of the bridge is in the town archive." in result.text
     assert 'href="https://news.example/history/bridge"' in result.text_html
-    assert "Read also" not in result.text and "ferry" not in result.text_html
-    assert "Jane Doe" not in result.text and "©" not in result.text
-    # No address reaches the text that the chunker reads.
-    assert "http" not in result.text and "news.example" not in result.text
 
 
 def test_clean_fragment_keeps_prose_and_drops_what_only_points_elsewhere():
@@ -141,62 +136,28 @@ def test_clean_fragment_keeps_prose_and_drops_what_only_points_elsewhere():
     assert clean_fragment("") == "" and clean_fragment("   ") == ""
 
 
-def test_a_strategy_with_link_blocks_keeps_the_items_of_a_list_and_still_drops_credit_lines():
-    """On a listing the items are links: "+link_blocks" keeps them."""
-    items = [f"<li><a href='https://a.example/talk/{n}'>Talk {n}: how stone bridges age</a></li>" for n in range(4)]
-    page = f"<article><p>{BODY[0]}</p><p>{BODY[1]}</p><ul>{''.join(items)}</ul><p>© Photo agency</p></article>"
-    runs = {"default": page, "precision": "", "recall": ""}
-    kept = html_to_text(main_content(runs.__getitem__, strategy="default+link_blocks"))
-    dropped = html_to_text(main_content(runs.__getitem__, strategy="default"))
-    assert "Talk 3: how stone bridges age" in kept and "Talk 3" not in dropped
-    assert "Photo agency" not in kept
-    assert "Talk 0" in html_to_text(clean_fragment(page, link_blocks=False))
-
-
-def test_the_nolinks_mode_gives_the_words_of_links_without_addresses():
-    """The "nolinks" mode runs trafilatura without include_links: the
-    words stay, the <a href> go (the mode must not pass include_links twice)."""
-    html = article_page()
-    with_links = trafilatura_fragment(html, "https://news.example/bridge", "default")
-    without = trafilatura_fragment(html, "https://news.example/bridge", "nolinks")
-    assert "href" in with_links and "href" not in without
-    assert "full history" in html_to_text(without) and BODY[2] in html_to_text(without)
-
-
-def test_a_collection_page_is_read_without_links_and_an_article_keeps_them():
-    """TYPE_STRATEGY: a collection (here og:type product.group) is read in
-    the "nolinks" mode; an article keeps its links."""
-    collection = article_page().replace(
-        "<head>", '<head><meta property="og:type" content="product.group">')
-    as_collection = extract_html(collection, "https://shop.example/bridges")
-    as_article = extract_html(article_page(), "https://news.example/bridge")
-    assert as_collection.page_type == "collection" and as_article.page_type == "article"
-    assert "href" not in as_collection.text_html and BODY[0] in as_collection.text
-    assert "href" in as_article.text_html
-
-
 def fragment(paragraphs: list[str]) -> str:
     return "<article>" + "".join(f"<p>{p}</p>" for p in paragraphs) + "</article>"
 
 
-def test_main_content_takes_the_precision_result_only_when_it_keeps_nearly_all_the_text():
+def test_the_article_rule_takes_the_precision_result_only_when_it_keeps_nearly_all_the_text():
     boilerplate = "Subscribe to our newsletter for the best stories of the week."
     long_body = BODY * 8  # the boilerplate is less than 2% of the default result
-    runs = {"default": fragment(long_body + [boilerplate]), "precision": fragment(long_body), "recall": ""}
-    assert boilerplate not in html_to_text(main_content(runs.__getitem__))
+    runs = {"default": fragment(long_body + [boilerplate]), "precision": fragment(long_body)}
+    assert boilerplate not in html_to_text(article_text(runs.__getitem__))
     # When favor_precision cuts the body, the default result is kept whole.
     runs["precision"] = fragment(long_body[:4])
-    text = html_to_text(main_content(runs.__getitem__))
+    text = html_to_text(article_text(runs.__getitem__))
     assert boilerplate in text and text.count(BODY[0]) == 8
 
 
-def test_main_content_reads_a_thin_result_again_with_favor_recall():
-    runs = {"default": fragment(["Only a teaser."]), "precision": "", "recall": fragment(BODY)}
-    assert html_to_text(main_content(runs.__getitem__)) == "\n\n".join(BODY)
+def test_a_thin_result_gives_way_to_a_longer_favor_recall_result():
+    assert html_to_text(recall_when_thin(fragment(["Only a teaser."]), lambda: fragment(BODY))) == "\n\n".join(BODY)
     # A long enough result is not read again.
-    runs["default"] = fragment(BODY)
-    runs["recall"] = fragment(BODY + ["Comments: 12. Log in to reply."])
-    assert "Comments" not in html_to_text(main_content(runs.__getitem__))
+    longer = fragment(BODY + ["Comments: 12. Log in to reply."])
+    assert "Comments" not in html_to_text(recall_when_thin(fragment(BODY), lambda: longer))
+    # A thin result stays when favor_recall finds less.
+    assert html_to_text(recall_when_thin(fragment(["Only a teaser."]), lambda: "")) == "Only a teaser."
 
 
 def test_html_to_text_as_markdown_marks_headings_items_and_code():
@@ -250,6 +211,24 @@ def test_on_real_pages_kb_scores_at_least_as_well_as_trafilatura_alone():
     kb = news.f1([news.counts(p, extract_html(raw[p.key], p.url).text) for p in pages])
     alone = news.f1([news.counts(p, trafilatura.extract(raw[p.key], url=p.url) or "") for p in pages])
     assert kb["f1"] >= alone["f1"], (kb, alone)
+
+
+def test_on_real_pages_of_every_type_kb_scores_above_trafilatura_alone():
+    """Every 20th page of the WCXB development split (7 page types): kb's
+    extraction against trafilatura with its default options, by the split's
+    word F1 (issue 28). The block choice was fitted on these pages too, so
+    this checks the shipped path, not the held-out figure (see
+    benchmarks/extraction.md for that)."""
+    import trafilatura
+
+    from benchmarks.bench_extraction import WcxbSet, html_of
+
+    wcxb = WcxbSet(shared_path("eval", "wcxb-dev"))
+    pages = wcxb.pages[::20]
+    raw = {p.key: html_of(p) for p in pages}
+    kb = wcxb.f1([wcxb.counts(p, extract_html(raw[p.key], p.url).text) for p in pages])
+    alone = wcxb.f1([wcxb.counts(p, trafilatura.extract(raw[p.key], url=p.url) or "") for p in pages])
+    assert kb["f1"] > alone["f1"] + 0.01, (kb, alone)
 
 
 # --- PDF -----------------------------------------------------------------------------
@@ -353,30 +332,3 @@ def test_rewrite_arxiv(url, expected):
 )
 def test_kind_of_content(content_type, url, kind):
     assert kind_of_content(content_type, url) == kind
-
-
-def test_the_article_strategy_reads_a_grid_of_items_with_the_items():
-    intro = ("This page lists the talks of the conference on storage engines, with one short "
-             "summary for each talk, so that a reader can choose what to watch first this week. "
-             "The talks are in the order of the programme, and each one links to its recording.")
-    # Each item has its own words (the merge adds only blocks with new words).
-    summary = ("speaker explains how engine merges sorted runs why write amplification grows with levels "
-               "which settings keep reads fast small machines talk ends measures real workloads").split()
-    items = [f'<div><h3><a href="/talks/{n}">Talk {n}: compaction</a></h3>'
-             f"<p>{' '.join(word + str(n) for word in summary)}.</p></div>" for n in range(10)]
-    runs = {"default": fragment([intro]), "precision": fragment([intro]), "recall": ""}
-    text = html_to_text(main_content(runs.__getitem__, blocks=lambda weight: items))
-    assert intro in text and all(f"Talk {n}: compaction" in text for n in range(10))
-    # Without the series (the rule removed or no series found), only the intro is left.
-    assert "Talk 0" not in html_to_text(main_content(runs.__getitem__))
-    # A series of fewer than GRID_MIN_BLOCKS blocks does not make a grid, even with as many words.
-    few = [item.replace("</p>", " " + " ".join(word + str(n) + "x" for word in summary) + "</p>")
-           for n, item in enumerate(items[:GRID_MIN_BLOCKS - 1])]
-    assert "Talk 0" not in html_to_text(main_content(runs.__getitem__, blocks=lambda weight: few))
-
-
-def test_the_article_strategy_keeps_an_article_with_a_short_series_of_comments():
-    comments = [f"<div><p>Comment {n}: thanks, a clear text.</p></div>" for n in range(12)]
-    runs = {"default": fragment(BODY * 4), "precision": fragment(BODY * 4), "recall": ""}
-    text = html_to_text(main_content(runs.__getitem__, blocks=lambda weight: comments))
-    assert "Comment" not in text and text.count(BODY[0]) == 4

@@ -1,6 +1,5 @@
-"""Page types from a page's own signals (kb.enrich.page_types), and the series of
-repeated blocks (kb.enrich.repeated_blocks): on small pages made here, on hostile
-markup, and on a few real pages of ../shared/eval/wcxb-dev."""
+"""Page types from a page's own signals (kb.enrich.page_types): on small pages
+made here, on hostile markup, and on a few real pages of ../shared/eval/wcxb-dev."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ import lxml.html
 import pytest
 
 from kb.enrich.page_types import PageType, count_post_containers, page_type, schema_types
-from kb.enrich.repeated_blocks import best_series, series_html
 from tests.shared_data import shared_path
 
 
@@ -88,25 +86,10 @@ def test_hostile_json_ld_is_skipped_not_fatal():
     assert page_type(tree, "https://site.example/page") == PageType.ARTICLE  # no Offer; the forum type too deep
 
 
-def test_the_largest_series_is_the_posts_not_the_menu():
-    menu = "<ul>" + "".join(f'<li class="item"><a href="/{n}">Section {n}</a></li>' for n in range(12)) + "</ul>"
-    posts = "".join(post(f"user{n}", f"Reply number {n} says that the lathe needs a new belt and oil.")
-                    for n in range(4))
-    tree = page(body=f"<nav>{menu}</nav>{menu}<main>{posts}</main>")
-    series = best_series(tree, link_weight=0.5)
-    assert [m.get("class") for m in series] == ["message"] * 4
-    html = series_html(series)
-    assert "Reply number 3 says" in html[3] and "user3" in html[3]
-
-
 def test_fifteen_headings_that_are_links_make_an_index():
     teasers = "".join(f'<h3><a href="/story/{n}">Story {n}</a></h3><p>A teaser.</p>' for n in range(15))
     assert page_type(page(body=teasers), "https://site.example/page") == PageType.LISTING
     assert page_type(page(body=teasers[: len(teasers) // 2]), "https://site.example/page") == PageType.ARTICLE
-
-
-def test_a_page_without_repeats_has_no_series():
-    assert best_series(page(body="<p>One paragraph.</p><p>Another one.</p>"), link_weight=1.0) == []
 
 
 def wcxb_page(file_id: str) -> tuple[lxml.html.HtmlElement, str, str]:
@@ -122,30 +105,3 @@ def test_real_pages_get_the_type_of_their_annotation(file_id):
     Shopify collection, a software manual: each names its own type."""
     tree, url, annotated = wcxb_page(file_id)
     assert page_type(tree, url) == annotated
-
-
-# --- the strategies of kb.enrich.extract.main_content --------------------------------
-
-def test_merge_adds_the_posts_that_trafilatura_left_out_and_not_the_one_it_kept():
-    from kb.enrich.extract import html_to_text, main_content
-
-    first = "The first post asks how to oil the lathe belt before the winter comes to the workshop."
-    replies = ["Use light machine oil, wipe it clean, and run everything slowly for one minute.",
-               "Mine squeaked until I replaced that cracked pulley; check yours carefully too.",
-               "Graphite powder works better than grease in cold garages, according to my uncle."]
-    trafilatura_kept = f"<article><p>{first}</p></article>"
-    series = [f'<div class="post"><p>{text}</p></div>' for text in [first, *replies]]
-    text = html_to_text(main_content(lambda mode: trafilatura_kept, strategy="posts+merge",
-                                     blocks=lambda weight: series))
-    assert text.count("The first post asks") == 1
-    for reply in replies:
-        assert reply in text
-    alone = html_to_text(main_content(lambda mode: trafilatura_kept, strategy="default", blocks=lambda w: series))
-    assert replies[0] not in alone
-
-
-def test_an_unknown_strategy_is_named_in_the_error():
-    from kb.enrich.extract import main_content
-
-    with pytest.raises(ValueError, match="'everything' is not an extraction strategy"):
-        main_content(lambda mode: "", strategy="everything")

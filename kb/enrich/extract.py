@@ -19,16 +19,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import lxml.etree
 import lxml.html
 
-from kb.enrich import page_choice
-from kb.enrich.page_types import PageType, Signals, classify, page_features, page_signals
-from kb.enrich.repeated_blocks import best_series_by_weight, series_html
+from kb.enrich import block_choice
+from kb.enrich.page_blocks import block_features, page_blocks
+from kb.enrich.page_types import classify, page_signals
 
 # A page with fewer words than this is "thin": a teaser, a login wall, a
 # cookie notice or an empty JavaScript shell, not an article.
@@ -91,18 +90,8 @@ _MARKDOWN_PREFIX = {"h1": "# ", "h2": "## ", "h3": "### ", "h4": "#### ", "h5": 
                     "li": "- "}
 
 
-# The strategies, the grid rule and the inputs of the per-page choice read
-# and clean the same fragments many times for one page (trafilatura's
-# default run, each block of the series). Both functions are pure, so the
-# last results are kept: without this, the choice's inputs cost 36 ms CPU
-# per page (p50 of 190 pages of both sets, after the two runs of the article
-# strategy), with it 24 ms. extract_html() empties both caches at its end:
-# whole documents also pass through html_to_text(), and the memory must not
-# hold hundreds of them.
-_KEPT_RESULTS = 256
 
 
-@lru_cache(maxsize=_KEPT_RESULTS)
 def html_to_text(html: str, markdown: bool = False) -> str:
     """The text of an HTML page or fragment: one paragraph per block element,
     paragraphs split by one blank line, spaces inside a paragraph collapsed.
@@ -177,103 +166,41 @@ def count_words(text: str) -> int:
 
 # --- pages ---------------------------------------------------------------------
 
-# How kb reads a page. Each step was measured on the development set
-# (../shared/eval/extraction, 400 real pages; `benchmarks/bench_extraction.py
-# --cv` checks the numbers below by 5-fold cross-validation):
+# How kb reads a page (benchmarks/extraction.md has the figures; the
+# nested cross-validation of `benchmarks/train_block_choice.py` checks the
+# learned parts):
 # 1. trafilatura runs with its default settings and with favor_precision.
-#    favor_precision removes more boilerplate, but on some pages it also cuts
-#    the body. So its result is taken only when it keeps nearly all the text
-#    of the default result (PRECISION_KEEPS): then what it removed was
-#    boilerplate. Otherwise the default result is taken.
-# 2. A result that is still thin is read again with favor_recall, which finds
-#    the body on some pages where the other two settings find almost nothing.
-# 3. clean_fragment() removes what trafilatura keeps but a reader does not
-#    need: link blocks ("Read also: ...", lists of related articles), credit
-#    lines ("© AFP"), and headings left with nothing under them at the end.
+# 2. kb's article rule makes a third text from those two runs: the
+#    favor_precision result when it keeps nearly all the text of the default
+#    result (PRECISION_KEEPS), because then what it removed was boilerplate;
+#    else the default result. clean_fragment() removes from it what a reader
+#    does not need: link blocks ("Read also: ..."), credit lines ("© AFP"),
+#    and headings left with nothing under them at the end.
+# 3. The block choice (kb.enrich.block_choice) keeps the blocks of the page
+#    that are main text, from the numbers of each block and how much of it
+#    the three texts hold. One choice per page (a strategy per page type,
+#    then a learned choice of strategy per page) stopped at 0.83 word F1 on
+#    WCXB: the blocks of one page need different answers.
+# 4. A result that is still thin is read again with favor_recall, which finds
+#    the body on some pages where the other settings find almost nothing.
 # Images are not extracted: with include_images trafilatura chooses other
 # parts of some pages and keeps figure captions and photo credits. On the
 # development set this cost 0.017 of precision and gained no recall.
 PRECISION_KEEPS = 0.98
-# A block of a series is new when less than this share of its words is
-# already in the text: a post that trafilatura already kept is not added twice.
-NEW_BLOCK_SHARE = 0.5
 # A block (paragraph, heading, list item) of at most SHORT_BLOCK_CHARS
 # characters, of which at least LINK_SHARE are the words of links, points to
 # other pages: it is not prose. Both values, and PRECISION_KEEPS, are the
-# ones that the whole development set chooses from the benchmark's grid; 4
-# of the 5 cross-validation folds chose the same.
+# ones that the whole news set chose from a grid; 4 of the 5
+# cross-validation folds chose the same.
 SHORT_BLOCK_CHARS = 100
 LINK_SHARE = 0.7
-# The grid rule of the article strategy: a page that kb types as an article
-# but that is a grid of items (a collection of talks, a category page) has
-# little running text, and trafilatura keeps few of its items. When
-# trafilatura's text with the items of the page's series added ("items+merge",
-# link blocks kept) has at least GRID_WORDS_RATIO times the words of the
-# article text, and the series has at least GRID_MIN_BLOCKS blocks, the items
-# are the content: that text replaces the article text. A real article with
-# a long list of comments or related links seldom passes both. The 5 training
-# sets of the cross-validation chose 6 and 8 in 5 of 5 folds, with the rule
-# that the news set must not fall (benchmarks/extraction.md, 3 December 2026).
-GRID_WORDS_RATIO = 6.0
-GRID_MIN_BLOCKS = 8
 
-# The settings of trafilatura that kb runs, by name. "comments" keeps the
-# replies under a post: on a forum thread they are the content.
+# The settings of trafilatura that kb runs, by name.
 MODES = {
     "default": {},
     "precision": {"favor_precision": True},
     "recall": {"favor_recall": True},
-    "comments": {"include_comments": True},
-    "recall_comments": {"favor_recall": True, "include_comments": True},
-    # Without links: with include_links, trafilatura drops or cuts some
-    # blocks that are dense with links. On 87 WCXB collection and
-    # documentation pages this cost 0.015 of word F1 (0.713 against 0.727).
-    # The fragment then has no <a href>: kb pays that only where it gains.
-    "nolinks": {"include_links": False},
 }
-# The strategies of main_content(): how the page's extraction is made.
-# - "article": kb's rule for articles (steps 1 to 3 above).
-# - a name of MODES: one run of trafilatura with those settings.
-# - "posts", "items" and their "+merge" forms: the page's largest series of
-#   repeated blocks (kb.enrich.repeated_blocks): the posts of a thread (the words
-#   of links count half: names and dates are links) or the items of a list
-#   (links count in full: an item's title is a link). Alone, the series is
-#   the text; with "+merge", the blocks that trafilatura left out are added
-#   to trafilatura's default text.
-# Every strategy falls back to favor_recall when its text is thin.
-SERIES_STRATEGIES = {"posts": (0.5, False), "posts+merge": (0.5, True),
-                     "items": (1.0, False), "items+merge": (1.0, True)}
-SERIES_WEIGHTS = tuple(sorted({weight for weight, _ in SERIES_STRATEGIES.values()}))
-_BASE_STRATEGIES = ("article", *MODES, *SERIES_STRATEGIES)
-# A strategy with this suffix keeps the link blocks (clean_fragment): on a
-# listing or a collection the items are links, and on a documentation page
-# the links of a reference table are content. On the WCXB pages that the
-# annotation calls listings, the items of the series gave 0.635 word F1 with
-# link blocks kept and 0.612 without; on articles 0.919 against 0.924.
-KEEP_LINKS = "+link_blocks"
-STRATEGIES = (*_BASE_STRATEGIES, *(name + KEEP_LINKS for name in _BASE_STRATEGIES))
-# The strategy of each page type, as benchmarks/bench_extraction.py --cv
-# chose it on both development sets together (see benchmarks/extraction.md,
-# 3 December 2026). The 5 training sets of the CV chose the same for
-# article, documentation and service in 5 of 5 folds, for collection in 4,
-# for product and listing in 3; for forum "article" in 1 and its
-# "+link_blocks" form in 3 (the two differ by 0.003 on those pages).
-# "default" and "nolinks" cost one run of trafilatura, "article" two: the
-# second run is paid where it gains. On the pages of the types of
-# kb.enrich.page_choice's model (collection, forum and listing), the choice
-# can replace the type's strategy for a single page (choose_strategy()).
-# Not on articles: there its inputs cost 19 ms CPU per page (p50), and the
-# p50 of kb's stage went above the goal of 80 ms.
-TYPE_STRATEGY = {
-    PageType.ARTICLE: "article",
-    PageType.FORUM: "article",
-    PageType.PRODUCT: "default",
-    PageType.COLLECTION: "nolinks",
-    PageType.LISTING: "posts+merge",
-    PageType.DOCUMENTATION: "nolinks",
-    PageType.SERVICE: "default",
-}
-_WORD = re.compile(r"\w+")
 # The blocks that clean_fragment() judges one by one.
 _LEAF_BLOCKS = ("p", "h1", "h2", "h3", "h4", "h5", "h6", "li", "dt", "dd")
 _HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
@@ -282,12 +209,11 @@ _CONTENT_BLOCKS = ("p", "pre", "table", "blockquote", "ul", "ol", "dl", "div", *
 
 
 def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
-    """The main content of a page: its page type (kb.enrich.page_types) chooses the
-    strategy (TYPE_STRATEGY, see STRATEGIES), and on the pages of some types
-    the per-page choice (kb.enrich.page_choice) can replace it.
+    """The main content of a page: the blocks that the block choice
+    (kb.enrich.block_choice) keeps, with the threshold of the page's type
+    (kb.enrich.page_types). A thin result is read again with favor_recall.
 
-    Links stay in the HTML; trafilatura makes their addresses absolute when
-    it knows the page URL."""
+    Links stay in the HTML, absolute when the page URL is known."""
     import trafilatura
 
     try:
@@ -296,11 +222,8 @@ def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
         tree = None
     if tree is None:
         return Extracted(text_html="", text="", title=_page_title(html), word_count=0)
-    signals = page_signals(tree, url)
-    kind = classify(signals)
+    kind = classify(page_signals(tree, url))
     runs: dict[str, str] = {}
-    series: dict[float, list[str]] = {}
-    members: dict[float, list[lxml.html.HtmlElement]] = {}
 
     def run(mode: str) -> str:
         # trafilatura cleans the tree it is given in place: each run gets a copy.
@@ -308,49 +231,24 @@ def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
             runs[mode] = trafilatura_fragment(copy.deepcopy(tree), url, mode)
         return runs[mode]
 
-    def blocks(link_weight: float) -> list[str]:
-        # One walk over the tree finds the series of every link weight; the
-        # HTML of a series is made when a strategy asks for it.
-        if not members:
-            members.update(best_series_by_weight(tree, SERIES_WEIGHTS))
-        if link_weight not in series:
-            series[link_weight] = series_html(members[link_weight])
-        return series[link_weight]
-
-    strategy = choose_strategy(tree, signals, kind, run, blocks)
-    fragment = main_content(run, strategy=strategy, blocks=blocks)
+    blocks = page_blocks(tree)
+    model = block_choice.load_model()
+    scores = block_choice.block_scores(model, block_features(tree, blocks, kept_texts(run)))
+    fragment = block_choice.kept_fragment(blocks, scores, block_choice.threshold_of(model, str(kind)), url)
+    fragment = recall_when_thin(fragment, lambda: clean_fragment(run("recall")))
     title = _trafilatura_title(tree) or _page_title(html)
     text = html_to_text(fragment)
-    html_to_text.cache_clear()
-    clean_fragment.cache_clear()
     return Extracted(text_html=fragment, text=text, title=title, word_count=count_words(text), page_type=str(kind))
 
 
-def choose_strategy(tree: lxml.html.HtmlElement, signals: Signals, kind: PageType, run: Callable[[str], str],
-                    blocks: Callable[[float], list[str]]) -> str:
-    """The strategy of one page: its type's (TYPE_STRATEGY), or the one that
-    the per-page choice (kb.enrich.page_choice) gives for a page of the
-    model's types. The inputs of the choice come from the runs that the
-    article strategy makes anyway; the chosen strategy may run one more."""
-    base = TYPE_STRATEGY[kind]
-    model = page_choice.load_model()
-    if str(kind) not in model["types"]:
-        return base
-    return page_choice.choose(model, str(kind), base, choice_inputs(tree, signals, run, blocks))
-
-
-def choice_inputs(tree: lxml.html.HtmlElement, signals: Signals, run: Callable[[str], str],
-                  blocks: Callable[[float], list[str]]) -> dict[str, float]:
-    """page_choice.choice_features() of one page. The benchmark's training
-    script calls this with stored runs, so both use the same numbers. The
-    texts are counted before the favor_recall run of a thin text: a short
-    series of posts is thin on most pages, and that third run of trafilatura
-    (about 25 ms) made kb's p50 84 ms CPU per page."""
-    words = {name: count_words(html_to_text(main_content(run, strategy=name, blocks=blocks, recall_when_thin=False)))
-             for name in page_choice.CHOICE_TEXTS}
-    series = {name: len(blocks(SERIES_STRATEGIES[name][0])) for name in ("posts", "items")}
-    raw_words = {mode: count_words(html_to_text(run(mode))) for mode in ("default", "precision")}
-    return page_choice.choice_features(page_features(tree, signals), words, series, raw_words)
+def kept_texts(run: Callable[[str], str]) -> dict[str, str]:
+    """The texts whose words the block choice compares with each block
+    (page_blocks.KEPT_BY): trafilatura's default and favor_precision runs,
+    and kb's article rule made from them. The training script calls this
+    with stored runs, so both use the same texts."""
+    texts = {mode: html_to_text(run(mode)) for mode in ("default", "precision")}
+    texts["article"] = html_to_text(article_text(run))
+    return texts
 
 
 def trafilatura_fragment(html: str | bytes | lxml.html.HtmlElement, url: str | None, mode: str) -> str:
@@ -385,108 +283,36 @@ def _trafilatura_title(tree: lxml.html.HtmlElement) -> str | None:
     return " ".join(title.split()) or None if title else None
 
 
-def main_content(
-    run: Callable[[str], str],
-    *,
-    strategy: str = "article",
-    blocks: Callable[[float], list[str]] | None = None,
-    precision_keeps: float = PRECISION_KEEPS,
-    link_share: float = LINK_SHARE,
-    short_chars: int = SHORT_BLOCK_CHARS,
-    recall_when_thin: bool = True,
-) -> str:
-    """The cleaned HTML fragment of a page's main content by one of
-    STRATEGIES, from `run(mode)` (trafilatura's fragment with the settings
-    of MODES[mode]) and `blocks(link_weight)` (the HTML of the page's largest
-    series of repeated blocks, kb.enrich.repeated_blocks). The benchmark calls this
-    with stored fragments and other parameters, to cross-validate them.
-    With recall_when_thin=False, a thin text is not read again with
-    favor_recall (the inputs of the per-page choice)."""
-
-    if strategy not in STRATEGIES:
-        raise ValueError(f"{strategy!r} is not an extraction strategy: choose one of {', '.join(STRATEGIES)}")
-    keep_links = strategy.endswith(KEEP_LINKS)
-    strategy = strategy.removesuffix(KEEP_LINKS)
-
-    def clean(fragment: str, keep_links: bool = keep_links) -> str:
-        return clean_fragment(fragment, link_share=link_share, short_chars=short_chars, link_blocks=not keep_links)
-
-    if strategy == "article":
-        fragment = _article_rule(clean(run("default")), clean(run("precision")), precision_keeps)
-        if blocks is not None:
-            fragment = _grid_rule(fragment, run, blocks, lambda part: clean(part, keep_links=True))
-    elif strategy in MODES:
-        fragment = clean(run(strategy))
-    elif strategy in SERIES_STRATEGIES:
-        link_weight, merge = SERIES_STRATEGIES[strategy]
-        base = clean(run("default"))
-        series = [clean(block) for block in (blocks(link_weight) if blocks else [])]
-        fragment = _merge_series(base, series) if merge else _series_fragment(series) or base
-    if recall_when_thin and count_words(html_to_text(fragment)) < THIN_WORDS:
-        recalled = clean(run("recall"))
-        if len(html_to_text(recalled)) > len(html_to_text(fragment)):
-            fragment = recalled
-    return fragment
-
-
-def _article_rule(default: str, precise: str, precision_keeps: float) -> str:
-    """favor_precision's result when it keeps nearly all of the default's
-    text (then what it removed was boilerplate), else the default's."""
+def article_text(run: Callable[[str], str]) -> str:
+    """kb's article rule (step 2 above) from `run(mode)`, trafilatura's
+    fragment with the settings of MODES[mode]: the cleaned favor_precision
+    result when it keeps at least PRECISION_KEEPS of the cleaned default
+    result's characters, else the cleaned default result."""
+    default, precise = clean_fragment(run("default")), clean_fragment(run("precision"))
     default_chars, precise_chars = len(html_to_text(default)), len(html_to_text(precise))
-    if precise_chars and precise_chars >= precision_keeps * default_chars:
+    if precise_chars and precise_chars >= PRECISION_KEEPS * default_chars:
         return precise
     return default
 
 
-def _grid_rule(article: str, run: Callable[[str], str], blocks: Callable[[float], list[str]],
-               clean_keeping_links: Callable[[str], str]) -> str:
-    """The article text, or trafilatura's text with the items of the page's
-    series added when the page is a grid of items (see GRID_WORDS_RATIO):
-    the text of the "items+merge+link_blocks" strategy."""
-    link_weight, _ = SERIES_STRATEGIES["items+merge"]
-    series = blocks(link_weight)
-    if len(series) < GRID_MIN_BLOCKS:
-        return article
-    items = _merge_series(clean_keeping_links(run("default")), [clean_keeping_links(block) for block in series])
-    if count_words(html_to_text(items)) >= GRID_WORDS_RATIO * max(1, count_words(html_to_text(article))):
-        return items
-    return article
+def recall_when_thin(fragment: str, recalled: Callable[[], str]) -> str:
+    """A thin fragment (THIN_WORDS) gives way to `recalled()` (the cleaned
+    favor_recall run) when that has more text: on some pages favor_recall
+    finds the body where the other settings find almost nothing."""
+    if count_words(html_to_text(fragment)) >= THIN_WORDS:
+        return fragment
+    other = recalled()
+    return other if len(html_to_text(other)) > len(html_to_text(fragment)) else fragment
 
 
-def _series_fragment(series: list[str]) -> str:
-    """The blocks of a series as one fragment, or "" when none has text."""
-    kept = [block for block in series if html_to_text(block)]
-    return f"<article>{''.join(kept)}</article>" if kept else ""
-
-
-def _merge_series(base: str, series: list[str]) -> str:
-    """trafilatura's fragment, then each block of the series of which less
-    than half the words are in the text so far: the posts or items that
-    trafilatura left out, without the one that it kept."""
-    seen = set(_WORD.findall(html_to_text(base).lower()))
-    added = []
-    for block in series:
-        words = _WORD.findall(html_to_text(block).lower())
-        if words and sum(word in seen for word in words) < NEW_BLOCK_SHARE * len(words):
-            added.append(block)
-            seen.update(words)
-    if not added:
-        return base
-    inner = base.removeprefix("<article>").removesuffix("</article>") if base else ""
-    return f"<article>{inner}{''.join(added)}</article>"
-
-
-@lru_cache(maxsize=_KEPT_RESULTS)
-def clean_fragment(fragment: str, *, link_share: float = LINK_SHARE, short_chars: int = SHORT_BLOCK_CHARS,
-                   link_blocks: bool = True) -> str:
+def clean_fragment(fragment: str) -> str:
     """An HTML fragment without link blocks, credit lines, and headings that
     are left at the end with no content under them. Links inside prose stay.
 
-    A link block is a short block (at most short_chars characters) of which
-    at least link_share are the words of links: "Read also: ...", a menu
-    item, a related article. A credit line is a short block with a
-    copyright sign: it names the owner of a picture or of the site. With
-    link_blocks=False, link blocks stay (see KEEP_LINKS)."""
+    A link block is a short block (at most SHORT_BLOCK_CHARS characters) of
+    which at least LINK_SHARE are the words of links: "Read also: ...", a
+    menu item, a related article. A credit line is a short block with a
+    copyright sign: it names the owner of a picture or of the site."""
     if not fragment or not fragment.strip():
         return ""
     root = lxml.html.fragment_fromstring(fragment, create_parent="article")
@@ -494,10 +320,10 @@ def clean_fragment(fragment: str, *, link_share: float = LINK_SHARE, short_chars
         if element.getparent() is None or _inside(element, "pre"):
             continue
         text = _text_of(element)
-        if not text or len(text) > short_chars:
+        if not text or len(text) > SHORT_BLOCK_CHARS:
             continue
         link_chars = sum(len(_text_of(a)) for a in element.iter("a"))
-        if (link_blocks and link_chars >= link_share * len(text)) or "©" in text:
+        if link_chars >= LINK_SHARE * len(text) or "©" in text:
             element.drop_tree()
     _drop_trailing_headings(root)
     if len(root) == 1 and root[0].tag == "article" and not (root.text or "").strip():

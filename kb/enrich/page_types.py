@@ -31,7 +31,6 @@ The signals cost a few milliseconds: one walk over the parsed tree.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -199,72 +198,3 @@ def count_post_containers(tree: lxml.html.HtmlElement) -> int:
         if any(_AUTHOR_CLASS.search(d.get("class", "")) for d in element.iter() if isinstance(d.tag, str)):
             count += 1
     return count
-
-
-# --- the numbers of a page -------------------------------------------------------
-
-# Words that a page's visible text uses for its own kind: a shop asks to buy,
-# a service page sells plans, a thread counts replies, a manual documents
-# parameters. Each feature counts the matches (log scale).
-_TEXT_SIGNALS = {
-    "shop_words": re.compile(r"add to (cart|bag|basket)|buy now|in stock|out of stock|free shipping|sku\b|quantity"),
-    "price_marks": re.compile(r"[$€£¥]\s?\d|\d[.,]\d\d\s?(€|eur|usd|gbp)\b"),
-    "service_words": re.compile(r"pricing|per month|/mo\b|free trial|get started|book a demo|request a demo"
-                                r"|contact sales|our services|get a quote|sign up"),
-    "thread_words": re.compile(r"\brepl(y|ies)\b|\bposted\b|\bjoined\b|\bquote\b|\bmembers?\b|\bviews\b|\bupvote"),
-    "doc_words": re.compile(r"\bparameters?\b|\breturns?\b|\bexample\b|\bfunction\b|\binstall|\bsyntax\b|\bapi\b"),
-    "article_words": re.compile(r"min read|\bpublished\b|\bupdated\b|\bby [A-Z]|\bshare\b|\bcomments?\b"),
-    "listing_words": re.compile(r"read more|load more|next page|\bpage \d|showing \d|results?\b|sort by|filter"),
-}
-# Elements counted for page_features(), each one feature (log scale).
-_COUNTED_TAGS = ("pre", "code", "table", "form", "input", "button", "li", "a", "p", "h1", "h2", "h3", "article",
-                 "section", "time", "blockquote", "img", "dl", "nav", "aside", "select", "footer")
-_YEAR_IN_PATH = re.compile(r"/(19|20)\d\d/")
-
-
-def page_features(tree: lxml.html.HtmlElement, signals: Signals) -> dict[str, float]:
-    """The numbers that the per-page choice of strategy weighs
-    (kb.enrich.page_choice): the rule's answer (classify()), the signals it
-    reads, and counts of elements and words. Counts are on a log scale, so
-    that one huge page does not dominate. `signals` are page_signals() of
-    the same page: extraction finds them once for both uses."""
-    features: dict[str, float] = {f"rule_{kind}": 0.0 for kind in PageType}
-    features[f"rule_{classify(signals)}"] = 1.0
-    types = signals.schema_types
-    features |= {
-        "schema_forum": float(bool(types & _SCHEMA_FORUM)),
-        "schema_product": float("Product" in types),
-        "schema_offer": float(bool(types & {"Offer", "AggregateOffer"})),
-        "schema_collection": float(bool(types & _SCHEMA_COLLECTION)),
-        "schema_itemlist": float("ItemList" in types),
-        "schema_article": float(bool(types & _SCHEMA_ARTICLE)),
-        "schema_docs": float(bool(types & _SCHEMA_DOCUMENTATION)),
-        "schema_service": float(bool(types & {"Service", "SoftwareApplication", "Organization", "LocalBusiness"})),
-        "schema_faq": float("FAQPage" in types),
-        "og_article": float(signals.og_type == "article"),
-        "og_product": float(signals.og_type.startswith("product")),
-        "og_website": float(signals.og_type == "website"),
-        "url_forum": float(bool(_FORUM_PATH.search(signals.path) or _FORUM_HOST.match(signals.host))),
-        "url_product": float(bool(_PRODUCT_PATH.search(signals.path))),
-        "url_collection": float(bool(_COLLECTION_PATH.search(signals.path))),
-        "url_docs": float(bool(_DOCUMENTATION_PATH.search(signals.path) or _DOCUMENTATION_HOST.search(signals.host))),
-        "url_listing": float(bool(signals.host and _LISTING_PATH.search(signals.path))),
-        "url_year": float(bool(_YEAR_IN_PATH.search(signals.path))),
-        "url_depth": float(len([part for part in signals.path.split("?")[0].split("/") if part])),
-        "url_query": float("?" in signals.path),
-        "url_long_slug": float(max((part.count("-") for part in signals.path.split("/")), default=0) >= 4),
-        "post_containers": math.log1p(signals.post_containers),
-        "teasers": math.log1p(signals.teasers),
-    }
-    counts = dict.fromkeys(_COUNTED_TAGS, 0)
-    for element in tree.iter(*_COUNTED_TAGS):
-        counts[element.tag] += 1
-    features |= {f"n_{tag}": math.log1p(n) for tag, n in counts.items()}
-    body = tree.find("body")
-    text = " ".join(body.text_content().split()).lower() if body is not None else ""
-    words = len(text.split())
-    link_words = sum(len((a.text_content() or "").split()) for a in tree.iter("a"))
-    features["words"] = math.log1p(words)
-    features["link_share"] = min(1.0, link_words / words) if words else 0.0
-    features |= {name: math.log1p(len(pattern.findall(text))) for name, pattern in _TEXT_SIGNALS.items()}
-    return features

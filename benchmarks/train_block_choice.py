@@ -1,0 +1,312 @@
+"""Train the block choice of extraction (kb.enrich.block_choice) and check it.
+
+Each block of each page of both development sets is one example
+(kb.enrich.page_blocks.block_features()). Its label:
+- WCXB: main text when at least LABEL_SHARE of its word trigrams are in
+  the page's hand-made main text.
+- news set: main text when it holds a snippet that the text must hold; not
+  main text when it holds one that the text must not hold; else no label.
+Each page weighs 1, shared by its blocks by their words: the sets score
+each page, and a long block counts more words.
+
+LightGBM fits the trees. The threshold of each page type of kb
+(kb.enrich.page_types) is chosen on out-of-fold scores: the best sum of
+both sets' F1. Nested 5-fold cross-validation (the folds of
+bench_extraction.py): for each fold, the trees are fitted on the other 4
+folds, the thresholds on an inner 4-fold CV of those folds, and the fold
+is scored with both, beside trafilatura alone on the same pages. With
+--write, the trees are fitted on all pages, the thresholds on a 5-fold CV
+of all pages, and the plain numbers go to kb/enrich/block_choice_model.json.
+
+Needs the "train" extra (`.venv/bin/pip install -e ".[train]"`: LightGBM).
+Run (the cache holds trafilatura's runs, as for bench_extraction.py --cv;
+a missing run is made and stored; --table keeps the block table):
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/train_block_choice.py [--cache FILE] [--table FILE] [--write] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import pickle
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_extraction as bench  # noqa: E402
+
+LABEL_SHARE = 0.5
+THRESHOLDS = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65)
+# LightGBM's settings. Under 5-fold CV (3 December 2026): 31 leaves, 300
+# rounds at 0.05 gave WCXB 0.8550 and news 0.9336; the same with a depth
+# of at most 8 gave 0.8550 and 0.9349, and kb walks 8 levels, not 20;
+# 15 leaves and 150 rounds at 0.1 lost 0.005 on an earlier feature set.
+PARAMETERS = {"objective": "binary", "learning_rate": 0.05, "num_leaves": 31, "max_depth": 8, "min_data_in_leaf": 50,
+              "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1, "lambda_l2": 1.0,
+              "verbose": -1, "seed": 1}
+ROUNDS = 300
+TRAFILATURA = "trafilatura"
+
+
+def block_table(sets: list, cache: Path | None) -> dict:
+    """For every page: the features, labels and texts of its blocks, its
+    set, annotated type, kb's type, fold, and trafilatura alone's counts."""
+    import trafilatura
+
+    from kb.enrich.block_choice import block_html
+    from kb.enrich.extract import kept_texts, trafilatura_fragment
+    from kb.enrich.page_blocks import block_features, gram_sets, page_blocks, share_in, words_of
+    from kb.enrich.page_types import page_type
+
+    stored = pickle.loads(cache.read_bytes()) if cache and cache.exists() else {}
+    table = {}
+    for dev in sets:
+        for page in dev.pages:
+            raw = bench.html_of(page)
+            tree = trafilatura.load_html(raw)
+            runs = stored.setdefault(page.key, {}).setdefault("runs", {})
+            for mode in ("default", "precision"):
+                if mode not in runs:
+                    runs[mode] = trafilatura_fragment(copy.deepcopy(tree), page.url, mode) if tree is not None else ""
+            try:
+                alone = trafilatura.extract(raw, url=page.url) or ""
+            except Exception:  # noqa: BLE001 - as bench_extraction scores it: a failure is an empty text
+                alone = ""
+            row = {"set": dev.name, "kind": page.kind, "fold": bench.fold_of(page),
+                   "rule": str(page_type(tree, page.url)) if tree is not None else "article",
+                   TRAFILATURA: dev.counts(page, alone), "texts": [], "pieces": [], "y": np.zeros(0, dtype=np.int8),
+                   "X": np.zeros((0, 0), dtype=np.float32)}
+            table[page.key] = row
+            if tree is None:
+                continue
+            blocks = page_blocks(tree)
+            row["X"] = block_features(tree, blocks, kept_texts(runs.__getitem__))
+            row["texts"] = [block.text for block in blocks]
+            # What kb's fragment holds for each block: the Scorer reads the
+            # text that kb gives, through html_to_text().
+            row["pieces"] = [block_html(block, page.url) for block in blocks]
+            if dev.name == "wcxb":
+                truth = gram_sets(dev.truth[page.key])
+                labels = [int(share_in(words_of(text), truth) >= LABEL_SHARE) for text in row["texts"]]
+            else:
+                snippets = dev.dev.SNIPPETS[page.key.removeprefix("news/")]
+                must = [dev.dev.norm(s) for s in snippets["with"]]
+                must_not = [dev.dev.norm(s) for s in snippets["without"]]
+                labels = []
+                for text in row["texts"]:
+                    norm = dev.dev.norm(text)
+                    labels.append(1 if any(s in norm for s in must) else 0 if any(s in norm for s in must_not) else -1)
+            row["y"] = np.array(labels, dtype=np.int8)
+    if cache:
+        cache.write_bytes(pickle.dumps(stored))
+    return table
+
+
+def examples(table: dict, keys: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The labelled blocks of the pages, with their weights: each page 1,
+    shared by the words of its labelled blocks."""
+    from kb.enrich.page_blocks import feature_names
+
+    column = feature_names().index("log_words")
+    rows, labels, weights = [], [], []
+    for key in keys:
+        row = table[key]
+        labelled = row["y"] >= 0
+        if not labelled.any():
+            continue
+        words = np.expm1(row["X"][labelled, column])
+        rows.append(row["X"][labelled])
+        labels.append(row["y"][labelled])
+        weights.append(words / max(1.0, float(words.sum())))
+    return np.vstack(rows), np.concatenate(labels), np.concatenate(weights)
+
+
+def fit(table: dict, keys: list[str]):
+    import lightgbm
+
+    rows, labels, weights = examples(table, keys)
+    return lightgbm.train(PARAMETERS | {"num_threads": os.cpu_count() or 1},
+                          lightgbm.Dataset(rows, labels, weight=weights), ROUNDS)
+
+
+class Scorer:
+    """The counts of each page's text at each threshold, made once."""
+
+    def __init__(self, sets: list, table: dict):
+        self.sets = {dev.name: dev for dev in sets}
+        self.table = table
+        self.pages = {page.key: page for dev in sets for page in dev.pages}
+
+    def counts(self, scores: dict[str, np.ndarray]) -> dict[str, dict[float, tuple]]:
+        """The counts of the text that kb gives (html_to_text of the kept
+        blocks' HTML), without the favor_recall run of a thin text."""
+        from kb.enrich.extract import html_to_text
+
+        out = {}
+        for key, page_scores in scores.items():
+            row = self.table[key]
+            dev = self.sets[row["set"]]
+            out[key] = {threshold: dev.counts(self.pages[key], html_to_text("<article>" + "".join(
+                piece for piece, score in zip(row["pieces"], page_scores) if score >= threshold) + "</article>"))
+                for threshold in THRESHOLDS}
+        return out
+
+    def objective(self, counts: dict, keys: list[str], thresholds: dict[str, float]) -> float:
+        total = 0.0
+        for name, dev in self.sets.items():
+            total += dev.f1([counts[k][thresholds[self.table[k]["rule"]]] for k in keys
+                             if self.table[k]["set"] == name])["f1"]
+        return total
+
+    def tune(self, counts: dict, keys: list[str]) -> dict[str, float]:
+        """The threshold of each kb page type: coordinate ascent on the sum
+        of both sets' F1, from 0.5."""
+        from kb.enrich.page_types import PageType
+
+        thresholds = {str(kind): 0.5 for kind in PageType}
+        for _ in range(2):
+            for kind in thresholds:
+                thresholds[kind] = max(THRESHOLDS, key=lambda t: (self.objective(counts, keys, thresholds | {kind: t}),
+                                                                  t == thresholds[kind]))
+        return thresholds
+
+
+def out_of_fold(table: dict, keys: list[str], folds: list[int]) -> dict[str, np.ndarray]:
+    """The scores of each page from trees fitted on the other folds."""
+    scores = {}
+    for fold in folds:
+        model = fit(table, [k for k in keys if table[k]["fold"] != fold])
+        for key in keys:
+            if table[key]["fold"] == fold and len(table[key]["texts"]):
+                scores[key] = model.predict(table[key]["X"])
+    return scores | {k: np.zeros(0) for k in keys if k not in scores}
+
+
+def nested_cv(sets: list, table: dict, scorer: Scorer) -> list[dict]:
+    rows = []
+    keys = list(table)
+    for fold in range(bench.FOLDS):
+        inner = [f for f in range(bench.FOLDS) if f != fold]
+        train = [k for k in keys if table[k]["fold"] != fold]
+        test = [k for k in keys if table[k]["fold"] == fold]
+        thresholds = scorer.tune(scorer.counts(out_of_fold(table, train, inner)), train)
+        model = fit(table, train)
+        scores = {k: model.predict(table[k]["X"]) if len(table[k]["texts"]) else np.zeros(0) for k in test}
+        counts = scorer.counts(scores)
+        row = {"fold": fold, "thresholds": thresholds}
+        for dev in sets:
+            for kind in ["all", *sorted({table[k]["kind"] for k in test if table[k]["set"] == dev.name})]:
+                chosen = [k for k in test if table[k]["set"] == dev.name and kind in ("all", table[k]["kind"])]
+                row[f"{dev.name}/{kind}"] = {
+                    "blocks": dev.f1([counts[k][thresholds[table[k]["rule"]]] for k in chosen])["f1"],
+                    TRAFILATURA: dev.f1([table[k][TRAFILATURA] for k in chosen])["f1"]}
+        rows.append(row)
+        print(f"fold {fold}: news {row['news/all']['blocks']:.4f}, WCXB {row['wcxb/all']['blocks']:.4f}, "
+              f"thresholds {thresholds}", flush=True)
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    print("| set, type | kb blocks | trafilatura | blocks above in |")
+    print("|---|---|---|---|")
+    for name in [n for n in rows[0] if "/" in n]:
+        ours = [row[name]["blocks"] for row in rows]
+        theirs = [row[name][TRAFILATURA] for row in rows]
+        above = sum(a > b for a, b in zip(ours, theirs))
+        print(f"| {name} | {bench.mean_spread(ours)} | {bench.mean_spread(theirs)} | {above} of {len(rows)} folds |")
+
+
+def export(model, thresholds: dict[str, float]) -> dict:
+    """The trees as padded flat arrays: per node its feature (-1 for a
+    leaf), threshold, left and right child and leaf value."""
+    from kb.enrich.page_blocks import feature_names
+
+    trees, depth = [], 0
+    for info in model.dump_model()["tree_info"]:
+        nodes = []
+
+        def add(node: dict, level: int) -> int:
+            nonlocal depth
+            index = len(nodes)
+            nodes.append(None)
+            if "leaf_value" in node:
+                nodes[index] = (-1, 0.0, index, index, node["leaf_value"])
+                depth = max(depth, level)
+                return index
+            if node["decision_type"] != "<=":
+                raise ValueError(f"split {node['decision_type']!r}: only '<=' is walked by kb.enrich.block_choice")
+            left = add(node["left_child"], level + 1)
+            right = add(node["right_child"], level + 1)
+            nodes[index] = (node["split_feature"], node["threshold"], left, right, 0.0)
+            return index
+
+        add(info["tree_structure"], 0)
+        trees.append(nodes)
+    width = max(len(nodes) for nodes in trees)
+    flat = []
+    for nodes in trees:
+        nodes = nodes + [(-1, 0.0, i, i, 0.0) for i in range(len(nodes), width)]
+        flat.append({"feature": [n[0] for n in nodes], "threshold": [float(n[1]) for n in nodes],
+                     "left": [n[2] for n in nodes], "right": [n[3] for n in nodes],
+                     "value": [round(n[4], 7) for n in nodes]})
+    return {"features": feature_names(), "base": 0.0, "depth": depth, "thresholds": thresholds,
+            "default_threshold": 0.5, "trees": flat}
+
+
+def check_export(model, table: dict) -> None:
+    """kb's walk of the written trees must give LightGBM's scores: raises
+    AssertionError when a block's score differs by more than 1e-4."""
+    from kb.enrich import block_choice
+
+    block_choice.load_model.cache_clear()
+    shipped = block_choice.load_model()
+    rows = np.vstack([row["X"] for row in table.values() if len(row["texts"])][:200])
+    difference = np.abs(block_choice.block_scores(shipped, rows) - model.predict(rows)).max()
+    assert difference < 1e-4, f"kb's tree walk differs from LightGBM by {difference}"
+    print(f"the written trees give LightGBM's scores (largest difference {difference:.2e})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cache", type=Path, help="keep trafilatura's runs in this pickle (bench_extraction --cache)")
+    parser.add_argument("--table", type=Path, help="keep the block table in this pickle")
+    parser.add_argument("--write", action="store_true", help="fit on all pages and write the model file")
+    parser.add_argument("--no-cv", action="store_true", help="with --write: skip the nested CV")
+    parser.add_argument("--json", type=Path, help="write the nested CV figures here")
+    args = parser.parse_args()
+    sets = [bench.NewsSet(bench.NEWS_SET), bench.WcxbSet(bench.WCXB_SET)]
+    started = time.process_time()
+    if args.table and args.table.exists():
+        table = pickle.loads(args.table.read_bytes())
+    else:
+        table = block_table(sets, args.cache)
+        if args.table:
+            args.table.write_bytes(pickle.dumps(table))
+    print(f"block table: {len(table)} pages, {time.process_time() - started:.0f} s CPU", flush=True)
+    scorer = Scorer(sets, table)
+    if not args.no_cv:
+        rows = nested_cv(sets, table, scorer)
+        print_table(rows)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+    if args.write:
+        from kb.enrich.block_choice import MODEL_FILE
+
+        keys = list(table)
+        thresholds = scorer.tune(scorer.counts(out_of_fold(table, keys, list(range(bench.FOLDS)))), keys)
+        model = fit(table, keys)
+        MODEL_FILE.write_text(json.dumps(export(model, thresholds), separators=(",", ":")) + "\n", encoding="utf-8")
+        check_export(model, table)
+        print(f"wrote {MODEL_FILE}: thresholds {thresholds}")
+    print(f"CPU {time.process_time() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Which blocks of a page are its main text: a learned model, block by block.
+
+A choice of one extraction for the whole page (trafilatura's settings, the
+series of posts or items) cannot be better than the best of those
+extractions: on the WCXB development split that best gives 0.873 word F1.
+A choice per block can reach 0.951 there (the blocks that the hand-made
+main text holds). So kb cuts the page into blocks
+(kb.enrich.page_blocks) and a model of boosted decision trees scores each
+block: its words, links and tag, the names of its classes, where it
+stands, and how much of it trafilatura's runs and kb's article rule kept.
+The blocks at or above the threshold of the page's type make the text.
+
+benchmarks/train_block_choice.py trains the trees (LightGBM) on both
+development sets and checks them by 5-fold cross-validation; kb ships only
+the plain numbers (MODEL_FILE) and walks the trees here with numpy: no
+LightGBM at run time.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from urllib.parse import urljoin, urlsplit
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from kb.enrich.page_blocks import HEADINGS, Block, feature_names
+
+MODEL_FILE = Path(__file__).with_name("block_choice_model.json")
+_LEAF = -1  # the feature of a leaf in the flat arrays
+
+
+@cache
+def load_model(path: Path = MODEL_FILE) -> dict:
+    """The trees as flat numpy arrays, and the threshold per page type.
+    Raises ValueError naming the file when it is not such a model, or when
+    its features are not those of page_blocks.feature_names(): a model of
+    other features would keep the wrong blocks without a sign."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        features = raw["features"]
+        thresholds = {str(kind): float(value) for kind, value in raw["thresholds"].items()}
+        trees = raw["trees"]
+        model = {
+            "feature": np.array([tree["feature"] for tree in trees], dtype=np.int32),
+            # float64, as LightGBM compares: a threshold rounded to float32
+            # can fall on a feature's value and send it the other way.
+            "threshold": np.array([tree["threshold"] for tree in trees], dtype=np.float64),
+            "left": np.array([tree["left"] for tree in trees], dtype=np.int32),
+            "right": np.array([tree["right"] for tree in trees], dtype=np.int32),
+            "value": np.array([tree["value"] for tree in trees], dtype=np.float64),
+            "base": float(raw["base"]),
+            "depth": int(raw["depth"]),
+            "thresholds": thresholds,
+            "default_threshold": float(raw["default_threshold"]),
+        }
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a block-choice model ({type(exc).__name__}: {exc})") from exc
+    if features != feature_names():
+        raise ValueError(f"{path}: the model's features are not those of kb.enrich.page_blocks "
+                         f"({len(features)} against {len(feature_names())}); train it again")
+    return model
+
+
+# Blocks scored at once. The walk holds a few numbers per block and tree;
+# a page of a million tiny blocks must not take gigabytes.
+ROWS_AT_ONCE = 2048
+
+
+def block_scores(model: dict, rows: np.ndarray) -> np.ndarray:
+    """The probability that each block (a row of block_features()) is main
+    text, ROWS_AT_ONCE blocks at a time."""
+    if not len(rows):
+        return np.zeros(0)
+    return np.concatenate([_walk(model, rows[start:start + ROWS_AT_ONCE])
+                           for start in range(0, len(rows), ROWS_AT_ONCE)])
+
+
+def _walk(model: dict, rows: np.ndarray) -> np.ndarray:
+    """All trees are walked at once, one level per step, on flat arrays
+    (node number + tree * width): np.take on flat arrays is several times
+    faster than indexing 2-D arrays. A leaf points to itself."""
+    trees, width = model["feature"].shape
+    feature, threshold = model["feature"].ravel(), model["threshold"].ravel()
+    left, right = model["left"].ravel(), model["right"].ravel()
+    flat_rows = np.ascontiguousarray(rows, dtype=np.float32).ravel()
+    offsets = np.tile(np.arange(trees, dtype=np.int64) * width, len(rows))
+    row_starts = np.repeat(np.arange(len(rows), dtype=np.int64) * rows.shape[1], trees)
+    node = offsets.copy()
+    for _ in range(model["depth"]):
+        split = np.take(feature, node)
+        if (split == _LEAF).all():  # most trees end well above the deepest leaf
+            break
+        value = np.take(flat_rows, row_starts + np.maximum(split, 0))
+        child = np.where(value <= np.take(threshold, node), np.take(left, node), np.take(right, node))
+        node = np.where(split == _LEAF, node, offsets + child)
+    margin = model["base"] + np.take(model["value"].ravel(), node).reshape(len(rows), trees).sum(axis=1)
+    return 1.0 / (1.0 + np.exp(-margin))
+
+
+def threshold_of(model: dict, kind: str) -> float:
+    return model["thresholds"].get(kind, model["default_threshold"])
+
+
+def kept_fragment(blocks: list[Block], scores: np.ndarray, threshold: float, url: str | None) -> str:
+    """The blocks scored at or above the threshold as an <article> fragment
+    in reading order, or "" when no block is kept."""
+    parts = [block_html(block, url) for block, score in zip(blocks, scores) if score >= threshold]
+    return f"<article>{''.join(parts)}</article>" if parts else ""
+
+
+def block_html(block: Block, url: str | None) -> str:
+    """One block as HTML: a heading stays a heading, code stays
+    preformatted, a list item stays an item, the rest is a paragraph. Links
+    keep their address, made absolute from the page's URL (LINK_SCHEMES)."""
+    tag = block.element.tag
+    if tag == "pre":
+        return f"<pre>{html.escape(block.element.text_content().strip())}</pre>"
+    inner = _inline_html(block, url)
+    if tag in HEADINGS:
+        return f"<{tag}>{inner}</{tag}>"
+    if tag == "li":
+        return f"<ul><li>{inner}</li></ul>"
+    return f"<p>{inner}</p>"
+
+
+# The schemes of a link that the fragment keeps. A page is hostile input:
+# javascript:, data: and other schemes would reach the Telegram owner and
+# the web page as live links. A link of another scheme keeps its words.
+LINK_SCHEMES = frozenset({"http", "https"})
+
+
+def _inline_html(block: Block, url: str | None) -> str:
+    pieces = []
+    for text, href in block.parts:
+        words = html.escape(" ".join(text.split()))
+        address = _web_address(href, url) if href else None
+        pieces.append(f'<a href="{html.escape(address, quote=True)}">{words}</a>' if address else words)
+    return " ".join(piece for piece in pieces if piece)
+
+
+def _web_address(href: str, url: str | None) -> str | None:
+    """The absolute address of a link when its scheme is in LINK_SCHEMES,
+    else None. A malformed address is None too: urllib raises ValueError on
+    some that real pages hold ("http://[ccpa-preferences]")."""
+    try:
+        address = urljoin(url or "", href.strip())
+        return address if urlsplit(address).scheme in LINK_SCHEMES else None
+    except ValueError:
+        return None

@@ -1,0 +1,306 @@
+"""The blocks of a page, and the numbers that say if a block is main text.
+
+A block is the text that one block element (a paragraph, a list item, a
+table cell, a div) holds itself, with its inline elements (links, bold) but
+without the blocks inside it. kb.enrich.block_choice keeps or drops each
+block with a learned model; this module only cuts the page and measures
+each block: its words, its links, its tag and the names of its classes,
+where it stands in the page, and how much of it trafilatura's runs kept.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from dataclasses import dataclass, field
+
+import lxml.html
+import numpy as np
+
+# Elements that start a new block. Inline elements (a, span, b, em, code)
+# stay in the block of their parent.
+BLOCK_TAGS = frozenset({
+    "p", "div", "li", "ul", "ol", "dl", "dt", "dd", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote",
+    "table", "tr", "td", "th", "thead", "tbody", "tfoot", "caption", "section", "article", "main", "header",
+    "footer", "nav", "aside", "figure", "figcaption", "body", "form", "fieldset", "address", "details",
+    "summary", "center", "label", "legend", "menu", "dialog", "hgroup", "search",
+})
+# Elements whose text is never main text. <noscript> is not here: Discourse
+# and other sites put the whole thread for readers without script in it.
+SKIP_TAGS = frozenset({
+    "head", "script", "style", "template", "svg", "iframe", "select", "option", "button", "textarea", "input",
+    "object", "embed", "canvas", "map", "math",
+})
+HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
+# The ancestors that say where a block stands.
+AREA_TAGS = ("nav", "header", "footer", "aside", "article", "main", "form", "table", "li", "blockquote",
+             "figure", "pre", "a", "dl")
+# Families of words in the class and id names of a block and its ancestors.
+# They are the words that web software uses for these parts of a page.
+NAME_FAMILIES = {
+    "content": ("content", "article", "entry", "body", "text", "story", "main", "prose", "markdown", "post",
+                "blog", "rich", "detail", "description"),
+    "thread": ("comment", "reply", "replies", "answer", "discussion", "thread", "message", "topic", "forum",
+               "question", "review"),
+    "navigation": ("nav", "menu", "breadcrumb", "sidebar", "widget", "footer", "header", "banner", "toolbar",
+                   "pagination", "pager", "skip", "toc", "masthead", "drawer", "dropdown", "tabs"),
+    "promotion": ("share", "social", "related", "recommend", "promo", "ad", "ads", "advert", "sponsor",
+                  "newsletter", "subscribe", "signup", "login", "cookie", "popup", "modal", "banner", "cta",
+                  "more", "trending", "popular"),
+    "meta": ("author", "byline", "date", "time", "meta", "info", "avatar", "user", "profile", "tag", "tags",
+             "category", "caption", "credit"),
+    "item": ("item", "card", "product", "price", "tile", "grid", "list", "result", "listing", "teaser"),
+    "code": ("code", "highlight", "syntax", "example", "admonition", "note", "warning", "api", "signature"),
+}
+# Words of the block's own text that mark the parts around the main text:
+# calls to share, to sign in, to read more, legal lines.
+AROUND_WORDS = frozenset({
+    "share", "shares", "tweet", "comment", "comments", "reply", "subscribe", "newsletter", "cookie", "cookies",
+    "copyright", "rights", "reserved", "privacy", "terms", "login", "log", "sign", "signup", "follow", "related",
+    "advertisement", "sponsored", "read", "more", "previous", "next", "home", "menu", "search", "posted",
+    "published", "updated", "by", "ago", "views", "likes", "tags", "categories", "category", "loading",
+})
+_NAME_WORD = re.compile(r"[a-z]+")
+_WORD = re.compile(r"\w+")
+_SENTENCE_END = re.compile(r"[.!?。！？](?:\s|$)")
+_PUNCTUATION = re.compile(r"[,;:.!?]")
+_DIGIT = re.compile(r"\d")
+_ANCESTORS_READ = 6  # class and id names of the block and this many ancestors
+
+
+@dataclass
+class Block:
+    element: lxml.html.HtmlElement
+    # The pieces of text in reading order, each with the href of the link
+    # that holds it ("" for a link without one), or None outside links.
+    parts: list[tuple[str, str | None]] = field(default_factory=list)
+    link_chars: int = 0
+    areas: frozenset[str] = frozenset()
+    depth: int = 0
+
+    @cached_property  # read many times, and only after page_blocks() has filled the parts
+    def text(self) -> str:
+        return " ".join(" ".join(text for text, _ in self.parts).split())
+
+
+def page_blocks(tree: lxml.html.HtmlElement) -> list[Block]:
+    """The blocks of the page in reading order, without empty ones."""
+    body = tree.find("body")
+    root = body if body is not None else tree
+    blocks: dict[int, Block] = {}
+    order: list[Block] = []
+
+    def block_of(element: lxml.html.HtmlElement, areas: frozenset[str], depth: int) -> Block:
+        key = id(element)
+        if key not in blocks:
+            blocks[key] = Block(element, areas=areas, depth=depth)
+        return blocks[key]
+
+    def add(block: Block, text: str | None, link: str | None) -> None:
+        if text and not text.isspace():
+            if not block.parts:
+                order.append(block)
+            block.parts.append((text, link))
+            if link is not None:
+                block.link_chars += len(text.strip())
+
+    # An explicit stack, not recursion: a walk of 255 levels (libxml2's
+    # limit) stays far from Python's recursion limit in every caller.
+    # Each entry: element, its block, areas, depth, the link it is in, and
+    # whether the entry stands for the element's tail.
+    stack: list[tuple] = [(root, None, frozenset(), 0, None, False)]
+    while stack:
+        element, owner, areas, depth, link, is_tail = stack.pop()
+        if is_tail:
+            add(owner, element.tail, link)
+            continue
+        tag = element.tag if isinstance(element.tag, str) else ""
+        if not tag or tag in SKIP_TAGS:
+            continue
+        if tag in AREA_TAGS:
+            areas = areas | {tag}
+        if tag in BLOCK_TAGS or owner is None:
+            owner = block_of(element, areas, depth)
+        link_here = (element.get("href") or "") if tag == "a" and link is None else link
+        add(owner, element.text, link_here)
+        for child in reversed(element):
+            # The tail of a child belongs to this element's block, after the child.
+            stack.append((child, owner, areas, depth + 1, link_here, True))
+            stack.append((child, owner, areas, depth + 1, link_here, False))
+    return order
+
+
+def words_of(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def word_grams(words: list[str]) -> list[tuple[str, ...]]:
+    """The word trigrams of a text (pairs or single words for a shorter one):
+    a block is in another text when its trigrams are, not when its words are
+    (every text holds "the")."""
+    return list(_grams(words, min(3, len(words)))) if words else []
+
+
+def _grams(words: list[str], n: int):
+    # zip over shifted lists: several times faster than slices of the list.
+    return zip(*(words[shift:] for shift in range(n)))
+
+
+def gram_sets(text: str) -> dict[int, set[tuple[str, ...]]]:
+    words = words_of(text)
+    return {n: set(_grams(words, n)) for n in (1, 2, 3)}
+
+
+def share_in(words: list[str], sets: dict[int, set[tuple[str, ...]]]) -> float:
+    """The share of a block's word trigrams that another text holds."""
+    grams = word_grams(words)
+    if not grams:
+        return 0.0
+    found = sets[len(grams[0])]
+    return sum(gram in found for gram in grams) / len(grams)
+
+
+def _name_families(element: lxml.html.HtmlElement) -> set[str]:
+    names = f"{element.get('class') or ''} {element.get('id') or ''}".lower()
+    if not names.strip():
+        return set()
+    words = set(_NAME_WORD.findall(names))
+    return {family for family, marks in NAME_FAMILIES.items() if any(mark in words for mark in marks)}
+
+
+BLOCK_TAG_GROUPS = ("p", "div", "li", "cell", "h1", "h2", "h3", "h4-6", "pre", "blockquote", "dt-dd", "section",
+                    "caption", "other")
+_TAG_GROUP = {"td": "cell", "th": "cell", "h4": "h4-6", "h5": "h4-6", "h6": "h4-6", "dt": "dt-dd", "dd": "dt-dd",
+              "article": "section", "main": "section", "header": "section", "footer": "section",
+              "figcaption": "caption", "caption": "caption", "summary": "caption", "label": "caption"}
+KEPT_BY = ("default", "precision", "article")
+_CONTEXT = 3  # blocks on each side of a block whose kept share is averaged
+
+
+def feature_names() -> list[str]:
+    names = ["log_words", "chars_per_word", "link_share", "punctuation", "sentences", "digits", "capitals",
+             "position", "words_before", "log_depth", "log_same_name", "log_page_words", "log_blocks",
+             "around_words", "in_title", "after_h1", "from_h1", "log_same_text"]
+    names += [f"tag_{group}" for group in BLOCK_TAG_GROUPS]
+    names += [f"in_{tag}" for tag in AREA_TAGS]
+    names += [f"own_{family}" for family in NAME_FAMILIES] + [f"up_{family}" for family in NAME_FAMILIES]
+    for mode in KEPT_BY:
+        names += [f"kept_{mode}", f"near_kept_{mode}", f"prev_kept_{mode}", f"next_kept_{mode}",
+                  f"page_kept_{mode}", f"inside_kept_{mode}"]
+    names += ["prev_log_words", "next_log_words", "prev_link_share", "next_link_share", "heading_before_kept"]
+    return names
+
+
+def _window_sum(values: np.ndarray) -> np.ndarray:
+    """The sum of each value and the _CONTEXT values on each side of it."""
+    total = np.concatenate(([0.0], np.cumsum(values, dtype=np.float64)))
+    index = np.arange(len(values))
+    high = np.minimum(index + _CONTEXT + 1, len(values))
+    low = np.maximum(index - _CONTEXT, 0)
+    return (total[high] - total[low]).astype(np.float32)
+
+
+def block_features(tree: lxml.html.HtmlElement, blocks: list[Block], kept_texts: dict[str, str]) -> np.ndarray:
+    """One row of feature_names() per block. kept_texts holds the text of
+    each extraction of KEPT_BY: trafilatura's runs and kb's article rule."""
+    count = len(blocks)
+    names = feature_names()
+    rows = np.zeros((count, len(names)), dtype=np.float32)
+    if not count:
+        return rows
+    column = {name: index for index, name in enumerate(names)}
+    words = [words_of(block.text) for block in blocks]
+    sizes = np.array([len(w) for w in words], dtype=np.float32)
+    page_words = max(1.0, float(sizes.sum()))
+    signatures: dict[tuple, int] = {}
+    for element in tree.iter():
+        if isinstance(element.tag, str):
+            key = (element.tag, element.get("class"))
+            signatures[key] = signatures.get(key, 0) + 1
+    # Keyed by the element itself, not its id(): lxml makes a new Python
+    # object for an element that nothing holds, and an id can come back.
+    families: dict[lxml.html.HtmlElement, set[str]] = {}
+
+    def families_of(element: lxml.html.HtmlElement) -> set[str]:
+        if element not in families:
+            families[element] = _name_families(element)
+        return families[element]
+
+    title = tree.find(".//title")
+    title_sets = gram_sets(title.text_content() if title is not None else "")
+    before = 0.0
+    for index, (block, block_words) in enumerate(zip(blocks, words)):
+        text = block.text
+        size = max(1, len(block_words))
+        row = rows[index]
+        row[column["log_words"]] = np.log1p(len(block_words))
+        row[column["chars_per_word"]] = min(20.0, len(text) / size)
+        row[column["link_share"]] = min(1.0, block.link_chars / max(1, len(text)))
+        row[column["punctuation"]] = len(_PUNCTUATION.findall(text)) / size
+        row[column["sentences"]] = np.log1p(len(_SENTENCE_END.findall(text)))
+        row[column["digits"]] = len(_DIGIT.findall(text)) / max(1, len(text))
+        row[column["capitals"]] = sum(word[:1].isupper() for word in text.split()) / size
+        row[column["position"]] = index / count
+        row[column["words_before"]] = before / page_words
+        before += len(block_words)
+        row[column["log_depth"]] = np.log1p(block.depth)
+        row[column["around_words"]] = sum(word in AROUND_WORDS for word in block_words) / size
+        row[column["in_title"]] = share_in(block_words, title_sets)
+        element = block.element
+        row[column["log_same_name"]] = np.log1p(signatures.get((element.tag, element.get("class")), 1))
+        tag = element.tag if element.tag in BLOCK_TAG_GROUPS else _TAG_GROUP.get(element.tag, "other")
+        row[column[f"tag_{tag}"]] = 1.0
+        for area in block.areas:
+            row[column[f"in_{area}"]] = 1.0
+        for family in families_of(element):
+            row[column[f"own_{family}"]] = 1.0
+        parent = element.getparent()
+        for _ in range(_ANCESTORS_READ):
+            if parent is None:
+                break
+            for family in families_of(parent):
+                row[column[f"up_{family}"]] = 1.0
+            parent = parent.getparent()
+    # The page's first <h1> most often opens the main text: what stands
+    # before it is the header of the site.
+    first_h1 = next((index for index, block in enumerate(blocks) if block.element.tag == "h1"), None)
+    if first_h1 is not None:
+        rows[first_h1:, column["after_h1"]] = 1.0
+        rows[:, column["from_h1"]] = (np.arange(count) - first_h1) / count
+    # The same text in several blocks is a label of the site ("Reply",
+    # "Share", a menu repeated in the footer), seldom main text.
+    same_text: dict[str, int] = {}
+    for block in blocks:
+        same_text[block.text] = same_text.get(block.text, 0) + 1
+    rows[:, column["log_same_text"]] = np.log1p([same_text[block.text] - 1 for block in blocks])
+    rows[:, column["log_page_words"]] = np.log1p(page_words)
+    rows[:, column["log_blocks"]] = np.log1p(count)
+    log_words = rows[:, column["log_words"]]
+    link_share = rows[:, column["link_share"]]
+    rows[1:, column["prev_log_words"]] = log_words[:-1]
+    rows[:-1, column["next_log_words"]] = log_words[1:]
+    rows[1:, column["prev_link_share"]] = link_share[:-1]
+    rows[:-1, column["next_link_share"]] = link_share[1:]
+    weighted_sizes = _window_sum(sizes)
+    for mode in KEPT_BY:
+        sets = gram_sets(kept_texts.get(mode, ""))
+        kept = np.array([share_in(block_words, sets) for block_words in words], dtype=np.float32)
+        rows[:, column[f"kept_{mode}"]] = kept
+        rows[:, column[f"near_kept_{mode}"]] = _window_sum(kept * sizes) / np.maximum(
+            weighted_sizes, 1.0)
+        rows[1:, column[f"prev_kept_{mode}"]] = kept[:-1]
+        rows[:-1, column[f"next_kept_{mode}"]] = kept[1:]
+        rows[:, column[f"page_kept_{mode}"]] = float((kept * sizes).sum()) / page_words
+        held = np.flatnonzero(kept >= 0.5)
+        if held.size:
+            rows[held[0]:held[-1] + 1, column[f"inside_kept_{mode}"]] = 1.0
+    # A heading is main text when the text under it is: the kept share of
+    # the next block of at least 10 words.
+    default_kept = rows[:, column["kept_default"]]
+    next_long = count
+    for index in range(count - 1, -1, -1):
+        if next_long < count:
+            rows[index, column["heading_before_kept"]] = default_kept[next_long]
+        if sizes[index] >= 10:
+            next_long = index
+    return rows

@@ -1,0 +1,125 @@
+"""The blocks of a page (kb.enrich.page_blocks) and the learned choice of
+the blocks that are main text (kb.enrich.block_choice), on HTML made here."""
+
+from __future__ import annotations
+
+import json
+
+import lxml.html
+import numpy as np
+import pytest
+
+from kb.enrich import block_choice
+from kb.enrich.page_blocks import block_features, feature_names, page_blocks
+
+
+def blocks_of(html: str):
+    return page_blocks(lxml.html.document_fromstring(html))
+
+
+def test_a_block_holds_its_inline_words_and_not_the_blocks_inside_it():
+    html = ("<html><body><div>Intro <b>bold</b> words<p>A paragraph with <a href='/x'>a link</a>.</p>"
+            "after the paragraph</div><script>var hidden = 1;</script><style>p {}</style></body></html>")
+    blocks = blocks_of(html)
+    assert [b.text for b in blocks] == ["Intro bold words after the paragraph", "A paragraph with a link ."]
+    paragraph = blocks[1]
+    assert paragraph.element.tag == "p" and paragraph.link_chars == len("a link")
+    assert ("a link", "/x") in paragraph.parts
+    assert all("hidden" not in b.text for b in blocks)
+
+
+def test_the_text_for_readers_without_script_is_a_block():
+    """Discourse puts the whole thread in <noscript>: it must not be skipped."""
+    blocks = blocks_of("<html><body><noscript><p>The first post of the thread.</p></noscript></body></html>")
+    assert [b.text for b in blocks] == ["The first post of the thread."]
+
+
+def test_a_deeply_nested_page_is_read():
+    """libxml2 keeps at most 255 levels; the walk must read all of them."""
+    html = "<html><body>" + "<div>" * 250 + "deep words" + "</div>" * 250 + "</body></html>"
+    assert [b.text for b in blocks_of(html)] == ["deep words"]
+
+
+def test_the_features_measure_what_trafilatura_kept():
+    html = ("<html><head><title>Stone bridges</title></head><body><nav><a href='/'>Home</a></nav>"
+            "<p>The river town kept its old stone bridge for four hundred years.</p></body></html>")
+    tree = lxml.html.document_fromstring(html)
+    blocks = page_blocks(tree)
+    kept = {"default": "The river town kept its old stone bridge for four hundred years.", "precision": "",
+            "article": ""}
+    rows = block_features(tree, blocks, kept)
+    column = {name: index for index, name in enumerate(feature_names())}
+    assert rows.shape == (2, len(feature_names()))
+    assert rows[0, column["in_nav"]] == 1 and rows[0, column["link_share"]] == 1
+    assert rows[1, column["kept_default"]] == 1 and rows[0, column["kept_default"]] == 0
+    assert rows[1, column["kept_precision"]] == 0
+
+
+def tiny_model(tmp_path, thresholds=None) -> dict:
+    """Two trees on the feature "kept_default": the first splits at 0.5,
+    the second is one leaf. Score = sigmoid(leaf + 0.5)."""
+    feature = feature_names().index("kept_default")
+    raw = {
+        "features": feature_names(), "base": 0.0, "depth": 1, "default_threshold": 0.5,
+        "thresholds": thresholds or {"article": 0.5},
+        "trees": [
+            {"feature": [feature, -1, -1], "threshold": [0.5, 0, 0], "left": [1, 1, 2], "right": [2, 1, 2],
+             "value": [0, -3.0, 2.0]},
+            {"feature": [-1, -1, -1], "threshold": [0, 0, 0], "left": [0, 1, 2], "right": [0, 1, 2],
+             "value": [0.5, 0, 0]},
+        ],
+    }
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(raw))
+    return block_choice.load_model(path)
+
+
+def test_the_trees_are_walked_as_lightgbm_scores_them(tmp_path):
+    model = tiny_model(tmp_path)
+    rows = np.zeros((3, len(feature_names())), dtype=np.float32)
+    rows[:, feature_names().index("kept_default")] = [0.0, 0.5, 0.9]
+    expected = 1 / (1 + np.exp(-np.array([-3.0 + 0.5, -3.0 + 0.5, 2.0 + 0.5])))
+    assert np.allclose(block_choice.block_scores(model, rows), expected)
+    assert block_choice.block_scores(model, rows[:0]).shape == (0,)
+    # A page of more blocks than are scored at once gets the same scores.
+    many = np.repeat(rows, block_choice.ROWS_AT_ONCE, axis=0)
+    assert np.allclose(block_choice.block_scores(model, many), np.repeat(expected, block_choice.ROWS_AT_ONCE))
+
+
+def test_a_model_of_other_features_is_refused_with_the_file_named(tmp_path):
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"features": ["log_words"], "base": 0, "depth": 1, "thresholds": {},
+                                "default_threshold": 0.5, "trees": []}))
+    with pytest.raises(ValueError, match="old.json.*features"):
+        block_choice.load_model(path)
+    path.write_text("not json")
+    with pytest.raises(ValueError, match="old.json: not a block-choice model"):
+        block_choice.load_model.__wrapped__(path)
+
+
+def test_the_shipped_model_loads():
+    model = block_choice.load_model()
+    assert model["feature"].shape == model["threshold"].shape and model["depth"] > 0
+    assert set(model["thresholds"]) >= {"article", "forum", "listing", "collection"}
+
+
+def test_the_fragment_keeps_only_web_links_and_escapes_the_page_text():
+    """A hostile page: a javascript: link, a data: link, an address that
+    urllib cannot parse, and text that looks like markup. Only http and
+    https addresses stay links; the words stay."""
+    html = ("<html><body><h2>Title</h2>"
+            "<p>Read <a href='javascript:alert(1)'>this</a> and <a href='data:text/html,x'>that</a> "
+            "and <a href='/next'>the next page</a> and <a href='http://[not-a-host]/x'>a broken one</a>. "
+            "&lt;script&gt;alert(2)&lt;/script&gt;</p>"
+            "<li>an item</li><pre>line 1\n  line 2</pre><div>dropped</div></body></html>")
+    blocks = blocks_of(html)
+    scores = np.array([0.9, 0.9, 0.9, 0.9, 0.1])
+    fragment = block_choice.kept_fragment(blocks, scores, 0.5, "https://site.example/a/b")
+    assert "javascript:" not in fragment and "data:" not in fragment
+    assert '<a href="https://site.example/next">the next page</a>' in fragment
+    assert "<script>" not in fragment and "&lt;script&gt;" in fragment
+    assert fragment.startswith("<article><h2>Title</h2>") and "<ul><li>an item</li></ul>" in fragment
+    assert "<pre>line 1\n  line 2</pre>" in fragment and "dropped" not in fragment
+    assert "this" in fragment and "that" in fragment
+    assert "not-a-host" not in fragment and "a broken one" in fragment
+    assert block_choice.kept_fragment(blocks, scores * 0, 0.5, None) == ""
