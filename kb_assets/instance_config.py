@@ -77,6 +77,12 @@ SQLITE_SECTIONS = {
 }
 
 
+QUEUED_RUN_COORDINATOR = {"module": "dagster", "class": "QueuedRunCoordinator"}
+# The seconds between two looks of Dagster's queued run coordinator at the
+# queue, when its config does not name them (dequeue_interval_seconds).
+DAGSTER_RUN_QUEUE_INTERVAL_S = 5
+
+
 def instance_storage_sections(settings: Settings | None = None) -> dict:
     """The storage sections of dagster.yaml.
 
@@ -90,18 +96,31 @@ def instance_storage_sections(settings: Settings | None = None) -> dict:
     every run, whoever starts it."""
     settings = settings or get_settings()
     url = settings.kb_dagster_postgres_url
+    coordinator = run_coordinator_section(settings)
     if url is None or not url.get_secret_value():
-        return SQLITE_SECTIONS
+        return SQLITE_SECTIONS if coordinator is None else {**SQLITE_SECTIONS, "run_coordinator": coordinator}
     return {
         "storage": {"postgres": {"postgres_url": {"env": POSTGRES_URL_VAR}}},
-        "run_coordinator": {"module": "dagster", "class": "QueuedRunCoordinator"},
+        "run_coordinator": coordinator or QUEUED_RUN_COORDINATOR,
     }
+
+
+def run_coordinator_section(settings: Settings) -> dict | None:
+    """The queued run coordinator with the interval of KB_RUN_QUEUE_INTERVAL_S,
+    or None when the interval is Dagster's default. Why None: a dagster.yaml
+    of SQLite then needs no coordinator section, as the files of earlier kb
+    versions have none. A queued run waits up to one interval before it
+    starts: a `kb up` test waited 6 to 7 s for each run with the default."""
+    interval = settings.kb_run_queue_interval_s
+    if interval == DAGSTER_RUN_QUEUE_INTERVAL_S:
+        return None
+    return {**QUEUED_RUN_COORDINATOR, "config": {"dequeue_interval_seconds": interval}}
 
 
 def dagster_yaml(settings: Settings | None = None) -> str:
     """The text of the dagster.yaml that kb writes for these settings."""
     sections = instance_storage_sections(settings)
-    if sections is SQLITE_SECTIONS:
+    if "storage" not in sections:
         note = "\n# Runs, event log and schedules in SQLite files, one engine per file (kb_assets/sqlite_instance.py).\n"
     else:
         note = "\n# KB_DAGSTER_POSTGRES_URL is set: runs, event log and schedules in PostgreSQL.\n"

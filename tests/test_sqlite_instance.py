@@ -98,6 +98,25 @@ def test_a_dagster_yaml_of_an_earlier_kb_gets_the_event_log_and_keeps_its_runs(k
     assert instance.get_latest_materialization_event(dg.AssetKey("numbers")).run_id == run_id
 
 
+def test_the_run_queue_interval_setting_reaches_the_daemons_coordinator(kb_home, monkeypatch):
+    """KB_RUN_QUEUE_INTERVAL_S sets how often the daemon looks at the run
+    queue. The default is Dagster's own: the file then has no coordinator
+    section. A change of the setting writes kb's own file again."""
+    config = ensure_dagster_home(Settings()) / "dagster.yaml"
+    assert "run_coordinator" not in yaml.safe_load(config.read_text())
+    with dg.DagsterInstance.from_config(str(config.parent)) as instance:
+        assert instance.run_coordinator.dequeue_interval_seconds == 5
+
+    monkeypatch.setenv("KB_RUN_QUEUE_INTERVAL_S", "1")
+    ensure_dagster_home(Settings())
+    coordinator = yaml.safe_load(config.read_text())["run_coordinator"]
+    assert coordinator["config"] == {"dequeue_interval_seconds": 1}
+    with dg.DagsterInstance.from_config(str(config.parent)) as instance:
+        assert type(instance.run_coordinator) is dg.QueuedRunCoordinator
+        assert instance.run_coordinator.dequeue_interval_seconds == 1
+        assert type(instance.event_log_storage) is SqliteEventLogStorage  # the storage stays kb's
+
+
 def test_files_outside_the_dagster_home_are_not_touched(tmp_path):
     """The connect hook acts only on files in DAGSTER_HOME: another SQLite
     database of the same process keeps SQLite's defaults."""

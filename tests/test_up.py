@@ -100,7 +100,10 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
            "KB_AGENT_TIMEOUT_S": "120",
            # The daemon looks at the inbox and sends notices every 2 s, not
            # every 15 and 30 s: the test waits for both twice.
-           "KB_INBOX_SENSOR_INTERVAL_S": "2", "KB_NOTIFY_SENSOR_INTERVAL_S": "2"}
+           "KB_INBOX_SENSOR_INTERVAL_S": "2", "KB_NOTIFY_SENSOR_INTERVAL_S": "2",
+           # The daemon starts a queued run within 1 s, not 5 s: each of the
+           # two runs waited 6 to 7 s in the queue (3 December 2026).
+           "KB_RUN_QUEUE_INTERVAL_S": "1"}
     ports = ["--dagster-port", str(dagster_port), "--web-port", str(web_port)]
     up = Up(env, *ports)
     try:
@@ -120,7 +123,9 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
         assert workspace["load_from"] == [{"grpc_server": {"host": "127.0.0.1", "port": code_server_port,
                                                            "location_name": "kb"}}]
         # kb up wrote dagster.yaml before it started the daemon: the daemon has the pools.
-        assert "default_limit: 1" in (kb_home / "dagster" / "dagster.yaml").read_text()
+        dagster_yaml = yaml.safe_load((kb_home / "dagster" / "dagster.yaml").read_text())
+        assert dagster_yaml["concurrency"]["pools"]["default_limit"] == 1
+        assert dagster_yaml["run_coordinator"]["config"] == {"dequeue_interval_seconds": 1}
 
         telegram.push(message_update(telegram.next_update_id(), 1, OWNER, **text_fields(NOTE_A)))
         wait_until(lambda: any(r.startswith("queued for processing") for r in telegram.replies_to(1)),
