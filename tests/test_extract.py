@@ -214,7 +214,7 @@ def test_on_real_pages_kb_scores_at_least_as_well_as_trafilatura_alone():
 
 
 def test_on_real_pages_of_every_type_kb_scores_above_trafilatura_alone():
-    """Every 20th page of the WCXB development split (7 page types): kb's
+    """Every 40th page of the WCXB development split (38 pages, all 7 page types): kb's
     extraction against trafilatura with its default options, by the split's
     word F1 (issue 28). The block choice was fitted on these pages too, so
     this checks the shipped path, not the held-out figure (see
@@ -224,11 +224,13 @@ def test_on_real_pages_of_every_type_kb_scores_above_trafilatura_alone():
     from benchmarks.bench_extraction import WcxbSet, html_of
 
     wcxb = WcxbSet(shared_path("eval", "wcxb-dev"))
-    pages = wcxb.pages[::20]
+    pages = wcxb.pages[::40]
     raw = {p.key: html_of(p) for p in pages}
     kb = wcxb.f1([wcxb.counts(p, extract_html(raw[p.key], p.url).text) for p in pages])
     alone = wcxb.f1([wcxb.counts(p, trafilatura.extract(raw[p.key], url=p.url) or "") for p in pages])
-    assert kb["f1"] > alone["f1"] + 0.01, (kb, alone)
+    # 0.899 against 0.793 on 3 December 2026; the margin leaves room for a
+    # new fit of the model.
+    assert kb["f1"] > alone["f1"] + 0.05, (kb, alone)
 
 
 # --- PDF -----------------------------------------------------------------------------
