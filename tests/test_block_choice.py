@@ -18,10 +18,10 @@ def blocks_of(html: str):
 
 
 def test_a_block_holds_its_inline_words_and_not_the_blocks_inside_it():
-    html = ("<html><body><div>Intro <b>bold</b> words<p>A paragraph with <a href='/x'>a link</a>.</p>"
-            "after the paragraph</div><script>var hidden = 1;</script><style>p {}</style></body></html>")
+    html = ("<html><body><div>Intro <b>bold</b> word<i>s</i><p>A paragraph with <a href='/x'>a link</a>.</p>"
+            "after the paragraph<br>and a line</div><script>var hidden = 1;</script><style>p {}</style></body></html>")
     blocks = blocks_of(html)
-    assert [b.text for b in blocks] == ["Intro bold words after the paragraph", "A paragraph with a link ."]
+    assert [b.text for b in blocks] == ["Intro bold words after the paragraph and a line", "A paragraph with a link."]
     paragraph = blocks[1]
     assert paragraph.element.tag == "p" and paragraph.link_chars == len("a link")
     assert ("a link", "/x") in paragraph.parts
@@ -116,7 +116,7 @@ def test_the_fragment_keeps_only_web_links_and_escapes_the_page_text():
     scores = np.array([0.9, 0.9, 0.9, 0.9, 0.1])
     fragment = block_choice.kept_fragment(blocks, scores, 0.5, "https://site.example/a/b")
     assert "javascript:" not in fragment and "data:" not in fragment
-    assert '<a href="https://site.example/next">the next page</a>' in fragment
+    assert '<a href="https://site.example/next">the next page</a> and' in fragment
     assert "<script>" not in fragment and "&lt;script&gt;" in fragment
     assert fragment.startswith("<article><h2>Title</h2>") and "<ul><li>an item</li></ul>" in fragment
     assert "<pre>line 1\n  line 2</pre>" in fragment and "dropped" not in fragment

@@ -135,10 +135,11 @@ LINK_SCHEMES = frozenset({"http", "https"})
 def _inline_html(block: Block, url: str | None) -> str:
     pieces = []
     for text, href in block.parts:
-        words = html.escape(" ".join(text.split()))
+        words = html.escape(text)
         address = _web_address(href, url) if href else None
         pieces.append(f'<a href="{html.escape(address, quote=True)}">{words}</a>' if address else words)
-    return " ".join(piece for piece in pieces if piece)
+    # The parts keep their own spaces (Block.text); runs of them become one.
+    return " ".join("".join(pieces).split())
 
 
 def _web_address(href: str, url: str | None) -> str | None:

@@ -65,7 +65,6 @@ _WORD = re.compile(r"\w+")
 _SENTENCE_END = re.compile(r"[.!?。！？](?:\s|$)")
 _PUNCTUATION = re.compile(r"[,;:.!?]")
 _DIGIT = re.compile(r"\d")
-_ANCESTORS_READ = 6  # class and id names of the block and this many ancestors
 
 
 @dataclass
@@ -75,26 +74,32 @@ class Block:
     # that holds it ("" for a link without one), or None outside links.
     parts: list[tuple[str, str | None]] = field(default_factory=list)
     link_chars: int = 0
-    areas: frozenset[str] = frozenset()
+    areas: frozenset[str] = frozenset()  # AREA_TAGS that hold the block
     depth: int = 0
+    own_families: frozenset[str] = frozenset()  # NAME_FAMILIES of its own class and id
+    up_families: frozenset[str] = frozenset()  # NAME_FAMILIES of its ancestors
 
     @cached_property  # read many times, and only after page_blocks() has filled the parts
     def text(self) -> str:
-        return " ".join(" ".join(text for text, _ in self.parts).split())
+        # The parts keep their own spaces: "See <a>the replay</a>." is
+        # "See the replay." and "word<b>s</b>" one word.
+        return " ".join("".join(text for text, _ in self.parts).split())
 
 
 def page_blocks(tree: lxml.html.HtmlElement) -> list[Block]:
-    """The blocks of the page in reading order, without empty ones."""
+    """The blocks of the page in reading order, without empty ones. One
+    walk over the tree gives each block its text, links, areas, depth and
+    the families of the class names around it."""
     body = tree.find("body")
     root = body if body is not None else tree
-    blocks: dict[int, Block] = {}
     order: list[Block] = []
+    families_of_names: dict[str, frozenset[str]] = {}  # pages repeat few class names
 
-    def block_of(element: lxml.html.HtmlElement, areas: frozenset[str], depth: int) -> Block:
-        key = id(element)
-        if key not in blocks:
-            blocks[key] = Block(element, areas=areas, depth=depth)
-        return blocks[key]
+    def families(element: lxml.html.HtmlElement) -> frozenset[str]:
+        names = f"{element.get('class') or ''} {element.get('id') or ''}"
+        if names not in families_of_names:
+            families_of_names[names] = _name_families(names)
+        return families_of_names[names]
 
     def add(block: Block, text: str | None, link: str | None) -> None:
         if text and not text.isspace():
@@ -106,27 +111,34 @@ def page_blocks(tree: lxml.html.HtmlElement) -> list[Block]:
 
     # An explicit stack, not recursion: a walk of 255 levels (libxml2's
     # limit) stays far from Python's recursion limit in every caller.
-    # Each entry: element, its block, areas, depth, the link it is in, and
-    # whether the entry stands for the element's tail.
-    stack: list[tuple] = [(root, None, frozenset(), 0, None, False)]
+    # Each entry: element, its block, areas, families of the ancestors,
+    # depth, the link it is in, and whether it stands for the element's tail.
+    stack: list[tuple] = [(root, None, frozenset(), frozenset(), 0, None, False)]
     while stack:
-        element, owner, areas, depth, link, is_tail = stack.pop()
+        element, owner, areas, up, depth, link, is_tail = stack.pop()
         if is_tail:
-            add(owner, element.tail, link)
+            # After a block inside this one, or after a line break, the
+            # text goes on after a space: "Intro<p>..</p>after" is two words.
+            tail = element.tail
+            if tail and (element.tag in BLOCK_TAGS or element.tag == "br"):
+                tail = " " + tail
+            add(owner, tail, link)
             continue
         tag = element.tag if isinstance(element.tag, str) else ""
         if not tag or tag in SKIP_TAGS:
             continue
         if tag in AREA_TAGS:
             areas = areas | {tag}
+        own = families(element)
         if tag in BLOCK_TAGS or owner is None:
-            owner = block_of(element, areas, depth)
+            owner = Block(element, areas=areas, depth=depth, own_families=own, up_families=up)
         link_here = (element.get("href") or "") if tag == "a" and link is None else link
         add(owner, element.text, link_here)
+        below = up | own
         for child in reversed(element):
             # The tail of a child belongs to this element's block, after the child.
-            stack.append((child, owner, areas, depth + 1, link_here, True))
-            stack.append((child, owner, areas, depth + 1, link_here, False))
+            stack.append((child, owner, areas, below, depth + 1, link_here, True))
+            stack.append((child, owner, areas, below, depth + 1, link_here, False))
     return order
 
 
@@ -160,12 +172,23 @@ def share_in(words: list[str], sets: dict[int, set[tuple[str, ...]]]) -> float:
     return sum(gram in found for gram in grams) / len(grams)
 
 
-def _name_families(element: lxml.html.HtmlElement) -> set[str]:
-    names = f"{element.get('class') or ''} {element.get('id') or ''}".lower()
-    if not names.strip():
-        return set()
-    words = set(_NAME_WORD.findall(names))
-    return {family for family, marks in NAME_FAMILIES.items() if any(mark in words for mark in marks)}
+def _families_of_mark() -> dict[str, frozenset[str]]:
+    found: dict[str, frozenset[str]] = {}
+    for family, marks in NAME_FAMILIES.items():
+        for mark in marks:
+            found[mark] = found.get(mark, frozenset()) | {family}
+    return found
+
+
+_FAMILIES_OF_MARK = _families_of_mark()  # a mark can be in two families ("banner")
+
+
+def _name_families(names: str) -> frozenset[str]:
+    """The NAME_FAMILIES that the words of class and id names belong to."""
+    found: frozenset[str] = frozenset()
+    for word in _NAME_WORD.findall(names.lower()):
+        found |= _FAMILIES_OF_MARK.get(word, frozenset())
+    return found
 
 
 BLOCK_TAG_GROUPS = ("p", "div", "li", "cell", "h1", "h2", "h3", "h4-6", "pre", "blockquote", "dt-dd", "section",
@@ -209,58 +232,42 @@ def block_features(tree: lxml.html.HtmlElement, blocks: list[Block], kept_texts:
     if not count:
         return rows
     column = {name: index for index, name in enumerate(names)}
-    words = [words_of(block.text) for block in blocks]
+    texts = [block.text for block in blocks]
+    words = [words_of(text) for text in texts]
     sizes = np.array([len(w) for w in words], dtype=np.float32)
     page_words = max(1.0, float(sizes.sum()))
-    signatures: dict[tuple, int] = {}
-    for element in tree.iter():
-        if isinstance(element.tag, str):
-            key = (element.tag, element.get("class"))
-            signatures[key] = signatures.get(key, 0) + 1
-    # Keyed by the element itself, not its id(): lxml makes a new Python
-    # object for an element that nothing holds, and an id can come back.
-    families: dict[lxml.html.HtmlElement, set[str]] = {}
-
-    def families_of(element: lxml.html.HtmlElement) -> set[str]:
-        if element not in families:
-            families[element] = _name_families(element)
-        return families[element]
-
+    chars = np.array([max(1, len(text)) for text in texts], dtype=np.float32)
+    at_least_one = np.maximum(sizes, 1.0)
+    # Columns of plain numbers are filled one column at a time: one numpy
+    # call per column, not one per block and column.
+    rows[:, column["log_words"]] = np.log1p(sizes)
+    rows[:, column["chars_per_word"]] = np.minimum(20.0, chars / at_least_one)
+    rows[:, column["link_share"]] = np.minimum(1.0, np.array([b.link_chars for b in blocks]) / chars)
+    rows[:, column["punctuation"]] = np.array([len(_PUNCTUATION.findall(t)) for t in texts]) / at_least_one
+    rows[:, column["sentences"]] = np.log1p([len(_SENTENCE_END.findall(t)) for t in texts])
+    rows[:, column["digits"]] = np.array([len(_DIGIT.findall(t)) for t in texts]) / chars
+    rows[:, column["capitals"]] = np.array([sum(w[:1].isupper() for w in t.split()) for t in texts]) / at_least_one
+    rows[:, column["position"]] = np.arange(count) / count
+    rows[:, column["words_before"]] = (np.cumsum(sizes) - sizes) / page_words
+    rows[:, column["log_depth"]] = np.log1p([block.depth for block in blocks])
+    rows[:, column["around_words"]] = np.array([sum(w in AROUND_WORDS for w in ws) for ws in words]) / at_least_one
     title = tree.find(".//title")
     title_sets = gram_sets(title.text_content() if title is not None else "")
-    before = 0.0
-    for index, (block, block_words) in enumerate(zip(blocks, words)):
-        text = block.text
-        size = max(1, len(block_words))
-        row = rows[index]
-        row[column["log_words"]] = np.log1p(len(block_words))
-        row[column["chars_per_word"]] = min(20.0, len(text) / size)
-        row[column["link_share"]] = min(1.0, block.link_chars / max(1, len(text)))
-        row[column["punctuation"]] = len(_PUNCTUATION.findall(text)) / size
-        row[column["sentences"]] = np.log1p(len(_SENTENCE_END.findall(text)))
-        row[column["digits"]] = len(_DIGIT.findall(text)) / max(1, len(text))
-        row[column["capitals"]] = sum(word[:1].isupper() for word in text.split()) / size
-        row[column["position"]] = index / count
-        row[column["words_before"]] = before / page_words
-        before += len(block_words)
-        row[column["log_depth"]] = np.log1p(block.depth)
-        row[column["around_words"]] = sum(word in AROUND_WORDS for word in block_words) / size
-        row[column["in_title"]] = share_in(block_words, title_sets)
-        element = block.element
-        row[column["log_same_name"]] = np.log1p(signatures.get((element.tag, element.get("class")), 1))
-        tag = element.tag if element.tag in BLOCK_TAG_GROUPS else _TAG_GROUP.get(element.tag, "other")
-        row[column[f"tag_{tag}"]] = 1.0
-        for area in block.areas:
-            row[column[f"in_{area}"]] = 1.0
-        for family in families_of(element):
-            row[column[f"own_{family}"]] = 1.0
-        parent = element.getparent()
-        for _ in range(_ANCESTORS_READ):
-            if parent is None:
-                break
-            for family in families_of(parent):
-                row[column[f"up_{family}"]] = 1.0
-            parent = parent.getparent()
+    rows[:, column["in_title"]] = [share_in(ws, title_sets) for ws in words]
+    # Blocks with the same tag and class: the posts of a thread, the items
+    # of a list, the links of a menu.
+    names_of = [(block.element.tag, block.element.get("class")) for block in blocks]
+    same_name: dict[tuple, int] = {}
+    for key in names_of:
+        same_name[key] = same_name.get(key, 0) + 1
+    rows[:, column["log_same_name"]] = np.log1p([same_name[key] for key in names_of])
+    for index, block in enumerate(blocks):
+        tag = block.element.tag
+        group = tag if tag in BLOCK_TAG_GROUPS else _TAG_GROUP.get(tag, "other")
+        marks = [f"tag_{group}", *(f"in_{area}" for area in block.areas),
+                 *(f"own_{family}" for family in block.own_families),
+                 *(f"up_{family}" for family in block.up_families)]
+        rows[index, [column[mark] for mark in marks]] = 1.0
     # The page's first <h1> most often opens the main text: what stands
     # before it is the header of the site.
     first_h1 = next((index for index, block in enumerate(blocks) if block.element.tag == "h1"), None)
