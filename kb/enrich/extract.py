@@ -26,7 +26,7 @@ import lxml.etree
 import lxml.html
 
 from kb.enrich import block_choice
-from kb.enrich.page_blocks import block_features, page_blocks
+from kb.enrich.page_blocks import HEADINGS, block_features, page_blocks
 from kb.enrich.page_types import classify, page_signals
 
 # A page with fewer words than this is "thin": a teaser, a login wall, a
@@ -208,9 +208,8 @@ MODES = {
 }
 # The blocks that clean_fragment() judges one by one.
 _LEAF_BLOCKS = ("p", "h1", "h2", "h3", "h4", "h5", "h6", "li", "dt", "dd")
-_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 # Blocks that count as content under a heading.
-_CONTENT_BLOCKS = ("p", "pre", "table", "blockquote", "ul", "ol", "dl", "div", *_HEADINGS)
+_CONTENT_BLOCKS = ("p", "pre", "table", "blockquote", "ul", "ol", "dl", "div", *HEADINGS)
 
 
 def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
@@ -346,7 +345,7 @@ def _drop_trailing_headings(root: lxml.html.HtmlElement) -> None:
         for element in root.iter(*_CONTENT_BLOCKS):
             if _text_of(element):
                 last = element
-        if last is None or last.tag not in _HEADINGS or (last.tail or "").strip():
+        if last is None or last.tag not in HEADINGS or (last.tail or "").strip():
             return
         last.drop_tree()
 
