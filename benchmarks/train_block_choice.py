@@ -88,7 +88,7 @@ def block_table(sets: list, cache: Path | None) -> dict:
             if tree is None:
                 continue
             blocks = page_blocks(tree)
-            row["X"] = block_features(tree, blocks, kept_texts(runs.__getitem__))
+            row["X"] = block_features(tree, blocks, kept_texts(runs.__getitem__), row["rule"])
             row["texts"] = [block.text for block in blocks]
             # What kb's fragment holds for each block: the Scorer reads the
             # text that kb gives, through html_to_text().

@@ -47,12 +47,13 @@ def test_the_features_measure_what_trafilatura_kept():
     blocks = page_blocks(tree)
     kept = {"default": "The river town kept its old stone bridge for four hundred years.", "precision": "",
             "article": ""}
-    rows = block_features(tree, blocks, kept)
+    rows = block_features(tree, blocks, kept, "forum")
     column = {name: index for index, name in enumerate(feature_names())}
     assert rows.shape == (2, len(feature_names()))
     assert rows[0, column["in_nav"]] == 1 and rows[0, column["link_share"]] == 1
     assert rows[1, column["kept_default"]] == 1 and rows[0, column["kept_default"]] == 0
     assert rows[1, column["kept_precision"]] == 0
+    assert (rows[:, column["type_forum"]] == 1).all() and (rows[:, column["type_article"]] == 0).all()
 
 
 def tiny_model(tmp_path, thresholds=None) -> dict:

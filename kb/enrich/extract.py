@@ -237,7 +237,7 @@ def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
 
     blocks = page_blocks(tree)
     model = block_choice.load_model()
-    scores = block_choice.block_scores(model, block_features(tree, blocks, kept_texts(run)))
+    scores = block_choice.block_scores(model, block_features(tree, blocks, kept_texts(run), str(kind)))
     fragment = block_choice.kept_fragment(blocks, scores, block_choice.threshold_of(model, str(kind)), url)
     fragment = recall_when_thin(fragment, lambda: clean_fragment(run("recall")))
     title = _trafilatura_title(tree) or _page_title(html)

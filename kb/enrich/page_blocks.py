@@ -11,11 +11,13 @@ where it stands in the page, and how much of it trafilatura's runs kept.
 from __future__ import annotations
 
 import re
-from functools import cached_property
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import lxml.html
 import numpy as np
+
+from kb.enrich.page_types import PageType
 
 # Elements that start a new block. Inline elements (a, span, b, em, code)
 # stay in the block of their parent.
@@ -211,6 +213,10 @@ def feature_names() -> list[str]:
         names += [f"kept_{mode}", f"near_kept_{mode}", f"prev_kept_{mode}", f"next_kept_{mode}",
                   f"page_kept_{mode}", f"inside_kept_{mode}"]
     names += ["prev_log_words", "next_log_words", "prev_link_share", "next_link_share", "heading_before_kept"]
+    # The page's type (kb.enrich.page_types): a short block of links is an
+    # item on a listing and a menu on an article. With it, 5-fold CV gave
+    # news 0.9379 and WCXB 0.8542 against 0.9345 and 0.8512 without.
+    names += [f"type_{kind}" for kind in PageType]
     return names
 
 
@@ -223,9 +229,11 @@ def _window_sum(values: np.ndarray) -> np.ndarray:
     return (total[high] - total[low]).astype(np.float32)
 
 
-def block_features(tree: lxml.html.HtmlElement, blocks: list[Block], kept_texts: dict[str, str]) -> np.ndarray:
+def block_features(tree: lxml.html.HtmlElement, blocks: list[Block], kept_texts: dict[str, str],
+                   kind: str) -> np.ndarray:
     """One row of feature_names() per block. kept_texts holds the text of
-    each extraction of KEPT_BY: trafilatura's runs and kb's article rule."""
+    each extraction of KEPT_BY: trafilatura's runs and kb's article rule;
+    kind is the page's type (PageType)."""
     count = len(blocks)
     names = feature_names()
     rows = np.zeros((count, len(names)), dtype=np.float32)
@@ -280,6 +288,7 @@ def block_features(tree: lxml.html.HtmlElement, blocks: list[Block], kept_texts:
     for block in blocks:
         same_text[block.text] = same_text.get(block.text, 0) + 1
     rows[:, column["log_same_text"]] = np.log1p([same_text[block.text] - 1 for block in blocks])
+    rows[:, column[f"type_{PageType(kind)}"]] = 1.0
     rows[:, column["log_page_words"]] = np.log1p(page_words)
     rows[:, column["log_blocks"]] = np.log1p(count)
     log_words = rows[:, column["log_words"]]
