@@ -149,14 +149,15 @@ class Scorer:
     def counts(self, scores: dict[str, np.ndarray]) -> dict[str, dict[float, tuple]]:
         """The counts of the text that kb gives (html_to_text of the kept
         blocks' HTML), without the favor_recall run of a thin text."""
+        from kb.enrich.block_choice import fragment_of
         from kb.enrich.extract import html_to_text
 
         out = {}
         for key, page_scores in scores.items():
             row = self.table[key]
             dev = self.sets[row["set"]]
-            out[key] = {threshold: dev.counts(self.pages[key], html_to_text("<article>" + "".join(
-                piece for piece, score in zip(row["pieces"], page_scores) if score >= threshold) + "</article>"))
+            out[key] = {threshold: dev.counts(self.pages[key], html_to_text(fragment_of(
+                [piece for piece, score in zip(row["pieces"], page_scores) if score >= threshold])))
                 for threshold in THRESHOLDS}
         return out
 
@@ -258,8 +259,7 @@ def export(model, thresholds: dict[str, float]) -> dict:
         flat.append({"feature": [n[0] for n in nodes], "threshold": [float(n[1]) for n in nodes],
                      "left": [n[2] for n in nodes], "right": [n[3] for n in nodes],
                      "value": [round(n[4], 7) for n in nodes]})
-    return {"features": feature_names(), "base": 0.0, "depth": depth, "thresholds": thresholds,
-            "default_threshold": 0.5, "trees": flat}
+    return {"features": feature_names(), "depth": depth, "thresholds": thresholds, "trees": flat}
 
 
 def check_export(model, table: dict) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from kb.enrich import block_choice
 from kb.enrich.page_blocks import block_features, feature_names, page_blocks
+from kb.enrich.page_types import PageType
 
 
 def blocks_of(html: str):
@@ -48,6 +49,8 @@ def test_the_features_measure_what_trafilatura_kept():
     kept = {"default": "The river town kept its old stone bridge for four hundred years.", "precision": "",
             "article": ""}
     rows = block_features(tree, blocks, kept, "forum")
+    with pytest.raises(KeyError):  # a text that the caller forgot is not an empty text
+        block_features(tree, blocks, {"default": kept["default"]}, "forum")
     column = {name: index for index, name in enumerate(feature_names())}
     assert rows.shape == (2, len(feature_names()))
     assert rows[0, column["in_nav"]] == 1 and rows[0, column["link_share"]] == 1
@@ -61,8 +64,8 @@ def tiny_model(tmp_path, thresholds=None) -> dict:
     the second is one leaf. Score = sigmoid(leaf + 0.5)."""
     feature = feature_names().index("kept_default")
     raw = {
-        "features": feature_names(), "base": 0.0, "depth": 1, "default_threshold": 0.5,
-        "thresholds": thresholds or {"article": 0.5},
+        "features": feature_names(), "depth": 1,
+        "thresholds": thresholds or dict.fromkeys(map(str, PageType), 0.5),
         "trees": [
             {"feature": [feature, -1, -1], "threshold": [0.5, 0, 0], "left": [1, 1, 2], "right": [2, 1, 2],
              "value": [0, -3.0, 2.0]},
@@ -89,10 +92,14 @@ def test_the_trees_are_walked_as_lightgbm_scores_them(tmp_path):
 
 def test_a_model_of_other_features_is_refused_with_the_file_named(tmp_path):
     path = tmp_path / "old.json"
-    path.write_text(json.dumps({"features": ["log_words"], "base": 0, "depth": 1, "thresholds": {},
-                                "default_threshold": 0.5, "trees": []}))
+    every_type = dict.fromkeys(map(str, PageType), 0.5)
+    path.write_text(json.dumps({"features": ["log_words"], "depth": 1, "thresholds": every_type, "trees": []}))
     with pytest.raises(ValueError, match="old.json.*features"):
         block_choice.load_model(path)
+    path.write_text(json.dumps({"features": feature_names(), "depth": 1, "thresholds": {"article": 0.5},
+                                "trees": []}))
+    with pytest.raises(ValueError, match="old.json: no threshold for the page types forum"):
+        block_choice.load_model.__wrapped__(path)
     path.write_text("not json")
     with pytest.raises(ValueError, match="old.json: not a block-choice model"):
         block_choice.load_model.__wrapped__(path)

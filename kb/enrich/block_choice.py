@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from kb.enrich.page_blocks import HEADINGS, Block, feature_names
+from kb.enrich.page_types import PageType
 
 MODEL_FILE = Path(__file__).with_name("block_choice_model.json")
 _LEAF = -1  # the feature of a leaf in the flat arrays
@@ -51,13 +52,14 @@ def load_model(path: Path = MODEL_FILE) -> dict:
             "left": np.array([tree["left"] for tree in trees], dtype=np.int32),
             "right": np.array([tree["right"] for tree in trees], dtype=np.int32),
             "value": np.array([tree["value"] for tree in trees], dtype=np.float64),
-            "base": float(raw["base"]),
             "depth": int(raw["depth"]),
             "thresholds": thresholds,
-            "default_threshold": float(raw["default_threshold"]),
         }
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a block-choice model ({type(exc).__name__}: {exc})") from exc
+    missing = [str(kind) for kind in PageType if str(kind) not in thresholds]
+    if missing:
+        raise ValueError(f"{path}: no threshold for the page types {', '.join(missing)}; train it again")
     if features != feature_names():
         raise ValueError(f"{path}: the model's features are not those of kb.enrich.page_blocks "
                          f"({len(features)} against {len(feature_names())}); train it again")
@@ -96,18 +98,23 @@ def _walk(model: dict, rows: np.ndarray) -> np.ndarray:
         value = np.take(flat_rows, row_starts + np.maximum(split, 0))
         child = np.where(value <= np.take(threshold, node), np.take(left, node), np.take(right, node))
         node = np.where(split == _LEAF, node, offsets + child)
-    margin = model["base"] + np.take(model["value"].ravel(), node).reshape(len(rows), trees).sum(axis=1)
+    # No start score: LightGBM puts it into the leaves of the first tree.
+    margin = np.take(model["value"].ravel(), node).reshape(len(rows), trees).sum(axis=1)
     return 1.0 / (1.0 + np.exp(-margin))
 
 
 def threshold_of(model: dict, kind: str) -> float:
-    return model["thresholds"].get(kind, model["default_threshold"])
+    return model["thresholds"][kind]
 
 
 def kept_fragment(blocks: list[Block], scores: np.ndarray, threshold: float, url: str | None) -> str:
     """The blocks scored at or above the threshold as an <article> fragment
     in reading order, or "" when no block is kept."""
-    parts = [block_html(block, url) for block, score in zip(blocks, scores) if score >= threshold]
+    return fragment_of([block_html(block, url) for block, score in zip(blocks, scores) if score >= threshold])
+
+
+def fragment_of(parts: list[str]) -> str:
+    """Kept blocks' HTML (block_html()) as one <article>, "" for none."""
     return f"<article>{''.join(parts)}</article>" if parts else ""
 
 

@@ -202,7 +202,7 @@ KEPT_BY = ("default", "precision", "article")
 _CONTEXT = 3  # blocks on each side of a block whose kept share is averaged
 
 
-def feature_names() -> list[str]:
+def _feature_names() -> list[str]:
     names = ["log_words", "chars_per_word", "link_share", "punctuation", "sentences", "digits", "capitals",
              "position", "words_before", "log_depth", "log_same_name", "log_page_words", "log_blocks",
              "around_words", "in_title", "after_h1", "from_h1", "log_same_text"]
@@ -220,6 +220,15 @@ def feature_names() -> list[str]:
     return names
 
 
+_FEATURE_NAMES = tuple(_feature_names())
+_COLUMN = {name: index for index, name in enumerate(_FEATURE_NAMES)}
+
+
+def feature_names() -> list[str]:
+    """The name of each column of block_features(), in order."""
+    return list(_FEATURE_NAMES)
+
+
 def _window_sum(values: np.ndarray) -> np.ndarray:
     """The sum of each value and the _CONTEXT values on each side of it."""
     total = np.concatenate(([0.0], np.cumsum(values, dtype=np.float64)))
@@ -235,11 +244,10 @@ def block_features(tree: lxml.html.HtmlElement, blocks: list[Block], kept_texts:
     each extraction of KEPT_BY: trafilatura's runs and kb's article rule;
     kind is the page's type (PageType)."""
     count = len(blocks)
-    names = feature_names()
-    rows = np.zeros((count, len(names)), dtype=np.float32)
+    rows = np.zeros((count, len(_FEATURE_NAMES)), dtype=np.float32)
     if not count:
         return rows
-    column = {name: index for index, name in enumerate(names)}
+    column = _COLUMN
     texts = [block.text for block in blocks]
     words = [words_of(text) for text in texts]
     sizes = np.array([len(w) for w in words], dtype=np.float32)
@@ -299,7 +307,7 @@ def block_features(tree: lxml.html.HtmlElement, blocks: list[Block], kept_texts:
     rows[:-1, column["next_link_share"]] = link_share[1:]
     weighted_sizes = _window_sum(sizes)
     for mode in KEPT_BY:
-        sets = gram_sets(kept_texts.get(mode, ""))
+        sets = gram_sets(kept_texts[mode])  # a missing text must fail, not count as empty
         kept = np.array([share_in(block_words, sets) for block_words in words], dtype=np.float32)
         rows[:, column[f"kept_{mode}"]] = kept
         rows[:, column[f"near_kept_{mode}"]] = _window_sum(kept * sizes) / np.maximum(
