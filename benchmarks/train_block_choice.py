@@ -9,14 +9,16 @@ Each block of each page of both development sets is one example
 Each page weighs 1, shared by its blocks by their words: the sets score
 each page, and a long block counts more words.
 
-LightGBM fits the trees. The threshold of each page type of kb
-(kb.enrich.page_types) is chosen on out-of-fold scores: the best sum of
-both sets' F1. Nested 5-fold cross-validation (the folds of
-bench_extraction.py): for each fold, the trees are fitted on the other 4
-folds, the thresholds on an inner 4-fold CV of those folds, and the fold
-is scored with both, beside trafilatura alone on the same pages. With
---write, the trees are fitted on all pages, the thresholds on a 5-fold CV
-of all pages, and the plain numbers go to kb/enrich/block_choice_model.json.
+LightGBM fits the trees. The selection of each page type of kb
+(kb.enrich.page_types: one of CHOICES, a threshold or a beta of the best
+expected F-score, kb.enrich.block_choice.SELECTION_RULES) is chosen on
+out-of-fold scores: the best sum of both sets' F1. Nested 5-fold
+cross-validation (the folds of bench_extraction.py): for each fold, the
+trees are fitted on the other 4 folds, the selections on an inner 4-fold
+CV of those folds, and the fold is scored with both, beside trafilatura
+alone on the same pages. With --write, the trees are fitted on all pages,
+the selections on a 5-fold CV of all pages, and the plain numbers go to
+kb/enrich/block_choice_model.json.
 
 Needs the "train" extra (`.venv/bin/pip install -e ".[train]"`: LightGBM).
 Run (the cache holds trafilatura's runs, as for bench_extraction.py --cv;
@@ -42,7 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_extraction as bench  # noqa: E402
 
 LABEL_SHARE = 0.5
-THRESHOLDS = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65)
+# The selections that the tuning tries for each page type.
+CHOICES = ([("at_least", t) for t in (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65)]
+           + [("best_f1", beta) for beta in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.15, 1.3)])
+START = ("at_least", 0.5)
 # LightGBM's settings. Under 5-fold CV (3 December 2026): 31 leaves, 300
 # rounds at 0.05 gave WCXB 0.8550 and news 0.9336; the same with a depth
 # of at most 8 gave 0.8550 and 0.9349, and kb walks 8 levels, not 20;
@@ -113,16 +118,15 @@ def block_table(sets: list, cache: Path | None) -> dict:
 def examples(table: dict, keys: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The labelled blocks of the pages, with their weights: each page 1,
     shared by the words of its labelled blocks."""
-    from kb.enrich.page_blocks import feature_names
+    from kb.enrich.block_choice import block_words
 
-    column = feature_names().index("log_words")
     rows, labels, weights = [], [], []
     for key in keys:
         row = table[key]
         labelled = row["y"] >= 0
         if not labelled.any():
             continue
-        words = np.expm1(row["X"][labelled, column])
+        words = block_words(row["X"][labelled])
         rows.append(row["X"][labelled])
         labels.append(row["y"][labelled])
         weight = NEWS_WEIGHT if row["set"] == "news" else 1.0
@@ -139,46 +143,47 @@ def fit(table: dict, keys: list[str]):
 
 
 class Scorer:
-    """The counts of each page's text at each threshold, made once."""
+    """The counts of each page's text with each of CHOICES, made once."""
 
     def __init__(self, sets: list, table: dict):
         self.sets = {dev.name: dev for dev in sets}
         self.table = table
         self.pages = {page.key: page for dev in sets for page in dev.pages}
 
-    def counts(self, scores: dict[str, np.ndarray]) -> dict[str, dict[float, tuple]]:
+    def counts(self, scores: dict[str, np.ndarray]) -> dict[str, dict[tuple, tuple]]:
         """The counts of the text that kb gives (html_to_text of the kept
         blocks' HTML), without the favor_recall run of a thin text."""
-        from kb.enrich.block_choice import fragment_of
+        from kb.enrich.block_choice import block_words, fragment_of, kept_blocks
         from kb.enrich.extract import html_to_text
 
         out = {}
         for key, page_scores in scores.items():
             row = self.table[key]
             dev = self.sets[row["set"]]
-            out[key] = {threshold: dev.counts(self.pages[key], html_to_text(fragment_of(
-                [piece for piece, score in zip(row["pieces"], page_scores) if score >= threshold])))
-                for threshold in THRESHOLDS}
+            words = block_words(row["X"])
+            out[key] = {choice: dev.counts(self.pages[key], html_to_text(fragment_of(
+                [piece for piece, kept in zip(row["pieces"], kept_blocks(page_scores, words, choice)) if kept])))
+                for choice in CHOICES}
         return out
 
-    def objective(self, counts: dict, keys: list[str], thresholds: dict[str, float]) -> float:
+    def objective(self, counts: dict, keys: list[str], selection: dict[str, tuple]) -> float:
         total = 0.0
         for name, dev in self.sets.items():
-            total += dev.f1([counts[k][thresholds[self.table[k]["rule"]]] for k in keys
+            total += dev.f1([counts[k][selection[self.table[k]["rule"]]] for k in keys
                              if self.table[k]["set"] == name])["f1"]
         return total
 
-    def tune(self, counts: dict, keys: list[str]) -> dict[str, float]:
-        """The threshold of each kb page type: coordinate ascent on the sum
-        of both sets' F1, from 0.5."""
+    def tune(self, counts: dict, keys: list[str]) -> dict[str, tuple]:
+        """The selection of each kb page type: coordinate ascent on the sum
+        of both sets' F1, from START."""
         from kb.enrich.page_types import PageType
 
-        thresholds = {str(kind): 0.5 for kind in PageType}
+        selection = {str(kind): START for kind in PageType}
         for _ in range(2):
-            for kind in thresholds:
-                thresholds[kind] = max(THRESHOLDS, key=lambda t: (self.objective(counts, keys, thresholds | {kind: t}),
-                                                                  t == thresholds[kind]))
-        return thresholds
+            for kind in selection:
+                selection[kind] = max(CHOICES, key=lambda c: (self.objective(counts, keys, selection | {kind: c}),
+                                                              c == selection[kind]))
+        return selection
 
 
 def out_of_fold(table: dict, keys: list[str], folds: list[int]) -> dict[str, np.ndarray]:
@@ -199,20 +204,20 @@ def nested_cv(sets: list, table: dict, scorer: Scorer) -> list[dict]:
         inner = [f for f in range(bench.FOLDS) if f != fold]
         train = [k for k in keys if table[k]["fold"] != fold]
         test = [k for k in keys if table[k]["fold"] == fold]
-        thresholds = scorer.tune(scorer.counts(out_of_fold(table, train, inner)), train)
+        selection = scorer.tune(scorer.counts(out_of_fold(table, train, inner)), train)
         model = fit(table, train)
         scores = {k: model.predict(table[k]["X"]) if len(table[k]["texts"]) else np.zeros(0) for k in test}
         counts = scorer.counts(scores)
-        row = {"fold": fold, "thresholds": thresholds}
+        row = {"fold": fold, "selection": selection}
         for dev in sets:
             for kind in ["all", *sorted({table[k]["kind"] for k in test if table[k]["set"] == dev.name})]:
                 chosen = [k for k in test if table[k]["set"] == dev.name and kind in ("all", table[k]["kind"])]
                 row[f"{dev.name}/{kind}"] = {
-                    "blocks": dev.f1([counts[k][thresholds[table[k]["rule"]]] for k in chosen])["f1"],
+                    "blocks": dev.f1([counts[k][selection[table[k]["rule"]]] for k in chosen])["f1"],
                     TRAFILATURA: dev.f1([table[k][TRAFILATURA] for k in chosen])["f1"]}
         rows.append(row)
         print(f"fold {fold}: news {row['news/all']['blocks']:.4f}, WCXB {row['wcxb/all']['blocks']:.4f}, "
-              f"thresholds {thresholds}", flush=True)
+              f"selection {selection}", flush=True)
     return rows
 
 
@@ -226,7 +231,7 @@ def print_table(rows: list[dict]) -> None:
         print(f"| {name} | {bench.mean_spread(ours)} | {bench.mean_spread(theirs)} | {above} of {len(rows)} folds |")
 
 
-def export(model, thresholds: dict[str, float]) -> dict:
+def export(model, selection: dict[str, tuple]) -> dict:
     """The trees as padded flat arrays: per node its feature (-1 for a
     leaf), threshold, left and right child and leaf value."""
     from kb.enrich.page_blocks import feature_names
@@ -259,7 +264,7 @@ def export(model, thresholds: dict[str, float]) -> dict:
         flat.append({"feature": [n[0] for n in nodes], "threshold": [float(n[1]) for n in nodes],
                      "left": [n[2] for n in nodes], "right": [n[3] for n in nodes],
                      "value": [round(n[4], 7) for n in nodes]})
-    return {"features": feature_names(), "depth": depth, "thresholds": thresholds, "trees": flat}
+    return {"features": feature_names(), "depth": depth, "selection": selection, "trees": flat}
 
 
 def check_export(model, table: dict) -> None:
@@ -302,11 +307,11 @@ def main() -> int:
         from kb.enrich.block_choice import MODEL_FILE
 
         keys = list(table)
-        thresholds = scorer.tune(scorer.counts(out_of_fold(table, keys, list(range(bench.FOLDS)))), keys)
+        selection = scorer.tune(scorer.counts(out_of_fold(table, keys, list(range(bench.FOLDS)))), keys)
         model = fit(table, keys)
-        MODEL_FILE.write_text(json.dumps(export(model, thresholds), separators=(",", ":")) + "\n", encoding="utf-8")
+        MODEL_FILE.write_text(json.dumps(export(model, selection), separators=(",", ":")) + "\n", encoding="utf-8")
         check_export(model, table)
-        print(f"wrote {MODEL_FILE}: thresholds {thresholds}")
+        print(f"wrote {MODEL_FILE}: selection {selection}")
     print(f"CPU {time.process_time() - started:.0f} s")
     return 0
 

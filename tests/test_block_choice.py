@@ -59,13 +59,13 @@ def test_the_features_measure_what_trafilatura_kept():
     assert (rows[:, column["type_forum"]] == 1).all() and (rows[:, column["type_article"]] == 0).all()
 
 
-def tiny_model(tmp_path, thresholds=None) -> dict:
+def tiny_model(tmp_path) -> dict:
     """Two trees on the feature "kept_default": the first splits at 0.5,
     the second is one leaf. Score = sigmoid(leaf + 0.5)."""
     feature = feature_names().index("kept_default")
     raw = {
         "features": feature_names(), "depth": 1,
-        "thresholds": thresholds or dict.fromkeys(map(str, PageType), 0.5),
+        "selection": {str(kind): ["at_least", 0.5] for kind in PageType},
         "trees": [
             {"feature": [feature, -1, -1], "threshold": [0.5, 0, 0], "left": [1, 1, 2], "right": [2, 1, 2],
              "value": [0, -3.0, 2.0]},
@@ -92,13 +92,22 @@ def test_the_trees_are_walked_as_lightgbm_scores_them(tmp_path):
 
 def test_a_model_of_other_features_is_refused_with_the_file_named(tmp_path):
     path = tmp_path / "old.json"
-    every_type = dict.fromkeys(map(str, PageType), 0.5)
-    path.write_text(json.dumps({"features": ["log_words"], "depth": 1, "thresholds": every_type, "trees": []}))
+    every_type = {str(kind): ["at_least", 0.5] for kind in PageType}
+    path.write_text(json.dumps({"features": ["log_words"], "depth": 1, "selection": every_type, "trees": []}))
     with pytest.raises(ValueError, match="old.json.*features"):
         block_choice.load_model(path)
+    path.write_text(json.dumps({"features": feature_names(), "depth": 1, "selection": {"article": ["at_least", 0.5]},
+                                "trees": []}))
+    with pytest.raises(ValueError, match="old.json: no selection for the page types forum"):
+        block_choice.load_model.__wrapped__(path)
+    # The model before selections had one threshold per type.
     path.write_text(json.dumps({"features": feature_names(), "depth": 1, "thresholds": {"article": 0.5},
                                 "trees": []}))
-    with pytest.raises(ValueError, match="old.json: no threshold for the page types forum"):
+    with pytest.raises(ValueError, match="old.json: not a block-choice model .*selection"):
+        block_choice.load_model.__wrapped__(path)
+    path.write_text(json.dumps({"features": feature_names(), "depth": 1, "trees": [],
+                                "selection": every_type | {"forum": ["most_words", 1]}}))
+    with pytest.raises(ValueError, match="old.json: unknown selection rules most_words"):
         block_choice.load_model.__wrapped__(path)
     path.write_text("not json")
     with pytest.raises(ValueError, match="old.json: not a block-choice model"):
@@ -108,7 +117,34 @@ def test_a_model_of_other_features_is_refused_with_the_file_named(tmp_path):
 def test_the_shipped_model_loads():
     model = block_choice.load_model()
     assert model["feature"].shape == model["threshold"].shape and model["depth"] > 0
-    assert set(model["thresholds"]) >= {"article", "forum", "listing", "collection"}
+    assert set(model["selection"]) == set(map(str, PageType))
+    assert {rule for rule, _ in model["selection"].values()} <= set(block_choice.SELECTION_RULES)
+
+
+def test_a_threshold_keeps_the_blocks_at_or_above_it():
+    scores, words = np.array([0.9, 0.5, 0.49]), np.array([10.0, 10.0, 10.0])
+    assert block_choice.kept_blocks(scores, words, ("at_least", 0.5)).tolist() == [True, True, False]
+
+
+def test_the_best_expected_f_score_keeps_the_blocks_that_pay_on_this_page():
+    """Scores 0.9, 0.6 and 0.1 on blocks of 100 words: 160 expected words
+    of main text. Beta 1: the first two blocks give 2*150/(160+200) = 0.83,
+    above one block (0.69) and all three (0.70). Beta 0.5 (precision counts
+    more): the first block alone gives 0.80, two give 0.78."""
+    scores, words = np.array([0.1, 0.9, 0.6]), np.array([100.0, 100.0, 100.0])
+    assert block_choice.kept_blocks(scores, words, ("best_f1", 1.0)).tolist() == [False, True, True]
+    assert block_choice.kept_blocks(scores, words, ("best_f1", 0.5)).tolist() == [False, True, False]
+    # A long block of a middling score counts by its words.
+    assert block_choice.kept_blocks(np.array([0.9, 0.6]), np.array([10.0, 1000.0]), ("best_f1", 1.0)).all()
+    assert block_choice.kept_blocks(np.zeros(0), np.zeros(0), ("best_f1", 1.0)).shape == (0,)
+
+
+def test_the_words_of_a_block_come_back_from_its_row():
+    html = "<html><body><p>one two three</p><p>" + "word " * 1234 + "</p></body></html>"
+    tree = lxml.html.document_fromstring(html)
+    blocks = page_blocks(tree)
+    rows = block_features(tree, blocks, dict.fromkeys(("default", "precision", "article"), ""), "article")
+    assert block_choice.block_words(rows).tolist() == [3, 1234]
 
 
 def test_the_fragment_keeps_only_web_links_and_escapes_the_page_text():
@@ -121,8 +157,8 @@ def test_the_fragment_keeps_only_web_links_and_escapes_the_page_text():
             "&lt;script&gt;alert(2)&lt;/script&gt;</p>"
             "<li>an item</li><pre>line 1\n  line 2</pre><div>dropped</div></body></html>")
     blocks = blocks_of(html)
-    scores = np.array([0.9, 0.9, 0.9, 0.9, 0.1])
-    fragment = block_choice.kept_fragment(blocks, scores, 0.5, "https://site.example/a/b")
+    kept = np.array([True, True, True, True, False])
+    fragment = block_choice.kept_fragment(blocks, kept, "https://site.example/a/b")
     assert "javascript:" not in fragment and "data:" not in fragment
     assert '<a href="https://site.example/next">the next page</a> and' in fragment
     assert "<script>" not in fragment and "&lt;script&gt;" in fragment
@@ -130,4 +166,4 @@ def test_the_fragment_keeps_only_web_links_and_escapes_the_page_text():
     assert "<pre>line 1\n  line 2</pre>" in fragment and "dropped" not in fragment
     assert "this" in fragment and "that" in fragment
     assert "not-a-host" not in fragment and "a broken one" in fragment
-    assert block_choice.kept_fragment(blocks, scores * 0, 0.5, None) == ""
+    assert block_choice.kept_fragment(blocks, kept & False, None) == ""

@@ -214,7 +214,7 @@ _CONTENT_BLOCKS = ("p", "pre", "table", "blockquote", "ul", "ol", "dl", "div", *
 
 def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
     """The main content of a page: the blocks that the block choice
-    (kb.enrich.block_choice) keeps, with the threshold of the page's type
+    (kb.enrich.block_choice) keeps, by the selection of the page's type
     (kb.enrich.page_types). A thin result is read again with favor_recall.
 
     Links stay in the HTML, absolute when the page URL is known."""
@@ -237,8 +237,10 @@ def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
 
     blocks = page_blocks(tree)
     model = block_choice.load_model()
-    scores = block_choice.block_scores(model, block_features(tree, blocks, kept_texts(run), str(kind)))
-    fragment = block_choice.kept_fragment(blocks, scores, block_choice.threshold_of(model, str(kind)), url)
+    rows = block_features(tree, blocks, kept_texts(run), str(kind))
+    kept = block_choice.kept_blocks(block_choice.block_scores(model, rows), block_choice.block_words(rows),
+                                    model["selection"][str(kind)])
+    fragment = block_choice.kept_fragment(blocks, kept, url)
     fragment = recall_when_thin(fragment, lambda: clean_fragment(run("recall")))
     title = _trafilatura_title(tree) or _page_title(html)
     text = html_to_text(fragment)
