@@ -18,6 +18,7 @@ from kb.enrich.extract import (
     looks_blocked,
     recall_when_thin,
     rewrite_arxiv,
+    trafilatura_fragment,
 )
 from tests.shared_data import shared_path
 
@@ -232,6 +233,34 @@ def test_on_real_pages_of_every_type_kb_scores_above_trafilatura_alone():
     # 0.899 against 0.793 on 3 December 2026; the margin leaves room for a
     # new fit of the model.
     assert kb["f1"] > alone["f1"] + 0.05, (kb, alone)
+
+
+@pytest.mark.parametrize("mode", ["default", "precision", "recall"])
+def test_trafilatura_runs_without_the_fingerprint_give_what_extract_gives(mode):
+    """trafilatura_fragment() calls bare_extraction() and trafilatura's HTML
+    output itself, to skip the fingerprint of extract(); the fragment must
+    stay what extract() gives, for a made-up page and every 50th real page
+    of both sets."""
+    import copy
+
+    import lxml.html
+    import trafilatura
+
+    from benchmarks.bench_extraction import NewsSet, WcxbSet, html_of
+    from kb.enrich.extract import MODES
+
+    pages = [(article_page(), "https://town.example/news/bridge")]
+    for dev in (NewsSet(shared_path("eval", "extraction")), WcxbSet(shared_path("eval", "wcxb-dev"))):
+        pages += [(html_of(page), page.url) for page in dev.pages[::50]]
+    for html, url in pages:
+        tree = trafilatura.load_html(html)
+        output = trafilatura.extract(copy.deepcopy(tree), url=url, output_format="html", include_images=False,
+                                     include_tables=True, include_comments=False, include_links=True, **MODES[mode])
+        body = lxml.html.document_fromstring(output).find("body") if output else None
+        expected = "" if body is None else lxml.html.tostring(body, encoding="unicode").strip()
+        got = trafilatura_fragment(copy.deepcopy(tree), url, mode)
+        assert got.removeprefix("<article>").removesuffix("</article>") == \
+            expected.removeprefix("<body>").removesuffix("</body>"), url
 
 
 # --- PDF -----------------------------------------------------------------------------

@@ -262,15 +262,24 @@ def trafilatura_fragment(html: str | bytes | lxml.html.HtmlElement, url: str | N
     the settings of `mode` ("default", "precision" or "recall"), or "" when
     it finds none. A parsed tree is changed in place."""
     import trafilatura
+    # trafilatura.extract() also makes a fingerprint of the text for its
+    # de-duplication, in Python: 2.5 ms p50 a page for two runs (230 pages
+    # of both sets, 3 December 2026), for a value that kb does not use.
+    # bare_extraction() and the HTML output of extract() give the same text
+    # without it (tests/test_extract.py compares both).
+    from trafilatura.htmlprocessing import build_html_output
+    from trafilatura.utils import normalize_unicode
 
-    output = trafilatura.extract(
+    document = trafilatura.bare_extraction(
         html,
         url=url,
         output_format="html",
         include_images=False,
         include_tables=True,
+        as_dict=False,
         **({"include_comments": False, "include_links": True} | MODES[mode]),
     )
+    output = normalize_unicode(build_html_output(document)) if document is not None else ""
     return _body_fragment(lxml.html.document_fromstring(output)) if output else ""
 
 
