@@ -21,7 +21,7 @@ From one run:
    exactly, so the table shows lost body text clearly.
 
 3. With --cv: nested 5-fold cross-validation of what was tuned, the block
-   choice (kb.enrich.block_choice: its trees and its threshold per page
+   choice (kb.enrich.block_choice: its trees and its selection per page
    type), by benchmarks/train_block_choice.py: fitted on 4 folds of both
    sets together, scored on the 5th, beside trafilatura on the same fold.
    The rules of kb.enrich.page_types are not tuned. The rows of kb's
