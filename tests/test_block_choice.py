@@ -29,6 +29,15 @@ def test_a_block_holds_its_inline_words_and_not_the_blocks_inside_it():
     assert all("hidden" not in b.text for b in blocks)
 
 
+def test_a_space_between_inline_elements_divides_words():
+    blocks = blocks_of("<html><body><nav><a href='/'>Home</a> <a href='/news'>News</a>\n<a href='/a'>About</a></nav>"
+                       "<p><b>New</b> <i>York</i> is large.</p></body></html>")
+    assert [b.text for b in blocks] == ["Home News About", "New York is large."]
+    fragment = block_choice.kept_fragment(blocks, np.array([True, True]), "https://site.example/")
+    assert '<a href="https://site.example/">Home</a> <a href="https://site.example/news">News</a> <a' in fragment
+    assert "<p>New York is large.</p>" in fragment
+
+
 def test_the_text_for_readers_without_script_is_a_block():
     """Discourse puts the whole thread in <noscript>: it must not be skipped."""
     blocks = blocks_of("<html><body><noscript><p>The first post of the thread.</p></noscript></body></html>")

@@ -66,9 +66,13 @@ def page(title: str, body_html: str, head: str = "") -> bytes:
 
 
 def article_html() -> bytes:
-    body = "".join(f"<p>{p}</p>" for p in PARAGRAPHS)
+    # A link in the prose: the stored HTML must keep it. (A line of 3 words
+    # around a link at the end is a judgment of the block choice, measured
+    # on real pages in benchmarks/extraction.md, not a fact to test here.)
+    linked = [PARAGRAPHS[0], PARAGRAPHS[1].replace("radar", "<a href='/data/ice.csv'>radar</a>"), *PARAGRAPHS[2:]]
+    body = "".join(f"<p>{p}</p>" for p in linked)
     return page("Glaciers retreat", f"<article><h1>Glaciers retreat</h1>{body}"
-                f"<p>See the <a href='/data/ice.csv'>measurements</a>.</p><img src='/img/ice.jpg' alt='ice'></article>")
+                f"<img src='/img/ice.jpg' alt='ice'></article>")
 
 
 # The script asks for its content at DOMContentLoaded, and the server answers

@@ -106,12 +106,19 @@ def page_blocks(tree: lxml.html.HtmlElement) -> list[Block]:
         return families_of_names[names]
 
     def add(block: Block, text: str | None, link: str | None) -> None:
-        if text and not text.isspace():
-            if not block.parts:
-                order.append(block)
-            block.parts.append((text, link))
-            if link is not None:
-                block.link_chars += len(text.strip())
+        if not text:
+            return
+        if text.isspace():
+            # The space between two inline elements divides words:
+            # "<a>Home</a> <a>News</a>" is "Home News", not "HomeNews".
+            if block.parts:
+                block.parts.append((" ", None))
+            return
+        if not block.parts:
+            order.append(block)
+        block.parts.append((text, link))
+        if link is not None:
+            block.link_chars += len(text.strip())
 
     # An explicit stack, not recursion: a walk of 255 levels (libxml2's
     # limit) stays far from Python's recursion limit in every caller.
