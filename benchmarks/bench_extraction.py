@@ -618,7 +618,6 @@ def set_scores(dev, pages: list[DevPage], predictions: dict[str, str]) -> dict:
 # --- cross-validation of every tuned choice ------------------------------------------------------
 
 FOLDS = 5
-MIN_GAIN = 0.0005  # of the objective, the sum of both sets' F1
 
 
 def fold_of(page: DevPage) -> int:

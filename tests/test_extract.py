@@ -146,20 +146,24 @@ def test_the_article_rule_takes_the_precision_result_only_when_it_keeps_nearly_a
     boilerplate = "Subscribe to our newsletter for the best stories of the week."
     long_body = BODY * 8  # the boilerplate is less than 2% of the default result
     runs = {"default": fragment(long_body + [boilerplate]), "precision": fragment(long_body)}
-    assert boilerplate not in html_to_text(article_text(runs.__getitem__))
+    assert boilerplate not in article_text(runs.__getitem__)
     # When favor_precision cuts the body, the default result is kept whole.
     runs["precision"] = fragment(long_body[:4])
-    text = html_to_text(article_text(runs.__getitem__))
+    text = article_text(runs.__getitem__)
     assert boilerplate in text and text.count(BODY[0]) == 8
 
 
 def test_a_thin_result_gives_way_to_a_longer_favor_recall_result():
-    assert html_to_text(recall_when_thin(fragment(["Only a teaser."]), lambda: fragment(BODY))) == "\n\n".join(BODY)
+    def after_recall(paragraphs: list[str], recalled) -> tuple[str, str]:
+        return recall_when_thin(fragment(paragraphs), html_to_text(fragment(paragraphs)), recalled)
+
+    recalled_html, recalled_text = after_recall(["Only a teaser."], lambda: fragment(BODY))
+    assert recalled_html == fragment(BODY) and recalled_text == "\n\n".join(BODY)
     # A long enough result is not read again.
     longer = fragment(BODY + ["Comments: 12. Log in to reply."])
-    assert "Comments" not in html_to_text(recall_when_thin(fragment(BODY), lambda: longer))
+    assert after_recall(BODY, lambda: longer) == (fragment(BODY), "\n\n".join(BODY))
     # A thin result stays when favor_recall finds less.
-    assert html_to_text(recall_when_thin(fragment(["Only a teaser."]), lambda: "")) == "Only a teaser."
+    assert after_recall(["Only a teaser."], lambda: "") == (fragment(["Only a teaser."]), "Only a teaser.")
 
 
 def test_html_to_text_as_markdown_marks_headings_items_and_code():

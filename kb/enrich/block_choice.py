@@ -118,12 +118,18 @@ def _walk(model: dict, rows: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-margin))
 
 
+_LOG_WORDS = feature_names().index("log_words")
+
+
 def block_words(rows: np.ndarray) -> np.ndarray:
     """The words of each block, from its row of block_features()."""
     return np.rint(np.expm1(rows[:, _LOG_WORDS].astype(np.float64)))
 
 
-_LOG_WORDS = feature_names().index("log_words")
+def main_text(model: dict, rows: np.ndarray, kind: str) -> np.ndarray:
+    """Which blocks of a page (its rows of block_features()) are main text:
+    the model's scores, cut by the selection of the page's type."""
+    return kept_blocks(block_scores(model, rows), block_words(rows), model["selection"][kind])
 
 
 def kept_blocks(scores: np.ndarray, words: np.ndarray, selection: tuple[str, float]) -> np.ndarray:

@@ -90,8 +90,6 @@ _MARKDOWN_PREFIX = {"h1": "# ", "h2": "## ", "h3": "### ", "h4": "#### ", "h5": 
                     "li": "- "}
 
 
-
-
 def html_to_text(html: str, markdown: bool = False) -> str:
     """The text of an HTML page or fragment: one paragraph per block element,
     paragraphs split by one blank line, spaces inside a paragraph collapsed.
@@ -238,12 +236,9 @@ def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
     blocks = page_blocks(tree)
     model = block_choice.load_model()
     rows = block_features(tree, blocks, kept_texts(run), str(kind))
-    kept = block_choice.kept_blocks(block_choice.block_scores(model, rows), block_choice.block_words(rows),
-                                    model["selection"][str(kind)])
-    fragment = block_choice.kept_fragment(blocks, kept, url)
-    fragment = recall_when_thin(fragment, lambda: clean_fragment(run("recall")))
+    fragment = block_choice.kept_fragment(blocks, block_choice.main_text(model, rows, str(kind)), url)
+    fragment, text = recall_when_thin(fragment, html_to_text(fragment), lambda: clean_fragment(run("recall")))
     title = _trafilatura_title(tree) or _page_title(html)
-    text = html_to_text(fragment)
     return Extracted(text_html=fragment, text=text, title=title, word_count=count_words(text), page_type=str(kind))
 
 
@@ -253,7 +248,7 @@ def kept_texts(run: Callable[[str], str]) -> dict[str, str]:
     and kb's article rule made from them. The training script calls this
     with stored runs, so both use the same texts."""
     texts = {mode: html_to_text(run(mode)) for mode in ("default", "precision")}
-    texts["article"] = html_to_text(article_text(run))
+    texts["article"] = article_text(run)
     return texts
 
 
@@ -261,13 +256,13 @@ def trafilatura_fragment(html: str | bytes | lxml.html.HtmlElement, url: str | N
     """trafilatura's main content of a page as an <article> fragment, with
     the settings of `mode` ("default", "precision" or "recall"), or "" when
     it finds none. A parsed tree is changed in place."""
-    import trafilatura
     # trafilatura.extract() also makes a fingerprint of the text for its
     # de-duplication, in Python, for a value that kb does not use: without
     # it a run took 13.1 ms p50 in place of 15.8 (696 runs on pages of both
-    # sets, 3 December 2026).
-    # bare_extraction() and the HTML output of extract() give the same text
-    # without it (tests/test_extract.py compares both).
+    # sets, 3 December 2026). bare_extraction() and the HTML output of
+    # extract() give the same fragment without it (tests/test_extract.py
+    # compares both).
+    import trafilatura
     from trafilatura.htmlprocessing import build_html_output
     from trafilatura.utils import normalize_unicode
 
@@ -300,25 +295,24 @@ def _trafilatura_title(tree: lxml.html.HtmlElement) -> str | None:
 
 
 def article_text(run: Callable[[str], str]) -> str:
-    """kb's article rule (step 2 above) from `run(mode)`, trafilatura's
-    fragment with the settings of MODES[mode]: the cleaned favor_precision
-    result when it keeps at least PRECISION_KEEPS of the cleaned default
-    result's characters, else the cleaned default result."""
-    default, precise = clean_fragment(run("default")), clean_fragment(run("precision"))
-    default_chars, precise_chars = len(html_to_text(default)), len(html_to_text(precise))
-    if precise_chars and precise_chars >= PRECISION_KEEPS * default_chars:
-        return precise
-    return default
+    """The text of kb's article rule (step 2 above) from `run(mode)`,
+    trafilatura's fragment with the settings of MODES[mode]: the cleaned
+    favor_precision result when it keeps at least PRECISION_KEEPS of the
+    cleaned default result's characters, else the cleaned default result."""
+    default, precise = (html_to_text(clean_fragment(run(mode))) for mode in ("default", "precision"))
+    return precise if precise and len(precise) >= PRECISION_KEEPS * len(default) else default
 
 
-def recall_when_thin(fragment: str, recalled: Callable[[], str]) -> str:
-    """A thin fragment (THIN_WORDS) gives way to `recalled()` (the cleaned
-    favor_recall run) when that has more text: on some pages favor_recall
-    finds the body where the other settings find almost nothing."""
-    if count_words(html_to_text(fragment)) >= THIN_WORDS:
-        return fragment
+def recall_when_thin(fragment: str, text: str, recalled: Callable[[], str]) -> tuple[str, str]:
+    """The fragment and its text, or `recalled()` (the cleaned favor_recall
+    run) and its text when the fragment is thin (THIN_WORDS) and that has
+    more text: on some pages favor_recall finds the body where the other
+    settings find almost nothing."""
+    if count_words(text) >= THIN_WORDS:
+        return fragment, text
     other = recalled()
-    return other if len(html_to_text(other)) > len(html_to_text(fragment)) else fragment
+    other_text = html_to_text(other)
+    return (other, other_text) if len(other_text) > len(text) else (fragment, text)
 
 
 def clean_fragment(fragment: str) -> str:
