@@ -68,6 +68,31 @@ def test_the_features_measure_what_trafilatura_kept():
     assert (rows[:, column["type_forum"]] == 1).all() and (rows[:, column["type_article"]] == 0).all()
 
 
+
+def test_the_posts_of_a_thread_share_what_was_kept_of_their_group():
+    """trafilatura kept the first post only: its replies in the same markup
+    get the kept share of their group, the menu link does not."""
+    posts = ["The first post asks how the old bridge was built.", "A reply says the builders used lime mortar.",
+             "A second reply names the quarry of the stones."]
+    html = ("<html><body><div class='menu'><a href='/'>Home</a></div>"
+            + "".join(f"<article class='post'><div class='body'>{text}</div></article>" for text in posts)
+            + "<p class='body'>A footer line in other markup.</p></body></html>")
+    tree = lxml.html.document_fromstring(html)
+    blocks = page_blocks(tree)
+    rows = block_features(tree, blocks, {"default": posts[0], "precision": "", "article": ""}, "forum")
+    column = {name: index for index, name in enumerate(feature_names())}
+    assert [rows[i, column["kept_default"]] for i in (1, 2, 3)] == [1, 0, 0]
+    for grouping in ("name", "parent", "path"):
+        replies = rows[2:4, column[f"{grouping}_kept_default"]]
+        assert (replies > 0.3).all() and (replies < 0.4).all(), grouping  # 1 of 3 posts of about equal words
+        assert rows[0, column[f"{grouping}_kept_default"]] == 0
+        assert rows[0, column[f"{grouping}_link_share"]] == 1
+    # <p class="body"> is not a post: another tag, so another group.
+    assert rows[4, column["name_kept_default"]] == 0
+    assert rows[1, column["log_same_parent"]] == pytest.approx(np.log1p(3))
+    words = [len(text.split()) for text in posts]
+    assert rows[1, column["path_words"]] == pytest.approx(sum(words) / (sum(words) + 1 + 6))
+
 def tiny_model(tmp_path) -> dict:
     """Two trees on the feature "kept_default": the first splits at 0.5,
     the second is one leaf. Score = sigmoid(leaf + 0.5)."""

@@ -212,6 +212,16 @@ _TAG_GROUP = {"td": "cell", "th": "cell", "h4": "h4-6", "h5": "h4-6", "h6": "h4-
               "article": "section", "main": "section", "header": "section", "footer": "section",
               "figcaption": "caption", "caption": "caption", "summary": "caption", "label": "caption"}
 KEPT_BY = ("default", "precision", "article")
+# Blocks of the same structure: the posts of a thread, the items of a list,
+# the links of a menu. What the kept texts hold of the whole group speaks
+# for each of its blocks: trafilatura often keeps the first post of a
+# thread and drops the replies in the same markup. A group is the blocks
+# with the same tag and class ("name"), the same name and the same name of
+# the parent ("parent"), or the same names up _PATH_LEVELS ancestors
+# ("path"). 5-fold CV (3 December 2026): WCXB 0.8603 against 0.8528
+# without, higher in 5 of 5 folds; news 0.9460 against 0.9476.
+GROUPINGS = ("name", "parent", "path")
+_PATH_LEVELS = 4
 _CONTEXT = 3  # blocks on each side of a block whose kept share is averaged
 
 
@@ -226,6 +236,9 @@ def _feature_names() -> list[str]:
         names += [f"kept_{mode}", f"near_kept_{mode}", f"prev_kept_{mode}", f"next_kept_{mode}",
                   f"page_kept_{mode}", f"inside_kept_{mode}"]
     names += ["prev_log_words", "next_log_words", "prev_link_share", "next_link_share", "heading_before_kept"]
+    for grouping in GROUPINGS:
+        names += [f"{grouping}_words", f"{grouping}_link_share", *(f"{grouping}_kept_{mode}" for mode in KEPT_BY)]
+    names += ["log_same_parent", "log_same_path"]
     # The page's type (kb.enrich.page_types): a short block of links is an
     # item on a listing and a menu on an article. With it, 5-fold CV gave
     # news 0.9379 and WCXB 0.8542 against 0.9345 and 0.8512 without.
@@ -287,13 +300,9 @@ def block_features(tree: lxml.html.HtmlElement, blocks: list[Block], kept_texts:
     title_sets = gram_sets(title.text_content() if title is not None else "")
     grams = [word_grams(block_words) for block_words in words]
     rows[:, column["in_title"]] = [gram_share(block_grams, title_sets) for block_grams in grams]
-    # Blocks with the same tag and class: the posts of a thread, the items
-    # of a list, the links of a menu.
-    names_of = [(block.element.tag, block.element.get("class")) for block in blocks]
-    same_name: dict[tuple, int] = {}
-    for key in names_of:
-        same_name[key] = same_name.get(key, 0) + 1
-    rows[:, column["log_same_name"]] = np.log1p([same_name[key] for key in names_of])
+    groups = _groups(blocks)
+    for grouping, group in groups.items():
+        rows[:, column[f"log_same_{grouping}"]] = np.log1p(np.bincount(group)[group])
     for index, block in enumerate(blocks):
         tag = block.element.tag
         group = tag if tag in BLOCK_TAG_GROUPS else _TAG_GROUP.get(tag, "other")
@@ -335,6 +344,7 @@ def block_features(tree: lxml.html.HtmlElement, blocks: list[Block], kept_texts:
         held = np.flatnonzero(kept >= 0.5)
         if held.size:
             rows[held[0]:held[-1] + 1, column[f"inside_kept_{mode}"]] = 1.0
+    _fill_group_columns(rows, groups, sizes, page_words)
     # A heading is main text when the text under it is: the kept share of
     # the next block of at least 10 words.
     default_kept = rows[:, column["kept_default"]]
@@ -345,3 +355,40 @@ def block_features(tree: lxml.html.HtmlElement, blocks: list[Block], kept_texts:
         if sizes[index] >= 10:
             next_long = index
     return rows
+
+
+def _name(element: lxml.html.HtmlElement | None) -> tuple:
+    return (element.tag, element.get("class") or "") if element is not None else ()
+
+
+def _groups(blocks: list[Block]) -> dict[str, np.ndarray]:
+    """For each of GROUPINGS, the number of each block's group."""
+    keys: dict[str, list[tuple]] = {grouping: [] for grouping in GROUPINGS}
+    for block in blocks:
+        path, element = [], block.element
+        for _ in range(_PATH_LEVELS):
+            path.append(_name(element))
+            element = element.getparent() if element is not None else None
+        keys["name"].append(path[0])
+        keys["parent"].append((path[0], path[1]))
+        keys["path"].append(tuple(path))
+    numbers = {}
+    for grouping, group_keys in keys.items():
+        number_of: dict[tuple, int] = {}
+        numbers[grouping] = np.array([number_of.setdefault(key, len(number_of)) for key in group_keys])
+    return numbers
+
+
+def _fill_group_columns(rows: np.ndarray, groups: dict[str, np.ndarray], sizes: np.ndarray,
+                        page_words: float) -> None:
+    """The share of the page's words in each block's group, and the link
+    share and kept shares of the group, each block weighed by its words + 1
+    (a block of one link counts too)."""
+    column = _COLUMN
+    weight = sizes.astype(np.float64) + 1.0
+    for grouping, group in groups.items():
+        rows[:, column[f"{grouping}_words"]] = (np.bincount(group, sizes) / page_words)[group]
+        group_weight = np.bincount(group, weight)
+        for name in ("link_share", *(f"kept_{mode}" for mode in KEPT_BY)):
+            mean = np.bincount(group, weight * rows[:, column[name]]) / group_weight
+            rows[:, column[f"{grouping}_{name}"]] = mean[group]
