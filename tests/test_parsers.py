@@ -94,7 +94,8 @@ def test_web_article_is_extracted_without_navigation(site):
 def test_web_page_is_read_as_the_documents_stage_reads_it():
     """One extraction path for both inflows (issue 15): the Telegram body is
     the Markdown of what the documents stage extracts from the same page,
-    without its link blocks and without link addresses."""
+    without link addresses. Which blocks are kept is the learned choice's
+    business (tests/test_block_choice.py, benchmarks/extraction.md)."""
     from kb.enrich.extract import extract_html, html_to_text
 
     html = ("<!DOCTYPE html><html><head><title>WAL</title></head><body><article><h1>Write-ahead logging</h1>"
@@ -108,7 +109,7 @@ def test_web_page_is_read_as_the_documents_stage_reads_it():
     assert parsed.body.startswith("# Write-ahead logging\n\n")
     assert f"## Recovery\n\n{PARAGRAPHS[1]} See the replay." in parsed.body
     assert f"- {PARAGRAPHS[2]}" in parsed.body
-    assert "Read also" not in parsed.body and "http" not in parsed.body
+    assert "http" not in parsed.body and "/other" not in parsed.body
 
 
 def test_web_404_and_410_are_permanent(site):
