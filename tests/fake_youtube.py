@@ -1,9 +1,12 @@
 """A loopback stand-in for the YouTube endpoints that kb's YouTube parser uses.
 
-It is a plain-HTTP proxy: kb points KB_YOUTUBE_PROXY at it and sets
+It is an HTTP proxy: kb points KB_YOUTUBE_PROXY at it and sets
 KB_YOUTUBE_INSECURE, so youtube-transcript-api and yt-dlp send their
 requests for http://www.youtube.com/... here, as a proxy gets them
-(absolute URI in the request line). It answers:
+(absolute URI in the request line). yt-dlp asks the Innertube API over
+https whatever it is told (since yt-dlp 2026.11): for www.youtube.com:443
+the proxy answers CONNECT and plays YouTube inside the tunnel, with a
+certificate of its own that kb does not check in insecure mode. It answers:
 
 - GET  /watch?v=<id>            the watch page: INNERTUBE_API_KEY (for
                                 youtube-transcript-api) and the initial
@@ -17,14 +20,22 @@ Requests that it does not know are answered 404 and kept in `unknown`.
 
 from __future__ import annotations
 
+import datetime
 import json
+import ssl
+import tempfile
 import threading
+from pathlib import Path
 from dataclasses import dataclass, field
 from html import escape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 API_KEY = "fake-innertube-key"
+# The page's ytcfg as YouTube sets it: yt-dlp reads the client context of
+# its Innertube calls from it.
+YTCFG = {"INNERTUBE_API_KEY": API_KEY,
+         "INNERTUBE_CONTEXT": {"client": {"clientName": "WEB", "clientVersion": "2.20251201.00.00", "hl": "en"}}}
 
 
 @dataclass
@@ -54,14 +65,30 @@ class FakeYouTube:
                 fake._handle(self, "POST", self.rfile.read(int(self.headers.get("Content-Length", 0))))
 
             def do_CONNECT(self):
-                # A proxy for https would tunnel here. The stand-in speaks
-                # plain http only, so a TLS request is an error in the test.
-                fake.unknown.append(f"CONNECT {self.path}")
-                self.send_response(405)
+                if self.path != "www.youtube.com:443":
+                    fake.unknown.append(f"CONNECT {self.path}")
+                    self.send_response(405)
+                    self.end_headers()
+                    return
+                self.send_response(200, "Connection established")
                 self.end_headers()
+                # The requests inside the tunnel come to a handler of their
+                # own on the TLS socket; this connection ends with them.
+                self.close_connection = True
+                try:
+                    tunnel = fake._tls().wrap_socket(self.connection, server_side=True)
+                except ssl.SSLError as exc:  # the client did not accept the certificate
+                    fake.unknown.append(f"TLS {self.path}: {exc.reason}")
+                    return
+                TunnelHandler(tunnel, self.client_address, self.server)
 
             def log_message(self, *args):
                 pass
+
+        class TunnelHandler(Handler):
+            def setup(self):
+                super().setup()
+                self.tunnel_host = "www.youtube.com"
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.proxy_url = f"http://127.0.0.1:{self.server.server_port}"
@@ -78,22 +105,38 @@ class FakeYouTube:
         self.server.shutdown()
         self.server.server_close()
 
+    def _tls(self) -> ssl.SSLContext:
+        """A server context with a self-signed certificate for
+        www.youtube.com, made once per stand-in."""
+        if getattr(self, "_context", None) is None:
+            self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            with tempfile.TemporaryDirectory() as folder:
+                cert, key = _self_signed_certificate(Path(folder), "www.youtube.com")
+                self._context.load_cert_chain(cert, key)
+        return self._context
+
     # --- answers ---------------------------------------------------------------------
     def _handle(self, handler: BaseHTTPRequestHandler, method: str, body: bytes) -> None:
-        url = urlsplit(handler.path)
-        self.requests.append(f"{method} {handler.path}")
+        # Through the proxy the request line holds the whole address; inside
+        # the https tunnel it holds only the path.
+        tunnel_host = getattr(handler, "tunnel_host", "")
+        address = f"https://{tunnel_host}{handler.path}" if tunnel_host else handler.path
+        url = urlsplit(address)
+        self.requests.append(f"{method} {address}")
         query = parse_qs(url.query)
         if url.hostname != "www.youtube.com":
-            return self._send(handler, 404, "text/plain", b"not YouTube", method, handler.path)
+            return self._send(handler, 404, "text/plain", b"not YouTube", method, address)
         if method == "GET" and url.path == "/watch":
             return self._watch(handler, query.get("v", [""])[0])
         if method == "POST" and url.path == "/youtubei/v1/player":
-            if query.get("key") != [API_KEY]:
+            # youtube-transcript-api sends the key of the watch page; yt-dlp
+            # sends none. A wrong key is refused.
+            if query.get("key", [API_KEY]) != [API_KEY]:
                 return self._send(handler, 403, "application/json", b"{}")
             return self._player(handler, json.loads(body or b"{}").get("videoId", ""))
         if method == "GET" and url.path == "/api/timedtext":
             return self._timedtext(handler, query.get("v", [""])[0], query.get("lang", [""])[0])
-        self._send(handler, 404, "text/plain", b"unknown", method, handler.path)
+        self._send(handler, 404, "text/plain", b"unknown", method, address)
 
     def _send(self, handler, code: int, content_type: str, data: bytes, method: str = "", path: str = "") -> None:
         if code == 404 and path:
@@ -136,7 +179,7 @@ class FakeYouTube:
         initial_data = json.dumps({"contents": {"twoColumnWatchNextResults": {"results": {"results": {"contents": [owner]}}}}})
         page = (
             "<!DOCTYPE html><html><head><title>YouTube</title></head><body><script>"
-            f'ytcfg.set({{"INNERTUBE_API_KEY": "{API_KEY}"}});'
+            f"ytcfg.set({json.dumps(YTCFG)});"
             f"var ytInitialPlayerResponse = {player};"
             f"var ytInitialData = {initial_data};"
             "</script></body></html>"
@@ -154,3 +197,24 @@ class FakeYouTube:
         lines = "".join(f'<text start="{start}" dur="{dur}">{escape(text)}</text>' for start, dur, text in video.tracks[lang])
         data = f'<?xml version="1.0" encoding="utf-8" ?><transcript>{lines}</transcript>'.encode()
         self._send(handler, 200, "text/xml; charset=utf-8", data)
+
+
+def _self_signed_certificate(folder: Path, host: str) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path

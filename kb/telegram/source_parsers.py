@@ -376,7 +376,11 @@ def youtube_metadata(video_id: str, *, proxy: str = "", insecure: bool = False, 
     if proxy:
         options["proxy"] = proxy
     if insecure:
+        # yt-dlp asks the Innertube API over https whatever it is told
+        # (2026.11): the loopback stand-in answers there with a certificate
+        # of its own.
         options["prefer_insecure"] = True
+        options["nocheckcertificate"] = True
     scheme = "http" if insecure else "https"
     try:
         with yt_dlp.YoutubeDL(options) as ydl:
