@@ -146,6 +146,12 @@ def test_a_model_of_other_features_is_refused_with_the_file_named(tmp_path):
     path.write_text("not json")
     with pytest.raises(ValueError, match="old.json: not a block-choice model"):
         block_choice.load_model.__wrapped__(path)
+    # The walk stays on a leaf because a leaf points to itself: a leaf that
+    # points elsewhere would send the walk on with a leaf's feature.
+    path.write_text(json.dumps({"features": feature_names(), "depth": 2, "selection": every_type, "trees": [
+        {"feature": [0, -1, -1], "threshold": [0.5, 0, 0], "left": [1, 1, 2], "right": [2, 0, 2], "value": [0, 1, -1]}]}))
+    with pytest.raises(ValueError, match="old.json: a leaf does not point to itself"):
+        block_choice.load_model.__wrapped__(path)
 
 
 def test_the_shipped_model_loads():
