@@ -84,7 +84,7 @@ def hasher():
     return Embedder.from_settings(backend="hash")
 
 
-# --- the order of the work on `pytest -n 2` -----------------------------------
+# --- the order of the work on `pytest -n 3` -----------------------------------
 # pyproject.toml runs the workers with --dist loadfile --no-loadscope-reorder:
 # a file is a unit of work (its module fixtures are built once) that goes to
 # the next free worker, in the order below. The longest files start first, so
