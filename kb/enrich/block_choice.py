@@ -105,8 +105,10 @@ def _walk(model: dict, rows: np.ndarray) -> np.ndarray:
     (node number + tree * width): np.take on flat arrays is several times
     faster than indexing 2-D arrays. A leaf points to itself (left = right),
     so a walk that reaches it stays there: no test for leaves is needed.
-    int32 numbers and no np.where: 15 % less time with 600 trees (4
-    December 2026, 378 pages)."""
+    int32 numbers (ROWS_AT_ONCE * features and trees * width stay far
+    below 2**31) and no np.where: 22.1 s in place of 33.0 s for the 1,888
+    pages of both development sets, with the same scores (4 December
+    2026)."""
     trees, width = model["feature"].shape
     feature, threshold = model["feature"].ravel(), model["threshold"].ravel()
     right = model["right"].ravel()
