@@ -21,6 +21,7 @@ Requests that it does not know are answered 404 and kept in `unknown`.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import ssl
 import tempfile
@@ -76,7 +77,7 @@ class FakeYouTube:
                 # own on the TLS socket; this connection ends with them.
                 self.close_connection = True
                 try:
-                    tunnel = fake._tls().wrap_socket(self.connection, server_side=True)
+                    tunnel = _tls_context().wrap_socket(self.connection, server_side=True)
                 except ssl.SSLError as exc:  # the client did not accept the certificate
                     fake.unknown.append(f"TLS {self.path}: {exc.reason}")
                     return
@@ -86,9 +87,13 @@ class FakeYouTube:
                 pass
 
         class TunnelHandler(Handler):
-            def setup(self):
-                super().setup()
-                self.tunnel_host = "www.youtube.com"
+            def parse_request(self):
+                # Inside the tunnel the request line holds only the path;
+                # through the proxy it holds the whole address. Made whole
+                # here, every answer reads one kind of address.
+                parsed = super().parse_request()
+                self.path = f"https://www.youtube.com{self.path}"
+                return parsed
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.proxy_url = f"http://127.0.0.1:{self.server.server_port}"
@@ -105,27 +110,13 @@ class FakeYouTube:
         self.server.shutdown()
         self.server.server_close()
 
-    def _tls(self) -> ssl.SSLContext:
-        """A server context with a self-signed certificate for
-        www.youtube.com, made once per stand-in."""
-        if getattr(self, "_context", None) is None:
-            self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            with tempfile.TemporaryDirectory() as folder:
-                cert, key = _self_signed_certificate(Path(folder), "www.youtube.com")
-                self._context.load_cert_chain(cert, key)
-        return self._context
-
     # --- answers ---------------------------------------------------------------------
     def _handle(self, handler: BaseHTTPRequestHandler, method: str, body: bytes) -> None:
-        # Through the proxy the request line holds the whole address; inside
-        # the https tunnel it holds only the path.
-        tunnel_host = getattr(handler, "tunnel_host", "")
-        address = f"https://{tunnel_host}{handler.path}" if tunnel_host else handler.path
-        url = urlsplit(address)
-        self.requests.append(f"{method} {address}")
+        url = urlsplit(handler.path)
+        self.requests.append(f"{method} {handler.path}")
         query = parse_qs(url.query)
         if url.hostname != "www.youtube.com":
-            return self._send(handler, 404, "text/plain", b"not YouTube", method, address)
+            return self._send(handler, 404, "text/plain", b"not YouTube", method, handler.path)
         if method == "GET" and url.path == "/watch":
             return self._watch(handler, query.get("v", [""])[0])
         if method == "POST" and url.path == "/youtubei/v1/player":
@@ -136,7 +127,7 @@ class FakeYouTube:
             return self._player(handler, json.loads(body or b"{}").get("videoId", ""))
         if method == "GET" and url.path == "/api/timedtext":
             return self._timedtext(handler, query.get("v", [""])[0], query.get("lang", [""])[0])
-        self._send(handler, 404, "text/plain", b"unknown", method, address)
+        self._send(handler, 404, "text/plain", b"unknown", method, handler.path)
 
     def _send(self, handler, code: int, content_type: str, data: bytes, method: str = "", path: str = "") -> None:
         if code == 404 and path:
@@ -197,6 +188,16 @@ class FakeYouTube:
         lines = "".join(f'<text start="{start}" dur="{dur}">{escape(text)}</text>' for start, dur, text in video.tracks[lang])
         data = f'<?xml version="1.0" encoding="utf-8" ?><transcript>{lines}</transcript>'.encode()
         self._send(handler, 200, "text/xml; charset=utf-8", data)
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """A server context with a self-signed certificate for
+    www.youtube.com, made once per test process."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with tempfile.TemporaryDirectory() as folder:
+        context.load_cert_chain(*_self_signed_certificate(Path(folder), "www.youtube.com"))
+    return context
 
 
 def _self_signed_certificate(folder: Path, host: str) -> tuple[Path, Path]:

@@ -106,8 +106,8 @@ def test_web_page_is_read_as_the_documents_stage_reads_it():
         parsed = parse_web(server.url("/wal"), timeout_s=10)
         expected = html_to_text(extract_html(html, server.url("/wal")).text_html, markdown=True)
     assert parsed.body == expected
-    # Headings become Markdown headings. (Whether the 2-word h1 stays is
-    # the model's choice: 600 trees score it 0.51, just under the cut.)
+    # Headings become Markdown headings. (Whether the short h1 stays is the
+    # model's choice: it scores near the cut of articles.)
     assert f"## Recovery\n\n{PARAGRAPHS[1]} See the replay." in parsed.body
     assert f"- {PARAGRAPHS[2]}" in parsed.body
     assert "http" not in parsed.body and "/other" not in parsed.body
