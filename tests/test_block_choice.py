@@ -93,11 +93,47 @@ def test_the_posts_of_a_thread_share_what_was_kept_of_their_group():
     words = [len(text.split()) for text in posts]
     assert rows[1, column["path_words"]] == pytest.approx(sum(words) / (sum(words) + 1 + 6))
 
+def torch_network(seed: int = 1, silent: bool = False):
+    """A network of SEQUENCE's names and shapes (small), made by PyTorch
+    itself. silent: the output is 0 for every block (probability 0.5)."""
+    import torch
+
+    torch.manual_seed(seed)
+
+    class Network(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.input = torch.nn.Linear(len(feature_names()), 8)
+            self.gru = torch.nn.GRU(8, 5, batch_first=True, bidirectional=True)
+            self.head = torch.nn.Linear(8 + 10, 4)
+            self.output = torch.nn.Linear(4, 1)
+
+        def forward(self, rows):
+            blocks = torch.relu(self.input(rows))
+            states, _ = self.gru(blocks)
+            return torch.sigmoid(self.output(torch.relu(self.head(torch.cat([blocks, states], -1))))).squeeze(-1)
+
+    network = Network()
+    if silent:
+        with torch.no_grad():
+            network.output.weight.zero_()
+            network.output.bias.zero_()
+    return network
+
+
+def network_arrays(network, mean: float = 0.0, scale: float = 1.0) -> dict:
+    count = len(feature_names())
+    return {name: value.detach().numpy().tolist() for name, value in network.state_dict().items()} | {
+        "mean": [mean] * count, "scale": [scale] * count}
+
+
 def tiny_model(tmp_path) -> dict:
     """Two trees on the feature "kept_default": the first splits at 0.5,
-    the second is one leaf. Score = sigmoid(leaf + 0.5)."""
+    the second is one leaf. Score = sigmoid(leaf + 0.5). The network says
+    0.5 for every block, so a block's score is (that + 0.5) / 2."""
     feature = feature_names().index("kept_default")
     raw = {
+        "sequence": network_arrays(torch_network(silent=True)),
         "features": feature_names(), "depth": 1,
         "selection": {str(kind): ["at_least", 0.5] for kind in PageType},
         "trees": [
@@ -116,12 +152,42 @@ def test_the_trees_are_walked_as_lightgbm_scores_them(tmp_path):
     model = tiny_model(tmp_path)
     rows = np.zeros((3, len(feature_names())), dtype=np.float32)
     rows[:, feature_names().index("kept_default")] = [0.0, 0.5, 0.9]
-    expected = 1 / (1 + np.exp(-np.array([-3.0 + 0.5, -3.0 + 0.5, 2.0 + 0.5])))
+    expected = (1 / (1 + np.exp(-np.array([-3.0 + 0.5, -3.0 + 0.5, 2.0 + 0.5]))) + 0.5) / 2
     assert np.allclose(block_choice.block_scores(model, rows), expected)
     assert block_choice.block_scores(model, rows[:0]).shape == (0,)
     # A page of more blocks than are scored at once gets the same scores.
     many = np.repeat(rows, block_choice.ROWS_AT_ONCE, axis=0)
     assert np.allclose(block_choice.block_scores(model, many), np.repeat(expected, block_choice.ROWS_AT_ONCE))
+
+
+def test_the_network_gives_pytorchs_scores_for_the_blocks_in_page_order(tmp_path):
+    """numpy's run of the exported arrays against PyTorch's GRU, on rows
+    that are scaled first: the order of the blocks changes the scores."""
+    import torch
+
+    network = torch_network(seed=7)
+    arrays = block_choice._sequence_arrays(network_arrays(network, mean=0.5, scale=2.0))
+    rows = np.random.default_rng(3).random((40, len(feature_names()))).astype(np.float32)
+    with torch.no_grad():
+        expected = network(torch.tensor((rows - 0.5) / 2.0)[None])[0].numpy()
+    scores = block_choice.sequence_scores(arrays, rows)
+    assert np.abs(scores - expected).max() < 1e-5
+    # A block's score depends on the blocks around it: the same blocks in
+    # the other order get other scores (a model of one block would not).
+    backwards = block_choice.sequence_scores(arrays, rows[::-1])[::-1]
+    assert np.abs(backwards - scores).max() > 1e-3
+
+
+def test_a_page_of_too_many_blocks_gets_the_scores_of_the_trees_alone(tmp_path, monkeypatch):
+    """A hostile page of a million tiny blocks must not hold the network's
+    loop (one step a block) for minutes."""
+    model = tiny_model(tmp_path)
+    model["sequence"] = block_choice._sequence_arrays(network_arrays(torch_network(seed=2)))
+    rows = np.zeros((6, len(feature_names())), dtype=np.float32)
+    trees = 1 / (1 + np.exp(-(-3.0 + 0.5)))
+    assert not np.allclose(block_choice.block_scores(model, rows), trees)
+    monkeypatch.setattr(block_choice, "SEQUENCE_MOST_BLOCKS", 5)
+    assert np.allclose(block_choice.block_scores(model, rows), trees)
 
 
 def test_a_model_of_other_features_is_refused_with_the_file_named(tmp_path):
@@ -146,9 +212,19 @@ def test_a_model_of_other_features_is_refused_with_the_file_named(tmp_path):
     path.write_text("not json")
     with pytest.raises(ValueError, match="old.json: not a block-choice model"):
         block_choice.load_model.__wrapped__(path)
+    # A network of other shapes: numpy would fail deep in the first page.
+    sequence = network_arrays(torch_network(silent=True))
+    wrong = sequence | {"gru.bias_hh_l0_reverse": [0.0] * 7}
+    path.write_text(json.dumps({"features": feature_names(), "depth": 1, "selection": every_type, "trees": [],
+                                "sequence": wrong}))
+    with pytest.raises(ValueError, match=r"old.json: not a block-choice model .*gru.bias_hh_l0_reverse has the shape \(7,\)"):
+        block_choice.load_model.__wrapped__(path)
+    path.write_text(json.dumps({"features": feature_names(), "depth": 1, "selection": every_type, "trees": []}))
+    with pytest.raises(ValueError, match="old.json: not a block-choice model .*sequence"):
+        block_choice.load_model.__wrapped__(path)
     # The walk stays on a leaf because a leaf points to itself: a leaf that
     # points elsewhere would send the walk on with a leaf's feature.
-    path.write_text(json.dumps({"features": feature_names(), "depth": 2, "selection": every_type, "trees": [
+    path.write_text(json.dumps({"features": feature_names(), "depth": 2, "selection": every_type, "sequence": sequence, "trees": [
         {"feature": [0, -1, -1], "threshold": [0.5, 0, 0], "left": [1, 1, 2], "right": [2, 0, 2], "value": [0, 1, -1]}]}))
     with pytest.raises(ValueError, match="old.json: a leaf does not point to itself"):
         block_choice.load_model.__wrapped__(path)
