@@ -20,8 +20,9 @@ the trees and the network are fitted on the other 4 folds, the selections
 on an inner 4-fold CV of the trees on those folds, and the fold is scored
 with the mean of both models and the selections, beside trafilatura alone
 on the same pages. The selections come from the trees alone because an
-inner CV of the network too would take 20 more fits (about an hour). With --write, the trees are fitted on all pages,
-the selections on a 5-fold CV of all pages, and the plain numbers go to
+inner CV of the network too would take 20 more fits (about an hour).
+With --write, both models are fitted on all pages, the selections on a
+5-fold CV of the trees on all pages, and the plain numbers go to
 kb/enrich/block_choice_model.json.
 
 Needs the "train" extra (`.venv/bin/pip install -e ".[train]"`: LightGBM;
@@ -69,8 +70,8 @@ ROUNDS = 600
 # fold (4 December 2026): one GRU layer of 48 gave WCXB 0.8571 alone and
 # 0.8592 in the mean with the trees (trees alone 0.8528); two layers of 64
 # with dropout 0.2 gave 0.8579 and 0.8618 at twice the time a block; with
-# the trees' score as one more input the network gained less (0.8580 in
-# the mean). 12 epochs in place of 10 overfit (0.8454 alone).
+# the trees' score as one more input, 12 epochs gave 0.8454 and 6 epochs
+# 0.8560 (benchmarks/extraction.md).
 SEQUENCE_SETTINGS = {"width": 64, "hidden": 48, "head": 32, "epochs": 10, "learning_rate": 2e-3,
                      "weight_decay": 1e-5, "pages_a_step": 16, "seed": 1}
 TRAFILATURA = "trafilatura"
@@ -161,7 +162,10 @@ def fit(table: dict, keys: list[str]):
 
 def fit_sequence(table: dict, keys: list[str]):
     """The network, fitted on the labelled blocks of the pages (each page
-    weighs 1, as in examples()); unlabelled blocks are read, not scored."""
+    weighs 1, as in examples()). The network reads the unlabelled blocks
+    too; they have no weight in the loss. A number that does not change on
+    these pages gets the scale 1e-6; kb.enrich.block_choice gives the
+    network 0 for it (_sequence_arrays)."""
     import torch
 
     settings = SEQUENCE_SETTINGS

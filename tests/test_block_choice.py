@@ -93,6 +93,7 @@ def test_the_posts_of_a_thread_share_what_was_kept_of_their_group():
     words = [len(text.split()) for text in posts]
     assert rows[1, column["path_words"]] == pytest.approx(sum(words) / (sum(words) + 1 + 6))
 
+
 def torch_network(seed: int = 1, silent: bool = False):
     """A network of SEQUENCE's names and shapes (small), made by PyTorch
     itself. silent: the output is 0 for every block (probability 0.5)."""
@@ -121,10 +122,12 @@ def torch_network(seed: int = 1, silent: bool = False):
     return network
 
 
-def network_arrays(network, mean: float = 0.0, scale: float = 1.0) -> dict:
+def network_arrays(network, mean=0.0, scale=1.0) -> dict:
+    """The network as the model file holds it; mean and scale are one
+    number for every feature or one per feature."""
     count = len(feature_names())
     return {name: value.detach().numpy().tolist() for name, value in network.state_dict().items()} | {
-        "mean": [mean] * count, "scale": [scale] * count}
+        "mean": np.broadcast_to(mean, count).tolist(), "scale": np.broadcast_to(scale, count).tolist()}
 
 
 def tiny_model(tmp_path) -> dict:
@@ -160,16 +163,18 @@ def test_the_trees_are_walked_as_lightgbm_scores_them(tmp_path):
     assert np.allclose(block_choice.block_scores(model, many), np.repeat(expected, block_choice.ROWS_AT_ONCE))
 
 
-def test_the_network_gives_pytorchs_scores_for_the_blocks_in_page_order(tmp_path):
+def test_the_network_gives_pytorchs_scores_for_the_blocks_in_page_order():
     """numpy's run of the exported arrays against PyTorch's GRU, on rows
-    that are scaled first: the order of the blocks changes the scores."""
+    that are scaled first (each feature by its own mean and scale)."""
     import torch
 
     network = torch_network(seed=7)
-    arrays = block_choice._sequence_arrays(network_arrays(network, mean=0.5, scale=2.0))
-    rows = np.random.default_rng(3).random((40, len(feature_names()))).astype(np.float32)
+    count = len(feature_names())
+    mean, scale = np.linspace(-1, 1, count, dtype=np.float32), np.linspace(0.5, 3, count, dtype=np.float32)
+    arrays = block_choice._sequence_arrays(network_arrays(network, mean=mean, scale=scale))
+    rows = np.random.default_rng(3).random((40, count)).astype(np.float32)
     with torch.no_grad():
-        expected = network(torch.tensor((rows - 0.5) / 2.0)[None])[0].numpy()
+        expected = network(torch.tensor((rows - mean) / scale)[None])[0].numpy()
     scores = block_choice.sequence_scores(arrays, rows)
     assert np.abs(scores - expected).max() < 1e-5
     # A block's score depends on the blocks around it: the same blocks in
@@ -187,6 +192,32 @@ def test_a_page_of_too_many_blocks_gets_the_scores_of_the_trees_alone(tmp_path, 
     trees = 1 / (1 + np.exp(-(-3.0 + 0.5)))
     assert not np.allclose(block_choice.block_scores(model, rows), trees)
     monkeypatch.setattr(block_choice, "SEQUENCE_MOST_BLOCKS", 5)
+    assert np.allclose(block_choice.block_scores(model, rows), trees)
+
+
+def test_a_feature_that_never_changed_in_training_gives_the_network_nothing():
+    """type_service is 0 on every training page: its scale in the file is
+    1e-6. A page of that type must not give the network a million."""
+    count = len(feature_names())
+    scale = np.ones(count)
+    scale[0] = 1e-6
+    arrays = block_choice._sequence_arrays(network_arrays(torch_network(seed=4), scale=scale))
+    rows = np.random.default_rng(5).random((5, count)).astype(np.float32)
+    changed = rows.copy()
+    changed[:, 0] = 1.0
+    assert np.allclose(block_choice.sequence_scores(arrays, rows), block_choice.sequence_scores(arrays, changed))
+    other = rows.copy()
+    other[:, 1] = 1.0  # a feature of a normal scale still counts
+    assert not np.allclose(block_choice.sequence_scores(arrays, rows), block_choice.sequence_scores(arrays, other))
+
+
+def test_a_number_that_is_not_finite_leaves_the_page_to_the_trees(tmp_path):
+    """The GRU would carry one NaN to every block of the page."""
+    model = tiny_model(tmp_path)
+    model["sequence"] = block_choice._sequence_arrays(network_arrays(torch_network(seed=2)))
+    rows = np.zeros((4, len(feature_names())), dtype=np.float32)
+    rows[2, 0] = np.nan
+    trees = 1 / (1 + np.exp(-(-3.0 + 0.5)))
     assert np.allclose(block_choice.block_scores(model, rows), trees)
 
 
@@ -218,6 +249,17 @@ def test_a_model_of_other_features_is_refused_with_the_file_named(tmp_path):
     path.write_text(json.dumps({"features": feature_names(), "depth": 1, "selection": every_type, "trees": [],
                                 "sequence": wrong}))
     with pytest.raises(ValueError, match=r"old.json: not a block-choice model .*gru.bias_hh_l0_reverse has the shape \(7,\)"):
+        block_choice.load_model.__wrapped__(path)
+    # A bias of (8, 1) in place of (8,): numpy broadcasts it without an error.
+    wrong = sequence | {"input.bias": [[value] for value in sequence["input.bias"]]}
+    path.write_text(json.dumps({"features": feature_names(), "depth": 1, "selection": every_type, "trees": [],
+                                "sequence": wrong}))
+    with pytest.raises(ValueError, match=r"old.json: .*input.bias has the shape \(8, 1\), not \(8,\)"):
+        block_choice.load_model.__wrapped__(path)
+    wrong = sequence | {"head.bias": [float("nan")] * 4}
+    path.write_text(json.dumps({"features": feature_names(), "depth": 1, "selection": every_type, "trees": [],
+                                "sequence": wrong}))
+    with pytest.raises(ValueError, match="old.json: .*head.bias holds a value that is not a finite number"):
         block_choice.load_model.__wrapped__(path)
     path.write_text(json.dumps({"features": feature_names(), "depth": 1, "selection": every_type, "trees": []}))
     with pytest.raises(ValueError, match="old.json: not a block-choice model .*sequence"):
