@@ -174,12 +174,12 @@ def fit_sequence(table: dict, keys: list[str]):
     pages = [key for key in keys if len(table[key]["texts"])]
     rows = np.vstack([table[key]["X"] for key in pages]).astype(np.float64)
     mean, scale = rows.mean(axis=0), rows.std(axis=0) + 1e-6
-    network = _network(len(mean), settings)
+    network = _network(mean.astype(np.float32), scale.astype(np.float32), settings)
     optimizer = torch.optim.Adam(network.parameters(), lr=settings["learning_rate"],
                                  weight_decay=settings["weight_decay"])
     examples = {key: _page_tensors(table[key], mean, scale) for key in pages}
+    batches = _batches(pages, table, settings["pages_a_step"])
     for _ in range(settings["epochs"]):
-        batches = _batches(pages, table, settings["pages_a_step"])
         for index in generator.permutation(len(batches)):
             inputs, labels, weights, lengths = _padded([examples[key] for key in batches[index]])
             loss = torch.nn.functional.binary_cross_entropy_with_logits(
@@ -188,7 +188,6 @@ def fit_sequence(table: dict, keys: list[str]):
             ((loss * weights).sum() / len(lengths)).backward()
             optimizer.step()
     network.eval()
-    network.mean, network.scale = mean.astype(np.float32), scale.astype(np.float32)
     return network
 
 
@@ -200,7 +199,7 @@ def predict_sequence(network, table: dict, keys: list[str]) -> dict[str, np.ndar
     scores = {}
     with torch.no_grad():
         for batch in _batches(pages, table, SEQUENCE_SETTINGS["pages_a_step"]):
-            inputs, _, _, lengths = _padded([_page_tensors(table[key], network.mean, network.scale)
+            inputs, _, _, lengths = _padded([_page_tensors(table[key], network.mean.numpy(), network.scale.numpy())
                                              for key in batch])
             probabilities = torch.sigmoid(network(inputs, lengths)).numpy().astype(np.float64)
             for index, key in enumerate(batch):
@@ -235,15 +234,18 @@ def _padded(pages: list[tuple]) -> tuple:
             pad([page[2] for page in pages], batch_first=True), torch.tensor([len(page[0]) for page in pages]))
 
 
-def _network(features: int, settings: dict):
+def _network(mean: np.ndarray, scale: np.ndarray, settings: dict):
     """PyTorch's form of kb.enrich.block_choice.sequence_scores(): the
-    names of its parameters are the names of SEQUENCE."""
+    names of its state (parameters, and the scale of the numbers as
+    buffers) are the names of SEQUENCE. forward() takes scaled numbers."""
     import torch
 
     class Network(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.input = torch.nn.Linear(features, settings["width"])
+            self.register_buffer("mean", torch.tensor(mean))
+            self.register_buffer("scale", torch.tensor(scale))
+            self.input = torch.nn.Linear(len(mean), settings["width"])
             self.gru = torch.nn.GRU(settings["width"], settings["hidden"], batch_first=True, bidirectional=True)
             self.head = torch.nn.Linear(settings["width"] + 2 * settings["hidden"], settings["head"])
             self.output = torch.nn.Linear(settings["head"], 1)
@@ -260,8 +262,10 @@ def _network(features: int, settings: dict):
 
 
 def blend(trees: dict[str, np.ndarray], sequence: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """kb.enrich.block_choice.block_scores(): the mean of both models."""
-    return {key: (scores + sequence[key]) / 2 if len(scores) else scores for key, scores in trees.items()}
+    """Each page's scores as kb.enrich.block_choice.block_scores() makes them."""
+    from kb.enrich.block_choice import mean_score
+
+    return {key: mean_score(scores, sequence[key]) if len(scores) else scores for key, scores in trees.items()}
 
 
 class Scorer:
@@ -388,10 +392,16 @@ def export(model, network, selection: dict[str, tuple]) -> dict:
         flat.append({"feature": [n[0] for n in nodes], "threshold": [float(n[1]) for n in nodes],
                      "left": [n[2] for n in nodes], "right": [n[3] for n in nodes],
                      "value": [round(n[4], 7) for n in nodes]})
-    sequence = {name: np.round(value.detach().numpy().astype(np.float64), 7).tolist()
-                for name, value in network.state_dict().items()}
-    sequence |= {"mean": network.mean.astype(np.float64).tolist(), "scale": network.scale.astype(np.float64).tolist()}
-    return {"features": feature_names(), "depth": depth, "selection": selection, "trees": flat, "sequence": sequence}
+    return {"features": feature_names(), "depth": depth, "selection": selection, "trees": flat,
+            "sequence": export_sequence(network)}
+
+
+def export_sequence(network) -> dict[str, list]:
+    """The network's state by its PyTorch names (SEQUENCE). The mean and
+    scale keep every digit: a rounded scale of 1e-6 would be 0."""
+    return {name: (value.numpy().astype(np.float64) if name in ("mean", "scale")
+                   else np.round(value.numpy().astype(np.float64), 7)).tolist()
+            for name, value in network.state_dict().items()}
 
 
 def check_export(model, network, table: dict) -> None:

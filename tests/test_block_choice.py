@@ -94,49 +94,57 @@ def test_the_posts_of_a_thread_share_what_was_kept_of_their_group():
     assert rows[1, column["path_words"]] == pytest.approx(sum(words) / (sum(words) + 1 + 6))
 
 
-def torch_network(seed: int = 1, silent: bool = False):
-    """A network of SEQUENCE's names and shapes (small), made by PyTorch
-    itself. silent: the output is 0 for every block (probability 0.5)."""
+# A small network of the training's form (benchmarks/train_block_choice.py).
+SMALL = {"width": 8, "hidden": 5, "head": 4, "epochs": 3, "learning_rate": 1e-2, "weight_decay": 0.0,
+         "pages_a_step": 2, "seed": 1}
+
+
+def made_network(seed: int = 1, silent: bool = False, mean=0.0, scale=1.0):
+    """The training's network, small, with PyTorch's own start values.
+    silent: the output is 0 for every block (probability 0.5). mean and
+    scale: one number for every feature or one per feature."""
     import torch
+    import train_block_choice
 
     torch.manual_seed(seed)
-
-    class Network(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.input = torch.nn.Linear(len(feature_names()), 8)
-            self.gru = torch.nn.GRU(8, 5, batch_first=True, bidirectional=True)
-            self.head = torch.nn.Linear(8 + 10, 4)
-            self.output = torch.nn.Linear(4, 1)
-
-        def forward(self, rows):
-            blocks = torch.relu(self.input(rows))
-            states, _ = self.gru(blocks)
-            return torch.sigmoid(self.output(torch.relu(self.head(torch.cat([blocks, states], -1))))).squeeze(-1)
-
-    network = Network()
+    count = len(feature_names())
+    network = train_block_choice._network(np.broadcast_to(mean, count).astype(np.float32).copy(),
+                                          np.broadcast_to(scale, count).astype(np.float32).copy(), SMALL)
     if silent:
         with torch.no_grad():
             network.output.weight.zero_()
             network.output.bias.zero_()
-    return network
+    return network.eval()
 
 
-def network_arrays(network, mean=0.0, scale=1.0) -> dict:
-    """The network as the model file holds it; mean and scale are one
-    number for every feature or one per feature."""
-    count = len(feature_names())
-    return {name: value.detach().numpy().tolist() for name, value in network.state_dict().items()} | {
-        "mean": np.broadcast_to(mean, count).tolist(), "scale": np.broadcast_to(scale, count).tolist()}
+def network_file(network) -> dict:
+    """The network as the training writes it into the model file."""
+    import train_block_choice
+
+    return train_block_choice.export_sequence(network)
 
 
-def tiny_model(tmp_path) -> dict:
+def pytorch_scores(network, rows: np.ndarray) -> np.ndarray:
+    """PyTorch's probability for each block of one page."""
+    import torch
+
+    with torch.no_grad():
+        scaled = torch.tensor((rows - network.mean.numpy()) / network.scale.numpy())[None]
+        return torch.sigmoid(network(scaled, torch.tensor([len(rows)])))[0].numpy()
+
+
+# The trees of tiny_model() on a row of zeros.
+TREES_ON_ZEROS = 1 / (1 + np.exp(-(-3.0 + 0.5)))
+
+
+def tiny_model(tmp_path, network=None) -> dict:
     """Two trees on the feature "kept_default": the first splits at 0.5,
-    the second is one leaf. Score = sigmoid(leaf + 0.5). The network says
-    0.5 for every block, so a block's score is (that + 0.5) / 2."""
+    the second is one leaf. Score = sigmoid(leaf + 0.5). Without a network
+    given, the network says 0.5 for every block, so a block's score is
+    (that + 0.5) / 2."""
     feature = feature_names().index("kept_default")
     raw = {
-        "sequence": network_arrays(torch_network(silent=True)),
+        "sequence": network_file(network or made_network(silent=True)),
         "features": feature_names(), "depth": 1,
         "selection": {str(kind): ["at_least", 0.5] for kind in PageType},
         "trees": [
@@ -164,35 +172,52 @@ def test_the_trees_are_walked_as_lightgbm_scores_them(tmp_path):
 
 
 def test_the_network_gives_pytorchs_scores_for_the_blocks_in_page_order():
-    """numpy's run of the exported arrays against PyTorch's GRU, on rows
-    that are scaled first (each feature by its own mean and scale)."""
-    import torch
-
-    network = torch_network(seed=7)
+    """numpy's run of the written network against PyTorch's, on rows that
+    are scaled first (each feature by its own mean and scale)."""
     count = len(feature_names())
-    mean, scale = np.linspace(-1, 1, count, dtype=np.float32), np.linspace(0.5, 3, count, dtype=np.float32)
-    arrays = block_choice._sequence_arrays(network_arrays(network, mean=mean, scale=scale))
+    network = made_network(seed=7, mean=np.linspace(-1, 1, count), scale=np.linspace(0.5, 3, count))
+    arrays = block_choice._sequence_arrays(network_file(network))
     rows = np.random.default_rng(3).random((40, count)).astype(np.float32)
-    with torch.no_grad():
-        expected = network(torch.tensor((rows - mean) / scale)[None])[0].numpy()
     scores = block_choice.sequence_scores(arrays, rows)
-    assert np.abs(scores - expected).max() < 1e-5
+    assert np.abs(scores - pytorch_scores(network, rows)).max() < 1e-5
     # A block's score depends on the blocks around it: the same blocks in
     # the other order get other scores (a model of one block would not).
     backwards = block_choice.sequence_scores(arrays, rows[::-1])[::-1]
     assert np.abs(backwards - scores).max() > 1e-3
 
 
+def test_the_trained_and_written_network_gives_the_trainings_scores(monkeypatch):
+    """The training's whole path on made-up pages: fit, write, and kb's
+    numpy run of the written file against the training's own scores."""
+    import train_block_choice
+
+    monkeypatch.setattr(train_block_choice, "SEQUENCE_SETTINGS", SMALL)
+    generator = np.random.default_rng(11)
+    count = len(feature_names())
+    table = {}
+    for page, blocks in enumerate((3, 9, 14, 6, 1)):
+        rows = generator.random((blocks, count)).astype(np.float32)
+        labels = (rows[:, 0] > 0.5).astype(np.int8)
+        labels[0] = -1  # a block without a label is read, not learned
+        table[f"page{page}"] = {"X": rows, "y": labels, "texts": ["words"] * blocks, "set": "wcxb"}
+    table["empty"] = {"X": np.zeros((0, count), dtype=np.float32), "y": np.zeros(0, dtype=np.int8), "texts": [],
+                      "set": "wcxb"}
+    network = train_block_choice.fit_sequence(table, list(table))
+    expected = train_block_choice.predict_sequence(network, table, list(table))
+    assert set(expected) == {f"page{page}" for page in range(5)}
+    arrays = block_choice._sequence_arrays(json.loads(json.dumps(network_file(network))))
+    for key, scores in expected.items():
+        assert np.abs(block_choice.sequence_scores(arrays, table[key]["X"]) - scores).max() < 1e-5, key
+
+
 def test_a_page_of_too_many_blocks_gets_the_scores_of_the_trees_alone(tmp_path, monkeypatch):
     """A hostile page of a million tiny blocks must not hold the network's
     loop (one step a block) for minutes."""
-    model = tiny_model(tmp_path)
-    model["sequence"] = block_choice._sequence_arrays(network_arrays(torch_network(seed=2)))
+    model = tiny_model(tmp_path, made_network(seed=2))
     rows = np.zeros((6, len(feature_names())), dtype=np.float32)
-    trees = 1 / (1 + np.exp(-(-3.0 + 0.5)))
-    assert not np.allclose(block_choice.block_scores(model, rows), trees)
+    assert not np.allclose(block_choice.block_scores(model, rows), TREES_ON_ZEROS)
     monkeypatch.setattr(block_choice, "SEQUENCE_MOST_BLOCKS", 5)
-    assert np.allclose(block_choice.block_scores(model, rows), trees)
+    assert np.allclose(block_choice.block_scores(model, rows), TREES_ON_ZEROS)
 
 
 def test_a_feature_that_never_changed_in_training_gives_the_network_nothing():
@@ -201,7 +226,7 @@ def test_a_feature_that_never_changed_in_training_gives_the_network_nothing():
     count = len(feature_names())
     scale = np.ones(count)
     scale[0] = 1e-6
-    arrays = block_choice._sequence_arrays(network_arrays(torch_network(seed=4), scale=scale))
+    arrays = block_choice._sequence_arrays(network_file(made_network(seed=4, scale=scale)))
     rows = np.random.default_rng(5).random((5, count)).astype(np.float32)
     changed = rows.copy()
     changed[:, 0] = 1.0
@@ -213,12 +238,10 @@ def test_a_feature_that_never_changed_in_training_gives_the_network_nothing():
 
 def test_a_number_that_is_not_finite_leaves_the_page_to_the_trees(tmp_path):
     """The GRU would carry one NaN to every block of the page."""
-    model = tiny_model(tmp_path)
-    model["sequence"] = block_choice._sequence_arrays(network_arrays(torch_network(seed=2)))
+    model = tiny_model(tmp_path, made_network(seed=2))
     rows = np.zeros((4, len(feature_names())), dtype=np.float32)
     rows[2, 0] = np.nan
-    trees = 1 / (1 + np.exp(-(-3.0 + 0.5)))
-    assert np.allclose(block_choice.block_scores(model, rows), trees)
+    assert np.allclose(block_choice.block_scores(model, rows), TREES_ON_ZEROS)
 
 
 def test_a_model_of_other_features_is_refused_with_the_file_named(tmp_path):
@@ -244,7 +267,7 @@ def test_a_model_of_other_features_is_refused_with_the_file_named(tmp_path):
     with pytest.raises(ValueError, match="old.json: not a block-choice model"):
         block_choice.load_model.__wrapped__(path)
     # A network of other shapes: numpy would fail deep in the first page.
-    sequence = network_arrays(torch_network(silent=True))
+    sequence = network_file(made_network(silent=True))
     wrong = sequence | {"gru.bias_hh_l0_reverse": [0.0] * 7}
     path.write_text(json.dumps({"features": feature_names(), "depth": 1, "selection": every_type, "trees": [],
                                 "sequence": wrong}))

@@ -115,22 +115,28 @@ CONSTANT_SCALE = 1e-4
 def _sequence_arrays(raw: dict) -> dict[str, np.ndarray]:
     """The network's arrays (float32), with their shapes checked against
     each other: a wrong shape would give numpy's error deep in a page, or
-    wrong scores without an error where numpy broadcasts it."""
+    wrong scores without an error where numpy broadcasts it. The
+    block-diagonal matrix of both directions is made here, once."""
     arrays = {name: np.array(raw[name], dtype=np.float32) for name in SEQUENCE}
     features, width = len(feature_names()), arrays["input.weight"].shape[0]
     hidden, head = arrays["gru.weight_hh_l0"].shape[-1], arrays["head.weight"].shape[0]
+    gru = {"gru.weight_ih_l0": (3 * hidden, width), "gru.weight_hh_l0": (3 * hidden, hidden),
+           "gru.bias_ih_l0": (3 * hidden,), "gru.bias_hh_l0": (3 * hidden,)}
     expected = {"mean": (features,), "scale": (features,), "input.weight": (width, features), "input.bias": (width,),
-                "gru.weight_ih_l0": (3 * hidden, width), "gru.weight_hh_l0": (3 * hidden, hidden),
-                "gru.bias_ih_l0": (3 * hidden,), "gru.bias_hh_l0": (3 * hidden,),
+                **gru, **{f"{name}_reverse": shape for name, shape in gru.items()},
                 "head.weight": (head, width + 2 * hidden), "head.bias": (head,),
                 "output.weight": (1, head), "output.bias": (1,)}
     for name, shape in expected.items():
-        for each in (name, name.replace("l0", "l0_reverse")):
-            if arrays[each].shape != shape:
-                raise ValueError(f"the network's {each} has the shape {arrays[each].shape}, not {shape}")
-            if not np.isfinite(arrays[each]).all():
-                raise ValueError(f"the network's {each} holds a value that is not a finite number")
+        if arrays[name].shape != shape:
+            raise ValueError(f"the network's {name} has the shape {arrays[name].shape}, not {shape}")
+        if not np.isfinite(arrays[name]).all():
+            raise ValueError(f"the network's {name} holds a value that is not a finite number")
     arrays["scale"] = np.where(arrays["scale"] < CONSTANT_SCALE, np.inf, arrays["scale"]).astype(np.float32)
+    # _gru_states() takes one product a step for both directions.
+    arrays["recurrent"] = np.zeros((2 * hidden, 6 * hidden), dtype=np.float32)
+    arrays["recurrent"][:hidden, :3 * hidden] = arrays["gru.weight_hh_l0"].T
+    arrays["recurrent"][hidden:, 3 * hidden:] = arrays["gru.weight_hh_l0_reverse"].T
+    arrays["recurrent.bias"] = np.concatenate([arrays["gru.bias_hh_l0"], arrays["gru.bias_hh_l0_reverse"]])
     return arrays
 
 
@@ -162,7 +168,13 @@ def block_scores(model: dict, rows: np.ndarray) -> np.ndarray:
     network = sequence_scores(model["sequence"], rows)
     # The GRU carries a number that is not finite to every block of the
     # page; block_features() gives none, but the page is hostile input.
-    return (trees + network) / 2 if np.isfinite(network).all() else trees
+    return mean_score(trees, network) if np.isfinite(network).all() else trees
+
+
+def mean_score(trees: np.ndarray, network: np.ndarray) -> np.ndarray:
+    """A block's score from the scores of both models (the training's
+    cross-validation scores the same)."""
+    return (trees + network) / 2
 
 
 def sequence_scores(network: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
@@ -176,8 +188,7 @@ def sequence_scores(network: dict[str, np.ndarray], rows: np.ndarray) -> np.ndar
     states = _gru_states(network, inputs)
     hidden = np.maximum(_product(np.concatenate([inputs, states], axis=1), network["head.weight"])
                         + network["head.bias"], 0)
-    logit = (_product(hidden, network["output.weight"]) + network["output.bias"])[:, 0].astype(np.float64)
-    return 1.0 / (1.0 + np.exp(-logit))
+    return _sigmoid((_product(hidden, network["output.weight"]) + network["output.bias"])[:, 0].astype(np.float64))
 
 
 def _product(rows: np.ndarray, weight: np.ndarray) -> np.ndarray:
@@ -194,17 +205,13 @@ def _gru_states(network: dict[str, np.ndarray], inputs: np.ndarray) -> np.ndarra
     ahead = _product(inputs, network["gru.weight_ih_l0"]) + network["gru.bias_ih_l0"]
     back = _product(inputs, network["gru.weight_ih_l0_reverse"]) + network["gru.bias_ih_l0_reverse"]
     steps = np.stack([ahead, back[::-1]], axis=1).reshape(count, 2, 3, hidden)
-    # One matrix for both directions (block-diagonal): one product a step.
-    recurrent = np.zeros((2 * hidden, 6 * hidden), dtype=np.float32)
-    recurrent[:hidden, :3 * hidden] = network["gru.weight_hh_l0"].T
-    recurrent[hidden:, 3 * hidden:] = network["gru.weight_hh_l0_reverse"].T
-    recurrent_bias = np.concatenate([network["gru.bias_hh_l0"], network["gru.bias_hh_l0_reverse"]])
+    recurrent, recurrent_bias = network["recurrent"], network["recurrent.bias"]  # block-diagonal, both directions
     state = np.zeros((2, hidden), dtype=np.float32)
     states = np.empty((count, 2, hidden), dtype=np.float32)
     for index in range(count):
         from_state = (np.einsum("i,ij->j", state.ravel(), recurrent) + recurrent_bias).reshape(2, 3, hidden)
         step = steps[index]
-        reset_update = 1.0 / (1.0 + np.exp(-(step[:, :2] + from_state[:, :2])))
+        reset_update = _sigmoid(step[:, :2] + from_state[:, :2])
         new = np.tanh(step[:, 2] + reset_update[:, 0] * from_state[:, 2])
         state = new + reset_update[:, 1] * (state - new)
         states[index] = state
@@ -233,8 +240,11 @@ def _walk(model: dict, rows: np.ndarray) -> np.ndarray:
         # "value <= threshold" goes left, as LightGBM's "<=" splits.
         node = offsets + np.take(right, node) + (value <= np.take(threshold, node)) * np.take(back, node)
     # No start score: LightGBM puts it into the leaves of the first tree.
-    margin = np.take(model["value"].ravel(), node).reshape(len(rows), trees).sum(axis=1)
-    return 1.0 / (1.0 + np.exp(-margin))
+    return _sigmoid(np.take(model["value"].ravel(), node).reshape(len(rows), trees).sum(axis=1))
+
+
+def _sigmoid(values: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-values))
 
 
 _LOG_WORDS = feature_names().index("log_words")
