@@ -6,6 +6,7 @@ Each block of each page of both development sets is one example
   the page's hand-made main text.
 - news set: main text when it holds a snippet that the text must hold; not
   main text when it holds one that the text must not hold; else no label.
+- a copy of an earlier block's text: label_copies().
 Each page weighs 1, shared by its blocks by their words: the sets score
 each page, and a long block counts more words.
 
@@ -127,10 +128,38 @@ def block_table(sets: list, cache: Path | None) -> dict:
                 for text in row["texts"]:
                     norm = dev.dev.norm(text)
                     labels.append(1 if any(s in norm for s in must) else 0 if any(s in norm for s in must_not) else -1)
-            row["y"] = np.array(labels, dtype=np.int8)
+            row["y"] = label_copies(row["texts"], np.array(labels, dtype=np.int8),
+                                    dev.truth[page.key] if dev.name == "wcxb" else None)
     if cache:
         cache.write_bytes(pickle.dumps(stored))
     return table
+
+
+def label_copies(texts: list[str], labels: np.ndarray, truth: str | None) -> np.ndarray:
+    """The labels of blocks whose text stood in an earlier block of the page.
+    The trigrams of a copy are in the hand-made text when those of the
+    first are, but word F1 counts each word as often as it stands: a copy
+    is main text only when the hand-made text holds the text that often.
+    Labels by trigrams alone taught the model to keep every copy; with
+    these labels and the feature earlier_copy, 300 trees under 5-fold CV
+    gave WCXB 0.8683 in place of 0.8600 (forum 0.802 in place of 0.776),
+    news 0.9445 both (4 December 2026). The news set scores snippets,
+    which one copy holds: there a copy gets no label (-1)."""
+    from kb.enrich.page_blocks import words_of
+
+    labels = labels.copy()
+    hand_made = f" {' '.join(words_of(truth))} " if truth is not None else ""
+    copies: dict[str, int] = {}
+    for index, text in enumerate(texts):
+        earlier = copies.get(text, 0)
+        copies[text] = earlier + 1
+        if not earlier or labels[index] != 1:
+            continue
+        if truth is None:
+            labels[index] = -1
+        elif hand_made.count(f" {' '.join(words_of(text))} ") <= earlier:
+            labels[index] = 0
+    return labels
 
 
 def examples(table: dict, keys: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -68,6 +68,36 @@ def test_the_features_measure_what_trafilatura_kept():
     assert (rows[:, column["type_forum"]] == 1).all() and (rows[:, column["type_article"]] == 0).all()
 
 
+def test_a_copy_of_an_earlier_block_is_marked():
+    """A quoted post repeats the post: only the copy gets earlier_copy."""
+    post = "The first post asks how the old bridge was built."
+    html = (f"<html><body><div class='post'>{post}</div><p>A reply says lime mortar.</p>"
+            f"<blockquote>{post}</blockquote><p>Share</p><p>Share</p></body></html>")
+    tree = lxml.html.document_fromstring(html)
+    blocks = page_blocks(tree)
+    rows = block_features(tree, blocks, {"default": "", "precision": "", "article": ""}, "forum")
+    assert [b.text for b in blocks] == [post, "A reply says lime mortar.", post, "Share", "Share"]
+    assert rows[:, feature_names().index("earlier_copy")].tolist() == [0, 0, 1, 0, 1]
+    assert rows[:, feature_names().index("log_same_text")].tolist() == pytest.approx([np.log1p(1), 0, np.log1p(1),
+                                                                                        np.log1p(1), np.log1p(1)])
+
+
+def test_a_copy_is_main_text_only_as_often_as_the_hand_made_text_holds_it():
+    """Word F1 counts each word as often as it stands: the training labels a
+    copy by how often the hand-made text holds it."""
+    import train_block_choice
+
+    texts = ["Lime mortar, and stones.", "A menu line", "Lime mortar and stones", "Lime mortar, and stones.",
+             "Lime mortar, and stones."]
+    labels = np.array([1, 0, 1, 1, 1], dtype=np.int8)
+    once = "How it was built. Lime mortar and stones. The end."
+    assert train_block_choice.label_copies(texts, labels, once).tolist() == [1, 0, 1, 0, 0]
+    twice = once + " Lime mortar and stones!"
+    assert train_block_choice.label_copies(texts, labels, twice).tolist() == [1, 0, 1, 1, 0]
+    # The news set scores snippets, which one copy holds: a copy has no label.
+    assert train_block_choice.label_copies(texts, labels, None).tolist() == [1, 0, 1, -1, -1]
+    assert labels.tolist() == [1, 0, 1, 1, 1]  # the caller's labels stay as they were
+
 
 def test_the_posts_of_a_thread_share_what_was_kept_of_their_group():
     """trafilatura kept the first post only: its replies in the same markup

@@ -228,7 +228,7 @@ _CONTEXT = 3  # blocks on each side of a block whose kept share is averaged
 def _feature_names() -> list[str]:
     names = ["log_words", "chars_per_word", "link_share", "punctuation", "sentences", "digits", "capitals",
              "position", "words_before", "log_depth", "log_same_name", "log_page_words", "log_blocks",
-             "around_words", "in_title", "after_h1", "from_h1", "log_same_text"]
+             "around_words", "in_title", "after_h1", "from_h1", "log_same_text", "earlier_copy"]
     names += [f"tag_{group}" for group in BLOCK_TAG_GROUPS]
     names += [f"in_{tag}" for tag in AREA_TAGS]
     names += [f"own_{family}" for family in NAME_FAMILIES] + [f"up_{family}" for family in NAME_FAMILIES]
@@ -319,7 +319,13 @@ def block_features(tree: lxml.html.HtmlElement, blocks: list[Block], kept_texts:
     # The same text in several blocks is a label of the site ("Reply",
     # "Share", a menu repeated in the footer), seldom main text.
     same_text: dict[str, int] = {}
-    for block in blocks:
+    for index, block in enumerate(blocks):
+        # Word F1 counts each word as often as it stands: a second copy of
+        # a kept paragraph (a quoted post, a title repeated under the
+        # photo) costs precision when the main text holds it once. The
+        # model learns when the copy is main text (benchmarks/
+        # train_block_choice.py labels each copy by the hand-made text).
+        rows[index, column["earlier_copy"]] = float(block.text in same_text)
         same_text[block.text] = same_text.get(block.text, 0) + 1
     rows[:, column["log_same_text"]] = np.log1p([same_text[block.text] - 1 for block in blocks])
     rows[:, column[f"type_{PageType(kind)}"]] = 1.0
