@@ -94,8 +94,14 @@ def test_a_copy_is_main_text_only_as_often_as_the_hand_made_text_holds_it():
     assert train_block_choice.label_copies(texts, labels, once).tolist() == [1, 0, 1, 0, 0]
     twice = once + " Lime mortar and stones!"
     assert train_block_choice.label_copies(texts, labels, twice).tolist() == [1, 0, 1, 1, 0]
-    # The news set scores snippets, which one copy holds: a copy has no label.
+    # Twice in a row in the hand-made text is twice, not once.
+    in_a_row = "How it was built. Lime mortar and stones. Lime mortar and stones. The end."
+    assert train_block_choice.label_copies(texts, labels, in_a_row).tolist() == [1, 0, 1, 1, 0]
+    # The news set scores snippets, which one copy holds: a copy labelled
+    # main text has no label; a copy labelled boilerplate stays so.
     assert train_block_choice.label_copies(texts, labels, None).tolist() == [1, 0, 1, -1, -1]
+    menus = train_block_choice.label_copies(["A menu line", "A menu line"], np.array([0, 0], dtype=np.int8), None)
+    assert menus.tolist() == [0, 0]
     assert labels.tolist() == [1, 0, 1, 1, 1]  # the caller's labels stay as they were
 
 
@@ -378,3 +384,17 @@ def test_the_fragment_keeps_only_web_links_and_escapes_the_page_text():
     assert "this" in fragment and "that" in fragment
     assert "not-a-host" not in fragment and "a broken one" in fragment
     assert block_choice.kept_fragment(blocks, kept & False, None) == ""
+
+
+def test_the_training_refuses_a_stored_table_of_other_numbers(tmp_path):
+    """A block table stored before block_features() changed would fit trees
+    on numbers that kb does not make."""
+    import train_block_choice
+
+    stale = tmp_path / "table.pkl"
+    table = {"wcxb/1": {"texts": ["a"], "X": np.zeros((1, len(feature_names()) - 1), dtype=np.float32)},
+             "wcxb/2": {"texts": [], "X": np.zeros((0, 0), dtype=np.float32)}}
+    with pytest.raises(SystemExit, match=rf"table.pkl: the blocks have \[{len(feature_names()) - 1}\] numbers"):
+        train_block_choice._check_table(table, stale)
+    table["wcxb/1"]["X"] = np.zeros((1, len(feature_names())), dtype=np.float32)
+    train_block_choice._check_table(table, stale)

@@ -319,14 +319,16 @@ def block_features(tree: lxml.html.HtmlElement, blocks: list[Block], kept_texts:
     # The same text in several blocks is a label of the site ("Reply",
     # "Share", a menu repeated in the footer), seldom main text.
     same_text: dict[str, int] = {}
-    for index, block in enumerate(blocks):
-        # Word F1 counts each word as often as it stands: a second copy of
-        # a kept paragraph (a quoted post, a title repeated under the
-        # photo) costs precision when the main text holds it once. The
-        # model learns when the copy is main text (benchmarks/
-        # train_block_choice.py labels each copy by the hand-made text).
-        rows[index, column["earlier_copy"]] = float(block.text in same_text)
+    # Word F1 counts each word as often as it stands: a second copy of a
+    # kept paragraph (a quoted post, a title repeated under the photo)
+    # costs precision when the main text holds it once. The model learns
+    # when the copy is main text (benchmarks/train_block_choice.py labels
+    # each copy by the hand-made text).
+    earlier_copy = []
+    for block in blocks:
+        earlier_copy.append(block.text in same_text)
         same_text[block.text] = same_text.get(block.text, 0) + 1
+    rows[:, column["earlier_copy"]] = earlier_copy
     rows[:, column["log_same_text"]] = np.log1p([same_text[block.text] - 1 for block in blocks])
     rows[:, column[f"type_{PageType(kind)}"]] = 1.0
     rows[:, column["log_page_words"]] = np.log1p(page_words)
