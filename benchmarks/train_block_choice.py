@@ -175,22 +175,28 @@ def label_copies(texts: list[str], labels: np.ndarray, truth: str | None) -> np.
     return labels
 
 
-def examples(table: dict, keys: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The labelled blocks of the pages, with their weights: each page 1,
-    shared by the words of its labelled blocks."""
+def block_weights(row: dict) -> np.ndarray:
+    """The weight of each block of a page in the fit of both models: the
+    page weighs 1 (a news page NEWS_WEIGHT), shared by the words of its
+    labelled blocks; a block without a label weighs 0."""
     from kb.enrich.block_choice import block_words
 
+    words = np.where(row["y"] >= 0, block_words(row["X"]), 0.0)
+    weight = NEWS_WEIGHT if row["set"] == "news" else 1.0
+    return weight * words / max(1.0, float(words.sum()))
+
+
+def examples(table: dict, keys: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The labelled blocks of the pages, with their block_weights()."""
     rows, labels, weights = [], [], []
     for key in keys:
         row = table[key]
         labelled = row["y"] >= 0
         if not labelled.any():
             continue
-        words = block_words(row["X"][labelled])
         rows.append(row["X"][labelled])
         labels.append(row["y"][labelled])
-        weight = NEWS_WEIGHT if row["set"] == "news" else 1.0
-        weights.append(weight * words / max(1.0, float(words.sum())))
+        weights.append(block_weights(row)[labelled])
     return np.vstack(rows), np.concatenate(labels), np.concatenate(weights)
 
 
@@ -203,8 +209,8 @@ def fit(table: dict, keys: list[str]):
 
 
 def fit_sequence(table: dict, keys: list[str]):
-    """The network, fitted on the labelled blocks of the pages (each page
-    weighs 1, as in examples()). The network reads the unlabelled blocks
+    """The network, fitted on the labelled blocks of the pages with their
+    block_weights(), as the trees. The network reads the unlabelled blocks
     too; they have no weight in the loss. A number that does not change on
     these pages gets the scale 1e-6; kb.enrich.block_choice gives the
     network 0 for it (_sequence_arrays)."""
@@ -258,14 +264,9 @@ def _batches(pages: list[str], table: dict, size: int) -> list[list[str]]:
 def _page_tensors(row: dict, mean: np.ndarray, scale: np.ndarray) -> tuple:
     import torch
 
-    from kb.enrich.block_choice import block_words
-
-    labelled = row["y"] >= 0
-    words = np.where(labelled, block_words(row["X"]), 0.0)
-    weight = NEWS_WEIGHT if row["set"] == "news" else 1.0
     return (torch.tensor(((row["X"] - mean) / scale).astype(np.float32)),
             torch.tensor(np.maximum(row["y"], 0).astype(np.float32)),
-            torch.tensor((weight * words / max(1.0, float(words.sum()))).astype(np.float32)))
+            torch.tensor(block_weights(row).astype(np.float32)))
 
 
 def _padded(pages: list[tuple]) -> tuple:
@@ -354,15 +355,19 @@ class Scorer:
         return selection
 
 
+def tree_scores(model, table: dict, keys: list[str]) -> dict[str, np.ndarray]:
+    """LightGBM's score for each block of the pages (none for a page
+    without blocks)."""
+    return {key: model.predict(table[key]["X"]) if len(table[key]["texts"]) else np.zeros(0) for key in keys}
+
+
 def out_of_fold(table: dict, keys: list[str], folds: list[int]) -> dict[str, np.ndarray]:
     """The scores of each page from trees fitted on the other folds."""
     scores = {}
     for fold in folds:
         model = fit(table, [k for k in keys if table[k]["fold"] != fold])
-        for key in keys:
-            if table[key]["fold"] == fold and len(table[key]["texts"]):
-                scores[key] = model.predict(table[key]["X"])
-    return scores | {k: np.zeros(0) for k in keys if k not in scores}
+        scores |= tree_scores(model, table, [k for k in keys if table[k]["fold"] == fold])
+    return scores
 
 
 def nested_cv(sets: list, table: dict, scorer: Scorer) -> list[dict]:
@@ -374,8 +379,7 @@ def nested_cv(sets: list, table: dict, scorer: Scorer) -> list[dict]:
         test = [k for k in keys if table[k]["fold"] == fold]
         selection = scorer.tune(scorer.counts(out_of_fold(table, train, inner)), train)
         model = fit(table, train)
-        scores = blend({k: model.predict(table[k]["X"]) if len(table[k]["texts"]) else np.zeros(0) for k in test},
-                       predict_sequence(fit_sequence(table, train), table, test))
+        scores = blend(tree_scores(model, table, test), predict_sequence(fit_sequence(table, train), table, test))
         counts = scorer.counts(scores)
         row = {"fold": fold, "selection": selection}
         for dev in sets:
@@ -455,9 +459,9 @@ def check_export(model, network, table: dict) -> None:
     block_choice.load_model.cache_clear()
     shipped = block_choice.load_model()
     pages = [key for key, row in table.items() if len(row["texts"])][:200]
-    sequence = predict_sequence(network, table, pages)
-    difference = max(np.abs(block_choice.block_scores(shipped, table[key]["X"])
-                            - (model.predict(table[key]["X"]) + sequence[key]) / 2).max() for key in pages)
+    expected = blend(tree_scores(model, table, pages), predict_sequence(network, table, pages))
+    difference = max(np.abs(block_choice.block_scores(shipped, table[key]["X"]) - expected[key]).max()
+                     for key in pages)
     assert difference < 1e-4, f"kb's scores differ from LightGBM's and PyTorch's by {difference}"
     print(f"the written file gives LightGBM's and PyTorch's scores (largest difference {difference:.2e})")
 

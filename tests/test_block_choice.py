@@ -8,6 +8,7 @@ import json
 import lxml.html
 import numpy as np
 import pytest
+import train_block_choice  # benchmarks/ (pyproject's pythonpath): the training's own network and export
 
 from kb.enrich import block_choice
 from kb.enrich.page_blocks import block_features, feature_names, page_blocks
@@ -85,8 +86,6 @@ def test_a_copy_of_an_earlier_block_is_marked():
 def test_a_copy_is_main_text_only_as_often_as_the_hand_made_text_holds_it():
     """Word F1 counts each word as often as it stands: the training labels a
     copy by how often the hand-made text holds it."""
-    import train_block_choice
-
     texts = ["Lime mortar, and stones.", "A menu line", "Lime mortar and stones", "Lime mortar, and stones.",
              "Lime mortar, and stones."]
     labels = np.array([1, 0, 1, 1, 1], dtype=np.int8)
@@ -103,6 +102,21 @@ def test_a_copy_is_main_text_only_as_often_as_the_hand_made_text_holds_it():
     menus = train_block_choice.label_copies(["A menu line", "A menu line"], np.array([0, 0], dtype=np.int8), None)
     assert menus.tolist() == [0, 0]
     assert labels.tolist() == [1, 0, 1, 1, 1]  # the caller's labels stay as they were
+
+
+def test_each_page_weighs_the_same_in_the_fit_shared_by_the_words_of_its_labelled_blocks():
+    """The sets score each page, so a long page must not count more: its
+    labelled blocks share one weight (a news page NEWS_WEIGHT) by words."""
+    rows = np.zeros((3, len(feature_names())), dtype=np.float32)
+    rows[:, feature_names().index("log_words")] = np.log1p([3, 5, 1])
+    labels = np.array([1, -1, 0], dtype=np.int8)
+    wcxb = train_block_choice.block_weights({"X": rows, "y": labels, "set": "wcxb"})
+    assert wcxb.tolist() == pytest.approx([0.75, 0.0, 0.25])
+    news = train_block_choice.block_weights({"X": rows, "y": labels, "set": "news"})
+    assert news.tolist() == pytest.approx([0.75 * train_block_choice.NEWS_WEIGHT, 0.0,
+                                           0.25 * train_block_choice.NEWS_WEIGHT])
+    unlabelled = train_block_choice.block_weights({"X": rows, "y": np.full(3, -1, dtype=np.int8), "set": "wcxb"})
+    assert unlabelled.tolist() == [0.0, 0.0, 0.0]
 
 
 def test_the_posts_of_a_thread_share_what_was_kept_of_their_group():
@@ -140,8 +154,6 @@ def made_network(seed: int = 1, silent: bool = False, mean=0.0, scale=1.0):
     silent: the output is 0 for every block (probability 0.5). mean and
     scale: one number for every feature or one per feature."""
     import torch
-    import train_block_choice
-
     torch.manual_seed(seed)
     count = len(feature_names())
     network = train_block_choice._network(np.broadcast_to(mean, count).astype(np.float32).copy(),
@@ -153,20 +165,10 @@ def made_network(seed: int = 1, silent: bool = False, mean=0.0, scale=1.0):
     return network.eval()
 
 
-def network_file(network) -> dict:
-    """The network as the training writes it into the model file."""
-    import train_block_choice
-
-    return train_block_choice.export_sequence(network)
-
-
-def pytorch_scores(network, rows: np.ndarray) -> np.ndarray:
-    """PyTorch's probability for each block of one page."""
-    import torch
-
-    with torch.no_grad():
-        scaled = torch.tensor((rows - network.mean.numpy()) / network.scale.numpy())[None]
-        return torch.sigmoid(network(scaled, torch.tensor([len(rows)])))[0].numpy()
+def training_scores(network, rows: np.ndarray) -> np.ndarray:
+    """The training's (PyTorch's) probability for each block of one page."""
+    page = {"X": rows, "y": np.zeros(len(rows), dtype=np.int8), "texts": ["words"] * len(rows), "set": "wcxb"}
+    return train_block_choice.predict_sequence(network, {"page": page}, ["page"])["page"]
 
 
 # The trees of tiny_model() on a row of zeros.
@@ -180,7 +182,7 @@ def tiny_model(tmp_path, network=None) -> dict:
     (that + 0.5) / 2."""
     feature = feature_names().index("kept_default")
     raw = {
-        "sequence": network_file(network or made_network(silent=True)),
+        "sequence": train_block_choice.export_sequence(network or made_network(silent=True)),
         "features": feature_names(), "depth": 1,
         "selection": {str(kind): ["at_least", 0.5] for kind in PageType},
         "trees": [
@@ -212,10 +214,10 @@ def test_the_network_gives_pytorchs_scores_for_the_blocks_in_page_order():
     are scaled first (each feature by its own mean and scale)."""
     count = len(feature_names())
     network = made_network(seed=7, mean=np.linspace(-1, 1, count), scale=np.linspace(0.5, 3, count))
-    arrays = block_choice._sequence_arrays(network_file(network))
+    arrays = block_choice._sequence_arrays(train_block_choice.export_sequence(network))
     rows = np.random.default_rng(3).random((40, count)).astype(np.float32)
     scores = block_choice.sequence_scores(arrays, rows)
-    assert np.abs(scores - pytorch_scores(network, rows)).max() < 1e-5
+    assert np.abs(scores - training_scores(network, rows)).max() < 1e-5
     # A block's score depends on the blocks around it: the same blocks in
     # the other order get other scores (a model of one block would not).
     backwards = block_choice.sequence_scores(arrays, rows[::-1])[::-1]
@@ -225,8 +227,6 @@ def test_the_network_gives_pytorchs_scores_for_the_blocks_in_page_order():
 def test_the_trained_and_written_network_gives_the_trainings_scores(monkeypatch):
     """The training's whole path on made-up pages: fit, write, and kb's
     numpy run of the written file against the training's own scores."""
-    import train_block_choice
-
     monkeypatch.setattr(train_block_choice, "SEQUENCE_SETTINGS", SMALL)
     generator = np.random.default_rng(11)
     count = len(feature_names())
@@ -241,7 +241,7 @@ def test_the_trained_and_written_network_gives_the_trainings_scores(monkeypatch)
     network = train_block_choice.fit_sequence(table, list(table))
     expected = train_block_choice.predict_sequence(network, table, list(table))
     assert set(expected) == {f"page{page}" for page in range(5)}
-    arrays = block_choice._sequence_arrays(json.loads(json.dumps(network_file(network))))
+    arrays = block_choice._sequence_arrays(json.loads(json.dumps(train_block_choice.export_sequence(network))))
     for key, scores in expected.items():
         assert np.abs(block_choice.sequence_scores(arrays, table[key]["X"]) - scores).max() < 1e-5, key
 
@@ -262,7 +262,7 @@ def test_a_feature_that_never_changed_in_training_gives_the_network_nothing():
     count = len(feature_names())
     scale = np.ones(count)
     scale[0] = 1e-6
-    arrays = block_choice._sequence_arrays(network_file(made_network(seed=4, scale=scale)))
+    arrays = block_choice._sequence_arrays(train_block_choice.export_sequence(made_network(seed=4, scale=scale)))
     rows = np.random.default_rng(5).random((5, count)).astype(np.float32)
     changed = rows.copy()
     changed[:, 0] = 1.0
@@ -303,7 +303,7 @@ def test_a_model_of_other_features_is_refused_with_the_file_named(tmp_path):
     with pytest.raises(ValueError, match="old.json: not a block-choice model"):
         block_choice.load_model.__wrapped__(path)
     # A network of other shapes: numpy would fail deep in the first page.
-    sequence = network_file(made_network(silent=True))
+    sequence = train_block_choice.export_sequence(made_network(silent=True))
     wrong = sequence | {"gru.bias_hh_l0_reverse": [0.0] * 7}
     path.write_text(json.dumps({"features": feature_names(), "depth": 1, "selection": every_type, "trees": [],
                                 "sequence": wrong}))
@@ -389,8 +389,6 @@ def test_the_fragment_keeps_only_web_links_and_escapes_the_page_text():
 def test_the_training_refuses_a_stored_table_of_other_numbers(tmp_path):
     """A block table stored before block_features() changed would fit trees
     on numbers that kb does not make."""
-    import train_block_choice
-
     stale = tmp_path / "table.pkl"
     table = {"wcxb/1": {"texts": ["a"], "X": np.zeros((1, len(feature_names()) - 1), dtype=np.float32)},
              "wcxb/2": {"texts": [], "X": np.zeros((0, 0), dtype=np.float32)}}
