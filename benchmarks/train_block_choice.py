@@ -150,10 +150,10 @@ def label_copies(texts: list[str], labels: np.ndarray, truth: str | None) -> np.
     WCXB 0.8708 against 0.8624 and news 0.9452 against 0.9469 (then
     NEWS_WEIGHT 3: 0.8697 and 0.9519). The news set scores snippets,
     which one copy holds: there a copy labelled main text gets no label
-    (-1). A copy is the same text (kb's earlier_copy); the count is by
+    (-1). A copy is the same text (kb's earlier_copies()); the count is by
     words, so a short copy also counts where its words stand inside a
     longer sentence of the hand-made text."""
-    from kb.enrich.page_blocks import words_of
+    from kb.enrich.page_blocks import earlier_copies, words_of
 
     def spaced(text: str) -> str:
         # Each word in its own spaces: str.count() does not count
@@ -162,10 +162,7 @@ def label_copies(texts: list[str], labels: np.ndarray, truth: str | None) -> np.
 
     labels = labels.copy()
     hand_made = spaced(truth) if truth is not None else ""
-    copies: dict[str, int] = {}
-    for index, text in enumerate(texts):
-        earlier = copies.get(text, 0)
-        copies[text] = earlier + 1
+    for index, (text, earlier) in enumerate(zip(texts, earlier_copies(texts))):
         if not earlier or labels[index] != 1:
             continue
         if truth is None:

@@ -10,6 +10,7 @@ where it stands in the page, and how much of it trafilatura's runs kept.
 
 from __future__ import annotations
 
+import collections
 import operator
 import re
 from dataclasses import dataclass, field
@@ -151,6 +152,18 @@ def page_blocks(tree: lxml.html.HtmlElement) -> list[Block]:
             stack.append((child, owner, areas, below, depth + 1, link_here, True))
             stack.append((child, owner, areas, below, depth + 1, link_here, False))
     return order
+
+
+def earlier_copies(texts: list[str]) -> list[int]:
+    """For each text, how many earlier texts of the list are the same: a
+    block with 1 or more is a copy (the feature earlier_copy, and the
+    training's labels of copies)."""
+    seen: dict[str, int] = {}
+    counts = []
+    for text in texts:
+        counts.append(seen.get(text, 0))
+        seen[text] = counts[-1] + 1
+    return counts
 
 
 def words_of(text: str) -> list[str]:
@@ -318,18 +331,14 @@ def block_features(tree: lxml.html.HtmlElement, blocks: list[Block], kept_texts:
         rows[:, column["from_h1"]] = (np.arange(count) - first_h1) / count
     # The same text in several blocks is a label of the site ("Reply",
     # "Share", a menu repeated in the footer), seldom main text.
-    same_text: dict[str, int] = {}
+    same_text = collections.Counter(texts)
+    rows[:, column["log_same_text"]] = np.log1p([same_text[text] - 1 for text in texts])
     # Word F1 counts each word as often as it stands: a second copy of a
     # kept paragraph (a quoted post, a title repeated under the photo)
     # costs precision when the main text holds it once. The model learns
     # when the copy is main text (benchmarks/train_block_choice.py labels
     # each copy by the hand-made text).
-    earlier_copy = []
-    for block in blocks:
-        earlier_copy.append(block.text in same_text)
-        same_text[block.text] = same_text.get(block.text, 0) + 1
-    rows[:, column["earlier_copy"]] = earlier_copy
-    rows[:, column["log_same_text"]] = np.log1p([same_text[block.text] - 1 for block in blocks])
+    rows[:, column["earlier_copy"]] = np.array(earlier_copies(texts)) > 0
     rows[:, column[f"type_{PageType(kind)}"]] = 1.0
     rows[:, column["log_page_words"]] = np.log1p(page_words)
     rows[:, column["log_blocks"]] = np.log1p(count)
