@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -184,16 +185,23 @@ class _Folder:
     """A private folder (mode 0700) for this process: the launchers of the
     room and the HOME of a Chromium without the room. Removed at exit."""
 
-    _lock = threading.Lock()
+    lock = threading.Lock()
     _path: Path | None = None
 
     @classmethod
     def get(cls) -> Path:
-        with cls._lock:
+        with cls.lock:
             if cls._path is None or not cls._path.is_dir():
                 cls._path = Path(tempfile.mkdtemp(prefix="kb-browser-"))
-                atexit.register(shutil.rmtree, cls._path, True)
+                atexit.register(_remove_folder, cls._path, os.getpid())
             return cls._path
+
+
+def _remove_folder(path: Path, owner_pid: int) -> None:
+    # A forked child runs the atexit functions of its parent too; the folder
+    # belongs to the process that made it.
+    if os.getpid() == owner_pid:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def browser_home() -> Path:
@@ -210,16 +218,16 @@ def room_launcher(chromium: str) -> str:
     the script passes them on unchanged ("$@")."""
     bwrap = shutil.which("bwrap") or "bwrap"
     args = room_args(bwrap, chromium)
-    name = f"chromium-room-{abs(hash(tuple(args))):x}"
-    path = _Folder.get() / name
-    if not path.exists():
-        quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in args)
-        text = ("#!/bin/sh\n# Written by kb (kb/x/browser_room.py): Chromium in a bubblewrap room.\n"
-                f'exec {quoted} "$@"\n')
-        partial = path.with_suffix(".partial")
-        partial.write_text(text)
-        partial.chmod(0o700)
-        partial.rename(path)
+    path = _Folder.get() / f"chromium-room-{abs(hash(tuple(args))):x}"
+    with _Folder.lock:  # threads of one run launch browsers at the same time
+        if not path.exists():
+            quoted = " ".join(shlex.quote(a) for a in args)
+            text = ("#!/bin/sh\n# Written by kb (kb/x/browser_room.py): Chromium in a bubblewrap room.\n"
+                    f'exec {quoted} "$@"\n')
+            partial = path.with_suffix(".partial")
+            partial.write_text(text)
+            partial.chmod(0o700)
+            partial.rename(path)
     return str(path)
 
 
