@@ -72,12 +72,15 @@ DRIVER_ENV_PREFIXES = ("PW_", "PLAYWRIGHT_")
 
 # What the room holds besides /usr: the named files of /etc that Chromium
 # needs (fonts, Debian's launcher settings, the certificates, names and
-# time). /etc as a whole is not in the room: it can hold keys.
+# time) and the font cache. /etc as a whole is not in the room: it can hold keys.
 ROOM_SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/sbin")
-ROOM_ETC = (
+ROOM_FILES = (
     "/etc/fonts", "/etc/chromium", "/etc/chromium.d", "/etc/alternatives", "/etc/ld.so.cache",
     "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf",
     "/etc/passwd", "/etc/group", "/etc/localtime", "/etc/timezone",
+    # The font cache of the system: without it, each Chromium of the room
+    # reads every font file again.
+    "/var/cache/fontconfig",
 )
 # The user of the room. Chromium refuses its sandbox for root (uid 0); any
 # other uid works. The uid is the room's own: outside, the processes keep
@@ -117,7 +120,7 @@ def room_args(bwrap: str, chromium: str) -> list[str]:
             args += ["--symlink", os.readlink(folder), folder]
         elif os.path.isdir(folder):
             args += ["--ro-bind", folder, folder]
-    for path in ROOM_ETC:
+    for path in ROOM_FILES:
         args += ["--ro-bind-try", path, path]
     # A Chromium outside the system folders (KB_CHROMIUM_PATH=/opt/...): its own folder, read-only.
     real = Path(os.path.realpath(chromium))
