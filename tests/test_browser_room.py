@@ -245,3 +245,21 @@ def test_status_says_when_the_sandbox_is_off_and_how_to_fix_it(monkeypatch, tmp_
     assert "apt install bubblewrap" in sandbox["detail"] and "root" in sandbox["detail"]
     line = next(line for line in format_status(report).splitlines() if "browser_sandbox" in line)
     assert "not ready" in line and "OFF" in line
+
+
+def test_status_names_the_fix_when_bubblewrap_cannot_make_a_room(monkeypatch, tmp_path, plan_cache):
+    """A container can have bubblewrap but refuse user namespaces: then the
+    fix is not "install bubblewrap". A bwrap that fails as it fails there
+    stands in for that machine."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    bwrap = folder / "bwrap"
+    bwrap.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    bwrap.chmod(0o755)
+    monkeypatch.setenv("PATH", str(folder))
+    monkeypatch.setattr(browser_room, "_is_root", lambda: True)
+    ready, detail = Browser.from_settings().sandbox_readiness()
+    assert not ready
+    assert "No permissions to create new namespace" in detail and "user namespaces" in detail
+    assert "install bubblewrap" not in detail
+    assert chromium_launch_options("/usr/bin/chromium", headless=True)["chromium_sandbox"] is False

@@ -136,7 +136,7 @@ def room_works(chromium: str) -> tuple[bool, str]:
     line with /bin/true in place of Chromium. The reason says why not."""
     bwrap = shutil.which("bwrap")
     if not bwrap:
-        return False, "bubblewrap is not installed (Debian: apt install bubblewrap)"
+        return False, "bubblewrap is not installed"
     command = room_args(bwrap, chromium)[:-1] + ["/bin/true"]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=20, env={"PATH": BROWSER_PATH})
@@ -164,24 +164,26 @@ def sandbox_plan(chromium: str | None, *, headless: bool = True) -> SandboxPlan:
     """The best way to run Chromium here. `chromium` None: Playwright's own
     Chromium, whose path kb does not know before Playwright starts, so it
     gets no room."""
-    why_no_room = "the login window runs without the room (the room has no display)"
-    if headless and chromium:
-        works, detail = room_works(chromium)
+    if not headless:
+        why_no_room = "the login window runs without the room (the room has no display)"
+        fix = "run `kb login` as a user that is not root"
+    elif not chromium:
+        why_no_room = "Playwright's own Chromium gets no room"
+        fix = "set KB_CHROMIUM_PATH (or install Debian's chromium), so that kb runs Chromium in the room"
+    else:
+        works, why_no_room = room_works(chromium)
         if works:
             return SandboxPlan("room", "on: Chromium's sandbox in a bubblewrap room "
                                        "(no KB_HOME, no home folder, no keys in it)")
-        why_no_room = detail
-    elif headless:
-        why_no_room = "Playwright's own Chromium gets no room (set KB_CHROMIUM_PATH to use the room)"
+        fix = ("install bubblewrap (Debian: apt install bubblewrap)" if not shutil.which("bwrap")
+               else "let bubblewrap make user namespaces on this machine, or run kb as a user that is not root")
     if not _is_root():
         if user_namespaces_work():
             return SandboxPlan("chromium", f"on: Chromium's own sandbox, without the room ({why_no_room})")
         return SandboxPlan("none", "OFF: this kernel gives no user namespaces to this user, so Chromium "
-                                   f"runs without its sandbox; {why_no_room}")
+                                   f"runs without its sandbox ({why_no_room})")
     return SandboxPlan("none", "OFF: kb runs as root, and Chromium refuses its sandbox as root; "
-                               f"{why_no_room}. Install bubblewrap (Debian: apt install bubblewrap) "
-                               "and set KB_CHROMIUM_PATH or install Debian's chromium, so that kb runs "
-                               "Chromium in a room with its sandbox on")
+                               f"{why_no_room}. To fix it: {fix}")
 
 
 class _Folder:
