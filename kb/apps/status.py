@@ -140,6 +140,8 @@ def _services(settings: Settings) -> dict:
     checks = {
         # Browser.readiness() covers the X login state too, and never shows its content.
         "browser": Browser.from_settings(settings).readiness,
+        # Whether Chromium's sandbox runs, and how to fix it when it cannot (kb/x/browser_room.py).
+        "browser_sandbox": Browser.from_settings(settings).sandbox_readiness,
         "embedder": lambda: _embedder_readiness(settings),
         "captions": Captioner.from_settings(settings).readiness,
         "transcripts": Transcriber.from_settings(settings).readiness,

@@ -60,13 +60,14 @@ from playwright.sync_api import Error as PlaywrightError
 
 from kb.fetch_guard import DEFAULT_PORTS, FetchGuard, GuardProxy, PrivateAddress
 from kb.settings import Settings, playwright_browser_installed, get_settings
+from kb.x.browser_room import sandbox_options, sandbox_plan
 
-# --no-sandbox: Chromium's sandbox needs user namespaces that containers and
-# CI machines often do not give. --disable-background-networking: no update
-# checks or field trials; a capture run talks to X only.
+# No --no-sandbox: kb/x/browser_room.py decides on the sandbox (and where
+# it cannot run, Playwright adds --no-sandbox). --disable-background-networking:
+# no update checks or field trials; a capture run talks to X only.
 # --force-webrtc-ip-handling-policy: WebRTC sends UDP past the proxy of the
 # context; with this policy it uses the proxy or nothing.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+CHROMIUM_ARGS = ["--disable-gpu", "--disable-background-networking",
                  "--force-webrtc-ip-handling-policy=disable_non_proxied_udp"]
 
 
@@ -101,7 +102,9 @@ def is_x_host(host: str, x_host: str) -> bool:
 
 def chromium_launch_options(executable: str | None, *, headless: bool) -> dict:
     """Playwright's launch options. `executable` None: Playwright's own
-    Chromium (Settings.chromium_executable() finds the one to use)."""
+    Chromium (Settings.chromium_executable() finds the one to use). The
+    options hold the sandbox, the room and the whole environment of Chromium
+    (kb/x/browser_room.py): launch with them as they are."""
     if executable is None and not playwright_browser_installed():
         raise BrowserNotFound(
             "No Chromium found: set KB_CHROMIUM_PATH, install Debian's chromium, "
@@ -109,10 +112,7 @@ def chromium_launch_options(executable: str | None, *, headless: bool) -> dict:
         )
     if executable is not None and not os.access(executable, os.X_OK):
         raise BrowserNotFound(f"KB_CHROMIUM_PATH={executable}: the file is absent or not executable.")
-    options: dict = {"headless": headless, "args": list(CHROMIUM_ARGS)}
-    if executable:
-        options["executable_path"] = executable
-    return options
+    return {"headless": headless, "args": list(CHROMIUM_ARGS), **sandbox_options(executable, headless=headless)}
 
 
 def load_login_state(path: Path) -> dict:
@@ -289,7 +289,7 @@ class Browser(BaseModel):
             options = self._launch_options(headless=True)
         except BrowserNotFound as exc:
             return False, str(exc)
-        chromium = options.get("executable_path", "Playwright's own Chromium")
+        chromium = self.chromium_path or "Playwright's own Chromium"
         try:
             state = load_login_state(Path(self.x_state_path))
         except XLoginMissing as exc:
@@ -298,6 +298,12 @@ class Browser(BaseModel):
         if not x_cookies:
             return False, f"chromium: {chromium}; the login state at {self.x_state_path} has no {self.x_host} cookie. Run `kb login`."
         return True, f"chromium: {chromium}; X login saved at {self.x_state_path}"
+
+    def sandbox_readiness(self) -> tuple[bool, str]:
+        """(sandbox on, detail) for `kb status`: how Chromium runs on this
+        machine, and how to fix it when its sandbox cannot run."""
+        plan = sandbox_plan(self.chromium_path or None, headless=self.headless)
+        return plan.sandbox_on, plan.detail
 
 
 def watch_navigation(page: Page) -> None:

@@ -1,0 +1,265 @@
+"""The browser that reads strangers' pages has its sandbox and no keys
+(kb/x/browser_room.py). Real Playwright on Debian's Chromium, launched
+through kb's own Browser; the tests read /proc of every process of the
+browser tree, as an attacker in a renderer would want to."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import psutil
+import pytest
+from playwright.sync_api import Error as PlaywrightError
+
+from kb.settings import get_settings
+from kb.x import browser_room
+from kb.x.browser import Browser, chromium_launch_options
+from tests.loopback import LoopbackServer, QuietHandler, allow_fetches
+
+pytestmark = pytest.mark.browser
+
+# Keys as kb's resources export them (kb_resources/client_resource.py), and
+# names that no browser process may get, whatever their value.
+KEYS = {
+    "DEEPSEEK_API_KEY": "test-secret-xyz-deepseek",
+    "TELEGRAM_BOT_TOKEN": "test-secret-xyz-telegram",
+    "KB_S3_SECRET_ACCESS_KEY": "test-secret-xyz-s3",
+    "ANTHROPIC_AUTH_TOKEN": "test-secret-xyz-anthropic",
+    "AWS_SECRET_ACCESS_KEY": "test-secret-xyz-aws",
+    "GOOGLE_API_KEY": "test-secret-xyz-google",
+    "KB_SOME_SETTING": "test-secret-xyz-kb-setting",
+}
+# Names that Chromium or Debian's launcher (/usr/bin/chromium and
+# /etc/chromium.d) set for themselves. Their values come from the launcher,
+# not from kb's environment (the test checks that no value of KEYS is there).
+CHROMIUM_OWN_NAMES = {"CHROME_DESKTOP", "CHROME_VERSION_EXTRA", "CHROME_WRAPPER", "CHROMIUM_FLAGS",
+                      "GOOGLE_API_KEY", "GOOGLE_DEFAULT_CLIENT_ID", "GOOGLE_DEFAULT_CLIENT_SECRET",
+                      "DBUS_SESSION_BUS_ADDRESS", "PWD"}
+BROWSER_NAMES = set(browser_room.BROWSER_ENV_NAMES) | {"PATH", "HOME", "TMPDIR"} | CHROMIUM_OWN_NAMES
+# Chromium writes the titles of its child processes (--type=renderer, zygote,
+# utility, gpu) over the memory of their environment, so their environ holds
+# pieces of a command line. They get their environment from the browser
+# process. So the test checks the names in the driver, bwrap, the browser
+# process and crashpad, and the key values in every process.
+VARIABLE = re.compile(rb"^([A-Za-z_][A-Za-z0-9_]*)=")
+PAGE = b"<html><body><p>a stranger's page</p></body></html>"
+
+
+class PageHandler(QuietHandler):
+    def do_GET(self) -> None:
+        self.send_body(200, PAGE, "text/html")
+
+
+class Site(LoopbackServer):
+    def __init__(self) -> None:
+        self.bind(PageHandler)
+
+
+@pytest.fixture(scope="module")
+def site():
+    with Site() as server:
+        yield server
+
+
+@pytest.fixture
+def plan_cache():
+    """The plan depends on PATH (bwrap) and the user: each test asks afresh."""
+    browser_room.room_works.cache_clear()
+    browser_room.user_namespaces_work.cache_clear()
+    yield
+    browser_room.room_works.cache_clear()
+    browser_room.user_namespaces_work.cache_clear()
+
+
+@pytest.fixture(params=["room", "no room"])
+def mode(request, monkeypatch, tmp_path, plan_cache):
+    """"room": as kb runs here. "no room": bubblewrap is not on PATH."""
+    if request.param == "no room":
+        bare = tmp_path / "bin-without-bwrap"
+        bare.mkdir()
+        monkeypatch.setenv("PATH", str(bare))
+    elif not shutil.which("bwrap"):
+        pytest.skip("bubblewrap is not installed on this machine")
+    return request.param
+
+
+def browser_tree() -> list[psutil.Process]:
+    """Every process that this test process started: the Playwright driver,
+    bwrap, Chromium and all its children."""
+    return psutil.Process().children(recursive=True)
+
+
+def environ_of(process: psutil.Process) -> tuple[bytes, set[str]]:
+    raw = Path(f"/proc/{process.pid}/environ").read_bytes()
+    names = {m.group(1).decode() for entry in raw.split(b"\0") if (m := VARIABLE.match(entry))}
+    return raw, names
+
+
+def is_driver(process: psutil.Process) -> bool:
+    return any("playwright" in part and part.endswith("cli.js") for part in process.cmdline())
+
+
+def test_no_key_reaches_the_driver_or_any_browser_process(mode, site, monkeypatch, tmp_path):
+    for name, value in KEYS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("DISPLAY", ":99")  # only a login window gets the display
+    # NODE_OPTIONS loads code into every Node.js process: the driver must not get it.
+    marker = tmp_path / "node-options-ran"
+    script = tmp_path / "evil.js"
+    script.write_text(f"require('fs').writeFileSync({str(marker)!r}, 'ran');\n")
+    monkeypatch.setenv("NODE_OPTIONS", f"--require={script}")
+    allow_fetches(monkeypatch, site.base_url)
+
+    with Browser.from_settings(timeout_s=20).clean_context() as context:
+        page = context.new_page()
+        page.goto(site.base_url + "/")
+        assert "a stranger's page" in page.content()
+        seen = []
+        for process in browser_tree():
+            raw, names = environ_of(process)
+            driver = is_driver(process)
+            for name, value in KEYS.items():
+                assert value.encode() not in raw, f"{name} reached {process.name()} {process.pid}"
+            seen.append("driver" if driver else process.name())
+            if any(part.startswith("--type=") for part in process.cmdline()):
+                continue  # a child of Chromium: its environ shows its title (see VARIABLE)
+            allowed = set(browser_room.DRIVER_ENV_NAMES) if driver else BROWSER_NAMES
+            outside = {n for n in names - allowed if not (driver and n.startswith(("PW_", "PLAYWRIGHT_")))}
+            assert not outside, f"{process.name()} {process.pid} got {sorted(outside)}"
+            if not driver:
+                assert "DISPLAY" not in names
+    assert "driver" in seen, seen
+    assert seen.count("chromium") >= 3, seen
+    assert not marker.exists(), "NODE_OPTIONS reached the Playwright driver"
+
+
+def test_the_driver_hook_is_in_place():
+    """kb wraps Playwright's get_driver_env (no option for it exists). A new
+    Playwright that builds the driver's environment another way must fail here."""
+    from playwright._impl import transport
+
+    assert getattr(transport.get_driver_env, "kb_allowlist", False)
+    os.environ["KB_HOOK_CHECK_TOKEN"] = "test-secret-xyz-hook"
+    env = transport.get_driver_env()
+    assert "KB_HOOK_CHECK_TOKEN" not in env and env.get("PW_LANG_NAME") == "python"
+
+
+def own_namespace(kind: str) -> str:
+    return os.readlink(f"/proc/self/ns/{kind}")
+
+
+def test_renderers_run_in_the_sandbox(site, monkeypatch, plan_cache):
+    """In CI's conditions (root, bubblewrap installed) and on a laptop
+    (not root): each renderer runs with seccomp-bpf (Seccomp: 2) in user and
+    PID namespaces that are not kb's."""
+    if os.geteuid() == 0 and not shutil.which("bwrap"):
+        pytest.skip("root without bubblewrap: Chromium's sandbox cannot run (kb status says so)")
+    allow_fetches(monkeypatch, site.base_url)
+    assert Browser.from_settings().sandbox_readiness()[0]
+    with Browser.from_settings(timeout_s=20).clean_context() as context:
+        page = context.new_page()
+        page.goto(site.base_url + "/")
+        renderers = [p for p in browser_tree() if "--type=renderer" in p.cmdline()]
+        assert renderers
+        for renderer in renderers:
+            status = Path(f"/proc/{renderer.pid}/status").read_text()
+            assert re.search(r"^Seccomp:\s+2$", status, re.M), f"renderer {renderer.pid} has no seccomp-bpf"
+            for kind in ("user", "pid"):
+                assert os.readlink(f"/proc/{renderer.pid}/ns/{kind}") != own_namespace(kind)
+
+
+def test_the_room_holds_no_file_of_kb_home_or_the_login(site, kb_home, monkeypatch, plan_cache):
+    """What the room changes: even a browser process that a page took over,
+    or a file:// URL that reached kb's browser, finds no KB_HOME, no X login
+    and no home folder. The files exist outside the room."""
+    if not browser_room.sandbox_plan(get_settings().chromium_executable()).mode == "room":
+        pytest.skip("bubblewrap cannot make a room on this machine")
+    secret = kb_home / "wiki" / "private.md"
+    secret.parent.mkdir()
+    secret.write_text("test-secret-xyz-wiki-page")
+    login = get_settings().x_state_path
+    login.write_text('{"cookies": [], "secret": "test-secret-xyz-login"}')
+    allow_fetches(monkeypatch, site.base_url)
+    with Browser.from_settings(timeout_s=20).clean_context() as context:
+        for path in (secret, login):
+            assert path.exists()
+            page = context.new_page()
+            try:
+                page.goto(path.as_uri())
+                text = page.content()
+            except PlaywrightError as exc:
+                text = str(exc)
+            assert "test-secret-xyz" not in text, f"the browser read {path}"
+        context.new_page().goto(site.base_url + "/")
+        checked = 0
+        for process in browser_tree():
+            if process.name() != "chromium":
+                continue
+            # The process's own view of the file system, as root reads it from outside.
+            root = Path(f"/proc/{process.pid}/root")
+            try:
+                found = [p for p in (secret, login, kb_home, Path.home() / ".config")
+                         if (root / p.relative_to("/")).exists()]
+                # The browser process sees the room; a sandboxed renderer sees not even that.
+                browser_process = not any(a.startswith("--type=") for a in process.cmdline())
+                sees_the_room = (root / "usr/lib").is_dir()
+            except (ProcessLookupError, psutil.NoSuchProcess):
+                continue  # a short-lived helper of Chromium ended meanwhile
+            assert not found, f"{found} are in the room of {process.pid}"
+            checked += browser_process and sees_the_room
+        assert checked, "no browser process was checked"
+
+
+def test_the_login_window_gets_the_display_and_no_key(monkeypatch, plan_cache):
+    """`kb login` opens a window: its Chromium gets the display variables,
+    still no key, and no room (the room has no display)."""
+    for name, value in KEYS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("DISPLAY", ":99")
+    options = chromium_launch_options("/usr/bin/chromium", headless=False)
+    assert options["env"]["DISPLAY"] == ":99"
+    assert not set(options["env"]) & set(KEYS)
+    assert options["executable_path"] == "/usr/bin/chromium"
+    headless = chromium_launch_options("/usr/bin/chromium", headless=True)
+    assert "DISPLAY" not in headless["env"]
+
+
+def test_status_says_when_the_sandbox_is_off_and_how_to_fix_it(monkeypatch, tmp_path, plan_cache):
+    from kb.apps.status import collect_status, format_status
+
+    if shutil.which("bwrap"):
+        ready, detail = Browser.from_settings().sandbox_readiness()
+        assert ready and "bubblewrap room" in detail
+    # Root and no bubblewrap (a container without the package):
+    bare = tmp_path / "bin-without-bwrap"
+    bare.mkdir()
+    monkeypatch.setenv("PATH", str(bare))
+    monkeypatch.setattr(browser_room, "_is_root", lambda: True)
+    browser_room.room_works.cache_clear()
+    report = collect_status()
+    sandbox = report["services"]["browser_sandbox"]
+    assert not sandbox["ready"]
+    assert "apt install bubblewrap" in sandbox["detail"] and "root" in sandbox["detail"]
+    line = next(line for line in format_status(report).splitlines() if "browser_sandbox" in line)
+    assert "not ready" in line and "OFF" in line
+
+
+def test_status_names_the_fix_when_bubblewrap_cannot_make_a_room(monkeypatch, tmp_path, plan_cache):
+    """A container can have bubblewrap but refuse user namespaces: then the
+    fix is not "install bubblewrap". A bwrap that fails as it fails there
+    stands in for that machine."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    bwrap = folder / "bwrap"
+    bwrap.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    bwrap.chmod(0o755)
+    monkeypatch.setenv("PATH", str(folder))
+    monkeypatch.setattr(browser_room, "_is_root", lambda: True)
+    ready, detail = Browser.from_settings().sandbox_readiness()
+    assert not ready
+    assert "No permissions to create new namespace" in detail and "user namespaces" in detail
+    assert "install bubblewrap" not in detail
+    assert chromium_launch_options("/usr/bin/chromium", headless=True)["chromium_sandbox"] is False
