@@ -1,0 +1,173 @@
+"""The record of the `kb up` that runs for a KB_HOME, and the clean-up of
+the parts of an earlier kb up that died.
+
+kb up holds $KB_HOME/run/kb-up.lock (an flock) for all its life, and writes
+$KB_HOME/run/kb-up.json: its pid and start time, and the pid, process group
+and start time of each part. The kernel frees the lock when kb up ends, also
+after SIGKILL. So a held lock means that a kb up runs, and a free lock with
+a record means that the kb up of the record died without its stop.
+
+Each part stops itself when kb up dies (kb/apps/lifeline.py). A part that
+could not (it was stopped, or hung) is found here by the next kb up, which
+stops its process group. A pid is used again after its process ends: a
+process counts as the recorded one only when its start time is the
+recorded start time.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from kb.apps.lifeline import group_members, signal_group
+from kb.atomic_files import write_atomic
+
+RECORD_NAME, LOCK_NAME = "kb-up.json", "kb-up.lock"
+# psutil gives a start time to 10 ms; two reads of one process agree within this.
+START_SLACK_S = 0.05
+STOP_WAIT_S = 10.0  # SIGTERM first; SIGKILL after this, as kb up's own stop
+
+
+class RecordError(Exception):
+    """kb up must not start for this KB_HOME; the text says why."""
+
+
+def start_time(pid: int) -> float | None:
+    """The start time of process pid (Unix time), or None when it does not run."""
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return process.create_time()
+    except psutil.NoSuchProcess:
+        return None
+
+
+def is_recorded_process(pid: int, started: float) -> bool:
+    now = start_time(pid)
+    return now is not None and abs(now - started) <= START_SLACK_S
+
+
+@dataclass
+class Leftover:
+    """A part of an earlier kb up whose process group still has a process."""
+    name: str
+    pid: int
+    pgid: int
+
+
+@dataclass
+class UpRecord:
+    """The record of this kb up. Hold it for the life of kb up."""
+    folder: Path
+    lock_fd: int
+    started: float = field(default_factory=lambda: start_time(os.getpid()) or time.time())
+    earlier: dict | None = None  # the record of an earlier kb up that died, if there was one
+
+    @property
+    def path(self) -> Path:
+        return self.folder / RECORD_NAME
+
+    def note(self, parts: Iterable) -> None:
+        """Write the record (atomically) with the parts that run now.
+        Each part is a kb.apps.up.Part with a started process."""
+        entries = []
+        for part in parts:
+            process = part.process
+            if process is None or process.poll() is not None:
+                continue
+            started = start_time(process.pid)
+            if started is not None:
+                # Each part leads its own group (start_new_session): its pgid is its pid.
+                entries.append({"name": part.name, "pid": process.pid, "pgid": process.pid, "started": started})
+        record = {"pid": os.getpid(), "started": self.started, "parts": entries}
+        write_atomic(self.path, (json.dumps(record, indent=2) + "\n").encode())
+
+    def release(self, *, forget: bool = True) -> None:
+        """Free the lock. forget: remove the record too (kb up has stopped
+        every part). Keep it when parts of it may still run."""
+        try:
+            if forget:
+                self.path.unlink(missing_ok=True)
+        finally:
+            os.close(self.lock_fd)
+
+
+def read_record(path: Path) -> dict | None:
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None  # a record that kb up could not finish: its parts have their lifelines
+    return record if isinstance(record, dict) else None
+
+
+def claim(home: Path) -> UpRecord:
+    """Take the lock of this KB_HOME for this kb up.
+
+    A RecordError when an earlier kb up of this KB_HOME still runs. When
+    one died without its stop, its record is in UpRecord.earlier: call
+    stop_leftovers() with it."""
+    folder = home / "run"
+    folder.mkdir(parents=True, exist_ok=True)
+    # O_CLOEXEC: no part may hold the lock after kb up ends.
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        running = read_record(folder / RECORD_NAME) or {}
+        pid = running.get("pid", "unknown")
+        raise RecordError(f"kb up (pid {pid}) already runs for this KB_HOME ({home}). "
+                          "Stop it first (Ctrl-C in its terminal, or SIGTERM to its pid).") from None
+    return UpRecord(folder, fd, earlier=read_record(folder / RECORD_NAME))
+
+
+def leftovers(earlier: dict) -> list[Leftover]:
+    """The recorded parts whose process group still has a process."""
+    found = []
+    for entry in earlier.get("parts", []):
+        try:
+            name, started = str(entry["name"]), float(entry["started"])
+            pid, pgid = int(entry["pid"]), int(entry["pgid"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if pgid <= 1 or pid != pgid:
+            continue  # kb up records only group leaders: a record that says else is not kb up's
+        if not is_recorded_process(pid, started) and start_time(pid) is not None:
+            # The pid runs another program now, so the old group had no
+            # process left when the pid was used again: nothing of ours is in it.
+            continue
+        # The leader is the recorded one, or it has ended. While one process
+        # of a group lives, Linux does not give its number to a new process,
+        # so the live processes of this group are the part's children.
+        if group_members(pgid):
+            found.append(Leftover(name, pid, pgid))
+    return found
+
+
+def stop_leftovers(found: list[Leftover], wait_s: float = STOP_WAIT_S) -> list[Leftover]:
+    """Stop each leftover's process group: SIGTERM (and SIGCONT, for a
+    stopped process), then SIGKILL after wait_s. Returns the groups that
+    still have a process (none, unless a process cannot be stopped)."""
+    for part in found:
+        signal_group(part.pgid, signal.SIGTERM)
+        signal_group(part.pgid, signal.SIGCONT)
+    deadline = time.monotonic() + wait_s
+    while any(group_members(p.pgid) for p in found) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for part in found:
+        signal_group(part.pgid, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    while any(group_members(p.pgid) for p in found) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [p for p in found if group_members(p.pgid)]

@@ -1,0 +1,157 @@
+"""Parts die with `kb up` (issue 46, part 4): the lifeline, the record of
+kb up and the stop of a kb up that refuses to start. The whole crash (SIGKILL
+of a real kb up, and the next kb up) is in tests/test_up.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from kb.apps.lifeline import ENV_NAME, Lifeline
+from tests.test_up import PARTS_END_S, running, still_running_after
+
+# A part as kb up starts it (through kb.apps.quick_exit), with a child that
+# ignores SIGTERM: only SIGKILL to the group ends the child.
+PART_SCRIPT = """\
+import os, signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c",
+    "import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('child', os.getpid(), os.environ.get('{env}'), flush=True); time.sleep(300)"])
+print('part', os.getpid(), flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_part_stops_its_whole_group_when_the_lifeline_of_kb_up_breaks(tmp_path):
+    script = tmp_path / "part.py"
+    script.write_text(PART_SCRIPT.format(env=ENV_NAME))
+    lifeline = Lifeline()
+    env = {**os.environ, **lifeline.env()}
+    part = subprocess.Popen([sys.executable, "-m", "kb.apps.quick_exit", str(script)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, pass_fds=(lifeline.read_fd,))
+    try:
+        lines = [part.stdout.readline().split() for _ in range(2)]
+        pids = {words[0]: int(words[1]) for words in lines}
+        child_line = next(words for words in lines if words[0] == "child")
+        assert child_line[2] == "None"  # the part's children do not get the lifeline
+        assert running(pids["child"]) and part.poll() is None
+        lifeline.close()  # what the kernel does when kb up dies
+        assert still_running_after([part.pid, pids["child"]], PARTS_END_S) == []
+        assert "kb up ended without stopping this part" in part.stderr.read()
+    finally:
+        lifeline.close()
+        if part.poll() is None:
+            os.killpg(part.pid, signal.SIGKILL)
+        part.wait()
+
+
+def test_a_process_that_does_not_lead_its_group_takes_no_lifeline(tmp_path):
+    """A child that got KB_UP_LIFELINE (and the pipe) must not stop the
+    group of its parent when kb up ends: the group is not its own."""
+    lifeline = Lifeline()
+    leader = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""\
+        import subprocess, sys
+        child = subprocess.run([sys.executable, "-c",
+            "from kb.apps.lifeline import watch_lifeline; print(watch_lifeline())"],
+            pass_fds=({lifeline.read_fd},), capture_output=True, text=True)
+        print(child.stdout.strip(), child.stderr.strip(), flush=True)
+        import time; time.sleep(300)
+        """)], env={**os.environ, **lifeline.env()}, stdout=subprocess.PIPE, text=True,
+        start_new_session=True, pass_fds=(lifeline.read_fd,))
+    try:
+        answer = leader.stdout.readline()
+        assert answer.startswith("False "), answer
+        assert "this process does not lead its process group" in answer
+        lifeline.close()
+        assert leader.poll() is None  # nothing stopped the group of the leader
+    finally:
+        lifeline.close()
+        os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait()
+
+
+def sleeper() -> subprocess.Popen:
+    """A process that leads its own group, as each part of kb up."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+
+
+def test_the_next_kb_up_stops_only_the_recorded_processes_of_a_dead_kb_up(kb_home, capsys):
+    """A record names a pid with the start time of its process. A pid whose
+    process started at another time is another program now (pids are used
+    again): kb up leaves it alone."""
+    import json
+
+    from kb.apps.up import take_home
+    from kb.settings import get_settings
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # the pid of a kb up that has ended
+    recorded, stranger = sleeper(), sleeper()
+    try:
+        started = psutil.Process(recorded.pid).create_time()
+        other_start = psutil.Process(stranger.pid).create_time() - 30.0
+        record = {"pid": dead.pid, "started": 0.0, "parts": [
+            {"name": "dagster-daemon", "pid": recorded.pid, "pgid": recorded.pid, "started": started},
+            {"name": "dagster-webserver", "pid": stranger.pid, "pgid": stranger.pid, "started": other_start}]}
+        (kb_home / "run").mkdir()
+        (kb_home / "run" / "kb-up.json").write_text(json.dumps(record))
+        (kb_home / "dagster").mkdir()
+
+        taken = take_home(get_settings())
+        out = capsys.readouterr().out
+        assert out == (f"kb up: stopped dagster-daemon (pid {recorded.pid}) of an earlier kb up "
+                       f"(pid {dead.pid}) that ended without its stop.\n")
+        assert still_running_after([recorded.pid], 1.0) == []
+        assert running(stranger.pid)
+        # The heartbeats of the stopped daemon are old now: the next check does not block.
+        assert float((kb_home / "dagster" / "kb-up-stopped-at").read_text()) <= time.time()
+        taken.release()
+        assert not (kb_home / "run" / "kb-up.json").exists()
+    finally:
+        for process in (recorded, stranger):
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.parametrize("failure", ["cannot start", "dies before it answers"])
+def test_a_kb_up_that_refuses_to_start_stops_the_parts_that_it_started(tmp_path, failure):
+    """The search page (with a child) and the code server run; then the
+    code server dies, or the daemon cannot start. kb up refuses, and no
+    process of the parts that it started runs on."""
+    from kb.apps.up import Part, Supervisor, UpError
+
+    web_log, code_server_log = tmp_path / "web.log", tmp_path / "code-server.log"
+    web = Part("kb web", [sys.executable, "-c", "import subprocess, sys, time; "
+                          "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
+                          "print('up', flush=True); time.sleep(300)"], "page", web_log)
+    # The code server answers (or dies) after the search page has its child.
+    end = "print('ready', flush=True); time.sleep(300)" if failure == "cannot start" else "sys.exit(3)"
+    code_server = Part("dagster code server", [sys.executable, "-c", "import pathlib, sys, time\n"
+                                               f"while 'up' not in pathlib.Path({str(web_log)!r}).read_text():\n"
+                                               f"    time.sleep(0.1)\n{end}"], "grpc", code_server_log,
+                       ready=lambda: "ready" in code_server_log.read_text())
+    daemon_argv = ([str(tmp_path / "no-such-program")] if failure == "cannot start"
+                   else [sys.executable, "-c", "import time; time.sleep(300)"])
+    daemon = Part("dagster-daemon", daemon_argv, "sensors", tmp_path / "daemon.log", needs_ready=code_server)
+    expected = (r"^Cannot start dagster-daemon: .* Nothing runs now\." if failure == "cannot start"
+                else r"^dagster code server stopped \(exit 3\) before it answered\. Nothing runs now\.")
+    with pytest.raises(UpError, match=expected):
+        Supervisor([web, code_server, daemon], [], dict(os.environ), tmp_path).run()
+    groups = {web.process.pid, code_server.process.pid}
+    assert not [pid for pid in psutil.pids() if running(pid) and _pgid(pid) in groups]
+    assert failure == "cannot start" or daemon.process is None
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
