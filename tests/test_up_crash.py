@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -155,3 +156,29 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except ProcessLookupError:
         return None
+
+
+def test_a_kb_up_refuses_while_another_kb_up_of_the_same_home_runs(kb_home):
+    """The lock of kb up: a second kb up names the pid of the first and
+    changes nothing (the record of the first stays as it was)."""
+    import click
+
+    from kb.apps.cli import main
+    from kb.apps.up_record import claim
+
+    first = claim(kb_home)
+    try:
+        first.note([])
+        record = (kb_home / "run" / "kb-up.json").read_bytes()
+        # A port that is not free: a kb up that missed the lock stops at the port check.
+        with socket.socket() as busy, pytest.raises(click.ClickException) as error:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            main(["up", "--no-bot", "--no-web", "--dagster-port", str(busy.getsockname()[1])], prog_name="kb",
+                 standalone_mode=False)
+        assert error.value.message == (f"kb up (pid {os.getpid()}) already runs for this KB_HOME ({kb_home}). "
+                                       "Stop it first (Ctrl-C in its terminal, or SIGTERM to its pid).")
+        assert (kb_home / "run" / "kb-up.json").read_bytes() == record
+        assert not (kb_home / "dagster").exists()
+    finally:
+        first.release()
