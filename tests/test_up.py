@@ -93,6 +93,15 @@ def family(pids: list[int]) -> list[int]:
     return pids + [child.pid for pid in pids for child in psutil.Process(pid).children(recursive=True)]
 
 
+def kill_groups(pids: list[int]) -> None:
+    """SIGKILL to the process group of each part (each part leads its own)."""
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def wait_until(ready, what: str, up: Up | None = None) -> None:
     deadline = time.monotonic() + WAIT_S
     while not ready():
@@ -191,6 +200,9 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
         up.process.wait()
         assert still_running_after(pids, PARTS_END_S) == [], "parts of the killed kb up still run"
         assert running(daemon)
+    except BaseException:
+        kill_groups(up.pids())  # the test failed: leave no part running
+        raise
     finally:
         if up.process.poll() is None:
             up.process.kill()
@@ -222,6 +234,7 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
         finally:
             if up.process.poll() is None:
                 up.stop()
+            kill_groups([daemon])  # stopped above: gone, unless this kb up failed to start
             telegram.stop()
     wiki = kb_home / "wiki"
     log = subprocess.run(["git", "log", "--format=%s"], cwd=wiki, capture_output=True, text=True).stdout

@@ -20,6 +20,10 @@ and it stops every part on Ctrl-C or SIGTERM. The owner gets one notice
 when a part dies, and one more when a part restarts more than 3 times in 10
 minutes (then no more until the part runs healthy again). Dagster still does all the
 orchestration: kb up only keeps its processes alive.
+
+When kb up dies without its stop (SIGKILL), each part stops its own process
+group (kb/apps/lifeline.py). The next kb up for the KB_HOME stops a part
+that could not, from the record of the dead kb up (kb/apps/up_record.py).
 """
 
 from __future__ import annotations
