@@ -79,15 +79,17 @@ def test_a_process_that_does_not_lead_its_group_takes_no_lifeline(tmp_path):
         leader.wait()
 
 
-def sleeper() -> subprocess.Popen:
+def sleeper(**env: str) -> subprocess.Popen:
     """A process that leads its own group, as each part of kb up."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True,
+                            env={**os.environ, **env})
 
 
 def test_the_next_kb_up_stops_only_the_recorded_processes_of_a_dead_kb_up(kb_home, capsys):
     """A record names a pid with the start time of its process. A pid whose
     process started at another time is another program now (pids are used
-    again): kb up leaves it alone."""
+    again): kb up leaves it alone. So it does with a process that does not
+    run for this KB_HOME, as a forged record could name."""
     import json
 
     from kb.apps.up import take_home
@@ -96,12 +98,15 @@ def test_the_next_kb_up_stops_only_the_recorded_processes_of_a_dead_kb_up(kb_hom
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # the pid of a kb up that has ended
     recorded, stranger = sleeper(), sleeper()
+    foreign = sleeper(KB_HOME=str(kb_home.parent / "another-home"))
     try:
         started = psutil.Process(recorded.pid).create_time()
         other_start = psutil.Process(stranger.pid).create_time() - 30.0
         record = {"pid": dead.pid, "started": 0.0, "parts": [
             {"name": "dagster-daemon", "pid": recorded.pid, "pgid": recorded.pid, "started": started},
-            {"name": "dagster-webserver", "pid": stranger.pid, "pgid": stranger.pid, "started": other_start}]}
+            {"name": "dagster-webserver", "pid": stranger.pid, "pgid": stranger.pid, "started": other_start},
+            {"name": "kb-bot", "pid": foreign.pid, "pgid": foreign.pid,
+             "started": psutil.Process(foreign.pid).create_time()}]}
         (kb_home / "run").mkdir()
         (kb_home / "run" / "kb-up.json").write_text(json.dumps(record))
         (kb_home / "dagster").mkdir()
@@ -111,13 +116,13 @@ def test_the_next_kb_up_stops_only_the_recorded_processes_of_a_dead_kb_up(kb_hom
         assert out == (f"kb up: stopped dagster-daemon (pid {recorded.pid}) of an earlier kb up "
                        f"(pid {dead.pid}) that ended without its stop.\n")
         assert still_running_after([recorded.pid], 1.0) == []
-        assert running(stranger.pid)
+        assert running(stranger.pid) and running(foreign.pid)
         # The heartbeats of the stopped daemon are old now: the next check does not block.
         assert float((kb_home / "dagster" / "kb-up-stopped-at").read_text()) <= time.time()
         taken.release()
         assert not (kb_home / "run" / "kb-up.json").exists()
     finally:
-        for process in (recorded, stranger):
+        for process in (recorded, stranger, foreign):
             process.kill()
             process.wait()
 

@@ -299,8 +299,8 @@ def take_home(settings: Settings) -> UpRecord:
     if record.earlier is None:
         return record
     earlier_pid = record.earlier.get("pid", "unknown")
-    found = leftovers(record.earlier)
-    left = stop_leftovers(found)
+    found = leftovers(record.earlier, settings.home)
+    left = stop_leftovers(found, settings.home)
     for part in found:
         if part not in left:
             click.echo(f"kb up: stopped {part.name} (pid {part.pid}) of an earlier kb up (pid {earlier_pid}) "

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from kb.apps.lifeline import group_members, signal_group
+from kb.apps.lifeline import group_members
 from kb.atomic_files import write_atomic
 
 RECORD_NAME, LOCK_NAME = "kb-up.json", "kb-up.lock"
@@ -132,8 +132,24 @@ def claim(home: Path) -> UpRecord:
     return UpRecord(folder, fd, earlier=read_record(folder / RECORD_NAME))
 
 
-def leftovers(earlier: dict) -> list[Leftover]:
-    """The recorded parts whose process group still has a process."""
+def of_this_home(pid: int, home: Path) -> bool:
+    """True when process pid runs for this KB_HOME: kb up gives each part
+    KB_HOME, and the part's children inherit it. The environment of
+    /proc is the one that the process started with."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False  # it ended, or it belongs to another user
+    return f"KB_HOME={home}".encode() in environ
+
+
+def home_members(pgid: int, home: Path) -> list[int]:
+    """The live processes of group pgid that run for this KB_HOME."""
+    return [pid for pid in group_members(pgid) if of_this_home(pid, home)]
+
+
+def leftovers(earlier: dict, home: Path) -> list[Leftover]:
+    """The recorded parts whose process group still has a process of this KB_HOME."""
     found = []
     for entry in earlier.get("parts", []):
         try:
@@ -150,24 +166,33 @@ def leftovers(earlier: dict) -> list[Leftover]:
         # The leader is the recorded one, or it has ended. While one process
         # of a group lives, Linux does not give its number to a new process,
         # so the live processes of this group are the part's children.
-        if group_members(pgid):
+        if home_members(pgid, home):
             found.append(Leftover(name, pid, pgid))
     return found
 
 
-def stop_leftovers(found: list[Leftover], wait_s: float = STOP_WAIT_S) -> list[Leftover]:
-    """Stop each leftover's process group: SIGTERM (and SIGCONT, for a
-    stopped process), then SIGKILL after wait_s. Returns the groups that
-    still have a process (none, unless a process cannot be stopped)."""
-    for part in found:
-        signal_group(part.pgid, signal.SIGTERM)
-        signal_group(part.pgid, signal.SIGCONT)
-    deadline = time.monotonic() + wait_s
-    while any(group_members(p.pgid) for p in found) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for part in found:
-        signal_group(part.pgid, signal.SIGKILL)
-    deadline = time.monotonic() + wait_s
-    while any(group_members(p.pgid) for p in found) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return [p for p in found if group_members(p.pgid)]
+def stop_leftovers(found: list[Leftover], home: Path, wait_s: float = STOP_WAIT_S) -> list[Leftover]:
+    """Stop the processes of each leftover's group: SIGTERM (and SIGCONT,
+    for a stopped process), then SIGKILL after wait_s. Only processes of
+    this KB_HOME: a record is a file, and a file can lie. Returns the groups
+    that still have such a process (none, unless one cannot be stopped)."""
+    def signal_all(signals: tuple[int, ...], told: set[int]) -> bool:
+        members = [pid for part in found for pid in home_members(part.pgid, home)]
+        for pid in members:
+            if pid in told:
+                continue
+            for sig in signals:
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            told.add(pid)
+        return bool(members)
+
+    for signals in ((signal.SIGTERM, signal.SIGCONT), (signal.SIGKILL,)):
+        told: set[int] = set()
+        deadline = time.monotonic() + wait_s
+        # Again and again: a process may start a child while it stops.
+        while signal_all(signals, told) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    return [p for p in found if home_members(p.pgid, home)]
