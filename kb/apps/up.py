@@ -265,25 +265,31 @@ def run_up(*, host: str = "127.0.0.1", dagster_port: int = 3000, web_port: int =
     record = take_home(settings)
     lifeline = Lifeline()
     try:
-        check_port(host, dagster_port, "--dagster-port")
-        if web:
-            if web_port == dagster_port:
-                raise UpError(f"--web-port and --dagster-port are both {web_port}. Give two ports.")
-            check_port(host, web_port, "--web-port")
-        dagster_home = settings.dagster_home
-        check_no_daemon(dagster_home)
-        code_server_port = free_loopback_port()
-        logs, workspace = prepare_home(settings, code_server_port)
-        parts, off = plan_parts(settings, host=host, dagster_port=dagster_port, code_server_port=code_server_port,
-                                web_port=web_port, bot=bot, web=web, workspace=workspace, logs=logs)
-        env = {**os.environ, "KB_HOME": str(settings.home), "DAGSTER_HOME": str(dagster_home), **lifeline.env()}
-        return Supervisor(parts, off, env, dagster_home, TelegramNotifier.from_settings(settings),
-                          record=record, lifeline=lifeline).run()
+        return check_and_run(settings, record, lifeline, host=host, dagster_port=dagster_port,
+                             web_port=web_port, bot=bot, web=web)
     finally:
         # Supervisor.run stopped every part that it started. Each part
         # stops itself anyway when the lifeline closes (also at a crash).
         lifeline.close()
         record.release()
+
+
+def check_and_run(settings: Settings, record: UpRecord, lifeline: Lifeline, *, host: str, dagster_port: int,
+                  web_port: int, bot: bool, web: bool) -> int:
+    check_port(host, dagster_port, "--dagster-port")
+    if web:
+        if web_port == dagster_port:
+            raise UpError(f"--web-port and --dagster-port are both {web_port}. Give two ports.")
+        check_port(host, web_port, "--web-port")
+    dagster_home = settings.dagster_home
+    check_no_daemon(dagster_home)
+    code_server_port = free_loopback_port()
+    logs, workspace = prepare_home(settings, code_server_port)
+    parts, off = plan_parts(settings, host=host, dagster_port=dagster_port, code_server_port=code_server_port,
+                            web_port=web_port, bot=bot, web=web, workspace=workspace, logs=logs)
+    env = {**os.environ, "KB_HOME": str(settings.home), "DAGSTER_HOME": str(dagster_home), **lifeline.env()}
+    return Supervisor(parts, off, env, dagster_home, TelegramNotifier.from_settings(settings),
+                      record=record, lifeline=lifeline).run()
 
 
 def take_home(settings: Settings) -> UpRecord:
