@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from kb.apps.lifeline import ENV_NAME, Lifeline
-from tests.test_up import PARTS_END_S, running, still_running_after
+from tests.test_up import PARTS_END_S, running, still_running_after, wait_until
 
 # A part as kb up starts it (through kb.apps.quick_exit), with a child that
 # ignores SIGTERM: only SIGKILL to the group ends the child.
@@ -187,3 +187,45 @@ def test_a_kb_up_refuses_while_another_kb_up_of_the_same_home_runs(kb_home):
         assert not (kb_home / "dagster").exists()
     finally:
         first.release()
+
+
+def test_a_child_of_a_part_that_died_does_not_outlive_kb_up(kb_home, tmp_path, capsys):
+    """The code server dies and kb up starts it again; its child (a run
+    worker) lives on in the old process group. The record keeps that group,
+    and the stop of kb up stops the child too."""
+    import json
+
+    from kb.apps.up import Part, Supervisor
+    from kb.apps.up_record import claim
+
+    log = tmp_path / "code-server.log"
+    # The first process leaves a child and dies; the next one runs.
+    script = ("import os, pathlib, subprocess, sys, time\n"
+              f"log = pathlib.Path({str(log)!r})\n"
+              "if log.read_text().count('--- kb up: start') == 1:\n"
+              "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+              "    print('child', child.pid, flush=True)\n"
+              "    sys.exit(1)\n"
+              "time.sleep(300)\n")
+    part = Part("dagster code server", [sys.executable, "-c", script], "grpc", log)
+    record, child = claim(kb_home), None
+    supervisor = Supervisor([part], [], {**os.environ, "KB_HOME": str(kb_home)}, tmp_path, record=record)
+    try:
+        supervisor.start(part)
+        first = part.process.pid
+        part.process.wait()
+        child = int(log.read_text().split("child ")[1].split()[0])
+        supervisor.watch()  # it saw the stop: it starts the part again after a second
+        wait_until(lambda: (supervisor.watch(), part.process.pid != first)[1], "the second start of the part")
+        recorded = json.loads(record.path.read_text())["parts"]
+        assert [entry["pid"] for entry in recorded] == [first, part.process.pid]
+        assert running(child)
+        supervisor.stop_all()
+        assert not running(child) and not running(part.process.pid)
+        assert (f"kb up: stopped what was left of an earlier dagster code server (process group {first})."
+                in capsys.readouterr().out)
+    finally:
+        record.release()
+        if child is not None and running(child):
+            os.kill(child, signal.SIGKILL)
+

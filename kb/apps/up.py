@@ -493,6 +493,9 @@ class Supervisor:
         deadline = time.monotonic() + STOP_WAIT_S
         while any(group_members(p.process.pid) for p in running) and time.monotonic() < deadline:
             time.sleep(0.05)
+        if self.record is not None:
+            for orphan in self.record.stop_orphans():
+                click.echo(f"kb up: stopped what was left of an earlier {orphan.name} (process group {orphan.pgid}).")
         for part in self.parts:
             part.close_log()
         for thread in self.notices:

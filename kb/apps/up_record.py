@@ -71,25 +71,43 @@ class UpRecord:
     lock_fd: int
     started: float = field(default_factory=lambda: start_time(os.getpid()) or time.time())
     earlier: dict | None = None  # the record of an earlier kb up that died, if there was one
+    entries: dict[int, dict] = field(default_factory=dict)  # by pid: what note() writes
 
     @property
     def path(self) -> Path:
         return self.folder / RECORD_NAME
 
+    @property
+    def home(self) -> Path:
+        return self.folder.parent
+
     def note(self, parts: Iterable) -> None:
-        """Write the record (atomically) with the parts that run now.
+        """Write the record (atomically): the parts that run now, and the
+        earlier processes of a part (it died, kb up started it again) whose
+        group still has a process. Such a child (a run worker of a code
+        server that crashed) must not outlive kb up either.
         Each part is a kb.apps.up.Part with a started process."""
-        entries = []
+        parts = list(parts)
+        running = {p.process.pid for p in parts if p.process is not None and p.process.poll() is None}
         for part in parts:
-            process = part.process
-            if process is None or process.poll() is not None:
+            pid = part.process.pid if part.process is not None else None
+            if pid not in running or pid in self.entries:
                 continue
-            started = start_time(process.pid)
+            started = start_time(pid)
             if started is not None:
                 # Each part leads its own group (start_new_session): its pgid is its pid.
-                entries.append({"name": part.name, "pid": process.pid, "pgid": process.pid, "started": started})
-        record = {"pid": os.getpid(), "started": self.started, "parts": entries}
+                self.entries[pid] = {"name": part.name, "pid": pid, "pgid": pid, "started": started}
+        for pid in [pid for pid in self.entries if pid not in running and not home_members(pid, self.home)]:
+            del self.entries[pid]  # an earlier process whose group is empty
+        record = {"pid": os.getpid(), "started": self.started, "parts": list(self.entries.values())}
         write_atomic(self.path, (json.dumps(record, indent=2) + "\n").encode())
+
+    def stop_orphans(self) -> list[Leftover]:
+        """After kb up stopped its parts: stop what is left in the groups of
+        the earlier processes of its parts. Returns what it stopped."""
+        found = leftovers({"parts": list(self.entries.values())}, self.home)
+        stop_leftovers(found, self.home)
+        return found
 
     def release(self, *, forget: bool = True) -> None:
         """Free the lock. forget: remove the record too (kb up has stopped
