@@ -9,9 +9,16 @@ a record means that the kb up of the record died without its stop.
 
 Each part stops itself when kb up dies (kb/apps/lifeline.py). A part that
 could not (it was stopped, or hung) is found here by the next kb up, which
-stops its process group. A pid is used again after its process ends: a
-process counts as the recorded one only when its start time is the
-recorded start time.
+stops its process group. The record also keeps the group of an earlier
+process of a part (it died, kb up started it again) while a child of it
+lives: kb up stops that child at its stop.
+
+Two rules keep the clean-up on kb's own processes:
+- A pid is used again after its process ends: a process counts as the
+  recorded one only when its start time is the recorded start time.
+- A record is a file, and a file can lie: kb up signals only a process
+  that started with this KB_HOME in its environment (kb up gives it to each
+  part, and the part's children inherit it).
 """
 
 from __future__ import annotations
