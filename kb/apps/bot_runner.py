@@ -18,6 +18,9 @@ def dagster_reader(settings: Settings) -> StateReader:
 
 
 def main() -> int:
+    from kb.apps.lifeline import watch_lifeline
+
+    watch_lifeline()  # the bot stops when the kb up that started it dies
     # The bot imports aiogram (about 7 s of CPU): only here, so that a
     # process that wants dagster_reader() alone does not pay for it.
     from telegram_bridge.bot import serve

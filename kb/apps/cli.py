@@ -336,7 +336,10 @@ def up(host: str, dagster_port: int, web_port: int, no_bot: bool, no_web: bool) 
 @click.option("--port", default=8765, show_default=True)
 def web(host: str, port: int) -> None:
     """A search page in the browser, over the same search function."""
+    from kb.apps.lifeline import watch_lifeline
     from kb.apps.web import serve
+
+    watch_lifeline()  # as a part of kb up: it stops when kb up dies
 
     serve(host=host, port=port)
 

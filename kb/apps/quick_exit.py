@@ -36,6 +36,9 @@ def skip_final_collection() -> None:
 
 def main() -> None:
     """Run the console script in argv[1] with the arguments after it."""
+    from kb.apps.lifeline import watch_lifeline
+
+    watch_lifeline()  # before the tool starts a child: the tool's group stops when kb up dies
     sys.argv = sys.argv[1:]
     skip_final_collection()
     runpy.run_path(sys.argv[0], run_name="__main__")

@@ -20,6 +20,10 @@ and it stops every part on Ctrl-C or SIGTERM. The owner gets one notice
 when a part dies, and one more when a part restarts more than 3 times in 10
 minutes (then no more until the part runs healthy again). Dagster still does all the
 orchestration: kb up only keeps its processes alive.
+
+When kb up dies without its stop (SIGKILL), each part stops its own process
+group (kb/apps/lifeline.py). The next kb up for the KB_HOME stops a part
+that could not, from the record of the dead kb up (kb/apps/up_record.py).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ from pathlib import Path
 
 import click
 
+from kb.apps.lifeline import Lifeline, group_members
+from kb.apps.up_record import RecordError, UpRecord, claim, leftovers, stop_leftovers
 from kb.settings import Settings, get_settings
 from kb.telegram.notifier import NotificationError, TelegramNotifier
 
@@ -93,14 +99,17 @@ class Part:
     restart_at: float | None = None
     log_file: object = field(default=None, repr=False)
 
-    def start(self, env: dict[str, str]) -> None:
+    def start(self, env: dict[str, str], pass_fds: tuple[int, ...] = ()) -> None:
         self.log_file = open(self.log, "ab", buffering=0)
         stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.log_file.write(f"\n--- kb up: start {self.name} at {stamp}\n".encode())
         # Its own process group: Ctrl-C in the terminal reaches kb up only,
-        # and kb up stops each part with all of its children.
+        # and kb up stops each part with all of its children. pass_fds: the
+        # read end of the lifeline (kb/apps/lifeline.py), so that the part
+        # stops its group when kb up dies without its stop.
         self.process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self.log_file,
-                                        stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                        stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                        pass_fds=pass_fds)
         self.started_at = time.monotonic()
         self.restart_at = None
 
@@ -251,6 +260,22 @@ def run_up(*, host: str = "127.0.0.1", dagster_port: int = 3000, web_port: int =
     settings = get_settings()
     # Every check comes before the first start: a bad input starts nothing.
     check_writable(settings)
+    # Before the ports and the daemon: a leftover part of a dead kb up
+    # holds a port, and its daemon's heartbeat is fresh.
+    record = take_home(settings)
+    lifeline = Lifeline()
+    try:
+        return check_and_run(settings, record, lifeline, host=host, dagster_port=dagster_port,
+                             web_port=web_port, bot=bot, web=web)
+    finally:
+        # Supervisor.run stopped every part that it started. Each part
+        # stops itself anyway when the lifeline closes (also at a crash).
+        lifeline.close()
+        record.release()
+
+
+def check_and_run(settings: Settings, record: UpRecord, lifeline: Lifeline, *, host: str, dagster_port: int,
+                  web_port: int, bot: bool, web: bool) -> int:
     check_port(host, dagster_port, "--dagster-port")
     if web:
         if web_port == dagster_port:
@@ -262,8 +287,39 @@ def run_up(*, host: str = "127.0.0.1", dagster_port: int = 3000, web_port: int =
     logs, workspace = prepare_home(settings, code_server_port)
     parts, off = plan_parts(settings, host=host, dagster_port=dagster_port, code_server_port=code_server_port,
                             web_port=web_port, bot=bot, web=web, workspace=workspace, logs=logs)
-    env = {**os.environ, "KB_HOME": str(settings.home), "DAGSTER_HOME": str(dagster_home)}
-    return Supervisor(parts, off, env, dagster_home, TelegramNotifier.from_settings(settings)).run()
+    env = {**os.environ, "KB_HOME": str(settings.home), "DAGSTER_HOME": str(dagster_home), **lifeline.env()}
+    return Supervisor(parts, off, env, dagster_home, TelegramNotifier.from_settings(settings),
+                      record=record, lifeline=lifeline).run()
+
+
+def take_home(settings: Settings) -> UpRecord:
+    """Take the record of kb up for this KB_HOME. An UpError when another
+    kb up runs for it. The parts of an earlier kb up that died without its
+    stop are stopped here, with one line for each part."""
+    try:
+        record = claim(settings.home)
+    except RecordError as exc:
+        raise UpError(str(exc)) from exc
+    except OSError as exc:
+        raise UpError(f"Cannot write in {settings.home / 'run'}: {exc}") from exc
+    if record.earlier is None:
+        return record
+    earlier_pid = record.earlier.get("pid", "unknown")
+    found = leftovers(record.earlier, settings.home)
+    left = stop_leftovers(found, settings.home)
+    for part in found:
+        if part not in left:
+            click.echo(f"kb up: stopped {part.name} (pid {part.pid}) of an earlier kb up (pid {earlier_pid}) "
+                       "that ended without its stop.")
+    if left:
+        record.release(forget=False)
+        names = ", ".join(f"{p.name} (process group {p.pgid})" for p in left)
+        raise UpError(f"Cannot stop the parts of an earlier kb up (pid {earlier_pid}): {names}. "
+                      "Stop them by hand, then start kb up again.")
+    if settings.dagster_home.is_dir():
+        # Its daemon is stopped: its last heartbeats are no daemon that runs.
+        note_daemon_stopped(settings.dagster_home)
+    return record
 
 
 def prepare_home(settings: Settings, code_server_port: int) -> tuple[Path, Path]:
@@ -300,9 +356,12 @@ def create_instance_storage(dagster_home: Path) -> None:
 
 class Supervisor:
     def __init__(self, parts: list[Part], off: list[str], env: dict[str, str], dagster_home: Path,
-                 notifier: TelegramNotifier | None = None):
+                 notifier: TelegramNotifier | None = None, *, record: UpRecord | None = None,
+                 lifeline: Lifeline | None = None):
         self.parts, self.off, self.env, self.dagster_home = parts, off, env, dagster_home
         self.notifier = notifier
+        self.record = record
+        self.pass_fds = (lifeline.read_fd,) if lifeline is not None else ()
         self.stopping = False
         self.notices: list[threading.Thread] = []
 
@@ -316,7 +375,7 @@ class Supervisor:
                 if part.needs_ready is not None and not self.wait_until_ready(part.needs_ready):
                     break  # Ctrl-C or SIGTERM while it waited
                 try:
-                    part.start(self.env)
+                    self.start(part)
                 except OSError as exc:
                     raise UpError(f"Cannot start {part.name}: {exc}. Nothing runs now.") from exc
                 click.echo(f"{part.name:<{NAME_WIDTH}} {part.where}   (pid {part.process.pid}, log {part.log})")
@@ -333,6 +392,16 @@ class Supervisor:
                 signal.signal(sig, handler)
         click.echo("kb up: every part stopped.")
         return 0
+
+    def start(self, part: Part) -> None:
+        """Start the part, and write it in the record of this kb up: the
+        next kb up stops it if this kb up dies and the part does not stop."""
+        part.start(self.env, self.pass_fds)
+        if self.record is not None:
+            try:
+                self.record.note(self.parts)
+            except OSError as exc:
+                click.echo(f"kb up: could not write the record {self.record.path}: {exc}", err=True)
 
     def wait_until_ready(self, part: Part) -> bool:
         """Wait until the part answers its check. False if kb up must stop.
@@ -358,7 +427,7 @@ class Supervisor:
         for part in self.parts:
             if part.restart_at is not None:
                 if now >= part.restart_at and not self.stopping:
-                    part.start(self.env)
+                    self.start(part)
                     click.echo(f"kb up: {part.name} started again (pid {part.process.pid}).")
                 continue
             code = part.process.poll()
@@ -419,6 +488,14 @@ class Supervisor:
                 pass
             if part.process.poll() is None:
                 part.process.wait()
+        # A process ends some time after its SIGKILL. Wait for the children
+        # too: "every part stopped" must be true when kb up says it.
+        deadline = time.monotonic() + STOP_WAIT_S
+        while any(group_members(p.process.pid) for p in running) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.record is not None:
+            for orphan in self.record.stop_orphans():
+                click.echo(f"kb up: stopped what was left of an earlier {orphan.name} (process group {orphan.pgid}).")
         for part in self.parts:
             part.close_log()
         for thread in self.notices:
@@ -432,7 +509,13 @@ class Supervisor:
         wait for a database lock."""
         if any(p.process is not None and p.process.poll() is None for p in self.parts):
             return
-        try:
-            (self.dagster_home / STOPPED_MARKER).write_text(f"{time.time()}\n")
-        except OSError as exc:
-            click.echo(f"kb up: could not note the stop in {self.dagster_home}: {exc}", err=True)
+        note_daemon_stopped(self.dagster_home)
+
+
+def note_daemon_stopped(dagster_home: Path) -> None:
+    """Note the time: the daemon heartbeats in the instance up to now are of
+    a daemon that kb up stopped (see daemon_heartbeat)."""
+    try:
+        (dagster_home / STOPPED_MARKER).write_text(f"{time.time()}\n")
+    except OSError as exc:
+        click.echo(f"kb up: could not note the stop in {dagster_home}: {exc}", err=True)
