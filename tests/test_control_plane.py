@@ -1,0 +1,262 @@
+"""The control plane answers only the owner (kb/apps/owner_guard.py).
+
+The Dagster webserver runs as `kb up` runs it (the argv of plan_parts, through
+kb.apps.guarded_webserver) over a one-job code location. A real Chromium page
+on another loopback origin attacks it and kb web: a form POST, fetch() with
+text/plain, fetch(no-cors), a WebSocket, <img> and <script> GETs of
+/graphql?query=mutation. No run starts. A Host of another name (DNS
+rebinding) gets 400. The owner's path still works: Chromium at the printed
+address loads the UI with GraphQL answers, and DagsterGraphQLClient works."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from urllib.parse import quote
+
+import dagster as dg
+import httpx
+import pytest
+import uvicorn
+
+from tests.loopback import LoopbackServer, QuietHandler
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[1]
+LOCATION = "guarded"
+MUTATION = ('mutation { launchRun(executionParams: {selector: {repositoryLocationName: "guarded", '
+            'repositoryName: "__repository__", jobName: "touch_job"}, runConfigData: {}}) { __typename } }')
+START_S = 90
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def dagster_ui(tmp_path_factory):
+    """The guarded webserver, started with the argv that `kb up` builds."""
+    from kb.apps.up import plan_parts
+
+    root = tmp_path_factory.mktemp("control-plane")
+    dagster_home = root / "dagster"
+    dagster_home.mkdir()
+    workspace = root / "workspace.yaml"
+    workspace.write_text(f"load_from:\n  - python_file:\n      relative_path: {REPO / 'tests/guarded_location.py'}\n"
+                         f"      location_name: {LOCATION}\n      working_directory: {REPO}\n")
+    port = free_port()
+    parts, _ = plan_parts(SimpleNamespace(telegram_bot_token=None), host="127.0.0.1", dagster_port=port,
+                          code_server_port=free_port(), web_port=free_port(), bot=False, web=False,
+                          workspace=workspace, logs=root)
+    webserver = next(part for part in parts if part.name == "dagster-webserver")
+    assert webserver.argv[1:3] == ["-m", "kb.apps.guarded_webserver"]
+    log_path = root / "webserver.log"
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home)}
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(webserver.argv, cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_S
+        while True:
+            assert process.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the guarded webserver did not answer"
+            try:
+                answer = httpx.post(f"{base}/graphql", json={"query": "{ workspaceOrError { __typename } }"},
+                                    timeout=5)
+                if answer.status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        yield SimpleNamespace(base=base, port=port, log=log_path, home=dagster_home)
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+
+
+def runs(ui) -> int:
+    with dg.DagsterInstance.from_config(str(ui.home)) as instance:
+        return instance.get_runs_count()
+
+
+def refusals(ui) -> list[str]:
+    return [line for line in ui.log.read_text(errors="replace").splitlines() if line.startswith("refused ")]
+
+
+@pytest.fixture
+def kb_web(kb_home):
+    """kb web's app on a free port, as `kb web` serves it (uvicorn, loopback)."""
+    from kb.apps.web.app import create_app
+    from kb.settings import get_settings
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app(get_settings()), log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "kb web did not start"
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(5)
+    sock.close()
+
+
+class Attacker(LoopbackServer):
+    """A hostile page on another loopback origin (the worst case: same site)."""
+
+    def __init__(self, html: str):
+        body = html.encode()
+
+        class Handler(QuietHandler):
+            def do_GET(self):
+                self.send_body(200, body, "text/html; charset=utf-8")
+
+            def do_POST(self):  # the form's frame may come back here
+                self.send_body(200, b"", "text/plain")
+
+        self.bind(Handler)
+
+
+ATTACK_JS = """
+const T = %(target)s, M = %(mutation)s, Q = encodeURIComponent(M), results = {};
+function settle(name, promise) {
+  return promise.then(r => { results[name] = "status " + r.status + " type " + r.type; return r.text(); })
+                .then(t => { results[name + "_body"] = t; }, e => { results[name] = results[name] || "error " + e; });
+}
+const frame = document.createElement("iframe"); frame.name = "sink"; document.body.appendChild(frame);
+const form = document.createElement("form");
+form.method = "POST"; form.enctype = "text/plain"; form.target = "sink"; form.action = T + "/graphql?query=" + Q;
+const field = document.createElement("input"); field.name = '{"query": "' ; field.value = '"}'; form.appendChild(field);
+document.body.appendChild(form); form.submit();
+for (const tag of ["img", "script"]) {
+  const node = document.createElement(tag); node.src = T + "/graphql?query=" + Q + "&" + tag; document.body.appendChild(node);
+}
+const waits = [
+  settle("text_plain", fetch(T + "/graphql?query=" + Q, {method: "POST", headers: {"Content-Type": "text/plain"},
+                                                         body: JSON.stringify({query: M})})),
+  settle("no_cors", fetch(T + "/graphql", {method: "POST", mode: "no-cors", body: JSON.stringify({query: M})})),
+  settle("get", fetch(T + "/graphql?query=" + Q)),
+  settle("read", fetch(T + "/api/search?q=rust")),
+  new Promise(done => {
+    const ws = new WebSocket(T.replace("http", "ws") + "/graphql", "graphql-ws");
+    ws.onopen = () => { results.ws = "open";
+      ws.send(JSON.stringify({type: "connection_init", payload: {}}));
+      ws.send(JSON.stringify({id: "1", type: "start", payload: {query: M}})); setTimeout(done, 1000); };
+    ws.onerror = () => { results.ws = "error"; done(); };
+  }),
+];
+Promise.allSettled(waits).then(() => { window.results = results; });
+"""
+
+
+def attack(browser, target: str) -> dict:
+    html = f"<html><body><script>{ATTACK_JS % {'target': json.dumps(target), 'mutation': json.dumps(MUTATION)}}"
+    with Attacker(html + "</script></body></html>") as attacker:
+        page = browser.new_page()
+        try:
+            page.goto(attacker.base_url + "/")
+            page.wait_for_function("window.results !== undefined", timeout=20_000)
+            results = page.evaluate("window.results")
+            page.wait_for_timeout(500)  # the form, <img> and <script> have gone out
+            return results
+        finally:
+            page.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    from kb.x.browser import chromium_launch_options
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(**chromium_launch_options("/usr/bin/chromium", headless=True))
+        yield browser
+        browser.close()
+
+
+def test_a_page_on_another_origin_cannot_launch_a_run(dagster_ui, browser):
+    before = runs(dagster_ui)
+    results = attack(browser, dagster_ui.base)
+    time.sleep(1)  # a launched run would be in the instance by now
+    # No run started, and no answer came back to the page.
+    assert runs(dagster_ui) == before == 0, results
+    assert results.get("ws") != "open", results
+    assert "launchRun" not in json.dumps(results), results
+    lines = refusals(dagster_ui)
+    # Each attack was refused and logged with its method, path, Host and Origin.
+    assert any(line.startswith("refused POST /graphql") and "Origin 'http://127.0.0.1:" in line
+               and "is not the origin of this server" in line for line in lines), lines
+    assert any(line.startswith("refused WEBSOCKET /graphql") for line in lines), lines
+    assert any(line.startswith("refused GET /graphql") and "Sec-Fetch-Site 'same-site'" in line
+               for line in lines), lines
+
+
+def test_a_rebinding_host_and_a_get_mutation_are_refused(dagster_ui):
+    before = runs(dagster_ui)
+    rebound = httpx.post(f"{dagster_ui.base}/graphql", json={"query": MUTATION},
+                         headers={"Host": f"rebind.evil.example:{dagster_ui.port}"})
+    assert rebound.status_code == 400
+    assert f"Host 'rebind.evil.example:{dagster_ui.port}' is not an address of this server" in rebound.text
+    # The same name on the right port, and the right name on another port.
+    assert httpx.get(f"{dagster_ui.base}/server_info", headers={"Host": "rebind.evil.example"}).status_code == 400
+    assert httpx.get(f"{dagster_ui.base}/server_info", headers={"Host": "127.0.0.1:1"}).status_code == 400
+    # Dagster executes a GET query string and a text/plain POST: kb does not let them through.
+    got = httpx.get(f"{dagster_ui.base}/graphql", params={"query": MUTATION})
+    assert got.status_code == 405 and "with a query string" in got.text
+    plain = httpx.post(f"{dagster_ui.base}/graphql", params={"query": MUTATION}, content=b"x",
+                       headers={"Content-Type": "text/plain"})
+    assert plain.status_code == 415 and "'text/plain'" in plain.text
+    assert runs(dagster_ui) == before == 0
+
+
+def test_kb_web_refuses_other_origins_and_names(kb_web, browser, caplog):
+    caplog.set_level(logging.WARNING, logger="kb.apps.owner_guard")
+    results = attack(browser, kb_web)
+    assert "hits" not in json.dumps(results), results
+    assert results.get("ws") != "open", results
+    refused = [r.getMessage() for r in caplog.records if r.name == "kb.apps.owner_guard"]
+    assert any(m.startswith("refused GET /api/search") for m in refused), refused
+    assert any(m.startswith("refused WEBSOCKET /graphql") for m in refused), refused
+    rebound = httpx.get(f"{kb_web}/api/search", params={"q": "rust"}, headers={"Host": "rebind.evil.example"})
+    assert rebound.status_code == 400 and "'rebind.evil.example' is not an address" in rebound.text
+    # The owner: the address that kb web prints, and localhost on the same port.
+    assert httpx.get(f"{kb_web}/api/folders").status_code == 200
+    port = kb_web.rsplit(":", 1)[1]
+    assert httpx.get(f"{kb_web}/api/folders", headers={"Host": f"localhost:{port}"}).status_code == 200
+
+
+def test_the_owner_uses_the_ui_and_the_graphql_client(dagster_ui, browser):
+    from dagster_graphql import DagsterGraphQLClient
+
+    refused_before = refusals(dagster_ui)
+    page = browser.new_page()
+    try:
+        with page.expect_response(lambda r: r.url.endswith("/graphql") and r.request.method == "POST"
+                                  and r.status == 200) as answer:
+            page.goto(f"{dagster_ui.base}/locations/{LOCATION}/jobs/touch_job")
+        assert "data" in answer.value.json()
+        page.get_by_text("touch_job").first.wait_for(timeout=30_000)
+    finally:
+        page.close()
+    # A link from another site (Telegram) opens a page of the UI.
+    navigated = httpx.get(f"{dagster_ui.base}/runs", headers={"Sec-Fetch-Site": "cross-site",
+                                                             "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"})
+    assert navigated.status_code == 200
+    client = DagsterGraphQLClient("127.0.0.1", port_number=dagster_ui.port)
+    client.reload_repository_location(LOCATION)
+    assert refusals(dagster_ui) == refused_before
