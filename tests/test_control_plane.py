@@ -293,6 +293,7 @@ def capture_files(files: list[str]) -> dg.ExecuteInProcessResult:
                           run_config={"ops": {"x_raw_pages": {"config": {"files": files}}}}, raise_on_error=False)
 
 
+@pytest.mark.slow  # Dagster runs in this process: over 0.4 s of CPU
 def test_import_files_from_the_launchpad_stay_in_the_allowlist(kb_home, tmp_path, monkeypatch):
     from kb.sample_data import sample_pages
     from kb.settings import get_settings
@@ -339,6 +340,7 @@ def test_import_files_from_the_launchpad_stay_in_the_allowlist(kb_home, tmp_path
     assert capture_files(chosen).success
 
 
+@pytest.mark.slow  # Dagster runs in this process: over 0.4 s of CPU
 def test_an_archive_name_from_the_launchpad_stays_in_the_backup_folder(kb_home, tmp_path, monkeypatch):
     from kb_assets.backups import backup_job
 
@@ -360,6 +362,7 @@ def test_an_archive_name_from_the_launchpad_stays_in_the_backup_folder(kb_home, 
         assert not (tmp_path / "kb.tar.gz").exists()
 
 
+@pytest.mark.slow  # Dagster runs in this process: over 0.4 s of CPU
 def test_an_override_tag_from_the_launchpad_names_an_inbox_item(kb_home):
     from kb_assets.keys import OVERRIDE_TAG
     from kb_assets.telegram.sources import gated_sources, parsed_sources
