@@ -16,11 +16,14 @@ and raises RunConfigRefused, which names the field and the reason.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
 from kb.settings import CONFIG_DIR, Settings, get_settings
+
+log = logging.getLogger(__name__)
 
 IMPORT_SUFFIX = ".json"
 # The folder in KB_HOME where `kb import` and `kb demo` put a copy of a file
@@ -142,3 +145,21 @@ def check_override_tag(value: str | None, item_known: bool, item_id: str) -> boo
         raise RunConfigRefused(f"the tag kb/override is refused: {item_id!r} is not an item of the inbox; "
                                "an override names an item that the owner sent (/override <id> in the bot).")
     return True
+
+
+def requester_chat(run_tags: dict[str, str], settings: Settings | None = None) -> int | None:
+    """The chat of the tag kb/requested_by (the owner who sent /lint or
+    /synthesize), when it names a user of ALLOWED_USER_IDS; else None, and
+    the notice goes to the item's chat or OWNER_CHAT_ID. Why: the UI can set
+    the tag too, and a notice to a stranger's chat would give away the wiki."""
+    from kb_assets.keys import REQUESTED_BY_TAG
+
+    value = (run_tags.get(REQUESTED_BY_TAG) or "").strip()
+    if not value:
+        return None
+    settings = settings or get_settings()
+    if value.isdigit() and int(value) in settings.allowed_users():
+        return int(value)
+    log.warning("the tag kb/requested_by=%r names no user of ALLOWED_USER_IDS: the notice goes to OWNER_CHAT_ID",
+                value[:40])
+    return None
