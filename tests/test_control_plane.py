@@ -119,6 +119,96 @@ def kb_web(kb_home):
     sock.close()
 
 
+def guarded(bound_host: str = "127.0.0.1"):
+    """OwnerOnly around a tiny app with a page, /graphql and a WebSocket, as
+    the TestClient serves it on http://127.0.0.1:3000."""
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route, WebSocketRoute
+    from starlette.testclient import TestClient
+
+    from kb.apps.owner_guard import OwnerOnly
+
+    async def socket(websocket):
+        await websocket.accept()
+        await websocket.send_text("open")
+        await websocket.close()
+
+    app = Starlette(routes=[Route("/graphql", lambda r: PlainTextResponse("ran"), methods=["GET", "POST"]),
+                            Route("/logs/{path:path}", lambda r: PlainTextResponse("log")),
+                            Route("/runs/{path:path}", lambda r: PlainTextResponse("page")),
+                            WebSocketRoute("/graphql", socket)])
+    return TestClient(OwnerOnly(app, bound_host=bound_host), base_url="http://127.0.0.1:3000")
+
+
+NAVIGATE = {"sec-fetch-site": "cross-site", "sec-fetch-mode": "navigate", "sec-fetch-dest": "document"}
+ALLOWED = [
+    ("POST", "/graphql", {"content-type": "application/json"}),
+    ("POST", "/graphql", {"content-type": "application/json; charset=utf-8", "origin": "http://127.0.0.1:3000",
+                          "sec-fetch-site": "same-origin"}),
+    ("GET", "/runs/abc", {"host": "localhost:3000"}),
+    ("GET", "/runs/abc", {"host": "[::1]:3000", "sec-fetch-site": "none"}),
+    ("GET", "/runs/abc", NAVIGATE),  # a link from Telegram
+    ("GET", "/graphql", {"accept": "text/html"}),  # GraphiQL, which posts JSON
+]
+REFUSED = [
+    ("GET", "/runs/abc", {"host": "rebind.evil.example:3000"}, 400, "Host 'rebind.evil.example:3000'"),
+    ("GET", "/runs/abc", {"host": "127.0.0.1"}, 400, "Host '127.0.0.1'"),  # port 80, not 3000
+    ("GET", "/runs/abc", {"host": "127.0.0.1:3000:3000"}, 400, "is not an address of this server"),
+    ("GET", "/runs/abc", {"host": "[::1"}, 400, "is not an address of this server"),
+    ("POST", "/graphql", {"content-type": "application/json", "origin": "null"}, 403, "Origin 'null'"),
+    ("POST", "/graphql", {"content-type": "application/json", "origin": "http://127.0.0.1:8000"}, 403,
+     "is not the origin of this server (http://127.0.0.1:3000)"),
+    ("POST", "/graphql", {"content-type": "application/json", "origin": "https://127.0.0.1:3000"}, 403, "Origin"),
+    ("GET", "/logs/run/stdout", NAVIGATE, 403, "Sec-Fetch-Site 'cross-site'"),
+    ("GET", "/runs/abc", {**NAVIGATE, "sec-fetch-dest": "iframe"}, 403, "not GET /runs/abc"),
+    ("POST", "/runs/abc", {**NAVIGATE}, 403, "not POST /runs/abc"),
+    ("GET", "/runs/abc", {"sec-fetch-site": "same-site", "sec-fetch-mode": "no-cors"}, 403, "'same-site'"),
+    ("POST", "/graphql", {"content-type": "text/plain"}, 415, "Content-Type 'text/plain'"),
+    ("POST", "/graphql", {"content-type": "application/x-www-form-urlencoded"}, 415, "x-www-form-urlencoded"),
+    ("GET", "/graphql?query=mutation", {}, 405, "with a query string"),
+]
+
+
+@pytest.mark.parametrize("method,path,headers", ALLOWED)
+def test_the_guard_lets_the_owner_through(method, path, headers):
+    answer = guarded().request(method, path, headers=headers)
+    assert answer.status_code == 200 and answer.text in ("ran", "page"), answer.text
+
+
+@pytest.mark.parametrize("method,path,headers,status,reason", REFUSED)
+def test_the_guard_refuses_with_the_reason(method, path, headers, status, reason, caplog):
+    caplog.set_level(logging.WARNING, logger="kb.apps.owner_guard")
+    answer = guarded().request(method, path, headers=headers)
+    assert (answer.status_code, answer.headers["content-type"]) == (status, "text/plain; charset=utf-8")
+    assert reason in answer.text and answer.text not in ("ran", "page", "log")
+    [line] = [r.getMessage() for r in caplog.records if r.name == "kb.apps.owner_guard"]
+    assert line.startswith(f"refused {method} {path.split('?')[0]} Host=") and "Origin=" in line
+
+
+def test_the_guard_checks_the_websocket_handshake_and_the_bound_host():
+    from starlette.testclient import WebSocketDenialResponse
+
+    client = guarded()
+    with client.websocket_connect("ws://127.0.0.1:3000/graphql", headers={"origin": "http://127.0.0.1:3000"}) as socket:
+        assert socket.receive_text() == "open"
+    for headers, status, reason in (({"origin": "http://127.0.0.1:8000"}, 403, "Origin 'http://127.0.0.1:8000'"),
+                                    ({"host": "rebind.evil.example:3000"}, 400, "Host 'rebind.evil.example:3000'")):
+        # The handshake gets an HTTP answer with the reason, never the socket.
+        with pytest.raises(WebSocketDenialResponse) as denied:
+            with client.websocket_connect("ws://127.0.0.1:3000/graphql", headers=headers):
+                pass
+        assert denied.value.status_code == status and reason in denied.value.text
+    # kb web --host 192.168.1.5: that address too; --host 0.0.0.0: any name, but still no other origin.
+    lan = guarded("192.168.1.5")
+    assert lan.get("/runs/a", headers={"host": "192.168.1.5:3000"}).status_code == 200
+    assert lan.get("/runs/a", headers={"host": "rebind.evil.example:3000"}).status_code == 400
+    anywhere = guarded("0.0.0.0")
+    assert anywhere.get("/runs/a", headers={"host": "laptop.lan:3000"}).status_code == 200
+    assert anywhere.post("/graphql", json={}, headers={"host": "laptop.lan:3000",
+                                                       "origin": "http://evil.example"}).status_code == 403
+
+
 class Attacker(LoopbackServer):
     """A hostile page on another loopback origin (the worst case: same site)."""
 
@@ -383,6 +473,7 @@ def test_an_override_tag_from_the_launchpad_names_an_inbox_item(kb_home):
         assert conn.execute("SELECT count(*) FROM sources").fetchone() == (0,)
 
 
+@pytest.mark.slow  # Dagster runs in this process: over 0.4 s of CPU
 def test_a_wiki_topic_key_with_instructions_is_refused(kb_home):
     from kb.settings import get_settings
     from kb_assets.wiki.wiki_pages import wiki_topic_synthesis
