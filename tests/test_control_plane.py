@@ -167,6 +167,7 @@ REFUSED = [
     ("POST", "/graphql", {"content-type": "text/plain"}, 415, "Content-Type 'text/plain'"),
     ("POST", "/graphql", {"content-type": "application/x-www-form-urlencoded"}, 415, "x-www-form-urlencoded"),
     ("GET", "/graphql?query=mutation", {}, 405, "with a query string"),
+    ("PUT", "/graphql", {"content-type": "application/json"}, 405, "PUT /graphql: kb lets through only a POST"),
 ]
 
 

@@ -89,7 +89,7 @@ def _split_host(host: str) -> tuple[str, int | None] | None:
     else:
         name, colon, rest = host.partition(":")
         rest = colon + rest
-    if not name or not bracket_ok(name):
+    if not name or not _bracket_ok(name):
         return None
     if not rest:
         return name.lower(), None
@@ -98,7 +98,7 @@ def _split_host(host: str) -> tuple[str, int | None] | None:
     return name.lower(), int(rest[1:])
 
 
-def bracket_ok(name: str) -> bool:
+def _bracket_ok(name: str) -> bool:
     return name.endswith("]") if name.startswith("[") else "]" not in name
 
 
@@ -187,8 +187,10 @@ def _graphql_refusal(scope, method: str) -> tuple[int, str] | None:
                      f"{JSON_TYPE} (a web page cannot send it to another origin without asking first).")
     if method in ("GET", "HEAD") and not scope.get("query_string"):
         return None  # the GraphiQL page: it sends its queries as JSON POSTs
-    return 405, (f"{method} /graphql with a query string: Dagster would execute it, also a mutation. "
-                 f"Send the query as a POST of {JSON_TYPE}.")
+    if method in ("GET", "HEAD"):
+        return 405, (f"{method} /graphql with a query string: Dagster would execute it, also a mutation. "
+                     f"Send the query as a POST of {JSON_TYPE}.")
+    return 405, f"{method} /graphql: kb lets through only a POST of {JSON_TYPE}."
 
 
 async def _answer(send, status: int, text: str) -> None:
