@@ -68,12 +68,13 @@ def import_file_refusal(value: str, settings: Settings | None = None) -> str | N
     if not given.is_absolute():
         return "the path is not absolute"
     target = given.resolve()
-    imports = (settings.home / IMPORTS_FOLDER).resolve()
+    folder = settings.home / IMPORTS_FOLDER
+    imports = (folder.absolute(), folder.resolve())
     for path in (given, target):
         if path.suffix.lower() != IMPORT_SUFFIX:
             return f"{path.name!r} is not a {IMPORT_SUFFIX} file"
         # kb's own copies: only their place in KB_HOME counts (KB_HOME itself may be in a dot-folder).
-        dot = _dot_part(path, imports) if _inside(path, imports) else _dot_part(path)
+        dot = _dot_part(path, next((base for base in imports if _inside(path, base)), None))
         if dot is not None:
             return f"it is in the dot-folder {dot!r}"
     if settings.x_state_path.expanduser().resolve() == target:

@@ -491,3 +491,20 @@ def test_a_wiki_topic_key_with_instructions_is_refused(kb_home):
     message = failure_text(result, "wiki_topic_synthesis")
     assert "the wiki_topics partition key 'raft\\nExtra task" in message and "is refused" in message, message
     assert not get_settings().wiki_dir.exists()
+
+
+def test_kb_import_copies_work_when_kb_home_is_in_a_dot_folder(tmp_path, monkeypatch):
+    from kb_assets.run_config_rules import files_for_import, import_file_refusal
+
+    monkeypatch.setenv("KB_HOME", str(tmp_path / ".local" / "share" / "kb"))
+    hidden = tmp_path / ".venv" / "sample" / "page-0001.json"
+    hidden.parent.mkdir(parents=True)
+    hidden.write_text("{}")
+    assert import_file_refusal(str(hidden)) == "it is in the dot-folder '.venv'"
+    [copy] = files_for_import([str(hidden)])
+    assert ".local" in copy and import_file_refusal(copy) is None
+    # A file of KB_HOME outside kb's copies is still in a dot-folder.
+    other = tmp_path / ".local" / "share" / "kb" / "raw" / "page.json"
+    other.parent.mkdir(parents=True)
+    other.write_text("{}")
+    assert import_file_refusal(str(other)) == "it is in the dot-folder '.local'"
