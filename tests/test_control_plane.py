@@ -57,7 +57,8 @@ def dagster_ui(tmp_path_factory):
     dagster_home = root / "dagster"
     dagster_home.mkdir()
     # Runs start at once, with no daemon: the owner's test waits for one.
-    (dagster_home / "dagster.yaml").write_text("run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n")
+    (dagster_home / "dagster.yaml").write_text(
+        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n")
     workspace = root / "workspace.yaml"
     workspace.write_text(f"load_from:\n  - python_file:\n      relative_path: {REPO / 'tests/guarded_location.py'}\n"
                          f"      location_name: {LOCATION}\n      working_directory: {REPO}\n")
@@ -240,7 +241,9 @@ form.method = "POST"; form.enctype = "text/plain"; form.target = "sink"; form.ac
 const field = document.createElement("input"); field.name = '{"query": "' ; field.value = '"}'; form.appendChild(field);
 document.body.appendChild(form); form.submit();
 for (const tag of ["img", "script"]) {
-  const node = document.createElement(tag); node.src = T + "/graphql?query=" + Q + "&" + tag; document.body.appendChild(node);
+  const node = document.createElement(tag);
+  node.src = T + "/graphql?query=" + Q + "&" + tag;
+  document.body.appendChild(node);
 }
 const waits = [
   settle("text_plain", fetch(T + "/graphql?query=" + Q, {method: "POST", headers: {"Content-Type": "text/plain"},
@@ -355,8 +358,8 @@ def test_the_owner_uses_the_ui_and_the_graphql_client(dagster_ui, browser):
     finally:
         page.close()
     # A link from another site (Telegram) opens a page of the UI.
-    navigated = httpx.get(f"{dagster_ui.base}/runs", headers={"Sec-Fetch-Site": "cross-site",
-                                                             "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"})
+    navigated = httpx.get(f"{dagster_ui.base}/runs", headers={
+        "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"})
     assert navigated.status_code == 200
     # The owner's client launches a run, and the run page follows its events over the WebSocket.
     client = DagsterGraphQLClient("127.0.0.1", port_number=dagster_ui.port)
