@@ -34,8 +34,9 @@ from kb.settings import get_settings
 
 from kb_assets.dagster_internals import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from kb_assets.keys import GATED_SOURCES, PARTITION_TAG, REQUESTED_BY_TAG, WIKI_PAGES, WILL_RETRY_TAG
+from kb_assets.keys import GATED_SOURCES, PARTITION_TAG, WIKI_PAGES, WILL_RETRY_TAG
 from kb_assets.partitions import sources
+from kb_assets.run_config_rules import requester_chat
 from kb_resources.stores import InboxResource
 from kb.telegram.inbox import Inbox
 from kb_assets.telegram.item_state import commit_of, failure_message
@@ -212,4 +213,4 @@ def notify_ending(notifier: TelegramNotifier, inbox: Inbox, instance: dg.Dagster
     # /lint or /synthesize: the owner who asked hears of it; any other run: OWNER_CHAT_ID.
     return notifier.notify(f"run{run.run_id.replace('-', '')}", state,
                            run_ending_text(state, run.job_name, run_partition(run), reason, run.run_id),
-                           chat_id=run.tags.get(REQUESTED_BY_TAG) or None)
+                           chat_id=requester_chat(run.tags))

@@ -19,7 +19,8 @@ import dagster as dg
 from kb.settings import get_settings
 
 from kb.telegram.notifier import NotificationError, TelegramNotifier, wiki_result_text
-from kb_assets.keys import REQUESTED_BY_TAG, WIKI_LINT, WIKI_SYNTHESIS, WIKI_TOPIC_SYNTHESIS
+from kb_assets.keys import WIKI_LINT, WIKI_SYNTHESIS, WIKI_TOPIC_SYNTHESIS
+from kb_assets.run_config_rules import requester_chat
 from kb_resources.services import TelegramNotifierResource
 
 EVENTS_PER_TICK = 100
@@ -31,7 +32,7 @@ def notify_result(instance: dg.DagsterInstance, notifier: TelegramNotifier, reco
     asset = asset_key.to_user_string()
     text = wiki_result_text(asset, record.partition_key or "", metadata)
     run = instance.get_run_by_id(record.run_id)
-    requester = (run.tags.get(REQUESTED_BY_TAG) if run else None) or None
+    requester = requester_chat(run.tags) if run else None
     # One notice per run and asset: a claim name has letters and digits only.
     key = f"run{record.run_id.replace('-', '')}"
     return notifier.notify(key, asset, text, chat_id=requester)

@@ -112,6 +112,7 @@ FILE_SECONDS = {
     "test_scripts.py": 8,
     "test_dagster_internals.py": 8, "test_fast_loop.py": 1,
     "test_page_types.py": 8,
+    "test_control_plane.py": 65,
 }
 
 

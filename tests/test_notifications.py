@@ -224,9 +224,11 @@ def test_readiness_says_what_is_missing(monkeypatch):
     assert ready and "2 allowed users" in detail and TOKEN not in detail
 
 
-def test_wiki_results_reach_the_owner_once_and_a_failed_send_is_tried_again(fake):
+def test_wiki_results_reach_the_owner_once_and_a_failed_send_is_tried_again(fake, monkeypatch):
     """The daily lint digest (a real wiki_lint run with no agent), a topic
-    synthesis that /synthesize asked for, and a send that fails once."""
+    synthesis that /synthesize asked for, and a send that fails once. A run
+    whose tag kb/requested_by names no allowed user (the UI can set any tag)
+    sends its result to OWNER_CHAT_ID, not to that chat."""
     from kb_assets.keys import REQUESTED_BY_TAG
     from kb_assets.wiki.wiki_pages import wiki_lint
     from kb_resources.services import WikiAgentResource
@@ -242,8 +244,10 @@ def test_wiki_results_reach_the_owner_once_and_a_failed_send_is_tried_again(fake
         return dg.MaterializeResult(metadata={"topic": "raft", "summary": "Raft elects one leader per term.",
                                               "warnings": dg.MetadataValue.json(["contradiction: x"])})
 
-    dagster.add_dynamic_partitions("wiki_topics", ["raft"])
+    monkeypatch.setenv("ALLOWED_USER_IDS", f"{h.OWNER_ID},777")
+    dagster.add_dynamic_partitions("wiki_topics", ["raft", "paxos"])
     dg.materialize([topic], partition_key="raft", instance=dagster, tags={REQUESTED_BY_TAG: "777"})
+    dg.materialize([topic], partition_key="paxos", instance=dagster, tags={REQUESTED_BY_TAG: "666"})
 
     def tick(cursor):
         context = dg.build_sensor_context(cursor=cursor, instance=dagster,
@@ -258,6 +262,9 @@ def test_wiki_results_reach_the_owner_once_and_a_failed_send_is_tried_again(fake
     assert [(m["chat_id"], m["text"]) for m in fake.sent] == [
         (OWNER_CHAT, "lint 2026-11-30: 0 findings (none); 0 fixed, 0 left. Report: wiki/syntheses/lint/2026-11-30.md."),
         (777, "topic synthesis raft: Raft elects one leader per term. Page: wiki/syntheses/topics/raft.md. Warnings: 1."),
+        # The fake asset names the topic raft in both runs.
+        (OWNER_CHAT, "topic synthesis raft: Raft elects one leader per term. Page: wiki/syntheses/topics/raft.md. "
+                     "Warnings: 1."),
     ]
     tick(None)  # a lost cursor sends nothing twice
-    assert len(fake.sent) == 2
+    assert len(fake.sent) == 3

@@ -9,9 +9,11 @@ collection has nothing to look at: the daemon ended in 0.2 s. The
 operating system frees the memory; each `with` block, atexit handler and
 weakref finalizer still runs, so files and databases close as before.
 
-`kb up` runs the code server (`dagster code-server start`), dagster-daemon
-and dagster-webserver through this module:
+`kb up` runs the code server (`dagster code-server start`) and
+dagster-daemon through this module:
     python -m kb.apps.quick_exit /path/to/dagster-daemon run -w workspace.yaml
+dagster-webserver runs through kb.apps.guarded_webserver, which does the same
+and puts kb's guard in front of the UI.
 Each `kb` command and `kb-bot` call skip_final_collection() themselves.
 """
 

@@ -35,6 +35,7 @@ from kb_assets.instance_config import ensure_dagster_home
 from kb_assets.keys import SOURCE_PASSAGES
 from kb_assets.partitions import new_batch_key, sync_batches
 from kb_assets.run_launcher import fail_runs_of_dead_workers, this_process_tags
+from kb_assets.run_config_rules import files_for_import
 
 SYNC_JOB = "x_sync"
 PARTITION_TAG = "dagster/partition"
@@ -296,6 +297,10 @@ def run_sync(
         # during the recovery leaves no empty batch behind.
         report.batch = new_batch_key()
         instance.add_dynamic_partitions(sync_batches.name, [report.batch])
+        if files:
+            # The owner named these files: a file that the run config's rule
+            # refuses (in a dot-folder, for example) is imported from a copy in KB_HOME.
+            files = files_for_import(files)
         run = create_location_run(instance, location, SYNC_JOB, run_config=sync_run_config(full=full, files=files),
                          tags={PARTITION_TAG: report.batch, **sync_tags(exclude), **this_process_tags()})
         report.run_ids.append(run.run_id)

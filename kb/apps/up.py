@@ -127,15 +127,16 @@ class Part:
             self.log_file = None
 
 
-def _tool(name: str) -> list[str]:
+def _tool(name: str, runner: str = "kb.apps.quick_exit") -> list[str]:
     """The command of a console script of this environment (dagster,
     dagster-daemon, dagster-webserver). It runs through kb.apps.quick_exit:
     it stops within a second of SIGTERM, not after 4 to 10 s (see that
-    module)."""
+    module). The webserver runs through kb.apps.guarded_webserver, which
+    does the same and puts kb's guard in front of the UI."""
     path = Path(sys.executable).parent / name
     if not path.exists():
         raise UpError(f"Cannot find {name} next to {sys.executable}. Install kb with its dependencies.")
-    return [sys.executable, "-m", "kb.apps.quick_exit", str(path)]
+    return [sys.executable, "-m", runner, str(path)]
 
 
 def check_writable(settings: Settings) -> None:
@@ -248,8 +249,9 @@ def plan_parts(settings: Settings, *, host: str, dagster_port: int, code_server_
     parts += [
         Part("dagster-daemon", [*_tool("dagster-daemon"), "run", "-w", str(workspace)],
              "sensors, schedules, run queue, run monitoring", logs / "dagster-daemon.log", needs_ready=code_server),
-        Part("dagster-webserver", [*_tool("dagster-webserver"), "-h", host, "-p", str(dagster_port),
-                                   "-w", str(workspace)], f"http://{host}:{dagster_port}",
+        # Through kb's guard: the UI answers only the owner (kb/apps/owner_guard.py).
+        Part("dagster-webserver", [*_tool("dagster-webserver", "kb.apps.guarded_webserver"), "-h", host,
+                                   "-p", str(dagster_port), "-w", str(workspace)], f"http://{host}:{dagster_port}",
              logs / "dagster-webserver.log", needs_ready=code_server),
     ]
     return parts, off

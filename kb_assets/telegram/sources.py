@@ -25,6 +25,7 @@ import dagster as dg
 
 from kb_assets.keys import OVERRIDE_TAG, RETRY_ON_ASSET_FAILURE_TAG, SOURCE_PASSAGES, WIKI_PAGES
 from kb_assets.partitions import sources
+from kb_assets.run_config_rules import RunConfigRefused, check_override_tag
 from kb.telegram.source_parsers import (
     ParsedSource,
     PermanentParseError,
@@ -199,8 +200,19 @@ def transient_failures_so_far(duckdb: DuckDBStore, item_id: str) -> int:
 
 
 def is_override(context: dg.AssetExecutionContext) -> bool:
+    """True for a run of the bot's /override. The UI can set the tag too: an
+    override with another value, or for an id that is not in the inbox, fails
+    the step before it writes anything."""
     # op_execution_context.run_tags also works when a test invokes the asset directly.
-    return context.op_execution_context.run_tags.get(OVERRIDE_TAG) == "true"
+    value = context.op_execution_context.run_tags.get(OVERRIDE_TAG)
+    if value is None:
+        return False
+    item_id = context.partition_key
+    known = Inbox(get_settings().inbox_dir).find(item_id) is not None
+    try:
+        return check_override_tag(value, known, item_id)
+    except RunConfigRefused as exc:
+        raise fail(str(exc), item_id) from None
 
 
 def fail(description: str, item_id: str) -> dg.Failure:

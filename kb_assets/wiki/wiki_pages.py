@@ -57,6 +57,7 @@ wiki_lint_days = dg.DailyPartitionsDefinition(start_date=PARTITIONS_START, end_o
                                               timezone=get_settings().tz)
 # One partition per topic that the owner asked for (/synthesize <topic>).
 wiki_topics = dg.DynamicPartitionsDefinition(name="wiki_topics")
+TOPIC_KEY_MAX = 60
 # Weeks start on Monday, as ISO weeks do, so a partition is one `YYYY-Www`.
 # end_offset=1: the week that is running is a partition too, because the
 # synthesis runs on Sunday morning, before the week ends.
@@ -336,7 +337,7 @@ When you are done, call report_result with the commit_message `synthesis: topic 
 
 def topic_key(topic: str) -> str:
     """The partition key of a topic: lower case words with hyphens."""
-    key = re.sub(r"[^a-z0-9]+", "-", topic.lower()).strip("-")[:60].rstrip("-")
+    key = re.sub(r"[^a-z0-9]+", "-", topic.lower()).strip("-")[:TOPIC_KEY_MAX].rstrip("-")
     if not key:
         raise ValueError(f"the topic {topic!r} has no letters or digits")
     return key
@@ -537,6 +538,12 @@ def wiki_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_a
 def wiki_topic_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource):
     wiki, wiki_agent = wiki.get_client(), wiki_agent.get_client()
     topic = context.partition_key
+    # The key goes into the agent's prompt, and the UI can add any key to
+    # wiki_topics: only a key that the bot's /synthesize makes passes.
+    if topic_key(topic) != topic:
+        raise dg.Failure(f"the wiki_topics partition key {topic[:80]!r} is refused: a topic key holds only "
+                         f"lower-case letters, digits and single hyphens, at most {TOPIC_KEY_MAX} characters "
+                         "(as /synthesize <topic> in the bot makes it). Nothing was written.", allow_retries=False)
     if not wiki_agent.configured():
         _observe(context, "waiting", reason="ANTHROPIC_BASE_URL is not set")
         return

@@ -20,9 +20,12 @@ server: it never opens DuckDB, so it answers while a sync writes. `kb web`
 reads the passage rows from memory-mapped files that it writes into
 settings.passage_rows_dir (kb/index/passage_rows.py, PassageRows.read()).
 
-Security: it binds to 127.0.0.1 by default and has no login, so it accepts
-only requests whose Host is a loopback name (a web page that points its own
-domain name at 127.0.0.1 cannot read it: DNS rebinding). Bookmark and wiki
+Security: it binds to 127.0.0.1 by default and has no login, so kb's guard
+(kb/apps/owner_guard.py) stands in front of it, as in front of the Dagster
+UI: it accepts only requests whose Host is a loopback name or the bound
+host, with the served port (a web page that points its own domain name at
+127.0.0.1 cannot read it: DNS rebinding), and no request from another
+origin or site, except a top-level navigation to the page. Bookmark and wiki
 text is untrusted: the page puts it into the document as text nodes, and
 the Content-Security-Policy allows no inline script.
 """
@@ -38,7 +41,6 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Mount, Route
@@ -46,6 +48,7 @@ from starlette.staticfiles import StaticFiles
 
 from kb.index.reading import (DocumentNotFound, SourceKinds, WikiPageNotFound, bookmark_documents, bookmark_sources,
                                media_with_captions, source_list)
+from kb.apps.owner_guard import OwnerOnly
 from kb.apps.web.reader import WikiReader, highlight_spans, page_path, query_terms, read_document, snippet
 from kb.apps.web.status_panel import collect_web_status
 from kb.apps.web.wiki_html import render_page
@@ -65,7 +68,6 @@ WIKI_LIMIT = 8
 # The status panel asks services over HTTP; a page that polls it must not
 # make each service answer again each time.
 STATUS_CACHE_S = 5.0
-LOOPBACK_NAMES = ["127.0.0.1", "localhost"]
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' https: data:; "
        "media-src https:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
        "frame-ancestors 'none'")
@@ -252,11 +254,13 @@ def api_status(request: Request) -> KbJSON:
 # --- the app -------------------------------------------------------------------------
 
 
-def create_app(settings: Settings | None = None, *, allowed_hosts: list[str] | None = None,
+def create_app(settings: Settings | None = None, *, bound_host: str = DEFAULT_HOST,
                warm_up: bool = False, rows_files: bool = False) -> Starlette:
     """The web app over the index and wiki that `settings` name.
 
-    `allowed_hosts`: Host names that the app answers; default loopback names.
+    `bound_host`: the host that the server listens on. The app answers the
+    loopback names and this host (any Host for 0.0.0.0 or ::), each with
+    the port that the request came in on (kb/apps/owner_guard.py).
     `warm_up`: run one search before the app is returned (the query
     embedder loads, the index opens), so the first search does not wait.
     `rows_files`: the passage rows from memory-mapped files
@@ -273,7 +277,7 @@ def create_app(settings: Settings | None = None, *, allowed_hosts: list[str] | N
         Route("/api/status", api_status),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_NAMES),
+    middleware = [Middleware(OwnerOnly, bound_host=bound_host),
                   Middleware(SecurityHeaders)]
     app = Starlette(routes=routes, middleware=middleware, lifespan=_lifespan)
     app.state.settings = settings
@@ -330,18 +334,15 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, settings: Settings
     page, which has no login, to the network: kb warns about it."""
     import uvicorn
 
-    allowed = LOOPBACK_NAMES + ([host] if host not in LOOPBACK_NAMES else [])
     if not is_loopback(host):
         log.warning("kb web listens on %s: every machine that reaches it can read your bookmarks. "
                     "It has no login.", host)
-        if host in ("0.0.0.0", "::"):
-            allowed = ["*"]
     from kb.index.embedder import use_cpu_threads
 
     # A serving process: one CPU thread for the query model, as kb-mcp
     # (see use_cpu_threads). kb web serves the relayed kb-mcp sessions too.
     use_cpu_threads(1)
-    app = create_app(settings, allowed_hosts=allowed, warm_up=True, rows_files=True)
+    app = create_app(settings, bound_host=host, warm_up=True, rows_files=True)
     app.state.search_service = start_search_service(app)
     print(f"kb web: http://{host if ':' not in host else f'[{host}]'}:{port}/  (Ctrl-C stops it)", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
