@@ -19,11 +19,10 @@ Like kb.apps.quick_exit, the process skips Python's last garbage collection.
 
 from __future__ import annotations
 
-import runpy
 import sys
 
 from kb.apps.owner_guard import OwnerOnly
-from kb.apps.quick_exit import skip_final_collection
+from kb.apps.quick_exit import run_console_script
 
 
 class GuardMissing(RuntimeError):
@@ -68,13 +67,9 @@ def install_guard() -> None:
 
 
 def main() -> None:
-    """Run the dagster-webserver console script in argv[1] with the arguments after it."""
-    sys.argv = sys.argv[1:]
-    if not sys.argv:
-        sys.exit("usage: python -m kb.apps.guarded_webserver /path/to/dagster-webserver [options]")
-    skip_final_collection()
-    install_guard()
-    runpy.run_path(sys.argv[0], run_name="__main__")
+    """Run the dagster-webserver console script in argv[1] with the arguments
+    after it: with the lifeline to kb up, as every part, and with the guard."""
+    run_console_script(before_run=install_guard)
 
 
 if __name__ == "__main__":

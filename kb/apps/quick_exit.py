@@ -36,14 +36,26 @@ def skip_final_collection() -> None:
         _REGISTERED.append(True)
 
 
-def main() -> None:
-    """Run the console script in argv[1] with the arguments after it."""
+def run_console_script(before_run=None) -> None:
+    """Run the console script in argv[1] with the arguments after it, as a
+    part of kb up: it watches its lifeline and skips the last collection.
+    before_run (for example the guard of the webserver) runs just before
+    the script."""
     from kb.apps.lifeline import watch_lifeline
 
     watch_lifeline()  # before the tool starts a child: the tool's group stops when kb up dies
     sys.argv = sys.argv[1:]
+    if not sys.argv:
+        sys.exit(f"usage: python -m {__spec__.name if __spec__ else 'kb.apps.quick_exit'} "
+                 "/path/to/console-script [options]")
     skip_final_collection()
+    if before_run is not None:
+        before_run()
     runpy.run_path(sys.argv[0], run_name="__main__")
+
+
+def main() -> None:
+    run_console_script()
 
 
 if __name__ == "__main__":
