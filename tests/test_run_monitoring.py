@@ -91,3 +91,39 @@ def test_a_live_worker_on_this_host_is_running(instance):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_wiki_run_longer_than_the_stuck_limit_is_stopped_and_run_again():
+    """SWEEPER_STUCK_MINUTES (30): the wiki jobs carry Dagster's max runtime
+    tag, and the daemon's run monitoring stops a longer run; run retries run
+    it again. The intake job does not carry it (its wiki step waits for the
+    pool inside the run: kb_assets/wiki/wiki_pages.py)."""
+    import logging
+    import uuid
+
+    from dagster._core.events import DagsterEvent, DagsterEventType
+    from dagster._daemon.monitoring.run_monitoring import check_run_timeout
+
+    from kb_assets.keys import MAX_RUNTIME_TAG, WILL_RETRY_TAG
+    from kb_assets.telegram.sources import source_intake_job
+    from kb_assets.wiki.wiki_pages import wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job
+
+    for job in (wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job):
+        assert job.tags[MAX_RUNTIME_TAG] == "1800", job.name
+    assert MAX_RUNTIME_TAG not in source_intake_job.tags
+
+    with dg.DagsterInstance.ephemeral(settings={"run_retries": {"enabled": True, "max_retries": 1}}) as instance:
+        run_id = str(uuid.uuid4())
+        # The tags of a wiki run, with a limit of one second instead of 30 minutes.
+        run = dg.DagsterRun(job_name="wiki_lint_job", run_id=run_id, status=dg.DagsterRunStatus.NOT_STARTED,
+                            tags={**wiki_lint_job.tags, MAX_RUNTIME_TAG: "1"})
+        instance.add_run(run)
+        instance.report_dagster_event(DagsterEvent(DagsterEventType.RUN_START.value, job_name=run.job_name), run_id)
+        record = instance.get_run_records(dg.RunsFilter(run_ids=[run_id]))[0]
+        check_run_timeout(instance, record, logging.getLogger("test"), 7200)
+        assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.STARTED  # not yet
+        time.sleep(1.1)
+        check_run_timeout(instance, record, logging.getLogger("test"), 7200)
+        stopped = instance.get_run_by_id(run_id)
+    assert stopped.status == dg.DagsterRunStatus.FAILURE
+    assert stopped.tags.get(WILL_RETRY_TAG) == "true"

@@ -935,3 +935,27 @@ def test_an_agent_that_cannot_start_gets_three_retries(wiki, monkeypatch, kb_hom
     assert len(retries) == 3
     failure = [e for e in result.all_node_events if e.is_step_failure][0]
     assert "(try 4 of 4): the agent stopped with an error: FileExistsError" in str(failure.event_specific_data)
+
+
+def test_the_weekly_synthesis_covers_every_source_since_the_last_one(wiki):
+    """A source of Sunday afternoon, after the synthesis of 09:00, goes into
+    the next week's synthesis; it fell into none before."""
+    from datetime import date
+
+    from kb_assets.wiki.wiki_pages import week_ingests
+
+    root = wiki.root()
+
+    def commit(subject: str, when: str) -> None:
+        (root / "wiki/sources" / f"{subject.split()[-1]}.md").write_text(f"# {subject}\n")
+        subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+        env = {**os.environ, "GIT_COMMITTER_DATE": when, "GIT_AUTHOR_DATE": when}
+        subprocess.run(["git", "commit", "-qm", subject], cwd=root, check=True, env=env)
+
+    commit("ingest: monday-source", "2026-11-23T10:00:00+00:00")
+    # No weekly synthesis yet: the first one covers its week from Monday.
+    assert week_ingests(wiki, date(2026, 11, 23), "UTC") == ["monday-source"]
+    commit("synthesis: weekly 2026-W48", "2026-11-29T09:00:00+00:00")
+    commit("ingest: sunday-afternoon", "2026-11-29T15:00:00+00:00")
+    commit("ingest: next-tuesday", "2026-12-01T10:00:00+00:00")
+    assert week_ingests(wiki, date(2026, 11, 30), "UTC") == ["next-tuesday", "sunday-afternoon"]

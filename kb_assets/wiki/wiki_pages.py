@@ -30,7 +30,7 @@ from zoneinfo import ZoneInfo
 
 import dagster as dg
 
-from kb_assets.keys import GATED_SOURCES, WIKI_PAGES
+from kb_assets.keys import GATED_SOURCES, MAX_RUNTIME_TAG, WIKI_PAGES
 from kb_assets.partitions import sources
 from kb.wiki_files import read_frontmatter
 from kb.wiki.checks import check_wiki, findings_count
@@ -691,13 +691,25 @@ def write_empty_week(root: Path, label: str, week_start: date) -> None:
 
 # --- jobs ---------------------------------------------------------------------------
 
+# A wiki run that runs longer than KB_STUCK_MINUTES (SWEEPER_STUCK_MINUTES,
+# 30) is stopped: Dagster's run monitoring reads the run tag
+# dagster/max_runtime, stops the run and marks it failed, and a run retry
+# (dagster.yaml) runs it again one time. The specification's sweeper takes
+# a stuck row back after 30 minutes in the same way. The root step of these
+# jobs waits for the pool slot `wiki` in the run queue, so the time counts
+# from the start of the change. The source_intake job does not carry the
+# tag: its wiki step waits for the pool inside a started run, after the
+# parse and the gate, and Dagster counts a run's time from its start, so a
+# queue of sources would be stopped for waiting (docs/settings.md).
+STUCK_LIMIT_TAGS = {MAX_RUNTIME_TAG: str(get_settings().kb_stuck_minutes * 60)}
+
 wiki_ingest_job = dg.define_asset_job(
-    "wiki_ingest_job", selection=[WIKI_PAGES],
+    "wiki_ingest_job", selection=[WIKI_PAGES], tags=STUCK_LIMIT_TAGS,
     description="Ingest one approved source into the wiki (used for sources that waited for an endpoint).",
 )
-wiki_lint_job = dg.define_asset_job("wiki_lint_job", selection=["wiki_lint"])
-wiki_synthesis_job = dg.define_asset_job("wiki_synthesis_job", selection=["wiki_synthesis"])
+wiki_lint_job = dg.define_asset_job("wiki_lint_job", selection=["wiki_lint"], tags=STUCK_LIMIT_TAGS)
+wiki_synthesis_job = dg.define_asset_job("wiki_synthesis_job", selection=["wiki_synthesis"], tags=STUCK_LIMIT_TAGS)
 wiki_topic_job = dg.define_asset_job(
-    "wiki_topic_job", selection=["wiki_topic_synthesis"],
+    "wiki_topic_job", selection=["wiki_topic_synthesis"], tags=STUCK_LIMIT_TAGS,
     description="Write or update the synthesis of one topic (the partition key is the topic).",
 )
