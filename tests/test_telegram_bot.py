@@ -311,8 +311,8 @@ def test_a_link_sent_to_the_bot_is_searchable_and_the_owner_hears_that_it_waits(
             "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
         source_outcomes_sensor(context)
     dagster.dispose()
-    assert fake.replies_to(40)[-1:] == [notification_text("waiting", f"Write-ahead logging (id {item_id})")]
-    assert len([t for t in fake.replies_to(40) if t.startswith("waiting:")]) == 1
+    assert fake.replies_to(40)[-1:] == [notification_text("waiting", "Write-ahead logging", item_id=item_id)]
+    assert len([t for t in fake.replies_to(40) if t.startswith("Waiting for the wiki agent")]) == 1
 
 
 def test_a_voice_note_reply_says_when_only_english_works_and_how_to_fix_it(fake):
