@@ -335,7 +335,7 @@ def synthesis_prompt(label: str, slugs: list[str], thin: bool, changed_pages: li
     return f"""\
 Write the weekly synthesis for {label}. Follow the Weekly synthesis workflow in CLAUDE.md.
 
-The sources of the week:
+The sources since the last weekly synthesis:
 {listing}
 
 The entity and concept pages that these sources changed (read them too):
@@ -550,7 +550,7 @@ def wiki_lint(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent:
     retry_policy=WIKI_RETRY,
     output_required=False,
     group_name="wiki",
-    description="The weekly synthesis of the week's sources. A thin week says so. One commit.",
+    description="The weekly synthesis of every source since the last one. A thin week says so. One commit.",
 )
 def wiki_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource):
     wiki, wiki_agent = wiki.get_client(), wiki_agent.get_client()
