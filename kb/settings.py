@@ -153,7 +153,7 @@ class Settings(BaseSettings):
     kb_source_retry_waits_s: str = Field("60,120,240", description="Comma-separated waits in seconds before each retry of a transient parse error (timeout, HTTP 5xx), over the item's whole life. The number of waits is the number of retries.")
     kb_wiki_max_retries: int = Field(3, ge=0, description="Retries of one wiki change (ingest, lint, synthesis) after its first try, before it fails for good. A change that the agent reports as failed is tried again once only. Also read as RETRIES_MAX.")
     kb_wiki_retry_delay_s: int = Field(60, ge=0, description="Wait in seconds before the first retry of a wiki change; it doubles for each later retry (60, 120, 240). Also read as RETRY_BACKOFF_BASE_SECONDS.")
-    kb_stuck_minutes: int = Field(30, ge=1, description="Longest run, in minutes, of a Telegram item (parse, gate, wiki) and of a wiki lint or synthesis. Dagster stops a longer run and runs it again one time. Also read as SWEEPER_STUCK_MINUTES.")
+    kb_stuck_minutes: int = Field(30, ge=1, description="Longest time, in minutes, of one step of a Telegram item (parse, gate, index, wiki ingest; sensors/stuck_steps.py), and longest run of a wiki lint or synthesis (Dagster's run tag dagster/max_runtime). kb stops longer work, and Dagster runs it again one time. Also read as SWEEPER_STUCK_MINUTES.")
 
     # --- schedules -------------------------------------------------------------
     tz: str = Field("", description="Time zone of the schedules and of the dates in the wiki (for example Europe/Berlin). Empty: the machine's local time zone (TZ, else /etc/localtime), else UTC.")

@@ -700,7 +700,8 @@ def write_empty_week(root: Path, label: str, week_start: date) -> None:
 # from the start of the change. The source_intake job does not carry the
 # tag: its wiki step waits for the pool inside a started run, after the
 # parse and the gate, and Dagster counts a run's time from its start, so a
-# queue of sources would be stopped for waiting (docs/settings.md).
+# queue of sources would be stopped for waiting. sensors/stuck_steps.py
+# watches the time of its running step instead.
 STUCK_LIMIT_TAGS = {MAX_RUNTIME_TAG: str(get_settings().kb_stuck_minutes * 60)}
 
 wiki_ingest_job = dg.define_asset_job(
