@@ -248,7 +248,7 @@ class Settings(BaseSettings):
 
     @property
     def source_retry_waits(self) -> tuple[int, ...]:
-        return tuple(int(p) for p in self.kb_source_retry_waits_s.split(","))
+        return tuple(int(p) for p in self.kb_source_retry_waits_s.split(",") if p)  # "": no retry (RETRIES_MAX=0)
 
     @property
     def gate_retry_waits(self) -> tuple[int, ...]:

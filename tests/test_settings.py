@@ -108,6 +108,10 @@ def test_the_specifications_names_set_kbs_settings_and_status_names_the_one_it_r
         assert line in lines, lines
     assert any(line.startswith("  STATE_DB is set and changes nothing: kb keeps no SQLite state file")
                for line in lines), lines
+    # RETRIES_MAX=0: no retry in any stage.
+    monkeypatch.setenv("RETRIES_MAX", "0")
+    assert (get_settings().kb_wiki_max_retries, get_settings().source_retry_waits, get_settings().gate_retry_waits) == (
+        0, (), ())
 
 
 def test_the_specifications_defaults():
