@@ -72,7 +72,7 @@ LABELS: dict[str, str] = {
     "kb_synthesis_max_turns": "synthesis max turns",
     "kb_wiki_max_retries": "wiki retries",
     "kb_wiki_retry_delay_s": "retry backoff base seconds",
-    "kb_stuck_minutes": "stuck run minutes",
+    "kb_stuck_minutes": "stuck minutes",
     "kb_lint_time": "lint time",
     "kb_synthesis_day": "synthesis day",
     "kb_synthesis_time": "synthesis time",
@@ -108,10 +108,10 @@ def _shown(name: str, value: str) -> str:
 
 
 def _check_same(spec_name: str, spec: tuple[str, str], kb_name: str, kb: tuple[str, str],
-                same=lambda a, b: a.strip() == b.strip()) -> None:
+                same=lambda a, b: a.strip() == b.strip(), spec_shown: str = "") -> None:
     if not same(spec[0], kb[0]):
         raise SettingNameConflict(
-            f"{_shown(spec_name, spec[0])} (in {spec[1]}) and {_shown(kb_name, kb[0])} (in {kb[1]}) are two "
+            f"{spec_shown or _shown(spec_name, spec[0])} (in {spec[1]}) and {_shown(kb_name, kb[0])} (in {kb[1]}) are two "
             f"names of one setting, and they differ. {spec_name} is the name of the specification, "
             f"{kb_name} is kb's name. Remove one of them, or give both the same value.")
 
@@ -156,7 +156,7 @@ def spec_values(env: Mapping[str, Any], file: Mapping[str, Any],
         names = " and ".join(n for n, found in ((hour_name, hour), (minute_name, minute)) if found)
         if kb:
             _check_same(names, (composed, (hour or minute)[1]), kb_name, kb,
-                        same=lambda a, b: a == _hh_mm(b))
+                        same=lambda a, b: a == _hh_mm(b), spec_shown=f"{names} (the time {composed})")
         values[field] = composed
         read[field] = names + (f" and {kb_name}" if kb else "")
     retries, base = _find(layers, "RETRIES_MAX"), _find(layers, "RETRY_BACKOFF_BASE_SECONDS")

@@ -102,7 +102,7 @@ def test_the_specifications_names_set_kbs_settings_and_status_names_the_one_it_r
     lines = setting_name_lines(setting_names_read(settings))
     for line in ("  ingest max turns: 22 (INGEST_MAX_TURNS)", "  gate accept threshold: 70 (GATE_ACCEPT_THRESHOLD)",
                  "  lint max turns: 33 (KB_LINT_MAX_TURNS)", "  lint time: 03:00 (LINT_HOUR)",
-                 "  synthesis time: 09:30 (SYNTHESIS_MINUTE)", "  stuck run minutes: 45 (SWEEPER_STUCK_MINUTES)",
+                 "  synthesis time: 09:30 (SYNTHESIS_MINUTE)", "  stuck minutes: 45 (SWEEPER_STUCK_MINUTES)",
                  "  synthesis max turns: 60 (default)",
                  "  parse retry waits: 10,20 (RETRIES_MAX and RETRY_BACKOFF_BASE_SECONDS)"):
         assert line in lines, lines
@@ -143,7 +143,7 @@ def test_two_names_of_one_setting_with_two_values_is_an_error_that_names_both(mo
     assert get_settings().kb_agent_max_turns == 25
     monkeypatch.setenv("LINT_MINUTE", "15")
     monkeypatch.setenv("KB_LINT_TIME", "02:30")
-    with pytest.raises(SettingNameConflict, match="LINT_MINUTE='02:15'.*KB_LINT_TIME='02:30'"):
+    with pytest.raises(SettingNameConflict, match=r"LINT_MINUTE \(the time 02:15\) \(in the environment\) and KB_LINT_TIME='02:30'"):
         get_settings()
     monkeypatch.setenv("KB_LINT_TIME", "2:15")
     assert get_settings().kb_lint_time == "02:15"
