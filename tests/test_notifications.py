@@ -83,6 +83,9 @@ def test_notification_texts_follow_the_specification():
     assert notification_text("done", "A", item_id="x2", created=["wiki/sources/a.md", "wiki/concepts/b.md"],
                              updated=["index.md"], summary="Two pages  about\nleases.", warnings=["w"]) == (
         'Ingested\n"A"\n+2 pages, 1 updates\nID: x2\n\u26a0 1 warning(s)\nTwo pages about leases.')
+    # A partial change of the agent: committed, and told as a warning.
+    assert notification_text("done", "A", item_id="x2", warnings=["partial: no entity pages", "w"]) == (
+        'Ingested\n"A"\n+0 pages, 0 updates\nID: x2\n\u26a0 2 warning(s)\npartial: no entity pages')
     assert notification_text("failed", "A", item_id="x2", error="HTTP 404, the page does not exist") == (
         'Ingest failed\n"A"\nHTTP 404, the page does not exist\nID: x2')
     assert notification_text("waiting", "A", item_id="x2") == (

@@ -67,6 +67,8 @@ def _state_lines(state: str, quoted: str, item_id: str, *, error, commit, score,
         lines = ["Ingested", quoted, f"+{len(created or [])} pages, {len(updated or [])} updates", ident]
         if warnings:
             lines.append(f"\u26a0 {len(warnings)} warning(s)")
+            # A partial change is in the wiki; the owner reads what is missing.
+            lines += [clip(w) for w in warnings if str(w).startswith("partial: ")]
         return lines + [clip(summary) if summary else "", f"Commit: {commit[:12]}" if commit else ""]
     if state == "failed":
         return ["Ingest failed", quoted, clip(error or "no error message", 600), ident]
