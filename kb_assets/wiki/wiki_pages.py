@@ -10,7 +10,8 @@ Every change follows one protocol (`apply_agent_change`):
    commit_message, and verifies it: the right message prefix, raw/ and
    purpose.md untouched, no source page or cited claim deleted.
 4. On any failure: `git reset --hard <pre-ingest SHA>` and `git clean -fd`,
-   then the asset fails and its retry policy tries again.
+   then the asset asks Dagster for a retry (3 retries, after 60, 120 and 240 s; a
+   `failed` report of the agent only one), or fails for good.
 So the wiki is always as before, or one clean commit further.
 
 State of each source partition is kept in Dagster, not in a second store:
