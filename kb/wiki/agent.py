@@ -66,10 +66,10 @@ WRITE_TOOLS = ("Write", "Edit")
 PLAYBOOK_FILE = "CLAUDE.md"
 
 # The statuses of report_result, as the specification names them (5.4).
-# `done` is an earlier name of `success`. kb keeps it because the owner's
-# playbook (the wiki's CLAUDE.md) is the owner's file: a playbook that an
-# earlier kb wrote tells the agent to report `done`, and kb must not fail
-# every ingest for that word.
+# `done` is the name of `success` in kb's earlier schema. kb keeps it: the
+# owner's playbook (the wiki's CLAUDE.md) is the owner's file, which kb
+# never rewrites, and it may use the earlier word; an agent that follows it
+# must not fail every ingest for one word. `done` has one meaning only.
 REPORT_STATUSES = ("success", "partial", "failed", "done")
 STATUS_ALIASES = {"done": "success"}
 REPORT_SCHEMA: dict[str, Any] = {
