@@ -25,8 +25,10 @@ from typing import Literal
 import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from kb.setting_names import SpecNamesSource
 
 CONFIG_DIR = Path("~/.config/kb").expanduser()
 
@@ -62,6 +64,7 @@ class Settings(BaseSettings):
     # --- storage -------------------------------------------------------------
     kb_env_file: Path = Field(CONFIG_DIR / ".env", description="The settings file that kb reads before the environment. Set it in the environment only: a value in the file itself has no effect.")
     kb_home: Path = Field(Path("~/kb"), description="Folder that holds all data: raw files, DuckDB, LanceDB, wiki, Dagster home.")
+    kb_root: Path | None = Field(None, description="The wiki folder, by the name of the owner's specification. kb keeps the wiki in KB_HOME/wiki: when KB_ROOT is set, it must name that folder (or a link to it), else kb stops with an error.")
     kb_x_state: Path = Field(CONFIG_DIR / "state.json", description="X login state from `kb login`. Kept outside KB_HOME and the repo.")
     kb_config_file: Path = Field(CONFIG_DIR / "config.toml", description="Owner preferences: exclude = [...], translate = true.")
 
@@ -105,18 +108,18 @@ class Settings(BaseSettings):
     groq_base_url: str = Field("https://api.groq.com", description="Groq API origin for the groq client. A trailing /openai/v1 is ignored.")
     kb_translate_model: str = Field("openai/gpt-oss-120b", description="Translation model.")
     deepseek_api_key: SecretStr | None = Field(None, description="Key for the quality gate. Empty: the gate accepts and marks the source skipped.")
-    kb_gate_base_url: str = Field("https://api.deepseek.com", description="Quality gate OpenAI-compatible endpoint.")
-    kb_gate_model: str = Field("deepseek-chat", description="Quality gate model.")
-    kb_gate_threshold: int = Field(60, description="Gate score below which a source is rejected.")
+    kb_gate_base_url: str = Field("https://api.deepseek.com/v1", description="Quality gate OpenAI-compatible endpoint. Also read as DEEPSEEK_BASE_URL.")
+    kb_gate_model: str = Field("deepseek-chat", description="Quality gate model. Also read as DEEPSEEK_MODEL.")
+    kb_gate_threshold: int = Field(60, description="Gate score below which a source is rejected. Also read as GATE_ACCEPT_THRESHOLD.")
     kb_gate_retry_waits_s: str = Field("60,120,240", description="Comma-separated waits in seconds between two tries of the quality gate, after an error or an answer that is not the asked JSON. The number of waits is the number of retries. Only after the last try is the source accepted with the default score 65, marked so.")
     anthropic_base_url: str = Field("", description="Messages API endpoint for the wiki agent. Empty: the agent is off and sources wait.")
     anthropic_auth_token: SecretStr | None = Field(None, description="Token for the wiki agent endpoint.")
     kb_agent_model: str = Field("claude-sonnet-4-5", description="Wiki agent model.")
-    kb_agent_max_turns: int = Field(30, description="Wiki ingest agent turn limit.")
-    kb_agent_timeout_s: float = Field(600.0, description="Wall-clock limit of one wiki agent run, in seconds. After it the change is rolled back.")
+    kb_agent_max_turns: int = Field(25, ge=1, description="Wiki ingest agent turn limit. Also read as INGEST_MAX_TURNS.")
+    kb_agent_timeout_s: float = Field(600.0, gt=0, description="Wall-clock limit of one wiki agent run, in seconds. After it the change is rolled back. Also read as INGEST_TIMEOUT_SECONDS.")
     kb_agent_sandbox: Literal["auto", "bwrap", "none"] = Field("auto", description="The room of the wiki agent's CLI. auto: bubblewrap when it works on this machine (Debian: apt install bubblewrap). bwrap: bubblewrap, or the agent does not start. none: no bubblewrap (the tool allowlist and the clean environment stay).")
-    kb_lint_max_turns: int = Field(40, description="Turn limit of the daily wiki lint agent.")
-    kb_synthesis_max_turns: int = Field(60, description="Turn limit of the weekly wiki synthesis agent.")
+    kb_lint_max_turns: int = Field(40, ge=1, description="Turn limit of the daily wiki lint agent. Also read as LINT_MAX_TURNS.")
+    kb_synthesis_max_turns: int = Field(60, ge=1, description="Turn limit of the weekly wiki synthesis agent. Also read as SYNTHESIS_MAX_TURNS.")
     kb_synthesis_thin_week: int = Field(3, description="A week with fewer new sources than this is a thin week; its synthesis says so.")
     kb_caption_backend: str = Field("off", description="off, openai or modal. openai: any OpenAI-compatible vision endpoint (KB_CAPTION_BASE_URL). modal: a vision model under vLLM on Modal GPUs (needs a Modal token).")
     kb_caption_base_url: str = Field("", description="OpenAI-compatible vision endpoint for captions.")
@@ -148,14 +151,15 @@ class Settings(BaseSettings):
 
     # --- retries ---------------------------------------------------------------
     kb_source_retry_waits_s: str = Field("60,120,240", description="Comma-separated waits in seconds before each retry of a transient parse error (timeout, HTTP 5xx), over the item's whole life. The number of waits is the number of retries.")
-    kb_wiki_max_tries: int = Field(3, ge=1, description="Tries of one wiki change (ingest, lint, synthesis) before it fails for good.")
-    kb_wiki_retry_delay_s: int = Field(60, ge=0, description="Wait in seconds before the second try of a wiki change; it doubles for each later try.")
+    kb_wiki_max_retries: int = Field(3, ge=0, description="Retries of one wiki change (ingest, lint, synthesis) after its first try, before it fails for good. A change that the agent reports as failed is tried again once only. Also read as RETRIES_MAX.")
+    kb_wiki_retry_delay_s: int = Field(60, ge=0, description="Wait in seconds before the first retry of a wiki change; it doubles for each later retry (60, 120, 240). Also read as RETRY_BACKOFF_BASE_SECONDS.")
+    kb_stuck_minutes: int = Field(30, ge=1, description="Longest time, in minutes, of one step of a Telegram item (parse, gate, index, wiki ingest; sensors/stuck_steps.py), and longest run of a wiki lint or synthesis (Dagster's run tag dagster/max_runtime). kb stops longer work, and Dagster runs it again one time. Also read as SWEEPER_STUCK_MINUTES.")
 
     # --- schedules -------------------------------------------------------------
     tz: str = Field("", description="Time zone of the schedules and of the dates in the wiki (for example Europe/Berlin). Empty: the machine's local time zone (TZ, else /etc/localtime), else UTC.")
-    kb_lint_time: str = Field("02:00", description="Time of day (HH:MM, in TZ) of the daily wiki lint.")
-    kb_synthesis_day: str = Field("sun", description="Day of the weekly synthesis: mon, tue, wed, thu, fri, sat or sun. It sums up the ISO week of that day.")
-    kb_synthesis_time: str = Field("09:00", description="Time of day (HH:MM, in TZ) of the weekly synthesis.")
+    kb_lint_time: str = Field("02:00", description="Time of day (HH:MM, in TZ) of the daily wiki lint. Also read as LINT_HOUR and LINT_MINUTE.")
+    kb_synthesis_day: str = Field("sun", description="Day of the weekly synthesis: mon, tue, wed, thu, fri, sat or sun. It sums up every source since the last weekly synthesis. Also read as SYNTHESIS_DAY.")
+    kb_synthesis_time: str = Field("09:00", description="Time of day (HH:MM, in TZ) of the weekly synthesis. Also read as SYNTHESIS_HOUR and SYNTHESIS_MINUTE.")
     kb_full_sync_day: str = Field("sat", description="Day of the weekly full sync (mon ... sun; empty: no weekly full sync). It captures all bookmarks and marks the ones that you removed on X, so that they leave search within a week. It needs the X login (`kb login`).")
     kb_full_sync_time: str = Field("04:00", description="Time of day (HH:MM, in TZ) of the weekly full sync.")
     kb_backup_cron: str = Field("30 3 * * *", description="When the backup schedule writes an archive of KB_HOME (a cron line in TZ: minute hour day month weekday). The default: every day at 03:30. Empty: no scheduled backup.")
@@ -171,7 +175,28 @@ class Settings(BaseSettings):
     # --- web page --------------------------------------------------------------
     kb_dagster_ui_url: str = Field("http://127.0.0.1:3000", description="Address of the Dagster UI. The status panel of `kb web` links to it and tells whether it answers.")
 
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        # The specification's names (kb/setting_names.py) before kb's own:
+        # when both are set, they hold the same value, or the source raises.
+        return (init_settings, SpecNamesSource(settings_cls, env_settings, dotenv_settings), env_settings,
+                dotenv_settings, file_secret_settings)
+
     # --- checks of the values -----------------------------------------------------
+    @model_validator(mode="after")
+    def _root_is_the_wiki(self) -> "Settings":
+        """KB_ROOT (the specification's wiki folder) must be KB_HOME/wiki.
+        Why an error: an owner who sets it expects kb to use that wiki, and
+        kb would write another one without a word."""
+        if self.kb_root is not None and str(self.kb_root).strip():
+            named = self.kb_root.expanduser().resolve()
+            if named != self.wiki_dir.resolve():
+                raise ValueError(f"KB_ROOT={str(self.kb_root)!r} is not the wiki folder of kb ({self.wiki_dir}). "
+                                 "kb keeps the wiki in KB_HOME/wiki: move the wiki there, or set KB_HOME to "
+                                 "the folder above a folder `wiki`, or remove KB_ROOT.")
+        return self
+
     @field_validator("tz", mode="after")
     @classmethod
     def _zone(cls, value: str) -> str:
@@ -223,7 +248,7 @@ class Settings(BaseSettings):
 
     @property
     def source_retry_waits(self) -> tuple[int, ...]:
-        return tuple(int(p) for p in self.kb_source_retry_waits_s.split(","))
+        return tuple(int(p) for p in self.kb_source_retry_waits_s.split(",") if p)  # "": no retry (RETRIES_MAX=0)
 
     @property
     def gate_retry_waits(self) -> tuple[int, ...]:
@@ -387,6 +412,27 @@ def _environment_key() -> tuple:
     if not isinstance(raw, dict):
         return tuple(sorted((k, v) for k, v in os.environ.items() if k.isupper()))
     return tuple(sorted(item for item in raw.items() if item[0].isupper()))
+
+
+def setting_names_read(settings: Settings | None = None) -> dict:
+    """For `kb status`: the settings that have a name in the owner's
+    specification, each with its value and the name that kb read
+    ("default" when none), and the names that are set but change nothing
+    in kb, with the reason (kb/setting_names.py)."""
+    from dotenv import dotenv_values
+
+    from kb.setting_names import LABELS, names_without_meaning, spec_values
+
+    settings = settings or get_settings()
+    path = settings_file()
+    file = {k: v for k, v in dotenv_values(path).items() if v is not None} if path else {}
+    defaults = {name: info.default for name, info in Settings.model_fields.items()}
+    _, read = spec_values(os.environ, file, defaults)
+    shown = {}
+    for field, label in LABELS.items():
+        value = settings.wiki_dir if field == "kb_root" else getattr(settings, field)
+        shown[field] = {"label": label, "value": str(value), "read": read.get(field, "default")}
+    return {"settings": shown, "without_meaning": names_without_meaning(os.environ, file)}
 
 
 REDACTED = "<redacted>"

@@ -33,6 +33,7 @@ from sensors.inbox_folder import bot_requests_sensor, inbox_sensor, wiki_request
 from sensors.x_sync_sensor import x_full_sync_sensor, x_sync_sensor
 from sensors.source_outcomes import run_endings_sensor, source_outcomes_sensor
 from sensors.wiki_results import wiki_results_sensor
+from sensors.stuck_steps import stuck_steps_sensor
 from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 
 # dagster dev, the daemon and every code server load this module: each of
@@ -89,6 +90,6 @@ def defs() -> dg.Definitions:
         sensors=[
             x_sync_sensor, x_full_sync_sensor, captions_sensor, captions_to_index_sensor,
             inbox_sensor, bot_requests_sensor, wiki_requests_sensor, source_outcomes_sensor, run_endings_sensor,
-            wiki_waiting_sensor, wiki_results_sensor,
+            wiki_waiting_sensor, wiki_results_sensor, stuck_steps_sensor,
         ],
     )

@@ -23,6 +23,8 @@ PARTITION_TAG = "dagster/partition"
 WILL_RETRY_TAG = "dagster/will_retry"
 MAX_RETRIES_TAG = "dagster/max_retries"
 RETRY_ON_ASSET_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
+# Seconds after which Dagster's run monitoring stops the run (MAX_RUNTIME_SECONDS_TAG of Dagster).
+MAX_RUNTIME_TAG = "dagster/max_runtime"
 
 # --- run tags of kb -----------------------------------------------------------------
 BATCH_TAG = "kb/sync_batch"

@@ -40,7 +40,15 @@ from kb_assets.run_config_rules import requester_chat
 from kb_resources.stores import InboxResource
 from kb.telegram.inbox import Inbox
 from kb_assets.telegram.item_state import commit_of, failure_message
-from kb.telegram.notifier import NotificationError, TelegramNotifier, describe, notification_text, run_ending_text
+from kb.telegram.notifier import (
+    NO_GATE_KEY_NOTICE,
+    NotificationError,
+    TelegramNotifier,
+    describe,
+    no_gate_key_text,
+    notification_text,
+    run_ending_text,
+)
 from kb_resources.services import TelegramNotifierResource
 
 EVENTS_PER_TICK = 100
@@ -65,12 +73,15 @@ def notify_outcome(notifier: TelegramNotifier, inbox: Inbox, record, asset_key: 
     if asset_key == WIKI_PAGES:
         state = "done"
         values = {k: _value(metadata, k) for k in metadata}
-        text = notification_text("done", what, commit=commit_of(values), created=values.get("pages_created"),
+        text = notification_text("done", what, item_id=item_id, commit=commit_of(values),
+                                 created=values.get("pages_created"),
                                  updated=values.get("pages_updated"), summary=values.get("summary"),
                                  warnings=values.get("warnings"),
                                  gate_note=default_accept_note(gated.get("gate"), gated.get("gate_tries")))
     else:
         state = _value(metadata, "status")
+        if _value(metadata, "gate") == "skipped-no-key":
+            _tell_no_gate_key(notifier, item)
         if state not in ("rejected", "duplicate"):
             return False  # accepted: the wiki tells when it is done
         score = _value(metadata, "score")
@@ -80,6 +91,15 @@ def notify_outcome(notifier: TelegramNotifier, inbox: Inbox, record, asset_key: 
             duplicate_of=_value(metadata, "duplicate_of"), item_id=item_id,
         )
     return notifier.notify(item_id, state, text)
+
+
+def _tell_no_gate_key(notifier: TelegramNotifier, item) -> bool:
+    """Tell the owner one time that the gate has no key, so that no source
+    is scored. Why once: with no key, every source says so, and a notice
+    per source would bury the others. The claim file keeps it to one, also
+    after a restart. It goes to the chat of the item that showed it."""
+    chat_id = item.chat_id if item is not None and not item.is_system else None
+    return notifier.notify(NO_GATE_KEY_NOTICE, "told", no_gate_key_text(), chat_id=chat_id)
 
 
 @dg.sensor(
@@ -133,7 +153,7 @@ def _notify_waiting(context: dg.SensorEvaluationContext, telegram: TelegramNotif
                 and context.instance.has_dynamic_partition(sources.name, item_id)):
             gated = _gated_metadata(context.instance, item_id)
             what = describe(inbox.find(item_id), item_id, gated.get("title") or None)
-            text = notification_text(state, what, reason=_value(observation.metadata, "reason"),
+            text = notification_text(state, what, item_id=item_id, reason=_value(observation.metadata, "reason"),
                                      gate_note=default_accept_note(gated.get("gate"), gated.get("gate_tries")))
             try:
                 sent += telegram.notify(item_id, state, text)
@@ -208,7 +228,8 @@ def notify_ending(notifier: TelegramNotifier, inbox: Inbox, instance: dg.Dagster
     if item_id and run.job_name not in WIKI_JOBS and instance.has_dynamic_partition(sources.name, item_id):
         # A Telegram item: the reply to the message that brought it.
         return notifier.notify(item_id, "failed", notification_text(
-            "failed", describe(inbox.find(item_id), item_id, None), error=reason))
+            "failed", describe(inbox.find(item_id), item_id, _gated_metadata(instance, item_id).get("title")),
+            item_id=item_id, error=reason))
     state = "canceled" if run.status == dg.DagsterRunStatus.CANCELED else "failed"
     # /lint or /synthesize: the owner who asked hears of it; any other run: OWNER_CHAT_ID.
     return notifier.notify(f"run{run.run_id.replace('-', '')}", state,

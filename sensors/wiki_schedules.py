@@ -3,7 +3,8 @@
 - wiki_lint_schedule: every day at KB_LINT_TIME (02:00, in settings.tz),
   lints the wiki.
 - wiki_synthesis_schedule: on KB_SYNTHESIS_DAY at KB_SYNTHESIS_TIME (Sunday
-  09:00, in settings.tz), sums up the ISO week of that day.
+  09:00, in settings.tz), sums up every source since the last weekly
+  synthesis. The page takes the name of the ISO week of that day.
 - wiki_waiting_sensor: sources that waited because no agent endpoint was set
   get their ingest run when an endpoint is set. Nothing that waited is lost.
 """

@@ -100,7 +100,8 @@ def age(iso_time: str, now: datetime | None = None) -> str:
 
 
 def status_line(item: InboxItem, state: ItemState) -> str:
-    return f"{item.id}  {item.type}  {state.state}  {age(item.received_at)}"
+    unscored = "  not scored" if state.gate == "skipped-no-key" else ""
+    return f"{item.id}  {item.type}  {state.state}  {age(item.received_at)}{unscored}"
 
 
 def status_detail(item: InboxItem, state: ItemState) -> str:
@@ -109,8 +110,8 @@ def status_detail(item: InboxItem, state: ItemState) -> str:
     if title:
         lines.append(f"source: {title}")
     lines.append(f"received: {age(item.received_at)} ago")
-    if state.score is not None:
-        lines.append(f"score: {state.score}" + (" (a default, not a score of the model)" if state.gate_note else ""))
+    if state.score_text:
+        lines.append(f"score: {state.score_text}")
     if state.gate_note:
         lines.append(f"gate: {state.gate_note}")
     if state.duplicate_of:

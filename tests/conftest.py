@@ -62,6 +62,11 @@ def kb_home(tmp_path, monkeypatch):
                 "KB_DAGSTER_POSTGRES_URL", "KB_LANCE_URI", "KB_S3_ENDPOINT", "KB_S3_ACCESS_KEY_ID",
                 "KB_S3_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(var, raising=False)
+    # The names of the owner's specification set kb's settings too (kb/setting_names.py).
+    from kb.setting_names import NO_MEANING, RETRY_NAMES, SPEC_NAMES, TIME_PARTS
+
+    for var in (*SPEC_NAMES, *RETRY_NAMES, *NO_MEANING, *(n for pair in TIME_PARTS.values() for n in pair), "KB_ROOT"):
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
     return home
 

@@ -411,7 +411,7 @@ def test_malformed_updates_are_skipped_and_the_next_messages_are_handled(monkeyp
 
     assert fake.all_confirmed()  # the offset moved past every update
     assert fake.replies_to(1) == fake.replies_to(2) == fake.replies_to(3) == fake.replies_to(4) == []
-    assert fake.replies_to(10)[0].startswith("unsupported type: this document.")
+    assert fake.replies_to(10)[0].startswith("Unsupported message type (this document).")
     inbox = Inbox(get_settings().inbox_dir)
     evil = inbox.find(telegram_item_id(OWNER, 11))
     assert inbox.attachment_path(evil) == inbox.files_dir(evil.id) / "passwd.md"  # no path from the sender

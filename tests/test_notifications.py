@@ -73,19 +73,26 @@ def test_a_failed_send_is_not_recorded_and_names_no_token(fake):
     assert [m["text"] for m in fake.sent] == ["done: a note"]
 
 
-def test_notification_texts():
-    assert notification_text("rejected", "Ads (id x1)", score=20, threshold=60, reason="an advert", item_id="x1") == (
-        "rejected: Ads (id x1), score 20 < 60: an advert. Send /override x1 to ingest it anyway.")
-    assert notification_text("done", "A (id x2)", commit="0123456789abcdef0123") == (
-        "done: A (id x2) is in the wiki (commit 0123456789ab). Pages: 0 created, 0 updated.")
-    assert notification_text("done", "A (id x2)", created=["wiki/sources/a.md", "wiki/concepts/b.md"],
+def test_notification_texts_follow_the_specification():
+    """Section 9.3 of the owner's specification: the state in its words, the
+    title in quotes, the detail, the short id. kb's own lines come after."""
+    assert notification_text("rejected", "Ads", score=20, threshold=60, reason="an advert", item_id="x1") == (
+        'Skipped (low quality, score 20)\n"Ads"\nan advert\nSend /override x1 to ingest it anyway.')
+    assert notification_text("done", "A", item_id="x2", commit="0123456789abcdef0123") == (
+        'Ingested\n"A"\n+0 pages, 0 updates\nID: x2\nCommit: 0123456789ab')
+    assert notification_text("done", "A", item_id="x2", created=["wiki/sources/a.md", "wiki/concepts/b.md"],
                              updated=["index.md"], summary="Two pages  about\nleases.", warnings=["w"]) == (
-        "done: A (id x2) is in the wiki. Pages: 2 created, 1 updated. Summary: Two pages about leases. Warnings: 1.")
-    assert notification_text("waiting", "A (id x2)") == (
-        "waiting: A (id x2) is approved and searchable now. The wiki agent has no endpoint (ANTHROPIC_BASE_URL), "
-        "so the wiki ingest waits. Nothing is lost: it starts when you set one.")
-    assert notification_text("duplicate", "B (id x3)", duplicate_of="x0", item_id="x3") == (
-        "duplicate: B (id x3) is the same as item x0. Send /override x3 to ingest it anyway.")
+        'Ingested\n"A"\n+2 pages, 1 updates\nID: x2\n\u26a0 1 warning(s)\nTwo pages about leases.')
+    # A partial change of the agent: committed, and told as a warning.
+    assert notification_text("done", "A", item_id="x2", warnings=["partial: no entity pages", "w"]) == (
+        'Ingested\n"A"\n+0 pages, 0 updates\nID: x2\n\u26a0 2 warning(s)\npartial: no entity pages')
+    assert notification_text("failed", "A", item_id="x2", error="HTTP 404, the page does not exist") == (
+        'Ingest failed\n"A"\nHTTP 404, the page does not exist\nID: x2')
+    assert notification_text("waiting", "A", item_id="x2") == (
+        'Waiting for the wiki agent\n"A"\nIt is approved and searchable now. The wiki agent has no endpoint '
+        "(ANTHROPIC_BASE_URL), so the wiki ingest waits. Nothing is lost: it starts when you set one.\nID: x2")
+    assert notification_text("duplicate", "B", duplicate_of="x0", item_id="x3") == (
+        'Skipped (duplicate of item x0)\n"B"\nSend /override x3 to ingest it anyway.')
     with pytest.raises(ValueError, match="no notification for state 'parsed'"):
         notification_text("parsed", "C")
 
@@ -109,11 +116,11 @@ def test_outcomes_sensor_sends_rejected_duplicate_and_done_once_each(fake, monke
         return context.cursor
 
     cursor = tick()
-    assert [(m["reply_to_message_id"], m["text"].split(":")[0]) for m in fake.sent] == [
-        (10, "rejected"), (12, "duplicate"), (11, "waiting")]
-    assert "score 15 < 60: thin" in fake.sent[0]["text"]
-    assert f"the same as item {accepted.id}" in fake.sent[1]["text"]
-    assert fake.sent[2]["text"] == notification_text("waiting", f"{NOTE[:79]}… (id {accepted.id})")
+    assert [(m["reply_to_message_id"], m["text"].splitlines()[0]) for m in fake.sent] == [
+        (10, "Skipped (low quality, score 15)"), (12, f"Skipped (duplicate of item {accepted.id})"),
+        (11, "Waiting for the wiki agent")]
+    assert fake.sent[0]["text"].splitlines()[1:3] == ['"Thin text that the gate will not like at all, sadly."', "thin"]
+    assert fake.sent[2]["text"] == notification_text("waiting", f"{NOTE[:79]}…", item_id=accepted.id)
     # The cursor lost (a restart with old state): the events are read again, nothing is sent again.
     tick(cursor=None)
     assert len(fake.sent) == 3
@@ -128,8 +135,8 @@ def test_outcomes_sensor_sends_rejected_duplicate_and_done_once_each(fake, monke
     dg.materialize([wiki_pages], partition_key=accepted.id, instance=dagster)
     tick(cursor=cursor)
     assert fake.sent[-1]["reply_to_message_id"] == 11
-    assert fake.sent[-1]["text"] == (f"done: {NOTE[:79]}… (id {accepted.id}) is in the wiki (commit feedfacecafe). "
-                                     "Pages: 1 created, 2 updated. Summary: One page on leases.")
+    assert fake.sent[-1]["text"] == (f'Ingested\n"{NOTE[:79]}…"\n+1 pages, 2 updates\nID: {accepted.id}\n'
+                                     "One page on leases.\nCommit: feedfacecafe")
     assert len(fake.sent) == 4
 
 
@@ -153,7 +160,7 @@ def test_a_source_that_the_gate_let_in_by_default_is_marked_so_in_status_and_the
         "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
     source_outcomes_sensor(context)
     [notice] = fake.sent
-    assert notice["text"].startswith("waiting: ")
+    assert notice["text"].startswith("Waiting for the wiki agent\n")
     assert notice["text"].endswith("The quality gate failed 4 tries, so kb accepted the source with the default "
                                    "score 65, without a score from the model.")
     state = read_item_state(dagster, item.id)
@@ -178,7 +185,7 @@ def test_outcomes_sensor_tries_a_failed_send_again_next_tick(fake, monkeypatch):
     assert fake.sent == []
     context = dg.build_sensor_context(cursor=context.cursor, instance=dagster, resources={"telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
     source_outcomes_sensor(context)
-    assert [m["text"].split(":")[0] for m in fake.sent] == ["rejected"]
+    assert [m["text"].splitlines()[0] for m in fake.sent] == ["Skipped (low quality, score 5)"]
 
 
 def test_failures_sensor_sends_a_final_failure_once_and_tries_a_failed_send_again(fake):
@@ -195,7 +202,8 @@ def test_failures_sensor_sends_a_final_failure_once_and_tries_a_failed_send_agai
         item = h.add_item("web", 30, url=site.url("/gone"))
         result = h.run_item(dagster, item.id)
     assert not result.success
-    text = f"failed: {site.url('/gone')} (id {item.id}): {site.url('/gone')}: HTTP 404, the page does not exist"
+    gone = site.url("/gone")
+    text = f'Ingest failed\n"{gone}"\n{gone}: HTTP 404, the page does not exist\nID: {item.id}'
 
     # A run that Dagster will run again is not the end: no notification.
     dagster.add_run_tags(result.run_id, {"dagster/will_retry": "true"})
@@ -268,3 +276,33 @@ def test_wiki_results_reach_the_owner_once_and_a_failed_send_is_tried_again(fake
     ]
     tick(None)  # a lost cursor sends nothing twice
     assert len(fake.sent) == 3
+
+
+def test_a_missing_gate_key_is_told_once_and_status_says_not_scored(fake):
+    """No DEEPSEEK_API_KEY: every source goes in unscored. The owner hears
+    it one time (not once per source), and /status says "not scored"."""
+    from kb.telegram.inbox import Inbox
+    from kb_assets.telegram.item_state import read_item_state
+    from telegram_bridge.bot import status_detail, status_line
+
+    dagster = h.ephemeral_instance()
+    first = h.add_item("text", 40, text=NOTE)
+    second = h.add_item("text", 41, text="Raft elects a leader with randomized timeouts, then it replicates a log.")
+    for item in (first, second):
+        h.run_item(dagster, item.id, raise_on_error=True)
+
+    def tick(cursor=None):
+        context = dg.build_sensor_context(cursor=cursor, instance=dagster, resources={
+            "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
+        source_outcomes_sensor(context)
+        return context.cursor
+
+    tick(tick())
+    tick()  # a restart with the cursor lost: still one notice
+    told = [m for m in fake.sent if m["text"].startswith("No quality gate key")]
+    assert len(told) == 1 and told[0]["chat_id"] == first.chat_id  # the chat of the item that showed it
+    assert "DEEPSEEK_API_KEY is not set" in told[0]["text"] and '"not scored"' in told[0]["text"]
+    inbox = Inbox(h.get_settings().inbox_dir)
+    state = read_item_state(dagster, first.id)
+    assert "score: not scored (no DEEPSEEK_API_KEY)" in status_detail(inbox.find(first.id), state)
+    assert status_line(inbox.find(first.id), state).endswith("  not scored")

@@ -490,7 +490,8 @@ def test_a_refused_change_is_rolled_back_and_told_once_with_its_rule(stage, capf
     source_outcomes_sensor(context)
     source_outcomes_sensor(dg.build_sensor_context(instance=instance, resources={
         "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()}))
-    told = [line for line in capfd.readouterr().out.splitlines() if line.startswith("[kb] refused:")]
+    # Each notice is "[kb] " and its lines (the words of the specification's notices).
+    told = [n for n in capfd.readouterr().out.split("[kb] ") if n.startswith("Wiki change refused\n")]
     assert len(told) == 1, told
     assert "holds the value of ANTHROPIC_AUTH_TOKEN" in told[0] and ENDPOINT_TOKEN not in told[0]
 

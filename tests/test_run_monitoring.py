@@ -91,3 +91,94 @@ def test_a_live_worker_on_this_host_is_running(instance):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_wiki_run_longer_than_the_stuck_limit_is_stopped_and_run_again():
+    """SWEEPER_STUCK_MINUTES (30): the wiki jobs carry Dagster's max runtime
+    tag, and the daemon's run monitoring stops a longer run; run retries run
+    it again. The intake job does not carry it (its wiki step waits for the
+    pool inside the run: kb_assets/wiki/wiki_pages.py)."""
+    import logging
+    import uuid
+
+    from dagster._core.events import DagsterEvent, DagsterEventType
+    from dagster._daemon.monitoring.run_monitoring import check_run_timeout
+
+    from kb_assets.keys import MAX_RUNTIME_TAG, WILL_RETRY_TAG
+    from kb_assets.telegram.sources import source_intake_job
+    from kb_assets.wiki.wiki_pages import wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job
+
+    for job in (wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job):
+        assert job.tags[MAX_RUNTIME_TAG] == "1800", job.name
+    assert MAX_RUNTIME_TAG not in source_intake_job.tags
+
+    with dg.DagsterInstance.ephemeral(settings={"run_retries": {"enabled": True, "max_retries": 1}}) as instance:
+        run_id = str(uuid.uuid4())
+        # The tags of a wiki run, with a limit of one second instead of 30 minutes.
+        run = dg.DagsterRun(job_name="wiki_lint_job", run_id=run_id, status=dg.DagsterRunStatus.NOT_STARTED,
+                            tags={**wiki_lint_job.tags, MAX_RUNTIME_TAG: "1"})
+        instance.add_run(run)
+        instance.report_dagster_event(DagsterEvent(DagsterEventType.RUN_START.value, job_name=run.job_name), run_id)
+        record = instance.get_run_records(dg.RunsFilter(run_ids=[run_id]))[0]
+        check_run_timeout(instance, record, logging.getLogger("test"), 7200)
+        assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.STARTED  # not yet
+        time.sleep(1.1)
+        check_run_timeout(instance, record, logging.getLogger("test"), 7200)
+        stopped = instance.get_run_by_id(run_id)
+    assert stopped.status == dg.DagsterRunStatus.FAILURE
+    assert stopped.tags.get(WILL_RETRY_TAG) == "true"
+
+
+def test_a_step_of_a_telegram_item_that_runs_too_long_is_stopped_and_the_item_runs_again():
+    """The specification's sweeper takes a row back after 30 minutes in one
+    stage. kb counts the same: the time since the running step started
+    (sensors/stuck_steps.py). A step that waits for its retry is not
+    stuck; the same step, running again past the limit, is."""
+    import threading
+
+    from kb_assets.keys import WILL_RETRY_TAG
+    from sensors.stuck_steps import running_step, stop_stuck_runs
+
+    release = threading.Event()
+
+    @dg.op
+    def slow_step(context) -> None:
+        if context.retry_number == 0:
+            raise dg.RetryRequested(max_retries=1, seconds_to_wait=1.5)  # a transient error first
+        release.wait(30)  # then it hangs, as a wedged parse or git call would
+
+    @dg.job(name="source_intake")
+    def intake_like() -> None:
+        slow_step()
+
+    with dg.DagsterInstance.ephemeral(settings={"run_retries": {"enabled": True, "max_retries": 1}}) as instance:
+        worker = threading.Thread(target=lambda: intake_like.execute_in_process(instance=instance,
+                                                                                raise_on_error=False))
+        worker.start()
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                runs = instance.get_runs()
+                if runs and any(r.event_log_entry.dagster_event.is_step_up_for_retry for r in
+                                instance.get_records_for_run(runs[0].run_id).records
+                                if r.event_log_entry.dagster_event):
+                    break
+                time.sleep(0.05)
+            run_id = instance.get_runs()[0].run_id
+            # The step waits for its retry: no step runs, nothing is stopped.
+            assert running_step(instance, run_id) is None
+            assert stop_stuck_runs(instance, limit_s=0.5) == []
+            while running_step(instance, run_id) is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert running_step(instance, run_id)[0] == "slow_step"
+            assert stop_stuck_runs(instance, limit_s=0.5) == []  # it has just started again
+            time.sleep(0.7)
+            assert stop_stuck_runs(instance, limit_s=0.5) == [run_id]
+            stopped = instance.get_run_by_id(run_id)
+            assert stopped.status == dg.DagsterRunStatus.FAILURE
+            assert stopped.tags.get(WILL_RETRY_TAG) == "true"  # Dagster runs the item again
+            messages = [r.event_log_entry.message for r in instance.get_records_for_run(run_id).records]
+            assert any("The step slow_step ran 0 minutes, longer than KB_STUCK_MINUTES" in m for m in messages)
+        finally:
+            release.set()
+            worker.join(30)

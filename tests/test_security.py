@@ -412,7 +412,7 @@ def test_no_key_or_token_reaches_a_log_or_a_file(kb_home, tmp_path, monkeypatch,
     assert gated.success and ingested
     assert agent_auth == {f"Bearer {KEYS['ANTHROPIC_AUTH_TOKEN']}"}  # the agent CLI did use its token
     assert telegram.unauthorized == 0 and telegram.replies_to(10)  # the bot did use its token
-    assert telegram.replies_to(12) == ["download failed: the file server answered HTTP 404 Not Found"]
+    assert telegram.replies_to(12) == ["Could not download attachment: the file server answered HTTP 404 Not Found"]
 
     captured = capfd.readouterr()
     found = leaks([captured.out, captured.err, caplog.text], [kb_home, agent_home], SECRETS)

@@ -98,17 +98,17 @@ def test_every_kind_of_update(fake, caplog, capsys, kb_home):
     queued = {n: [replies.queued(item_id(n))] for n in (1, 2, 3, 4, 9, 12, 18, 21)}
     for n, expected in queued.items():
         assert fake.replies_to(n) == expected, n
-    assert fake.replies_to(5)[0].startswith("unsupported type: report.docx.")
-    assert fake.replies_to(6)[0].startswith("unsupported type: photo.")
-    assert fake.replies_to(7)[0].startswith("unsupported type: sticker.")
-    assert fake.replies_to(8)[0].startswith("unsupported type: video.")
+    assert fake.replies_to(5)[0].startswith("Unsupported message type (report.docx). I accept: PDF, MD")
+    assert fake.replies_to(6)[0].startswith("Unsupported message type (photo).")
+    assert fake.replies_to(7)[0].startswith("Unsupported message type (sticker).")
+    assert fake.replies_to(8)[0].startswith("Unsupported message type (video).")
     assert fake.replies_to(10) == [replies.queued(item_id(10)), replies.already_queued(item_id(10))]
-    assert fake.replies_to(11) == ["several URLs (2) in one message. Send one URL per message."]
-    assert fake.replies_to(13) == ["text too short: 8 characters. Send 50 characters or more, or a link."]
+    assert fake.replies_to(11) == ["Send one link per message please. This message has 2."]
+    assert fake.replies_to(13) == ["Text is too short (min 50 chars): it has 8. Send more, or a link."]
     assert fake.replies_to(14) == [] and fake.replies_to(15) == []
-    assert fake.replies_to(17) == ["download failed: the file is 25.0 MB; the limit is 20 MB"]
-    assert fake.replies_to(19) == ["download failed: Bad Request: file is temporarily unavailable"]
-    assert fake.replies_to(20) == ["download failed: the file server answered HTTP 404 Not Found"]
+    assert fake.replies_to(17) == ["Could not download attachment: the file is 25.0 MB; the limit is 20 MB"]
+    assert fake.replies_to(19) == ["Could not download attachment: Bad Request: file is temporarily unavailable"]
+    assert fake.replies_to(20) == ["Could not download attachment: the file server answered HTTP 404 Not Found"]
     assert "Allowlist: on. You (user 111) are one of 2 allowed users." in fake.replies_to(22)[0]
     # Every reply is threaded to its message, in the sender's chat.
     assert all(m["reply_to_message_id"] and m["chat_id"] == OWNER for m in fake.sent)
@@ -311,8 +311,8 @@ def test_a_link_sent_to_the_bot_is_searchable_and_the_owner_hears_that_it_waits(
             "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
         source_outcomes_sensor(context)
     dagster.dispose()
-    assert fake.replies_to(40)[-1:] == [notification_text("waiting", f"Write-ahead logging (id {item_id})")]
-    assert len([t for t in fake.replies_to(40) if t.startswith("waiting:")]) == 1
+    assert fake.replies_to(40)[-1:] == [notification_text("waiting", "Write-ahead logging", item_id=item_id)]
+    assert len([t for t in fake.replies_to(40) if t.startswith("Waiting for the wiki agent")]) == 1
 
 
 def test_a_voice_note_reply_says_when_only_english_works_and_how_to_fix_it(fake):

@@ -222,7 +222,7 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
             assert "kb web              off: --no-web" in up.lines, up.output()
             assert not any(line.startswith("kb web ") and "(pid " in line for line in up.lines), up.output()
             telegram.push(message_update(telegram.next_update_id(), 2, OWNER, **text_fields(NOTE_B)))
-            wait_until(lambda: any(r.startswith("done: ") for r in telegram.replies_to(2)), "the 'done' reply", up)
+            wait_until(lambda: any(r.startswith("Ingested\n") for r in telegram.replies_to(2)), "the 'done' reply", up)
 
             # Ctrl-C or SIGTERM stops every part, and their children, in time.
             pids = family(up.pids())

@@ -856,3 +856,106 @@ def test_weekly_synthesis_gets_a_reading_list_back_links_and_the_index(wiki, mon
 
 def before_playbook(root: Path) -> str:
     return subprocess.run(["git", "show", "HEAD~1:CLAUDE.md"], cwd=root, capture_output=True, text=True).stdout
+
+
+# --- report_result statuses and retries (the specification, 5.4 and 11.2) ----------------------
+
+
+def failed_report_turns() -> list:
+    return [[write(f"wiki/sources/{SLUG}.md", SOURCE_PAGE)],
+            [report(status="failed", commit_message=f"ingest: {SLUG}", pages_created=[], pages_updated=[],
+                    log_entry="", summary="The source is a login page.", warnings=[])],
+            [text("Stopped.")]]
+
+
+def test_a_failed_report_is_rolled_back_and_tried_again_once_only(wiki, monkeypatch):
+    root = wiki.root()
+    record_gate_decision("src1", "accepted", PARSED)
+    before = snapshot(root)
+    with FakeAnthropic(turns=failed_report_turns()) as fake, ephemeral_instance() as instance:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        result = materialize_source(instance, "src1")
+        states = wiki_ingest_states(instance)
+        observed = [{k: v.value for k, v in r.event_log_entry.asset_observation.metadata.items()}
+                    for r in instance.fetch_observations(dg.AssetKey("wiki_pages"), limit=10).records]
+    assert not result.success
+    # Two tries, not four: the second `failed` ends it.
+    assert len([e for e in result.all_node_events if e.is_step_up_for_retry]) == 1
+    assert sorted((o["state"], o["attempt"], o["agent_status"]) for o in observed) == [
+        ("failed", 2, "failed"), ("retrying", 1, "failed")]
+    failure = [e for e in result.all_node_events if e.is_step_failure][0]
+    assert "The agent reported failed 2 times" in str(failure.event_specific_data)
+    assert states["src1"]["state"] == "failed"
+    assert_unchanged(before, root)
+
+
+def test_a_partial_report_is_committed_with_a_warning(wiki, monkeypatch):
+    root = wiki.root()
+    turns = good_turns()
+    turns[2][0]["input"].update(status="partial", summary="The source page only; no entity pages.")
+    with FakeAnthropic(turns=turns) as fake:
+        outcome = run_ingest(wiki, fake, monkeypatch)
+    assert outcome.ok and outcome.status == "partial"
+    assert subjects(root)[0] == f"ingest: {SLUG}"
+    assert outcome.warnings[0] == ("partial: the agent did only a part of the change: "
+                                   "The source page only; no entity pages.")
+    assert outcome.metadata()["agent_status"] == "partial"
+
+
+def test_report_statuses_and_the_waits_between_tries():
+    from kb.wiki.agent import REPORT_SCHEMA, parse_report
+    from kb_assets.wiki import wiki_pages as stage
+
+    fields = {"commit_message": "ingest: x", "pages_created": [], "pages_updated": [], "log_entry": "",
+              "summary": "", "warnings": []}
+    assert parse_report({"status": "success", **fields})[0]["status"] == "success"
+    # `done`: the word of an earlier kb's playbook, read as success.
+    assert parse_report({"status": "done", **fields})[0]["status"] == "success"
+    assert parse_report({"status": "finished", **fields}) == (None, "report_result has bad input: 'finished' is not one "
+                                                                    "of ['success', 'partial', 'failed', 'done']")
+    assert REPORT_SCHEMA["properties"]["status"]["enum"][:3] == ["success", "partial", "failed"]
+    # 3 retries at 60, 120 and 240 s (the suite sets the base to 0; the rule is base * 2^n).
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(stage, "RETRY_BASE_S", 60)
+    try:
+        assert stage.MAX_RETRIES == 3 and [stage.retry_wait_s(n) for n in range(3)] == [60, 120, 240]
+    finally:
+        monkeypatch.undo()
+
+
+def test_an_agent_that_cannot_start_gets_three_retries(wiki, monkeypatch, kb_home):
+    record_gate_decision("src1", "accepted", PARSED)
+    # The quickest failure, with no CLI start: a file where the agent's rooms go.
+    (kb_home / "agent").write_text("not a folder")
+    with FakeAnthropic(turns=good_turns()) as fake, ephemeral_instance() as instance:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        result = materialize_source(instance, "src1")
+    assert not result.success
+    retries = [e for e in result.all_node_events if e.is_step_up_for_retry]
+    assert len(retries) == 3
+    failure = [e for e in result.all_node_events if e.is_step_failure][0]
+    assert "(try 4 of 4): the agent stopped with an error: FileExistsError" in str(failure.event_specific_data)
+
+
+def test_the_weekly_synthesis_covers_every_source_since_the_last_one(wiki):
+    """A source of Sunday afternoon, after the synthesis of 09:00, goes into
+    the next week's synthesis; it fell into none before."""
+    from datetime import date
+
+    from kb_assets.wiki.wiki_pages import week_ingests
+
+    root = wiki.root()
+
+    def commit(subject: str, when: str) -> None:
+        (root / "wiki/sources" / f"{subject.split()[-1]}.md").write_text(f"# {subject}\n")
+        subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+        env = {**os.environ, "GIT_COMMITTER_DATE": when, "GIT_AUTHOR_DATE": when}
+        subprocess.run(["git", "commit", "-qm", subject], cwd=root, check=True, env=env)
+
+    commit("ingest: monday-source", "2026-11-23T10:00:00+00:00")
+    # No weekly synthesis yet: the first one covers its week from Monday.
+    assert week_ingests(wiki, date(2026, 11, 23), "UTC") == ["monday-source"]
+    commit("synthesis: weekly 2026-W48", "2026-11-29T09:00:00+00:00")
+    commit("ingest: sunday-afternoon", "2026-11-29T15:00:00+00:00")
+    commit("ingest: next-tuesday", "2026-12-01T10:00:00+00:00")
+    assert week_ingests(wiki, date(2026, 11, 30), "UTC") == ["next-tuesday", "sunday-afternoon"]

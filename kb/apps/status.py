@@ -202,7 +202,7 @@ def collect_status(settings: Settings | None = None) -> dict:
     from kb.telegram.notifier import recent_notices
 
     settings = settings or get_settings()
-    from kb.settings import CONFIG_DIR, settings_file
+    from kb.settings import CONFIG_DIR, setting_names_read, settings_file
 
     read = settings_file()
     return {
@@ -210,6 +210,8 @@ def collect_status(settings: Settings | None = None) -> dict:
         # Which settings file this process read: a key in another file is not seen.
         "settings_file": str(read) if read else None,
         "settings_file_note": None if read else f"none ({CONFIG_DIR / '.env'} does not exist): the environment only",
+        # The settings that the owner's specification names, and the name that gave each value.
+        "setting_names": setting_names_read(settings),
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "capture": _capture_counts(settings),
         "normalized": _duckdb_counts(settings),
@@ -266,9 +268,23 @@ def _coverage_lines(norm: dict) -> list[str]:
     return lines
 
 
+def setting_name_lines(names: dict) -> list[str]:
+    """One line per setting with a name in the owner's specification, for
+    example `ingest max turns: 25 (INGEST_MAX_TURNS)`, then the names that
+    are set but change nothing."""
+    shown = names.get("settings") or {}
+    if not shown:
+        return []
+    lines = ["settings (the name that kb read; the specification's names work too)"]
+    lines += [f"  {s['label']}: {s['value']} ({s['read']})" for s in shown.values()]
+    lines += [f"  {name} is set and changes nothing: {why}" for name, why in (names.get("without_meaning") or {}).items()]
+    return lines
+
+
 def format_status(report: dict) -> str:
     lines = [f"KB_HOME  {report['kb_home']}",
              f"settings file  {report.get('settings_file') or report.get('settings_file_note')}"]
+    lines += setting_name_lines(report.get("setting_names") or {})
     cap = report["capture"]
     lines.append(f"last sync  {cap['last_sync'] or 'never'}   batches {cap['batches']}   pages {cap.get('pages', '?')}"
                  + (f"   incomplete {cap['incomplete_batches']}" if cap.get("incomplete_batches") else "")

@@ -42,6 +42,18 @@ class ItemState:
     # Set when every try of the quality gate failed and the score is the
     # default: the words that say so (kb.telegram.gate.default_accept_note).
     gate_note: str | None = None
+    # How the gate decided: scored, skipped-no-key or skipped-errors (None before the gate).
+    gate: str | None = None
+
+    @property
+    def score_text(self) -> str | None:
+        """The score as /status shows it: the number, `not scored` when the
+        gate had no key (DEEPSEEK_API_KEY), or None before the gate."""
+        if self.gate == "skipped-no-key":
+            return "not scored (no DEEPSEEK_API_KEY)"
+        if self.score is None:
+            return None
+        return f"{self.score}" + (" (a default, not a score of the model)" if self.gate_note else "")
 
 
 # Gives the state of each item id. It blocks (it reads the Dagster instance),

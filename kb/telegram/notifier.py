@@ -37,48 +37,65 @@ class NotificationError(RuntimeError):
 
 
 def describe(item: InboxItem | None, item_id: str, title: str | None) -> str:
-    name = title or (item.url if item and item.url else None) or (item.file_name if item else None)
-    return f"{name} (id {item_id})" if name else f"item {item_id}"
+    """The name of an item in a notice: its title, else its URL or file name, else `item <id>`."""
+    return title or (item.url if item and item.url else None) or (item.file_name if item else None) or f"item {item_id}"
 
 
-def notification_text(state: str, what: str, *, error: str | None = None, commit: str | None = None,
-                      score: int | None = None, threshold: int | None = None, reason: str | None = None,
-                      duplicate_of: str | None = None, item_id: str = "", created: list | None = None,
+# The notices follow the owner's specification (section 9.3): the state in
+# its words on the first line, the title in quotes, the detail, and the
+# short id. kb's own lines (the summary, the commit, the gate's note, the
+# /override hint) come after the specification's lines.
+def notification_text(state: str, title: str, *, item_id: str = "", error: str | None = None,
+                      commit: str | None = None, score: int | None = None, threshold: int | None = None,
+                      reason: str | None = None, duplicate_of: str | None = None, created: list | None = None,
                       updated: list | None = None, summary: str | None = None, warnings: list | None = None,
                       gate_note: str = "") -> str:
-    text = _state_text(state, what, error=error, commit=commit, score=score, threshold=threshold, reason=reason,
-                       duplicate_of=duplicate_of, item_id=item_id, created=created, updated=updated,
-                       summary=summary, warnings=warnings)
+    lines = _state_lines(state, f'"{clip(title, 200)}"', item_id, error=error, commit=commit, score=score,
+                         reason=reason, duplicate_of=duplicate_of, created=created, updated=updated,
+                         summary=summary, warnings=warnings)
     # A source that the gate let in only because every try failed: the owner must know.
-    return f"{text} {gate_note}" if gate_note and state in ("done", "waiting", "refused") else text
+    if gate_note and state in ("done", "waiting", "refused"):
+        lines.append(gate_note)
+    return "\n".join(line for line in lines if line)
 
 
-def _state_text(state: str, what: str, *, error, commit, score, threshold, reason, duplicate_of, item_id, created,
-                updated, summary, warnings) -> str:
+def _state_lines(state: str, quoted: str, item_id: str, *, error, commit, score, reason, duplicate_of, created,
+                 updated, summary, warnings) -> list[str]:
+    ident = f"ID: {item_id}" if item_id else ""
+    override = f"Send /override {item_id} to ingest it anyway." if item_id else ""
     if state == "done":
-        text = f"done: {what} is in the wiki" + (f" (commit {commit[:12]})" if commit else "") + "."
-        text += f" Pages: {len(created or [])} created, {len(updated or [])} updated."
-        if summary:
-            text += f" Summary: {clip(summary)}"
+        lines = ["Ingested", quoted, f"+{len(created or [])} pages, {len(updated or [])} updates", ident]
         if warnings:
-            text += f" Warnings: {len(warnings)}."
-        return text
-    if state == "waiting":
-        return (f"waiting: {what} is approved and searchable now. The wiki agent has no endpoint "
-                "(ANTHROPIC_BASE_URL), so the wiki ingest waits. Nothing is lost: it starts when you set one.")
+            lines.append(f"\u26a0 {len(warnings)} warning(s)")
+            # A partial change is in the wiki; the owner reads what is missing.
+            lines += [clip(w) for w in warnings if str(w).startswith("partial: ")]
+        return lines + [clip(summary) if summary else "", f"Commit: {commit[:12]}" if commit else ""]
     if state == "failed":
-        return f"failed: {what}: {error or 'no error message'}"
-    if state == "refused":
-        return (f"refused: kb refused the wiki change for {what}: {reason or 'a rule of the wiki'}. "
-                "Nothing of the change is in the wiki. The source stays approved and searchable, "
-                "and kb tries the ingest again.")
+        return ["Ingest failed", quoted, clip(error or "no error message", 600), ident]
     if state == "rejected":
-        scored = f"score {score} < {threshold}" if score is not None and threshold is not None else "below the threshold"
-        because = f": {reason}" if reason else ""
-        return f"rejected: {what}, {scored}{because}. Send /override {item_id} to ingest it anyway."
+        scored = f"score {score}" if score is not None else "no score"
+        return [f"Skipped (low quality, {scored})", quoted, reason or "no reason given", override]
     if state == "duplicate":
-        return f"duplicate: {what} is the same as item {duplicate_of}. Send /override {item_id} to ingest it anyway."
+        return [f"Skipped (duplicate of item {duplicate_of})", quoted, override]
+    if state == "waiting":
+        return ["Waiting for the wiki agent", quoted,
+                "It is approved and searchable now. The wiki agent has no endpoint (ANTHROPIC_BASE_URL), so the "
+                "wiki ingest waits. Nothing is lost: it starts when you set one.", ident]
+    if state == "refused":
+        return ["Wiki change refused", quoted,
+                f"kb refused the wiki change: {reason or 'a rule of the wiki'}. Nothing of the change is in the "
+                "wiki. The source stays approved and searchable, and kb tries the ingest again.", ident]
     raise ValueError(f"no notification for state {state!r}; states: {', '.join(NOTIFIED_STATES)}")
+
+
+# The one notice about a missing gate key (source_outcomes_sensor sends it once).
+NO_GATE_KEY_NOTICE = "nogatekey"
+
+
+def no_gate_key_text() -> str:
+    return ("No quality gate key\n"
+            "DEEPSEEK_API_KEY is not set, so kb accepts every source without a score. /status shows "
+            "\"not scored\" for them. Set the key, and kb scores the sources that come after it.")
 
 
 def run_ending_text(state: str, job: str, partition: str, reason: str, run_id: str) -> str:

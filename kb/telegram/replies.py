@@ -1,5 +1,7 @@
 """The texts that the bot sends. One function per reply, so tests and
-handlers use the same words."""
+handlers use the same words. The replies of the owner's specification
+(section 12.2) come first, in its words; kb adds the detail after them (the
+kind that it refused, the length of a short text)."""
 
 from __future__ import annotations
 
@@ -21,25 +23,27 @@ def already_queued(short_id: str) -> str:
     return f"already received: this message is item {short_id}"
 
 
+ACCEPTED = "I accept: PDF, MD, web URLs, YouTube URLs, text (50+ chars), and voice messages."
+
+
 def unsupported(kind: str) -> str:
-    return f"unsupported type: {kind}. I accept:\n{SUPPORTED}"
+    return f"Unsupported message type ({kind}). {ACCEPTED}"
 
 
 def unsupported_document(file_name: str | None, mime_type: str | None) -> str:
-    what = file_name or mime_type or "this document"
-    return f"unsupported type: {what}. I accept PDF and Markdown documents. All that I accept:\n{SUPPORTED}"
+    return unsupported(file_name or mime_type or "this document")
 
 
 def too_short(length: int, minimum: int) -> str:
-    return f"text too short: {length} characters. Send {minimum} characters or more, or a link."
+    return f"Text is too short (min {minimum} chars): it has {length}. Send more, or a link."
 
 
 def several_urls(count: int) -> str:
-    return f"several URLs ({count}) in one message. Send one URL per message."
+    return f"Send one link per message please. This message has {count}."
 
 
 def download_failed(reason: str) -> str:
-    return f"download failed: {reason}"
+    return f"Could not download attachment: {reason}"
 
 
 def too_large(size: int, limit: int) -> str:

@@ -65,11 +65,19 @@ READ_TOOLS = ("Read", "Grep", "Glob")
 WRITE_TOOLS = ("Write", "Edit")
 PLAYBOOK_FILE = "CLAUDE.md"
 
+# The statuses of report_result, as the specification names them (5.4).
+# `done` is the name of `success` in kb's earlier schema. kb keeps it: the
+# owner's playbook (the wiki's CLAUDE.md) is the owner's file, which kb
+# never rewrites, and it may use the earlier word; an agent that follows it
+# must not fail every ingest for one word. `done` has one meaning only.
+REPORT_STATUSES = ("success", "partial", "failed", "done")
+STATUS_ALIASES = {"done": "success"}
 REPORT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "status": {"type": "string", "enum": ["done", "failed"],
-                   "description": "done: the change is complete. failed: you could not finish."},
+        "status": {"type": "string", "enum": list(REPORT_STATUSES),
+                   "description": "success: the change is complete. partial: you did a part of it; "
+                                  "say in warnings what is missing. failed: you could not do it."},
         "commit_message": {"type": "string", "minLength": 1, "maxLength": 2000,
                            "description": "The message of the commit that kb makes of your change. "
                                           "The first line starts with the prefix that the task names."},
@@ -223,9 +231,14 @@ class AgentRun:
             return f"the agent stopped with an error: {self.error}"
         if self.report is None:
             return self.report_problem or "the agent did not call report_result"
-        if self.report["status"] != "done":
-            return f"the agent reported status {self.report['status']}: {self.report.get('summary', '')}"
+        if self.report["status"] == "failed":
+            return f"the agent reported status failed: {self.report.get('summary', '')}"
         return None
+
+    @property
+    def status(self) -> str | None:
+        """success, partial or failed, as the agent reported it; None without a report."""
+        return self.report["status"] if self.report else None
 
 
 def parse_report(tool_input: dict) -> tuple[dict | None, str | None]:
@@ -233,7 +246,9 @@ def parse_report(tool_input: dict) -> tuple[dict | None, str | None]:
         jsonschema.validate(tool_input, REPORT_SCHEMA)
     except jsonschema.ValidationError as exc:
         return None, f"report_result has bad input: {exc.message}"
-    return dict(tool_input), None
+    report = dict(tool_input)
+    report["status"] = STATUS_ALIASES.get(report["status"], report["status"])
+    return report, None
 
 
 class WikiAgent(BaseModel):

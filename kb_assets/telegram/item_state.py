@@ -95,17 +95,18 @@ def read_item_state(instance: DagsterInstance | None, item_id: str) -> ItemState
     score = gated_meta.get("score")
     score = score if isinstance(score, int) and score >= 0 else None
     gate_note = default_accept_note(gated_meta.get("gate"), gated_meta.get("gate_tries")) or None
+    gate = gated_meta.get("gate") or None
 
     if latest is not None and latest.status in IN_PROGRESS:
         selection = latest.asset_selection or set()
         wiki_only = WIKI_PAGES in selection and GATED_SOURCES not in selection
-        return ItemState(item_id, "ingesting" if wiki_only else "processing", title=title, score=score, gate_note=gate_note)
+        return ItemState(item_id, "ingesting" if wiki_only else "processing", title=title, score=score, gate_note=gate_note, gate=gate)
     if latest is not None and latest.status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED):
         state = "retrying" if latest.tags.get(WILL_RETRY_TAG) == "true" else "failed"
         error = failure_message(instance, latest.run_id) if latest.status == DagsterRunStatus.FAILURE else "the run was canceled"
-        return ItemState(item_id, state, error=error, title=title, score=score, gate_note=gate_note)
+        return ItemState(item_id, state, error=error, title=title, score=score, gate_note=gate_note, gate=gate)
     if wiki is not None and (gated is None or wiki.storage_id > gated.storage_id):
-        return ItemState(item_id, "done", commit=commit_of(wiki_meta), title=title, score=score, gate_note=gate_note)
+        return ItemState(item_id, "done", commit=commit_of(wiki_meta), title=title, score=score, gate_note=gate_note, gate=gate)
     if gated is not None:
         status = gated_meta.get("status")
         if status == "accepted":
@@ -113,11 +114,11 @@ def read_item_state(instance: DagsterInstance | None, item_id: str) -> ItemState
             seen = latest_observation(instance, WIKI_PAGES, item_id)
             seen_meta = _metadata(seen)
             if seen is not None and seen.storage_id > gated.storage_id and seen_meta.get("state") in WIKI_STATES:
-                return ItemState(item_id, seen_meta["state"], title=title, score=score, gate_note=gate_note,
+                return ItemState(item_id, seen_meta["state"], title=title, score=score, gate_note=gate_note, gate=gate,
                                  error=seen_meta.get("error") or seen_meta.get("reason"))
-            return ItemState(item_id, "approved", title=title, score=score, gate_note=gate_note)
+            return ItemState(item_id, "approved", title=title, score=score, gate_note=gate_note, gate=gate)
         if status in ("rejected", "duplicate"):
-            return ItemState(item_id, status, title=title, score=score, gate_note=gate_note, duplicate_of=gated_meta.get("duplicate_of"))
+            return ItemState(item_id, status, title=title, score=score, gate_note=gate_note, gate=gate, duplicate_of=gated_meta.get("duplicate_of"))
     return ItemState(item_id, "queued" if latest is None else "parsed", title=title)
 
 

@@ -10,7 +10,8 @@ Every change follows one protocol (`apply_agent_change`):
    commit_message, and verifies it: the right message prefix, raw/ and
    purpose.md untouched, no source page or cited claim deleted.
 4. On any failure: `git reset --hard <pre-ingest SHA>` and `git clean -fd`,
-   then the asset fails and its retry policy tries again.
+   then the asset asks Dagster for a retry (3 retries, after 60, 120 and 240 s; a
+   `failed` report of the agent only one), or fails for good.
 So the wiki is always as before, or one clean commit further.
 
 State of each source partition is kept in Dagster, not in a second store:
@@ -30,24 +31,38 @@ from zoneinfo import ZoneInfo
 
 import dagster as dg
 
-from kb_assets.keys import GATED_SOURCES, WIKI_PAGES
+from kb_assets.keys import GATED_SOURCES, MAX_RUNTIME_TAG, WIKI_PAGES
 from kb_assets.partitions import sources
 from kb.wiki_files import read_frontmatter
 from kb.wiki.checks import check_wiki, findings_count
 from kb.wiki.finish import WEEKLY_MAX_WORDS, add_to_index, finish_lint, finish_weekly
 from kb.duckdb_store import DuckDBStore
-from kb.settings import get_settings
+from kb.settings import get_settings, redact_secrets
 from kb.wiki.repo import BeforeChange, Verdict, Wiki, raw_files_lock
 from kb.wiki.agent import AgentRun, WikiAgent
 from kb_resources.services import WikiAgentResource
 from kb_resources.stores import DuckDBResource, WikiResource
 
 WIKI_POOL = "wiki"
-# KB_WIKI_MAX_TRIES tries in all (3). The delay (KB_WIKI_RETRY_DELAY_S) lets
-# a rate limit or a busy endpoint recover.
-MAX_TRIES = get_settings().kb_wiki_max_tries
-WIKI_RETRY = dg.RetryPolicy(max_retries=MAX_TRIES - 1, delay=get_settings().kb_wiki_retry_delay_s,
-                            backoff=dg.Backoff.EXPONENTIAL)
+# A wiki change that kb rolled back is tried again KB_WIKI_MAX_RETRIES times
+# (RETRIES_MAX, 3), after 60, 120 and 240 s (KB_WIKI_RETRY_DELAY_S doubled
+# for each retry): the waits let a rate limit or a busy endpoint recover.
+# RetryPolicy cannot give these waits (Dagster's exponential backoff is
+# delay * (2^n - 1): 60, 180, 420), so _finish raises RetryRequested with
+# the wait. A change that the agent itself reports as failed is tried again
+# once only (the specification, 11.2): the agent said that it cannot do it.
+MAX_RETRIES = get_settings().kb_wiki_max_retries
+MAX_TRIES = MAX_RETRIES + 1
+RETRY_BASE_S = get_settings().kb_wiki_retry_delay_s
+FAILED_REPORT_RETRIES = 1
+# Errors outside the checked change (a locked DuckDB file, a git error before
+# the agent starts) retry by this policy, with the same count.
+WIKI_RETRY = dg.RetryPolicy(max_retries=MAX_RETRIES, delay=RETRY_BASE_S, backoff=dg.Backoff.EXPONENTIAL)
+
+
+def retry_wait_s(retry_number: int) -> int:
+    """The wait before retry `retry_number + 1`: 60, 120, 240 s by default."""
+    return RETRY_BASE_S * 2 ** retry_number
 
 # Lint and synthesis partitions start here; no backfill before it is useful.
 PARTITIONS_START = "2026-01-01"
@@ -123,6 +138,8 @@ class ChangeOutcome:
     summary: str = ""
     agent: AgentRun | None = None
     pushed: bool = False
+    # success, partial or failed as the agent reported it; "" for kb's own change or no report.
+    status: str = ""
 
     def metadata(self) -> dict:
         meta = {
@@ -132,6 +149,8 @@ class ChangeOutcome:
             "warnings": dg.MetadataValue.json(self.warnings),
             "summary": self.summary,
         }
+        if self.status:
+            meta["agent_status"] = self.status
         if self.deleted:
             meta["pages_deleted"] = dg.MetadataValue.json(self.deleted)
         if self.agent is not None:
@@ -174,18 +193,23 @@ def _apply_agent_change(
             if text.lower() not in (wiki.show("HEAD", path) or "").lower():
                 problems.append(f"{path} does not say {text!r}")
         warnings = list((run.report or {}).get("warnings", []))
+        if run.status == "partial":
+            # A partial change is committed; the owner hears of it as a warning.
+            warnings.insert(0, "partial: the agent did only a part of the change: "
+                               + ((run.report or {}).get("summary") or "no summary"))
         warnings += [f"denied: {d}" for d in run.denied]
         if problems:
             wiki.rollback(before.sha)
             return ChangeOutcome(ok=False, problems=problems, warnings=warnings, agent=run,
-                                 summary=(run.report or {}).get("summary", ""))
+                                 summary=(run.report or {}).get("summary", ""), status=run.status or "")
         log_entry = (run.report or {}).get("log_entry", "").strip()
         log_text = wiki.show("HEAD", "log.md") or ""
         if log_entry and log_entry.splitlines()[0] not in log_text:
             warnings.append("the log_entry of report_result is not in log.md")
         outcome = ChangeOutcome(ok=True, sha=verdict.sha, created=verdict.created, updated=verdict.updated,
                                 deleted=verdict.deleted, warnings=warnings, agent=run,
-                                summary=run.report.get("summary", "") if run.report else "")
+                                summary=run.report.get("summary", "") if run.report else "",
+                                status=run.status or "")
     except BaseException:
         # Whatever broke (a git error, a run that Dagster terminates), the
         # wiki goes back to the pre-ingest state before the error goes on.
@@ -313,7 +337,7 @@ def synthesis_prompt(label: str, slugs: list[str], thin: bool, changed_pages: li
     return f"""\
 Write the weekly synthesis for {label}. Follow the Weekly synthesis workflow in CLAUDE.md.
 
-The sources of the week:
+The sources since the last weekly synthesis:
 {listing}
 
 The entity and concept pages that these sources changed (read them too):
@@ -421,18 +445,20 @@ def wiki_pages(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent
         return
     settings = get_settings()
     today = datetime.now(ZoneInfo(settings.tz)).date().isoformat()
-    outcome = apply_agent_change(
+    outcome = _guarded(lambda: apply_agent_change(
         wiki, wiki_agent, ingest_prompt(decision, read_frontmatter(parsed), today),
         prefix="ingest:", max_turns=settings.kb_agent_max_turns,
-    )
+    ))
     _finish(context, outcome, subject=f"source {source_id}")
     yield dg.MaterializeResult(metadata={**outcome.metadata(), "source_id": source_id,
                                          "attempt": context.retry_number + 1})
 
 
 def _finish(context: dg.AssetExecutionContext, outcome: ChangeOutcome, subject: str) -> None:
-    """Raise on a failed change, after the wiki is rolled back; the retry
-    policy decides on another try. The last try leaves a `failed` record."""
+    """After a failed change (the wiki is rolled back), ask Dagster for a
+    retry after retry_wait_s(), or fail for good: after MAX_RETRIES retries,
+    or when the agent reported `failed` a second time. A `retrying` or
+    `failed` observation records each end."""
     if outcome.ok:
         return
     attempt = context.retry_number + 1
@@ -441,14 +467,45 @@ def _finish(context: dg.AssetExecutionContext, outcome: ChangeOutcome, subject: 
     if refused:
         # The owner hears of a refused change (source_outcomes_sensor), with the rule.
         _observe(context, "refused", reason="; ".join(refused)[:1000], attempt=attempt)
-    state = "failed" if attempt >= MAX_TRIES else "retrying"
-    _observe(context, state, error=error[:1000], attempt=attempt,
-             warnings=dg.MetadataValue.json(outcome.warnings))
-    raise dg.Failure(
-        description=f"{subject}: the wiki change was rolled back (try {attempt} of {MAX_TRIES}): {error}",
-        metadata={"problems": dg.MetadataValue.json(outcome.problems),
-                  "warnings": dg.MetadataValue.json(outcome.warnings)},
-    )
+    failed_reports = _failed_reports_before(context) + (outcome.status == "failed")
+    retry = attempt <= MAX_RETRIES and failed_reports <= FAILED_REPORT_RETRIES
+    _observe(context, "retrying" if retry else "failed", error=error[:1000], attempt=attempt,
+             agent_status=outcome.status or "none", warnings=dg.MetadataValue.json(outcome.warnings))
+    description = f"{subject}: the wiki change was rolled back (try {attempt} of {MAX_TRIES}): {error}"
+    metadata = {"problems": dg.MetadataValue.json(outcome.problems),
+                "warnings": dg.MetadataValue.json(outcome.warnings)}
+    if retry:
+        wait = retry_wait_s(context.retry_number)
+        context.log.warning(f"{description}. Next try in {wait} s.")
+        raise dg.RetryRequested(max_retries=MAX_RETRIES, seconds_to_wait=wait) from dg.Failure(
+            description=description, metadata=metadata)
+    if attempt <= MAX_RETRIES:
+        description += (f" The agent reported failed {failed_reports} times; such a change is tried again "
+                        f"{FAILED_REPORT_RETRIES} time only.")
+    raise dg.Failure(description=description, metadata=metadata, allow_retries=False)
+
+
+def _failed_reports_before(context: dg.AssetExecutionContext) -> int:
+    """The earlier tries of this step, in this run, whose agent reported `failed`."""
+    records = context.instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[context.partition_key]), limit=50,
+    ).records
+    count = 0
+    for record in records:
+        observation = record.event_log_entry.asset_observation
+        status = observation.metadata.get("agent_status") if observation else None
+        count += record.run_id == context.run.run_id and getattr(status, "value", status) == "failed"
+    return count
+
+
+def _guarded(change) -> ChangeOutcome:
+    """Run one change. An error in it (the change rolled the wiki back
+    before the error went on) becomes a failed outcome, so that it gets the
+    retries and waits of every rolled-back change."""
+    try:
+        return change()
+    except Exception as exc:
+        return ChangeOutcome(ok=False, problems=[f"{type(exc).__name__}: {redact_secrets(str(exc))[:500]}"])
 
 
 @dg.asset(
@@ -466,12 +523,12 @@ def wiki_lint(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent:
     findings = check_wiki(root)
     settings = get_settings()
     if wiki_agent.configured():
-        outcome = apply_agent_change(
+        outcome = _guarded(lambda: apply_agent_change(
             wiki, wiki_agent, lint_prompt(day, findings), prefix=f"lint: {day}",
             max_turns=settings.kb_lint_max_turns, may_delete_pages=True,
             must_exist=f"wiki/syntheses/lint/{day}.md",
             finish=lambda root: finish_lint(root, day, findings["unsupported"]),
-        )
+        ))
         _finish(context, outcome, subject=f"lint {day}")
         mode = "agent"
     else:
@@ -495,7 +552,7 @@ def wiki_lint(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent:
     retry_policy=WIKI_RETRY,
     output_required=False,
     group_name="wiki",
-    description="The weekly synthesis of the week's sources. A thin week says so. One commit.",
+    description="The weekly synthesis of every source since the last one. A thin week says so. One commit.",
 )
 def wiki_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource):
     wiki, wiki_agent = wiki.get_client(), wiki_agent.get_client()
@@ -514,12 +571,12 @@ def wiki_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_a
         _observe(context, "waiting", reason="ANTHROPIC_BASE_URL is not set", sources=len(slugs))
         return
     else:
-        outcome = apply_agent_change(
+        outcome = _guarded(lambda: apply_agent_change(
             wiki, wiki_agent, synthesis_prompt(label, slugs, thin, week_changed_pages(wiki, week_start, settings.tz)),
             prefix=f"synthesis: weekly {label}", max_turns=settings.kb_synthesis_max_turns, must_exist=page,
             must_contain=(page, "thin week") if thin else None,
             finish=lambda root: finish_weekly(root, label, slugs),
-        )
+        ))
         _finish(context, outcome, subject=f"synthesis {label}")
         mode = "agent"
     yield dg.MaterializeResult(metadata={**outcome.metadata(), "week": label, "sources": len(slugs),
@@ -550,10 +607,10 @@ def wiki_topic_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, 
     settings = get_settings()
     wiki.ensure()
     page = f"wiki/syntheses/topics/{topic}.md"
-    outcome = apply_agent_change(
+    outcome = _guarded(lambda: apply_agent_change(
         wiki, wiki_agent, topic_prompt(topic, datetime.now(ZoneInfo(settings.tz)).date().isoformat()),
         prefix=f"synthesis: topic {topic}", max_turns=settings.kb_synthesis_max_turns, must_exist=page,
-    )
+    ))
     _finish(context, outcome, subject=f"topic {topic}")
     yield dg.MaterializeResult(metadata={**outcome.metadata(), "topic": topic})
 
@@ -566,22 +623,38 @@ def iso_week_label(day: date) -> str:
     return f"{year}-W{week:02d}"
 
 
+WEEKLY_PREFIX = "synthesis: weekly"
+
+
 def _week_ingest_commits(wiki: Wiki, week_start: date, tz: str) -> list[tuple[str, str]]:
-    zone = ZoneInfo(tz)
-    start = datetime.combine(week_start, datetime.min.time(), tzinfo=zone)
-    end = start + timedelta(days=7)
-    return wiki.log_between(start.isoformat(), end.isoformat(), "ingest:")
+    """The ingest commits since the last weekly synthesis, newest first.
+
+    Why not the seven days of the week: the synthesis runs on Sunday at
+    09:00, so a source of Sunday afternoon fell into no synthesis. The
+    history of the wiki says which sources a synthesis has seen. With no
+    weekly synthesis before, the window starts on the Monday of the week."""
+    out = wiki.git("log", "--first-parent", "--format=%H%x09%s")
+    commits = []
+    for line in out.splitlines():
+        sha, _, subject = line.partition("\t")
+        if subject.startswith(WEEKLY_PREFIX):
+            return commits
+        if subject.startswith("ingest:"):
+            commits.append((sha, subject))
+    start = datetime.combine(week_start, datetime.min.time(), tzinfo=ZoneInfo(tz))
+    return wiki.log_between(start.isoformat(), (datetime.now(ZoneInfo(tz)) + timedelta(days=1)).isoformat(),
+                            "ingest:")
 
 
 def week_changed_pages(wiki: Wiki, week_start: date, tz: str) -> list[str]:
-    """The entity and concept pages that the ingests of the week changed:
+    """The entity and concept pages that the ingests since the last weekly synthesis changed:
     the synthesis reads them with the week's source pages."""
     paths = {path for sha, _ in _week_ingest_commits(wiki, week_start, tz) for path in wiki.paths_changed_in(sha)}
     return sorted(p for p in paths if p.startswith(("wiki/entities/", "wiki/concepts/")) and p.endswith(".md"))
 
 
 def week_ingests(wiki: Wiki, week_start: date, tz: str) -> list[str]:
-    """Slugs of the sources ingested in the week that starts on week_start."""
+    """Slugs of the sources ingested since the last weekly synthesis (_week_ingest_commits)."""
     commits = _week_ingest_commits(wiki, week_start, tz)
     return sorted({subject.removeprefix("ingest:").strip().split()[0] for _, subject in commits
                    if subject.removeprefix("ingest:").strip()})
@@ -626,13 +699,26 @@ def write_empty_week(root: Path, label: str, week_start: date) -> None:
 
 # --- jobs ---------------------------------------------------------------------------
 
+# A wiki run that runs longer than KB_STUCK_MINUTES (SWEEPER_STUCK_MINUTES,
+# 30) is stopped: Dagster's run monitoring reads the run tag
+# dagster/max_runtime, stops the run and marks it failed, and a run retry
+# (dagster.yaml) runs it again one time. The specification's sweeper takes
+# a stuck row back after 30 minutes in the same way. The root step of these
+# jobs waits for the pool slot `wiki` in the run queue, so the time counts
+# from the start of the change. The source_intake job does not carry the
+# tag: its wiki step waits for the pool inside a started run, after the
+# parse and the gate, and Dagster counts a run's time from its start, so a
+# queue of sources would be stopped for waiting. sensors/stuck_steps.py
+# watches the time of its running step instead.
+STUCK_LIMIT_TAGS = {MAX_RUNTIME_TAG: str(get_settings().kb_stuck_minutes * 60)}
+
 wiki_ingest_job = dg.define_asset_job(
-    "wiki_ingest_job", selection=[WIKI_PAGES],
+    "wiki_ingest_job", selection=[WIKI_PAGES], tags=STUCK_LIMIT_TAGS,
     description="Ingest one approved source into the wiki (used for sources that waited for an endpoint).",
 )
-wiki_lint_job = dg.define_asset_job("wiki_lint_job", selection=["wiki_lint"])
-wiki_synthesis_job = dg.define_asset_job("wiki_synthesis_job", selection=["wiki_synthesis"])
+wiki_lint_job = dg.define_asset_job("wiki_lint_job", selection=["wiki_lint"], tags=STUCK_LIMIT_TAGS)
+wiki_synthesis_job = dg.define_asset_job("wiki_synthesis_job", selection=["wiki_synthesis"], tags=STUCK_LIMIT_TAGS)
 wiki_topic_job = dg.define_asset_job(
-    "wiki_topic_job", selection=["wiki_topic_synthesis"],
+    "wiki_topic_job", selection=["wiki_topic_synthesis"], tags=STUCK_LIMIT_TAGS,
     description="Write or update the synthesis of one topic (the partition key is the topic).",
 )
