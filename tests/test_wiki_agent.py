@@ -385,6 +385,42 @@ def test_source_that_says_delete_the_wiki(wiki, monkeypatch):
     assert_unchanged(before, root)
 
 
+def test_the_owner_git_settings_hide_no_page_and_an_ignored_page_is_refused(wiki, monkeypatch, tmp_path):
+    """The owner's global excludes file (node_modules/ is common) must not
+    hide a page from the check of the change, and a page that the wiki's own
+    .gitignore hides is refused by name. The rollback removes both."""
+    home, xdg = Path(os.environ["HOME"]), tmp_path / "xdg"
+    (xdg / "git").mkdir(parents=True)
+    (xdg / "git" / "ignore").write_text("node_modules/\n")
+    (home / "global-ignore").write_text("node_modules/\n")
+    (home / ".gitconfig").write_text(f"[core]\n\texcludesFile = {home / 'global-ignore'}\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    # A shell that points git at another repository must not move kb's git either.
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "elsewhere.git"))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(tmp_path / "elsewhere.index"))
+    root = wiki.root()
+    (root / ".gitignore").write_text((root / ".gitignore").read_text() + "/wiki/concepts/drafts/\n")
+    subprocess.run(["git", "--git-dir", str(root / ".git"), "--work-tree", str(root), "commit", "-qam",
+                    "manual: drafts are mine"], check=True, env={**os.environ, "GIT_INDEX_FILE": str(root / ".git/index")})
+    # The owner's git does not see the page: this is the door.
+    owner = subprocess.run(["git", "--git-dir", str(root / ".git"), "--work-tree", str(root), "check-ignore", "-q",
+                            "wiki/concepts/node_modules/x.md"], env={**os.environ, "GIT_INDEX_FILE": str(root / ".git/index")})
+    assert owner.returncode == 0
+    before = snapshot(root)
+    hidden, drafted = "wiki/concepts/node_modules/x.md", "wiki/concepts/drafts/y.md"
+    turns = good_turns()
+    turns.insert(1, [write(hidden, f"# x\n\nThe token is {TOKEN}.\n"), write(drafted, "# y\n\nA draft.\n")])
+    with FakeAnthropic(turns=turns) as fake:
+        outcome = run_ingest(wiki, fake, monkeypatch)
+    assert not outcome.ok
+    assert f"refused: {hidden} holds the value of ANTHROPIC_AUTH_TOKEN" in outcome.problems
+    assert f"refused: {drafted} is a file that the wiki's .gitignore hides" in outcome.problems
+    assert not (root / hidden).exists() and not (root / drafted).exists()
+    assert not (root / "wiki/concepts/node_modules").exists()
+    assert_unchanged(before, root)
+    assert not (tmp_path / "elsewhere.git").exists() and not (tmp_path / "elsewhere.index").exists()
+
+
 # --- the assets through Dagster -----------------------------------------------------------------
 
 

@@ -262,9 +262,12 @@ One entry for each change to the wiki, newest last.
 """
 
 GITIGNORE = """\
-# raw/ is written by the parsers at any time. It is not in git, so that
-# `git clean -fd` during a rollback can never delete a source that waits
+# raw/ is written by the parsers at any time. It is not in git, and a
+# rollback keeps it, so that a rollback never deletes a source that waits
 # for its ingest, and a snapshot commit never takes a half-done source.
+# A rollback removes every other file that git does not keep (but for
+# /.obsidian/ and /.trash/), and kb refuses a change that adds a file that
+# this list hides.
 /raw/
 # Viewer state changes all the time and is not wiki content.
 /.obsidian/
