@@ -200,12 +200,42 @@ def assert_unchanged(before: dict, root: Path) -> None:
     ("Glob", {"pattern": ".git/**"}, False),
     ("Grep", {"pattern": "x", "path": "/"}, False),
     ("Grep", {"pattern": "token", "path": ".git"}, False),
+    # A leading ~ is a home folder to the CLI, which expands it after the guard.
+    ("Read", {"file_path": "~/notes.md"}, False),
+    ("Grep", {"pattern": "x", "path": "~"}, False),
+    ("Glob", {"pattern": "*", "path": "~"}, False),
+    ("Glob", {"pattern": "~/*"}, False),
+    # The CLI's search reads hidden files: no search of the root, no pattern that names a dot.
+    ("Glob", {"pattern": "*"}, False),
+    ("Glob", {"pattern": "**/*.md"}, False),
+    ("Grep", {"pattern": "x"}, False),
+    ("Grep", {"pattern": "x", "path": ".", "glob": "*"}, False),
+    ("Grep", {"pattern": "x", "path": "wiki", "glob": "{a,.git}/*"}, False),
+    ("Glob", {"pattern": "[.]git/*"}, False),
+    ("Glob", {"pattern": "wiki/**/.*"}, False),
+    ("Grep", {"pattern": "x", "path": "wiki"}, True),
+    ("Grep", {"pattern": "x", "path": "raw", "glob": "*.md"}, True),
+    ("Grep", {"pattern": "x", "path": "index.md"}, True),
+    ("Glob", {"pattern": "*.md", "path": "wiki"}, True),
     ("Bash", {"command": "git status"}, False),
     ("WebFetch", {"url": "https://example.org"}, False),
     ("Task", {"prompt": "x"}, False),
 ])
 def test_guard_on_file_tools(tool, tool_input, allowed, tmp_path):
     assert (tool_deny_reason(tool, tool_input, tmp_path) is None) is allowed
+
+
+def test_grep_and_glob_stay_out_of_a_folder_that_holds_a_dot_entry(tmp_path):
+    (tmp_path / "wiki/concepts").mkdir(parents=True)
+    (tmp_path / "wiki/concepts/.gitkeep").touch()  # kb's empty placeholder does not count
+    assert tool_deny_reason("Grep", {"pattern": "x", "path": "wiki"}, tmp_path) is None
+    (tmp_path / "wiki/concepts/.gitkeep").write_text("a key\n")
+    assert "wiki/concepts/.gitkeep" in tool_deny_reason("Grep", {"pattern": "x", "path": "wiki"}, tmp_path)
+    (tmp_path / "wiki/concepts/.gitkeep").write_text("")
+    (tmp_path / "wiki/concepts/.obsidian").mkdir()
+    for tool, tool_input in (("Grep", {"pattern": "x", "path": "wiki/concepts"}),
+                             ("Glob", {"pattern": "wiki/**/*.md"})):
+        assert "wiki/concepts/.obsidian" in tool_deny_reason(tool, tool_input, tmp_path)
 
 
 def test_guard_keeps_log_md_append_only(tmp_path):
@@ -596,7 +626,7 @@ def test_topic_synthesis_is_one_commit(wiki, monkeypatch):
     page = ("---\ntype: synthesis\nkind: topic\nperiod: computing\nsources: []\ncreated: 2026-11-29\n---\n"
             "# computing\n")
     turns = [
-        [tool_use("Grep", pattern="engine"), tool_use("Glob", pattern="wiki/**/*.md")],
+        [tool_use("Grep", pattern="engine", path="wiki"), tool_use("Glob", pattern="wiki/**/*.md")],
         [write("wiki/syntheses/topics/computing.md", page)],
         [report(status="done", commit_message="synthesis: topic computing", pages_created=["wiki/syntheses/topics/computing.md"], pages_updated=[],
                 log_entry="", summary="Topic page.", warnings=[])],
