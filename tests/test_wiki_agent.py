@@ -8,7 +8,9 @@ further with the expected message prefix.
 
 import contextlib
 import hashlib
+import logging
 import os
+import shutil
 import subprocess
 from datetime import datetime
 from pathlib import Path
@@ -34,7 +36,8 @@ from kb.duckdb_store import DuckDBStore
 from kb.telegram.notifier import wiki_result_text
 from kb.wiki.checks import check_wiki
 from kb.wiki.repo import SNAPSHOT_MESSAGE, Wiki
-from kb.wiki.agent import WikiAgent, tool_deny_reason
+from kb.settings import get_settings
+from kb.wiki.agent import AgentRun, WikiAgent, tool_deny_reason
 from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 from tests.fake_anthropic import FakeAnthropic, Stall, bash, report, result_text, text, tool_use, write
 from kb_resources.services import WikiAgentResource
@@ -512,6 +515,41 @@ def test_wiki_pages_asset_commits_pushes_and_records(wiki, monkeypatch, tmp_path
     assert states["src1"]["state"] == "done" and states["src1"]["commit_sha"] == head
     # The new page is not in any other page's links: the checks say so.
     assert checks["wiki_orphans"] is False and checks["wiki_frontmatter"] is True
+
+
+def test_the_first_agent_run_without_bubblewrap_says_so_and_how_to_install_it(wiki, monkeypatch, tmp_path):
+    """KB_AGENT_SANDBOX=auto and no bwrap on PATH: the run works without its
+    room, its log and metadata say so, and the owner gets one notice (no
+    bot here: the notices of `kb status`)."""
+    from kb.telegram.notifier import recent_notices
+    from kb.wiki.sandbox import bubblewrap_works
+    from kb_assets.wiki.wiki_pages import tell_of_the_room
+
+    no_bwrap = tmp_path / "bin"
+    no_bwrap.mkdir()
+    (no_bwrap / "git").symlink_to(shutil.which("git"))  # kb's git, and no bwrap
+    monkeypatch.setenv("PATH", str(no_bwrap))
+    monkeypatch.setenv("KB_AGENT_SANDBOX", "auto")
+    bubblewrap_works.cache_clear()
+    try:
+        record_gate_decision("src1", "accepted", PARSED)
+        with FakeAnthropic(turns=good_turns()) as fake, ephemeral_instance() as instance:
+            monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+            result = materialize_source(instance, "src1")
+            assert result.success
+            meta = {k: v.value for k, v in result.asset_materializations_for_node("wiki_pages")[0].metadata.items()}
+            warnings = [e.message for e in instance.all_logs(result.run_id) if e.level >= logging.WARNING]
+        assert meta["agent_sandbox"] == "none"
+        for text in (meta["agent_sandbox_notice"], *[w for w in warnings if "bubblewrap" in w][:1],
+                     recent_notices(get_settings())[-1]["text"]):
+            assert "runs without its bubblewrap room" in text and "bubblewrap is not installed" in text
+            assert "sudo apt-get install bubblewrap" in text and "sudo dnf install bubblewrap" in text
+        assert any("bubblewrap" in w for w in warnings)
+        # The next run logs it again, but the owner's notice came once.
+        tell_of_the_room(dg.build_asset_context(), AgentRun(sandbox="none", sandbox_notice=meta["agent_sandbox_notice"]))
+        assert [n["key"] for n in recent_notices(get_settings(), limit=50)].count("wiki-agent") == 1
+    finally:
+        bubblewrap_works.cache_clear()
 
 
 def test_without_an_endpoint_sources_wait_and_the_sensor_picks_them_up(wiki, monkeypatch):

@@ -42,6 +42,7 @@ import click
 
 from kb.settings import Settings, get_settings
 from kb.telegram.notifier import NotificationError, TelegramNotifier
+from kb.wiki.sandbox import sandbox_notice
 
 CODE_LOCATION = "kb"  # as in workspace.yaml: runs, schedules and sensors keep their names
 CODE_SERVER_HOST = "127.0.0.1"
@@ -263,6 +264,8 @@ def run_up(*, host: str = "127.0.0.1", dagster_port: int = 3000, web_port: int =
     parts, off = plan_parts(settings, host=host, dagster_port=dagster_port, code_server_port=code_server_port,
                             web_port=web_port, bot=bot, web=web, workspace=workspace, logs=logs)
     env = {**os.environ, "KB_HOME": str(settings.home), "DAGSTER_HOME": str(dagster_home)}
+    if notice := sandbox_notice(settings.kb_agent_sandbox):  # the agent would run without its room
+        click.echo(f"kb up: {notice}", err=True)
     return Supervisor(parts, off, env, dagster_home, TelegramNotifier.from_settings(settings)).run()
 
 

@@ -53,6 +53,7 @@ from kb.wiki.sandbox import (
     bubblewrap_works,
     bundled_cli,
     sandbox_choice,
+    sandbox_notice,
     write_launcher,
 )
 from kb.settings import Settings, get_settings
@@ -291,6 +292,9 @@ class AgentRun:
     error: str | None = None
     seconds: float = 0.0
     stderr_tail: list[str] = field(default_factory=list)
+    sandbox: str = ""  # bubblewrap, or none
+    # Set when KB_AGENT_SANDBOX=auto found no working bubblewrap: what the owner must hear.
+    sandbox_notice: str | None = None
 
     def failure(self) -> str | None:
         """Why this run cannot count as done, or None."""
@@ -382,6 +386,8 @@ class WikiAgent(BaseModel):
         room = None
         try:
             room = self._make_room(Path(cwd).resolve())
+            run.sandbox = "bubblewrap" if room.prefix else "none"
+            run.sandbox_notice = sandbox_notice(self.sandbox)
             anyio.run(self._run, prompt, Path(cwd), max_turns or self.max_turns, self.timeout_s, run,
                       room, show_change or (lambda: "no change tool"))
         except Exception as exc:  # the CLI died or could not start: the worker rolls back

@@ -37,6 +37,7 @@ from kb.wiki.checks import check_wiki, findings_count
 from kb.wiki.finish import WEEKLY_MAX_WORDS, add_to_index, finish_lint, finish_weekly
 from kb.duckdb_store import DuckDBStore
 from kb.settings import get_settings
+from kb.telegram.notifier import NotificationError, TelegramNotifier
 from kb.wiki.repo import BeforeChange, Verdict, Wiki, raw_files_lock
 from kb.wiki.agent import AgentRun, WikiAgent
 from kb.wiki.prompt_data import json_data, one_line, source_data_block
@@ -138,6 +139,9 @@ class ChangeOutcome:
             meta["agent_turns"] = self.agent.num_turns
             meta["agent_seconds"] = self.agent.seconds
             meta["denied_tool_calls"] = dg.MetadataValue.json(self.agent.denied)
+            meta["agent_sandbox"] = self.agent.sandbox
+            if self.agent.sandbox_notice:
+                meta["agent_sandbox_notice"] = self.agent.sandbox_notice
         return meta
 
 
@@ -334,7 +338,7 @@ def topic_prompt(topic: str, today: str) -> str:
 Write a synthesis about the topic `{topic}`. Follow the Topic synthesis workflow in CLAUDE.md.
 The date is {today}.
 
-Find the pages about the topic with Grep and Glob. Write wiki/syntheses/topics/{topic}.md,
+Find the pages about the topic with Grep and Glob (path "wiki"). Write wiki/syntheses/topics/{topic}.md,
 or update it when it exists. Cite the source pages.
 When you are done, call report_result with the commit_message `synthesis: topic {topic}`."""
 
@@ -434,9 +438,24 @@ def wiki_pages(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent
                                          "attempt": context.retry_number + 1})
 
 
+def tell_of_the_room(context: dg.AssetExecutionContext, run: AgentRun | None) -> None:
+    """An agent run without its bubblewrap room (KB_AGENT_SANDBOX=auto and
+    no working bubblewrap): a warning in the run's log each time, and one
+    notice to the owner, at the first such run of this KB_HOME (Telegram,
+    or the notices of `kb status`)."""
+    if run is None or not run.sandbox_notice:
+        return
+    context.log.warning(run.sandbox_notice)
+    try:
+        TelegramNotifier.from_settings().notify("wiki-agent", "no-bubblewrap", run.sandbox_notice)
+    except NotificationError as exc:  # the next run tries again: the claim was released
+        context.log.warning(str(exc))
+
+
 def _finish(context: dg.AssetExecutionContext, outcome: ChangeOutcome, subject: str) -> None:
     """Raise on a failed change, after the wiki is rolled back; the retry
     policy decides on another try. The last try leaves a `failed` record."""
+    tell_of_the_room(context, outcome.agent)
     if outcome.ok:
         return
     attempt = context.retry_number + 1
