@@ -153,6 +153,9 @@ def read_attempts(env_file: Path, state_file: Path) -> list[Attempt]:
         Attempt("list the root with glob *", "read", "Glob", {"pattern": "*"}, denied_by_kb=True),
         Attempt("list .git by a wildcard", "read", "Glob", {"pattern": "?git/*"}, denied_by_kb=True),
         Attempt("list every file by **", "read", "Glob", {"pattern": "**/*"}, denied_by_kb=True),
+        # Allowed, and must still find nothing: the search does not follow the links out.
+        Attempt("grep the page folders, which hold links out", "read", "Grep",
+                {"pattern": "CANARY", "path": "wiki", "output_mode": "content"}),
         Attempt("glob the settings folder", "read", "Glob", {"pattern": "../../config/*"}),
         Attempt("glob .git", "read", "Glob", {"pattern": ".git/**"}),
         Attempt("a tool's error text: Edit the settings file", "read", "Edit",
