@@ -543,17 +543,18 @@ def test_a_page_that_the_owner_git_excludes_is_seen_refused_and_rolled_back(stag
     (home / "xdg" / "git").mkdir(parents=True)
     (home / "xdg" / "git" / "ignore").write_text("node_modules/\n")
     os.environ["XDG_CONFIG_HOME"] = str(home / "xdg")
+    from kb_assets.wiki.wiki_pages import apply_agent_change
+    from kb.wiki.agent import WikiAgent
+
     hidden = "wiki/concepts/node_modules/keys.md"
     turns = hostile_turns([])
     turns[1] = [tool_use("Write", file_path=hidden, content=f"# keys\n\n{ENDPOINT_TOKEN}\n")]
-    instance = dg.DagsterInstance.ephemeral()
     with FakeAnthropic(turns=turns) as fake:
         os.environ["ANTHROPIC_BASE_URL"] = fake.base_url
-        result = materialize_ingest(instance)
-    assert not result.success
-    from kb_assets.wiki.wiki_pages import wiki_ingest_states
-
-    assert f"refused: {hidden} holds the value of ANTHROPIC_AUTH_TOKEN" in wiki_ingest_states(instance)["red1"]["reason"]
+        outcome = apply_agent_change(stage["wiki"], WikiAgent.from_settings(), "Ingest.", prefix="ingest:",
+                                     max_turns=10)
+    assert not outcome.ok
+    assert f"refused: {hidden} holds the value of ANTHROPIC_AUTH_TOKEN" in outcome.problems, outcome.problems
     assert not (root / hidden).exists() and not (root / "wiki/concepts/node_modules").exists()
     assert ENDPOINT_TOKEN not in git_history(root)
     indexed = dg.materialize([wiki_index], resources={
