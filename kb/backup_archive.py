@@ -80,6 +80,7 @@ from pathlib import Path
 import duckdb
 
 from kb.settings import Settings, get_settings
+from kb.wiki.git_env import git_command, git_env
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -132,8 +133,8 @@ def sha256_file(path: Path) -> str:
 
 
 def _git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
+    # kb's own git: none of the owner's git settings (kb.wiki.git_env).
+    proc = subprocess.run(git_command(*args), cwd=cwd, capture_output=True, text=True, env=git_env(), timeout=600)
     if proc.returncode != 0:
         raise BackupError(f"git {args[0]} failed in {cwd}: {(proc.stderr or proc.stdout).strip()[:300]}")
     return proc.stdout.strip()
@@ -273,8 +274,8 @@ def backup_wiki(wiki: Path, stage: Path) -> dict | None:
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(wiki / path, destination)
     marker = wiki / CHANGE_MARKER
-    branch = subprocess.run(["git", "symbolic-ref", "--short", "-q", "HEAD"], cwd=wiki, capture_output=True,
-                            text=True).stdout.strip()
+    branch = subprocess.run(git_command("symbolic-ref", "--short", "-q", "HEAD"), cwd=wiki, capture_output=True,
+                            text=True, env=git_env()).stdout.strip()
     return {
         "head": _git(wiki, "rev-parse", "HEAD"),
         "branch": branch or None,  # None: HEAD was detached

@@ -16,6 +16,7 @@ from kb.telegram.gate import (
     source_excerpt,
 )
 from kb.wiki.playbook import PURPOSE_MD
+from kb.wiki.prompt_data import DATA_NOTE
 from tests.fake_openai_chat import FakeOpenAIChat, chat, status
 
 FAKE_KEY = "sk-TEST-SECRET-GATE-KEY-0001"
@@ -58,8 +59,9 @@ def test_good_json_is_scored_and_the_request_has_the_gate_rules(gate_env):
         assert rule in system["content"]
     # What the source is, then only the start of its text: ~2,000 tokens, cut at a word.
     header, text = user["content"].split("\n\nText:\n")
-    assert header == ("Type: pdf\nFile name: raft.pdf\n"
-                      "Title: In Search of an Understandable Consensus Algorithm")
+    assert header.startswith(DATA_NOTE + "\n```json\n") and header.endswith("\n```")
+    assert json.loads(header.split("```json\n")[1].removesuffix("\n```")) == {
+        "type": "pdf", "file_name": "raft.pdf", "title": "In Search of an Understandable Consensus Algorithm"}
     assert text == source_excerpt(long_source)
     assert 7_000 < len(text) <= 8_000
     assert long_source.startswith(text)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+
+import pytest
 
 from kb.apps.status import _capture_counts, _duckdb_counts, format_status
 from kb.duckdb_store import DuckDBStore, insert_rows
@@ -59,3 +64,26 @@ def test_status_loads_no_model_and_no_bot_library():
     detail, loaded = result.stdout.splitlines()[-2:]
     assert "local model installed (384-d)" in detail
     assert loaded == "[]"
+
+
+@pytest.mark.slow  # a `kb status` process
+def test_status_says_that_bubblewrap_is_missing_and_how_to_install_it(tmp_path):
+    """KB_AGENT_SANDBOX=auto on a machine without bubblewrap: the agent runs
+    without its room, and `kb status` says so, with the install command."""
+    empty_bin = tmp_path / "bin"
+    empty_bin.mkdir()
+    env = {**os.environ, "PATH": str(empty_bin), "KB_AGENT_SANDBOX": "auto"}
+    result = subprocess.run([sys.executable, "-m", "kb.apps.cli", "status", "--json"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    room = json.loads(result.stdout)["services"]["agent_sandbox"]
+    assert room["ready"] is False
+    for words in ("runs without its bubblewrap room", "bubblewrap is not installed",
+                  "sudo apt-get install bubblewrap", "sudo dnf install bubblewrap"):
+        assert words in room["detail"]
+    # Where bubblewrap works, the same line says that the room is on.
+    if shutil.which("bwrap"):
+        works = subprocess.run([sys.executable, "-m", "kb.apps.cli", "status"], cwd=REPO, capture_output=True,
+                               text=True, timeout=120, env={**os.environ, "KB_AGENT_SANDBOX": "auto"})
+        line = next(line for line in works.stdout.splitlines() if line.strip().startswith("agent_sandbox"))
+        assert ("not ready" not in line and "bubblewrap" in line) or "cannot make a room" in line, line

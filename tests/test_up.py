@@ -322,3 +322,22 @@ def test_kb_up_stops_when_the_code_server_dies_before_it_answers(tmp_path):
                                    f"Read its log: {tmp_path / 'code-server.log'}")
     assert "no graph" in (tmp_path / "code-server.log").read_text()
     assert daemon.process is None
+
+
+def test_kb_up_says_at_its_start_that_bubblewrap_is_missing(kb_home, tmp_path):
+    """KB_AGENT_SANDBOX=auto and no bwrap on PATH: the first lines of `kb up`
+    say that the wiki agent runs without its room, and how to install it."""
+    empty_bin = tmp_path / "bin"
+    empty_bin.mkdir()
+    env = {**os.environ, "PATH": str(empty_bin), "KB_AGENT_SANDBOX": "auto"}
+    up = Up(env, "--dagster-port", str(free_port()), "--no-bot", "--no-web")
+    try:
+        up.wait_for_line("(pid ")  # the first part started
+        first = next(n for n, line in enumerate(up.lines) if "(pid " in line)
+        said = [line for line in up.lines[:first] if "runs without its bubblewrap room" in line]
+        assert len(said) == 1, up.output()
+        assert said[0].startswith("kb up: ") and "sudo apt-get install bubblewrap" in said[0]
+        assert "sudo dnf install bubblewrap" in said[0]
+    finally:
+        up.process.send_signal(signal.SIGTERM)
+        up.process.wait(timeout=120)

@@ -560,7 +560,7 @@ def test_topic_synthesis_is_one_commit(wiki, monkeypatch):
     page = ("---\ntype: synthesis\nkind: topic\nperiod: computing\nsources: []\ncreated: 2026-11-29\n---\n"
             "# computing\n")
     turns = [
-        [tool_use("Grep", pattern="engine"), tool_use("Glob", pattern="wiki/**/*.md")],
+        [tool_use("Grep", pattern="engine", path="wiki"), tool_use("Glob", pattern="wiki/**/*.md")],
         [write("wiki/syntheses/topics/computing.md", page)],
         [report(status="done", commit_message="synthesis: topic computing", pages_created=["wiki/syntheses/topics/computing.md"], pages_updated=[],
                 log_entry="", summary="Topic page.", warnings=[])],

@@ -135,6 +135,7 @@ def _services(settings: Settings) -> dict:
     from kb.enrich.translator import Translator
     from kb.enrich.vision import Captioner
     from kb.wiki.agent import WikiAgent
+    from kb.wiki.sandbox import sandbox_status
     from kb.telegram.bot_token import readiness as telegram_readiness
 
     checks = {
@@ -149,6 +150,7 @@ def _services(settings: Settings) -> dict:
         "translation": Translator.from_settings(settings).readiness,
         "quality_gate": QualityGate.from_settings(settings).readiness,
         "wiki_agent": WikiAgent.from_settings(settings).readiness,
+        "agent_sandbox": lambda: sandbox_status(settings.kb_agent_sandbox),
         "telegram": lambda: telegram_readiness(settings),
     }
     services = {}

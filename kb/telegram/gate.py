@@ -2,8 +2,8 @@
 
 One OpenAI-compatible endpoint (DeepSeek by default) through the `openai`
 client. The system message is purpose.md from the wiki and the rubric; the
-user message names the source (type, URL or file name, title) and gives
-the start of its text. The model answers JSON:
+user message names the source (type, URL or file name, title: quoted data,
+one line each) and gives the start of its text. The model answers JSON:
 {"score": 0-100, "topics": ["kebab-case", ...], "reason": "..."}.
 The answer is kept as it came (GateVerdict.raw_answer, gate_results.raw_answer)
 for audit.
@@ -40,6 +40,7 @@ from pydantic import BaseModel, SecretStr
 
 from kb.settings import Settings, get_settings, redact_secrets
 from kb.wiki.playbook import PURPOSE_PLACEHOLDER_MARK
+from kb.wiki.prompt_data import source_data_block
 
 if TYPE_CHECKING:
     import openai
@@ -155,10 +156,10 @@ def source_excerpt(text: str, limit: int = SOURCE_CHARS) -> str:
 
 def source_message(text: str, *, source_type: str | None = None, url: str | None = None,
                    file_name: str | None = None, title: str | None = None) -> str:
-    """The user message: what the source is, then the start of its text."""
-    facts = [("Type", source_type), ("URL", url), ("File name", file_name), ("Title", title)]
-    header = "\n".join(f"{name}: {value}" for name, value in facts if value)
-    return f"{header}\n\nText:\n{source_excerpt(text)}" if header else source_excerpt(text)
+    """The user message: what the source is, as quoted data (one line each,
+    kb.wiki.prompt_data), then the start of its text."""
+    facts = source_data_block({"type": source_type, "url": url, "file_name": file_name, "title": title})
+    return f"{facts}\n\nText:\n{source_excerpt(text)}" if facts else source_excerpt(text)
 
 
 def purpose_is_default(wiki_dir: Path) -> bool:

@@ -5,7 +5,9 @@ This is the one resource that talks to the Anthropic Messages API endpoint
 may do is an allowlist, and everything else is refused:
 
 - Read, Grep, Glob: only inside the wiki folder, never a dot-file or a
-  dot-folder (.git holds the remote's address).
+  dot-folder (.git holds the remote's address), and no path that starts
+  with `~`. Grep and Glob search one file, or a folder under wiki/ or raw/
+  that holds no dot entry: the CLI's search reads hidden files.
 - Write, Edit: only Markdown pages under the page folders, index.md, and
   log.md by appending (kb.wiki_files.agent_path_problem: one copy of the
   rule, which the worker checks again on the change).
@@ -33,6 +35,7 @@ module does not touch git state itself.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -50,6 +53,7 @@ from kb.wiki.sandbox import (
     bubblewrap_works,
     bundled_cli,
     sandbox_choice,
+    sandbox_notice,
     write_launcher,
 )
 from kb.settings import Settings, get_settings
@@ -62,6 +66,10 @@ CHANGE_TOOL = "show_change"
 CHANGE_TOOL_FULL_NAME = f"mcp__{AGENT_SERVER}__{CHANGE_TOOL}"
 BUILTIN_TOOLS = ["Read", "Write", "Edit", "Grep", "Glob"]
 READ_TOOLS = ("Read", "Grep", "Glob")
+# The folders that Grep and Glob may search: the pages and the sources. The
+# wiki root holds .git (the remote's address) and other dot-files.
+SEARCH_FOLDERS = ("wiki", "raw")
+HARMLESS_DOT_FILES = (".gitkeep",)
 WRITE_TOOLS = ("Write", "Edit")
 PLAYBOOK_FILE = "CLAUDE.md"
 
@@ -124,9 +132,19 @@ def _relative(root: Path, real: Path) -> str:
     return real.relative_to(Path(os.path.realpath(root))).as_posix()
 
 
+def _home_path(value: str) -> str | None:
+    """The CLI expands a leading `~` to a home folder after the guard has
+    checked the path as a relative one: such a path is refused."""
+    if value.startswith("~"):
+        return f"the path {value} starts with ~: give a path inside the wiki folder"
+    return None
+
+
 def read_deny_reason(root: Path, value: str) -> str | None:
     """None when a read tool may look at `value`: a path inside the wiki that
     is not a dot-file and not in a dot-folder (.git, .obsidian)."""
+    if problem := _home_path(value):
+        return problem
     real = _inside(root, value)
     if real is None:
         return f"the path {value} is outside the wiki folder"
@@ -141,6 +159,8 @@ def write_deny_reason(root: Path, value: str) -> str | None:
     kb.wiki_files.agent_path_problem, on the real path), else the reason."""
     if not value:
         return "the path is empty"
+    if problem := _home_path(value):
+        return problem
     candidate = Path(value) if os.path.isabs(value) else root / value
     if os.path.islink(candidate):
         return f"{value} is a symbolic link: write the page itself"
@@ -172,6 +192,12 @@ def _log_edit_problem(root: Path, tool_name: str, tool_input: dict, name: str) -
     return append_only_problem(old, new, name)
 
 
+# A dot at the start of a part of a glob, also inside braces or a class
+# (`{a,.git}`, `[.]git`): the pattern names a dot-file or a dot-folder.
+DOT_IN_PATTERN = re.compile(r"(?:^|[/{,\[!])\.")
+GLOB_CHARS = frozenset("*?[]{}!\\")
+
+
 def _pattern_problem(tool_name: str, tool_input: dict) -> str | None:
     for key in ("pattern", "glob"):
         if key == "pattern" and tool_name != "Glob":
@@ -180,8 +206,60 @@ def _pattern_problem(tool_name: str, tool_input: dict) -> str | None:
         parts = Path(value).parts
         if value and (os.path.isabs(value) or ".." in parts or value.startswith("~")):
             return f"the {key} {value} reaches outside the wiki folder"
-        if any(part.startswith(".") and part not in (".",) for part in parts):
+        if DOT_IN_PATTERN.search(value.removeprefix("./")):
             return f"the {key} {value} names a dot-file or a dot-folder"
+    return None
+
+
+def _literal_prefix(pattern: str) -> str:
+    """The parts at the start of a glob that hold no glob character:
+    `wiki/**/*.md` -> `wiki`. Glob finds nothing outside them."""
+    parts = []
+    for part in pattern.removeprefix("./").split("/"):
+        if not part or GLOB_CHARS & set(part):
+            break
+        parts.append(part)
+    return "/".join(parts)
+
+
+def _hidden_entry(root: Path, folder: Path) -> str | None:
+    """The first dot-file or dot-folder below `folder` (symbolic links are
+    not followed, as the CLI's search does not follow them), or None. An
+    empty `.gitkeep` (kb's placeholder of an empty folder) does not count."""
+    for current, folders, files in os.walk(folder):
+        for name in sorted(folders) + sorted(files):
+            path = Path(current) / name
+            if not name.startswith("."):
+                continue
+            if name in HARMLESS_DOT_FILES and path.is_file() and not path.is_symlink() and path.stat().st_size == 0:
+                continue
+            return _relative(root, path)
+    return None
+
+
+def _search_problem(root: Path, tool_name: str, tool_input: dict) -> str | None:
+    """Grep and Glob: the CLI searches dot-files and dot-folders too (it
+    passes --hidden to ripgrep; measured with Claude Code 2.1: `Glob *` at
+    the root listed .git, `Grep` with `glob: "*"` read .git/config). So a
+    search must stay in a scope that holds none: one file, or a folder
+    under SEARCH_FOLDERS with no dot entry in it."""
+    path = str(tool_input.get("path") or ".")
+    if problem := read_deny_reason(root, path) or _pattern_problem(tool_name, tool_input):
+        return problem
+    prefix = _literal_prefix(str(tool_input.get("pattern") or "")) if tool_name == "Glob" else ""
+    scope = os.path.join(path, prefix) if prefix else path
+    if problem := read_deny_reason(root, scope):
+        return problem
+    real = _inside(root, scope)
+    if real is None or real.is_file() or not real.exists():
+        return None  # one file: the search reaches nothing else; a path that does not exist finds nothing
+    relative = _relative(root, real)
+    if relative.split("/")[0] not in SEARCH_FOLDERS:
+        return (f"{tool_name} searches only in one file or under {' or '.join(f + '/' for f in SEARCH_FOLDERS)}: "
+                f"{relative if relative != '.' else 'the wiki folder'} holds dot-files and dot-folders. "
+                f'Give path "{SEARCH_FOLDERS[0]}" or "{SEARCH_FOLDERS[1]}"')
+    if real.is_dir() and (hidden := _hidden_entry(root, real)):
+        return f"{tool_name} may not search {relative}: it holds the dot-file or dot-folder {hidden}"
     return None
 
 
@@ -202,7 +280,7 @@ def tool_deny_reason(tool_name: str, tool_input: dict, root: Path) -> str | None
     if tool_name == "Read":
         return read_deny_reason(root, str(tool_input.get("file_path", "")))
     if tool_name in ("Grep", "Glob"):
-        return read_deny_reason(root, str(tool_input.get("path") or ".")) or _pattern_problem(tool_name, tool_input)
+        return _search_problem(root, tool_name, tool_input)
     return f"the tool {tool_name} is not allowed"
 
 
@@ -222,6 +300,9 @@ class AgentRun:
     error: str | None = None
     seconds: float = 0.0
     stderr_tail: list[str] = field(default_factory=list)
+    sandbox: str = ""  # bubblewrap, or none
+    # Set when KB_AGENT_SANDBOX=auto found no working bubblewrap: what the owner must hear.
+    sandbox_notice: str | None = None
 
     def failure(self) -> str | None:
         """Why this run cannot count as done, or None."""
@@ -320,6 +401,8 @@ class WikiAgent(BaseModel):
         room = None
         try:
             room = self._make_room(Path(cwd).resolve())
+            run.sandbox = "bubblewrap" if room.prefix else "none"
+            run.sandbox_notice = sandbox_notice(self.sandbox)
             anyio.run(self._run, prompt, Path(cwd), max_turns or self.max_turns, self.timeout_s, run,
                       room, show_change or (lambda: "no change tool"))
         except Exception as exc:  # the CLI died or could not start: the worker rolls back

@@ -36,7 +36,7 @@ The owner reads it in Obsidian or in any Markdown viewer.
 - Source pages: the slug of the parsed file, for example `wiki/sources/attention-is-all-you-need.md`.
 - Entity pages: the name as people write it, with capitals and spaces, for example `wiki/entities/Ada Lovelace.md`.
 - Concept pages: lower case words with hyphens, for example `wiki/concepts/vector-search.md`.
-- Before you make a page, search for a page that has the same subject (Grep and Glob).
+- Before you make a page, search for a page that has the same subject (Grep and Glob with path `wiki`).
   Add to that page. Do not make a second page for one subject.
 
 ## Links and citations
@@ -197,7 +197,7 @@ another page (keep its text and citation), never disappear.
    a synthesis of more than about 1,500 words.
 
 ### Topic synthesis (commit message `synthesis: topic <topic>`)
-1. Find the pages about the topic with Grep and Glob. Read them and their source pages.
+1. Find the pages about the topic with Grep and Glob (path `wiki`). Read them and their source pages.
 2. Write or update `wiki/syntheses/topics/<topic>.md`: what the wiki knows about the topic,
    where the sources agree and disagree, what is missing. Every fact has a citation.
 3. Add the page to `index.md`, add an entry to `log.md`, then call report_result
@@ -205,7 +205,8 @@ another page (keep its text and citation), never disappear.
 
 ## What you can change
 
-You have no shell and no git. Your tools: Read, Grep and Glob in this folder,
+You have no shell and no git. Your tools: Read in this folder, Grep and Glob in
+`wiki/` and `raw/` (or in one file),
 Write and Edit for pages, show_change to see your change so far, and report_result.
 You may change only these files:
 - Markdown pages (`.md`) under `wiki/entities/`, `wiki/concepts/`, `wiki/sources/` and `wiki/syntheses/`.
@@ -262,9 +263,12 @@ One entry for each change to the wiki, newest last.
 """
 
 GITIGNORE = """\
-# raw/ is written by the parsers at any time. It is not in git, so that
-# `git clean -fd` during a rollback can never delete a source that waits
+# raw/ is written by the parsers at any time. It is not in git, and a
+# rollback keeps it, so that a rollback never deletes a source that waits
 # for its ingest, and a snapshot commit never takes a half-done source.
+# A rollback removes every other file that git does not keep (but for
+# /.obsidian/ and /.trash/), and kb refuses a change that adds a file that
+# this list hides.
 /raw/
 # Viewer state changes all the time and is not wiki content.
 /.obsidian/

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 import re
 import subprocess
 import time
@@ -44,11 +43,16 @@ def raw_files_lock(wiki_dir: Path):
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 from kb.secret_scan import guarded_secrets, secrets_in
+from kb.wiki.git_env import git_command, git_env
 from kb.wiki.checks import lost_cited_claims
 from kb.wiki_files import APPEND_ONLY_FILES, agent_path_problem, wiki_page_files
 from kb.wiki.playbook import CLAUDE_MD, GITIGNORE, INDEX_MD, LOG_MD, PURPOSE_MD
 
 BRANCH = "main"
+# The folders at the wiki root that are not in git and that a rollback
+# keeps: raw/ holds the sources that wait for their ingest (kb's, see
+# GITIGNORE), .obsidian/ and .trash/ the state of the owner's viewer.
+KEPT_OUTSIDE_GIT = ("raw", ".obsidian", ".trash")
 PAGE_DIRS = (
     "wiki/entities",
     "wiki/concepts",
@@ -87,6 +91,8 @@ class BeforeChange:
     sha: str
     raw_files: dict[str, tuple[int, int]]
     index_links: set[str]
+    # The files that .gitignore hides (Wiki.ignored_files): a change may not add or change one.
+    ignored: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -153,13 +159,9 @@ class Wiki(BaseModel):
 
     def _run(self, *args: str, check: bool = True, timeout: float = 60,
              input: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
-        # No hooks and no fsmonitor: a file in .git/hooks must never run a
-        # program when kb commits (a restored archive or a hand edit can
-        # hold one).
-        safe = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"]
-        proc = subprocess.run(["git", *safe, *args], cwd=self.root(), capture_output=True, text=True,
-                              env=env, timeout=timeout, input=input)
+        # kb's own git: none of the owner's git settings (kb.wiki.git_env).
+        proc = subprocess.run(git_command(*args), cwd=self.root(), capture_output=True, text=True,
+                              env=git_env(env), timeout=timeout, input=input)
         if check and proc.returncode != 0:
             raise WikiGitError(f"git {args[0]} failed in {self.root()}: {proc.stderr.strip() or proc.stdout.strip()}")
         return proc
@@ -184,11 +186,28 @@ class Wiki(BaseModel):
         return self.head()
 
     def rollback(self, sha: str) -> None:
-        """Put the wiki back to `sha`: tracked files reset, untracked files removed.
-        Ignored files (raw/) stay: they are not the agent's, and may be a
-        source that waits for its ingest."""
+        """Put the wiki back to `sha`: tracked files reset, and every other
+        file removed, ignored files too (-x), but for KEPT_OUTSIDE_GIT.
+        Why -x: a file of the change that .gitignore hides is a file of the
+        change too, and the index and the MCP server read it from disk."""
         self._run("reset", "-q", "--hard", sha)
-        self._run("clean", "-q", "-fd")
+        keep = [arg for folder in KEPT_OUTSIDE_GIT for arg in ("-e", f"/{folder}/")]
+        self._run("clean", "-q", "-fdx", *keep)
+
+    def ignored_files(self) -> dict[str, tuple[int, int]]:
+        """Size and mtime of each file that the wiki's .gitignore hides,
+        outside KEPT_OUTSIDE_GIT. git does not see these files, so the check
+        of a change compares them with the state before the change."""
+        kept = [f":(exclude){folder}/" for folder in KEPT_OUTSIDE_GIT]
+        out = self._run("ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--", *kept).stdout
+        manifest = {}
+        for path in filter(None, out.split("\0")):
+            try:
+                stat = (self.root() / path).lstat()
+            except OSError:
+                continue
+            manifest[path] = (stat.st_size, stat.st_mtime_ns)
+        return manifest
 
     def commits_since(self, sha: str) -> list[tuple[str, str]]:
         out = self.git("log", "--format=%H%x09%s", f"{sha}..HEAD")
@@ -252,7 +271,8 @@ class Wiki(BaseModel):
         self.recover_interrupted_change()
         self.clear_stale_lock()
         self.commit_all(SNAPSHOT_MESSAGE)
-        before = BeforeChange(sha=self.head(), raw_files=self.raw_manifest(), index_links=self.index_links())
+        before = BeforeChange(sha=self.head(), raw_files=self.raw_manifest(), index_links=self.index_links(),
+                              ignored=self.ignored_files())
         write_atomic(self._marker(), before.sha.encode())
         return before
 
@@ -363,6 +383,10 @@ class Wiki(BaseModel):
         secrets = guarded_secrets() if secrets is None else secrets
         problems = [f"refused: the commit message holds the value of {name}"
                     for name in secrets_in(message, secrets)]
+        # git does not see a file that .gitignore hides: no path rule and no
+        # secret scan would read it, so such a file may not come or change.
+        problems += [f"refused: {path} is a file that the wiki's .gitignore hides"
+                     for path, stat in sorted(self.ignored_files().items()) if before.ignored.get(path) != stat]
         for change in self.pending_changes():
             if change.status == "D" and change.path.endswith("/.gitkeep"):
                 continue

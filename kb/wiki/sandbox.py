@@ -137,13 +137,18 @@ class SandboxError(RuntimeError):
     """The agent's room cannot be made as the settings ask."""
 
 
+BWRAP_MISSING = "bubblewrap is not installed (no bwrap on PATH)"
+BWRAP_INSTALL = ("install it with `sudo apt-get install bubblewrap` (Debian, Ubuntu) "
+                 "or `sudo dnf install bubblewrap` (Fedora)")
+
+
 @lru_cache(maxsize=1)
 def bubblewrap_works() -> tuple[bool, str]:
     """True when `bwrap` is installed and can make a room on this machine
     (a container without user namespaces cannot). The reason says why not."""
     bwrap = shutil.which("bwrap")
     if not bwrap:
-        return False, "bubblewrap is not installed (Debian: apt install bubblewrap)"
+        return False, BWRAP_MISSING
     try:
         proc = subprocess.run([bwrap, "--ro-bind", "/", "/", "--", "/bin/true"],
                               capture_output=True, text=True, timeout=20)
@@ -165,6 +170,35 @@ def sandbox_choice(setting: str) -> tuple[bool, str]:
     if not works:
         return False, f"the agent's CLI runs without bubblewrap: {detail}"
     return True, "bubblewrap"
+
+
+def sandbox_notice(setting: str) -> str | None:
+    """What the owner must hear when KB_AGENT_SANDBOX=auto finds no working
+    bubblewrap: the agent then runs without its room, and only kb's tool
+    guard and the worker's check stand between it and KB_HOME. None when
+    the room works, or when the owner chose `none` or `bwrap` (`bwrap`
+    fails loudly by itself)."""
+    if setting != "auto":
+        return None
+    works, detail = bubblewrap_works()
+    if works:
+        return None
+    fix = BWRAP_INSTALL if detail == BWRAP_MISSING else "see KB_AGENT_SANDBOX in docs/architecture.md"
+    return (f"The wiki agent runs without its bubblewrap room: {detail}. Without the room, only kb's tool guard "
+            f"keeps the agent's CLI from the files of KB_HOME and from the network. To fix it, {fix}.")
+
+
+def sandbox_status(setting: str) -> tuple[bool, str]:
+    """(ready, detail) of the agent's room, for `kb status`."""
+    if setting == "none":
+        return False, "KB_AGENT_SANDBOX=none: the agent's CLI runs without a room (your setting)"
+    notice = sandbox_notice(setting)
+    if notice:
+        return False, notice
+    works, detail = bubblewrap_works()
+    if not works:  # KB_AGENT_SANDBOX=bwrap: each agent run fails
+        return False, f"KB_AGENT_SANDBOX={setting}, but {detail}: each agent run fails"
+    return True, f"bubblewrap ({detail}): the agent's CLI runs in a room that holds only the wiki"
 
 
 def bubblewrap_args(bwrap: str, *, wiki: Path, writable: list[Path], readable: list[Path],

@@ -1,0 +1,48 @@
+"""kb's own git (kb/wiki/git_env.py): no setting of the owner's git reaches
+a git command of kb. The agent's change under an owner's global excludes
+file is in tests/test_wiki_agent.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kb.backup_archive import _git as backup_git
+from kb.wiki.git_env import GIT_ENV_NAMES, GIT_FIXED_ENV, git_env
+from kb.wiki.repo import Wiki
+
+OWNER_GIT_VARIABLES = {
+    "GIT_DIR": "elsewhere.git", "GIT_WORK_TREE": "elsewhere", "GIT_INDEX_FILE": "elsewhere.index",
+    "GIT_OBJECT_DIRECTORY": "elsewhere-objects", "GIT_CONFIG_PARAMETERS": "'user.name'='from-the-shell'",
+    "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "user.email", "GIT_CONFIG_VALUE_0": "shell@example.org",
+    "GIT_SSH_COMMAND": "sh -c 'touch pwned'",
+}
+
+
+def test_kb_git_reads_no_setting_and_no_variable_of_the_owner(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    (home / ".config" / "git").mkdir(parents=True)
+    (home / ".gitconfig").write_text("[user]\n\tname = the-owner\n[alias]\n\tstatus = !touch pwned\n")
+    (home / ".config" / "git" / "config").write_text("[core]\n\tpager = touch pwned\n")
+    (home / ".config" / "git" / "ignore").write_text("*.md\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    for name, value in OWNER_GIT_VARIABLES.items():
+        monkeypatch.setenv(name, str(tmp_path / value) if "elsewhere" in value else value)
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-not-for-git")
+
+    env = git_env()
+    assert set(env) <= set(GIT_ENV_NAMES) | set(GIT_FIXED_ENV), sorted(set(env) - set(GIT_ENV_NAMES) - set(GIT_FIXED_ENV))
+    assert env["GIT_CONFIG_GLOBAL"] == "/dev/null" and env["GIT_CONFIG_NOSYSTEM"] == "1"
+
+    wiki = Wiki.from_settings()
+    root = wiki.ensure()
+    assert (root / ".git").is_dir() and not (tmp_path / "elsewhere.git").exists()
+    (root / "wiki/concepts/a.md").write_text("# a\n")
+    # The owner's XDG ignore file says *.md: kb's git sees the page anyway.
+    assert "wiki/concepts/a.md" in wiki.dirty_paths()
+    for config in (wiki.git("config", "--list", "--show-origin"), backup_git(root, "config", "--list", "--show-origin")):
+        assert "the-owner" not in config and "from-the-shell" not in config and "shell@example.org" not in config
+        assert str(home) not in config  # no file of the owner's home was read
+    assert wiki.git("log", "-1", "--format=%an") == "kb wiki"
+    assert not list(Path(os.getcwd()).glob("pwned")) and not (root / "pwned").exists()
