@@ -136,6 +136,7 @@ def _services(settings: Settings) -> dict:
     from kb.enrich.vision import Captioner
     from kb.wiki.agent import WikiAgent
     from kb.telegram.bot_token import readiness as telegram_readiness
+    from kb.fetch_guard import allowlist_readiness
 
     checks = {
         # Browser.readiness() covers the X login state too, and never shows its content.
@@ -148,6 +149,7 @@ def _services(settings: Settings) -> dict:
         "quality_gate": QualityGate.from_settings(settings).readiness,
         "wiki_agent": WikiAgent.from_settings(settings).readiness,
         "telegram": lambda: telegram_readiness(settings),
+        "fetch_allowlist": lambda: allowlist_readiness(settings),
     }
     services = {}
     for name, check in checks.items():
