@@ -82,6 +82,7 @@ from kb.archive_checks import (
     DUCKDB_FILE, MANIFEST, BackupError, check_dagster_home, check_dagster_yaml, check_duckdb, check_lancedb, check_manifest,
     check_members, open_duckdb_as_data, quote_identifier,
 )
+from kb.private_files import FILE_MODE, make_private_folder, make_tree_private
 from kb.settings import Settings, get_settings
 
 FORMAT = 1
@@ -332,7 +333,8 @@ def create_backup(dest: Path | str | None = None, *, include_dagster: bool = Tru
         raise BackupError(f"The archive {target} is inside KB_HOME {home}. Choose a folder outside it.")
     if target.exists():
         raise BackupError(f"{target} exists already. Choose another name; kb does not overwrite a backup.")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.parent.exists():
+        make_private_folder(target.parent)  # kb makes it: the owner's only (kb/private_files.py)
     if check_no_run is not None:
         check_no_run(settings)
 
@@ -347,6 +349,8 @@ def create_backup(dest: Path | str | None = None, *, include_dagster: bool = Tru
         partial = Path(tmp) / "archive.tar.gz"
         with tarfile.open(partial, "w:gz") as tar:
             tar.add(stage, arcname=top)
+        # The archive holds all of KB_HOME: the owner's only, whatever the umask.
+        os.chmod(partial, FILE_MODE)
         os.replace(partial, target)  # the archive appears whole, or not at all
     return BackupResult(target, manifest, round(time.monotonic() - started, 2))
 
@@ -436,7 +440,7 @@ def restore_backup(archive: Path | str, *, force: bool = False, settings: Settin
     if present and not force:
         raise BackupError(f"KB_HOME {home} is not empty ({', '.join(present[:5])}). Restore into an empty "
                           "folder, or use --force to move what is there aside first.")
-    home.mkdir(parents=True, exist_ok=True)
+    make_private_folder(home)
 
     with tempfile.TemporaryDirectory(dir=home, prefix=STAGE_PREFIX) as tmp:
         root = _unpack(archive, Path(tmp) / "archive")
@@ -448,6 +452,9 @@ def restore_backup(archive: Path | str, *, force: bool = False, settings: Settin
         check_dagster_home(root / "dagster", archive)
         new_home = Path(tmp) / "home"
         _build_home(root, manifest, new_home)
+        # The members carry the modes of the machine that wrote them (0644):
+        # the restored home is the owner's only, whatever they say.
+        make_tree_private(new_home)
         _verify_restored(new_home, manifest, home)
         moved = _move_aside(home, present) if present else None
         _move_in(new_home, home, moved)

@@ -177,6 +177,27 @@ def test_the_backup_schedule_keeps_the_newest_archives_and_the_newest_restores_e
     assert any((home / "raw" / "x").rglob("*.json"))
 
 
+def test_a_restored_home_is_the_owners_only(store, tmp_path, monkeypatch):
+    """The archive's members carry modes such as 0644; the restored home
+    has 0700 folders and 0600 files all the same (kb/private_files.py)."""
+    from tests.private_modes import open_to_others, open_umask
+
+    home = tmp_path / "restored"
+    point_at(monkeypatch, home)
+
+    def open_modes(top: Path, manifest: dict) -> None:
+        for path in [top, *top.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+    archive = repacked(store["archive"], tmp_path, open_modes)
+    with tarfile.open(archive) as tar:
+        assert all(m.mode & 0o044 for m in tar.getmembers())  # the archive gives group and others read
+    with open_umask():
+        restore_backup(archive)
+    assert (home / "kb.duckdb").is_file() and (home / "wiki" / ".git").is_dir()
+    assert open_to_others(home) == []
+
+
 def test_restore_refuses_a_home_that_is_not_empty(store, tmp_path, monkeypatch):
     home = tmp_path / "busy"
     home.mkdir()
