@@ -46,7 +46,7 @@ def restore_environ():
 @pytest.fixture(autouse=True)
 def kb_home(tmp_path, monkeypatch):
     home = tmp_path / "kb_home"
-    home.mkdir()
+    home.mkdir(mode=0o700)  # as kb makes it: a wider mode makes each kb command say that it tightened it
     config = tmp_path / "config"
     config.mkdir(mode=0o700)
     monkeypatch.setenv("KB_HOME", str(home))
