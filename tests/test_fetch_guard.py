@@ -245,6 +245,22 @@ def test_a_name_allowed_without_a_port_reaches_no_loopback_address():
     assert lan.addresses("wiki.home", 8080) == [ipaddress.ip_address("192.168.1.20")]
 
 
+def test_the_loopback_fixture_allows_the_servers_of_the_test_and_no_other_port(loopback_fetches):
+    """tests/conftest.py's loopback_fetches: the ports on which this test
+    listens, not every port of loopback."""
+    site = LoopbackServer()
+    site.bind(QuietHandler)
+    with site, socket.socket() as other:
+        other.bind(("127.0.0.1", 0))  # bound, not listening: not a server of the test
+        guard = FetchGuard.from_settings()
+        assert guard.addresses("127.0.0.1", site.server.server_port)
+        assert guard.addresses("localhost", site.server.server_port)
+        with pytest.raises(PrivateAddress):
+            guard.addresses("127.0.0.1", other.getsockname()[1])
+        with pytest.raises(PrivateAddress):
+            guard.addresses("127.0.0.1", 3000)
+
+
 def test_kb_status_shows_a_refused_entry(monkeypatch):
     from kb.apps.status import _services
     from kb.settings import get_settings
