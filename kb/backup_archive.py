@@ -41,13 +41,12 @@ How each part is made consistent:
 
 Restore goes into an EMPTY KB_HOME only (`force` moves what is there aside
 into KB_HOME/.pre-restore-<time>/; nothing is deleted). An archive is
-hostile input until it is checked, so the restore:
-- refuses an archive member that is not a plain file or folder (a link, a
-  device), a path that is absolute, has `..`, or has a `.git` part (a hook
-  or a git config would run code in the next git command), and a manifest
-  whose paths, commit ids or branch name are not plain;
-- refuses a dagster.yaml that names a class (module/class, a logging
-  handler) that is not kb's or Dagster's: Dagster imports what it names;
+hostile input until it is checked, so the restore first makes the checks
+of kb/archive_checks.py (paths of members and of the manifest, classes of
+dagster.yaml, the objects of the DuckDB file and of the Dagster SQLite
+files, the files of the LanceDB tables). It opens each restored store as data only: DuckDB read-only with
+external access off, and no SQL is built from a name in the archive.
+Then it:
 - builds the whole new home in KB_HOME/.kb-restore-<random>/ first (the
   same file system as its place, also when KB_HOME is a mount point such
   as a Docker volume), and opens each store there and compares its counts
@@ -79,12 +78,15 @@ from pathlib import Path
 
 import duckdb
 
+from kb.archive_checks import (
+    DUCKDB_FILE, MANIFEST, BackupError, check_dagster_home, check_dagster_yaml, check_duckdb, check_lancedb, check_manifest,
+    check_members, open_duckdb_as_data, quote_identifier,
+)
+from kb.private_files import FILE_MODE, make_private_folder, make_tree_private
 from kb.settings import Settings, get_settings
 from kb.wiki.git_env import git_command, git_env
 
 FORMAT = 1
-MANIFEST = "manifest.json"
-DUCKDB_FILE = "kb.duckdb"
 WIKI_BUNDLE = "wiki.bundle"
 WIKI_RAW = "wiki-raw"
 WIKI_WORKTREE = "wiki-worktree"
@@ -94,15 +96,8 @@ HOME_FOLDERS = ("raw", "inbox")
 CHANGE_MARKER = ".git/kb-change-in-progress"  # see kb/wiki/repo.py
 STAGE_PREFIX = ".kb-restore-"
 ASIDE_PREFIX = ".pre-restore-"
-# Modules whose classes a restored dagster.yaml may name: Dagster's and kb's.
-DAGSTER_YAML_MODULES = ("dagster", "dagster_postgres", "kb_assets", "kb")
-COMMIT_ID = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
 LANCE_COPY_ATTEMPTS = 3
 CHUNK = 1 << 20
-
-
-class BackupError(RuntimeError):
-    """A backup or a restore that cannot go on. The message says why and what to do."""
 
 
 @dataclass
@@ -203,12 +198,14 @@ def _sql_path(path: Path) -> str:
 
 
 def duckdb_counts(path: Path) -> dict[str, int]:
-    conn = duckdb.connect(str(path), read_only=True)
+    """Rows per table of schema main. The table names come from the file
+    (an archive is hostile), so they go into the SQL quoted, never as text."""
+    conn = open_duckdb_as_data(path)
     try:
         tables = [r[0] for r in conn.execute(
-            "SELECT table_name FROM information_schema.tables "
-            "WHERE table_catalog = current_database() AND table_schema = 'main' ORDER BY 1").fetchall()]
-        return {t: conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables}
+            "SELECT table_name FROM duckdb_tables() "
+            "WHERE database_name = current_database() AND schema_name = 'main' ORDER BY 1").fetchall()]
+        return {t: conn.execute(f"SELECT count(*) FROM main.{quote_identifier(t)}").fetchone()[0] for t in tables}
     finally:
         conn.close()
 
@@ -337,7 +334,8 @@ def create_backup(dest: Path | str | None = None, *, include_dagster: bool = Tru
         raise BackupError(f"The archive {target} is inside KB_HOME {home}. Choose a folder outside it.")
     if target.exists():
         raise BackupError(f"{target} exists already. Choose another name; kb does not overwrite a backup.")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.parent.exists():
+        make_private_folder(target.parent)  # kb makes it: the owner's only (kb/private_files.py)
     if check_no_run is not None:
         check_no_run(settings)
 
@@ -352,6 +350,8 @@ def create_backup(dest: Path | str | None = None, *, include_dagster: bool = Tru
         partial = Path(tmp) / "archive.tar.gz"
         with tarfile.open(partial, "w:gz") as tar:
             tar.add(stage, arcname=top)
+        # The archive holds all of KB_HOME: the owner's only, whatever the umask.
+        os.chmod(partial, FILE_MODE)
         os.replace(partial, target)  # the archive appears whole, or not at all
     return BackupResult(target, manifest, round(time.monotonic() - started, 2))
 
@@ -441,15 +441,21 @@ def restore_backup(archive: Path | str, *, force: bool = False, settings: Settin
     if present and not force:
         raise BackupError(f"KB_HOME {home} is not empty ({', '.join(present[:5])}). Restore into an empty "
                           "folder, or use --force to move what is there aside first.")
-    home.mkdir(parents=True, exist_ok=True)
+    make_private_folder(home)
 
     with tempfile.TemporaryDirectory(dir=home, prefix=STAGE_PREFIX) as tmp:
         root = _unpack(archive, Path(tmp) / "archive")
         manifest = _read_manifest(root, archive)
         checked = _verify_checksums(root, manifest, archive)
-        _check_dagster_yaml(root / "dagster" / "dagster.yaml", archive)
+        check_dagster_yaml(root / "dagster" / "dagster.yaml", archive)
+        check_duckdb(root / DUCKDB_FILE, archive)
+        check_lancedb(root / "lancedb", archive)
+        check_dagster_home(root / "dagster", archive)
         new_home = Path(tmp) / "home"
         _build_home(root, manifest, new_home)
+        # The members carry the modes of the machine that wrote them (0644):
+        # the restored home is the owner's only, whatever they say.
+        make_tree_private(new_home)
         _verify_restored(new_home, manifest, home)
         moved = _move_aside(home, present) if present else None
         _move_in(new_home, home, moved)
@@ -460,7 +466,7 @@ def _unpack(archive: Path, tmp: Path) -> Path:
     try:
         with tarfile.open(archive, "r:gz") as tar:
             members = tar.getmembers()
-            _check_members(members, archive)
+            check_members(members, archive)
             # The "data" filter refuses absolute paths, `..`, links out of the
             # folder and device files as well: a second wall.
             tar.extractall(tmp, members=members, filter="data")
@@ -472,32 +478,6 @@ def _unpack(archive: Path, tmp: Path) -> Path:
     return tops[0]
 
 
-def _check_members(members: list[tarfile.TarInfo], archive: Path) -> None:
-    """Plain files and folders with plain relative paths only."""
-    for member in members:
-        if not (member.isfile() or member.isdir()):
-            raise BackupError(f"{archive} is refused: the member {member.name!r} is a link or a special file. "
-                              "A kb backup holds plain files and folders only; nothing was restored.")
-        problem = unsafe_path(member.name)
-        if problem:
-            raise BackupError(f"{archive} is refused: the member {member.name!r} {problem}; nothing was restored.")
-
-
-def unsafe_path(path: str) -> str | None:
-    """Why a path from an archive is not safe to use, or None. Safe: relative,
-    no empty, `.` or `..` part, no `.git` part at any depth (in any case)."""
-    if not isinstance(path, str) or not path or "\0" in path or "\\" in path:
-        return "is not a plain path"
-    if path.startswith("/"):
-        return "is an absolute path"
-    parts = path.rstrip("/").split("/")
-    if any(part in ("", ".", "..") for part in parts):
-        return "has an empty, `.` or `..` part"
-    if any(part.lower() == ".git" for part in parts):
-        return "is under .git (git hooks and config run code)"
-    return None
-
-
 def _read_manifest(root: Path, archive: Path) -> dict:
     try:
         manifest = json.loads((root / MANIFEST).read_text())
@@ -506,86 +486,8 @@ def _read_manifest(root: Path, archive: Path) -> dict:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         format_ = manifest.get("format") if isinstance(manifest, dict) else None
         raise BackupError(f"{archive} has backup format {format_!r}; this kb reads format {FORMAT}.")
-    _check_manifest(manifest, archive)
+    check_manifest(manifest, archive)
     return manifest
-
-
-def _check_manifest(manifest: dict, archive: Path) -> None:
-    """Every path, commit id and branch name that the restore acts on."""
-    problems = []
-    files = manifest.get("files", {})
-    if not isinstance(files, dict):
-        problems.append("`files` is not a mapping")
-        files = {}
-    for name in files:
-        if why := unsafe_path(name):
-            problems.append(f"files: {name!r} {why}")
-    wiki = manifest.get("wiki")
-    if wiki is not None:
-        if not isinstance(wiki, dict):
-            raise BackupError(f"{archive} is refused: the wiki part of its {MANIFEST} is not a mapping.")
-        for key in ("uncommitted_files", "uncommitted_deletions"):
-            paths = wiki.get(key, [])
-            for path in paths if isinstance(paths, list) else [paths]:
-                if why := unsafe_path(path):
-                    problems.append(f"wiki {key}: {path!r} {why}")
-        for key in ("head", "change_in_progress"):
-            value = wiki.get(key)
-            if (key == "head" or value is not None) and not (isinstance(value, str) and COMMIT_ID.fullmatch(value)):
-                problems.append(f"wiki {key}: {str(value)[:80]!r} is not a commit id")
-        branch = wiki.get("branch")
-        if branch is not None and not _plain_branch(branch):
-            problems.append(f"wiki branch: {str(branch)[:80]!r} is not a plain branch name")
-    if problems:
-        raise BackupError(f"{archive} is refused: its {MANIFEST} names what a restore must not touch; nothing "
-                          f"was restored. {len(problems)} problem(s), for example: " + "; ".join(problems[:5]))
-
-
-def _plain_branch(name) -> bool:
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,99}", name):
-        return False
-    return ".." not in name and not name.endswith((".lock", "/", ".")) and "//" not in name
-
-
-def _check_dagster_yaml(path: Path, archive: Path) -> None:
-    """Dagster imports every class that its dagster.yaml names (storage, run
-    launcher, coordinator, compute logs, logging handlers). A restored file
-    may name kb's and Dagster's classes only."""
-    if not path.is_file():
-        return
-    import yaml
-
-    try:
-        config = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise BackupError(f"{archive} is refused: its dagster/dagster.yaml is not YAML ({exc}).") from exc
-    foreign = sorted(set(_foreign_classes(config)))
-    if foreign:
-        raise BackupError(f"{archive} is refused: its dagster/dagster.yaml names code that is not kb's or "
-                          f"Dagster's ({', '.join(foreign[:5])}); Dagster would import it. Nothing was restored.")
-
-
-def _foreign_classes(node, key: str = "") -> list[str]:
-    found = []
-    if isinstance(node, dict):
-        module = node.get("module")
-        if module is not None and not _own_module(module):
-            found.append(f"module {module}")
-        for name in ("class", "()"):
-            value = node.get(name)
-            if module is None and value is not None and not _own_module(str(value).rsplit(".", 1)[0]):
-                found.append(f"{name} {value}")  # a dotted path, as logging's dictConfig takes it
-        for child_key, child in node.items():
-            found += _foreign_classes(child, str(child_key))
-    elif isinstance(node, list):
-        for child in node:
-            found += _foreign_classes(child, key)
-    return found
-
-
-def _own_module(module) -> bool:
-    module = str(module)
-    return any(module == root or module.startswith(root + ".") for root in DAGSTER_YAML_MODULES)
 
 
 def _verify_checksums(root: Path, manifest: dict, archive: Path) -> int:
@@ -668,7 +570,7 @@ def move(source: Path, target: Path) -> None:
 def _restore_wiki(root: Path, facts: dict, wiki: Path) -> None:
     # init and fetch every ref, not clone: a clone keeps only one local
     # branch and adds a remote that names the temp bundle. The paths, ids
-    # and branch of `facts` were checked (_check_manifest), so git cannot
+    # and branch of `facts` were checked (check_manifest), so git cannot
     # read them as options; the checks below and in _copy_tree keep them
     # from leaving the wiki through a link that a restored commit holds.
     wiki.mkdir(parents=True)

@@ -34,7 +34,11 @@ Settings (kb/settings.py):
   is not public, as `host` or `host:port` (for example 127.0.0.1:8123 for
   a test site, or a wiki on the home network). The host is compared as it
   is written in the link, before DNS: a name that resolves to an allowed
-  address is not allowed by that.
+  address is not allowed by that. A loopback host (localhost, 127.0.0.1,
+  ::1, 0.0.0.0) needs its port: an entry without one is refused with
+  AllowListError when the guard is made, and `kb status` shows it. An
+  entry without a port never reaches a loopback address, also when its
+  name resolves to one.
 - KB_FETCH_RESOLVE: `name=address` pairs that the guard uses instead of
   DNS (as curl --resolve). The guard still checks the address. Tests use
   it to give a public-looking name a loopback address.
@@ -188,17 +192,72 @@ def _system_resolver(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(info[4][0] for info in infos))
 
 
+class AllowListError(ValueError):
+    """An entry of KB_FETCH_ALLOW_HOSTS that kb does not take. The message
+    names the entry and says how to write it."""
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for a name or an address of this machine itself: localhost,
+    *.localhost, 127.0.0.0/8, ::1, the unspecified address (a connection
+    to 0.0.0.0 reaches loopback) and their IPv4-mapped forms."""
+    name = canonical_host(host)
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    ip = ip_literal(name)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip is not None and (ip.is_loopback or ip.is_unspecified)
+
+
 def parse_allowed_hosts(value: str) -> frozenset[str]:
     """`host` or `host:port` entries, comma-separated, in canonical form.
-    An IPv6 address with a port is written [::1]:8080."""
+    An IPv6 address with a port is written [::1]:8080.
+
+    A loopback host needs a port: without one, the entry would allow every
+    service of this machine, the Dagster UI too (it has no login and starts
+    runs). Raises AllowListError for such an entry and for a port that is
+    not a number from 1 to 65535."""
     entries = set()
     for raw in value.split(","):
         raw = raw.strip()
         if not raw:
             continue
-        host, port = _split_host_port(raw)
+        host, port = _allowed_entry(raw)
+        if port is None and is_loopback_host(host):
+            shown = f"[{canonical_host(host)}]" if ":" in canonical_host(host) else canonical_host(host)
+            raise AllowListError(f"KB_FETCH_ALLOW_HOSTS entry {raw!r} is a loopback host without a port: it would "
+                                 "allow every service on this machine, the Dagster UI too. Write the port of "
+                                 f"the one service to allow, for example {shown}:8080.")
         entries.add(f"{canonical_host(host)}:{port}" if port else canonical_host(host))
     return frozenset(entries)
+
+
+def allowlist_readiness(settings: Settings) -> tuple[bool, str]:
+    """For `kb status`: whether KB_FETCH_ALLOW_HOSTS is valid, and what it allows."""
+    try:
+        entries = parse_allowed_hosts(settings.kb_fetch_allow_hosts)
+    except AllowListError as exc:
+        return False, f"{exc} Until then, every link fetch fails."
+    return True, "public addresses" + (f" and {', '.join(sorted(entries))}" if entries else " only")
+
+
+def _allowed_entry(raw: str) -> tuple[str, int | None]:
+    """The host and the port of one KB_FETCH_ALLOW_HOSTS entry: `host`,
+    `host:port`, an IPv6 address, or `[IPv6]:port`."""
+    if raw.startswith("["):
+        host, close, rest = raw[1:].partition("]")
+        port_text = rest[1:] if close and rest.startswith(":") else None
+        if not close or (rest and port_text is None):
+            port_text = ""  # refused below: text after the address that is not :port
+    elif raw.count(":") == 1:
+        host, _, port_text = raw.partition(":")
+    else:
+        host, port_text = raw, None  # a name, an IPv4 address or an IPv6 address without a port
+    if port_text is not None and not (port_text.isdigit() and 0 < int(port_text) < 65536):
+        raise AllowListError(f"KB_FETCH_ALLOW_HOSTS entry {raw!r} has a port that is not a number from 1 to 65535. "
+                             "Write host or host:port, for example 192.168.1.20:8080 or [::1]:8080.")
+    return host, int(port_text) if port_text else None
 
 
 def _split_host_port(text: str) -> tuple[str, int | None]:
@@ -277,6 +336,13 @@ class FetchGuard:
                 why = why_refused(ip)
                 if why:
                     raise PrivateAddress(written, str(ip), why, port=port, literal=literal is not None)
+        elif f"{name}:{port}" not in self.allowed_hosts:
+            # Allowed by an entry without a port: never a loopback address,
+            # also when a name resolves to one (/etc/hosts, a pin).
+            for ip in found:
+                if is_loopback_host(str(ip)):
+                    raise PrivateAddress(written, str(ip), "loopback needs an entry with its port in "
+                                         "KB_FETCH_ALLOW_HOSTS", port=port, literal=literal is not None)
         return found
 
     def connect(self, host: str, port: int, timeout: float | None = None,

@@ -6,12 +6,27 @@ setting), the password part of the wiki remote's address, and the value of
 each cookie of the X login. The wiki goes into the search index, the MCP
 server and a remote, so the worker scans every change of the agent before
 it commits, and every commit before a push (kb/wiki/repo.py).
+
+The scan finds each secret as it is, and also in the forms that a model or
+a page can give it without a change of one bit:
+- base64, standard and URL-safe, at each of the three alignments: the
+  secret can start at any byte of an encoded block, so each alignment
+  gives other characters. Only the characters that the secret alone
+  decides are compared. Line breaks do not hide it (MIME and PEM break
+  base64 into lines).
+- hex, in any case (lower, upper, or mixed), also broken into lines;
+- percent-encoding (URL encoding) of any of its characters, also encoded
+  twice or three times.
+The forms are made once for each set of secrets (encoded_forms).
 """
 
 from __future__ import annotations
 
+import base64
 import json
+from functools import lru_cache
 from pathlib import Path
+from urllib.parse import unquote
 
 from kb.settings import Settings, get_settings, named_secret_values
 
@@ -41,7 +56,70 @@ def x_login_cookies(path: Path) -> dict[str, str]:
             if isinstance(c, dict) and c.get("value")}
 
 
+# Characters of base64 that each byte offset of the secret in a block
+# shares with the bytes before it: they do not say anything of the secret.
+B64_SKIP = (0, 2, 3)
+# Characters of the last, part-filled block that the secret alone decides,
+# by the number of its bytes in that block (0, 1 or 2).
+B64_TAIL = (0, 1, 2)
+URL_SAFE = str.maketrans("+/", "-_")
+# A text can encode a secret twice or more (%2541 is %41 is "A").
+URL_DECODE_ROUNDS = 3
+WHITESPACE = str.maketrans("", "", " \t\r\n\f\v")
+
+
+def base64_cores(raw: bytes) -> list[str]:
+    """The base64 characters that `raw` decides at each of the three byte
+    offsets in the encoded block, in the standard alphabet."""
+    cores = []
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + raw).decode("ascii")
+        length = offset + len(raw)
+        cores.append(encoded[B64_SKIP[offset]:(length // 3) * 4 + B64_TAIL[length % 3]])
+    return cores
+
+
+@lru_cache(maxsize=8)
+def encoded_forms(secrets: tuple[tuple[str, str], ...]) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
+    """For each (name, value): the name, the base64 forms (standard and
+    URL-safe, three alignments) and the hex form (lower case). Made once
+    for each set of secrets: the scan runs for each wiki change."""
+    forms = []
+    for name, value in secrets:
+        raw = value.encode("utf-8")
+        cores = base64_cores(raw)
+        b64 = tuple(dict.fromkeys(cores + [core.translate(URL_SAFE) for core in cores]))
+        forms.append((name, b64, (raw.hex(),)))
+    return tuple(forms)
+
+
+def _found(text: str, secrets: dict[str, str]) -> set[tuple[str, str]]:
+    """(name, form) for each form of each secret in `text`."""
+    if not text or not secrets:
+        return set()
+    squeezed = text.translate(WHITESPACE)
+    lowered = squeezed.lower()
+    decoded = [text]
+    while "%" in decoded[-1] and len(decoded) <= URL_DECODE_ROUNDS:
+        once = unquote(decoded[-1], errors="surrogateescape")
+        if once == decoded[-1]:
+            break
+        decoded.append(once)
+    found = set()
+    for name, b64, hexes in encoded_forms(tuple(sorted(secrets.items()))):
+        value = secrets[name]
+        if any(value in view for view in decoded):
+            found.add((name, "text"))
+        found.update((name, f"base64 {form}") for form in b64 if form in squeezed)
+        found.update((name, f"hex {form}") for form in hexes if form in lowered)
+    return found
+
+
 def secrets_in(text: str, secrets: dict[str, str], *, already: str = "") -> list[str]:
-    """The names of the secrets whose value is in `text` and was not in
-    `already` (the text before the change)."""
-    return sorted(name for name, value in secrets.items() if value in text and value not in already)
+    """The names of the secrets whose value, or a base64, hex or
+    percent-encoded form of it, is in `text` and was not in `already` (the
+    text before the change) in that same form."""
+    found = _found(text, secrets)
+    if found and already:
+        found -= _found(already, secrets)
+    return sorted({name for name, _ in found})

@@ -15,6 +15,7 @@ from kb_assets.jobs import (
     transcribe_job, translate_job, wiki_index_job, x_sync_job)
 from kb_assets.telegram.sources import source_intake_job
 from kb_assets.wiki.wiki_pages import wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job
+from kb.private_files import private_process
 from kb.settings import Settings, get_settings
 from kb_resources.services import (
     BrowserResource,
@@ -36,6 +37,9 @@ from sensors.wiki_results import wiki_results_sensor
 from sensors.stuck_steps import stuck_steps_sensor
 from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 
+# Each file that a run writes is the owner's only: `dagster dev` and the
+# run workers it starts do not come through the kb CLI (kb/private_files.py).
+private_process()
 # dagster dev, the daemon and every code server load this module: each of
 # them then finds kb's dagster.yaml (pools, run monitoring, retries).
 ensure_on_load()

@@ -3,6 +3,7 @@ no test reads the owner's ~/.config/kb."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -45,7 +46,7 @@ def restore_environ():
 @pytest.fixture(autouse=True)
 def kb_home(tmp_path, monkeypatch):
     home = tmp_path / "kb_home"
-    home.mkdir()
+    home.mkdir(mode=0o700)  # as kb makes it: a wider mode makes each kb command say that it tightened it
     config = tmp_path / "config"
     config.mkdir(mode=0o700)
     monkeypatch.setenv("KB_HOME", str(home))
@@ -73,11 +74,50 @@ def kb_home(tmp_path, monkeypatch):
 
 @pytest.fixture
 def loopback_fetches(monkeypatch):
-    """Let kb's fetch guard reach every port of 127.0.0.1 and localhost, for test files
-    whose loopback sites fetch links (`pytestmark = pytest.mark.usefixtures(
-    "loopback_fetches")`). The guard refuses loopback by default; the tests of
-    the guard itself (tests/test_fetch_guard.py) allow one port at a time."""
-    monkeypatch.setenv("KB_FETCH_ALLOW_HOSTS", "127.0.0.1,localhost")
+    """Let kb's fetch guard reach the loopback servers of this test, by port,
+    for test files whose loopback sites fetch links (`pytestmark =
+    pytest.mark.usefixtures("loopback_fetches")`). The guard refuses
+    loopback by default, and a loopback entry of KB_FETCH_ALLOW_HOSTS needs
+    its port (kb/fetch_guard.py). So the fixture allows each port on which
+    this process listens: the servers of module fixtures, which started
+    before it, and each server that starts later in the test (it watches
+    socketserver's listen). Every other loopback port stays refused."""
+    import socketserver
+
+    ports = set(listening_ports())
+
+    def publish() -> None:
+        monkeypatch.setenv("KB_FETCH_ALLOW_HOSTS",
+                           ",".join(f"{host}:{port}" for port in sorted(ports) for host in ("127.0.0.1", "localhost")))
+
+    listen = socketserver.TCPServer.server_activate
+
+    def server_activate(server) -> None:
+        listen(server)
+        if isinstance(server.server_address, tuple):  # not a Unix socket (a subclass too): it has a path
+            ports.add(server.server_address[1])
+            publish()
+
+    monkeypatch.setattr(socketserver.TCPServer, "server_activate", server_activate)
+    publish()
+
+
+def listening_ports() -> list[int]:
+    """The TCP ports on which this process listens (Linux /proc)."""
+    sockets = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                sockets.add(target[8:-1])
+    ports = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as fh:
+            for line in fh.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in sockets:  # 0A: LISTEN
+                    ports.append(int(fields[1].rsplit(":", 1)[1], 16))
+    return sorted(set(ports))
 
 
 @pytest.fixture

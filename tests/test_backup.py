@@ -177,6 +177,27 @@ def test_the_backup_schedule_keeps_the_newest_archives_and_the_newest_restores_e
     assert any((home / "raw" / "x").rglob("*.json"))
 
 
+def test_a_restored_home_is_the_owners_only(store, tmp_path, monkeypatch):
+    """The archive's members carry modes such as 0644; the restored home
+    has 0700 folders and 0600 files all the same (kb/private_files.py)."""
+    from tests.private_modes import open_to_others, open_umask
+
+    home = tmp_path / "restored"
+    point_at(monkeypatch, home)
+
+    def open_modes(top: Path, manifest: dict) -> None:
+        for path in [top, *top.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+    archive = repacked(store["archive"], tmp_path, open_modes)
+    with tarfile.open(archive) as tar:
+        assert all(m.mode & 0o044 for m in tar.getmembers())  # the archive gives group and others read
+    with open_umask():
+        restore_backup(archive)
+    assert (home / "kb.duckdb").is_file() and (home / "wiki" / ".git").is_dir()
+    assert open_to_others(home) == []
+
+
 def test_restore_refuses_a_home_that_is_not_empty(store, tmp_path, monkeypatch):
     home = tmp_path / "busy"
     home.mkdir()
@@ -409,6 +430,115 @@ def test_restore_writes_nothing_through_a_link_that_a_restored_commit_holds(stor
         restore_backup(repacked(store["archive"], tmp_path, link_raw))
     assert list(outside.iterdir()) == []
     assert_nothing_restored(home, victim)
+
+
+def forge_duckdb(sql: str, name: str | None = None):
+    """An edit for repacked(): run `sql` (may use {q}, the quoted `name`)
+    on the archive's kb.duckdb, with real DuckDB, and list the new table in
+    the manifest's counts so that the counts match."""
+    import duckdb
+
+    def edit(top: Path, manifest: dict) -> None:
+        quoted = '"' + name.replace('"', '""') + '"' if name else ""
+        with duckdb.connect(str(top / "kb.duckdb")) as conn:
+            conn.execute(sql.format(q=quoted))
+        if name:
+            manifest["counts"]["duckdb"][name] = 0
+
+    return edit
+
+
+def test_restore_refuses_a_table_name_that_holds_sql_and_writes_no_file(store, tmp_path, monkeypatch):
+    """The table name closes the quote of `SELECT count(*) FROM "..."` and
+    adds a COPY that writes a .pth file (code at the next Python start).
+    The restore must read the name as data, refuse the file by name, write
+    nothing and leave KB_HOME as it was."""
+    home = tmp_path / "busy"
+    home.mkdir()
+    (home / "kb.duckdb").write_bytes(b"the owner's data")
+    point_at(monkeypatch, home)
+    planted = tmp_path / "kb_pwned.pth"
+    name = f"bookmarks\"; COPY (SELECT 'import os') TO '{planted}' (FORMAT csv, HEADER false); --"
+    hostile = repacked(store["archive"], tmp_path, forge_duckdb("CREATE TABLE {q} (x INTEGER)", name))
+
+    with pytest.raises(BackupError, match=f"its member kb.duckdb holds .*table {re.escape(repr('main.' + name))}.*"
+                                          "Nothing was restored"):
+        restore_backup(hostile, force=True)
+    assert not planted.exists()
+    assert sorted(p.name for p in home.iterdir()) == ["kb.duckdb"]
+    assert (home / "kb.duckdb").read_bytes() == b"the owner's data"
+
+
+@pytest.mark.parametrize("sql, refused", [
+    # A view or a macro is SQL that runs each time kb reads it: here it
+    # would read a file of the owner into kb's data.
+    ("CREATE VIEW leak AS SELECT * FROM read_text('/etc/hostname')", "view 'main.leak'"),
+    ("CREATE MACRO clean(x) AS x", "macro 'main.clean'"),
+    ("CREATE SCHEMA extra", "schema 'extra'"),
+    ("CREATE TABLE Bookmarks2 (x INTEGER)", "table 'main.Bookmarks2'"),
+])
+def test_restore_refuses_a_duckdb_file_with_more_than_plain_tables(store, tmp_path, target_home, sql, refused):
+    home, victim = target_home
+    with pytest.raises(BackupError, match=f"its member kb.duckdb holds .*{re.escape(refused)}"):
+        restore_backup(repacked(store["archive"], tmp_path, forge_duckdb(sql)))
+    assert_nothing_restored(home, victim)
+
+
+def test_restore_refuses_a_lance_table_that_reads_files_outside_the_archive(store, tmp_path, target_home):
+    """A Lance manifest can name a base path elsewhere (a folder of the
+    owner, a bucket): the restore would read it as part of the index."""
+    import lance
+    import pyarrow as pa
+
+    home, victim = target_home
+    outside = tmp_path / "outside"
+
+    def add_table(top: Path, manifest: dict) -> None:
+        lance.write_dataset(pa.table({"x": [1]}), str(top / "lancedb" / "extra.lance"),
+                            initial_bases=[lance.DatasetBasePath(str(outside), name="elsewhere")],
+                            target_bases=["elsewhere"])
+        manifest["counts"]["lancedb"]["extra"] = {"rows": 1, "version": 1, "indices": []}
+
+    with pytest.raises(BackupError, match=f"its member lancedb/ reads files outside the archive "
+                                          f"\\(extra.lance version 1: base path '{re.escape(str(outside))}'"):
+        restore_backup(repacked(store["archive"], tmp_path, add_table))
+    assert_nothing_restored(home, victim)
+
+
+def test_restore_refuses_a_trigger_in_a_dagster_database(store, tmp_path, target_home):
+    """A trigger runs its SQL each time Dagster writes: here it would tag
+    every new run kb/override, and the quality gate would let it pass."""
+    import sqlite3
+
+    home, victim = target_home
+
+    def add_trigger(top: Path, manifest: dict) -> None:
+        conn = sqlite3.connect(top / "dagster" / "history" / "runs.db")
+        conn.execute("CREATE TRIGGER override AFTER INSERT ON runs BEGIN "
+                     "INSERT INTO run_tags (run_id, key, value) VALUES (new.run_id, 'kb/override', 'x'); END")
+        conn.commit()
+        conn.close()  # the close folds the write-ahead log into runs.db
+
+    with pytest.raises(BackupError, match="its Dagster home holds .*dagster/history/runs.db holds a trigger 'override'"):
+        restore_backup(repacked(store["archive"], tmp_path, add_trigger))
+    assert_nothing_restored(home, victim)
+
+
+def test_the_counts_of_a_restored_file_read_it_with_external_access_off(tmp_path):
+    """The second wall: even a statement that gets into the SQL of a
+    count cannot reach a file."""
+    import duckdb
+
+    from kb.archive_checks import open_duckdb_as_data
+
+    path = tmp_path / "kb.duckdb"
+    duckdb.connect(str(path)).close()
+    with open_duckdb_as_data(path) as conn:
+        with pytest.raises(duckdb.PermissionException, match="disabled by configuration"):
+            conn.execute(f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'")
+        with pytest.raises(duckdb.Error, match="locked"):
+            conn.execute("SET enable_external_access = true")
+    assert not (tmp_path / "out.csv").exists()
 
 
 # --- the old data stays until the new data is complete ------------------------------------------

@@ -12,11 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.private_modes import open_to_others, open_umask
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
 def test_demo_runs_the_whole_graph_on_an_empty_home(tmp_path, monkeypatch):
+    with open_umask():  # as on many systems: only kb's own rule makes the home private
+        run_the_demo_commands(tmp_path, monkeypatch)
+
+
+def run_the_demo_commands(tmp_path, monkeypatch):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     home = cwd / "kb-demo"
@@ -71,6 +78,10 @@ def test_demo_runs_the_whole_graph_on_an_empty_home(tmp_path, monkeypatch):
     assert report["capture"]["last_sync"] is not None
     # kb status names the settings file that it read.
     assert report["settings_file"] == str(Path(os.environ["KB_ENV_FILE"]).resolve())
+    # The home that the demo, kb up (its logs), status and search made is
+    # the owner's only: each folder 0700, each file 0600 (kb/private_files.py).
+    assert (home / "logs").is_dir() and (home / "dagster").is_dir()
+    assert open_to_others(home) == []
 
 
 def free_port() -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import re
 import socket
 from datetime import datetime, timezone
 
@@ -195,6 +196,82 @@ def test_the_allow_list_is_by_host_and_port_as_written():
     with pytest.raises(PrivateAddress):
         # A name that resolves to an allowed address is not allowed by that.
         pinned.addresses("evil.example", 8123)
+
+
+@pytest.mark.parametrize("entry", ["127.0.0.1", "localhost", "LocalHost.", "dagster.localhost", "::1", "[::1]",
+                                   "127.0.0.2", "2130706433", "0.0.0.0", "::ffff:127.0.0.1", "127.0.0.1:"])
+def test_a_loopback_entry_without_a_port_is_refused_by_name(monkeypatch, entry):
+    """Without a port, a loopback entry would allow every service of the
+    machine: the Dagster UI (no login, starts runs), the search page, a
+    database. The error names the entry; nothing is allowed."""
+    from kb.fetch_guard import AllowListError, parse_allowed_hosts
+
+    problem = "has a port that is not a number" if entry.endswith(":") else "is a loopback host without a port"
+    with pytest.raises(AllowListError, match=f"KB_FETCH_ALLOW_HOSTS entry {re.escape(repr(entry))} {problem}"):
+        parse_allowed_hosts(f"wiki.home, {entry}")
+    monkeypatch.setenv("KB_FETCH_ALLOW_HOSTS", f"wiki.home,{entry}")
+    with pytest.raises(AllowListError, match=re.escape(repr(entry))):
+        FetchGuard.from_settings()
+    with pytest.raises(AllowListError):
+        FetchGuard().allowing(entry)
+
+
+@pytest.mark.parametrize("entry", ["127.0.0.1:0", "127.0.0.1:65536", "wiki.home:http", "[::1]x", "[::1", "[::1]:"])
+def test_an_entry_with_a_port_that_is_not_a_port_is_refused(entry):
+    from kb.fetch_guard import AllowListError, parse_allowed_hosts
+
+    with pytest.raises(AllowListError, match=f"{re.escape(repr(entry))} has a port that is not a number from 1 to"):
+        parse_allowed_hosts(entry)
+
+
+def test_a_loopback_entry_with_a_port_allows_that_port_only():
+    guard = FetchGuard().allowing("127.0.0.1:8123", "localhost:8124", "[::1]:8125")
+    assert guard.addresses("127.0.0.1", 8123) == [ipaddress.ip_address("127.0.0.1")]
+    assert guard.is_allowed_host("localhost", 8124) and guard.addresses("[::1]", 8125)
+    for host, port in (("127.0.0.1", 3000), ("127.0.0.1", 8124), ("localhost", 8123), ("[::1]", 8123)):
+        with pytest.raises(PrivateAddress):
+            guard.addresses(host, port)
+
+
+def test_a_name_allowed_without_a_port_reaches_no_loopback_address():
+    """A public name may be allowed without a port (the rule for the home
+    network stays). If it resolves to loopback (/etc/hosts, a pin, a DNS
+    answer), that entry does not open loopback."""
+    guard = FetchGuard(allowed_hosts=frozenset({"wiki.home"}),
+                       pins={"wiki.home": ("127.0.0.1",)})
+    with pytest.raises(PrivateAddress, match=r"wiki.home:3000 resolves to 127.0.0.1 \(loopback needs an entry"):
+        guard.addresses("wiki.home", 3000)
+    lan = FetchGuard(allowed_hosts=frozenset({"wiki.home"}), pins={"wiki.home": ("192.168.1.20",)})
+    assert lan.addresses("wiki.home", 8080) == [ipaddress.ip_address("192.168.1.20")]
+
+
+def test_the_loopback_fixture_allows_the_servers_of_the_test_and_no_other_port(loopback_fetches):
+    """tests/conftest.py's loopback_fetches: the ports on which this test
+    listens, not every port of loopback."""
+    site = LoopbackServer()
+    site.bind(QuietHandler)
+    with site, socket.socket() as other:
+        other.bind(("127.0.0.1", 0))  # bound, not listening: not a server of the test
+        guard = FetchGuard.from_settings()
+        assert guard.addresses("127.0.0.1", site.server.server_port)
+        assert guard.addresses("localhost", site.server.server_port)
+        with pytest.raises(PrivateAddress):
+            guard.addresses("127.0.0.1", other.getsockname()[1])
+        with pytest.raises(PrivateAddress):
+            guard.addresses("127.0.0.1", 3000)
+
+
+def test_kb_status_shows_a_refused_entry(monkeypatch):
+    from kb.apps.status import _services
+    from kb.settings import get_settings
+
+    monkeypatch.setenv("KB_FETCH_ALLOW_HOSTS", "localhost")
+    line = _services(get_settings())["fetch_allowlist"]
+    assert not line["ready"] and "KB_FETCH_ALLOW_HOSTS entry 'localhost' is a loopback host without a port" in \
+        line["detail"] and "localhost:8080" in line["detail"]
+    monkeypatch.setenv("KB_FETCH_ALLOW_HOSTS", "localhost:8080")
+    assert _services(get_settings())["fetch_allowlist"] == {"ready": True,
+                                                            "detail": "public addresses and localhost:8080"}
 
 
 def test_links_that_are_not_web_addresses_are_refused():

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import sys
 import threading
 from pathlib import Path
@@ -24,10 +23,9 @@ from urllib.parse import urlsplit
 
 from kb.x.browser import BrowserNotFound, chromium_launch_options, is_x_host
 from kb.atomic_files import write_atomic
+from kb.private_files import FILE_MODE, make_private_folder
 from kb.settings import Settings
 
-FILE_MODE = 0o600
-FOLDER_MODE = 0o700
 # The cookie that X sets when a sign-in succeeds.
 X_SESSION_COOKIE = "auth_token"
 
@@ -74,18 +72,6 @@ def check_state_path(path: Path, settings: Settings) -> Path:
             "e.g. ~/.config/kb/state.json."
         )
     return resolved
-
-
-def make_private_folder(folder: Path) -> None:
-    """Create the folder (and missing parents) with mode 0700; tighten it when
-    it exists with a wider mode. chmod after mkdir makes the mode exact,
-    whatever the umask is."""
-    missing = [p for p in [folder, *folder.parents] if not p.exists()]
-    for part in reversed(missing):
-        part.mkdir(mode=FOLDER_MODE)
-        os.chmod(part, FOLDER_MODE)
-    if stat.S_IMODE(folder.stat().st_mode) != FOLDER_MODE:
-        os.chmod(folder, FOLDER_MODE)
 
 
 def save_login_state(state: dict, settings: Settings) -> Path:

@@ -137,6 +137,7 @@ def _services(settings: Settings) -> dict:
     from kb.wiki.agent import WikiAgent
     from kb.wiki.sandbox import sandbox_status
     from kb.telegram.bot_token import readiness as telegram_readiness
+    from kb.fetch_guard import allowlist_readiness
 
     checks = {
         # Browser.readiness() covers the X login state too, and never shows its content.
@@ -152,6 +153,7 @@ def _services(settings: Settings) -> dict:
         "wiki_agent": WikiAgent.from_settings(settings).readiness,
         "agent_sandbox": lambda: sandbox_status(settings.kb_agent_sandbox),
         "telegram": lambda: telegram_readiness(settings),
+        "fetch_allowlist": lambda: allowlist_readiness(settings),
     }
     services = {}
     for name, check in checks.items():
