@@ -194,8 +194,8 @@ def test_the_guard_checks_the_websocket_handshake_and_the_bound_host():
     from starlette.testclient import WebSocketDenialResponse
 
     client = guarded()
-    with client.websocket_connect("ws://127.0.0.1:3000/graphql", headers={"origin": "http://127.0.0.1:3000"}) as socket:
-        assert socket.receive_text() == "open"
+    with client.websocket_connect("ws://127.0.0.1:3000/graphql", headers={"origin": "http://127.0.0.1:3000"}) as ws:
+        assert ws.receive_text() == "open"
     for headers, status, reason in (({"origin": "http://127.0.0.1:8000"}, 403, "Origin 'http://127.0.0.1:8000'"),
                                     ({"host": "rebind.evil.example:3000"}, 400, "Host 'rebind.evil.example:3000'")):
         # The handshake gets an HTTP answer with the reason, never the socket.
@@ -203,13 +203,18 @@ def test_the_guard_checks_the_websocket_handshake_and_the_bound_host():
             with client.websocket_connect("ws://127.0.0.1:3000/graphql", headers=headers):
                 pass
         assert denied.value.status_code == status and reason in denied.value.text
-    # kb web --host 192.168.1.5: that address too; --host 0.0.0.0: any name, but still no other origin.
+    # kb web --host 192.168.1.5: that address too; --host 0.0.0.0: any IP address and the machine's name,
+    # never another name (rebinding), and still no other origin.
     lan = guarded("192.168.1.5")
     assert lan.get("/runs/a", headers={"host": "192.168.1.5:3000"}).status_code == 200
     assert lan.get("/runs/a", headers={"host": "rebind.evil.example:3000"}).status_code == 400
     anywhere = guarded("0.0.0.0")
-    assert anywhere.get("/runs/a", headers={"host": "laptop.lan:3000"}).status_code == 200
-    assert anywhere.post("/graphql", json={}, headers={"host": "laptop.lan:3000",
+    machine = socket.gethostname()
+    for host in ("192.168.1.5:3000", "[fe80::1]:3000", "127.0.0.1:3000", f"{machine}:3000"):
+        assert anywhere.get("/runs/a", headers={"host": host}).status_code == 200, host
+    for host in ("rebind.evil.example:3000", "192.168.1.5:3001"):
+        assert anywhere.get("/runs/a", headers={"host": host}).status_code == 400, host
+    assert anywhere.post("/graphql", json={}, headers={"host": "192.168.1.5:3000",
                                                        "origin": "http://evil.example"}).status_code == 403
 
 

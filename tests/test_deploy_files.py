@@ -36,6 +36,8 @@ def _check_command(argv: list[str], copied: set[str]) -> None:
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     if program == "python":
         assert argv[1] == "-m" and importlib.util.find_spec(argv[2]), argv
+        if argv[2] == "kb.apps.guarded_webserver":  # the guard runs the installed webserver script
+            assert argv[3] == "$(command -v dagster-webserver)" and (bin_dir / "dagster-webserver").exists(), argv
     elif program == "dagster":
         group = dagster_cli.commands[argv[1]]
         assert argv[2] in group.commands, argv

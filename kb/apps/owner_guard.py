@@ -14,8 +14,11 @@ refused):
 
 1. Host is a name of the served address: 127.0.0.1, localhost, [::1] or
    the host that the owner bound, with the port that the request came in
-   on. A wildcard bind (0.0.0.0, ::) accepts every Host: the owner opened
-   the server to the network on purpose, and kb warns about it.
+   on. A wildcard bind (0.0.0.0, ::; the owner opened the server to the
+   network on purpose, and kb warns about it) also accepts an IP address
+   and the name of this machine (socket.gethostname()). It refuses other
+   names: DNS rebinding always sends the attacker's own name, never an IP
+   address.
 2. An Origin header names the served origin (the scheme and the Host of the
    request), or the request is refused. WebSocket handshakes have no
    same-origin policy in the browser, so this check covers them too.
@@ -37,7 +40,9 @@ nothing.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import socket
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +72,24 @@ def host_name(bound_host: str) -> str:
 
 def allowed_names(bound_host: str) -> frozenset[str] | None:
     """The Host names that a server bound to `bound_host` answers, or None
-    for every name (a wildcard bind)."""
+    for a wildcard bind (then is_own_address() decides)."""
     name = host_name(bound_host.strip())
     if name in WILDCARD_BINDS:
         return None
     return frozenset((*LOOPBACK_NAMES, name.lower()))
+
+
+def is_own_address(name: str) -> bool:
+    """For a wildcard bind: an IP address, a loopback name or the name of
+    this machine. Not any other name: that is how DNS rebinding comes in."""
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+        return True
+    except ValueError:
+        pass
+    machine = socket.gethostname().lower()
+    short = machine.split(".")[0]
+    return name in LOOPBACK_NAMES or name in (machine, short, f"{short}.local")
 
 
 def _header(scope, name: bytes) -> str | None:
@@ -153,8 +171,6 @@ class OwnerOnly:
         return None
 
     def _host_refusal(self, scope, host: str | None) -> str | None:
-        if self.names is None:
-            return None
         if not host:
             return "the request has no Host header. kb answers only requests to its own address."
         parts = _split_host(host)
@@ -163,9 +179,11 @@ class OwnerOnly:
         default = DEFAULT_PORTS.get(scope.get("scheme", "http"))
         if parts is not None:
             name, given = parts
-            if name in self.names and (given == port or (given is None and port == default)):
+            known = is_own_address(name) if self.names is None else name in self.names
+            if known and (given == port or (given is None and port == default)):
                 return None
-        allowed = ", ".join(f"{name}:{port}" for name in sorted(self.names))
+        allowed = (", ".join(f"{name}:{port}" for name in sorted(self.names)) if self.names is not None
+                   else f"an IP address or the name of this machine, port {port}")
         return (f"Host {host!r} is not an address of this server (allowed: {allowed}). "
                 "A web page that points its own name at this machine (DNS rebinding) gets nothing.")
 
