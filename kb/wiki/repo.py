@@ -44,8 +44,9 @@ def raw_files_lock(wiki_dir: Path):
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 from kb.secret_scan import guarded_secrets, secrets_in
-from kb.wiki.checks import lost_cited_claims
+from kb.wiki.change_rules import lost_cited_claims, owner_section_problem
 from kb.wiki_files import APPEND_ONLY_FILES, agent_path_problem, wiki_page_files
+from kb.wiki.schema import DISPUTED_MARK, MANUAL_PREFIX, name_problem
 from kb.wiki.playbook import CLAUDE_MD, GITIGNORE, INDEX_MD, LOG_MD, PURPOSE_MD
 
 BRANCH = "main"
@@ -62,7 +63,7 @@ PAGE_DIRS = (
 PUSHED_REF = "refs/kb/pushed"
 # The largest diff that the agent's show_change tool returns.
 MAX_DIFF_CHARS = 60_000
-SNAPSHOT_MESSAGE = "manual: pre-ingest snapshot"
+SNAPSHOT_MESSAGE = f"{MANUAL_PREFIX} pre-ingest snapshot"
 # Written before an agent starts, removed after its change is verified or
 # rolled back. When it is still there, the run before died mid-change.
 CHANGE_MARKER = "kb-change-in-progress"
@@ -313,7 +314,7 @@ class Wiki(BaseModel):
                 verdict.problems.append(f"{path} was deleted from raw/")
             elif after_raw[path] != stat:
                 verdict.problems.append(f"{path} in raw/ was changed")
-        verdict.problems += self._lost_claims(before.sha)
+        verdict.problems += self._lost_claims(before.sha, may_delete_pages)
         lost = sorted(before.index_links - self.index_links())
         if lost and not may_delete_pages:
             verdict.problems.append(f"index.md lost {len(lost)} entries, for example {lost[0]}")
@@ -322,10 +323,12 @@ class Wiki(BaseModel):
             verdict.problems.append(f"the agent left changes that are not committed: {', '.join(left[:5])}")
         return verdict
 
-    def _lost_claims(self, sha: str) -> list[str]:
+    def _lost_claims(self, sha: str, may_delete_pages: bool = False) -> list[str]:
         """A change may move a cited claim or mark it disputed, never delete
-        it (see wiki_checks.lost_cited_claims). A source can ask the agent to
-        "delete the contradicting page"; this check does not read the source."""
+        or reword it; and it never alters the owner's lines above the marker
+        (kb.wiki.change_rules). A source can ask the agent to "delete the
+        contradicting page" or to "correct" a claim; these checks do not
+        read the source, so the source cannot talk them round."""
         changed = [c.path for c in self.changes_since(sha)
                    if c.status in ("M", "D") and c.path.startswith("wiki/") and c.path.endswith(".md")]
         before = {path: self.show(sha, path) or "" for path in changed}
@@ -334,9 +337,17 @@ class Wiki(BaseModel):
         root = self.root()
         after = {f.relative_to(root).as_posix(): f.read_text(encoding="utf-8", errors="replace")
                  for f in wiki_page_files(root)}
-        return [f"{item['page']}: the cited claim {item['claim']!r} was removed. Keep it, move it, or mark it "
-                f"disputed in a Contradictions section; never delete a cited claim"
-                for item in lost_cited_claims(before, after)]
+        problems = [f"refused: {item['page']}: the cited claim {item['claim']!r} was removed or changed. Keep its "
+                    f"words, move it, or mark it {DISPUTED_MARK} and record it in a Contradictions section; never "
+                    f"delete or reword a cited claim"
+                    for item in lost_cited_claims(before, after)]
+        lines_after = {line.strip() for text in after.values() for line in text.splitlines()}
+        for path, text in before.items():
+            problem = owner_section_problem(path, text, after.get(path), may_merge=may_delete_pages,
+                                            lines_after=lines_after)
+            if problem:
+                problems.append(f"refused: {problem}")
+        return problems
 
     # --- the agent's change, before kb commits it --------------------------------
 
@@ -370,6 +381,9 @@ class Wiki(BaseModel):
             if rule:
                 problems.append(f"refused: {rule}")
                 continue
+            if change.status == "A" and change.path.startswith("wiki/") \
+                    and (name_rule := name_problem(change.path.removeprefix("wiki/"))) is not None:
+                problems.append(f"refused: {name_rule}")
             if change.status != "D":
                 problems += self._file_refusals(before.sha, change.path, secrets)
         return problems

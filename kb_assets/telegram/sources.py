@@ -41,7 +41,6 @@ from kb.telegram.source_parsers import (
     read_file,
     render_markdown,
     render_with_browser,
-    slugify,
     split_frontmatter,
 )
 from kb.urls import normalize_url
@@ -50,6 +49,8 @@ from kb.duckdb_store import DuckDBStore
 from kb.telegram.gate import GateVerdict, read_purpose
 from kb.atomic_files import write_atomic
 from kb.wiki.repo import raw_files_lock
+from kb.wiki.schema import ID_PREFIX_CHARS, parsed_body, parsed_frontmatter, source_slug
+from kb.wiki_files import read_frontmatter
 from kb.settings import Settings, get_settings
 from kb.telegram.inbox import Inbox, InboxError, InboxItem
 from kb_resources.services import BrowserResource, QualityGateResource
@@ -116,24 +117,23 @@ def parse_item(item: InboxItem, inbox: Inbox, settings: Settings, browser: Brows
 
 
 def write_parsed_file(wiki_dir: Path, item: InboxItem, parsed: ParsedSource, fetched_at: datetime) -> Path:
-    """Write raw/parsed/<type>/<slug>.md and remove older copies of the item.
-    Returns the path relative to the wiki folder."""
-    slug = f"{slugify(parsed.title) or item.type}-{item.id}"
-    relative = PARSED_DIR / item.type / f"{slug}.md"
-    frontmatter = {
-        "resource_id": item.id,
-        "type": item.type,
-        "source_url": parsed.url or item.url,
-        "title": parsed.title,
-        "fetched_at": fetched_at.isoformat(timespec="seconds"),
-        "char_count": parsed.char_count,
-        "parser": parsed.parser,
-        **parsed.extra,
-    }
-    write_atomic(wiki_dir / relative, render_markdown(frontmatter, parsed.body).encode())
-    # A re-parse can find another title: one item keeps one file.
-    for old in [*wiki_dir.glob(f"{PARSED_DIR}/*/*-{item.id}.md"), *wiki_dir.glob(f"{REJECTED_DIR}/*-{item.id}.md")]:
-        if old != wiki_dir / relative:
+    """Write raw/parsed/<type>/<slug>.md in the format of kb.wiki.schema
+    (the specification's frontmatter, then `# Title`) and remove older
+    copies of the item. Returns the path relative to the wiki folder."""
+    relative = PARSED_DIR / item.type / f"{source_slug(item.id, parsed.title or item.type)}.md"
+    frontmatter = parsed_frontmatter(
+        resource_id=item.id, resource_type=item.type, source_url=parsed.url or item.url, title=parsed.title,
+        fetched_at=fetched_at.isoformat(timespec="seconds"), char_count=parsed.char_count, parser=parsed.parser,
+        extra=parsed.extra,
+    )
+    write_atomic(wiki_dir / relative, render_markdown(frontmatter, parsed_body(parsed.title, parsed.body)).encode())
+    # A re-parse can find another title: one item keeps one file. The
+    # name holds only 8 characters of the id, so the frontmatter decides
+    # which files are this item's.
+    prefix = Path(relative).name[:ID_PREFIX_CHARS]
+    for old in [*wiki_dir.glob(f"{PARSED_DIR}/*/{prefix}-*.md"), *wiki_dir.glob(f"{PARSED_DIR}/*/{prefix}.md"),
+                *wiki_dir.glob(f"{REJECTED_DIR}/{prefix}*.md")]:
+        if old != wiki_dir / relative and str(read_frontmatter(old).get("resource_id")) == item.id:
             old.unlink(missing_ok=True)
     return relative
 
