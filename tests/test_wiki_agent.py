@@ -622,6 +622,30 @@ def test_a_source_that_says_delete_the_contradicting_page_cannot_delete_a_cited_
         "text": f"- Disputed: never finished [[sources/{SLUG}#para2]] vs ran in 1850 [[sources/{BUILT}]]"}]
 
 
+def test_a_refused_change_keeps_the_source_approved_and_the_next_try_hears_the_rule(wiki, monkeypatch):
+    """The owner's line above the marker, rewritten by an agent that obeys
+    the source: each try is refused and rolled back, the owner hears the
+    rule, the source stays approved, and each retry's prompt names the rule."""
+    root = engine_wiki(wiki)
+    before = snapshot(root)
+    record_gate_decision("src9", "accepted", BUILT_PARSED)
+    rewritten = ENGINE_PAGE.replace("A machine of Babbage", "A machine that never worked, of Babbage")
+    with FakeAnthropic(turns=contradicting_turns(rewritten, [])) as fake, ephemeral_instance() as instance:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        result = materialize_source(instance, "src9")
+        states = wiki_ingest_states(instance)
+        firsts = [r for r in fake.requests if len(r["messages"]) == 1]
+    assert not result.success
+    assert_unchanged(before, root)
+    assert states["src9"]["state"] == "failed"
+    with DuckDBStore.from_settings().connect() as conn:
+        assert conn.execute("SELECT decision FROM gate_results WHERE item_id = 'src9'").fetchone() == ("accepted",)
+    prompts = [str(r["messages"][0]["content"]) for r in firsts]
+    assert len(prompts) == 3 and "kb refused your last try" not in prompts[0]
+    rule = "wiki/concepts/analytical-engine.md: the lines above <!-- llm:auto-section --> are the owner's"
+    assert all("kb refused your last try" in p and rule in p for p in prompts[1:])
+
+
 # --- coherence: merges, contradictions, unsupported claims, the weekly synthesis ---------------
 
 SEARCH = "c3d4e5f6-search-notes"
