@@ -305,14 +305,17 @@ def test_a_commit_that_touches_purpose_or_raw_is_rolled_back(wiki):
         "refused: purpose.md: pages go only under wiki/entities/, wiki/concepts/, wiki/sources/, "
         "wiki/syntheses/ (and index.md and log.md)",
         "the source page wiki/sources/old.md was deleted",
+        f"refused: {PARSED}: a file in raw/ goes into git only with the ingest of its source, and never "
+        "changes after it",
         f"{PARSED} in raw/ was changed",
     ])
     wiki.rollback(before.sha)
     wiki.end_change()
     after = snapshot(root)
     assert after["head"] == before_files["head"]
-    # raw/ is not in git: rollback cannot bring its old bytes back, which is
-    # why the hook stops the agent before it writes there.
+    # The parsed file was not in git before the change: rollback cannot bring
+    # its old bytes back, which is why the tool guard stops the agent before it
+    # writes there.
     assert {p: h for p, h in after["files"].items() if not p.startswith("raw/")} == \
         {p: h for p, h in before_files["files"].items() if not p.startswith("raw/")}
 
@@ -413,6 +416,10 @@ def test_wiki_pages_asset_commits_pushes_and_records(wiki, monkeypatch, tmp_path
     assert meta["summary"] == "One source page."
     pushed = subprocess.run(["git", "--git-dir", str(remote), "rev-parse", "main"], capture_output=True, text=True)
     assert pushed.stdout.strip() == head
+    # The parsed file that the citations point to went into git and to the remote with the ingest.
+    shown = subprocess.run(["git", "--git-dir", str(remote), "show", "--name-only", "--format=", "main"],
+                           capture_output=True, text=True).stdout.split()
+    assert PARSED in shown and f"wiki/sources/{SLUG}.md" in shown
     assert states["src1"]["state"] == "done" and states["src1"]["commit_sha"] == head
     # The new page is not in any other page's links: the checks say so.
     assert checks["wiki_orphans"] is False and checks["wiki_frontmatter"] is True

@@ -280,11 +280,32 @@ LOG_MD = """\
 One entry for each change to the wiki, newest last.
 """
 
-GITIGNORE = """\
+# kb's .gitignore before the parsed files went into git. ensure() puts
+# GITIGNORE in its place; a .gitignore that the owner changed stays.
+EARLIER_GITIGNORES = ("""\
 # raw/ is written by the parsers at any time. It is not in git, so that
 # `git clean -fd` during a rollback can never delete a source that waits
 # for its ingest, and a snapshot commit never takes a half-done source.
 /raw/
+# Viewer state changes all the time and is not wiki content.
+/.obsidian/
+/.trash/
+.DS_Store
+""",)
+
+GITIGNORE = """\
+# raw/: only the parsed text of each source goes into git (raw/parsed/**/*.md),
+# with the ingest that uses it: it is what each citation [[sources/x#paraN]]
+# points to, so the wiki and its remote keep it. kb commits a parsed file once
+# and never changes it; a new parse of a source is a new file.
+# Everything else in raw/ stays out of git and off the remote: originals as
+# they came (voice messages, PDFs, images) can be large and private, and
+# rejected sources are not part of the wiki.
+/raw/*
+!/raw/parsed/
+/raw/parsed/**
+!/raw/parsed/**/
+!/raw/parsed/**/*.md
 # Viewer state changes all the time and is not wiki content.
 /.obsidian/
 /.trash/

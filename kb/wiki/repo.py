@@ -46,8 +46,8 @@ def raw_files_lock(wiki_dir: Path):
 from kb.secret_scan import guarded_secrets, secrets_in
 from kb.wiki.change_rules import lost_cited_claims, owner_section_problem
 from kb.wiki_files import APPEND_ONLY_FILES, agent_path_problem, wiki_page_files
-from kb.wiki.schema import DISPUTED_MARK, MANUAL_PREFIX, name_problem
-from kb.wiki.playbook import CLAUDE_MD, GITIGNORE, INDEX_MD, LOG_MD, PURPOSE_MD
+from kb.wiki.schema import DISPUTED_MARK, MANUAL_PREFIX, name_problem, only_key_added
+from kb.wiki.playbook import CLAUDE_MD, EARLIER_GITIGNORES, GITIGNORE, INDEX_MD, LOG_MD, PURPOSE_MD
 
 BRANCH = "main"
 PAGE_DIRS = (
@@ -64,6 +64,11 @@ PUSHED_REF = "refs/kb/pushed"
 # The largest diff that the agent's show_change tool returns.
 MAX_DIFF_CHARS = 60_000
 SNAPSHOT_MESSAGE = f"{MANUAL_PREFIX} pre-ingest snapshot"
+RAW_FOLDER = "raw"
+# A pathspec for git: every path but raw/. Snapshots, the agent's change
+# and the rollback leave raw/ alone; a parsed file goes into git only with
+# the ingest of its source (commit_pending's `provenance`).
+RAW_EXCLUDE = f":(exclude){RAW_FOLDER}"
 # Written before an agent starts, removed after its change is verified or
 # rolled back. When it is still there, the run before died mid-change.
 CHANGE_MARKER = "kb-change-in-progress"
@@ -139,6 +144,10 @@ class Wiki(BaseModel):
                            ("log.md", LOG_MD), (".gitignore", GITIGNORE)):
             if not (root / name).exists():
                 write_atomic(root / name, text.encode())
+        gitignore = root / ".gitignore"
+        if gitignore.read_text(encoding="utf-8", errors="replace") in EARLIER_GITIGNORES:
+            # kb's own earlier rule kept raw/ out of git; the owner did not change it.
+            write_atomic(gitignore, GITIGNORE.encode())
         for folder in PAGE_DIRS:
             (root / folder).mkdir(parents=True, exist_ok=True)
             keep = root / folder / ".gitkeep"  # git keeps no empty folders
@@ -172,24 +181,38 @@ class Wiki(BaseModel):
         return self.git("rev-parse", "HEAD")
 
     def dirty_paths(self) -> list[str]:
-        """Tracked changes and untracked files (ignored files do not count)."""
-        out = self._run("status", "--porcelain", "--untracked-files=all").stdout
+        """Tracked changes and untracked files outside raw/ (ignored files do
+        not count). raw/ goes into git only with the ingest that uses a file."""
+        out = self._run("status", "--porcelain", "--untracked-files=all", "--", ".", RAW_EXCLUDE).stdout
         return [line[3:] for line in out.splitlines() if line.strip()]
 
     def commit_all(self, message: str) -> str | None:
-        """Commit everything that is dirty. Returns the new SHA, or None when clean."""
+        """Commit everything that is dirty outside raw/. Returns the new SHA, or None when clean."""
         if not self.dirty_paths():
             return None
-        self._run("add", "-A")
+        self._run("add", "-A", "--", ".", RAW_EXCLUDE)
         self._run("commit", "-q", "-m", message)
         return self.head()
 
     def rollback(self, sha: str) -> None:
-        """Put the wiki back to `sha`: tracked files reset, untracked files removed.
-        Ignored files (raw/) stay: they are not the agent's, and may be a
-        source that waits for its ingest."""
+        """Put the wiki back to `sha`: tracked files reset, untracked files
+        removed. raw/ stays: a parsed file that the change committed comes
+        back as an untracked file, because its source still waits for its
+        ingest; the other files of raw/ are not the agent's."""
+        root = self.root()
+        committed = self._run("diff", "--name-only", "--no-renames", "--diff-filter=A", sha, "HEAD", "--",
+                              RAW_FOLDER, check=False).stdout.split("\n")
+        keep = {path: (root / path).read_bytes() for path in committed
+                if path and (root / path).is_file() and not (root / path).is_symlink()}
         self._run("reset", "-q", "--hard", sha)
-        self._run("clean", "-q", "-fd")
+        self._run("clean", "-q", "-fd", "-e", f"/{RAW_FOLDER}/")
+        for path, data in keep.items():
+            if not (root / path).exists():
+                write_atomic(root / path, data)
+
+    def tracked(self, path: str) -> bool:
+        """True when git holds `path` (relative to the wiki root) in HEAD."""
+        return self._run("ls-files", "--error-unmatch", "--", path, check=False).returncode == 0
 
     def commits_since(self, sha: str) -> list[tuple[str, str]]:
         out = self.git("log", "--format=%H%x09%s", f"{sha}..HEAD")
@@ -261,8 +284,8 @@ class Wiki(BaseModel):
         self._marker().unlink(missing_ok=True)
 
     def raw_manifest(self) -> dict[str, tuple[int, int]]:
-        """Size and mtime of every file in raw/. raw/ is not in git, so this is
-        how the worker sees that the agent changed it. Size and mtime, not a
+        """Size and mtime of every file in raw/. Most of raw/ is not in git, so
+        this is how the worker sees that the agent changed it. Size and mtime, not a
         hash: raw/ grows with every source, and this runs on every change."""
         raw = self.root() / "raw"
         manifest = {}
@@ -279,7 +302,8 @@ class Wiki(BaseModel):
             return set()
         return {_link_target(m) for m in WIKILINK.findall(index.read_text(errors="replace"))}
 
-    def verify_change(self, before: BeforeChange, prefix: str, *, may_delete_pages: bool) -> Verdict:
+    def verify_change(self, before: BeforeChange, prefix: str, *, may_delete_pages: bool,
+                      provenance: tuple[str, ...] = ()) -> Verdict:
         """Check the agent's change against the rules. Each broken rule is one problem."""
         verdict = Verdict()
         head = self.head()
@@ -294,6 +318,15 @@ class Wiki(BaseModel):
         if not subject.startswith(prefix):
             verdict.problems.append(f"the commit message {subject!r} does not start with {prefix!r}")
         for change in self.changes_since(before.sha):
+            if change.path.startswith(RAW_FOLDER + "/"):
+                # The parsed file of the source goes into git with its ingest,
+                # once; after that it changes only by the mark of a later parse.
+                marked = change.status == "M" and only_key_added(
+                    self.show(before.sha, change.path) or "", self.show("HEAD", change.path) or "", "superseded_by")
+                if change.path not in provenance or not (change.status == "A" or marked):
+                    verdict.problems.append(f"refused: {change.path}: a file in raw/ goes into git only with "
+                                            f"the ingest of its source, and never changes after it")
+                continue
             if change.path.endswith("/.gitkeep") and change.status == "D":
                 pass  # a folder's first page makes its placeholder needless
             elif (rule := agent_path_problem(change.path)) is not None:
@@ -309,10 +342,11 @@ class Wiki(BaseModel):
             else:
                 verdict.updated.append(change.path)
         after_raw = self.raw_manifest()
+        marked = {c.path for c in self.changes_since(before.sha) if c.status == "M" and c.path in provenance}
         for path, stat in before.raw_files.items():
             if path not in after_raw:
                 verdict.problems.append(f"{path} was deleted from raw/")
-            elif after_raw[path] != stat:
+            elif after_raw[path] != stat and path not in marked:
                 verdict.problems.append(f"{path} in raw/ was changed")
         verdict.problems += self._lost_claims(before.sha, may_delete_pages)
         lost = sorted(before.index_links - self.index_links())
@@ -354,7 +388,8 @@ class Wiki(BaseModel):
     def pending_changes(self) -> list[Change]:
         """Every change of the working tree against HEAD: tracked and
         untracked files (ignored files do not count; raw/ has its own check)."""
-        out = self._run("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames").stdout
+        out = self._run("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames",
+                        "--", ".", RAW_EXCLUDE).stdout
         changes = []
         for entry in out.split("\0"):
             if len(entry) < 4:
@@ -406,12 +441,17 @@ class Wiki(BaseModel):
             problems.append(f"refused: {path} is append-only, and the change alters an earlier line")
         return problems
 
-    def commit_pending(self, message: str) -> str | None:
-        """Stage the whole change and make one commit with `message`. Returns
-        the new SHA, or None when nothing changed. Call refusals() first."""
+    def commit_pending(self, message: str, provenance: tuple[str, ...] = ()) -> str | None:
+        """Stage the whole change, and the parsed files in `provenance` (the
+        source of an ingest: what its citations point to), and make one
+        commit with `message`. Returns the new SHA, or None when nothing
+        changed. Call refusals() first."""
         if not self.pending_changes():
             return None
-        self._run("add", "-A")
+        self._run("add", "-A", "--", ".", RAW_EXCLUDE)
+        for path in provenance:
+            if path.startswith(f"{RAW_FOLDER}/parsed/") and (self.root() / path).is_file():
+                self._run("add", "--", path)
         self._run("commit", "-q", "--no-verify", "-F", "-", input=message.strip() + "\n")
         return self.head()
 

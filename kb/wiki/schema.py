@@ -325,3 +325,27 @@ def render_page(schema: PageSchema, values: dict, title: str, sections: dict[str
     for name in others + [n for n in schema.extra_sections if n in sections]:
         add(name)
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def with_frontmatter_key(text: str, key: str, value: str) -> str:
+    """The text with `key: value` added as the last line of its frontmatter;
+    the text as it is when the key is there or it has no frontmatter. Every
+    other byte stays: kb marks a file superseded this way, and a parsed
+    file changes in no other way after its ingest."""
+    lines = text.split("\n")
+    if not lines or lines[0].strip() != "---":
+        return text
+    for end in range(1, len(lines)):
+        if lines[end].strip() == "---":
+            if any(line.startswith(f"{key}:") for line in lines[1:end]):
+                return text
+            return "\n".join(lines[:end] + [f"{key}: {_yaml_scalar(value)}"] + lines[end:])
+    return text
+
+
+def only_key_added(old: str, new: str, key: str) -> bool:
+    """True when `new` is `old` with one frontmatter line `key: ...` added."""
+    old_lines, new_lines = old.split("\n"), new.split("\n")
+    added = [i for i, line in enumerate(new_lines) if line.startswith(f"{key}:")]
+    return len(added) == 1 and new_lines[:added[0]] + new_lines[added[0] + 1:] == old_lines \
+        and not any(line.startswith(f"{key}:") for line in old_lines)

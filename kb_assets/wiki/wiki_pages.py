@@ -34,7 +34,8 @@ from kb_assets.keys import GATED_SOURCES, WIKI_PAGES
 from kb_assets.partitions import sources
 from kb.wiki_files import read_frontmatter
 from kb.wiki.checks import check_wiki, findings_count
-from kb.wiki.finish import WEEKLY_MAX_WORDS, add_to_index, finish_lint, finish_weekly
+from kb.wiki.finish import (WEEKLY_MAX_WORDS, add_to_index, finish_ingest, finish_lint, finish_weekly,
+                            superseded_parse)
 from kb.duckdb_store import DuckDBStore
 from kb.settings import get_settings
 from kb.wiki.repo import BeforeChange, Verdict, Wiki, raw_files_lock
@@ -162,12 +163,13 @@ def _apply_agent_change(
     must_exist: str | None = None,
     must_contain: tuple[str, str] | None = None,
     finish=None,
+    provenance: tuple[str, ...] = (),
 ) -> ChangeOutcome:
     before = wiki.begin_change()
     try:
         run = agent.run(prompt, cwd=wiki.root(), max_turns=max_turns, show_change=wiki.pending_diff)
         verdict = commit_agent_change(wiki, before, run, prefix=prefix, may_delete_pages=may_delete_pages,
-                                      finish=finish)
+                                      finish=finish, provenance=provenance)
         problems = list(verdict.problems)
         if not problems and must_exist and wiki.show("HEAD", must_exist) is None:
             problems.append(f"the commit has no {must_exist}")
@@ -205,7 +207,7 @@ def _apply_agent_change(
 
 
 def commit_agent_change(wiki: Wiki, before: BeforeChange, run: AgentRun, *, prefix: str,
-                        may_delete_pages: bool, finish=None) -> Verdict:
+                        may_delete_pages: bool, finish=None, provenance: tuple[str, ...] = ()) -> Verdict:
     """kb's side of an agent change: check the working tree against the
     allowlist and the secrets, make the one commit with the agent's
     commit_message, then verify the commit. A verdict without problems means
@@ -221,9 +223,9 @@ def commit_agent_change(wiki: Wiki, before: BeforeChange, run: AgentRun, *, pref
     refused = wiki.refusals(before, message)
     if refused:
         return Verdict(problems=refused)
-    if wiki.commit_pending(message) is None:
+    if wiki.commit_pending(message, provenance) is None:
         return Verdict(problems=["the agent changed no file"])
-    return wiki.verify_change(before, prefix, may_delete_pages=may_delete_pages)
+    return wiki.verify_change(before, prefix, may_delete_pages=may_delete_pages, provenance=provenance)
 
 
 def apply_own_change(wiki: Wiki, message: str, write) -> ChangeOutcome:
@@ -458,6 +460,9 @@ def wiki_pages(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent
     outcome = apply_agent_change(
         wiki, wiki_agent, ingest_prompt(decision, read_frontmatter(parsed), now, refused=notice),
         prefix=INGEST_PREFIX, max_turns=settings.kb_agent_max_turns,
+        # The parsed file goes into git with the ingest: the citations point to it.
+        provenance=tuple(p for p in (decision.parsed_path, superseded_parse(root, decision.parsed_path)) if p),
+        finish=lambda r: finish_ingest(r, decision.parsed_path),
     )
     _finish(context, outcome, subject=f"source {source_id}")
     yield dg.MaterializeResult(metadata={**outcome.metadata(), "source_id": source_id,
