@@ -261,6 +261,28 @@ def wiki_check(path: str | None, as_json: bool) -> None:
     sys.exit(1 if findings_count(findings) else 0)
 
 
+@wiki.command("migrate")
+@click.argument("path", required=False, type=click.Path(file_okay=False))
+def wiki_migrate(path: str | None) -> None:
+    """Move a wiki of kb's earlier format to the page schemas and names of
+    the owner's specification, in one commit. Every cited claim stays,
+    word for word; links follow the new names; index.md is built again."""
+    from datetime import date
+
+    from kb.settings import get_settings
+    from kb.wiki.migrate import MigrateError, migrate_wiki, migration_summary
+    from kb.wiki.repo import Wiki
+
+    folder = Path(path) if path else get_settings().wiki_dir
+    if not (folder / "wiki").is_dir() or not (folder / ".git").exists():
+        raise click.UsageError(f"{folder} is not a kb wiki: it needs a wiki/ folder and a git repository")
+    try:
+        result = migrate_wiki(Wiki.from_settings(path=str(folder)), date.today().isoformat())
+    except MigrateError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(migration_summary(result))
+
+
 @main.command()
 @click.option("--limit", type=int, default=0, help="Caption at most this many photos (0: all that wait).")
 @click.option("--retry", is_flag=True, help="Try photos that failed before once more.")

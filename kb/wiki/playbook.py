@@ -122,9 +122,12 @@ comment, in a code block or in the frontmatter does not count as kept.
    When they disagree, follow "Contradictions" on both pages. Keep both claims with their citations.
 4. For each finding `unsupported`: read the cited source. Cite the passage that holds the claim,
    or quote the passage. When no passage holds it, put `(unsupported)` at the end of the line.
-5. Write `wiki/syntheses/lint/<YYYY-MM-DD>.md`: what you found, what you fixed, what is left.
+5. For each finding `stale_claims`: the claim cites only a source that a later parse
+   superseded (`superseded_by`). Read the later source. Add its citation when it holds the
+   claim; when it says otherwise, follow "Contradictions".
+6. Write `wiki/syntheses/lint/<YYYY-MM-DD>.md`: what you found, what you fixed, what is left.
    kb adds the list of unsupported claims to it.
-6. Add an entry to `log.md`, then call report_result with the commit message `lint: <YYYY-MM-DD>`.
+7. Add an entry to `log.md`, then call report_result with the commit message `lint: <YYYY-MM-DD>`.
 
 ### Weekly synthesis (commit message `synthesis: weekly <YYYY-Www>`)
 1. The prompt names the sources of the week and the entity and concept pages that they
@@ -280,8 +283,13 @@ LOG_MD = """\
 One entry for each change to the wiki, newest last.
 """
 
-# kb's .gitignore before the parsed files went into git. ensure() puts
-# GITIGNORE in its place; a .gitignore that the owner changed stays.
+# The SHA-256 of kb's playbook before the specification's schemas.
+# `kb wiki migrate` puts CLAUDE_MD in the place of that one; a CLAUDE.md
+# that the owner changed stays.
+EARLIER_PLAYBOOK_SHA256 = frozenset({"7c7f1cc9a383d756c939387598a0d900426d050b14a7c059855300fc7441c237"})
+
+# kb's .gitignore before the parsed files went into git. `kb wiki migrate`
+# puts GITIGNORE in its place; a .gitignore that the owner changed stays.
 EARLIER_GITIGNORES = ("""\
 # raw/ is written by the parsers at any time. It is not in git, so that
 # `git clean -fd` during a rollback can never delete a source that waits

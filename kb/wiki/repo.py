@@ -47,7 +47,7 @@ from kb.secret_scan import guarded_secrets, secrets_in
 from kb.wiki.change_rules import lost_cited_claims, owner_section_problem
 from kb.wiki_files import APPEND_ONLY_FILES, agent_path_problem, wiki_page_files
 from kb.wiki.schema import DISPUTED_MARK, MANUAL_PREFIX, name_problem, only_key_added
-from kb.wiki.playbook import CLAUDE_MD, EARLIER_GITIGNORES, GITIGNORE, INDEX_MD, LOG_MD, PURPOSE_MD
+from kb.wiki.playbook import CLAUDE_MD, GITIGNORE, INDEX_MD, LOG_MD, PURPOSE_MD
 
 BRANCH = "main"
 PAGE_DIRS = (
@@ -144,10 +144,6 @@ class Wiki(BaseModel):
                            ("log.md", LOG_MD), (".gitignore", GITIGNORE)):
             if not (root / name).exists():
                 write_atomic(root / name, text.encode())
-        gitignore = root / ".gitignore"
-        if gitignore.read_text(encoding="utf-8", errors="replace") in EARLIER_GITIGNORES:
-            # kb's own earlier rule kept raw/ out of git; the owner did not change it.
-            write_atomic(gitignore, GITIGNORE.encode())
         for folder in PAGE_DIRS:
             (root / folder).mkdir(parents=True, exist_ok=True)
             keep = root / folder / ".gitkeep"  # git keeps no empty folders
@@ -450,7 +446,10 @@ class Wiki(BaseModel):
             return None
         self._run("add", "-A", "--", ".", RAW_EXCLUDE)
         for path in provenance:
-            if path.startswith(f"{RAW_FOLDER}/parsed/") and (self.root() / path).is_file():
+            # A wiki whose .gitignore keeps raw/ out (kb's earlier rule, or
+            # the owner's) keeps it out: `kb wiki migrate` changes kb's rule.
+            ignored = self._run("check-ignore", "-q", "--", path, check=False).returncode == 0
+            if path.startswith(f"{RAW_FOLDER}/parsed/") and (self.root() / path).is_file() and not ignored:
                 self._run("add", "--", path)
         self._run("commit", "-q", "--no-verify", "-F", "-", input=message.strip() + "\n")
         return self.head()

@@ -260,7 +260,8 @@ def parsed_paragraphs(text: str) -> list[str]:
 # --- pages -------------------------------------------------------------------------------
 
 
-def _yaml_value(value) -> str:
+def yaml_value(value) -> str:
+    """A value as kb writes it in a frontmatter line."""
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_yaml_scalar(v) for v in value) + "]"
     return _yaml_scalar(value)
@@ -287,13 +288,13 @@ def render_frontmatter(schema: PageSchema, values: dict) -> str:
     lines = ["---"]
     known = schema.all_keys
     for key in schema.keys:
-        lines.append(f"{key}: {_yaml_value(values.get(key))}" if values.get(key) is not None else f"{key}:")
+        lines.append(f"{key}: {yaml_value(values.get(key))}" if values.get(key) is not None else f"{key}:")
     for key in schema.extra_keys:
         if values.get(key) not in (None, "", [], ()):
-            lines.append(f"{key}: {_yaml_value(values[key])}")
+            lines.append(f"{key}: {yaml_value(values[key])}")
     for key, value in values.items():
         if key not in known and value not in (None, ""):
-            lines.append(f"{key}: {_yaml_value(value)}")
+            lines.append(f"{key}: {yaml_value(value)}")
     lines.append("---")
     return "\n".join(lines)
 

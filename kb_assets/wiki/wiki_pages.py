@@ -334,6 +334,11 @@ The deterministic checks found {findings_count(findings)} problems:
 - `unsupported`: claims whose cited passage does not hold them. Read the source.
   Cite the passage that holds the claim, or quote the passage. When no passage
   holds it, put `(unsupported)` at the end of its line. Do not delete it.
+- `stale_claims`: claims that cite only a superseded source. Read the later source
+  (`superseded_by`). Add its citation where it holds the claim; else follow
+  "Contradictions". Keep the claim's words.
+- `frontmatter`, `schema`: keys, sections or the marker that the page schemas of
+  CLAUDE.md ask for. Add what is missing below the marker; never change a line above it.
 
 Fix what you can. Write the report to wiki/syntheses/lint/{day}.md.
 When you are done, call report_result with the commit_message `lint: {day}`."""
