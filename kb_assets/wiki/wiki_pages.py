@@ -358,7 +358,9 @@ The sources of the week:
 The entity and concept pages that these sources changed (read them too):
 {changed}
 {thin_rule}
-Write wiki/syntheses/weekly/{label}.md: at most {WEEKLY_MAX_WORDS} words, and a
+Write wiki/syntheses/weekly/{label}.md with the weekly synthesis schema of CLAUDE.md,
+at most {WEEKLY_MAX_WORDS} words: frontmatter `week: {label}`, `source_count: {len(slugs)}` and `themes`;
+`## Theme of the week`; one section for each theme, with citations; `## Open questions`; and a
 `## Reading list` section that links each source of the week with one line on why to read it.
 kb adds the "Mentioned in syntheses" links to the pages that you name, and the page to index.md.
 When you are done, call report_result with the commit_message `synthesis: weekly {label}`."""
