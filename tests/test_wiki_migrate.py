@@ -167,11 +167,13 @@ def test_migrate_moves_an_earlier_wiki_to_the_specifications_schema(tmp_path):
     assert "[[sources/notes-on-the-engine" not in "".join(after.values()) + (root / "index.md").read_text()
     assert "(disputed)" in after["wiki/concepts/analytical-engine.md"]
     assert f"sources: [{S}]" in after["wiki/entities/Ada-Lovelace.md"]
-    # The parsed file keeps its name and bytes; the source page names it; it stays untracked until
-    # an ingest takes it, and .gitignore now lets it into git.
+    # The parsed file keeps its name and bytes; the source page names it, and it goes into git
+    # with the migration (the earlier ingest did not commit it); .gitignore now lets it in.
     assert (root / PARSED).read_text() == EARLIER[PARSED]
     assert f"parsed_path: {PARSED}" in after[f"wiki/sources/{S}.md"]
     assert "!/raw/parsed/**/*.md" in (root / ".gitignore").read_text()
+    assert PARSED in git(root, "show", "--name-only", "--format=", "HEAD").split()
+    assert git(root, "show", f"HEAD:{PARSED}") == EARLIER[PARSED]
     assert (root / "log.md").read_text().startswith(EARLIER["log.md"])
     assert (root / "CLAUDE.md").read_text() == "# The owner's own playbook\n"
     found = check_wiki(root)

@@ -264,6 +264,13 @@ def _migrate(wiki: Wiki, sha: str, today: str) -> MigrateResult:
              f"{len(renames)} renamed, index.md built again\n")
     write_atomic(log, ((log.read_text(encoding="utf-8") if log.is_file() else "# Log\n").rstrip("\n") + "\n"
                        + entry).encode())
+    # The parsed files that the source pages name go into git with the
+    # migration: the ingests of the earlier format did not commit them.
+    for rel, text in after.items():
+        parsed = str((split_frontmatter(text).data or {}).get("parsed_path") or "") if rel.startswith("wiki/sources/") else ""
+        if parsed.startswith("raw/parsed/") and ".." not in parsed.split("/") and (root / parsed).is_file() \
+                and not wiki.tracked(parsed) and not wiki.ignored(parsed):
+            wiki.git("add", "--", parsed)
     result.sha = wiki.commit_all(MIGRATE_MESSAGE)
     return result
 

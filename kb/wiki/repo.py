@@ -206,6 +206,10 @@ class Wiki(BaseModel):
             if not (root / path).exists():
                 write_atomic(root / path, data)
 
+    def ignored(self, path: str) -> bool:
+        """True when the wiki's .gitignore keeps `path` out of git."""
+        return self._run("check-ignore", "-q", "--no-index", "--", path, check=False).returncode == 0
+
     def tracked(self, path: str) -> bool:
         """True when git holds `path` (relative to the wiki root) in HEAD."""
         return self._run("ls-files", "--error-unmatch", "--", path, check=False).returncode == 0
@@ -448,8 +452,7 @@ class Wiki(BaseModel):
         for path in provenance:
             # A wiki whose .gitignore keeps raw/ out (kb's earlier rule, or
             # the owner's) keeps it out: `kb wiki migrate` changes kb's rule.
-            ignored = self._run("check-ignore", "-q", "--", path, check=False).returncode == 0
-            if path.startswith(f"{RAW_FOLDER}/parsed/") and (self.root() / path).is_file() and not ignored:
+            if path.startswith(f"{RAW_FOLDER}/parsed/") and (self.root() / path).is_file() and not self.ignored(path):
                 self._run("add", "--", path)
         self._run("commit", "-q", "--no-verify", "-F", "-", input=message.strip() + "\n")
         return self.head()

@@ -221,9 +221,9 @@ def name_problem(relative: str) -> str | None:
 # --- parsed files (specification 5.2) -----------------------------------------------------
 
 PARSED_KEYS = ("resource_id", "resource_type", "source_url", "title", "fetched_at", "char_count", "parser")
-# kb's own keys of a parsed file, after the specification's: what a parser
-# knows more (channel, pages, language), and the later parse of the source.
-PARSED_EXTRA_KEYS = ("superseded_by",)
+# kb's own keys of a parsed file come after these: what a parser knows more
+# (channel, pages, language), `supersedes` (the earlier parse that this one
+# replaces) and `superseded_by` (the later parse that replaces this one).
 
 
 def parsed_frontmatter(*, resource_id: str, resource_type: str, source_url: str | None, title: str,
