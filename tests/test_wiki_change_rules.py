@@ -117,6 +117,8 @@ def test_new_lines_and_changes_below_the_marker_pass(wiki):
     added = BASE.replace(CLAIM, CLAIM + f"\n- The engine was a calculator. [[sources/{S}#para3]]")
     below = added.replace("- [[entities/Ada-Lovelace]]", "- [[entities/Ada-Lovelace]], [[concepts/analytical-engine]]")
     assert verify(wiki, {PAGE: below}) == []
+    # The playbook's mark of a contradiction is the one change that a line above the marker may take.
+    assert verify(wiki, changed(CLAIM + " (disputed)")) == []
 
 
 def test_a_page_of_the_earlier_format_has_no_owners_section(wiki):
