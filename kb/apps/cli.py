@@ -244,9 +244,10 @@ def wiki() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One list per kind of finding.")
 def wiki_check(path: str | None, as_json: bool) -> None:
     """Deterministic checks of a wiki folder: dangling links, orphans, stubs,
-    index.md against the files, frontmatter, claims without a citation,
-    duplicate pages, contradictions between pages, and claims that their
-    cited source does not hold (the local model; no LLM)."""
+    index.md against the files, frontmatter and the page schemas of the
+    specification (names, sections, the marker), claims without a citation,
+    duplicate pages, contradictions between pages, claims that their cited
+    source does not hold, and stale claims (the local model; no LLM)."""
     from kb.index.embedder import EmbedderError
     from kb.wiki.checks import check_wiki, findings_count, format_findings
     from kb.settings import get_settings
