@@ -9,8 +9,9 @@ The archive is one tar.gz with one top folder:
     kb.duckdb          the DuckDB store
     lancedb/           the LanceDB serving index (with the embedding cache)
     wiki.bundle        the wiki's git history: every branch and tag
-    wiki-raw/          the wiki's raw/ folder (parsed sources). git ignores
-                       raw/ on purpose, so the bundle does not hold it
+    wiki-raw/          the wiki's raw/ folder (parsed sources). git holds only
+                       the parsed files that an ingest took, so the bundle
+                       does not hold all of raw/
     wiki-worktree/     wiki files that the owner changed and did not commit
     raw/               captured X pages, exactly as they came
     inbox/             inbox items and their attachments

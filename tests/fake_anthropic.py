@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.loopback import LoopbackServer, QuietHandler
+from tests.wiki_pages import source_page
 
 
 def text(value: str) -> dict:
@@ -186,7 +187,7 @@ def ingest_turns(slug: str) -> list:
     """A good ingest: read, write the source page, report. kb commits."""
     return [
         [tool_use("Read", file_path="index.md"), tool_use("Read", file_path="log.md")],
-        [write(f"wiki/sources/{slug}.md", f"---\ntype: source\ntitle: {slug}\n---\n# {slug}\n"),
+        [write(f"wiki/sources/{slug}.md", source_page(slug, slug, [])),
          tool_use("Edit", file_path="index.md", old_string="## Sources\n", new_string=f"## Sources\n- [[sources/{slug}]]\n"),
          tool_use("Edit", file_path="log.md", old_string="newest last.\n",
                   new_string=f"newest last.\n\n## ingest {slug}\n")],

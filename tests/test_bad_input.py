@@ -645,5 +645,5 @@ def test_bad_sources_fail_with_a_named_reason_keep_their_files_and_stop_nothing_
     assert good_result.success and sources[good.id][0] == "accepted"
     # No parsed file for a failed item: only the good one is in raw/parsed.
     parsed = list((get_settings().wiki_dir / "raw" / "parsed").rglob("*.md"))
-    assert [p.name.endswith(f"-{good.id}.md") for p in parsed] == [True]
+    assert [p.name.startswith(f"{good.id[:8]}-") for p in parsed] == [True]
 

@@ -678,7 +678,7 @@ def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_p
         monkeypatch.setenv("KB_GATE_BASE_URL", gate.base_url)
         monkeypatch.setenv("ANTHROPIC_BASE_URL", agent.base_url)
         # What the agent does when its process outlives the run: a change of its own.
-        agent.turns[2] = [write("wiki/entities/orphan.md", "# orphan\n")]
+        agent.turns[2] = [write("wiki/entities/Orphan.md", "# orphan\n")]
         run = fork_process(tmp_path, "intake-2", target=run_item)
         run.wait_for(agent.arrived.is_set, "the agent's report turn")
         init = git(wiki_root, "rev-list", "--max-parents=0", "HEAD")
@@ -696,7 +696,7 @@ def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_p
         assert left == [], "the agent's CLI outlived its run"
     # With its run gone, the CLI's tool calls are denied: it changed nothing.
     assert git(wiki_root, "rev-parse", "HEAD") == init
-    assert not (wiki_root / "wiki/entities/orphan.md").exists()
+    assert not (wiki_root / "wiki/entities/Orphan.md").exists()
     assert (wiki_root / ".git/kb-change-in-progress").exists()  # the next change rolls this one back
 
     assert check_workers() == 1

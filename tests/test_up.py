@@ -208,7 +208,7 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
             up.process.kill()
             up.process.wait()
 
-    with FakeAnthropic(turns=ingest_turns("leases")) as agent:
+    with FakeAnthropic(turns=ingest_turns("0a0b0c0d-leases")) as agent:
         # The search page has had its checks above: the restart runs without
         # it (one process start less), and so --no-web is tested too.
         up = Up({**env, "ANTHROPIC_BASE_URL": agent.base_url}, *ports[:2], "--no-web")
@@ -238,7 +238,7 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
             telegram.stop()
     wiki = kb_home / "wiki"
     log = subprocess.run(["git", "log", "--format=%s"], cwd=wiki, capture_output=True, text=True).stdout
-    assert log.splitlines()[0] == "ingest: leases"
+    assert log.splitlines()[0] == "ingest: 0a0b0c0d-leases"
     # Secrets never reach a log.
     for path in (kb_home / "logs").iterdir():
         content = path.read_text(errors="replace")

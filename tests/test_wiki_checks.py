@@ -9,80 +9,99 @@ import pytest
 from kb.wiki.checks import FINDING_KINDS, check_wiki, findings_count, format_findings
 from kb.wiki.repo import Wiki
 
-SOURCE = """\
+S = "0a1b2c3d-notes-on-the-engine"
+SOURCE = f"""\
 ---
-type: source
+resource_id: 0a1b2c3d4e
+resource_type: web
+source_url: "https://example.org/notes"
 title: "Notes on the Analytical Engine"
-source_id: "s1"
-source_type: web
-url: "https://example.org/notes"
-raw: raw/parsed/web/notes-on-the-engine.md
-ingested: 2026-11-20
+ingested_at: 2026-11-20T09:00:00+00:00
+parsed_path: raw/parsed/web/{S}.md
+quality_score: 80
 topics: [computing]
 ---
 # Notes on the Analytical Engine
 
-## Summary
+## TL;DR
 Ada Lovelace wrote notes on the engine of Babbage.
 The notes hold the first published program.
 
-## Key points
-- The engine can act on symbols, not only numbers. [[sources/notes-on-the-engine#para3]]
-- Note G computes Bernoulli numbers. [[sources/notes-on-the-engine#para7]]
-- The notes warn that the engine cannot originate anything. [[sources/notes-on-the-engine#para9]]
+## Key claims
+- The engine can act on symbols, not only numbers. [[sources/{S}#para3]]
+- Note G computes Bernoulli numbers. [[sources/{S}#para7]]
+- The notes warn that the engine cannot originate anything. [[sources/{S}#para9]]
 
-## Mentions
-- [[entities/Ada Lovelace]], [[concepts/engine|the engine]]
+## Connections
+- [[entities/Ada-Lovelace]], [[concepts/engine|the engine]]
 """
 
-ADA = """\
+ADA = f"""\
 ---
 type: entity
+created: 2026-11-20
+last_updated: 2026-11-20
+sources: [{S}]
 name: "Ada Lovelace"
 kind: person
 aliases: [Augusta Ada King]
-sources: [notes-on-the-engine]
-updated: 2026-11-20
 ---
 # Ada Lovelace
 
-Ada Lovelace was a mathematician who wrote about the engine. [[sources/notes-on-the-engine#para1]]
+## Overview
+Ada Lovelace was a mathematician who wrote about the engine. [[sources/{S}#para1]]
 
-## Facts
-- She translated the paper of Menabrea. [[sources/notes-on-the-engine#para2|Notes, para 2]]
-- She added notes that were longer than the paper. [[sources/notes-on-the-engine]]
-- Her Note G holds a program for [[concepts/engine|the engine]]. [[sources/notes-on-the-engine#para7]]
-- She worked with a man who is not in the wiki. [[entities/Nobody]] [[sources/notes-on-the-engine#para4]]
+## Roles and affiliations
+- She translated the paper of Menabrea. [[sources/{S}#para2|Notes, para 2]]
+- She added notes that were longer than the paper. [[sources/{S}]]
+- Her Note G holds a program for [[concepts/engine|the engine]]. [[sources/{S}#para7]]
+- She worked with a man who is not in the wiki. [[entities/Nobody]] [[sources/{S}#para4]]
 - Her father was a poet.
 
-## Related
+<!-- llm:auto-section -->
+## Connections
 - [[concepts/engine]]
 - [[entities/Broken]]
 """
 
-ENGINE = """\
+ENGINE = f"""\
 ---
 type: concept
-name: engine
+created: 2026-11-20
+last_updated: 2026-11-20
+sources: [{S}]
 aliases: []
-sources: [notes-on-the-engine]
-updated: 2026-11-20
 ---
 # engine
 
-A machine for general computation. [[sources/notes-on-the-engine#para3]]
+## Definition
+A machine for general computation. [[sources/{S}#para3]]
+
+## Key claims
 The engine was never built.
+
+## Open questions
+- Could it have been built with the tools of 1840?
+
+<!-- llm:auto-section -->
+## Connections
 """
 
 LONELY = """\
 ---
 type: concept
-name: lonely
+created: 2026-11-20
 sources: []
 ---
 # lonely
 
+## Definition
 Nobody links here.
+
+## Key claims
+
+<!-- llm:auto-section -->
+## Connections
 """
 
 BROKEN = """\
@@ -91,14 +110,14 @@ BROKEN = """\
 This page has no frontmatter. See [[concepts/ghost#intro]].
 """
 
-INDEX = """\
+INDEX = f"""\
 # Index
 
 ## Sources
-- [[sources/notes-on-the-engine]]
+- [[sources/{S}]]
 
 ## Entities
-- [[entities/Ada Lovelace]]
+- [[entities/Ada-Lovelace]]
 - [[entities/Deleted]]
 
 ## Concepts
@@ -110,8 +129,8 @@ INDEX = """\
 def problem_wiki(tmp_path):
     root = tmp_path / "w"
     for rel, text in {
-        "wiki/sources/notes-on-the-engine.md": SOURCE,
-        "wiki/entities/Ada Lovelace.md": ADA,
+        f"wiki/sources/{S}.md": SOURCE,
+        "wiki/entities/Ada-Lovelace.md": ADA,
         "wiki/entities/Broken.md": BROKEN,
         "wiki/concepts/engine.md": ENGINE,
         "wiki/concepts/lonely.md": LONELY,
@@ -131,7 +150,7 @@ def test_dangling_links_ignore_sections_and_aliases_of_pages_that_exist(problem_
     found = check_wiki(problem_wiki)
     dangling = sorted((d["page"], d["link"]) for d in found["dangling_links"])
     assert dangling == [
-        ("wiki/entities/Ada Lovelace.md", "entities/Nobody"),
+        ("wiki/entities/Ada-Lovelace.md", "entities/Nobody"),
         ("wiki/entities/Broken.md", "concepts/ghost#intro"),
     ]
     ada_line = next(d["line"] for d in found["dangling_links"] if d["link"] == "entities/Nobody")
@@ -143,15 +162,18 @@ def test_orphans_stubs_frontmatter_and_index(problem_wiki):
     # Broken is linked from Ada; lonely from nobody.
     assert pages(found["orphans"]) == ["wiki/concepts/lonely.md"]
     assert {(s["page"], s["body_lines"]) for s in found["stubs"]} == {
-        ("wiki/concepts/engine.md", 3),
-        ("wiki/concepts/lonely.md", 2),
+        ("wiki/concepts/engine.md", 9),
+        ("wiki/concepts/lonely.md", 6),
         ("wiki/entities/Broken.md", 2),
     }
     problems = {(f["page"], f["problem"]) for f in found["frontmatter"]}
     assert problems == {
-        ("wiki/concepts/lonely.md", "missing keys: updated"),
+        ("wiki/concepts/lonely.md", "missing keys: last_updated"),
         ("wiki/entities/Broken.md", "no frontmatter"),
     }
+    # The sections of the specification: lonely has no `## Open questions`
+    # (optional); every page here has its sections in order and the marker.
+    assert found["schema"] == []
     mismatch = {(m["page"], m.get("link"), m["problem"]) for m in found["index_mismatch"]}
     assert mismatch == {
         ("index.md", "entities/Deleted", "index.md lists a page that does not exist"),
@@ -166,7 +188,7 @@ def test_uncited_claims_on_entity_and_concept_pages(problem_wiki):
     assert uncited == [
         ("wiki/concepts/engine.md", "The engine was never built."),
         ("wiki/concepts/lonely.md", "Nobody links here."),
-        ("wiki/entities/Ada Lovelace.md", "- Her father was a poet."),
+        ("wiki/entities/Ada-Lovelace.md", "- Her father was a poet."),
         ("wiki/entities/Broken.md", "This page has no frontmatter. See [[concepts/ghost#intro]]."),
     ]
 
@@ -174,9 +196,9 @@ def test_uncited_claims_on_entity_and_concept_pages(problem_wiki):
 def test_fixing_a_page_removes_its_findings(problem_wiki):
     (problem_wiki / "wiki/concepts/lonely.md").unlink()
     (problem_wiki / "wiki/entities/Broken.md").unlink()
-    ada = problem_wiki / "wiki/entities/Ada Lovelace.md"
+    ada = problem_wiki / "wiki/entities/Ada-Lovelace.md"
     ada.write_text(ADA.replace("[[entities/Nobody]] ", "").replace("- [[entities/Broken]]\n", "")
-                   .replace("Her father was a poet.", "Her father was a poet. [[sources/notes-on-the-engine#para9]]"))
+                   .replace("Her father was a poet.", f"Her father was a poet. [[sources/{S}#para9]]"))
     found = check_wiki(problem_wiki)
     assert found["dangling_links"] == [] and found["orphans"] == []
     assert pages(found["index_mismatch"]) == ["index.md"]  # entities/Deleted is still listed
@@ -195,7 +217,7 @@ def test_text_and_json_output(problem_wiki):
     found = check_wiki(problem_wiki)
     text = format_findings(found)
     assert "dangling_links: 2" in text
-    assert "wiki/entities/Ada Lovelace.md:" in text and "link=entities/Nobody" in text
+    assert "wiki/entities/Ada-Lovelace.md:" in text and "link=entities/Nobody" in text
     assert f"total: {findings_count(found)}" in text
     assert json.loads(json.dumps(found)) == found  # --json prints it as it is
 

@@ -261,9 +261,10 @@ def wiki() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One list per kind of finding.")
 def wiki_check(path: str | None, as_json: bool) -> None:
     """Deterministic checks of a wiki folder: dangling links, orphans, stubs,
-    index.md against the files, frontmatter, claims without a citation,
-    duplicate pages, contradictions between pages, and claims that their
-    cited source does not hold (the local model; no LLM)."""
+    index.md against the files, frontmatter and the page schemas of the
+    specification (names, sections, the marker), claims without a citation,
+    duplicate pages, contradictions between pages, claims that their cited
+    source does not hold, and stale claims (the local model; no LLM)."""
     from kb.index.embedder import EmbedderError
     from kb.wiki.checks import check_wiki, findings_count, format_findings
     from kb.settings import get_settings
@@ -276,6 +277,28 @@ def wiki_check(path: str | None, as_json: bool) -> None:
         raise click.ClickException(f"kb wiki check compares texts with the local model, which is not usable: {exc}") from exc
     _echo_json(findings) if as_json else click.echo(format_findings(findings))
     sys.exit(1 if findings_count(findings) else 0)
+
+
+@wiki.command("migrate")
+@click.argument("path", required=False, type=click.Path(file_okay=False))
+def wiki_migrate(path: str | None) -> None:
+    """Move a wiki of kb's earlier format to the page schemas and names of
+    the owner's specification, in one commit. Every cited claim stays,
+    word for word; links follow the new names; index.md is built again."""
+    from datetime import date
+
+    from kb.settings import get_settings
+    from kb.wiki.migrate import MigrateError, migrate_wiki, migration_summary
+    from kb.wiki.repo import Wiki
+
+    folder = Path(path) if path else get_settings().wiki_dir
+    if not (folder / "wiki").is_dir() or not (folder / ".git").exists():
+        raise click.UsageError(f"{folder} is not a kb wiki: it needs a wiki/ folder and a git repository")
+    try:
+        result = migrate_wiki(Wiki.from_settings(path=str(folder)), date.today().isoformat())
+    except MigrateError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(migration_summary(result))
 
 
 @main.command()

@@ -16,7 +16,6 @@ import contextlib
 import hashlib
 import logging
 import re
-import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ import httpx
 import yaml
 
 from kb.fetch_guard import FetchGuard, FetchRefused, GuardProxy
+from kb.wiki.schema import kebab
 from kb.wiki_files import split_frontmatter as wiki_split_frontmatter
 
 from kb.telegram.intake import youtube_video_id
@@ -70,10 +70,8 @@ class ParsedSource:
 # --- common ----------------------------------------------------------------------
 
 
-def slugify(text: str, max_length: int = 60) -> str:
-    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
-    slug = re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")
-    return slug[:max_length].rstrip("-")
+# One rule for names: the wiki's kebab case (kb.wiki.schema).
+slugify = kebab
 
 
 def content_hash(body: str) -> str:

@@ -57,6 +57,7 @@ from kb.wiki.sandbox import (
     write_launcher,
 )
 from kb.settings import Settings, get_settings
+from kb.wiki.schema import name_problem
 from kb.wiki_files import APPEND_ONLY_FILES, agent_path_problem
 
 AGENT_SERVER = "kb"
@@ -167,7 +168,16 @@ def write_deny_reason(root: Path, value: str) -> str | None:
     real = _inside(root, value)
     if real is None:
         return f"the path {value} is outside the wiki folder"
-    return agent_path_problem(_relative(root, real))
+    return agent_path_problem(_relative(root, real)) or new_page_name_problem(root, _relative(root, real))
+
+
+def new_page_name_problem(root: Path, relative: str) -> str | None:
+    """A new page must have a name of the specification (kb.wiki.schema);
+    a page that exists keeps its name (a wiki of an earlier format moves
+    over with `kb wiki migrate`)."""
+    if not relative.startswith("wiki/") or (root / relative).exists():
+        return None
+    return name_problem(relative.removeprefix("wiki/"))
 
 
 def append_only_problem(old: str, new: str, name: str) -> str | None:

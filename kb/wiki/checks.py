@@ -4,7 +4,8 @@
 are Dagster asset checks on `wiki_pages`, the input of the daily lint agent,
 and the output of `kb wiki check [PATH] [--json]`.
 
-The rules come from the playbook (kb/wiki/playbook.py): pages live
+The rules come from the page schemas (kb/wiki/schema.py) and the playbook
+(kb/wiki/playbook.py): pages live
 in wiki/, links name a page by its path under wiki/ without `.md`, a link may
 carry `#section` and `|text`, and every fact on an entity, concept or topic
 page cites a source page.
@@ -17,29 +18,23 @@ from pathlib import Path
 
 from kb.wiki.coherence import (Claim, Embed, PageFacts, SourcePassages, contradiction_candidates, duplicate_pages,
                                 local_embed, plain_text, unsupported_claims)
+from kb.wiki.schema import (AUTO_SECTION_MARKER, ENTITY_KINDS, SYNTHESIS_KINDS, PageSchema, name_problem,
+                            schema_for)
 from kb.wiki_files import split_frontmatter, wiki_page_files
 
 
-FINDING_KINDS = ("dangling_links", "orphans", "stubs", "index_mismatch", "frontmatter", "uncited",
-                 "open_contradictions", "duplicates", "contradiction_candidates", "unsupported")
+FINDING_KINDS = ("dangling_links", "orphans", "stubs", "index_mismatch", "frontmatter", "schema", "uncited",
+                 "open_contradictions", "duplicates", "contradiction_candidates", "unsupported", "stale_claims")
 STUB_MIN_BODY_LINES = 10
 WIKILINK = re.compile(r"!?\[\[([^\]\n]+?)\]\]")
 FENCE = re.compile(r"^(```|~~~)")
 TABLE_RULE = re.compile(r"^\|?[\s:|-]+\|?$")
+HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 
-# folder under wiki/ -> (type, required frontmatter keys)
-SCHEMAS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "sources": ("source", ("title", "source_id", "source_type", "raw", "ingested")),
-    "entities": ("entity", ("name", "kind", "sources", "updated")),
-    "concepts": ("concept", ("name", "sources", "updated")),
-    "syntheses": ("synthesis", ("kind", "period", "created")),
-}
-ENTITY_KINDS = {"person", "organization", "product", "place", "work", "other"}
-SYNTHESIS_KINDS = {"weekly": "weekly", "lint": "lint", "topics": "topic"}
-# Sections that list links, not claims: their lines need no citation.
+# Sections that list links, not claims, on pages of kb's earlier format
+# and on the owner's pages: their lines need no citation. The schemas add
+# their own (kb.wiki.schema: TL;DR, Open questions, Connections ...).
 LINK_SECTIONS = {"related", "see also", "mentions", "aliases", "links", "mentioned in syntheses", "reading list"}
-
-
 @dataclass
 class Page:
     rel: str  # path relative to the wiki root: wiki/entities/Ada Lovelace.md
@@ -95,6 +90,7 @@ def check_wiki(path: str | Path, embed: Embed | None = None) -> dict[str, list[d
             elif resolved in inbound and resolved != page.target:
                 inbound[resolved].add(page.target)
         findings["frontmatter"] += _frontmatter_problems(page)
+        findings["schema"] += _schema_problems(page)
         findings["open_contradictions"] += _open_contradictions(page)
         if (redirect := _redirect(page)) is not None:
             resolved = resolve(redirect)
@@ -126,7 +122,22 @@ def _coherence(findings: dict, root: Path, pages: list[Page], resolve, embed: Em
              if section == CONTRADICTIONS_SECTION and line.strip() and not line.strip().startswith("#")]
     findings["contradiction_candidates"] = contradiction_candidates(
         [c for c in claims if not c.page.startswith("wiki/syntheses/")], embed, known)
-    findings["unsupported"] = unsupported_claims(claims, SourcePassages(root), embed)
+    passages = SourcePassages(root)
+    findings["unsupported"] = unsupported_claims(claims, passages, embed)
+    findings["stale_claims"] = _stale_claims(claims, passages)
+
+
+def _stale_claims(claims: list[Claim], passages: SourcePassages) -> list[dict]:
+    """Claims whose every cited source page is superseded (its frontmatter
+    names the later parse in `superseded_by`): a later text of the source
+    may say something else, and nobody has read the claim against it."""
+    found = []
+    for claim in claims:
+        later = [passages.superseded_by(slug) for slug, _ in claim.citations]
+        if later and all(later):
+            found.append({"page": claim.page, "line": claim.line, "superseded_by": ", ".join(dict.fromkeys(later)),
+                          "text": plain_text(claim.text)[:160]})
+    return found
 
 
 def _redirect(page: Page) -> str | None:
@@ -145,11 +156,16 @@ def _page_facts(page: Page, resolve) -> PageFacts:
     names = [str(n) for n in [meta.get("name"), page.target.rsplit("/", 1)[-1], *aliases] if n]
     facts = PageFacts(page.rel, page.target, kind, names, "")
     own = {page.target} if kind != "topic" else set()
+    free = _no_citation_sections(page)
+    # The specification's pages define their subject in `## Definition`
+    # (concepts) or `## Overview` (entities); kb's earlier pages in the
+    # first line of the body.
+    defining = {"", "definition", "overview"}
     for line_no, line, section in _body_lines(page):
         stripped = line.strip()
-        if not stripped or stripped.startswith(("#", ">")) or section in LINK_SECTIONS:
+        if not stripped or stripped.startswith(("#", ">")) or section in free:
             continue
-        if not facts.definition and section == "" and _has_prose(stripped):
+        if not facts.definition and section in defining and _has_prose(stripped):
             facts.definition = plain_text(re.split(r"(?<=[.!?])\s", stripped, maxsplit=1)[0])
         citations = [(target[len("sources/"):], anchor) for target, anchor in
                      (_split_link(m.group(1)) for m in WIKILINK.finditer(stripped))
@@ -218,11 +234,14 @@ def _load_pages(root: Path) -> list[Page]:
     return pages
 
 
-def _body_lines(page: Page):
-    """(line number, text, section) for body lines outside code fences."""
+def _body_lines(page: Page, keep_comments: bool = False):
+    """(line number, text, section) for body lines outside code fences and,
+    unless keep_comments, with HTML comments blanked (a comment is not text
+    that a reader sees; the marker line is one)."""
+    lines = page.body if keep_comments else _without_comments(page.body)
     in_fence = False
     section = ""
-    for offset, line in enumerate(page.body):
+    for offset, line in enumerate(lines):
         if FENCE.match(line.strip()):
             in_fence = not in_fence
             continue
@@ -234,6 +253,14 @@ def _body_lines(page: Page):
         yield page.body_start + offset, line, section
 
 
+def _without_comments(lines: list[str]) -> list[str]:
+    """The lines with each HTML comment replaced by spaces, line for line,
+    so that the line numbers stay."""
+    text = "\n".join(lines)
+    blanked = HTML_COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+    return blanked.split("\n") if lines else []
+
+
 def _links(page: Page):
     for line_no, line, _ in _body_lines(page):
         for match in WIKILINK.finditer(line):
@@ -243,39 +270,97 @@ def _links(page: Page):
 # --- the rules -------------------------------------------------------------------
 
 
+def _schema(page: Page) -> PageSchema | None:
+    return schema_for(page.target + ".md")
+
+
 def _frontmatter_problems(page: Page) -> list[dict]:
-    if page.folder not in SCHEMAS:
-        return [{"page": page.rel, "problem": "page is outside the known folders (entities, concepts, sources, syntheses)"}]
+    """The frontmatter against the page's schema (kb.wiki.schema): every key
+    of the specification is there, `type` and `kind` agree with the folder."""
+    schema = _schema(page)
+    if schema is None:
+        return [{"page": page.rel, "problem": "page is outside the known folders (entities, concepts, sources, "
+                 "syntheses/weekly, syntheses/lint, syntheses/topics)"}]
     if page.frontmatter is None:
         return [{"page": page.rel, "problem": page.frontmatter_error}]
-    expected_type, required = SCHEMAS[page.folder]
+    meta = page.frontmatter
+    required = schema.keys
     if _redirect(page):
-        required = ("name", "redirect")  # a merged page keeps only its name and where it went
+        required = ("type", "redirect")  # a merged page keeps only where it went
     problems = []
-    if page.frontmatter.get("type") != expected_type:
-        problems.append(f"type is {page.frontmatter.get('type')!r}, expected {expected_type!r}")
-    missing = [key for key in required if page.frontmatter.get(key) in (None, "")]
+    if schema.type is not None and meta.get("type") != schema.type:
+        problems.append(f"type is {meta.get('type')!r}, expected {schema.type!r}")
+    elif schema.type is None and meta.get("type") not in (None, schema.kind):
+        problems.append(f"type is {meta.get('type')!r}, expected {schema.kind!r} or no type")
+    missing = [key for key in required if key not in meta]
     if missing:
         problems.append(f"missing keys: {', '.join(missing)}")
-    if page.folder == "entities" and page.frontmatter.get("kind") not in ENTITY_KINDS | {None, ""}:
-        problems.append(f"kind {page.frontmatter.get('kind')!r} is not one of {', '.join(sorted(ENTITY_KINDS))}")
-    if page.folder == "syntheses":
-        expected_kind = SYNTHESIS_KINDS.get(page.subfolder)
-        if expected_kind and page.frontmatter.get("kind") not in (expected_kind, None, ""):
-            problems.append(f"kind is {page.frontmatter.get('kind')!r}, expected {expected_kind!r}")
-    if "sources" in required and not isinstance(page.frontmatter.get("sources", []), list):
-        problems.append("sources is not a list")
+    if schema.folder == "entities" and meta.get("kind") not in (*ENTITY_KINDS, None, ""):
+        problems.append(f"kind {meta.get('kind')!r} is not one of {', '.join(ENTITY_KINDS)}")
+    expected_kind = SYNTHESIS_KINDS.get(schema.folder)
+    if expected_kind and meta.get("kind") not in (expected_kind, None, ""):
+        problems.append(f"kind is {meta.get('kind')!r}, expected {expected_kind!r}")
+    for key in ("sources", "topics", "themes", "aliases"):
+        if meta.get(key) is not None and not isinstance(meta.get(key), list):
+            problems.append(f"{key} is not a list")
+    score = meta.get("quality_score")
+    if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float)) or not 0 <= score <= 100):
+        problems.append(f"quality_score {score!r} is not a number from 0 to 100")
+    if schema.folder == "syntheses/weekly" and meta.get("week") not in (None, page.target.rsplit("/", 1)[-1]):
+        problems.append(f"week {meta.get('week')!r} is not the name of the page")
     return [{"page": page.rel, "problem": p} for p in problems]
+
+
+def _schema_problems(page: Page) -> list[dict]:
+    """The file name and the sections against the page's schema: the
+    specification's sections are there, in their order, and entity and
+    concept pages carry the marker of the owner's sections before the
+    auto sections."""
+    schema = _schema(page)
+    if schema is None or page.frontmatter is None:
+        return []
+    problems = []
+    if (rule := name_problem(page.target + ".md")) is not None:
+        problems.append(rule.removeprefix(f"{page.rel}: "))
+    if _redirect(page):
+        return [{"page": page.rel, "problem": p} for p in problems]
+    headings, marker_at = [], None
+    for _, line, _ in _body_lines(page, keep_comments=True):
+        stripped = line.strip()
+        if stripped.startswith("## "):
+            headings.append(stripped[3:].strip())
+        elif stripped == AUTO_SECTION_MARKER and marker_at is None:
+            marker_at = len(headings)
+    missing = [name for name in schema.required_sections if name not in headings]
+    if missing:
+        problems.append(f"missing sections: {', '.join('## ' + name for name in missing)}")
+    order = [name for name in schema.sections + schema.auto_sections if name in headings]
+    if order != sorted(order, key=headings.index):
+        problems.append(f"sections out of order: expected {', '.join('## ' + name for name in order)}")
+    if schema.marker:
+        if marker_at is None:
+            problems.append(f"no {AUTO_SECTION_MARKER} line before the auto sections")
+        else:
+            above = [name for name in schema.auto_sections if name in headings[:marker_at]]
+            if above:
+                problems.append(f"{', '.join('## ' + name for name in above)} must come after {AUTO_SECTION_MARKER}")
+    return [{"page": page.rel, "problem": p} for p in problems]
+
+
+def _no_citation_sections(page: Page) -> set[str]:
+    schema = _schema(page)
+    return LINK_SECTIONS | {name.lower() for name in (schema.uncited_sections if schema else ())}
 
 
 def _uncited_lines(page: Page) -> list[dict]:
     """Fact lines with no citation of a source page, on pages that state facts."""
     if page.folder not in ("entities", "concepts") and page.subfolder != "topics":
         return []
+    free = _no_citation_sections(page)
     found = []
     for line_no, line, section in _body_lines(page):
         stripped = line.strip()
-        if (not stripped or stripped.startswith("#") or section in LINK_SECTIONS
+        if (not stripped or stripped.startswith("#") or section in free
                 or TABLE_RULE.match(stripped) or stripped.startswith(">")):
             continue
         if not _has_prose(stripped):
@@ -310,15 +395,9 @@ def _index_mismatch(root: Path, pages: list[Page], resolve) -> list[dict]:
     return problems
 
 
-# --- contradictions and cited claims ------------------------------------------------
+# --- contradictions ------------------------------------------------
 
 CONTRADICTIONS_SECTION = "contradictions"
-CITATION = re.compile(r"\[\[(sources/[^\]|#\n]+)")
-LIST_MARK = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
-# A reworded claim still counts as kept when a line carries all its
-# citations and at least this share of its words (a lint fix of a link or a
-# typo must pass; a claim cut down to a stub must not).
-KEPT_WORD_SHARE = 0.5
 
 
 def _open_contradictions(page: Page) -> list[dict]:
@@ -332,55 +411,3 @@ def _open_contradictions(page: Page) -> list[dict]:
         if _has_prose(stripped) and "resolved" not in stripped.lower():
             found.append({"page": page.rel, "line": line_no, "text": stripped[:160]})
     return found
-
-
-def _claim_text(line: str) -> str:
-    return " ".join(LIST_MARK.sub("", line).split())
-
-
-def cited_claims(text: str) -> list[str]:
-    """The lines of a page that state something and cite a source page, in a
-    normal form (no list mark, single spaces). Code blocks do not count."""
-    page = split_frontmatter(text)
-    claims = []
-    in_fence = False
-    for line in page.body:
-        stripped = line.strip()
-        if FENCE.match(stripped):
-            in_fence = not in_fence
-            continue
-        if in_fence or stripped.startswith("#") or not CITATION.search(stripped) or not _has_prose(stripped):
-            continue
-        claims.append(_claim_text(stripped))
-    return claims
-
-
-def _words(text: str) -> set[str]:
-    return set(re.findall(r"\w+", WIKILINK.sub("", text).lower()))
-
-
-def lost_cited_claims(before: dict[str, str], after: dict[str, str]) -> list[dict]:
-    """Cited claims of the pages in `before` that no page in `after` keeps.
-
-    `before`: path -> text of each page that the change touched, as it was.
-    `after`: path -> text of every page after the change.
-    A claim is kept when its text is still in a page (the same page or
-    another: moved, merged, or marked disputed around it), or when a line
-    carries all its citations and most of its words (a small fix). Anything
-    else deleted a cited claim: the wiki keeps both sides of a
-    contradiction and marks a claim disputed; it never drops one."""
-    after_claims = [(path, claim) for path, text in after.items() for claim in cited_claims(text)]
-    after_text = {path: " ".join(_claim_text(line) for line in text.splitlines()) for path, text in after.items()}
-    lost = []
-    for path, text in before.items():
-        for claim in cited_claims(text):
-            if any(claim in joined for joined in after_text.values()):
-                continue
-            citations = set(CITATION.findall(claim))
-            words = _words(claim)
-            if any(citations <= set(CITATION.findall(other))
-                   and len(words & _words(other)) >= KEPT_WORD_SHARE * len(words)
-                   for _, other in after_claims):
-                continue
-            lost.append({"page": path, "claim": claim[:200]})
-    return lost

@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 
 from kb.index.stop_words import STOP_WORDS
+from kb.wiki.schema import parsed_paragraphs
 from kb.wiki_files import split_frontmatter
 
 Embed = Callable[[list[str]], np.ndarray]
@@ -188,6 +189,7 @@ class SourcePassages:
     def __init__(self, root: Path):
         self.root = root
         self._cache: dict[str, list[str] | None] = {}
+        self._superseded: dict[str, str] = {}
 
     def paragraphs(self, slug: str) -> list[str] | None:
         """None when the source page does not exist."""
@@ -195,15 +197,23 @@ class SourcePassages:
             self._cache[slug] = self._read(slug)
         return self._cache[slug]
 
+    def superseded_by(self, slug: str) -> str:
+        """The later source that replaces this one ("" when none)."""
+        self.paragraphs(slug)
+        return self._superseded.get(slug, "")
+
     def _read(self, slug: str) -> list[str] | None:
         page = self.root / "wiki" / "sources" / f"{slug}.md"
         if "/" in slug or not page.is_file():
             return None
         parsed = split_frontmatter(page.read_text(encoding="utf-8", errors="replace"))
-        raw = self._raw_file(str((parsed.data or {}).get("raw") or ""))
+        meta = parsed.data or {}
+        if meta.get("superseded_by"):
+            self._superseded[slug] = str(meta["superseded_by"])
+        # parsed_path: the specification's key; raw: kb's earlier one.
+        raw = self._raw_file(str(meta.get("parsed_path") or meta.get("raw") or ""))
         if raw is not None:
-            body = split_frontmatter(raw.read_text(encoding="utf-8", errors="replace")).body
-            return [" ".join(block.split()) for block in "\n".join(body).split("\n\n") if block.strip()]
+            return parsed_paragraphs(raw.read_text(encoding="utf-8", errors="replace"))
         return [plain_text(line.lstrip("> ")) for line in parsed.body
                 if line.strip() and not line.lstrip().startswith("#")]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from kb.wiki.schema import with_frontmatter_key
 from kb.wiki_files import split_frontmatter, wiki_page_files
 
 # The spec: a weekly synthesis of about 1,500 words. The prompt says 1,500;
@@ -139,3 +140,33 @@ def finish_lint(root: Path, day: str, unsupported: list[dict]) -> list[str]:
                              f"- `{item['page']}` line {item['line']}: {item['reason']}: {item['text']}")
     add_to_index(root, "Syntheses", target)
     return []
+
+
+def finish_ingest(root: Path, parsed_path: str) -> list[str]:
+    """kb's part of an ingest of a new parse of a source: the earlier parse
+    that the new parsed file names (`supersedes`) and its source page get
+    `superseded_by`. Nothing is deleted; the checks then find the claims
+    that cite only the earlier parse (stale_claims)."""
+    old = superseded_parse(root, parsed_path)
+    if not old:
+        return []
+    old_file = root / old
+    if not old.startswith("raw/parsed/") or ".." in old.split("/") or not old_file.is_file():
+        return [f"{parsed_path}: supersedes {old!r}, which is not a parsed file of this wiki"]
+    new_slug = Path(parsed_path).stem
+    old_file.write_text(with_frontmatter_key(old_file.read_text(encoding="utf-8"), "superseded_by", parsed_path),
+                        encoding="utf-8")
+    page = root / "wiki" / "sources" / f"{Path(old).stem}.md"
+    if page.is_file() and not page.is_symlink():
+        page.write_text(with_frontmatter_key(page.read_text(encoding="utf-8"), "superseded_by", new_slug),
+                        encoding="utf-8")
+    return []
+
+
+def superseded_parse(root: Path, parsed_path: str) -> str | None:
+    """The earlier parsed file that the parsed file at `parsed_path` supersedes, or None."""
+    parsed = root / parsed_path
+    if not parsed.is_file():
+        return None
+    return str((split_frontmatter(parsed.read_text(encoding="utf-8", errors="replace")).data or {})
+               .get("supersedes") or "") or None

@@ -44,15 +44,16 @@ def raw_files_lock(wiki_dir: Path):
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 from kb.secret_scan import guarded_secrets, secrets_in
 from kb.wiki.git_env import git_command, git_env
-from kb.wiki.checks import lost_cited_claims
+from kb.wiki.change_rules import lost_cited_claims, owner_section_problem
 from kb.wiki_files import APPEND_ONLY_FILES, agent_path_problem, wiki_page_files
+from kb.wiki.schema import DISPUTED_MARK, MANUAL_PREFIX, name_problem, only_key_added
 from kb.wiki.playbook import CLAUDE_MD, GITIGNORE, INDEX_MD, LOG_MD, PURPOSE_MD
 
 BRANCH = "main"
 # The folders at the wiki root that are not in git and that a rollback
 # keeps: raw/ holds the sources that wait for their ingest (kb's, see
 # GITIGNORE), .obsidian/ and .trash/ the state of the owner's viewer.
-KEPT_OUTSIDE_GIT = ("raw", ".obsidian", ".trash")
+KEPT_OUTSIDE_GIT = ("raw", ".obsidian", ".trash")  # "raw" is RAW_FOLDER
 PAGE_DIRS = (
     "wiki/entities",
     "wiki/concepts",
@@ -66,7 +67,12 @@ PAGE_DIRS = (
 PUSHED_REF = "refs/kb/pushed"
 # The largest diff that the agent's show_change tool returns.
 MAX_DIFF_CHARS = 60_000
-SNAPSHOT_MESSAGE = "manual: pre-ingest snapshot"
+SNAPSHOT_MESSAGE = f"{MANUAL_PREFIX} pre-ingest snapshot"
+RAW_FOLDER = "raw"
+# A pathspec for git: every path but raw/. Snapshots, the agent's change
+# and the rollback leave raw/ alone; a parsed file goes into git only with
+# the ingest of its source (commit_pending's `provenance`).
+RAW_EXCLUDE = f":(exclude){RAW_FOLDER}"
 # Written before an agent starts, removed after its change is verified or
 # rolled back. When it is still there, the run before died mid-change.
 CHANGE_MARKER = "kb-change-in-progress"
@@ -173,15 +179,16 @@ class Wiki(BaseModel):
         return self.git("rev-parse", "HEAD")
 
     def dirty_paths(self) -> list[str]:
-        """Tracked changes and untracked files (ignored files do not count)."""
-        out = self._run("status", "--porcelain", "--untracked-files=all").stdout
+        """Tracked changes and untracked files outside raw/ (ignored files do
+        not count). raw/ goes into git only with the ingest that uses a file."""
+        out = self._run("status", "--porcelain", "--untracked-files=all", "--", ".", RAW_EXCLUDE).stdout
         return [line[3:] for line in out.splitlines() if line.strip()]
 
     def commit_all(self, message: str) -> str | None:
-        """Commit everything that is dirty. Returns the new SHA, or None when clean."""
+        """Commit everything that is dirty outside raw/. Returns the new SHA, or None when clean."""
         if not self.dirty_paths():
             return None
-        self._run("add", "-A")
+        self._run("add", "-A", "--", ".", RAW_EXCLUDE)
         self._run("commit", "-q", "-m", message)
         return self.head()
 
@@ -189,10 +196,21 @@ class Wiki(BaseModel):
         """Put the wiki back to `sha`: tracked files reset, and every other
         file removed, ignored files too (-x), but for KEPT_OUTSIDE_GIT.
         Why -x: a file of the change that .gitignore hides is a file of the
-        change too, and the index and the MCP server read it from disk."""
+        change too, and the index and the MCP server read it from disk.
+        raw/ stays: a parsed file that the change committed comes back as an
+        untracked file, because its source still waits for its ingest; the
+        other files of raw/ are not the agent's."""
+        root = self.root()
+        committed = self._run("diff", "--name-only", "--no-renames", "--diff-filter=A", sha, "HEAD", "--",
+                              RAW_FOLDER, check=False).stdout.split("\n")
+        kept_files = {path: (root / path).read_bytes() for path in committed
+                      if path and (root / path).is_file() and not (root / path).is_symlink()}
         self._run("reset", "-q", "--hard", sha)
         keep = [arg for folder in KEPT_OUTSIDE_GIT for arg in ("-e", f"/{folder}/")]
         self._run("clean", "-q", "-fdx", *keep)
+        for path, data in kept_files.items():
+            if not (root / path).exists():
+                write_atomic(root / path, data)
 
     def ignored_files(self) -> dict[str, tuple[int, int]]:
         """Size and mtime of each file that the wiki's .gitignore hides,
@@ -208,6 +226,14 @@ class Wiki(BaseModel):
                 continue
             manifest[path] = (stat.st_size, stat.st_mtime_ns)
         return manifest
+
+    def ignored(self, path: str) -> bool:
+        """True when the wiki's .gitignore keeps `path` out of git."""
+        return self._run("check-ignore", "-q", "--no-index", "--", path, check=False).returncode == 0
+
+    def tracked(self, path: str) -> bool:
+        """True when git holds `path` (relative to the wiki root) in HEAD."""
+        return self._run("ls-files", "--error-unmatch", "--", path, check=False).returncode == 0
 
     def commits_since(self, sha: str) -> list[tuple[str, str]]:
         out = self.git("log", "--format=%H%x09%s", f"{sha}..HEAD")
@@ -280,8 +306,8 @@ class Wiki(BaseModel):
         self._marker().unlink(missing_ok=True)
 
     def raw_manifest(self) -> dict[str, tuple[int, int]]:
-        """Size and mtime of every file in raw/. raw/ is not in git, so this is
-        how the worker sees that the agent changed it. Size and mtime, not a
+        """Size and mtime of every file in raw/. Most of raw/ is not in git, so
+        this is how the worker sees that the agent changed it. Size and mtime, not a
         hash: raw/ grows with every source, and this runs on every change."""
         raw = self.root() / "raw"
         manifest = {}
@@ -298,7 +324,8 @@ class Wiki(BaseModel):
             return set()
         return {_link_target(m) for m in WIKILINK.findall(index.read_text(errors="replace"))}
 
-    def verify_change(self, before: BeforeChange, prefix: str, *, may_delete_pages: bool) -> Verdict:
+    def verify_change(self, before: BeforeChange, prefix: str, *, may_delete_pages: bool,
+                      provenance: tuple[str, ...] = ()) -> Verdict:
         """Check the agent's change against the rules. Each broken rule is one problem."""
         verdict = Verdict()
         head = self.head()
@@ -313,6 +340,15 @@ class Wiki(BaseModel):
         if not subject.startswith(prefix):
             verdict.problems.append(f"the commit message {subject!r} does not start with {prefix!r}")
         for change in self.changes_since(before.sha):
+            if change.path.startswith(RAW_FOLDER + "/"):
+                # The parsed file of the source goes into git with its ingest,
+                # once; after that it changes only by the mark of a later parse.
+                marked = change.status == "M" and only_key_added(
+                    self.show(before.sha, change.path) or "", self.show("HEAD", change.path) or "", "superseded_by")
+                if change.path not in provenance or not (change.status == "A" or marked):
+                    verdict.problems.append(f"refused: {change.path}: a file in raw/ goes into git only with "
+                                            f"the ingest of its source, and never changes after it")
+                continue
             if change.path.endswith("/.gitkeep") and change.status == "D":
                 pass  # a folder's first page makes its placeholder needless
             elif (rule := agent_path_problem(change.path)) is not None:
@@ -328,12 +364,13 @@ class Wiki(BaseModel):
             else:
                 verdict.updated.append(change.path)
         after_raw = self.raw_manifest()
+        marked = {c.path for c in self.changes_since(before.sha) if c.status == "M" and c.path in provenance}
         for path, stat in before.raw_files.items():
             if path not in after_raw:
                 verdict.problems.append(f"{path} was deleted from raw/")
-            elif after_raw[path] != stat:
+            elif after_raw[path] != stat and path not in marked:
                 verdict.problems.append(f"{path} in raw/ was changed")
-        verdict.problems += self._lost_claims(before.sha)
+        verdict.problems += self._lost_claims(before.sha, may_delete_pages)
         lost = sorted(before.index_links - self.index_links())
         if lost and not may_delete_pages:
             verdict.problems.append(f"index.md lost {len(lost)} entries, for example {lost[0]}")
@@ -342,10 +379,12 @@ class Wiki(BaseModel):
             verdict.problems.append(f"the agent left changes that are not committed: {', '.join(left[:5])}")
         return verdict
 
-    def _lost_claims(self, sha: str) -> list[str]:
+    def _lost_claims(self, sha: str, may_delete_pages: bool = False) -> list[str]:
         """A change may move a cited claim or mark it disputed, never delete
-        it (see wiki_checks.lost_cited_claims). A source can ask the agent to
-        "delete the contradicting page"; this check does not read the source."""
+        or reword it; and it never alters the owner's lines above the marker
+        (kb.wiki.change_rules). A source can ask the agent to "delete the
+        contradicting page" or to "correct" a claim; these checks do not
+        read the source, so the source cannot talk them round."""
         changed = [c.path for c in self.changes_since(sha)
                    if c.status in ("M", "D") and c.path.startswith("wiki/") and c.path.endswith(".md")]
         before = {path: self.show(sha, path) or "" for path in changed}
@@ -354,16 +393,25 @@ class Wiki(BaseModel):
         root = self.root()
         after = {f.relative_to(root).as_posix(): f.read_text(encoding="utf-8", errors="replace")
                  for f in wiki_page_files(root)}
-        return [f"{item['page']}: the cited claim {item['claim']!r} was removed. Keep it, move it, or mark it "
-                f"disputed in a Contradictions section; never delete a cited claim"
-                for item in lost_cited_claims(before, after)]
+        problems = [f"refused: {item['page']}: the cited claim {item['claim']!r} was removed or changed. Keep its "
+                    f"words, move it, or mark it {DISPUTED_MARK} and record it in a Contradictions section; never "
+                    f"delete or reword a cited claim"
+                    for item in lost_cited_claims(before, after)]
+        lines_after = {line.strip() for text in after.values() for line in text.splitlines()}
+        for path, text in before.items():
+            problem = owner_section_problem(path, text, after.get(path), may_merge=may_delete_pages,
+                                            lines_after=lines_after)
+            if problem:
+                problems.append(f"refused: {problem}")
+        return problems
 
     # --- the agent's change, before kb commits it --------------------------------
 
     def pending_changes(self) -> list[Change]:
         """Every change of the working tree against HEAD: tracked and
         untracked files (ignored files do not count; raw/ has its own check)."""
-        out = self._run("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames").stdout
+        out = self._run("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames",
+                        "--", ".", RAW_EXCLUDE).stdout
         changes = []
         for entry in out.split("\0"):
             if len(entry) < 4:
@@ -394,6 +442,9 @@ class Wiki(BaseModel):
             if rule:
                 problems.append(f"refused: {rule}")
                 continue
+            if change.status == "A" and change.path.startswith("wiki/") \
+                    and (name_rule := name_problem(change.path.removeprefix("wiki/"))) is not None:
+                problems.append(f"refused: {name_rule}")
             if change.status != "D":
                 problems += self._file_refusals(before.sha, change.path, secrets)
         return problems
@@ -416,12 +467,19 @@ class Wiki(BaseModel):
             problems.append(f"refused: {path} is append-only, and the change alters an earlier line")
         return problems
 
-    def commit_pending(self, message: str) -> str | None:
-        """Stage the whole change and make one commit with `message`. Returns
-        the new SHA, or None when nothing changed. Call refusals() first."""
+    def commit_pending(self, message: str, provenance: tuple[str, ...] = ()) -> str | None:
+        """Stage the whole change, and the parsed files in `provenance` (the
+        source of an ingest: what its citations point to), and make one
+        commit with `message`. Returns the new SHA, or None when nothing
+        changed. Call refusals() first."""
         if not self.pending_changes():
             return None
-        self._run("add", "-A")
+        self._run("add", "-A", "--", ".", RAW_EXCLUDE)
+        for path in provenance:
+            # A wiki whose .gitignore keeps raw/ out (kb's earlier rule, or
+            # the owner's) keeps it out: `kb wiki migrate` changes kb's rule.
+            if path.startswith(f"{RAW_FOLDER}/parsed/") and (self.root() / path).is_file() and not self.ignored(path):
+                self._run("add", "--", path)
         self._run("commit", "-q", "--no-verify", "-F", "-", input=message.strip() + "\n")
         return self.head()
 

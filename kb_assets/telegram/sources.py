@@ -42,7 +42,6 @@ from kb.telegram.source_parsers import (
     read_file,
     render_markdown,
     render_with_browser,
-    slugify,
     split_frontmatter,
 )
 from kb.urls import normalize_url
@@ -50,7 +49,9 @@ from kb.x.browser import Browser
 from kb.duckdb_store import DuckDBStore
 from kb.telegram.gate import GateVerdict, read_purpose
 from kb.atomic_files import write_atomic
-from kb.wiki.repo import raw_files_lock
+from kb.wiki.repo import Wiki, raw_files_lock
+from kb.wiki.schema import ID_PREFIX_CHARS, NAME_MAX_CHARS, parsed_body, parsed_frontmatter, source_slug
+from kb.wiki_files import read_frontmatter
 from kb.settings import Settings, get_settings
 from kb.telegram.inbox import Inbox, InboxError, InboxItem
 from kb_resources.services import BrowserResource, QualityGateResource
@@ -117,24 +118,42 @@ def parse_item(item: InboxItem, inbox: Inbox, settings: Settings, browser: Brows
 
 
 def write_parsed_file(wiki_dir: Path, item: InboxItem, parsed: ParsedSource, fetched_at: datetime) -> Path:
-    """Write raw/parsed/<type>/<slug>.md and remove older copies of the item.
-    Returns the path relative to the wiki folder."""
-    slug = f"{slugify(parsed.title) or item.type}-{item.id}"
+    """Write raw/parsed/<type>/<slug>.md in the format of kb.wiki.schema
+    (the specification's frontmatter, then `# Title`). Returns the path
+    relative to the wiki folder.
+
+    A parsed file that an ingest committed never changes: the citations of
+    the wiki point to its paragraphs. A new parse of the same text keeps
+    that file; a new parse with another text is a new file that names the
+    earlier one (`supersedes`), and the ingest of it marks the earlier one
+    superseded. Copies that no ingest took yet are replaced."""
+    wiki = Wiki(path=str(wiki_dir))
+    slug = source_slug(item.id, parsed.title or item.type)
+    frontmatter = parsed_frontmatter(
+        resource_id=item.id, resource_type=item.type, source_url=parsed.url or item.url, title=parsed.title,
+        fetched_at=fetched_at.isoformat(timespec="seconds"), char_count=parsed.char_count, parser=parsed.parser,
+        extra=parsed.extra,
+    )
+    body = parsed_body(parsed.title, parsed.body)
+    # The name holds only 8 characters of the id, so the frontmatter decides
+    # which files are this item's.
+    prefix = slug[:ID_PREFIX_CHARS]
+    mine = sorted(old for old in [*wiki_dir.glob(f"{PARSED_DIR}/*/{prefix}*.md"), *wiki_dir.glob(f"{REJECTED_DIR}/{prefix}*.md")]
+                  if str(read_frontmatter(old).get("resource_id")) == item.id)
+    ingested = [old for old in mine if (wiki_dir / ".git").exists() and wiki.tracked(str(old.relative_to(wiki_dir)))]
+    latest = max(ingested, key=lambda f: f.stat().st_mtime_ns, default=None)
+    if latest is not None and split_frontmatter(latest.read_text(encoding="utf-8"))[1].strip() == body.strip():
+        return latest.relative_to(wiki_dir)  # the same text: the ingested file stays the source
     relative = PARSED_DIR / item.type / f"{slug}.md"
-    frontmatter = {
-        "resource_id": item.id,
-        "type": item.type,
-        "source_url": parsed.url or item.url,
-        "title": parsed.title,
-        "fetched_at": fetched_at.isoformat(timespec="seconds"),
-        "char_count": parsed.char_count,
-        "parser": parsed.parser,
-        **parsed.extra,
-    }
-    write_atomic(wiki_dir / relative, render_markdown(frontmatter, parsed.body).encode())
-    # A re-parse can find another title: one item keeps one file.
-    for old in [*wiki_dir.glob(f"{PARSED_DIR}/*/*-{item.id}.md"), *wiki_dir.glob(f"{REJECTED_DIR}/*-{item.id}.md")]:
-        if old != wiki_dir / relative:
+    number = 2
+    while relative in {f.relative_to(wiki_dir) for f in ingested}:
+        relative = PARSED_DIR / item.type / f"{slug[:NAME_MAX_CHARS - 3].rstrip('-')}-{number}.md"
+        number += 1
+    if latest is not None:
+        frontmatter["supersedes"] = str(latest.relative_to(wiki_dir))
+    write_atomic(wiki_dir / relative, render_markdown(frontmatter, body).encode())
+    for old in mine:
+        if old not in ingested and old != wiki_dir / relative:
             old.unlink(missing_ok=True)
     return relative
 

@@ -1,0 +1,128 @@
+"""The rules on the text of a change (kb/wiki/change_rules.py), through the
+real check of a commit (Wiki.verify_change on a real git wiki), as the
+worker runs it after each agent change: a cited claim keeps its words, and
+the owner's lines above the marker stay. Each case plays an agent that a
+source talked into a change; no model decides."""
+
+import subprocess
+
+import pytest
+
+from kb.wiki.change_rules import claim_key, lost_cited_claims
+from kb.wiki.repo import Wiki
+from kb.wiki.schema import AUTO_SECTION_MARKER
+from tests.wiki_pages import concept_page, entity_page
+
+S = "a1b2c3d4-engine-notes"
+CLAIM = f"- Babbage's Difference Engine tabulates polynomials, as Ada Lovelace wrote in 1843. [[sources/{S}#para2]]"
+OWNER_LINE = "The owner wrote this line by hand."
+PAGE = "wiki/concepts/difference-engine.md"
+OTHER = "wiki/entities/Ada-Lovelace.md"
+BASE = concept_page("difference engine", f"{OWNER_LINE} [[sources/{S}#para1]]", [CLAIM], sources=[S],
+                    connections=["- [[entities/Ada-Lovelace]]"])
+ADA = entity_page("Ada Lovelace", f"A mathematician. [[sources/{S}#para1]]", [], sources=[S])
+
+
+@pytest.fixture
+def wiki():
+    w = Wiki.from_settings()
+    root = w.ensure()
+    (root / PAGE).write_text(BASE)
+    (root / OTHER).write_text(ADA)
+    w.commit_all("manual: two pages")
+    return w
+
+
+def verify(wiki: Wiki, pages: dict[str, str], *, may_delete_pages: bool = False) -> list[str]:
+    """Write `pages` as one ingest commit, verify it, roll it back. The problems."""
+    root = wiki.root()
+    before = wiki.begin_change()
+    for path, text in pages.items():
+        (root / path).write_text(text)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-qm", "ingest: a1b2c3d4-engine-notes"], cwd=root, check=True)
+    problems = wiki.verify_change(before, "ingest:", may_delete_pages=may_delete_pages).problems
+    wiki.rollback(before.sha)
+    wiki.end_change()
+    assert (root / PAGE).read_text() == BASE  # the rollback leaves the page as it was
+    return problems
+
+
+def changed(claim: str) -> dict[str, str]:
+    return {PAGE: BASE.replace(CLAIM, claim)}
+
+
+LOST = (f"refused: {PAGE}: the cited claim {CLAIM[2:]!r} was removed or changed. Keep its words, move it, or "
+        "mark it (disputed) and record it in a Contradictions section; never delete or reword a cited claim")
+
+
+@pytest.mark.parametrize("name,claim", [
+    ("a changed word", CLAIM.replace("polynomials", "logarithms")),
+    ("a changed year", CLAIM.replace("1843", "1842")),
+    ("an inserted negation", CLAIM.replace("tabulates", "did not tabulate")),
+    ("a myth prefix", "- It is a myth that " + CLAIM[2:]),
+    ("a sentence added after it", CLAIM + " This is false."),
+    ("the claim in an HTML comment", f"<!-- {CLAIM} -->"),
+    ("the claim in a comment of two lines", f"<!--\n{CLAIM}\n-->"),
+    ("the claim in a code block", f"```\n{CLAIM}\n```"),
+])
+def test_a_cited_claim_that_changes_its_meaning_is_refused(wiki, name, claim):
+    assert LOST in verify(wiki, changed(claim)), name
+
+
+def test_a_claim_moved_into_the_frontmatter_is_refused(wiki):
+    page = BASE.replace(CLAIM + "\n", "").replace("---\n# ", f"note: {CLAIM[2:]!r}\n---\n# ", 1)
+    assert "note:" in page.split("---")[1]
+    assert LOST in verify(wiki, {PAGE: page})
+
+
+@pytest.mark.parametrize("name,pages", [
+    ("marked disputed", changed(CLAIM + " (disputed)")),
+    ("white space and list mark", changed("*   " + CLAIM[2:].replace(" tabulates ", "  tabulates "))),
+    ("link text and .md", changed(CLAIM.replace(f"[[sources/{S}#para2]]", f"[[sources/{S}.md#para2|the notes]]"))),
+    ("moved to another page word for word",
+     {PAGE: BASE.replace(CLAIM + "\n", ""), OTHER: ADA.replace("## Roles and affiliations\n",
+                                                               f"## Roles and affiliations\n{CLAIM}\n")}),
+])
+def test_a_claim_that_keeps_its_words_passes(wiki, name, pages):
+    problems = verify(wiki, pages)
+    assert not [p for p in problems if "cited claim" in p], (name, problems)
+
+
+def test_the_owners_lines_above_the_marker_stay(wiki):
+    rule = f"refused: {PAGE}: the lines above {AUTO_SECTION_MARKER} are the owner's"
+    # A reworded owner's line: refused, with the page, the rule and the line.
+    reworded = verify(wiki, {PAGE: BASE.replace(OWNER_LINE, "The agent rewrote this line.")})
+    assert [p for p in reworded if p.startswith(rule)] == [
+        f"{rule}; a change may add a line there, never change, move or delete one (the line "
+        f"{OWNER_LINE + ' [[sources/' + S + '#para1]]'!r} was changed or removed)"]
+    # The marker removed, or moved above the owner's line: refused.
+    assert any(p.startswith(rule) and "the marker line is gone" in p
+               for p in verify(wiki, {PAGE: BASE.replace(AUTO_SECTION_MARKER + "\n", "")}))
+    moved_up = BASE.replace(AUTO_SECTION_MARKER + "\n", "").replace("## Definition\n",
+                                                                     f"{AUTO_SECTION_MARKER}\n## Definition\n")
+    assert any(p.startswith(rule) for p in verify(wiki, {PAGE: moved_up}))
+    # A page with the owner's section deleted, also in a lint that may delete pages, when its lines go nowhere.
+    root = wiki.root()
+    before = wiki.begin_change()
+    (root / PAGE).unlink()
+    subprocess.run(["git", "commit", "-qam", "lint: 2026-12-01"], cwd=root, check=True)
+    problems = wiki.verify_change(before, "lint:", may_delete_pages=True).problems
+    wiki.rollback(before.sha)
+    wiki.end_change()
+    assert any(p.startswith(rule) and "the merge lost the line" in p for p in problems)
+
+
+def test_new_lines_and_changes_below_the_marker_pass(wiki):
+    added = BASE.replace(CLAIM, CLAIM + f"\n- The engine was a calculator. [[sources/{S}#para3]]")
+    below = added.replace("- [[entities/Ada-Lovelace]]", "- [[entities/Ada-Lovelace]], [[concepts/analytical-engine]]")
+    assert verify(wiki, {PAGE: below}) == []
+    # The playbook's mark of a contradiction is the one change that a line above the marker may take.
+    assert verify(wiki, changed(CLAIM + " (disputed)")) == []
+
+
+def test_a_page_of_the_earlier_format_has_no_owners_section(wiki):
+    """kb's pages before the marker: the claim rule holds, the owner's rule has no lines to keep."""
+    old = f"---\ntype: concept\nname: x\n---\n# x\n\n{CLAIM}\n"
+    assert lost_cited_claims({"a.md": old}, {"a.md": old.replace("# x", "# y")}) == []
+    assert claim_key(CLAIM + " (disputed)") == claim_key("* " + CLAIM[2:])

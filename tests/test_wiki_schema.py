@@ -1,0 +1,136 @@
+"""The one definition of the wiki's formats (kb/wiki/schema.py) and its
+readers: the playbook, the checks, the agent's allowlist and the parsers
+follow it, and a wiki in the specification's schema is clean."""
+
+import pytest
+
+from kb.wiki.agent import tool_deny_reason
+from kb.wiki.checks import check_wiki
+from kb.wiki.playbook import CLAUDE_MD
+from kb.wiki.schema import (AUTO_SECTION_MARKER, GIT_PREFIXES, PARSED_KEYS, SCHEMAS, entity_name, name_problem,
+                            parsed_paragraphs, source_slug)
+from kb.wiki_files import split_frontmatter
+from tests.wiki_pages import concept_page, entity_page, parsed_file, source_page, weekly_page
+
+S = "0193f7a8-great-article"
+T = "0293f7a8-a-later-parse"
+
+
+def test_names_of_the_specification():
+    assert source_slug("0193f7a8c2", "Great Article!") == S
+    long = source_slug("0193f7a8c2", "word " * 40)
+    assert len(long) <= 60 and long.startswith("0193f7a8-word-") and not long.endswith("-")
+    assert entity_name("Andrej Karpathy") == "Andrej-Karpathy" and entity_name("OpenAI") == "OpenAI"
+    with pytest.raises(ValueError, match="resource id 'x1'"):
+        source_slug("x1", "short id")
+    assert name_problem("entities/Andrej-Karpathy.md") is None
+    assert name_problem("concepts/mixture-of-experts.md") is None
+    assert name_problem(f"sources/{S}.md") is None
+    assert name_problem("syntheses/weekly/2026-W48.md") is None
+    for bad in ("entities/Ada Lovelace.md", "entities/ada-lovelace.md", "concepts/Vector Search.md",
+                "sources/great-article-0193f7a8c2.md", "syntheses/weekly/week-48.md", f"sources/{S}{'-x' * 30}.md"):
+        assert name_problem(bad) and bad in name_problem(bad), bad
+
+
+def test_the_agent_may_not_make_a_page_with_another_name(tmp_path):
+    (tmp_path / "wiki/entities").mkdir(parents=True)
+    (tmp_path / "wiki/entities/Ada Lovelace.md").write_text("# an old page\n")
+    denied = tool_deny_reason("Write", {"file_path": "wiki/entities/ada lovelace.md"}, tmp_path)
+    assert denied and "Title-Case-With-Hyphens" in denied
+    assert tool_deny_reason("Write", {"file_path": "wiki/entities/Ada-Lovelace.md"}, tmp_path) is None
+    # A page that exists keeps its name until `kb wiki migrate` renames it.
+    assert tool_deny_reason("Edit", {"file_path": "wiki/entities/Ada Lovelace.md"}, tmp_path) is None
+
+
+def test_the_playbook_prints_each_schema():
+    for schema in SCHEMAS:
+        for key in schema.keys:
+            assert f"\n{key}:" in CLAUDE_MD, (schema.kind, key)
+        for section in schema.sections + schema.auto_sections:
+            assert f"## {section}" in CLAUDE_MD, (schema.kind, section)
+    assert AUTO_SECTION_MARKER in CLAUDE_MD
+    assert all(prefix in CLAUDE_MD for prefix in GIT_PREFIXES if prefix != "manual:")
+
+
+def test_a_parsed_file_has_the_keys_of_the_specification_then_the_title():
+    text = parsed_file("0193f7a8c2", "Great Article", ["First paragraph.", "Second paragraph."])
+    page = split_frontmatter(text)
+    assert list(page.data) == list(PARSED_KEYS)
+    assert [line for line in page.body if line][0] == "# Great Article"
+    # The title is not a paragraph: #para1 is the first paragraph of the text.
+    assert parsed_paragraphs(text) == ["First paragraph.", "Second paragraph."]
+
+
+def spec_wiki(root):
+    paragraphs = ["Retrieval-augmented generation lets a language model answer from passages that a search finds first.",
+                  "A RAG pipeline retrieves passages with a search first, and a language model answers from them.",
+                  "Ada Lovelace wrote about the engine in 1843."]
+    files = {
+        f"raw/parsed/web/{S}.md": parsed_file("0193f7a8c2", "Great article", paragraphs),
+        f"raw/parsed/web/{T}.md": parsed_file("0293f7a8c2", "A later parse", paragraphs),
+        f"wiki/sources/{S}.md": source_page(S, "Great article", [f"- A claim. [[sources/{S}#para1]]"],
+                                            resource_id="0193f7a8c2", tldr="An uncited summary line.",
+                                            connections=["- Mentions [[entities/Ada-Lovelace]].",
+                                                         "- Builds on [[concepts/rag]]."],
+                                            extra={"superseded_by": T}),
+        f"wiki/sources/{T}.md": source_page(T, "A later parse", [f"- A claim. [[sources/{T}#para1]]"],
+                                            resource_id="0293f7a8c2",
+                                            connections=["- Builds on [[concepts/rag-pipelines]]."]),
+        "wiki/entities/Ada-Lovelace.md": entity_page(
+            "Ada Lovelace", f"Ada Lovelace wrote about the engine in 1843. [[sources/{T}#para3]]",
+            [f"- She wrote about the engine in 1843. [[sources/{S}#para3]] [[sources/{T}#para3]]"],
+            sources=[S, T], connections=["- Frequently cited alongside [[concepts/rag]]."]),
+        "wiki/concepts/rag.md": concept_page(
+            "Retrieval-augmented generation",
+            f"Retrieval-augmented generation lets a language model answer from passages that a search finds first. "
+            f"[[sources/{S}#para1]]",
+            [f"- A language model answers from passages that a search finds first. [[sources/{S}#para1]]"], sources=[S],
+            connections=["- [[entities/Ada-Lovelace]]"], more={"Open questions": ["- Does it scale to a million pages?"]}),
+        "wiki/concepts/rag-pipelines.md": concept_page(
+            "RAG pipelines",
+            f"A RAG pipeline retrieves passages with a search first, and a language model answers from them. "
+            f"[[sources/{T}#para2]]",
+            [], sources=[T], connections=["- [[concepts/rag]]"]),
+        "wiki/syntheses/weekly/2026-W48.md": weekly_page(
+            "2026-W48", [S], "Retrieval", [f"Both sources speak of retrieval. [[sources/{S}#para1]]"],
+            reading=[f"- [[sources/{S}]]: the first one.", f"- [[sources/{T}]]: the second one."]),
+        "index.md": "# Index\n\n## Sources\n" + "".join(f"- [[sources/{x}]]\n" for x in (S, T))
+                    + "\n## Entities\n- [[entities/Ada-Lovelace]]\n\n## Concepts\n- [[concepts/rag]]\n"
+                    "- [[concepts/rag-pipelines]]\n\n## Syntheses\n- [[syntheses/weekly/2026-W48]]\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_a_wiki_in_the_specifications_schema(tmp_path):
+    found = check_wiki(spec_wiki(tmp_path))
+    # Its frontmatter, sections and names are right, and the lines that the
+    # specification leaves without a citation (TL;DR, Open questions,
+    # Connections) are no finding.
+    assert found["frontmatter"] == [] and found["schema"] == [] and found["uncited"] == []
+    assert found["unsupported"] == [] and found["dangling_links"] == [] and found["index_mismatch"] == []
+    # Two concept pages whose `## Definition`s say one thing.
+    assert [(d["page"], d["other"]) for d in found["duplicates"]] == [
+        ("wiki/concepts/rag-pipelines.md", "wiki/concepts/rag.md")]
+    assert found["duplicates"][0]["reason"].startswith("definitions close")
+    # A claim that cites only the superseded parse is stale; one that cites the later parse too is not.
+    assert [(s["page"], s["superseded_by"]) for s in found["stale_claims"]] == [
+        ("wiki/concepts/rag.md", T), ("wiki/concepts/rag.md", T)]
+
+
+def test_the_checks_name_what_breaks_the_schema(tmp_path):
+    root = spec_wiki(tmp_path)
+    page = root / "wiki/concepts/rag.md"
+    page.write_text(page.read_text().replace("last_updated: 2026-11-20\n", "").replace(AUTO_SECTION_MARKER + "\n", "")
+                    .replace("## Key claims", "## Claims"))
+    (root / "wiki/entities/Ada-Lovelace.md").rename(root / "wiki/entities/Ada Lovelace.md")
+    found = check_wiki(root)
+    assert {(f["page"], f["problem"]) for f in found["frontmatter"]} == {
+        ("wiki/concepts/rag.md", "missing keys: last_updated")}
+    problems = {(f["page"], f["problem"]) for f in found["schema"]}
+    assert ("wiki/concepts/rag.md", "missing sections: ## Key claims") in problems
+    assert ("wiki/concepts/rag.md", f"no {AUTO_SECTION_MARKER} line before the auto sections") in problems
+    assert any(p == "wiki/entities/Ada Lovelace.md" and "Title-Case-With-Hyphens" in problem
+               for p, problem in problems)
