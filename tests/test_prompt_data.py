@@ -66,13 +66,13 @@ def test_the_ingest_prompt_holds_title_url_and_topics_as_one_line_data(brk):
     assert_no_injected_line(prompt)
     data = data_of(prompt)
     assert data["title"] == one_line(hostile("title", brk)) and INJECTED in data["title"]
-    assert data["url"].startswith("https://example.org/a") and INJECTED in data["url"]
-    assert data["topics_from_the_quality_gate"] == ["databases", one_line(hostile("topic", brk))]
+    assert data["source_url"].startswith("https://example.org/a") and INJECTED in data["source_url"]
+    assert data["topics"] == ["databases", one_line(hostile("topic", brk))]
     # The frontmatter's fields go the same way when the gate's row has none.
     from_meta = ingest_prompt(GateDecision(source_id="src1", approved=True, parsed_path="raw/parsed/pdf/x-1.md"),
                               {"title": hostile("title", brk), "source_url": hostile("url", brk)}, "2026-12-06")
     assert_no_injected_line(from_meta)
-    assert INJECTED in data_of(from_meta)["title"] and INJECTED in data_of(from_meta)["url"]
+    assert INJECTED in data_of(from_meta)["title"] and INJECTED in data_of(from_meta)["source_url"]
 
 
 @pytest.mark.parametrize("brk", BREAKS)

@@ -181,7 +181,7 @@ def test_a_pdf_title_and_file_name_with_new_lines_stay_one_line_of_data(tmp_path
         facts = json.loads(text.split(DATA_NOTE + "\n```json\n")[1].split("\n```")[0])
         assert facts["title"] == f"Merkle trees {INJECTED} And more"
     assert json.loads(message.split("```json\n")[1].split("\n```")[0])["file_name"] == f"merkle {INJECTED}.pdf"
-    assert json.loads(prompt.split("```json\n")[1].split("\n```")[0])["topics_from_the_quality_gate"] == ["databases"]
+    assert json.loads(prompt.split("```json\n")[1].split("\n```")[0])["topics"] == ["databases"]
 
 
 def test_gate_errors_four_times_accept_with_65(gate, dagster):

@@ -647,8 +647,9 @@ def test_a_refused_change_keeps_the_source_approved_and_the_next_try_hears_the_r
     assert states["src9"]["state"] == "failed"
     with DuckDBStore.from_settings().connect() as conn:
         assert conn.execute("SELECT decision FROM gate_results WHERE item_id = 'src9'").fetchone() == ("accepted",)
-    prompts = [str(r["messages"][0]["content"]) for r in firsts]
-    assert len(prompts) == 3 and "kb refused your last try" not in prompts[0]
+    content = [r["messages"][0]["content"] for r in firsts]
+    prompts = [c if isinstance(c, str) else "\n".join(block.get("text", "") for block in c) for c in content]
+    assert len(prompts) == 4 and "kb refused your last try" not in prompts[0]  # a try and 3 retries
     rule = "wiki/concepts/analytical-engine.md: the lines above <!-- llm:auto-section --> are the owner's"
     assert all("kb refused your last try" in p and rule in p for p in prompts[1:])
 

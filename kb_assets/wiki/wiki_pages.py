@@ -325,11 +325,16 @@ When the pages are done, call report_result with the commit_message
 `{INGEST_PREFIX} {one_line(slug)}`. kb checks the change and commits it.{_refusal_note(refused)}"""
 
 
+REFUSAL_MAX_CHARS = 4000
+
+
 def _refusal_note(refused: str | None) -> str:
-    """kb's own reason, but it quotes lines that the agent wrote: one line of data."""
+    """kb's own reason, but it quotes lines that the agent wrote: one line of
+    data (up to REFUSAL_MAX_CHARS: a reason names every refused page)."""
     if not refused:
         return ""
-    return (f"\n\nkb refused your last try of this ingest and rolled it back: {json_data(one_line(refused))}\n"
+    reason = json_data(one_line(refused, limit=REFUSAL_MAX_CHARS))
+    return (f"\n\nkb refused your last try of this ingest and rolled it back: {reason}\n"
             "Do the ingest again, and keep this rule.")
 
 
