@@ -14,9 +14,9 @@ from datetime import timedelta
 
 import dagster as dg
 
+from kb.wiki.weeks import iso_week_label
 from kb_assets.wiki.wiki_pages import (
     WIKI_PAGES,
-    iso_week_label,
     wiki_ingest_job,
     wiki_lint_job,
     wiki_synthesis_job,

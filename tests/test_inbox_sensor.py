@@ -14,8 +14,8 @@ import dagster as dg
 from kb_assets.partitions import sources
 from kb_assets.keys import OVERRIDE_TAG, TOPIC_TAG
 from kb_assets.telegram.sources import gated_sources, parsed_sources, source_intake_job
+from kb.wiki.weeks import iso_week_label
 from kb_assets.wiki.wiki_pages import (
-    iso_week_label,
     wiki_lint,
     wiki_lint_days,
     wiki_lint_job,

@@ -923,7 +923,7 @@ def test_the_weekly_synthesis_covers_every_source_since_the_last_one(wiki):
     the next week's synthesis; it fell into none before."""
     from datetime import date
 
-    from kb_assets.wiki.wiki_pages import week_ingests
+    from kb.wiki.weeks import week_ingests
 
     root = wiki.root()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from kb.wiki.checks import findings_count
 from kb.wiki.schema import with_frontmatter_key
 from kb.wiki_files import split_frontmatter, wiki_page_files
 
@@ -170,3 +171,27 @@ def superseded_parse(root: Path, parsed_path: str) -> str | None:
         return None
     return str((split_frontmatter(parsed.read_text(encoding="utf-8", errors="replace")).data or {})
                .get("supersedes") or "") or None
+
+
+def append_log(root: Path, heading: str, lines: list[str]) -> None:
+    log = root / "log.md"
+    text = log.read_text(encoding="utf-8") if log.exists() else "# Log\n"
+    log.write_text(text.rstrip("\n") + f"\n\n## {heading}\n" + "".join(f"- {line}\n" for line in lines),
+                   encoding="utf-8")
+
+
+def write_lint_report(root: Path, day: str, findings: dict) -> None:
+    page = root / "wiki" / "syntheses" / "lint" / f"{day}.md"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    body = [f"---\ntype: synthesis\nkind: lint\nperiod: {day}\nsources: []\ncreated: {day}\n---",
+            f"# Lint {day}", "",
+            "The wiki agent has no endpoint, so nothing was fixed. These are the findings of the checks.", ""]
+    for kind, items in findings.items():
+        body.append(f"## {kind.replace('_', ' ')} ({len(items)})")
+        body += [f"- `{item.get('page', 'index.md')}`" + (f" line {item['line']}" if "line" in item else "")
+                 + "".join(f" {k}: {v}" for k, v in item.items() if k not in ("page", "line"))
+                 for item in items] or ["- none"]
+        body.append("")
+    page.write_text("\n".join(body), encoding="utf-8")
+    add_to_index(root, "Syntheses", f"syntheses/lint/{day}")
+    append_log(root, f"{day} lint", [f"{findings_count(findings)} findings, report [[syntheses/lint/{day}]]"])

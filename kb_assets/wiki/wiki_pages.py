@@ -25,7 +25,7 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -35,15 +35,16 @@ from kb_assets.keys import GATED_SOURCES, MAX_RUNTIME_TAG, WIKI_PAGES
 from kb_assets.partitions import sources
 from kb.wiki_files import read_frontmatter
 from kb.wiki.checks import check_wiki, findings_count
-from kb.wiki.finish import (WEEKLY_MAX_WORDS, add_to_index, finish_ingest, finish_lint, finish_weekly,
-                            superseded_parse)
+from kb.wiki.finish import (WEEKLY_MAX_WORDS, finish_ingest, finish_lint, finish_weekly,
+                            superseded_parse, write_lint_report)
 from kb.duckdb_store import DuckDBStore
 from kb.settings import get_settings, redact_secrets
 from kb.telegram.notifier import NotificationError, TelegramNotifier
 from kb.wiki.repo import BeforeChange, Verdict, Wiki, raw_files_lock
 from kb.wiki.agent import AgentRun, WikiAgent
 from kb.wiki.prompt_data import json_data, one_line, source_data_block
-from kb.wiki.schema import INGEST_PREFIX, LINT_PREFIX, SYNTHESIS_PREFIX, WEEKLY, render_page
+from kb.wiki.schema import INGEST_PREFIX, LINT_PREFIX, SYNTHESIS_PREFIX
+from kb.wiki.weeks import iso_week_label, week_changed_pages, week_ingests, write_empty_week
 from kb_resources.services import WikiAgentResource
 from kb_resources.stores import DuckDBResource, WikiResource
 
@@ -691,90 +692,6 @@ def wiki_topic_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, 
     ))
     _finish(context, outcome, subject=f"topic {topic}")
     yield dg.MaterializeResult(metadata={**outcome.metadata(), "topic": topic})
-
-
-# --- helpers of lint and synthesis -----------------------------------------------------
-
-
-def iso_week_label(day: date) -> str:
-    year, week, _ = day.isocalendar()
-    return f"{year}-W{week:02d}"
-
-
-WEEKLY_PREFIX = "synthesis: weekly"
-
-
-def _week_ingest_commits(wiki: Wiki, week_start: date, tz: str) -> list[tuple[str, str]]:
-    """The ingest commits since the last weekly synthesis, newest first.
-
-    Why not the seven days of the week: the synthesis runs on Sunday at
-    09:00, so a source of Sunday afternoon fell into no synthesis. The
-    history of the wiki says which sources a synthesis has seen. With no
-    weekly synthesis before, the window starts on the Monday of the week."""
-    out = wiki.git("log", "--first-parent", "--format=%H%x09%s")
-    commits = []
-    for line in out.splitlines():
-        sha, _, subject = line.partition("\t")
-        if subject.startswith(WEEKLY_PREFIX):
-            return commits
-        if subject.startswith(INGEST_PREFIX):
-            commits.append((sha, subject))
-    start = datetime.combine(week_start, datetime.min.time(), tzinfo=ZoneInfo(tz))
-    return wiki.log_between(start.isoformat(), (datetime.now(ZoneInfo(tz)) + timedelta(days=1)).isoformat(),
-                            INGEST_PREFIX)
-
-
-def week_changed_pages(wiki: Wiki, week_start: date, tz: str) -> list[str]:
-    """The entity and concept pages that the ingests since the last weekly synthesis changed:
-    the synthesis reads them with the week's source pages."""
-    paths = {path for sha, _ in _week_ingest_commits(wiki, week_start, tz) for path in wiki.paths_changed_in(sha)}
-    return sorted(p for p in paths if p.startswith(("wiki/entities/", "wiki/concepts/")) and p.endswith(".md"))
-
-
-def week_ingests(wiki: Wiki, week_start: date, tz: str) -> list[str]:
-    """Slugs of the sources ingested since the last weekly synthesis (_week_ingest_commits)."""
-    commits = _week_ingest_commits(wiki, week_start, tz)
-    return sorted({subject.removeprefix(INGEST_PREFIX).strip().split()[0] for _, subject in commits
-                   if subject.removeprefix(INGEST_PREFIX).strip()})
-
-
-def append_log(root: Path, heading: str, lines: list[str]) -> None:
-    log = root / "log.md"
-    text = log.read_text(encoding="utf-8") if log.exists() else "# Log\n"
-    log.write_text(text.rstrip("\n") + f"\n\n## {heading}\n" + "".join(f"- {line}\n" for line in lines),
-                   encoding="utf-8")
-
-
-def write_lint_report(root: Path, day: str, findings: dict) -> None:
-    page = root / "wiki" / "syntheses" / "lint" / f"{day}.md"
-    page.parent.mkdir(parents=True, exist_ok=True)
-    body = [f"---\ntype: synthesis\nkind: lint\nperiod: {day}\nsources: []\ncreated: {day}\n---",
-            f"# Lint {day}", "",
-            "The wiki agent has no endpoint, so nothing was fixed. These are the findings of the checks.", ""]
-    for kind, items in findings.items():
-        body.append(f"## {kind.replace('_', ' ')} ({len(items)})")
-        body += [f"- `{item.get('page', 'index.md')}`" + (f" line {item['line']}" if "line" in item else "")
-                 + "".join(f" {k}: {v}" for k, v in item.items() if k not in ("page", "line"))
-                 for item in items] or ["- none"]
-        body.append("")
-    page.write_text("\n".join(body), encoding="utf-8")
-    add_to_index(root, "Syntheses", f"syntheses/lint/{day}")
-    append_log(root, f"{day} lint", [f"{findings_count(findings)} findings, report [[syntheses/lint/{day}]]"])
-
-
-def write_empty_week(root: Path, label: str, week_start: date) -> None:
-    page = root / "wiki" / "syntheses" / "weekly" / f"{label}.md"
-    page.parent.mkdir(parents=True, exist_ok=True)
-    week_end = (week_start + timedelta(days=6)).isoformat()
-    page.write_text(render_page(
-        WEEKLY, {"type": "synthesis", "kind": "weekly", "week": label, "source_count": 0, "themes": [],
-                 "created": date.today().isoformat()},
-        f"Weekly Synthesis · {label} · Thin week",
-        {"Theme of the week": [f"Thin week: no new sources from {week_start.isoformat()} to {week_end}."],
-         "Open questions": ["- none"], "Reading list": ["- none"]},
-    ), encoding="utf-8")
-    add_to_index(root, "Syntheses", f"syntheses/weekly/{label}")
-    append_log(root, f"{label} synthesis", [f"thin week: no new sources, [[syntheses/weekly/{label}]]"])
 
 
 # --- jobs ---------------------------------------------------------------------------
