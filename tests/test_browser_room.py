@@ -87,9 +87,12 @@ def mode(request, monkeypatch, tmp_path, plan_cache):
 
 
 def browser_tree() -> list[psutil.Process]:
-    """Every process that this test process started: the Playwright driver,
-    bwrap, Chromium and all its children."""
-    return psutil.Process().children(recursive=True)
+    """The Playwright driver that this test process started, and all its
+    children: bwrap, Chromium and Chromium's children. Not other children of
+    the test process: in a full run, an xdist worker may still hold a server
+    process of an earlier test."""
+    drivers = [p for p in psutil.Process().children(recursive=True) if is_driver(p)]
+    return drivers + [child for driver in drivers for child in driver.children(recursive=True)]
 
 
 def environ_of(process: psutil.Process) -> tuple[bytes, set[str]]:

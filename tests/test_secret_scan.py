@@ -102,9 +102,9 @@ def test_the_wiki_refuses_a_page_with_the_base64_of_a_secret(kb_home):
     root = wiki.ensure()
     before = wiki.begin_change()
     hidden = FORMS["base64 at offset 2"](SECRET)
-    (root / "wiki/entities/key.md").write_text(f"# Key\n\nThe value, encoded: {hidden}\n")
+    (root / "wiki/entities/Key.md").write_text(f"# Key\n\nThe value, encoded: {hidden}\n")
     problems = wiki.refusals(before, "ingest: a page", secrets=SECRETS)
-    assert problems == ["refused: wiki/entities/key.md holds the value of GROQ_API_KEY"]
+    assert problems == ["refused: wiki/entities/Key.md holds the value of GROQ_API_KEY"]
     problems = wiki.refusals(before, f"ingest: {percent_all(SECRET)}", secrets=SECRETS)
     assert "refused: the commit message holds the value of GROQ_API_KEY" in problems
     assert not any(SECRET in p or hidden in p for p in problems)
