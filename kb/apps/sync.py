@@ -46,7 +46,10 @@ RESUME_LOOKBACK = 20
 # killer). The report says so.
 MAX_FAILED_RUNS = 3
 # Per-step detail for the report; the rest of the event log stays in the UI.
-QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# CRITICAL: a failed step logs its error with a stack trace at ERROR, and
+# the end report names the same error on the stage's line. The owner is
+# told once (issue 48); the trace stays in the UI.
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 @dataclass
@@ -58,6 +61,7 @@ class StageResult:
     batch: str = ""  # the sync batch it ran for ("" for unpartitioned jobs)
     # What the stage recorded, per asset: {asset key: {metadata key: value}}.
     metadata: dict[str, dict] = field(default_factory=dict)
+    ran: bool = True  # False: the step never started (an earlier step failed, or the run stopped)
 
 
 @dataclass
@@ -161,7 +165,8 @@ class StageWatcher:
         earlier stage failed, or the run stopped) is a failure too."""
         why = run_error or "it did not run: an earlier stage failed"
         ordered = self.order + [key for key in self.stages if key not in self.order]
-        return [self.results.get(key) or StageResult(key, False, 0.0, why, batch=self.batch) for key in ordered]
+        return [self.results.get(key) or StageResult(key, False, 0.0, why, batch=self.batch, ran=False)
+                for key in ordered]
 
 
 def stage_error(error) -> str:
@@ -300,6 +305,9 @@ def run_sync(
                          tags={PARTITION_TAG: report.batch, **sync_tags(exclude), **this_process_tags()})
         report.run_ids.append(run.run_id)
         report.stages += execute_in_this_process(instance, run, on_stage)
+        if capture_failed(report):
+            catch_up(instance, location, report, sync_tags(exclude), on_stage)
+    report.stages = without_stages_done_later(report.stages)
     # Pages that are not Bookmarks pages, and a capture that read none, fail
     # the command: else an import of the wrong file ends with "finished".
     report.problems += unreadable_pages(report, "x_raw_pages")
@@ -307,6 +315,36 @@ def run_sync(
     report.notes += [f"Could not fetch {line}" for line in failed_items(report, "documents")]
     report.problems += index_failures(report)
     return report
+
+
+CAPTURE_STAGE = "x_raw_pages"
+CATCH_UP_JOB = "x_catch_up"
+
+
+def capture_failed(report: SyncReport) -> bool:
+    """True when the capture of the new batch failed: the later stages of
+    its run did not run."""
+    return any(s.stage == CAPTURE_STAGE and not s.ok and s.batch == report.batch for s in report.stages)
+
+
+def catch_up(instance: dg.DagsterInstance, location: CodeLocation, report: SyncReport, tags: dict[str, str],
+             on_stage: Callable[[str, int, int], None] | None) -> None:
+    """The capture failed (an expired X login, X down): its failed step
+    stopped every later step of the run. One run of `x_catch_up` for the same
+    batch still carries the work that waits in every batch to the index."""
+    run = create_location_run(instance, location, CATCH_UP_JOB, run_config=QUIET_LOGS,
+                              tags={PARTITION_TAG: report.batch, **tags, **this_process_tags()})
+    report.run_ids.append(run.run_id)
+    report.stages += execute_in_this_process(instance, run, on_stage)
+
+
+def without_stages_done_later(stages: list[StageResult]) -> list[StageResult]:
+    """The results without the lines of the stages that did not run because
+    their batch's capture failed: the capture's line says why, once, and
+    each stage that ran in another run of this sync took the work that
+    waits in every batch."""
+    cut_off = {s.batch for s in stages if s.stage == CAPTURE_STAGE and not s.ok}
+    return [s for s in stages if s.ran or s.batch not in cut_off]
 
 
 def run_batches(job: str, runs: list[tuple[str, dict]], *, title: str, tags: dict[str, str] | None = None,

@@ -1,0 +1,108 @@
+"""The owner's days with one `kb sync` each (issue 48): every sync carries
+the work that waits in any batch, a failed capture does not keep that work
+waiting, and a `--no-<source>` flag is for one run only.
+
+Each sync runs in this process against a temp KB_HOME, as the owner types
+it. Groq is a loopback server that speaks its API (tests/fake_groq.py); a
+service that is down is a closed port.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import dagster as dg
+import pytest
+
+from kb.index.lance_index import ChunkIndex
+from kb.sample_data import sample_pages
+from tests.fake_groq import FakeGroq
+from tests.test_sync import duck, instance, kb
+
+
+@pytest.fixture(autouse=True)
+def offline_stages(monkeypatch):
+    monkeypatch.setenv("KB_EMBED_BACKEND", "hash")  # no model load
+
+
+def closed_port_url() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}/openai/v1"
+
+
+def waiting_translations() -> int:
+    from kb.duckdb_store import DuckDBStore
+    from kb_assets.enrich.translations import waiting_by_batch
+
+    with DuckDBStore.from_settings().connect() as conn:
+        return sum(waiting_by_batch(conn, set()).values())
+
+
+def last_metadata(asset: str) -> dict:
+    [record] = instance().fetch_materializations(dg.AssetKey(asset), limit=1).records
+    return {key: value.value for key, value in record.asset_materialization.metadata.items()}
+
+
+def translated_passages() -> set[str]:
+    rows = ChunkIndex.from_settings().table("chunks").search().where("source_text <> ''").select(
+        ["tweet_id"]).limit(None).to_list()
+    return {row["tweet_id"] for row in rows}
+
+
+def indexed(source: str) -> int:
+    return ChunkIndex.from_settings().table("chunks").count_rows(f"source = '{source}'")
+
+
+def test_an_owners_week_a_service_down_an_expired_login_and_a_flag_for_one_run(monkeypatch, capsys):
+    page1, page2, page3, _ = (str(p) for p in sample_pages())
+    monkeypatch.setenv("GROQ_API_KEY", "gsk-TEST-SECRET-catch-up-0001")
+    # No retries of a refused connection: the port stays closed.
+    monkeypatch.setenv("KB_TRANSLATE_MAX_RETRIES", "0")
+
+    # Day 1: Groq is down. The foreign texts of the batch wait.
+    monkeypatch.setenv("GROQ_BASE_URL", closed_port_url())
+    assert kb("import", "--no-link", page1, page2) == 1
+    assert "translations" in capsys.readouterr().err
+    [(day1,)] = duck("SELECT max(batch) FROM bookmarks")
+    waiting = waiting_translations()
+    assert waiting > 0 and duck("SELECT count(*) FROM translations") == [(0,)]
+    assert translated_passages() == set()
+    assert indexed("quote") == 2
+
+    # Day 2: Groq is back, but the X login expired (no login state at all),
+    # and the owner skips the quotes in this run. The capture fails its own
+    # step. The waiting work still moves: a second run translates day 1's
+    # texts and puts the English in the index.
+    with FakeGroq() as groq:
+        monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
+        assert kb("sync", "--no-link", "--no-quote") == 1
+    captured = capsys.readouterr()
+    # Told once: on the capture's line, with no stack trace.
+    assert (captured.out + captured.err).count("kb login") == 1, captured
+    assert "Traceback" not in captured.err and "Stack Trace" not in captured.err
+    assert "these stages failed: x_raw_pages." in captured.err
+    assert "it did not run" not in captured.out  # the catch-up run did the work of those stages
+    assert waiting_translations() == 0 and len(groq.requests) == waiting
+    runs = instance().get_runs()
+    assert [r.job_name for r in reversed(runs)] == ["x_sync", "x_sync", "x_catch_up"]
+    assert runs[0].status == dg.DagsterRunStatus.SUCCESS and runs[0].tags["kb/exclude"] == "quote,link"
+    # The Dagster UI shows where the work came from: day 1's batch.
+    assert last_metadata("translations")["from_batches"] == {day1: waiting}
+    assert last_metadata("chunk_index")["from_batches"].get(day1, 0) > 0
+    day1_bookmarks = {row[0] for row in duck(f"SELECT tweet_id FROM bookmarks WHERE batch = '{day1}'")}
+    assert translated_passages() and translated_passages() <= day1_bookmarks
+    # --no-quote: the quotes left the index in this run; the chunks keep them.
+    assert indexed("quote") == 0
+    assert duck("SELECT count(*) FROM chunks WHERE source = 'quote'") == [(2,)]
+
+    # Day 3: no flag, and no Groq key. Day 1's quotes come back from the
+    # chunks, with the new one. The sync tries day 2's capture again: the
+    # login is still missing, and it says so once more.
+    monkeypatch.delenv("GROQ_API_KEY")
+    assert kb("import", "--no-link", page3) == 1
+    assert indexed("quote") == 3
+    captured = capsys.readouterr()
+    assert captured.err.endswith(f"these stages failed: x_raw_pages (batch {runs[1].tags['dagster/partition']}).\n")
+    assert (captured.out + captured.err).count("kb login") == 1
+    assert "gsk-TEST-SECRET" not in "".join(capsys.readouterr())
