@@ -72,7 +72,12 @@ UNCHUNKED_SQL = """
     SELECT DISTINCT b.tweet_id, b.batch FROM results r JOIN bookmarks b ON b.tweet_id = r.tweet_id
     WHERE b.removed_at IS NULL
       AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.tweet_id = r.tweet_id AND c.ref = r.ref)
-    ORDER BY b.batch, b.tweet_id
+    UNION
+    -- a bookmark with no chunk at all: `kb capture` stored it, and no run
+    -- of its batch cut it (a post with no text stays here; its cut is cheap)
+    SELECT b.tweet_id, b.batch FROM bookmarks b
+    WHERE b.removed_at IS NULL AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.tweet_id = b.tweet_id)
+    ORDER BY 2, 1
 """
 
 

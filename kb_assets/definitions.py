@@ -12,7 +12,7 @@ from kb_assets.backups import backup_job
 from kb_assets.instance_config import ensure_on_load
 from kb_assets.jobs import (
     captions_job, captions_to_index_job, extract_job, index_rebuild_job, normalize_job, source_index_job,
-    transcribe_job, translate_job, wiki_index_job, x_catch_up_job, x_sync_job)
+    transcribe_job, translate_job, wiki_index_job, x_catch_up_job, x_sync_job, capture_job)
 from kb_assets.telegram.sources import source_intake_job
 from kb_assets.wiki.wiki_pages import wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job
 from kb.settings import Settings, get_settings
@@ -82,7 +82,7 @@ def defs() -> dg.Definitions:
         assets=all_assets,
         asset_checks=all_checks,
         resources=build_resources(),
-        jobs=[x_sync_job, x_catch_up_job, captions_job, captions_to_index_job, index_rebuild_job, source_index_job, wiki_index_job,
+        jobs=[x_sync_job, x_catch_up_job, capture_job, captions_job, captions_to_index_job, index_rebuild_job, source_index_job, wiki_index_job,
               extract_job, transcribe_job, translate_job, normalize_job, source_intake_job,
               wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job, backup_job],
         schedules=[wiki_lint_schedule, wiki_synthesis_schedule, backup_schedule],

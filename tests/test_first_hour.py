@@ -81,6 +81,7 @@ NOT_RUN_HERE = {
     "bash .ci/run": "runs the whole suite",
     "cp deploy/kb-up.service": "installs a systemd unit of the owner",
     "claude mcp add": "needs Claude Code; the path that it registers is checked below",
+    "codex mcp add": "needs Codex; the path that it registers is checked below",
 }
 
 

@@ -84,6 +84,16 @@ def sync(full: bool, **exclusions) -> None:
     _finish(run_sync(full=full, exclude=_exclusions(exclusions), on_stage=print_stage_line))
 
 
+@main.command()
+@click.option("--full", is_flag=True, help="Capture all bookmarks, not only new ones, and mark removed ones.")
+def capture(full: bool) -> None:
+    """Capture new bookmarks only: no links, captions, transcripts,
+    translations or index. The next `kb sync` does those."""
+    from kb.apps.sync import run_capture
+
+    _finish(run_capture(full=full, on_stage=print_stage_line))
+
+
 @main.command("import")
 @click.argument("pages", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @_exclusion_options

@@ -274,6 +274,28 @@ def instance_for_runs() -> tuple[dg.DagsterInstance, list[dg.DagsterRun]]:
     return instance, fail_runs_of_dead_workers(instance)
 
 
+CAPTURE_JOB = "capture_job"
+
+
+def run_capture(*, full: bool = False, on_stage: Callable[[str, int, int], None] | None = None) -> SyncReport:
+    """`kb capture`: one run of `capture_job` for a new sync batch: the new
+    bookmarks and their tables, no enrichment and no index. The next sync
+    takes that work, as it takes all the work that waits."""
+    instance, gone = instance_for_runs()
+    report = SyncReport(batch=new_batch_key(), gone_runs=[run.run_id for run in gone], title="Capture")
+    instance.add_dynamic_partitions(sync_batches.name, [report.batch])
+    with code_location(instance) as location:
+        run = create_location_run(instance, location, CAPTURE_JOB, run_config=sync_run_config(full=full),
+                                  tags={PARTITION_TAG: report.batch, **this_process_tags()})
+        report.run_ids.append(run.run_id)
+        report.stages += execute_in_this_process(instance, run, on_stage)
+    report.stages = without_stages_done_later(report.stages)
+    report.problems += unreadable_pages(report, CAPTURE_STAGE)
+    if report.ok:
+        report.notes.append("`kb sync` carries the new bookmarks through the other stages to the index.")
+    return report
+
+
 def run_sync(
     *,
     full: bool = False,
