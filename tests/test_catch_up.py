@@ -63,10 +63,14 @@ def test_an_owners_week_a_service_down_an_expired_login_and_a_flag_for_one_run(m
     # Day 1: Groq is down. The foreign texts of the batch wait.
     monkeypatch.setenv("GROQ_BASE_URL", closed_port_url())
     assert kb("import", "--no-link", page1, page2) == 1
-    assert "translations" in capsys.readouterr().err
+    err = capsys.readouterr().err
     [(day1,)] = duck("SELECT max(batch) FROM bookmarks")
     waiting = waiting_translations()
     assert waiting > 0 and duck("SELECT count(*) FROM translations") == [(0,)]
+    # The end report and `kb status` name the service and how many items wait for it.
+    assert f"Note: {waiting} foreign passages wait for Groq (translations): Translation stopped" in err
+    assert kb("status") == 0
+    assert f"{waiting} waiting for Groq (translations)" in capsys.readouterr().out
     assert translated_passages() == set()
     assert indexed("quote") == 2
 
@@ -106,3 +110,50 @@ def test_an_owners_week_a_service_down_an_expired_login_and_a_flag_for_one_run(m
     assert captured.err.endswith(f"these stages failed: x_raw_pages (batch {runs[1].tags['dagster/partition']}).\n")
     assert (captured.out + captured.err).count("kb login") == 1
     assert "gsk-TEST-SECRET" not in "".join(capsys.readouterr())
+
+
+def test_a_model_that_comes_back_is_named_and_the_rebuild_keeps_search_working(monkeypatch, capsys):
+    """The first index is made while Ollama is down (`auto` takes the local
+    model). Ollama comes back: kb says so, and `kb index --rebuild` builds
+    the new index beside the old one while searches go on."""
+    import threading
+
+    from kb.index import model_choice
+    from kb.index.search import search
+    from tests.fake_ollama import FakeOllama
+
+    page1, page2, *_ = (str(p) for p in sample_pages())
+    monkeypatch.setenv("KB_EMBED_BACKEND", "auto")
+    monkeypatch.setenv("OLLAMA_URL", closed_port_url().removesuffix("/openai/v1"))
+    assert kb("import", "--no-link", page1) == 0
+    index = ChunkIndex.from_settings()
+    local = index.model_info()[0]
+    assert local.startswith("local:")
+    assert f"Note: Index model: {local}." in capsys.readouterr().err
+
+    with FakeOllama() as ollama:
+        monkeypatch.setenv("OLLAMA_URL", ollama.url)
+        # The next sync keeps the model of the index, and says that the configured one is ready.
+        assert kb("import", "--no-link", page2) == 0
+        err = capsys.readouterr().err
+        assert f"Note: Index model: {local}." in err
+        assert "the configured model ollama:embeddinggemma is ready" in err and "kb index --rebuild" in err
+        assert kb("status") == 0
+        assert "the configured model ollama:embeddinggemma is ready" in capsys.readouterr().out
+
+        # The rebuild embeds in small parts; searches run all the time.
+        monkeypatch.setattr(model_choice, "REBUILD_PART", 8)
+        codes: list[int] = []
+        rebuild = threading.Thread(target=lambda: codes.append(kb("index", "--rebuild")))
+        rebuild.start()
+        during = 0
+        while rebuild.is_alive():
+            response = search("bookmarks about programming", limit=3)
+            assert response.hits and not response.note, response.note
+            during += 1
+        rebuild.join()
+        assert codes == [0] and during > 0
+        assert index.model_info()[0] == "ollama:embeddinggemma"
+        assert search("bookmarks about programming", limit=3).hits
+        out = capsys.readouterr()
+        assert "now holds vectors of ollama:embeddinggemma" in out.err

@@ -109,10 +109,13 @@ def _capture_counts(settings: Settings) -> dict:
 def _index_counts() -> dict:
     from kb.index.lance_index import ChunkIndex
 
+    from kb.index.model_choice import model_note
+
     try:
-        return ChunkIndex.from_settings().counts()
+        counts = ChunkIndex.from_settings().counts()
     except Exception as exc:  # the status report must never crash on one store
         return {"state": f"unreadable: {exc}"}
+    return {**counts, "model_note": model_note(counts.get("model"))}
 
 
 def _embedder_readiness(settings: Settings) -> tuple[bool, str]:
@@ -247,6 +250,8 @@ def _daemon(settings: Settings) -> dict:
 
 
 def _coverage_lines(norm: dict) -> list[str]:
+    from kb.apps.run_report import SERVICES
+
     lines = []
     for key, label, done, total, noun in (
         ("captions", "captioned", "captioned", "photos", "photos"),
@@ -259,8 +264,9 @@ def _coverage_lines(norm: dict) -> list[str]:
         finished = numbers[done] if done else numbers["translated"] + numbers["already_english"]
         share = 100 * finished / numbers[total] if numbers[total] else 100
         extra = f", {numbers['failed']} failed" if numbers.get("failed") else ""
+        service = f" for {SERVICES[key][1]}" if numbers["waiting"] else ""
         lines.append(f"  {label:<11} {finished}/{numbers[total]} {noun} ({share:.0f}%), "
-                     f"{numbers['waiting']} waiting{extra}")
+                     f"{numbers['waiting']} waiting{service}{extra}")
     return lines
 
 
@@ -293,6 +299,8 @@ def format_status(report: dict) -> str:
     index = report["index"]
     lines.append(f"  indexed     {index.get('bookmarks', 0)} bookmarks, {index.get('chunks', 0)} chunks"
                  + (f", model {index['model']}" if index.get("model") else ""))
+    if index.get("model_note"):
+        lines.append(f"  {index['model_note']}")
     if norm.get("state") == "empty" and not index.get("chunks"):
         lines.append(empty_index_note(index.get("path") or report["kb_home"]))
     wiki = report.get("wiki") or {}

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from kb.apps.run_report import failed_items, index_failures, unreadable_pages
+from kb.apps.run_report import failed_items, index_failures, unreadable_pages, waiting_for_services
 from kb_assets.dagster_internals import CodeLocation, create_location_run, create_run_from_failure, execute_run_here
 from kb_assets.instance_config import ensure_dagster_home
 from kb_assets.keys import SOURCE_PASSAGES
@@ -335,8 +335,23 @@ def run_sync(
     report.problems += unreadable_pages(report, "x_raw_pages")
     # A dead link is a fault of the web, not of the sync: named, not failed.
     report.notes += [f"Could not fetch {line}" for line in failed_items(report, "documents")]
+    report.notes += waiting_for_services(report)
+    report.notes += model_notes(report)
     report.problems += index_failures(report)
     return report
+
+
+def model_notes(report: SyncReport) -> list[str]:
+    """The model of the index, when a stage of the sync indexed, and the
+    advice when the configured model is ready and the index holds another."""
+    from kb.index.model_choice import model_note
+
+    models = [values["model"] for stage in report.stages
+              if (values := stage.metadata.get("chunk_index")) and values.get("model")]
+    if not models:
+        return []
+    note = model_note(models[-1])
+    return [f"Index model: {models[-1]}."] + ([note] if note else [])
 
 
 CAPTURE_STAGE = "x_raw_pages"
@@ -397,15 +412,18 @@ def rebuild_index(*, rebuild: bool = True, exclude: list[str] | None = None,
                   on_stage: Callable[[str, int, int], None] | None = None) -> SyncReport:
     """`kb index [--rebuild] [--no-<source>]`: index every sync batch again
     (one run of `index_rebuild` per batch), then the wiki (`wiki_index_job`).
-    `rebuild` first drops the vectors and the model record: use it after a
-    change of embedding model; it also indexes every approved Telegram
-    source again (one run of `source_index_job` each). Texts that the vector
-    cache holds for the model are not embedded again. `exclude`: source kinds
-    to take out of the index in this run (the run tag kb/exclude)."""
+    `rebuild` first embeds every passage again with the configured model,
+    in a new table beside the old one, and swaps the two when the new one
+    is complete (kb/index/model_choice.py): search works all the time. Use
+    it after a change of embedding model; it also indexes every approved
+    Telegram source again (one run of `source_index_job` each). Texts that
+    the vector cache holds for the model are not embedded again. `exclude`:
+    source kinds to take out of the index in this run (the run tag kb/exclude)."""
+    from kb.index.embedder import Embedder
     from kb.index.lance_index import ChunkIndex
+    from kb.index.model_choice import rebuild_beside
 
-    if rebuild:
-        ChunkIndex.from_settings().rebuild()
+    rebuilt = rebuild_beside(ChunkIndex.from_settings(), Embedder.from_settings()) if rebuild else {}
     tags = sync_tags(exclude)
     report = run_batches("index_rebuild", [(batch, {}) for batch in known_batches()], title="Index",
                          tags=tags, on_stage=on_stage)
@@ -422,6 +440,9 @@ def rebuild_index(*, rebuild: bool = True, exclude: list[str] | None = None,
         report.run_ids.append(run.run_id)
         report.stages += execute_in_this_process(instance, run, on_stage)
     report.problems += index_failures(report)
+    if rebuilt.get("swapped"):
+        report.notes.append(f"The index now holds vectors of {rebuilt['model']}: "
+                            f"{rebuilt['passages']} passages were embedded again beside the old index.")
     return report
 
 

@@ -115,9 +115,11 @@ class CaptionsConfig(WaitingConfig):
     min_photos: int = -1  # run only when this many photos wait; -1: settings.kb_caption_min_photos; 0: always
 
 
-def _skipped(reason: str, waiting: int, context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+def _skipped(reason: str, waiting: int, context: dg.AssetExecutionContext,
+             below_threshold: bool = False) -> dg.MaterializeResult:
     context.log.info(f"No captions in this run: {reason}")
-    return dg.MaterializeResult(metadata={"captioned": 0, "failed": 0, "waiting": waiting, "skipped": reason})
+    return dg.MaterializeResult(metadata={"captioned": 0, "failed": 0, "waiting": waiting, "skipped": reason,
+                                          "below_threshold": below_threshold})
 
 
 def caption_photos(
@@ -134,7 +136,7 @@ def caption_photos(
         return _skipped(f"captions are off: {off}", len(photos), context)
     too_few = too_few_photos(len(photos), config.min_photos)
     if too_few:
-        return _skipped(too_few, len(photos), context)
+        return _skipped(too_few, len(photos), context, below_threshold=True)
     all_waiting = len(photos)
     if config.limit > 0:
         photos = photos[:config.limit]
