@@ -220,12 +220,13 @@ def demo(home: str) -> None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def status(as_json: bool) -> None:
+@click.option("--all", "show_all", is_flag=True, help="Also show the settings that your setup does not use.")
+def status(as_json: bool, show_all: bool) -> None:
     """Coverage per stage, last sync, and the readiness of each service."""
     from kb.apps.status import format_status, collect_status
 
     report = collect_status()
-    _echo_json(report) if as_json else click.echo(format_status(report))
+    _echo_json(report) if as_json else click.echo(format_status(report, show_all))
 
 
 # --- documents and wiki ------------------------------------------------------------

@@ -270,7 +270,26 @@ def _coverage_lines(norm: dict) -> list[str]:
     return lines
 
 
-def format_status(report: dict) -> str:
+# Keys that a service line names already (each service once), and keys
+# that only some setups use. `kb status --all` shows every key.
+KEY_OF_A_SERVICE = {"groq_api_key", "deepseek_api_key", "anthropic_auth_token", "telegram_bot_token"}
+S3_KEYS = {"kb_s3_access_key_id", "kb_s3_secret_access_key"}
+
+
+def shown_services(report: dict, show_all: bool = False) -> dict:
+    """The service lines of the text report: without the keys that a service
+    line names already, without the S3 keys of a local index, and without the
+    Postgres URL that a local owner does not set; all of them with `show_all`."""
+    services = report["services"]
+    if show_all:
+        return services
+    bucket = str((report.get("index") or {}).get("path") or "").startswith("s3://")
+    return {name: svc for name, svc in services.items()
+            if name not in KEY_OF_A_SERVICE and (name not in S3_KEYS or bucket)
+            and (name != "kb_dagster_postgres_url" or svc["ready"])}
+
+
+def format_status(report: dict, show_all: bool = False) -> str:
     lines = [f"KB_HOME  {report['kb_home']}",
              f"settings file  {report.get('settings_file') or report.get('settings_file_note')}"]
     cap = report["capture"]
@@ -327,7 +346,7 @@ def format_status(report: dict) -> str:
     if notices:
         lines.append("notices that no bot sent (newest last; the whole list: logs/notices.jsonl)")
         lines += [f"  {n.get('at', '?')}  {n.get('text', '')}" for n in notices]
-    lines.append("services")
-    for name, svc in report["services"].items():
+    lines.append("services" + ("" if show_all else "   (`kb status --all`: every setting, also the unused ones)"))
+    for name, svc in shown_services(report, show_all).items():
         lines.append(f"  {name:<22} {'ready' if svc['ready'] else 'not ready':<10} {svc['detail']}")
     return "\n".join(lines)
