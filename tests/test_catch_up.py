@@ -157,3 +157,37 @@ def test_a_model_that_comes_back_is_named_and_the_rebuild_keeps_search_working(m
         assert search("bookmarks about programming", limit=3).hits
         out = capsys.readouterr()
         assert "now holds vectors of ollama:embeddinggemma" in out.err
+
+
+def test_the_daemon_catches_up_after_a_sync_whose_capture_failed(tmp_path):
+    """A sync that the daemon's sensor or the UI started fails at its
+    capture: x_catch_up_sensor asks for the stages after the capture for
+    the same batch. A `kb sync` run catches up itself: the sensor leaves it."""
+    from kb.apps.sync import SYNC_JOB, code_location, execute_in_this_process, run_sync, sync_run_config
+    from kb_assets.dagster_internals import create_location_run
+    from kb_assets.partitions import sync_batches
+    from sensors.capture_failed import x_catch_up_sensor
+
+    missing = str(tmp_path / "not-there.json")
+    run_sync(files=[missing], exclude=["link"])  # kb sync: it caught up itself
+    inst = instance()
+    batch = "20261203T000000000Z"
+    inst.add_dynamic_partitions(sync_batches.name, [batch])
+    with code_location(inst) as location:
+        run = create_location_run(inst, location, SYNC_JOB, run_config=sync_run_config(files=[missing]),
+                                  tags={"dagster/partition": batch, "kb/exclude": "video"})
+        execute_in_this_process(inst, run)
+    daemon_run, command_run = [r for r in inst.get_runs() if r.job_name == SYNC_JOB]
+
+    def evaluate(run: dg.DagsterRun):
+        [failure] = [r.event_log_entry.dagster_event for r in
+                     inst.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE).records]
+        context = dg.build_run_status_sensor_context(
+            sensor_name=x_catch_up_sensor.name, dagster_instance=inst, dagster_run=run,
+            dagster_event=failure).for_run_failure()
+        return x_catch_up_sensor(context)
+
+    request = evaluate(daemon_run)
+    assert isinstance(request, dg.RunRequest)
+    assert request.partition_key == batch and request.tags == {"kb/exclude": "video"}
+    assert isinstance(evaluate(command_run), dg.SkipReason)

@@ -323,8 +323,12 @@ def run_sync(
         # during the recovery leaves no empty batch behind.
         report.batch = new_batch_key()
         instance.add_dynamic_partitions(sync_batches.name, [report.batch])
+        from kb_assets.run_choices import CATCH_UP_TAG
+
+        # The tag tells the daemon's x_catch_up_sensor that this command runs the catch-up itself.
         run = create_location_run(instance, location, SYNC_JOB, run_config=sync_run_config(full=full, files=files),
-                         tags={PARTITION_TAG: report.batch, **sync_tags(exclude), **this_process_tags()})
+                                  tags={PARTITION_TAG: report.batch, CATCH_UP_TAG: "kb sync", **sync_tags(exclude),
+                                        **this_process_tags()})
         report.run_ids.append(run.run_id)
         report.stages += execute_in_this_process(instance, run, on_stage)
         if capture_failed(report):
