@@ -22,7 +22,3 @@ def excluded_in_run(context: dg.AssetExecutionContext | dg.AssetCheckExecutionCo
     if context is not None:
         tag = context.run.tags.get(EXCLUDE_TAG, "")
     return excluded_sources(for_this_run=tag)
-
-# On an x_sync run whose command (`kb sync`) runs the catch-up after a failed
-# capture in its own process: the daemon's x_catch_up_sensor leaves it alone.
-CATCH_UP_TAG = "kb/catch_up"

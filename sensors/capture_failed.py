@@ -11,10 +11,10 @@ follows the runs that the daemon's sensors, the schedule and the UI start.
 import dagster as dg
 
 from kb_assets.jobs import x_catch_up_job, x_sync_job
-from kb_assets.keys import PARTITION_TAG
-from kb_assets.run_choices import CATCH_UP_TAG, EXCLUDE_TAG
+from kb_assets.keys import CATCH_UP_TAG, PARTITION_TAG, X_RAW_PAGES
+from kb_assets.run_choices import EXCLUDE_TAG
 
-CAPTURE_STEP = "x_raw_pages"
+CAPTURE_STEP = X_RAW_PAGES.to_user_string()  # the step of an asset has the asset's name
 
 
 @dg.run_failure_sensor(

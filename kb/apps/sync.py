@@ -32,11 +32,14 @@ import dagster as dg
 from kb.apps.run_report import failed_items, index_failures, unreadable_pages, waiting_for_services
 from kb_assets.dagster_internals import CodeLocation, create_location_run, create_run_from_failure, execute_run_here
 from kb_assets.instance_config import ensure_dagster_home
-from kb_assets.keys import SOURCE_PASSAGES
+from kb_assets.keys import CATCH_UP_TAG, SOURCE_PASSAGES, X_RAW_PAGES
 from kb_assets.partitions import new_batch_key, sync_batches
 from kb_assets.run_launcher import fail_runs_of_dead_workers, this_process_tags
 
 SYNC_JOB = "x_sync"
+CAPTURE_JOB = "capture_job"  # `kb capture`
+CATCH_UP_JOB = "x_catch_up"  # the stages after a failed capture
+CAPTURE_STAGE = X_RAW_PAGES.to_user_string()
 PARTITION_TAG = "dagster/partition"
 # Earlier batches that a sync checks for unfinished work. Older ones are for
 # the Dagster UI; the check must stay fast as batches grow.
@@ -274,9 +277,6 @@ def instance_for_runs() -> tuple[dg.DagsterInstance, list[dg.DagsterRun]]:
     return instance, fail_runs_of_dead_workers(instance)
 
 
-CAPTURE_JOB = "capture_job"
-
-
 def run_capture(*, full: bool = False, on_stage: Callable[[str, int, int], None] | None = None) -> SyncReport:
     """`kb capture`: one run of `capture_job` for a new sync batch: the new
     bookmarks and their tables, no enrichment and no index. The next sync
@@ -323,8 +323,6 @@ def run_sync(
         # during the recovery leaves no empty batch behind.
         report.batch = new_batch_key()
         instance.add_dynamic_partitions(sync_batches.name, [report.batch])
-        from kb_assets.run_choices import CATCH_UP_TAG
-
         # The tag tells the daemon's x_catch_up_sensor that this command runs the catch-up itself.
         run = create_location_run(instance, location, SYNC_JOB, run_config=sync_run_config(full=full, files=files),
                                   tags={PARTITION_TAG: report.batch, CATCH_UP_TAG: "kb sync", **sync_tags(exclude),
@@ -356,10 +354,6 @@ def model_notes(report: SyncReport) -> list[str]:
         return []
     note = model_note(models[-1])
     return [f"Index model: {models[-1]}."] + ([note] if note else [])
-
-
-CAPTURE_STAGE = "x_raw_pages"
-CATCH_UP_JOB = "x_catch_up"
 
 
 def capture_failed(report: SyncReport) -> bool:
