@@ -58,11 +58,13 @@ def rebuild_beside(index: ChunkIndex, embedder: Embedder,
     """Embed every passage of the index again with `embedder` into a new
     table beside the passages table, then swap the two tables. Readers use
     the old table until the swap, and the new one after it. A bucket has no
-    folders to swap: there the old way stays (drop, then index again)."""
+    folders to swap, and a table of an old layout lacks columns: there the
+    old way stays (drop, then index again)."""
     old = index.table(CHUNKS)
     if old is None:
         return {"passages": 0, "swapped": False}
-    if index.remote:
+    if index.remote or set(CHUNK_FIELDS) - set(old.schema.names):
+        # A table of an old layout cannot give its rows: the runs that follow index every batch again.
         index.rebuild()
         return {"passages": 0, "swapped": False}
     rows = old.search().select(list(CHUNK_FIELDS)).limit(None).to_arrow().to_pylist()
