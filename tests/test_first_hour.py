@@ -133,3 +133,24 @@ def test_the_model_preparation_is_made_once_per_install_and_says_nothing_to_the_
     made = [r for r in caplog.records if "Made the int8 ONNX file" in r.getMessage()]
     assert len(made) == 1  # once for both HOMEs
     assert not [r for r in caplog.records if "pre-processing" in r.getMessage()], caplog.text
+
+
+def test_a_model_file_that_another_user_could_plant_in_the_shared_folder_is_not_used(tmp_path, monkeypatch):
+    """The attacker: a shared folder that every user may write (mode 777)
+    holds a model file. kb does not load it, and writes none there."""
+    from kb.index import onnx_cache
+
+    shared = tmp_path / "share"
+    shared.mkdir()
+    (shared / "model-x-int8.onnx").write_bytes(b"planted")
+    shared.chmod(0o777)
+    monkeypatch.setenv("KB_ONNX_SHARED_DIR", str(shared))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert onnx_cache.existing("model-x-int8.onnx") is None
+    assert onnx_cache.new_path("model-y.onnx") == tmp_path / "cache" / "kb" / "onnx" / "model-y.onnx"
+
+    shared.chmod(0o755)  # only its owner writes it: trusted
+    (shared / "model-x-int8.onnx").chmod(0o666)  # but the file itself may be changed by anyone
+    assert onnx_cache.existing("model-x-int8.onnx") is None
+    (shared / "model-x-int8.onnx").chmod(0o644)
+    assert onnx_cache.existing("model-x-int8.onnx") == shared / "model-x-int8.onnx"

@@ -7,7 +7,8 @@ client) made them again at its first search: 5.8 s for the int8 file, with
 a warning of ONNX Runtime that is for developers (issue 48). Now kb looks
 first in a folder of the install, which every user and HOME of that install
 reads: `<venv>/share/kb/onnx` (KB_ONNX_SHARED_DIR names another). kb writes
-a new file there when it can, else in the user's cache folder.
+a new file there when it can, else in the user's cache folder. It uses the
+shared folder only when no other user can write to it (trusted()).
 """
 
 from __future__ import annotations
@@ -29,22 +30,37 @@ def shared_dir() -> Path:
     return Path(os.environ.get("KB_ONNX_SHARED_DIR") or Path(sys.prefix) / "share" / "kb" / "onnx")
 
 
+def trusted(path: Path) -> bool:
+    """True when only this user or root can have written `path`: its owner
+    is one of them, and no group or other user may write it. kb loads the
+    model that it finds in the shared folder, so a file that another user
+    could plant or change there is not used."""
+    try:
+        status = path.stat()
+    except OSError:
+        return False
+    return status.st_uid in (0, os.getuid()) and not status.st_mode & 0o022
+
+
 def existing(name: str) -> Path | None:
-    """The ONNX file `name` in the shared folder, else in the user's, else None."""
-    for folder in (shared_dir(), user_dir()):
-        if (folder / name).is_file():
-            return folder / name
+    """The ONNX file `name` in the shared folder (when the folder and the
+    file are trusted), else in the user's, else None."""
+    shared = shared_dir()
+    if (shared / name).is_file() and trusted(shared) and trusted(shared / name):
+        return shared / name
+    if (user_dir() / name).is_file():
+        return user_dir() / name
     return None
 
 
 def new_path(name: str) -> Path:
     """Where to write the ONNX file `name`: the shared folder when this user
-    can write to it (it is made when its parent can be written), else the
-    user's cache folder."""
+    can write to it and it is trusted (it is made when its parent can be
+    written), else the user's cache folder."""
     shared = shared_dir()
     with contextlib.suppress(OSError):
-        shared.mkdir(parents=True, exist_ok=True)
-        if os.access(shared, os.W_OK):
+        shared.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if os.access(shared, os.W_OK) and trusted(shared):
             return shared / name
     return user_dir() / name
 
