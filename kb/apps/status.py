@@ -186,8 +186,6 @@ def _wiki_state(settings: Settings) -> dict:
 
     ensure_dagster_home(settings)
     with dg.DagsterInstance.get() as instance:
-        from kb.wiki.agent import WikiAgent
-
         state = wiki_status(instance, WikiAgent.from_settings(settings))
     state.pop("agent", None)  # the services list shows it
     return state
