@@ -51,3 +51,37 @@ def partition_bookmarks(conn, batch: str) -> tuple[list[str], list[str]]:
     ).fetchall()]
     removed = [r[0] for r in conn.execute("SELECT tweet_id FROM bookmarks WHERE removed_at IS NOT NULL").fetchall()]
     return live, removed
+
+
+# Live bookmarks with an enrichment result that their chunks do not hold
+# yet: a document, a caption or a transcript that a run of another batch
+# made (a sync takes the waiting items of every batch). The refs are the
+# ones that the chunk sources of kb_assets/index/chunks.py give.
+UNCHUNKED_SQL = """
+    WITH results AS (
+        SELECT DISTINCT l.tweet_id, d.url_norm AS ref FROM links l JOIN documents d ON d.url_norm = l.url_norm
+        WHERE d.status = 'ok' AND d.source <> 'content_state' AND coalesce(d.text, '') <> ''
+        UNION
+        SELECT m.tweet_id, m.url FROM media m JOIN captions c ON c.url = m.url
+        WHERE m.kind = 'photo' AND c.status = 'ok'
+          AND coalesce(c.caption, '') || coalesce(c.ocr_text, '') <> ''
+        UNION
+        SELECT m.tweet_id, t.url FROM media m JOIN transcripts t ON t.media_key = m.media_key
+        WHERE m.kind = 'video' AND t.status = 'ok' AND t.word_count > 0
+    )
+    SELECT DISTINCT b.tweet_id, b.batch FROM results r JOIN bookmarks b ON b.tweet_id = r.tweet_id
+    WHERE b.removed_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.tweet_id = r.tweet_id AND c.ref = r.ref)
+    UNION
+    -- a bookmark with no chunk at all: `kb capture` stored it, and no run
+    -- of its batch cut it (a post with no text stays here; its cut is cheap)
+    SELECT b.tweet_id, b.batch FROM bookmarks b
+    WHERE b.removed_at IS NULL AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.tweet_id = b.tweet_id)
+    ORDER BY 2, 1
+"""
+
+
+def unchunked_bookmarks(conn) -> list[tuple[str, str]]:
+    """(tweet id, batch) of each live bookmark whose chunks miss one of its
+    enrichment results, oldest batch first."""
+    return [(tweet_id, batch) for tweet_id, batch in conn.execute(UNCHUNKED_SQL).fetchall()]

@@ -125,7 +125,7 @@ class Settings(BaseSettings):
     kb_caption_base_url: str = Field("", description="OpenAI-compatible vision endpoint for captions.")
     kb_caption_api_key: SecretStr | None = Field(None, description="Key for the caption endpoint.")
     kb_caption_model: str = Field("", description="Vision model name for captions.")
-    kb_caption_min_photos: int = Field(20, description="The caption sensor and the sync start a caption run only when this many photos wait: a GPU start costs the same for 1 photo as for 600. `kb caption` ignores it.")
+    kb_caption_min_photos: int = Field(20, description="The caption sensor and the sync start a caption run only when this many photos wait, counted over every sync batch: a GPU start costs the same for 1 photo as for 600. `kb caption` ignores it.")
     kb_caption_workers: int = Field(4, description="Photos in flight at the same time on the openai caption backend.")
     kb_caption_modal_model: str = Field("Qwen/Qwen2.5-VL-7B-Instruct", description="Vision model that the Modal caption app loads under vLLM.")
     kb_caption_modal_gpu: str = Field("L40S", description="Modal GPU type of the caption app.")

@@ -12,7 +12,7 @@ from kb_assets.backups import backup_job
 from kb_assets.instance_config import ensure_on_load
 from kb_assets.jobs import (
     captions_job, captions_to_index_job, extract_job, index_rebuild_job, normalize_job, source_index_job,
-    transcribe_job, translate_job, wiki_index_job, x_sync_job)
+    transcribe_job, translate_job, wiki_index_job, x_catch_up_job, x_sync_job, capture_job)
 from kb_assets.telegram.sources import source_intake_job
 from kb_assets.wiki.wiki_pages import wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job
 from kb.private_files import private_process
@@ -31,6 +31,7 @@ from kb_resources.stores import ChunkIndexResource, DuckDBResource, InboxResourc
 from sensors.backup_schedule import backup_schedule
 from sensors.waiting_photos import captions_sensor, captions_to_index_sensor
 from sensors.inbox_folder import bot_requests_sensor, inbox_sensor, wiki_requests_sensor
+from sensors.capture_failed import x_catch_up_sensor
 from sensors.x_sync_sensor import x_full_sync_sensor, x_sync_sensor
 from sensors.source_outcomes import run_endings_sensor, source_outcomes_sensor
 from sensors.wiki_results import wiki_results_sensor
@@ -87,12 +88,12 @@ def defs() -> dg.Definitions:
         assets=all_assets,
         asset_checks=all_checks,
         resources=build_resources(),
-        jobs=[x_sync_job, captions_job, captions_to_index_job, index_rebuild_job, source_index_job, wiki_index_job,
+        jobs=[x_sync_job, x_catch_up_job, capture_job, captions_job, captions_to_index_job, index_rebuild_job, source_index_job, wiki_index_job,
               extract_job, transcribe_job, translate_job, normalize_job, source_intake_job,
               wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job, backup_job],
         schedules=[wiki_lint_schedule, wiki_synthesis_schedule, backup_schedule],
         sensors=[
-            x_sync_sensor, x_full_sync_sensor, captions_sensor, captions_to_index_sensor,
+            x_sync_sensor, x_full_sync_sensor, x_catch_up_sensor, captions_sensor, captions_to_index_sensor,
             inbox_sensor, bot_requests_sensor, wiki_requests_sensor, source_outcomes_sensor, run_endings_sensor,
             wiki_waiting_sensor, wiki_results_sensor, stuck_steps_sensor,
         ],

@@ -19,6 +19,28 @@ x_sync_job = dg.define_asset_job(
     tags=NO_RETRY,
 )
 
+# `kb capture`: the capture of new bookmarks and their tables, no other
+# stage. The next sync takes their enrichment and index: its stages take
+# the work that waits in every batch.
+capture_job = dg.define_asset_job(
+    "capture_job",
+    selection=dg.AssetSelection.groups("x"),
+    description="Capture new bookmarks and store their tables, with no enrichment and no index: `kb capture`.",
+    executor_def=dg.in_process_executor,
+)
+
+# The stages after the capture, for one sync batch: the work that waits in
+# every batch. `kb sync` runs it when the capture failed (an expired X
+# login), because a failed step stops every later step of its run, and the
+# waiting work of earlier batches must still move.
+x_catch_up_job = dg.define_asset_job(
+    "x_catch_up",
+    selection=dg.AssetSelection.groups("enrich", "index") - dg.AssetSelection.assets("wiki_index"),
+    description="Carry the work that waits in every sync batch to the index, with no capture.",
+    executor_def=dg.in_process_executor,
+    tags=NO_RETRY,
+)
+
 captions_job = dg.define_asset_job(
     "captions_job",
     selection=dg.AssetSelection.assets("captions"),

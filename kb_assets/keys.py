@@ -30,5 +30,8 @@ MAX_RUNTIME_TAG = "dagster/max_runtime"
 BATCH_TAG = "kb/sync_batch"
 STAGE_TAG = "kb/stage"
 OVERRIDE_TAG = "kb/override"
+# On an x_sync run whose command (`kb sync`) runs the catch-up after a failed
+# capture in its own process: the daemon's x_catch_up_sensor leaves it alone.
+CATCH_UP_TAG = "kb/catch_up"
 TOPIC_TAG = "kb/topic"
 REQUESTED_BY_TAG = "kb/requested_by"

@@ -96,6 +96,13 @@ def _last_sync(index: ChunkIndex | None) -> str | None:
     return index.last_sync() if index is not None else None
 
 
+def _index_model(index: ChunkIndex | None) -> str | None:
+    """The embedding model of the index, beside last_sync: the caller sees
+    which model ranked the passages (issue 48)."""
+    info = index.model_info() if index is not None else None
+    return info[0] if info else None
+
+
 def _run_search(index: ChunkIndex, query: str, **kwargs) -> SearchResponse:
     """The one search function (as `kb search`), with its input errors as tool errors."""
     try:
@@ -151,7 +158,7 @@ def search_bookmarks(
     # The filters as the caller set them (the wiki is left out without a word).
     filters = _filters({**response.filters, "source": source})
     return {"query": response.query, "limit": response.limit, "filters": filters,
-            "last_sync": response.last_sync, "count": len(hits), "hits": hits}
+            "last_sync": response.last_sync, "index_model": _index_model(index), "count": len(hits), "hits": hits}
 
 
 def _bookmark_sources(index: ChunkIndex | None, source: str | None) -> list[str] | None:
@@ -174,7 +181,7 @@ def _empty_search(query: str, limit: int, index: ChunkIndex | None, note: str, *
         except ValueError as exc:
             raise ToolError(str(exc)) from exc
     return {"query": " ".join(query.split()), "limit": min(limit, MAX_LIMIT), "filters": {},
-            "last_sync": _last_sync(index), "count": 0, "hits": [], "note": note}
+            "last_sync": _last_sync(index), "index_model": _index_model(index), "count": 0, "hits": [], "note": note}
 
 
 def _filters(filters: dict) -> dict:

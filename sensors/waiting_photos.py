@@ -22,7 +22,7 @@ import duckdb as duckdb_lib
 # Dagster has no public name for these tags; they make one run cover a range of partitions.
 from kb_assets.dagster_internals import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from kb_assets.keys import PARTITION_TAG, STAGE_TAG
-from kb_assets.enrich.photo_captions import SOURCE, waiting_by_batch
+from kb_assets.enrich.photo_captions import SOURCE, too_few_photos, waiting_by_batch
 from kb.settings import excluded_sources
 from kb_assets.jobs import captions_job, captions_to_index_job
 from kb_assets.partitions import sync_batches
@@ -76,9 +76,9 @@ def captions_sensor(context: dg.SensorEvaluationContext, captioner: CaptionerRes
     known = context.instance.get_dynamic_partitions(sync_batches.name)
     batches = [key for key in known if waiting.get(key)]
     total = sum(waiting[key] for key in batches)
-    threshold = get_settings().kb_caption_min_photos
-    if total < threshold:
-        return dg.SkipReason(f"{total} photo(s) wait; a caption run starts at {threshold}")
+    too_few = too_few_photos(total)
+    if too_few:
+        return dg.SkipReason(too_few)
     return dg.RunRequest(
         tags={ASSET_PARTITION_RANGE_START_TAG: batches[0], ASSET_PARTITION_RANGE_END_TAG: batches[-1],
               STAGE_TAG: "captions"},

@@ -24,6 +24,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # folder. Tests that give a process another HOME keep this one, so the file
 # is made once, not once per test (the wiki checks load the model).
 os.environ.setdefault("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
+# The install's folder of ONNX files (kb/index/onnx_cache.py) is the user's
+# one here: a test never writes into the venv that other clones share.
+os.environ.setdefault("KB_ONNX_SHARED_DIR", os.path.join(os.environ["XDG_CACHE_HOME"], "kb", "onnx"))
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The wiki assets build their retry policy at import: a test of a failed
 # wiki change must not wait a minute for each retry.

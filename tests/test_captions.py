@@ -90,10 +90,12 @@ def test_photos_wait_below_the_threshold_then_get_captions(vision, photos, insta
     waiting = _materialize(instance, [captions])
     assert waiting.success
     metadata = waiting.asset_materializations_for_node("captions")[0].metadata
-    assert metadata["waiting"].value == 3 and "a caption run starts at 20" in metadata["skipped"].value
+    # The threshold counts the photos that wait in every batch, not the run's batch alone.
+    assert metadata["waiting"].value == 4 and "a caption run starts at 20" in metadata["skipped"].value
     assert vision.requests == [] and rows("SELECT count(*) FROM captions") == [(0,)]
 
-    result = _materialize(instance, [captions], config={"min_photos": 0})
+    # every_batch false: the run's own batch only (the UI can ask for it).
+    result = _materialize(instance, [captions], config={"min_photos": 0, "every_batch": False})
     assert result.success
     found = _caption_rows()
     assert found["red.png"] == ("ok", None, "A plain picture of 40 by 20 pixels.", "SALE 50%", "test-vl", 1)
@@ -112,9 +114,9 @@ def test_photos_wait_below_the_threshold_then_get_captions(vision, photos, insta
     assert _duckdb_counts(get_settings())["captions"] == {"photos": 4, "captioned": 2, "failed": 1, "waiting": 1}
 
     # A failure is tried again only on request.
-    assert _materialize(instance, [captions], config={"min_photos": 0}).success
+    assert _materialize(instance, [captions], config={"min_photos": 0, "every_batch": False}).success
     assert len(vision.requests) == 2
-    assert _materialize(instance, [captions], config={"min_photos": 0, "retry": True}).success
+    assert _materialize(instance, [captions], config={"min_photos": 0, "retry": True, "every_batch": False}).success
     assert _caption_rows()["gone.png"][:2] == ("failed", "http_404") and _caption_rows()["gone.png"][-1] == 2
     assert photos.hits["/media/gone.png"] == 2
 
@@ -197,6 +199,27 @@ def test_the_sensor_starts_one_run_when_enough_photos_wait(vision, photos, insta
     assert isinstance(off, dg.SkipReason) and "off" in off.skip_message
 
 
+def test_the_sync_and_the_sensor_count_every_waiting_photo_alike(vision, photos, instance, monkeypatch):
+    """Day 1 left 3 photos (B1), day 2 brings 1 (B2). The run of day 2's
+    batch, as `kb sync` makes it, counts all 4, as the sensor does: a daily
+    sync of a few photos adds up to a caption run."""
+    _write_bookmarks(photos)
+    sensor = dg.build_sensor_context(instance=instance, resources={"captioner": CaptionerResource.from_settings()})
+    monkeypatch.setenv("KB_CAPTION_MIN_PHOTOS", "5")
+    skipped = captions_sensor(sensor)
+    waiting = _materialize(instance, [captions], batch=B2)
+    reason = waiting.asset_materializations_for_node("captions")[0].metadata["skipped"].value
+    assert skipped.skip_message == reason and reason.startswith("4 photo(s) wait; a caption run starts at 5")
+    assert rows("SELECT count(*) FROM captions") == [(0,)]
+
+    monkeypatch.setenv("KB_CAPTION_MIN_PHOTOS", "4")
+    assert isinstance(captions_sensor(sensor), dg.RunRequest)
+    result = _materialize(instance, [captions], batch=B2)
+    assert result.success and rows("SELECT count(*) FROM captions") == [(4,)]
+    # The Dagster UI shows the batch that each photo came from.
+    assert result.asset_materializations_for_node("captions")[0].metadata["from_batches"].value == {B1: 3, B2: 1}
+
+
 def test_after_a_caption_run_each_batch_goes_on_to_the_index(vision, photos, instance):
     _write_bookmarks(photos)
     defs = dg.Definitions(assets=[captions], jobs=[captions_job],
@@ -229,7 +252,8 @@ def test_excluded_images_leave_the_index_but_stay_in_duckdb(vision, photos, inst
     assert _materialize(instance, [chunks, chunk_index], **index_resources).success
     assert {p["source"] for p in ChunkIndex.from_settings().passages(tweet_id="1")} == {"post"}
     assert rows("SELECT count(*) FROM captions WHERE status = 'ok'") == [(2,)]  # kept for a later run
-    assert rows("SELECT count(*) FROM chunks WHERE source = 'image'") == [(0,)]
+    # The chunks keep them too: the index takes them from there when the exclusion ends.
+    assert rows("SELECT count(*) FROM chunks WHERE source = 'image'") == [(2,)]
 
     monkeypatch.delenv("KB_EXCLUDE")
     assert _materialize(instance, [chunks, chunk_index], **index_resources).success

@@ -492,3 +492,26 @@ def test_a_long_limit_on_folders_and_threads_keeps_the_batch_complete(fake_x, in
     meta = metadata(result)
     assert "KB_CAPTURE_MAX_WAIT_S" in meta["folder_notes"][0] and "reads it first" in meta["folder_notes"][0]
     assert "KB_CAPTURE_MAX_WAIT_S" in meta["thread_notes"][0]
+
+
+def test_kb_capture_captures_only_and_the_next_sync_indexes_what_it_stored(fake_x, entries, monkeypatch, capsys):
+    """`kb capture` (issue 48): the new bookmarks and their tables, no other
+    stage. The next sync finds them, as all the work that waits."""
+    from kb.index.lance_index import ChunkIndex
+    from kb.sample_data import sample_pages
+    from tests.test_sync import duck, instance as kb_instance, kb
+
+    monkeypatch.setenv("KB_EMBED_BACKEND", "hash")
+    monkeypatch.setenv("KB_CAPTURE_FOLDERS", "0")
+    monkeypatch.setenv("KB_CAPTURE_THREADS", "0")
+    fake_x.serve_entries(entries[:25])
+    assert kb("capture") == 0
+    assert "Capture: all stages finished." in capsys.readouterr().out
+    assert [run.job_name for run in kb_instance().get_runs()] == ["capture_job"]
+    assert duck("SELECT count(*) FROM bookmarks") == [(25,)]
+    assert duck("SELECT count(*) FROM chunks") == [(0,)] and not ChunkIndex.from_settings().exists()
+
+    # The next sync (here an import of other bookmarks) indexes them too.
+    assert kb("import", "--no-link", str(sample_pages()[0])) == 0
+    [(total,)] = duck("SELECT count(*) FROM bookmarks")
+    assert total > 25 and ChunkIndex.from_settings().counts()["bookmarks"] == total

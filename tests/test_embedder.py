@@ -335,6 +335,7 @@ PYTORCH_CHECKS = textwrap.dedent("""
     blocker, cache_dir = sys.argv[1], sys.argv[2]
     open(blocker, "w").close()
     os.environ["XDG_CACHE_HOME"] = blocker
+    os.environ["KB_ONNX_SHARED_DIR"] = blocker  # and the install's folder: no ONNX file anywhere
     embedder_module._ONNX_MODELS.clear()  # no model from the checks above
     embedder_module._ONNX_FAILED.clear()
     vector = Embedder.from_settings(backend="local", cache_dir=cache_dir).embed_query(

@@ -81,6 +81,7 @@ NOT_RUN_HERE = {
     "bash .ci/run": "runs the whole suite",
     "cp deploy/kb-up.service": "installs a systemd unit of the owner",
     "claude mcp add": "needs Claude Code; the path that it registers is checked below",
+    "codex mcp add": "needs Codex; the path that it registers is checked below",
 }
 
 
@@ -102,3 +103,54 @@ def test_the_commands_that_the_readme_prints_work_as_typed():
         assert result.returncode == 0 and "usage:" in result.stdout.lower(), (line, result.stderr[-500:])
         ran += 1
     assert ran >= 3
+
+
+def test_the_model_preparation_is_made_once_per_install_and_says_nothing_to_the_owner(tmp_path, monkeypatch,
+                                                                                    caplog):
+    """The int8 query model is made at the first search. A second HOME (a
+    service, an agent's MCP client) finds it in the install's folder, and
+    ONNX Runtime's advice to developers never reaches the owner (issue 48)."""
+    import logging
+    import shutil
+
+    from kb.index.embedder import local_model_path, onnx_int8_file, onnx_model_file
+
+    path = local_model_path("all-MiniLM-L6-v2")
+    full = onnx_model_file(path)  # made once for the suite (tests/conftest.py): not the subject here
+    install = tmp_path / "venv-share"
+    install.mkdir()
+    try:
+        os.link(full, install / full.name)
+    except OSError:
+        shutil.copy(full, install / full.name)
+    monkeypatch.setenv("KB_ONNX_SHARED_DIR", str(install))
+    caplog.set_level(logging.INFO)
+    for home in ("first-home", "second-home"):
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / home / ".cache"))
+        assert onnx_int8_file(path) == install / f"{full.stem}-int8.onnx"
+    assert sorted(p.name for p in install.iterdir()) == sorted([full.name, f"{full.stem}-int8.onnx"])
+    assert not list(tmp_path.glob("*-home/**/*.onnx"))  # no copy in either HOME
+    made = [r for r in caplog.records if "Made the int8 ONNX file" in r.getMessage()]
+    assert len(made) == 1  # once for both HOMEs
+    assert not [r for r in caplog.records if "pre-processing" in r.getMessage()], caplog.text
+
+
+def test_a_model_file_that_another_user_could_plant_in_the_shared_folder_is_not_used(tmp_path, monkeypatch):
+    """The attacker: a shared folder that every user may write (mode 777)
+    holds a model file. kb does not load it, and writes none there."""
+    from kb.index import onnx_cache
+
+    shared = tmp_path / "share"
+    shared.mkdir()
+    (shared / "model-x-int8.onnx").write_bytes(b"planted")
+    shared.chmod(0o777)
+    monkeypatch.setenv("KB_ONNX_SHARED_DIR", str(shared))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert onnx_cache.existing("model-x-int8.onnx") is None
+    assert onnx_cache.new_path("model-y.onnx") == tmp_path / "cache" / "kb" / "onnx" / "model-y.onnx"
+
+    shared.chmod(0o755)  # only its owner writes it: trusted
+    (shared / "model-x-int8.onnx").chmod(0o666)  # but the file itself may be changed by anyone
+    assert onnx_cache.existing("model-x-int8.onnx") is None
+    (shared / "model-x-int8.onnx").chmod(0o644)
+    assert onnx_cache.existing("model-x-int8.onnx") == shared / "model-x-int8.onnx"

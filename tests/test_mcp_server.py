@@ -199,7 +199,10 @@ class McpClient:
         env_file = self.home.parent / "empty.env"
         env_file.touch()
         env = {"KB_HOME": str(self.home), "KB_EMBED_BACKEND": "hash", "KB_CONFIG_FILE": str(self.home / "none.toml"),
-               "KB_ENV_FILE": str(env_file), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **self.extra_env}
+               "KB_ENV_FILE": str(env_file), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               # A worktree's copy of the code, when PYTHONPATH names it: else the server is the installed one.
+               **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),
+               **self.extra_env}
         params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_server.server"], env=env,
                                        cwd=str(self.home.parent))
         try:
@@ -327,6 +330,8 @@ def test_tools_are_listed_as_read_only(client):
 def test_search_bookmarks_hits_and_last_sync(client):
     response = client.ok("search_bookmarks", query="borrow checker mutable references")
     assert response["last_sync"] == SYNCED.isoformat()
+    # The model of the index, beside last_sync (issue 48).
+    assert response["index_model"].startswith("hash:")  # the server embeds with KB_EMBED_BACKEND=hash
     hits = {h["tweet_id"]: h for h in response["hits"]}
     assert response["hits"][0]["tweet_id"] == "101"
     hit = hits["101"]

@@ -87,3 +87,40 @@ def test_status_says_that_bubblewrap_is_missing_and_how_to_install_it(tmp_path):
                                text=True, timeout=120, env={**os.environ, "KB_AGENT_SANDBOX": "auto"})
         line = next(line for line in works.stdout.splitlines() if line.strip().startswith("agent_sandbox"))
         assert ("not ready" not in line and "bubblewrap" in line) or "cannot make a room" in line, line
+
+
+def test_status_shows_each_service_once_and_hides_settings_that_the_setup_does_not_use(monkeypatch):
+    """A local owner with no keys (issue 48): the translation line names the
+    missing Groq key, and no second line lists it again; the S3 keys of an
+    index in a bucket and the Postgres URL show only with `--all`."""
+    from kb.apps.status import collect_status
+
+    monkeypatch.delenv("GROQ_API_KEY", raising=False)
+    report = collect_status()
+    text = format_status(report)
+    names = [line.split()[0] for line in text.split("services", 1)[1].splitlines()[1:]]
+    assert len(names) == len(set(names))
+    for hidden in ("groq_api_key", "kb_s3_access_key_id", "kb_s3_secret_access_key", "kb_dagster_postgres_url"):
+        assert hidden not in names
+    assert {"translation", "telegram", "voice_notes", "embedder"} <= set(names)
+    every = format_status(report, show_all=True)
+    assert "groq_api_key" in every and "kb_s3_access_key_id" in every and "kb_dagster_postgres_url" in every
+
+
+def test_the_voice_line_says_ready_only_when_the_model_works_offline(tmp_path, monkeypatch):
+    from kb.enrich import voice_model
+    from kb.settings import get_settings
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("KB_WHISPER_MODEL", "small")
+    ready, detail = voice_model.readiness(get_settings())
+    assert not ready and "small is not on this machine" in detail and "HF_HUB_OFFLINE=1 stops" in detail
+
+    # The model in the Hugging Face cache: it loads with no network.
+    snapshot = tmp_path / "hf" / "hub" / "models--Systran--faster-whisper-small" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "model.bin").write_bytes(b"weights")
+    ready, detail = voice_model.readiness(get_settings())
+    assert ready and "works offline" in detail

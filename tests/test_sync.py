@@ -125,10 +125,13 @@ def test_a_failed_run_is_re_executed_from_failure_as_the_ui_does_it(tmp_path):
     page = tmp_path / "later.json"
     report = run_sync(files=[str(page)], exclude=["link"])
     assert report.failed[0] == "x_raw_pages" and "no such file" in report.stages[0].error
-    assert all(not s.ok for s in report.stages)  # the stages after it did not run
+    assert report.failed == ["x_raw_pages"]
     inst = instance()
-    [parent] = inst.get_runs()
-    assert parent.status == dg.DagsterRunStatus.FAILURE
+    # The stages after the capture did not run in its run; one catch-up run
+    # of them carried the work that waits (issue 48).
+    [catch_up, parent] = inst.get_runs()
+    assert (catch_up.job_name, catch_up.status) == ("x_catch_up", dg.DagsterRunStatus.SUCCESS)
+    assert parent.job_name == "x_sync" and parent.status == dg.DagsterRunStatus.FAILURE
 
     shutil.copy(sample_pages()[0], page)  # the cause is fixed
     with define_out_of_process_context(str(REPO / "workspace.yaml"), None, inst) as context:
@@ -147,7 +150,7 @@ def test_a_failed_run_is_re_executed_from_failure_as_the_ui_does_it(tmp_path):
     assert child.parent_run_id == parent.run_id and child.tags["dagster/partition"] == report.batch
     assert child.tags["kb/exclude"] == "link"  # the parent's per-run choice came along
     assert duck(f"SELECT count(*) > 0 FROM bookmarks WHERE batch = '{report.batch}'") == [(True,)]
-    assert _materialized_partitions(inst, "chunk_index") == [report.batch]
+    assert set(_materialized_partitions(inst, "chunk_index")) == {report.batch}
 
 
 def test_a_second_kb_home_in_the_same_process_gets_its_own_stores(tmp_path, monkeypatch):

@@ -101,6 +101,16 @@ def sync(full: bool, **exclusions) -> None:
     _finish(run_sync(full=full, exclude=_exclusions(exclusions), on_stage=print_stage_line))
 
 
+@main.command()
+@click.option("--full", is_flag=True, help="Capture all bookmarks, not only new ones, and mark removed ones.")
+def capture(full: bool) -> None:
+    """Capture new bookmarks only: no links, captions, transcripts,
+    translations or index. The next `kb sync` does those."""
+    from kb.apps.sync import run_capture
+
+    _finish(run_capture(full=full, on_stage=print_stage_line))
+
+
 @main.command("import")
 @click.argument("pages", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @_exclusion_options
@@ -227,12 +237,13 @@ def demo(home: str) -> None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def status(as_json: bool) -> None:
+@click.option("--all", "show_all", is_flag=True, help="Also show the settings that your setup does not use.")
+def status(as_json: bool, show_all: bool) -> None:
     """Coverage per stage, last sync, and the readiness of each service."""
     from kb.apps.status import format_status, collect_status
 
     report = collect_status()
-    _echo_json(report) if as_json else click.echo(format_status(report))
+    _echo_json(report) if as_json else click.echo(format_status(report, show_all))
 
 
 # --- documents and wiki ------------------------------------------------------------

@@ -75,3 +75,33 @@ def index_failures(report) -> list[str]:
     of kb, not of the web: the command fails and names each one; `kb index`
     tries them again."""
     return [f"Could not index {line}" for asset in ("chunks", "chunk_index") for line in failed_items(report, asset)]
+
+
+# The outside service that each enrichment stage waits for, and its items.
+SERVICES = {
+    "captions": ("photos", "the caption backend (KB_CAPTION_BACKEND)"),
+    "transcripts": ("videos", "the transcription backend (KB_TRANSCRIBE_BACKEND)"),
+    "translations": ("foreign passages", "Groq (translations)"),
+}
+
+
+def waiting_for_services(report) -> list[str]:
+    """One line per service that stopped or was off while items wait for
+    it, with how many wait; and the X Articles that wait for the X login.
+    Nothing that waits is left out in silence: the next sync takes them.
+    (A caption run that waits for more photos is no outage: not named.)"""
+    from kb_assets.enrich.enrichment import STOPPED
+
+    lines = []
+    for asset, (items, service) in SERVICES.items():
+        runs = _values(report, asset)
+        if not runs:
+            continue
+        _, last = runs[-1]  # the last run of the stage counted every batch's items
+        why = last.get(STOPPED) or ("" if last.get("below_threshold") else last.get("skipped"))
+        if last.get("waiting") and why:
+            lines.append(f"{last['waiting']} {items} wait for {service}: {why}")
+    articles = _total(report, "documents", "articles_waiting_for_login")
+    if articles:
+        lines.append(f"{articles} X Articles wait for the X login.")
+    return lines

@@ -22,6 +22,9 @@ from kb.duckdb_store import DuckDBStore
 from kb.settings import excluded_sources
 
 OnStage = Callable[[str, int, int], None] | None
+# The runs of a stage command take their own batch's items: the plan below
+# gives each run its share of --limit. (A sync's run takes every batch's.)
+OWN_BATCH = {"every_batch": False}
 
 
 def limited(waiting: dict[str, int], limit: int) -> list[tuple[str, int]]:
@@ -56,15 +59,16 @@ def _item_problems(report: SyncReport, asset: str) -> SyncReport:
 def run_extract(*, limit: int = 0, retry: bool = False, on_stage: OnStage = None) -> SyncReport:
     """`kb extract`: fetch the documents behind the links that wait (and the
     failed ones with `retry`), then index them."""
-    from kb_assets.enrich.documents import waiting_by_batch
+    from kb_assets.enrich.documents import fetchable, targets_for_batch
 
-    batches = known_batches()
+    batches = set(known_batches())
     with DuckDBStore.from_settings().connect() as conn:
-        waiting = waiting_by_batch(conn, batches, retry=retry, skip=excluded_sources())
+        targets = fetchable(targets_for_batch(conn, None, retry=retry), excluded_sources())
+    waiting = Counter(target.batch for target in targets if target.batch in batches)
     if not waiting:
         return _nothing_waits("Extract", "link or X Article")
-    plan = [(batch, {"documents": {"config": {"limit": most, "retry": retry}}})
-            for batch, most in limited(waiting, limit)]
+    plan = [(batch, {"documents": {"config": {"limit": most, "retry": retry, **OWN_BATCH}}})
+            for batch, most in limited(dict(waiting), limit)]
     return _item_problems(run_batches("extract_job", plan, title="Extract", on_stage=on_stage), "documents")
 
 
@@ -79,7 +83,7 @@ def run_transcribe(*, limit: int = 0, retry: bool = False, on_stage: OnStage = N
         waiting = Counter(video.batch for video in waiting_videos(conn, None, retry=retry) if video.batch in batches)
     if not waiting:
         return _nothing_waits("Transcribe", "video")
-    plan = [(batch, {"transcripts": {"config": {"limit": most, "retry": retry}}})
+    plan = [(batch, {"transcripts": {"config": {"limit": most, "retry": retry, **OWN_BATCH}}})
             for batch, most in limited(dict(waiting), limit)]
     return _item_problems(run_batches("transcribe_job", plan, title="Transcribe", on_stage=on_stage), "transcripts")
 
@@ -93,7 +97,7 @@ def run_translate(*, limit: int = 0, on_stage: OnStage = None) -> SyncReport:
         waiting = {b: n for b, n in waiting_by_batch(conn, excluded_sources()).items() if b in batches}
     if not waiting:
         return _nothing_waits("Translate", "foreign passage")
-    plan = [(batch, {"translations": {"config": {"limit": most}}}) for batch, most in limited(waiting, limit)]
+    plan = [(batch, {"translations": {"config": {"limit": most, **OWN_BATCH}}}) for batch, most in limited(waiting, limit)]
     return _item_problems(run_batches("translate_job", plan, title="Translate", on_stage=on_stage), "translations")
 
 

@@ -109,10 +109,13 @@ def _capture_counts(settings: Settings) -> dict:
 def _index_counts() -> dict:
     from kb.index.lance_index import ChunkIndex
 
+    from kb.index.model_choice import model_note
+
     try:
-        return ChunkIndex.from_settings().counts()
+        counts = ChunkIndex.from_settings().counts()
     except Exception as exc:  # the status report must never crash on one store
         return {"state": f"unreadable: {exc}"}
+    return {**counts, "model_note": model_note(counts.get("model"))}
 
 
 def _embedder_readiness(settings: Settings) -> tuple[bool, str]:
@@ -183,8 +186,6 @@ def _wiki_state(settings: Settings) -> dict:
 
     ensure_dagster_home(settings)
     with dg.DagsterInstance.get() as instance:
-        from kb.wiki.agent import WikiAgent
-
         state = wiki_status(instance, WikiAgent.from_settings(settings))
     state.pop("agent", None)  # the services list shows it
     return state
@@ -255,6 +256,8 @@ def _daemon(settings: Settings) -> dict:
 
 
 def _coverage_lines(norm: dict) -> list[str]:
+    from kb.apps.run_report import SERVICES
+
     lines = []
     for key, label, done, total, noun in (
         ("captions", "captioned", "captioned", "photos", "photos"),
@@ -267,8 +270,9 @@ def _coverage_lines(norm: dict) -> list[str]:
         finished = numbers[done] if done else numbers["translated"] + numbers["already_english"]
         share = 100 * finished / numbers[total] if numbers[total] else 100
         extra = f", {numbers['failed']} failed" if numbers.get("failed") else ""
+        service = f" for {SERVICES[key][1]}" if numbers["waiting"] else ""
         lines.append(f"  {label:<11} {finished}/{numbers[total]} {noun} ({share:.0f}%), "
-                     f"{numbers['waiting']} waiting{extra}")
+                     f"{numbers['waiting']} waiting{service}{extra}")
     return lines
 
 
@@ -285,7 +289,26 @@ def setting_name_lines(names: dict) -> list[str]:
     return lines
 
 
-def format_status(report: dict) -> str:
+# Keys that a service line names already (each service once), and keys
+# that only some setups use. `kb status --all` shows every key.
+KEY_OF_A_SERVICE = {"groq_api_key", "deepseek_api_key", "anthropic_auth_token", "telegram_bot_token"}
+S3_KEYS = {"kb_s3_access_key_id", "kb_s3_secret_access_key"}
+
+
+def shown_services(report: dict, show_all: bool = False) -> dict:
+    """The service lines of the text report: without the keys that a service
+    line names already, without the S3 keys of a local index, and without the
+    Postgres URL that a local owner does not set; all of them with `show_all`."""
+    services = report["services"]
+    if show_all:
+        return services
+    bucket = str((report.get("index") or {}).get("path") or "").startswith("s3://")
+    return {name: svc for name, svc in services.items()
+            if name not in KEY_OF_A_SERVICE and (name not in S3_KEYS or bucket)
+            and (name != "kb_dagster_postgres_url" or svc["ready"])}
+
+
+def format_status(report: dict, show_all: bool = False) -> str:
     lines = [f"KB_HOME  {report['kb_home']}",
              f"settings file  {report.get('settings_file') or report.get('settings_file_note')}"]
     lines += setting_name_lines(report.get("setting_names") or {})
@@ -315,6 +338,8 @@ def format_status(report: dict) -> str:
     index = report["index"]
     lines.append(f"  indexed     {index.get('bookmarks', 0)} bookmarks, {index.get('chunks', 0)} chunks"
                  + (f", model {index['model']}" if index.get("model") else ""))
+    if index.get("model_note"):
+        lines.append(f"  {index['model_note']}")
     if norm.get("state") == "empty" and not index.get("chunks"):
         lines.append(empty_index_note(index.get("path") or report["kb_home"]))
     wiki = report.get("wiki") or {}
@@ -341,7 +366,7 @@ def format_status(report: dict) -> str:
     if notices:
         lines.append("notices that no bot sent (newest last; the whole list: logs/notices.jsonl)")
         lines += [f"  {n.get('at', '?')}  {n.get('text', '')}" for n in notices]
-    lines.append("services")
-    for name, svc in report["services"].items():
+    lines.append("services" + ("" if show_all else "   (`kb status --all`: every setting, also the unused ones)"))
+    for name, svc in shown_services(report, show_all).items():
         lines.append(f"  {name:<22} {'ready' if svc['ready'] else 'not ready':<10} {svc['detail']}")
     return "\n".join(lines)

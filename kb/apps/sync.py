@@ -29,15 +29,18 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from kb.apps.run_report import failed_items, index_failures, unreadable_pages
+from kb.apps.run_report import failed_items, index_failures, unreadable_pages, waiting_for_services
 from kb_assets.dagster_internals import CodeLocation, create_location_run, create_run_from_failure, execute_run_here
 from kb_assets.instance_config import ensure_dagster_home
-from kb_assets.keys import SOURCE_PASSAGES
+from kb_assets.keys import CATCH_UP_TAG, SOURCE_PASSAGES, X_RAW_PAGES
 from kb_assets.partitions import new_batch_key, sync_batches
 from kb_assets.run_launcher import fail_runs_of_dead_workers, this_process_tags
 from kb_assets.run_config_rules import files_for_import
 
 SYNC_JOB = "x_sync"
+CAPTURE_JOB = "capture_job"  # `kb capture`
+CATCH_UP_JOB = "x_catch_up"  # the stages after a failed capture
+CAPTURE_STAGE = X_RAW_PAGES.to_user_string()
 PARTITION_TAG = "dagster/partition"
 # Earlier batches that a sync checks for unfinished work. Older ones are for
 # the Dagster UI; the check must stay fast as batches grow.
@@ -47,7 +50,10 @@ RESUME_LOOKBACK = 20
 # killer). The report says so.
 MAX_FAILED_RUNS = 3
 # Per-step detail for the report; the rest of the event log stays in the UI.
-QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# CRITICAL: a failed step logs its error with a stack trace at ERROR, and
+# the end report names the same error on the stage's line. The owner is
+# told once (issue 48); the trace stays in the UI.
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 @dataclass
@@ -59,6 +65,7 @@ class StageResult:
     batch: str = ""  # the sync batch it ran for ("" for unpartitioned jobs)
     # What the stage recorded, per asset: {asset key: {metadata key: value}}.
     metadata: dict[str, dict] = field(default_factory=dict)
+    ran: bool = True  # False: the step never started (an earlier step failed, or the run stopped)
 
 
 @dataclass
@@ -162,7 +169,8 @@ class StageWatcher:
         earlier stage failed, or the run stopped) is a failure too."""
         why = run_error or "it did not run: an earlier stage failed"
         ordered = self.order + [key for key in self.stages if key not in self.order]
-        return [self.results.get(key) or StageResult(key, False, 0.0, why, batch=self.batch) for key in ordered]
+        return [self.results.get(key) or StageResult(key, False, 0.0, why, batch=self.batch, ran=False)
+                for key in ordered]
 
 
 def stage_error(error) -> str:
@@ -270,6 +278,25 @@ def instance_for_runs() -> tuple[dg.DagsterInstance, list[dg.DagsterRun]]:
     return instance, fail_runs_of_dead_workers(instance)
 
 
+def run_capture(*, full: bool = False, on_stage: Callable[[str, int, int], None] | None = None) -> SyncReport:
+    """`kb capture`: one run of `capture_job` for a new sync batch: the new
+    bookmarks and their tables, no enrichment and no index. The next sync
+    takes that work, as it takes all the work that waits."""
+    instance, gone = instance_for_runs()
+    report = SyncReport(batch=new_batch_key(), gone_runs=[run.run_id for run in gone], title="Capture")
+    instance.add_dynamic_partitions(sync_batches.name, [report.batch])
+    with code_location(instance) as location:
+        run = create_location_run(instance, location, CAPTURE_JOB, run_config=sync_run_config(full=full),
+                                  tags={PARTITION_TAG: report.batch, **this_process_tags()})
+        report.run_ids.append(run.run_id)
+        report.stages += execute_in_this_process(instance, run, on_stage)
+    report.stages = without_stages_done_later(report.stages)
+    report.problems += unreadable_pages(report, CAPTURE_STAGE)
+    if report.ok:
+        report.notes.append("`kb sync` carries the new bookmarks through the other stages to the index.")
+    return report
+
+
 def run_sync(
     *,
     full: bool = False,
@@ -301,17 +328,63 @@ def run_sync(
             # The owner named these files: a file that the run config's rule
             # refuses (in a dot-folder, for example) is imported from a copy in KB_HOME.
             files = files_for_import(files)
+        # The tag tells the daemon's x_catch_up_sensor that this command runs the catch-up itself.
         run = create_location_run(instance, location, SYNC_JOB, run_config=sync_run_config(full=full, files=files),
-                         tags={PARTITION_TAG: report.batch, **sync_tags(exclude), **this_process_tags()})
+                                  tags={PARTITION_TAG: report.batch, CATCH_UP_TAG: "kb sync", **sync_tags(exclude),
+                                        **this_process_tags()})
         report.run_ids.append(run.run_id)
         report.stages += execute_in_this_process(instance, run, on_stage)
+        if capture_failed(report):
+            catch_up(instance, location, report, sync_tags(exclude), on_stage)
+    report.stages = without_stages_done_later(report.stages)
     # Pages that are not Bookmarks pages, and a capture that read none, fail
     # the command: else an import of the wrong file ends with "finished".
     report.problems += unreadable_pages(report, "x_raw_pages")
     # A dead link is a fault of the web, not of the sync: named, not failed.
     report.notes += [f"Could not fetch {line}" for line in failed_items(report, "documents")]
+    report.notes += waiting_for_services(report)
+    report.notes += model_notes(report)
     report.problems += index_failures(report)
     return report
+
+
+def model_notes(report: SyncReport) -> list[str]:
+    """The model of the index, when a stage of the sync indexed, and the
+    advice when the configured model is ready and the index holds another."""
+    from kb.index.model_choice import model_note
+
+    models = [values["model"] for stage in report.stages
+              if (values := stage.metadata.get("chunk_index")) and values.get("model")]
+    if not models:
+        return []
+    note = model_note(models[-1])
+    return [f"Index model: {models[-1]}."] + ([note] if note else [])
+
+
+def capture_failed(report: SyncReport) -> bool:
+    """True when the capture of the new batch failed: the later stages of
+    its run did not run."""
+    return any(s.stage == CAPTURE_STAGE and not s.ok and s.batch == report.batch for s in report.stages)
+
+
+def catch_up(instance: dg.DagsterInstance, location: CodeLocation, report: SyncReport, tags: dict[str, str],
+             on_stage: Callable[[str, int, int], None] | None) -> None:
+    """The capture failed (an expired X login, X down): its failed step
+    stopped every later step of the run. One run of `x_catch_up` for the same
+    batch still carries the work that waits in every batch to the index."""
+    run = create_location_run(instance, location, CATCH_UP_JOB, run_config=QUIET_LOGS,
+                              tags={PARTITION_TAG: report.batch, **tags, **this_process_tags()})
+    report.run_ids.append(run.run_id)
+    report.stages += execute_in_this_process(instance, run, on_stage)
+
+
+def without_stages_done_later(stages: list[StageResult]) -> list[StageResult]:
+    """The results without the lines of the stages that did not run because
+    their batch's capture failed: the capture's line says why, once, and
+    each stage that ran in another run of this sync took the work that
+    waits in every batch."""
+    cut_off = {s.batch for s in stages if s.stage == CAPTURE_STAGE and not s.ok}
+    return [s for s in stages if s.ran or s.batch not in cut_off]
 
 
 def run_batches(job: str, runs: list[tuple[str, dict]], *, title: str, tags: dict[str, str] | None = None,
@@ -342,15 +415,18 @@ def rebuild_index(*, rebuild: bool = True, exclude: list[str] | None = None,
                   on_stage: Callable[[str, int, int], None] | None = None) -> SyncReport:
     """`kb index [--rebuild] [--no-<source>]`: index every sync batch again
     (one run of `index_rebuild` per batch), then the wiki (`wiki_index_job`).
-    `rebuild` first drops the vectors and the model record: use it after a
-    change of embedding model; it also indexes every approved Telegram
-    source again (one run of `source_index_job` each). Texts that the vector
-    cache holds for the model are not embedded again. `exclude`: source kinds
-    to take out of the index in this run (the run tag kb/exclude)."""
+    `rebuild` first embeds every passage again with the configured model,
+    in a new table beside the old one, and swaps the two when the new one
+    is complete (kb/index/model_choice.py): search works all the time. Use
+    it after a change of embedding model; it also indexes every approved
+    Telegram source again (one run of `source_index_job` each). Texts that
+    the vector cache holds for the model are not embedded again. `exclude`:
+    source kinds to take out of the index in this run (the run tag kb/exclude)."""
+    from kb.index.embedder import Embedder
     from kb.index.lance_index import ChunkIndex
+    from kb.index.model_choice import rebuild_beside
 
-    if rebuild:
-        ChunkIndex.from_settings().rebuild()
+    rebuilt = rebuild_beside(ChunkIndex.from_settings(), Embedder.from_settings()) if rebuild else {}
     tags = sync_tags(exclude)
     report = run_batches("index_rebuild", [(batch, {}) for batch in known_batches()], title="Index",
                          tags=tags, on_stage=on_stage)
@@ -367,6 +443,9 @@ def rebuild_index(*, rebuild: bool = True, exclude: list[str] | None = None,
         report.run_ids.append(run.run_id)
         report.stages += execute_in_this_process(instance, run, on_stage)
     report.problems += index_failures(report)
+    if rebuilt.get("swapped"):
+        report.notes.append(f"The index now holds vectors of {rebuilt['model']}: "
+                            f"{rebuilt['passages']} passages were embedded again beside the old index.")
     return report
 
 

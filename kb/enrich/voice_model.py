@@ -67,11 +67,36 @@ def english_only_reason(settings: Settings | None = None) -> str:
             f"({record['error']}), so the English-only tiny.en stands in. {FIX}")
 
 
+def on_this_machine(model: str) -> bool:
+    """True when faster-whisper can load `model` with no download: a model
+    folder, or a size name whose files the Hugging Face cache holds. No
+    faster-whisper import: `kb status` must stay fast."""
+    import os
+
+    if "/" in model and Path(model).expanduser().is_dir():
+        return True
+    repo = model if "/" in model else f"Systran/faster-whisper-{model}"
+    cache = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME") or "~/.cache/huggingface")
+                 / "hub").expanduser()
+    folder = cache / f"models--{repo.replace('/', '--')}" / "snapshots"
+    return any(folder.glob("*/model.bin"))
+
+
 def readiness(settings: Settings | None = None) -> tuple[bool, str]:
-    """(ready, detail) of voice notes for `kb status`."""
+    """(ready, detail) of voice notes for `kb status`. "ready" only when the
+    model loads on this machine with no network: a status that said "ready"
+    for a model that could not download was not true offline (issue 48)."""
+    import os
+
     settings = settings or get_settings()
     reason = english_only_reason(settings)
     if reason:
         return False, reason
-    model = settings.kb_whisper_model or "tiny.en (bundled)"
-    return True, f"faster-whisper {model}; a model that is not on this machine downloads once at the first voice note"
+    model = settings.kb_whisper_model
+    if not model:
+        return True, "faster-whisper tiny.en (bundled, English only); works offline"
+    if on_this_machine(model):
+        return True, f"faster-whisper {model}; on this machine, works offline"
+    blocked = " HF_HUB_OFFLINE=1 stops that download." if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0") else ""
+    return False, (f"faster-whisper {model} is not on this machine: it downloads once from huggingface.co at the "
+                   f"first voice note, and until then only English notes work (tiny.en).{blocked} {FIX}")

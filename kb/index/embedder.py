@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, PrivateAttr, ValidationError
 
+from kb.index import onnx_cache
 from kb.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -209,11 +210,6 @@ def local_runtimes() -> tuple[str, str]:
     return "onnx", "torch"
 
 
-def onnx_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
-    return Path(base) / "kb" / "onnx"
-
-
 def weights_file(model_path: Path) -> Path:
     weights = next((model_path / n for n in ("model.safetensors", "pytorch_model.bin") if (model_path / n).exists()),
                    None)
@@ -261,8 +257,10 @@ def onnx_model_file(model_path: Path) -> Path:
     weights = weights_file(model_path)
     stat = weights.stat()
     key = hashlib.sha256(f"{weights.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{ONNX_EXPORT_VERSION}".encode())
-    target = onnx_cache_dir() / f"{model_path.name}-{key.hexdigest()[:16]}.onnx"
-    if not target.exists():
+    name = f"{model_path.name}-{key.hexdigest()[:16]}.onnx"
+    target = onnx_cache.existing(name)
+    if target is None:
+        target = onnx_cache.new_path(name)
         _export_onnx(model_path, target)
     return target
 
@@ -279,13 +277,17 @@ def onnx_int8_file(model_path: Path) -> Path:
     keep the full weights: their vectors must equal sentence-transformers'
     (benchmarks/index_and_retrieval.md)."""
     source = onnx_model_file(model_path)
-    target = source.with_name(f"{source.stem}-int8{source.suffix}")
-    if not target.exists():
+    name = f"{source.stem}-int8{source.suffix}"
+    target = onnx_cache.existing(name)
+    if target is None:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
+        target = onnx_cache.new_path(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
         try:
-            quantize_dynamic(str(source), str(partial), weight_type=QuantType.QInt8, per_channel=True)
+            with onnx_cache.quiet_quantization():
+                quantize_dynamic(str(source), str(partial), weight_type=QuantType.QInt8, per_channel=True)
             os.replace(partial, target)
         finally:
             partial.unlink(missing_ok=True)

@@ -149,7 +149,26 @@ class SearchResponse:
         return out
 
 
-def search(
+def search(query: str, **options) -> SearchResponse:
+    """Search the index: see _search() for the options.
+
+    `kb index --rebuild` swaps the passages table for a new one under the
+    readers (kb/index/model_choice.py). A search that pinned the old table
+    then finds its files gone ("Not found"): it reads the new table once
+    more, so search works during the rebuild."""
+    try:
+        return _search(query, **options)
+    except (OSError, ValueError) as exc:
+        if "Not found:" not in str(exc):
+            raise
+    index = options.get("index")
+    if index is not None:  # forget the old table: the next read opens the new one
+        index._datasets.clear()
+        index._rows = None
+    return _search(query, **options)
+
+
+def _search(
     query: str,
     *,
     limit: int = 10,

@@ -55,7 +55,8 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from kb_assets.enrich.enrichment import failure_line, failure_list, goes_on_after_failure, service_stopped, with_checks
+from kb_assets.enrich.enrichment import (WaitingConfig, failure_line, failure_list, from_batches, goes_on_after_failure,
+                                         service_stopped, with_checks)
 from kb_assets.run_choices import EXCLUDE_TAG
 from kb.enrich.extract import (
     Extracted,
@@ -99,6 +100,7 @@ IS_X = "regexp_matches(l.url_norm, '^https://x\\.com(/|$)')"
 ELIGIBLE_LINKS = f"""
     SELECT l.url_norm,
            min(l.expanded_url) AS url,
+           min(l.batch) AS batch,
            bool_or({IS_X_ARTICLE}) AS is_article,
            any_value(b.article_title) FILTER (WHERE b.article_text <> '') AS article_title,
            any_value(b.article_text) FILTER (WHERE b.article_text <> '') AS article_text
@@ -121,6 +123,7 @@ class Target:
     article_title: str | None = None
     article_text: str | None = None  # from content_state, when present
     attempts: int = 0  # earlier fetches
+    batch: str = ""  # the oldest sync batch that links to it
 
 
 @dataclass
@@ -178,16 +181,17 @@ def judged(outcome: Outcome, page_html: str | None = None, status: int | None = 
 
 # --- reading and writing DuckDB -----------------------------------------------
 
-def targets_for_batch(conn: duckdb.DuckDBPyConnection, batch: str, *, retry: bool) -> list[Target]:
-    """The addresses of the batch that still need a fetch: never fetched, or
-    failed when `retry` is set."""
+def targets_for_batch(conn: duckdb.DuckDBPyConnection, batch: str | None, *, retry: bool) -> list[Target]:
+    """The addresses of the batch (None: of every batch) that still need a
+    fetch: never fetched, or failed when `retry` is set. Oldest batch first."""
     rows = conn.execute(
-        f"""WITH eligible AS ({ELIGIBLE_LINKS.format(batch_filter="AND l.batch = ?")})
-            SELECT e.url_norm, e.url, e.is_article, e.article_title, e.article_text, coalesce(d.attempts, 0)
+        f"""WITH eligible AS ({ELIGIBLE_LINKS.format(batch_filter="AND (? OR l.batch = ?)")})
+            SELECT e.url_norm, e.url, e.is_article, e.article_title, e.article_text, coalesce(d.attempts, 0),
+                   e.batch
             FROM eligible e LEFT JOIN documents d ON d.url_norm = e.url_norm
             WHERE d.url_norm IS NULL OR (d.status = 'failed' AND ?)
-            ORDER BY e.url_norm""",
-        [batch, retry],
+            ORDER BY e.batch, e.url_norm""",
+        [batch is None, batch or "", retry],
     ).fetchall()
     return [Target(*row) for row in rows]
 
@@ -201,13 +205,6 @@ def fetchable(targets: list[Target], skip: set[str]) -> list[Target]:
     if "link" in skip:
         targets = [t for t in targets if t.is_article]
     return targets
-
-
-def waiting_by_batch(conn: duckdb.DuckDBPyConnection, batches: list[str], *, retry: bool,
-                     skip: set[str]) -> dict[str, int]:
-    """How many addresses wait for a fetch, per sync batch (batches with none are left out)."""
-    counts = {batch: len(fetchable(targets_for_batch(conn, batch, retry=retry), skip)) for batch in batches}
-    return {batch: count for batch, count in counts.items() if count}
 
 
 def write_outcomes(conn: duckdb.DuckDBPyConnection, outcomes: Iterable[Outcome], batch: str) -> None:
@@ -668,8 +665,8 @@ def fetch_links(targets: list[Target], browser: Browser, settings: Settings, wor
 
 # --- the asset -------------------------------------------------------------------------
 
-class DocumentsConfig(dg.Config):
-    retry: bool = False  # fetch the failed addresses of the batch again
+class DocumentsConfig(WaitingConfig):
+    retry: bool = False  # fetch the failed addresses again
     limit: int = 0  # most addresses in this run; 0: every address that waits
     workers: int = 4  # clean-context pages at the same time
 
@@ -681,7 +678,7 @@ def fetch_documents(
     batch = context.partition_key
     settings = get_settings()
     with duckdb.connect() as conn:
-        targets = targets_for_batch(conn, batch, retry=config.retry)
+        targets = targets_for_batch(conn, None if config.every_batch else batch, retry=config.retry)
 
     targets = fetchable(targets, excluded_sources(settings, for_this_run=context.run.tags.get(EXCLUDE_TAG, "")))
     if config.limit > 0:
@@ -738,6 +735,7 @@ def fetch_documents(
         "by_kind": dg.MetadataValue.json(dict(Counter(o.kind for o in outcomes if o.ok))),
         "read_at_networkidle": sum(o.wait == "networkidle" and o.ok for o in outcomes),
         "articles_waiting_for_login": waiting_for_login,
+        "from_batches": from_batches(t.batch for t in targets),
         "groups_written": writer.groups_written,
         "retry": config.retry,
     }

@@ -18,6 +18,29 @@ import duckdb
 from kb.duckdb_store import DuckDBStore, insert_rows
 
 
+class WaitingConfig(dg.Config):
+    """The choice that every enrichment stage shares: which batches it takes
+    items from."""
+
+    # True: what waits in every sync batch. A sync, the sensor and the UI
+    # run one partition, and an item that an earlier run could not do (a
+    # service was down, a key was missing) must not wait for a stage command.
+    # False: the run's own batch only; the stage commands plan one run per
+    # batch (kb/apps/stage_runs.py), and each run takes its batch's share.
+    every_batch: bool = True
+
+
+def batches_of_run(context, config: WaitingConfig) -> list[str] | None:
+    """The batches whose items the run takes: None for every batch."""
+    return None if config.every_batch else list(context.partition_keys)
+
+
+def from_batches(batches) -> dg.MetadataValue:
+    """How many items came from each sync batch, as JSON metadata: the
+    Dagster UI shows the origin of the work that a run did."""
+    return dg.MetadataValue.json(dict(sorted(Counter(batches).items())))
+
+
 def waiting_rows(conn: duckdb.DuckDBPyConnection, items_sql: str, columns: str,
                  batches: list[str] | None, *, retry: bool) -> list[tuple]:
     """`columns` of the items in `items_sql` with no result yet (and the

@@ -2,8 +2,9 @@
 
 Photos wait until enough of them make a run worth its start: with the Modal
 backend a GPU start costs the same for 1 photo as for 600. So:
-- in a sync, the asset captions the batch's photos only when at least
-  settings.kb_caption_min_photos wait; else it records that they wait;
+- in a sync, the asset captions the photos of every batch only when at
+  least settings.kb_caption_min_photos wait, over all batches; else it
+  records that they wait (too_few_photos(): the sensor counts the same way);
 - the sensor `captions_sensor` (sensors/waiting_photos.py) starts one run over
   every batch with waiting photos once there are enough of them;
 - `kb caption` (kb/apps/caption_run.py) starts that run at once, whatever the count.
@@ -31,8 +32,8 @@ import duckdb
 
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
-from kb_assets.enrich.enrichment import (ResultWriter, backend_stopped, coverage_check, failure_reasons, waiting_rows,
-                                        goes_on_after_failure, with_checks)
+from kb_assets.enrich.enrichment import (ResultWriter, WaitingConfig, backend_stopped, batches_of_run, coverage_check,
+                                         failure_reasons, from_batches, goes_on_after_failure, waiting_rows, with_checks)
 from kb_assets.partitions import sync_batches
 from kb.settings import get_settings
 from kb.enrich.vision import CaptionBackendError, CaptionResult
@@ -96,33 +97,46 @@ def caption_row(result: CaptionResult, photo: Photo, model: str, now: datetime) 
     }
 
 
-class CaptionsConfig(dg.Config):
+def too_few_photos(waiting: int, min_photos: int = -1) -> str:
+    """Why no caption run starts for `waiting` photos (all the photos that
+    wait, over every batch), or "" when one starts. One rule for the sync
+    and the sensor: a daily sync of a few photos must add up to a run.
+    min_photos -1: settings.kb_caption_min_photos; 0: always a run."""
+    threshold = min_photos if min_photos >= 0 else get_settings().kb_caption_min_photos
+    if waiting >= threshold:
+        return ""
+    return (f"{waiting} photo(s) wait; a caption run starts at {threshold} "
+            "(KB_CAPTION_MIN_PHOTOS; `kb caption` starts one now)")
+
+
+class CaptionsConfig(WaitingConfig):
     limit: int = 0  # most photos in this run; 0: every photo that waits
     retry: bool = False  # caption the failed photos again
     min_photos: int = -1  # run only when this many photos wait; -1: settings.kb_caption_min_photos; 0: always
 
 
-def _skipped(reason: str, waiting: int, context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+def _skipped(reason: str, waiting: int, context: dg.AssetExecutionContext,
+             below_threshold: bool = False) -> dg.MaterializeResult:
     context.log.info(f"No captions in this run: {reason}")
-    return dg.MaterializeResult(metadata={"captioned": 0, "failed": 0, "waiting": waiting, "skipped": reason})
+    return dg.MaterializeResult(metadata={"captioned": 0, "failed": 0, "waiting": waiting, "skipped": reason,
+                                          "below_threshold": below_threshold})
 
 
 def caption_photos(
     context: dg.AssetExecutionContext, config: CaptionsConfig, duckdb: DuckDBResource, captioner: CaptionerResource
 ) -> dg.MaterializeResult:
     duckdb, captioner = duckdb.get_client(), captioner.get_client()
-    batches = list(context.partition_keys)
     if SOURCE in excluded_in_run(context):
         return _skipped(f"the owner excluded the source {SOURCE!r}", 0, context)
     with duckdb.connect() as conn:
-        photos = waiting_photos(conn, batches, retry=config.retry)
+        photos = waiting_photos(conn, batches_of_run(context, config), retry=config.retry)
+    batches = sorted({photo.batch for photo in photos})
     off = captioner.off_reason()
     if off:
         return _skipped(f"captions are off: {off}", len(photos), context)
-    threshold = config.min_photos if config.min_photos >= 0 else get_settings().kb_caption_min_photos
-    if len(photos) < threshold:
-        return _skipped(f"{len(photos)} photo(s) wait; a caption run starts at {threshold} "
-                        "(KB_CAPTION_MIN_PHOTOS; `kb caption` starts one now)", len(photos), context)
+    too_few = too_few_photos(len(photos), config.min_photos)
+    if too_few:
+        return _skipped(too_few, len(photos), context, below_threshold=True)
     all_waiting = len(photos)
     if config.limit > 0:
         photos = photos[:config.limit]
@@ -150,6 +164,7 @@ def caption_photos(
         "model": model,
         "backend": captioner.backend_name(),
         "batches": len(batches),
+        "from_batches": from_batches(photo.batch for photo in photos),
         "retry": config.retry,
     }
     if error:

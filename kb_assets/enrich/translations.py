@@ -30,8 +30,8 @@ import duckdb
 from kb.queries import partition_bookmarks
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
-from kb_assets.enrich.enrichment import (ResultWriter, coverage_check, failure_list, goes_on_after_failure,
-                                         service_stopped, with_checks)
+from kb_assets.enrich.enrichment import (ResultWriter, WaitingConfig, coverage_check, failure_list, from_batches,
+                                         goes_on_after_failure, service_stopped, with_checks)
 from kb_assets.partitions import sync_batches
 from kb.settings import get_settings
 from kb.enrich.translator import TranslateError
@@ -60,8 +60,9 @@ FOREIGN_CHUNK_SQL = r"""(
 
 
 def foreign_chunks(conn: duckdb.DuckDBPyConnection, tweet_ids: list[str] | None, skip: set[str]) -> list[tuple]:
-    """(text_hash, text, cached, english) of each distinct foreign chunk text
-    of these bookmarks (None: of every live bookmark)."""
+    """(text_hash, text, cached, english, batch) of each distinct foreign
+    chunk text of these bookmarks (None: of every live bookmark); batch: the
+    oldest sync batch of a bookmark that holds it."""
     # The bookmarks and sources first, in a CTE: the regular expressions of
     # FOREIGN_CHUNK_SQL then read only their chunks. As one WHERE, DuckDB ran
     # them on every chunk of the store (0.2 s at 1,000 bookmarks, for a sync
@@ -69,7 +70,8 @@ def foreign_chunks(conn: duckdb.DuckDBPyConnection, tweet_ids: list[str] | None,
     return conn.execute(
         f"""WITH c AS (SELECT * FROM chunks WHERE NOT list_contains(?, source)
                         AND (? OR list_contains(?, tweet_id)))
-            SELECT c.text_hash, any_value(c.text), bool_or(t.text_hash IS NOT NULL), any_value(t.english)
+            SELECT c.text_hash, any_value(c.text), bool_or(t.text_hash IS NOT NULL), any_value(t.english),
+                   min(b.batch)
             FROM c JOIN bookmarks b ON b.tweet_id = c.tweet_id AND b.removed_at IS NULL
             LEFT JOIN translations t ON t.text_hash = c.text_hash
             WHERE {FOREIGN_CHUNK_SQL}
@@ -98,7 +100,7 @@ def translation_coverage(conn: duckdb.DuckDBPyConnection, skip: set[str]) -> dic
             "already_english": sum(1 for row in done if row[3] is None), "waiting": len(rows) - len(done)}
 
 
-class TranslationsConfig(dg.Config):
+class TranslationsConfig(WaitingConfig):
     limit: int = 0  # most chunk texts in this run; 0: every one that waits
 
 
@@ -109,8 +111,9 @@ def translate_chunks(
     batch = context.partition_key
     skip = excluded_in_run(context)
     with duckdb.connect() as conn:
-        live, _removed = partition_bookmarks(conn, batch)
-        waiting = [(text_hash, text) for text_hash, text, cached, _ in foreign_chunks(conn, live, skip) if not cached]
+        live = None if config.every_batch else partition_bookmarks(conn, batch)[0]
+        waiting = [(text_hash, text, origin) for text_hash, text, cached, _, origin
+                   in foreign_chunks(conn, live, skip) if not cached]
     off = translator.off_reason()
     if off:
         context.log.info(f"No translations: {off}")
@@ -128,7 +131,7 @@ def translate_chunks(
     stop: str | None = None
     # The writer keeps what was translated, also when the run stops.
     with ResultWriter(duckdb, "translations", WRITE_EVERY) as writer:
-        for text_hash, text in waiting:
+        for text_hash, text, _origin in waiting:
             try:
                 english = translator.translate(text, client)
             except TranslateError as exc:
@@ -150,6 +153,7 @@ def translate_chunks(
         "failed": len(failures),
         "failures": failure_list(failures),
         "waiting": all_waiting - len(written),
+        "from_batches": from_batches(origin for _, _, origin in waiting),
         "model": model,
     }
     if stop or failures:

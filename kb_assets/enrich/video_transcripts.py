@@ -33,7 +33,7 @@ from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
 from kb_assets.enrich.enrichment import (
     ResultWriter, backend_stopped, coverage_check, failure_line, failure_list, failure_reasons, waiting_rows,
-    goes_on_after_failure, with_checks)
+    goes_on_after_failure, with_checks, WaitingConfig, batches_of_run, from_batches)
 from kb_assets.partitions import sync_batches
 from kb.enrich.transcriber import TranscribeBackendError, TranscriptResult
 from kb_resources.services import TranscriberResource
@@ -112,7 +112,7 @@ def transcript_row(video: Video, result: TranscriptResult, model: str, now: date
     }
 
 
-class TranscriptsConfig(dg.Config):
+class TranscriptsConfig(WaitingConfig):
     limit: int = 0  # most videos in this run; 0: every video that waits
     retry: bool = False  # transcribe the failed videos again
 
@@ -121,12 +121,11 @@ def transcribe_videos(
     context: dg.AssetExecutionContext, config: TranscriptsConfig, duckdb: DuckDBResource, transcriber: TranscriberResource
 ) -> dg.MaterializeResult:
     duckdb, transcriber = duckdb.get_client(), transcriber.get_client()
-    batch = context.partition_key
     if SOURCE in excluded_in_run(context):
         context.log.info(f"No transcripts: the owner excluded the source {SOURCE!r}")
         return dg.MaterializeResult(metadata={"transcribed": 0, "skipped": f"the source {SOURCE!r} is excluded"})
     with duckdb.connect() as conn:
-        videos = waiting_videos(conn, [batch], retry=config.retry)
+        videos = waiting_videos(conn, batches_of_run(context, config), retry=config.retry)
     off = transcriber.off_reason()
     if off:
         context.log.info(f"No transcripts: {off}")
@@ -166,6 +165,7 @@ def transcribe_videos(
                                   for r in written if r["status"] == "failed"]),
         "languages": dg.MetadataValue.json(dict(Counter(r["language"] for r in written if r["status"] == "ok"))),
         "waiting": all_waiting - len(written),
+        "from_batches": from_batches(video.batch for video in videos),
         "model": model,
         "retry": config.retry,
     }

@@ -16,9 +16,9 @@ from kb.index.chunking import word_count
 from kb.queries import partition_bookmarks
 from kb_assets.run_choices import excluded_in_run
 from kb_assets.partitions import sync_batches
-from kb.index.lance_index import IndexModelMismatch
+from kb.index.lance_index import CHUNKS, IndexModelMismatch
 from kb.settings import get_settings
-from kb_assets.enrich.enrichment import failure_line, failure_list
+from kb_assets.enrich.enrichment import failure_line, failure_list, from_batches
 from kb_resources.services import EmbedderResource
 from kb_resources.stores import ChunkIndexResource, DuckDBResource
 
@@ -57,6 +57,39 @@ def _chunk_rows(conn, tweet_ids: list[str], skip: set[str]) -> list[dict]:
             row["word_count"] = word_count(row["text"])  # the words of the English text
         rows.append(row)
     return rows
+
+
+# Each live bookmark's passages as the index must hold them: the chunk ids
+# of the sources that the run keeps, each marked "+" when the index shows
+# its translation.
+EXPECTED_PASSAGES_SQL = """
+    SELECT c.tweet_id, any_value(b.batch),
+           list(c.chunk_id || CASE WHEN ? AND t.english IS NOT NULL THEN '+' ELSE '' END ORDER BY c.chunk_id)
+    FROM chunks c JOIN bookmarks b USING (tweet_id)
+    LEFT JOIN translations t ON t.text_hash = c.text_hash
+    WHERE b.removed_at IS NULL AND NOT list_contains(?, c.source)
+    GROUP BY c.tweet_id
+"""
+
+
+def unindexed_bookmarks(conn, lance, skip: set[str]) -> list[tuple[str, str]]:
+    """(tweet id, batch) of each live bookmark whose passages in the index
+    are not its chunks of today, of any batch: a bookmark of an earlier
+    batch that got a document, a caption, a transcript or a translation in
+    this run; a source that the last run skipped (`--no-image`) or that the
+    owner took out of `exclude`; a bookmark that could not be embedded. It
+    compares ids only (no texts), so the cost is small at every run."""
+    expected = conn.execute(EXPECTED_PASSAGES_SQL, [use_translations(), sorted(skip)]).fetchall()
+    dataset = lance.dataset(CHUNKS)
+    stored: dict[str, list[str]] = {}
+    if dataset is not None:
+        # The passages of a skipped source leave in this run (remove_sources): not a difference.
+        table = dataset.to_table(columns=["tweet_id", "chunk_id", "source_text", "source"])
+        for tweet_id, chunk, source_text, source in zip(*(table.column(n).to_pylist() for n in table.column_names)):
+            if source not in skip:
+                stored.setdefault(tweet_id, []).append(chunk + ("+" if source_text else ""))
+    return [(tweet_id, batch) for tweet_id, batch, ids in sorted(expected, key=lambda row: (row[1], row[0]))
+            if sorted(stored.get(tweet_id, [])) != ids]
 
 
 def _bookmark_cards(conn, tweet_ids: list[str], synced_at: datetime) -> list[dict]:
@@ -127,6 +160,10 @@ def chunk_index(
     synced_at = datetime.now(timezone.utc)
     with duckdb.connect() as conn:
         live, removed = partition_bookmarks(conn, batch)
+        own = set(live)
+        others = [(tweet_id, origin) for tweet_id, origin in unindexed_bookmarks(conn, lance, skip)
+                  if tweet_id not in own]
+        live = live + [tweet_id for tweet_id, _ in others]
         rows = _chunk_rows(conn, live, skip)
         cards = _bookmark_cards(conn, live, synced_at)
         folders = _folders(conn)
@@ -145,6 +182,7 @@ def chunk_index(
     counts = lance.counts()
     return dg.MaterializeResult(metadata={
         "bookmarks": len(live),
+        "from_batches": from_batches([batch] * (len(live) - len(others)) + [origin for _, origin in others]),
         "chunks": len(rows),
         "chunks_written": written["written"],
         "chunks_embedded": written["embedded"],

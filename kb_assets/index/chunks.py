@@ -13,10 +13,9 @@ from dataclasses import dataclass
 import dagster as dg
 import duckdb
 
-from kb_assets.enrich.enrichment import failure_line, failure_list
-from kb_assets.run_choices import excluded_in_run
+from kb_assets.enrich.enrichment import failure_line, failure_list, from_batches
 from kb.index.chunking import chunk_text, word_count
-from kb.queries import owned_documents, partition_bookmarks
+from kb.queries import owned_documents, partition_bookmarks, unchunked_bookmarks
 from kb_assets.partitions import sync_batches
 from kb.duckdb_store import insert_rows
 from kb_resources.stores import DuckDBResource
@@ -188,10 +187,18 @@ def _item_rows(item: SourceText, batch: str) -> list[dict]:
 def chunks(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
     duckdb = duckdb.get_client()
     batch = context.partition_key
-    skip = excluded_in_run(context)
+    # Every source is cut, also an excluded one: the chunks keep it, and the
+    # index (chunk_index) leaves it out. So a source that one run skips
+    # (`--no-image`), or that the owner takes out of `exclude`, comes back
+    # at the next run from these rows, with no fetch and no model again.
     with duckdb.connect() as conn:
         live, removed = partition_bookmarks(conn, batch)
-        texts = [t for source in CHUNK_SOURCES.values() for t in source(conn, live) if t.source not in skip]
+        # The bookmarks of other batches whose new results this run (or an
+        # earlier one) made: the enrichment stages take every batch's items.
+        own = set(live)
+        others = [(tweet_id, origin) for tweet_id, origin in unchunked_bookmarks(conn) if tweet_id not in own]
+        live = live + [tweet_id for tweet_id, _ in others]
+        texts = [t for source in CHUNK_SOURCES.values() for t in source(conn, live)]
     # The cut runs with no connection open: the writer lock is for the write only.
     failures: dict[str, str] = {}
     rows = chunk_rows(texts, batch, failures)
@@ -211,6 +218,6 @@ def chunks(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.Mate
         "chunks": len(rows),
         "by_source": dg.MetadataValue.json(by_source),
         "removed_bookmarks_dropped": len(removed),
-        "excluded_sources": dg.MetadataValue.json(sorted(skip)),
+        "from_batches": from_batches([batch] * (len(live) - len(others)) + [origin for _, origin in others]),
         "failures": failure_list(list(failures.values())),
     })

@@ -1,0 +1,193 @@
+"""The owner's days with one `kb sync` each (issue 48): every sync carries
+the work that waits in any batch, a failed capture does not keep that work
+waiting, and a `--no-<source>` flag is for one run only.
+
+Each sync runs in this process against a temp KB_HOME, as the owner types
+it. Groq is a loopback server that speaks its API (tests/fake_groq.py); a
+service that is down is a closed port.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import dagster as dg
+import pytest
+
+from kb.index.lance_index import ChunkIndex
+from kb.sample_data import sample_pages
+from tests.fake_groq import FakeGroq
+from tests.test_sync import duck, instance, kb
+
+
+@pytest.fixture(autouse=True)
+def offline_stages(monkeypatch):
+    monkeypatch.setenv("KB_EMBED_BACKEND", "hash")  # no model load
+
+
+def closed_port_url() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}/openai/v1"
+
+
+def waiting_translations() -> int:
+    from kb.duckdb_store import DuckDBStore
+    from kb_assets.enrich.translations import waiting_by_batch
+
+    with DuckDBStore.from_settings().connect() as conn:
+        return sum(waiting_by_batch(conn, set()).values())
+
+
+def last_metadata(asset: str) -> dict:
+    [record] = instance().fetch_materializations(dg.AssetKey(asset), limit=1).records
+    return {key: value.value for key, value in record.asset_materialization.metadata.items()}
+
+
+def translated_passages() -> set[str]:
+    rows = ChunkIndex.from_settings().table("chunks").search().where("source_text <> ''").select(
+        ["tweet_id"]).limit(None).to_list()
+    return {row["tweet_id"] for row in rows}
+
+
+def indexed(source: str) -> int:
+    return ChunkIndex.from_settings().table("chunks").count_rows(f"source = '{source}'")
+
+
+def test_an_owners_week_a_service_down_an_expired_login_and_a_flag_for_one_run(monkeypatch, capsys):
+    page1, page2, page3, _ = (str(p) for p in sample_pages())
+    monkeypatch.setenv("GROQ_API_KEY", "gsk-TEST-SECRET-catch-up-0001")
+    # No retries of a refused connection: the port stays closed.
+    monkeypatch.setenv("KB_TRANSLATE_MAX_RETRIES", "0")
+
+    # Day 1: Groq is down. The foreign texts of the batch wait.
+    monkeypatch.setenv("GROQ_BASE_URL", closed_port_url())
+    assert kb("import", "--no-link", page1, page2) == 1
+    err = capsys.readouterr().err
+    [(day1,)] = duck("SELECT max(batch) FROM bookmarks")
+    waiting = waiting_translations()
+    assert waiting > 0 and duck("SELECT count(*) FROM translations") == [(0,)]
+    # The end report and `kb status` name the service and how many items wait for it.
+    assert f"Note: {waiting} foreign passages wait for Groq (translations): Translation stopped" in err
+    assert kb("status") == 0
+    assert f"{waiting} waiting for Groq (translations)" in capsys.readouterr().out
+    assert translated_passages() == set()
+    assert indexed("quote") == 2
+
+    # Day 2: Groq is back, but the X login expired (no login state at all),
+    # and the owner skips the quotes in this run. The capture fails its own
+    # step. The waiting work still moves: a second run translates day 1's
+    # texts and puts the English in the index.
+    with FakeGroq() as groq:
+        monkeypatch.setenv("GROQ_BASE_URL", groq.base_url)
+        assert kb("sync", "--no-link", "--no-quote") == 1
+    captured = capsys.readouterr()
+    # Told once: on the capture's line, with no stack trace.
+    assert (captured.out + captured.err).count("kb login") == 1, captured
+    assert "Traceback" not in captured.err and "Stack Trace" not in captured.err
+    assert "these stages failed: x_raw_pages." in captured.err
+    assert "it did not run" not in captured.out  # the catch-up run did the work of those stages
+    assert waiting_translations() == 0 and len(groq.requests) == waiting
+    runs = instance().get_runs()
+    assert [r.job_name for r in reversed(runs)] == ["x_sync", "x_sync", "x_catch_up"]
+    assert runs[0].status == dg.DagsterRunStatus.SUCCESS and runs[0].tags["kb/exclude"] == "quote,link"
+    # The Dagster UI shows where the work came from: day 1's batch.
+    assert last_metadata("translations")["from_batches"] == {day1: waiting}
+    assert last_metadata("chunk_index")["from_batches"].get(day1, 0) > 0
+    day1_bookmarks = {row[0] for row in duck(f"SELECT tweet_id FROM bookmarks WHERE batch = '{day1}'")}
+    assert translated_passages() and translated_passages() <= day1_bookmarks
+    # --no-quote: the quotes left the index in this run; the chunks keep them.
+    assert indexed("quote") == 0
+    assert duck("SELECT count(*) FROM chunks WHERE source = 'quote'") == [(2,)]
+
+    # Day 3: no flag, and no Groq key. Day 1's quotes come back from the
+    # chunks, with the new one. The sync tries day 2's capture again: the
+    # login is still missing, and it says so once more.
+    monkeypatch.delenv("GROQ_API_KEY")
+    assert kb("import", "--no-link", page3) == 1
+    assert indexed("quote") == 3
+    captured = capsys.readouterr()
+    assert captured.err.endswith(f"these stages failed: x_raw_pages (batch {runs[1].tags['dagster/partition']}).\n")
+    assert (captured.out + captured.err).count("kb login") == 1
+    assert "gsk-TEST-SECRET" not in "".join(capsys.readouterr())
+
+
+def test_a_model_that_comes_back_is_named_and_the_rebuild_keeps_search_working(monkeypatch, capsys):
+    """The first index is made while Ollama is down (`auto` takes the local
+    model). Ollama comes back: kb says so, and `kb index --rebuild` builds
+    the new index beside the old one while searches go on."""
+    import threading
+
+    from kb.index import model_choice
+    from kb.index.search import search
+    from tests.fake_ollama import FakeOllama
+
+    page1, page2, *_ = (str(p) for p in sample_pages())
+    monkeypatch.setenv("KB_EMBED_BACKEND", "auto")
+    monkeypatch.setenv("OLLAMA_URL", closed_port_url().removesuffix("/openai/v1"))
+    assert kb("import", "--no-link", page1) == 0
+    index = ChunkIndex.from_settings()
+    local = index.model_info()[0]
+    assert local.startswith("local:")
+    assert f"Note: Index model: {local}." in capsys.readouterr().err
+
+    with FakeOllama() as ollama:
+        monkeypatch.setenv("OLLAMA_URL", ollama.url)
+        # The next sync keeps the model of the index, and says that the configured one is ready.
+        assert kb("import", "--no-link", page2) == 0
+        err = capsys.readouterr().err
+        assert f"Note: Index model: {local}." in err
+        assert "the configured model ollama:embeddinggemma is ready" in err and "kb index --rebuild" in err
+        assert kb("status") == 0
+        assert "the configured model ollama:embeddinggemma is ready" in capsys.readouterr().out
+
+        # The rebuild embeds in small parts; searches run all the time.
+        monkeypatch.setattr(model_choice, "REBUILD_PART", 8)
+        codes: list[int] = []
+        rebuild = threading.Thread(target=lambda: codes.append(kb("index", "--rebuild")))
+        rebuild.start()
+        during = 0
+        while rebuild.is_alive():
+            response = search("bookmarks about programming", limit=3)
+            assert response.hits and not response.note, response.note
+            during += 1
+        rebuild.join()
+        assert codes == [0] and during > 0
+        assert index.model_info()[0] == "ollama:embeddinggemma"
+        assert search("bookmarks about programming", limit=3).hits
+        out = capsys.readouterr()
+        assert "now holds vectors of ollama:embeddinggemma" in out.err
+
+
+def test_the_daemon_catches_up_after_a_sync_whose_capture_failed(tmp_path):
+    """A sync that the daemon's sensor or the UI started fails at its
+    capture: x_catch_up_sensor asks for the stages after the capture for
+    the same batch. A `kb sync` run catches up itself: the sensor leaves it."""
+    from kb.apps.sync import SYNC_JOB, code_location, execute_in_this_process, run_sync, sync_run_config
+    from kb_assets.dagster_internals import create_location_run
+    from kb_assets.partitions import sync_batches
+    from sensors.capture_failed import x_catch_up_sensor
+
+    missing = str(tmp_path / "not-there.json")
+    run_sync(files=[missing], exclude=["link"])  # kb sync: it caught up itself
+    inst = instance()
+    batch = "20261203T000000000Z"
+    inst.add_dynamic_partitions(sync_batches.name, [batch])
+    with code_location(inst) as location:
+        run = create_location_run(inst, location, SYNC_JOB, run_config=sync_run_config(files=[missing]),
+                                  tags={"dagster/partition": batch, "kb/exclude": "video"})
+        execute_in_this_process(inst, run)
+    daemon_run, command_run = [r for r in inst.get_runs() if r.job_name == SYNC_JOB]
+
+    def evaluate(run: dg.DagsterRun):
+        [failure] = [r.event_log_entry.dagster_event for r in
+                     inst.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE).records]
+        context = dg.build_run_status_sensor_context(
+            sensor_name=x_catch_up_sensor.name, dagster_instance=inst, dagster_run=run,
+            dagster_event=failure).for_run_failure()
+        return x_catch_up_sensor(context)
+
+    request = evaluate(daemon_run)
+    assert isinstance(request, dg.RunRequest)
+    assert request.partition_key == batch and request.tags == {"kb/exclude": "video"}
+    assert isinstance(evaluate(command_run), dg.SkipReason)
