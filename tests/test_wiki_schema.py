@@ -134,3 +134,48 @@ def test_the_checks_name_what_breaks_the_schema(tmp_path):
     assert ("wiki/concepts/rag.md", f"no {AUTO_SECTION_MARKER} line before the auto sections") in problems
     assert any(p == "wiki/entities/Ada Lovelace.md" and "Title-Case-With-Hyphens" in problem
                for p, problem in problems)
+
+
+def test_a_claim_whose_source_a_later_source_contradicts_is_stale(tmp_path):
+    """Spec 2.1: the lint finds stale claims. A claim is stale when an open
+    item of a Contradictions section sets its cited passage against a source
+    that came later; a resolved item, or a claim that also cites the later
+    source, is no finding."""
+    early, late = "0393f7a8-engine-notes", "0493f7a8-engine-history"
+    claim = f"The engine was finished in 1843. [[sources/{early}#para1]]"
+    other = f"The engine used punched cards. [[sources/{early}#para2]]"
+    both = f"The engine was planned in 1837. [[sources/{early}#para1]] [[sources/{late}#para1]]"
+    item = (f"- The notes say finished in 1843 [[sources/{early}#para1]], "
+            f"the history says never finished [[sources/{late}#para1]].")
+    files = {
+        f"wiki/sources/{early}.md": source_page(early, "Engine notes", [claim],
+                                                extra={"ingested_at": "2026-01-05T09:00:00+00:00"}),
+        f"wiki/sources/{late}.md": source_page(late, "Engine history", [f"Never finished. [[sources/{late}#para1]]"],
+                                               extra={"ingested_at": "2026-02-05T09:00:00+00:00"}),
+        "wiki/concepts/analytical-engine.md": concept_page(
+            "Analytical engine", f"A machine of Babbage. [[sources/{early}#para1]]", [claim, other, both],
+            more={"Contradictions": [item]}),
+    }
+    root = tmp_path / "wiki-root"
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    stale = check_wiki(root, embed=_no_embed)["stale_claims"]
+    assert {(s["page"], s["text"].split(" [[")[0], s["contradicted_by"]) for s in stale} == {
+        ("wiki/concepts/analytical-engine.md", "A machine of Babbage.", late),
+        ("wiki/concepts/analytical-engine.md", "The engine was finished in 1843.", late)}
+    # (A source page says what its source says: its own claims are no finding.)
+    # The owner or the lint resolves the item: the claims are no longer stale.
+    page = root / "wiki/concepts/analytical-engine.md"
+    page.write_text(page.read_text().replace(item, item + " Resolved: the history is right."))
+    assert check_wiki(root, embed=_no_embed)["stale_claims"] == []
+
+
+def _no_embed(texts):
+    """Vectors that make no pair near: this test reads no model finding."""
+    import numpy as np
+
+    vectors = np.zeros((len(texts), max(len(texts), 1)), dtype=np.float32)
+    for i in range(len(texts)):
+        vectors[i, i] = 1.0
+    return vectors

@@ -124,20 +124,53 @@ def _coherence(findings: dict, root: Path, pages: list[Page], resolve, embed: Em
         [c for c in claims if not c.page.startswith("wiki/syntheses/")], embed, known)
     passages = SourcePassages(root)
     findings["unsupported"] = unsupported_claims(claims, passages, embed)
-    findings["stale_claims"] = _stale_claims(claims, passages)
+    findings["stale_claims"] = _stale_claims(claims, passages, _contradicted_sources(pages))
 
 
-def _stale_claims(claims: list[Claim], passages: SourcePassages) -> list[dict]:
-    """Claims whose every cited source page is superseded (its frontmatter
-    names the later parse in `superseded_by`): a later text of the source
-    may say something else, and nobody has read the claim against it."""
+def _stale_claims(claims: list[Claim], passages: SourcePassages,
+                  contradicted: dict[tuple[str, str], str]) -> list[dict]:
+    """Claims whose every citation is stale (spec 2.1: lint finds stale
+    claims): its source page is superseded (its frontmatter names the later
+    parse in `superseded_by`), or an open contradiction sets the cited
+    passage against a source ingested later (_contradicted_sources). A later
+    text may say something else, and nobody has read the claim against it."""
     found = []
     for claim in claims:
-        later = [passages.superseded_by(slug) for slug, _ in claim.citations]
+        superseded = [passages.superseded_by(slug) for slug, _ in claim.citations]
+        if superseded and all(superseded):
+            found.append({"page": claim.page, "line": claim.line,
+                          "superseded_by": ", ".join(dict.fromkeys(superseded)), "text": plain_text(claim.text)[:160]})
+            continue
+        later = [contradicted.get((slug, anchor)) or contradicted.get((slug, "")) for slug, anchor in claim.citations]
         if later and all(later):
-            found.append({"page": claim.page, "line": claim.line, "superseded_by": ", ".join(dict.fromkeys(later)),
+            found.append({"page": claim.page, "line": claim.line, "contradicted_by": ", ".join(dict.fromkeys(later)),
                           "text": plain_text(claim.text)[:160]})
     return found
+
+
+def _contradicted_sources(pages: list[Page]) -> dict[tuple[str, str], str]:
+    """(source slug, anchor) -> the later source that contradicts it, from
+    the open items of the pages' "Contradictions" sections: an item that
+    cites sources of two ingest times sets each earlier citation against
+    the latest source. The ingest time is the source page's `ingested_at`
+    (kb's earlier pages: `ingested`); a source without one is not ordered."""
+    ingested = {page.target[len("sources/"):]: str((page.frontmatter or {}).get("ingested_at")
+                                                   or (page.frontmatter or {}).get("ingested") or "")
+                for page in pages if page.folder == "sources"}
+    contradicted: dict[tuple[str, str], str] = {}
+    for page in pages:
+        for _, text in _open_contradiction_lines(page):
+            cited = [(target[len("sources/"):], anchor) for target, anchor in
+                     (_split_link(m.group(1)) for m in WIKILINK.finditer(text))
+                     if target.startswith("sources/")]
+            timed = [(ingested.get(slug, ""), slug, anchor) for slug, anchor in cited if ingested.get(slug)]
+            if len({when for when, _, _ in timed}) < 2:
+                continue
+            newest_time, newest, _ = max(timed)
+            for when, slug, anchor in timed:
+                if when < newest_time:
+                    contradicted[(slug, anchor)] = newest
+    return contradicted
 
 
 def _redirect(page: Page) -> str | None:
@@ -401,13 +434,16 @@ CONTRADICTIONS_SECTION = "contradictions"
 
 
 def _open_contradictions(page: Page) -> list[dict]:
-    """Items of a page's "Contradictions" section that no one has resolved.
-    An item is resolved when its line says "resolved"."""
-    found = []
+    """Items of a page's "Contradictions" section that no one has resolved."""
+    return [{"page": page.rel, "line": line_no, "text": text[:160]} for line_no, text in _open_contradiction_lines(page)]
+
+
+def _open_contradiction_lines(page: Page):
+    """(line number, text) of each open item of the "Contradictions"
+    section. An item is resolved when its line says "resolved"."""
     for line_no, line, section in _body_lines(page):
         stripped = line.strip()
         if section != CONTRADICTIONS_SECTION or not stripped or stripped.startswith("#"):
             continue
         if _has_prose(stripped) and "resolved" not in stripped.lower():
-            found.append({"page": page.rel, "line": line_no, "text": stripped[:160]})
-    return found
+            yield line_no, stripped

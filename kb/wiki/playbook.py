@@ -123,8 +123,9 @@ comment, in a code block or in the frontmatter does not count as kept.
 4. For each finding `unsupported`: read the cited source. Cite the passage that holds the claim,
    or quote the passage. When no passage holds it, put `(unsupported)` at the end of the line.
 5. For each finding `stale_claims`: the claim cites only a source that a later parse
-   superseded (`superseded_by`). Read the later source. Add its citation when it holds the
-   claim; when it says otherwise, follow "Contradictions".
+   superseded (`superseded_by`), or only a passage that an open contradiction sets against
+   a later source (`contradicted_by`). Read the later source. Add its citation when it holds
+   the claim; when it says otherwise, follow "Contradictions" and mark the claim `(disputed)`.
 6. Write `wiki/syntheses/lint/<YYYY-MM-DD>.md`: what you found, what you fixed, what is left.
    kb adds the list of unsupported claims to it.
 7. Add an entry to `log.md`, then call report_result with the commit message `lint: <YYYY-MM-DD>`.
