@@ -174,8 +174,13 @@ def peak_memory(out: dict, key: str):
 
 
 # Filtered searches: (name, search() arguments for query number i).
+# The corpus's posts are one hour apart (make_corpus()): a window of 30
+# days holds 720 bookmarks, about 2,160 passages.
 FILTERS = (("hybrid_author", lambda i: {"author": f"user{i % 200}"}),
-           ("hybrid_3_sources", lambda i: {"source": ["post", "link", "article"]}))
+           ("hybrid_author_other_case", lambda i: {"author": f"@User{i % 200}"}),
+           ("hybrid_3_sources", lambda i: {"source": ["post", "link", "article"]}),
+           ("hybrid_30_days", lambda i: {"after": datetime(2020, 1, 1, tzinfo=timezone.utc) + timedelta(days=i % 30),
+                                         "before": datetime(2020, 1, 31, tzinfo=timezone.utc) + timedelta(days=i % 30)}))
 
 
 # --- kb (LanceDB) --------------------------------------------------------------
