@@ -4,7 +4,8 @@ bench_index.py measures the index on random vectors. Random vectors have no
 neighbour structure, so their recall says little about real embeddings. This
 benchmark uses real passages and real queries:
 
-- passages: the SciFact corpus (/work/shared/eval/scifact), cut as kb cuts
+- passages: the SciFact corpus (KB_SHARED_DIR/eval/scifact; by default the
+  folder `shared` next to the repository), cut as kb cuts
   a document (kb.apps.eval_retrieval.document_chunks(): the title as first
   paragraph, at most 200 words per passage): 8,219 passages. --passages N
   takes the first N.
@@ -24,7 +25,7 @@ recall@100 of the index query against an exact search of every vector
 time (p50 / p95 wall, CPU per query). The query is the one that
 kb.index.search._nearest() makes (dot distance, no refine).
 
-    PYTHONPATH=$PWD:$PWD/benchmarks HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_recall.py \\
+    KB_SHARED_DIR=/work/shared PYTHONPATH=$PWD:$PWD/benchmarks HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_recall.py \\
         --passages 2000 --queries 100 --cache ~/.cache/kb-bench-recall --out FILE
 
 What it does not do yet: 100,000 real passages (SciFact holds 8,219; the
@@ -47,10 +48,9 @@ from pathlib import Path
 import numpy as np
 
 from bench_index import PrecomputedEmbedder, percentiles
+from bench_quality_cv import DATA, SPLIT  # the shared SciFact set (KB_SHARED_DIR), one copy of its place
 from run_facts import run_facts
 
-DATA = Path("/work/shared/eval/scifact")
-SPLIT = "train"
 CURVE = (5, 10, 20, 40, 80, 160, 320)
 
 
