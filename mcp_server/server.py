@@ -133,7 +133,8 @@ def search_bookmarks(
     before: Annotated[str | None, Field(description="Only posts before this date (YYYY-MM-DD).")] = None,
     folder: Annotated[str | None, Field(description="Only bookmarks in this bookmark folder, by its name on X.")] = None,
     rerank: Annotated[bool, Field(description="true (the default): the deep search. A cross-encoder sorts the first "
-                                              "20 hits again: the best order, about 0.3 to 1 s per call. false: the "
+                                              "20 hits again: the best order, about 0.3 to 1 s per call (more on a busy "
+                                              "machine). false: the "
                                               "fast search, about 15 ms per call.")] = True,
 ) -> dict[str, Any]:
     """Search the bookmarks and the texts behind them (posts, the author's own thread under a post, quoted
