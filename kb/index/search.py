@@ -73,13 +73,15 @@ MIN_DEPTH = 100
 MAX_DEPTH = 300
 DEPTH_PER_HIT = 2
 # A dense search with a filter, on a table with a vector index (_dense()):
-# when the filter leaves at most this many rows, the search scans every
-# partition: an exact search of those rows. At 100,000 passages that cost
-# at most 2 times the CPU of the usual 20 partitions (11 ms against 6 ms
-# for 10,000 rows left; benchmarks/filters_and_scripts.md), and 20
-# partitions found only 65% of the exact top 200 there.
+# when the filter leaves at most this many rows, the search compares the
+# stored vectors of those rows, without the index: an exact search. At
+# 100,000 passages that cost at most 2 times the CPU of the usual 20
+# partitions (11 ms against 6 ms for 10,000 rows left, then through every
+# partition; benchmarks/filters_and_scripts.md), and 20 partitions found
+# only 65% of the exact top 200 there.
 EXACT_FILTER_ROWS = 10_000
-# There the 8-bit distances of the vector index choose this many times k
+# A search that scans every partition (a table without a filter and with few
+# rows): the 8-bit distances of the vector index choose this many times k
 # rows, and the stored vectors order them. The error of an 8-bit distance
 # is small against the gap between rank k and rank 2k: with 2 x k, the
 # search gives the exact top k.
@@ -437,9 +439,12 @@ def _dense(table, vector: np.ndarray, where: str | None, depth: int, table_rows:
     first (prefilter), so the nearest partitions can hold too few of its
     rows: with 20 of 141 partitions and 200 rows of one author among 20,000,
     a search found 29 of them (benchmarks/filters_and_scripts.md). So:
-    - when the filter leaves at most EXACT_FILTER_ROWS rows: every partition,
-      and the best EXACT_REFINE x `depth` of the 8-bit distances of the index
-      re-ranked by the stored vectors: an exact search of those rows;
+    - when the filter leaves at most EXACT_FILTER_ROWS rows: no vector index,
+      the stored vectors of those rows only (the scalar indexes find them):
+      an exact search. The IVF index scanned every partition there, and its
+      cost grows with the table: at 100,000 passages and 500 rows left 9.5
+      against 5.5 ms of CPU, the same hits; at 9,900 rows left 11.0 against
+      10.5 ms (benchmarks/index_and_retrieval.md, issue 49);
     - above that: enough partitions to hold about FILTER_PROBE_SAFETY times
       `depth` rows of the filter, and every partition when they still hold
       fewer than `depth`. So a filter never loses a hit that it leaves."""
@@ -455,7 +460,7 @@ def _dense(table, vector: np.ndarray, where: str | None, depth: int, table_rows:
         return _nearest(table, vector, where, depth, probes, refine=EXACT_REFINE if every else None)
     left = _rows_left(table, where)
     if left <= EXACT_FILTER_ROWS:
-        return _nearest(table, vector, where, depth, ALL_PARTITIONS, refine=EXACT_REFINE)
+        return _nearest(table, vector, where, depth, ALL_PARTITIONS, use_index=False)
     found = _nearest(table, vector, where, depth, _filter_probes(table_rows, left, depth))
     if len(found) < depth:
         found = _nearest(table, vector, where, depth, ALL_PARTITIONS)
@@ -463,7 +468,7 @@ def _dense(table, vector: np.ndarray, where: str | None, depth: int, table_rows:
 
 
 def _nearest(table, vector: np.ndarray, where: str | None, depth: int, probes: int,
-             refine: int | None = None) -> list[tuple[int, float]]:
+             refine: int | None = None, use_index: bool = True) -> list[tuple[int, float]]:
     """One vector query: (row id, distance), nearest first. refine: Lance
     takes the best refine x depth rows by the index's 8-bit distances and
     orders them by the stored vectors (a read of each: about 2.5 ms of CPU
@@ -476,6 +481,8 @@ def _nearest(table, vector: np.ndarray, where: str | None, depth: int, probes: i
                "minimum_nprobes": probes, "maximum_nprobes": probes}
     if refine:
         nearest["refine_factor"] = refine
+    if not use_index:  # every stored vector that the filter leaves: exact
+        nearest["use_index"] = False
     result = table.to_table(columns=["_distance"], with_row_id=True, nearest=nearest, filter=where,
                             prefilter=bool(where), disable_scoring_autoprojection=True)
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_distance").to_pylist()))
