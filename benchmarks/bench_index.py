@@ -13,32 +13,39 @@ bookmark. Then it measures:
   hybrid, bm25 and dense modes (the whole function: retrieval, fusion,
   grouping by bookmark, chunk counts and bookmark cards), as wall time and
   as CPU time of the process (steadier on a shared machine).
-- The same hits as before: the top 10 of each hybrid query from search()
-  against the top 10 from the search code of commit BEFORE (loaded from git)
-  on the same index. And the recall of the vector index: its top 100
-  against an exact (flat) search.
+- The same hits as a saved run: with --same-hits-as FILE, the top 10 of each
+  hybrid query from search() against the top 10 that an earlier run wrote
+  with --hits FILE (the corpus of a size is the same in each run: its
+  generator has a fixed seed). And the recall of the vector index: its top
+  100 against an exact (flat) search.
 - SQLite, the stack of the tool that kb replaces: the same rows in an FTS5
   table and a sqlite-vec vec0 table (apsw loads the extension; Python's
   sqlite3 module cannot), queried with the same depth, fused by reciprocal
   rank fusion and grouped by bookmark.
 
 Query vectors are given, so no time goes to embedding. Results are printed
-as a table and written as JSON.
+as JSON and written to --out. Each size's figures name the commit of the code
+and the load average of the machine before and after the size's run.
 
-    .venv/bin/python benchmarks/bench_index.py --sizes 10000 100000 --out benchmarks/results.json
-    .venv/bin/python benchmarks/bench_index.py --sizes 1000000 --sqlite-sizes --out FILE
+    .venv/bin/python benchmarks/bench_index.py --sizes 10000 100000 --hits HITS --out FILE
+    .venv/bin/python benchmarks/bench_index.py --sizes 10000 100000 --same-hits-as HITS --out FILE
+    .venv/bin/python benchmarks/bench_index.py --sizes 1000000 --out FILE
 
---light: see --help. --sqlite-sizes: the sizes at which the SQLite stack runs too (default: every
-size; with no value: none).
+--light: see --help. --sqlite-sizes: the sizes at which the SQLite stack runs too (default: the
+sizes up to 100,000; its build at 1,000,000 takes more than an hour; with no value: none).
+
+Why a saved run and not old code: the benchmark once loaded the search code
+of an old commit from git. That file moved (kb/search.py to
+kb/index/search.py) and its imports moved with it, so the old code no longer
+ran, and the benchmark stopped after its searches (issue 49). Saved hits
+compare any two versions of the code, and need no old file.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -52,15 +59,15 @@ import numpy as np
 from kb.index.exact_words import wait_for_word_counts
 from kb.index.search import search, warm_up
 from kb.index.lance_index import CHUNKS, ChunkIndex, _lancedb, vector_index_stats
+from run_facts import run_facts
 
 # kb imports lancedb on first use (3 to 8 s here): load it now, so that the
 # build time of the first corpus does not hold it.
 _lancedb()
 
 DIM = 384
-# The search code before issue 14 ("search at the speed of the index").
-BEFORE = "1e3b8eb"
-REPO = Path(__file__).resolve().parents[1]
+# The SQLite stack builds row by row: about 100,000 rows a minute here.
+SQLITE_MAX_DEFAULT = 100_000
 DEPTH = 100  # passages per retriever, as kb's search fetches for limit <= 25
 RRF_K = 60
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "po", "qu", "ba", "de", "fi", "go", "hu"]
@@ -167,8 +174,13 @@ def peak_memory(out: dict, key: str):
 
 
 # Filtered searches: (name, search() arguments for query number i).
+# The corpus's posts are one hour apart (make_corpus()): a window of 30
+# days holds 720 bookmarks, about 2,160 passages.
 FILTERS = (("hybrid_author", lambda i: {"author": f"user{i % 200}"}),
-           ("hybrid_3_sources", lambda i: {"source": ["post", "link", "article"]}))
+           ("hybrid_author_other_case", lambda i: {"author": f"@User{i % 200}"}),
+           ("hybrid_3_sources", lambda i: {"source": ["post", "link", "article"]}),
+           ("hybrid_30_days", lambda i: {"after": datetime(2020, 1, 1, tzinfo=timezone.utc) + timedelta(days=i % 30),
+                                         "before": datetime(2020, 1, 31, tzinfo=timezone.utc) + timedelta(days=i % 30)}))
 
 
 # --- kb (LanceDB) --------------------------------------------------------------
@@ -177,24 +189,14 @@ def data_bytes(folder: Path) -> dict[str, int]:
     return {f.name: f.stat().st_size for f in data.iterdir()} if data.is_dir() else {}
 
 
-def search_before():
-    """kb.index.search as it was at commit BEFORE, as a module of its own."""
-    source = subprocess.run(["git", "show", f"{BEFORE}:kb/index/search.py"], cwd=REPO, check=True,
-                            capture_output=True, text=True).stdout
-    spec = importlib.util.spec_from_loader("kb_search_before", loader=None)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    exec(compile(source, f"{BEFORE}:kb/index/search.py", "exec"), module.__dict__)
-    return module
-
-
-def bench_kb(rows, vectors, queries, query_vectors, folder: Path, light: bool = False) -> dict:
+def bench_kb(rows, vectors, queries, query_vectors, folder: Path, light: bool = False,
+             saved_hits: list | None = None) -> dict:
     index = ChunkIndex.from_settings(path=str(folder / "lancedb"))
     if index.exists():  # --keep with an index built before: the searches only
         out = {"built_before": str(folder)}
     else:
         out = build_kb(rows, vectors, folder, index)
-    return {**out, **search_kb(index, len(rows), queries, query_vectors, light)}
+    return {**out, **search_kb(index, len(rows), queries, query_vectors, light, saved_hits)}
 
 
 def build_kb(rows, vectors, folder: Path, index: ChunkIndex) -> dict:
@@ -246,7 +248,8 @@ def vector_segments(index: ChunkIndex) -> list[int]:
     return [s["num_partitions"] for s in stats["indices"]] if stats else []
 
 
-def search_kb(index: ChunkIndex, size: int, queries, query_vectors, light: bool) -> dict:
+def search_kb(index: ChunkIndex, size: int, queries, query_vectors, light: bool,
+              saved_hits: list | None = None) -> dict:
     out: dict = {}
     pairs = list(zip(queries, query_vectors))
     # As kb-mcp and kb web do before they say that they are ready. bm25: the
@@ -282,22 +285,52 @@ def search_kb(index: ChunkIndex, size: int, queries, query_vectors, light: bool)
         out[name] = {**percentiles(times), "cpu_ms_per_query": round((time.process_time() - cpu) * 1000 / len(pairs), 2)}
         print(f"{size} passages: {name} {json.dumps(out[name])}", file=sys.stderr, flush=True)
     print(f"{size} passages: searches timed", file=sys.stderr, flush=True)
-    if not light:
-        out["same_hits_as_before"] = compare_before(index, pairs)
+    out["top10"] = top10(index, pairs)
+    if saved_hits is not None:
+        out["same_hits_as_saved"] = compare_hits(out["top10"], saved_hits)
     out["vector_recall_at_100"] = vector_recall(index, query_vectors[:20] if light else query_vectors)
     return out
 
 
-def compare_before(index: ChunkIndex, pairs) -> dict:
-    """Top 10 of each hybrid query: search() now against the code of BEFORE."""
-    before = search_before()
-    identical = overlap = 0
-    for query, vector in pairs:
-        now = [h.tweet_id for h in search(query, index=index, query_vector=vector).hits]
-        old = [h.tweet_id for h in before.search(query, index=index, query_vector=vector).hits]
-        identical += now == old
-        overlap += len(set(now) & set(old)) / max(1, len(old))
-    return {"queries": len(pairs), "identical_top10": identical, "mean_top10_overlap": round(overlap / len(pairs), 4)}
+def top10(index: ChunkIndex, pairs) -> list[list[str]]:
+    """The bookmarks of the top 10 of each hybrid query, in order."""
+    return [[h.tweet_id for h in search(query, index=index, query_vector=vector).hits] for query, vector in pairs]
+
+
+def compare_hits(now: list[list[str]], saved: list[list[str]]) -> dict:
+    """Top 10 of each hybrid query: this run against a saved run."""
+    if len(now) != len(saved):
+        raise SystemExit(f"the saved hits hold {len(saved)} queries, this run {len(now)}: "
+                         "give hits of a run with the same queries")
+    identical = sum(a == b for a, b in zip(now, saved))
+    overlap = sum(len(set(a) & set(b)) / max(1, len(b)) for a, b in zip(now, saved))
+    return {"queries": len(now), "identical_top10": identical, "mean_top10_overlap": round(overlap / len(now), 4)}
+
+
+def saved_hits_of(path: Path | None, size: int) -> list | None:
+    """The top 10 lists that --hits wrote for this size; None without a file."""
+    if path is None:
+        return None
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--same-hits-as {path}: cannot read it as JSON ({exc})") from exc
+    if str(size) not in saved:
+        raise SystemExit(f"--same-hits-as {path}: it holds no hits for {size} passages "
+                         f"(sizes in it: {', '.join(saved) or 'none'})")
+    return saved[str(size)]
+
+
+def corpus_size(text: str) -> int:
+    """A --sizes value: a whole number of passages, 1,000 or more (the
+    corpus needs rows for its 200 queries and its 1% fold-in)."""
+    try:
+        size = int(text.replace(",", ""))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of passages") from exc
+    if size < 1000:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 1000 passages or more")
+    return size
 
 
 def vector_recall(index: ChunkIndex, query_vectors) -> float | None:
@@ -389,29 +422,40 @@ def bench_sqlite(rows, vectors, queries, query_vectors, folder: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
-    parser.add_argument("--sqlite-sizes", type=int, nargs="*", default=None,
-                        help="the sizes at which the SQLite stack runs too (default: all)")
+    parser.add_argument("--sizes", type=corpus_size, nargs="+", default=[10_000, 100_000],
+                        help="corpus sizes in passages, 1000 or more (1000000 and 1,000,000 are the same)")
+    parser.add_argument("--sqlite-sizes", type=corpus_size, nargs="*", default=None,
+                        help=f"the sizes at which the SQLite stack runs too (default: the sizes up to "
+                             f"{SQLITE_MAX_DEFAULT}; with no value: none)")
     parser.add_argument("--light", action="store_true",
-                        help="time hybrid and the filtered searches only (no bm25, dense, comparison with BEFORE), "
+                        help="time hybrid and the filtered searches only (no bm25, no dense), "
                              "vector recall on 20 queries: for 1,000,000 passages on a loaded machine")
     parser.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
+    parser.add_argument("--hits", type=Path, default=None,
+                        help="write the top 10 of each hybrid query here as JSON, for --same-hits-as")
+    parser.add_argument("--same-hits-as", type=Path, default=None,
+                        help="compare the top 10 of each hybrid query with the hits that --hits wrote")
     parser.add_argument("--keep", type=Path, default=None,
                         help="keep the kb index of each size in KEEP/SIZE; an index there already is searched, "
                              "not built again (to time the searches of new code on a large index)")
     args = parser.parse_args()
-    results = {}
+    results, hits = {}, {}
     for size in args.sizes:
+        saved = saved_hits_of(args.same_hits_as, size)  # a bad file stops the run before the build
+        before = run_facts()
         started = time.perf_counter()
         rows, vectors, queries, query_vectors = make_corpus(size)
         print(f"{size} passages: corpus made in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
-        with_sqlite = args.sqlite_sizes is None or size in args.sqlite_sizes
+        with_sqlite = size <= SQLITE_MAX_DEFAULT if args.sqlite_sizes is None else size in args.sqlite_sizes
         with tempfile.TemporaryDirectory(prefix="kb-bench-") as tmp:
             folder = args.keep / str(size) if args.keep else Path(tmp)
             folder.mkdir(parents=True, exist_ok=True)
-            kb = bench_kb(rows, vectors, queries, query_vectors, folder, args.light)
+            kb = bench_kb(rows, vectors, queries, query_vectors, folder, args.light, saved)
             sqlite = bench_sqlite(rows, vectors, queries, query_vectors, Path(tmp)) if with_sqlite else None
-        results[size] = {"kb_lancedb": kb, "sqlite_fts5_vec": sqlite}
+        hits[size] = kb.pop("top10")
+        after = run_facts()
+        results[size] = {"commit": before["commit"], "load_average_before": before["load_average"],
+                         "load_average_after": after["load_average"], "kb_lancedb": kb, "sqlite_fts5_vec": sqlite}
         if sqlite:
             results[size]["ratio_kb_over_sqlite"] = {
                 "build": round(kb["build_s"] / sqlite["build_s"], 2),
@@ -419,8 +463,11 @@ def main() -> None:
                 "hybrid_p95": round(kb["hybrid"]["p95_ms"] / sqlite["hybrid"]["p95_ms"], 2),
             }
         print(json.dumps({size: results[size]}, indent=2), flush=True)
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        # Written after each size: a long run that stops keeps the sizes done.
+        if args.out:
+            args.out.write_text(json.dumps(results, indent=2) + "\n")
+        if args.hits:
+            args.hits.write_text(json.dumps(hits) + "\n")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 
 An agent (the model) calls these tools; retrieval returns passages, and the
 agent reasons over them:
-- search_bookmarks: hybrid search, one best passage per bookmark.
+- search_bookmarks: hybrid search, one best passage per bookmark. By default
+  the deep search (a cross-encoder sorts the first hits again): an agent
+  waits seconds for its model anyway, and the deep search gives the best
+  held-out order. rerank=false asks for the fast search.
 - get_bookmark: the post, the author's thread under it, its quoted post, links,
   media and bookmark folders. No document bodies.
 - read_document: the text behind a bookmark or a page, one bounded page at a
@@ -103,11 +106,17 @@ def _index_model(index: ChunkIndex | None) -> str | None:
     return info[0] if info else None
 
 
+class _DeepSearchMissing(ToolError):
+    """The cross-encoder of the deep search does not load (RerankError)."""
+
+
 def _run_search(index: ChunkIndex, query: str, **kwargs) -> SearchResponse:
     """The one search function (as `kb search`), with its input errors as tool errors."""
     try:
         return search(query, index=index, **kwargs)
-    except (ValueError, EmbedderError, IndexModelMismatch, RerankError) as exc:
+    except RerankError as exc:
+        raise _DeepSearchMissing(str(exc)) from exc
+    except (ValueError, EmbedderError, IndexModelMismatch) as exc:
         raise ToolError(str(exc)) from exc
 
 
@@ -130,8 +139,10 @@ def search_bookmarks(
     after: Annotated[str | None, Field(description="Only posts on or after this date (YYYY-MM-DD).")] = None,
     before: Annotated[str | None, Field(description="Only posts before this date (YYYY-MM-DD).")] = None,
     folder: Annotated[str | None, Field(description="Only bookmarks in this bookmark folder, by its name on X.")] = None,
-    rerank: Annotated[bool, Field(description="Deep search: a cross-encoder sorts the first 20 hits again. A better "
-                                              "order, but 1 to 3 s per call instead of about 15 ms.")] = False,
+    rerank: Annotated[bool, Field(description="true (the default): the deep search. A cross-encoder sorts the first "
+                                              "20 hits again: the best order, about 0.3 to 1 s per call (more on a busy "
+                                              "machine). false: the "
+                                              "fast search, about 15 ms per call.")] = True,
 ) -> dict[str, Any]:
     """Search the bookmarks and the texts behind them (posts, the author's own thread under a post, quoted
     posts, articles, linked pages, video transcripts, photo captions), and the sources sent to the Telegram bot
@@ -142,7 +153,9 @@ def search_bookmarks(
     (commas for more than one). after (inclusive) and before (exclusive): YYYY-MM-DD or ISO 8601, on the post
     date. folder: a bookmark folder's name (an unknown name gets an error that names the folders). limit: 1 to 100 (a larger value is capped at 100). Each hit gives best_chunk (the passage that matched),
     best_ref (the page it came from) and word_count (of everything behind the bookmark): read more with
-    read_document(tweet_id). rerank=true: a slower, better order (each sorted hit gets rerank_score)."""
+    read_document(tweet_id). By default a deep search: a cross-encoder sorts the first hits again (each sorted hit
+    gets rerank_score); rerank=false gives the fast search. `search_mode` in the answer says which one ran: "deep" or
+    "fast". When the cross-encoder cannot load, the answer comes from the fast search and `note` says why."""
     started = time.perf_counter()
     _check_query(query)
     index = INDEX.get()
@@ -150,15 +163,28 @@ def search_bookmarks(
     if index is None or sources == []:
         return _empty_search(query, limit, index, note=empty_index_note(get_settings().lancedb_dir),
                              after=after, before=before)
-    response = _run_search(index, query, limit=limit, author=author, source=sources, after=after, before=before,
-                           folder=folder, rerank=rerank)
-    fields = HIT_FIELDS + ("rerank_score",) if rerank else HIT_FIELDS
+    arguments = {"limit": limit, "author": author, "source": sources, "after": after, "before": before,
+                 "folder": folder}
+    note = None
+    try:
+        response = _run_search(index, query, rerank=rerank, **arguments)
+    except _DeepSearchMissing as exc:
+        # The search must answer without the cross-encoder (a missing
+        # package or model folder): the fast search, and a word why.
+        log.warning("search_bookmarks: the deep search is not available: %s", exc)
+        note = f"The deep search is not available, so these hits come from the fast search: {exc}"
+        response = _run_search(index, query, rerank=False, **arguments)
+    fields = HIT_FIELDS + ("rerank_score",) if response.rerank else HIT_FIELDS
     hits = [{name: getattr(hit, name) for name in fields} for hit in response.hits]
     log.info("search_bookmarks: %d hits in %.0f ms", len(hits), (time.perf_counter() - started) * 1000)
     # The filters as the caller set them (the wiki is left out without a word).
     filters = _filters({**response.filters, "source": source})
-    return {"query": response.query, "limit": response.limit, "filters": filters,
-            "last_sync": response.last_sync, "index_model": _index_model(index), "count": len(hits), "hits": hits}
+    answer = {"query": response.query, "limit": response.limit, "filters": filters, "last_sync": response.last_sync,
+              "index_model": _index_model(index), "search_mode": "deep" if response.rerank else "fast",
+              "count": len(hits), "hits": hits}
+    if note:
+        answer["note"] = note
+    return answer
 
 
 def _bookmark_sources(index: ChunkIndex | None, source: str | None) -> list[str] | None:

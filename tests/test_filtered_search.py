@@ -213,3 +213,70 @@ def test_a_small_table_is_searched_exactly(random_store, monkeypatch):
     monkeypatch.setattr(lance_index_module, "MIN_COMPARED_VECTORS", MIN_COMPARED_VECTORS)
     assert len(rows) < MIN_COMPARED_VECTORS
     _check_exact(index, rows, embedder, lambda r: True)
+
+
+# --- the author filter through its index (issue 49) ---------------------------------
+def _authors_table(path, hasher) -> ChunkIndex:
+    index = ChunkIndex(path=str(path), vector_index_min_rows=5000)
+    rows = [_row(f"{author}-{i}", author, T0 + timedelta(hours=i), "post", 0, f"borrow checker note {i}")
+            for author in ("Alice", "alice_two", "BOB", "@Carol") for i in range(3)]
+    index.replace_chunks(sorted({r["tweet_id"] for r in rows}), rows, hasher)
+    index.maintain()
+    return index
+
+
+def _authors_found(index, hasher, author: str) -> list[str]:
+    hits = search("borrow checker note", index=index, embedder=hasher, author=author, limit=100).hits
+    return sorted({h.author for h in hits})
+
+
+def test_the_author_filter_ignores_case_and_reads_the_author_index(tmp_path, hasher_module):
+    """The filter compares handles without case and without "@", and Lance
+    answers it from the scalar index of the lower-case author column, not
+    from a read of every author (108 ms at 1,000,000 passages)."""
+    from kb.index.chunk_schema import AUTHOR_KEY_COLUMN
+
+    index = _authors_table(tmp_path / "lancedb", hasher_module)
+    assert _authors_found(index, hasher_module, "@ALICE") == ["Alice"]
+    assert _authors_found(index, hasher_module, "bob") == ["BOB"]
+    assert _authors_found(index, hasher_module, "carol") == ["Carol"]  # a hit shows the handle without "@"
+    # Not a prefix, not a pattern: "alice" leaves out alice_two, "%" finds nothing.
+    assert _authors_found(index, hasher_module, "alice_two") == ["alice_two"]
+    assert _authors_found(index, hasher_module, "%") == []
+    assert _authors_found(index, hasher_module, "a' OR '1'='1") == []
+    table = index.dataset(CHUNKS)
+    assert (AUTHOR_KEY_COLUMN,) in {tuple(ix["fields"]) for ix in table.list_indices()}
+    where = search_module._where(author="@ALICE", sources=[], after=None, before=None, tweet_id=None, ref=None)
+    plan = table.scanner(filter=where, columns=[], with_row_id=True).explain_plan()
+    assert "ScalarIndexQuery" in plan and "lower(" not in plan, plan
+
+
+def test_a_table_from_before_gets_the_author_column_and_its_index(tmp_path, hasher_module):
+    """A passages table without the author key column (written before issue
+    49): the author filter still works, on the author column; the next write
+    adds the column to every row, and maintain() builds its index."""
+    import lance
+    import pyarrow as pa
+
+    from kb.index.chunk_schema import AUTHOR_KEY_COLUMN, chunks_schema
+
+    index = _authors_table(tmp_path / "lancedb", hasher_module)
+    table = lance.dataset(index.table_uri(CHUNKS)).to_table()
+    schema = chunks_schema(256, "hash:bow-256")
+    old_schema = pa.schema([f for f in schema if f.name != AUTHOR_KEY_COLUMN], metadata=schema.metadata)
+    index._connect().create_table(CHUNKS, data=table.drop_columns([AUTHOR_KEY_COLUMN]).cast(old_schema),
+                                  mode="overwrite")
+    assert AUTHOR_KEY_COLUMN not in index.table(CHUNKS).schema.names
+    assert _authors_found(index, hasher_module, "@ALICE") == ["Alice"]
+
+    index.replace_chunks(["dave-0"], [_row("dave-0", "Dave", T0, "post", 0, "borrow checker note dave")],
+                         hasher_module)
+    index.maintain()
+    table = index.dataset(CHUNKS)
+    assert AUTHOR_KEY_COLUMN in table.schema.names
+    keys = dict(zip(*table.to_table(columns=["author", AUTHOR_KEY_COLUMN]).to_pydict().values()))
+    assert keys == {"Alice": "alice", "alice_two": "alice_two", "BOB": "bob", "Carol": "carol", "Dave": "dave"}
+    assert _authors_found(index, hasher_module, "@ALICE") == ["Alice"]
+    assert _authors_found(index, hasher_module, "DAVE") == ["Dave"]
+    plan = table.scanner(filter=f"{AUTHOR_KEY_COLUMN} = 'alice'", columns=[], with_row_id=True).explain_plan()
+    assert "ScalarIndexQuery" in plan, plan

@@ -143,10 +143,12 @@ class Client:
 
 
 def in_process_ids(home: Path, query: str, **filters) -> list[str]:
+    """The hits of the in-process search, as search_bookmarks searches by
+    default: the deep search."""
     settings = Settings(kb_home=home)
     index = ChunkIndex.from_settings(settings)
     embedder = Embedder.from_settings(backend="hash", cache_dir=str(settings.lancedb_dir))
-    return [h.tweet_id for h in search(query, index=index, embedder=embedder, **filters).hits]
+    return [h.tweet_id for h in search(query, index=index, embedder=embedder, rerank=True, **filters).hits]
 
 
 def mapped_files(pid: int) -> str:
@@ -165,6 +167,7 @@ def test_kb_mcp_relays_to_the_service_and_loads_no_index(home, service):
                 answer = client.search(query, **filters)
                 assert [h["tweet_id"] for h in answer["hits"]] == in_process_ids(home, query, **filters)
                 assert answer["hits"], query
+                assert answer["search_mode"] == "deep"
         assert any("relays to the search service" in line for line in first.log), first.log
         maps = mapped_files(first.process.pid)
         assert "/lance/" not in maps and "onnxruntime" not in maps and "pyarrow" not in maps

@@ -328,8 +328,8 @@ def test_tools_are_listed_as_read_only(client):
 
 
 def test_search_bookmarks_hits_and_last_sync(client):
-    response = client.ok("search_bookmarks", query="borrow checker mutable references")
-    assert response["last_sync"] == SYNCED.isoformat()
+    response = client.ok("search_bookmarks", query="borrow checker mutable references", rerank=False)
+    assert response["last_sync"] == SYNCED.isoformat() and response["search_mode"] == "fast"
     # The model of the index, beside last_sync (issue 48).
     assert response["index_model"].startswith("hash:")  # the server embeds with KB_EMBED_BACKEND=hash
     hits = {h["tweet_id"]: h for h in response["hits"]}
@@ -347,16 +347,38 @@ def test_search_bookmarks_hits_and_last_sync(client):
     assert not any(h["tweet_id"].startswith("wiki:") for h in response["hits"])
 
 
-def test_search_bookmarks_deep_search(client):
-    """rerank=true: the cross-encoder scores the first hits; the same
-    bookmarks, each with its rerank_score, the best first."""
+def test_search_bookmarks_deep_search_is_the_default(client):
+    """The default is the deep search (issue 49): the cross-encoder scores the
+    first hits; the same bookmarks as the fast search, each with its
+    rerank_score, the best first. rerank=false gives the fast search. The
+    answer says which one ran."""
     query = "borrow checker mutable references"
-    plain = client.ok("search_bookmarks", query=query)["hits"]
-    deep = client.ok("search_bookmarks", query=query, rerank=True)["hits"]
-    assert "rerank_score" not in plain[0]
-    assert {h["tweet_id"] for h in deep} == {h["tweet_id"] for h in plain}
+    plain = client.ok("search_bookmarks", query=query, rerank=False)
+    default = client.ok("search_bookmarks", query=query)
+    assert client.ok("search_bookmarks", query=query, rerank=True) == default
+    assert plain["search_mode"] == "fast" and default["search_mode"] == "deep"
+    assert "note" not in default
+    deep = default["hits"]
+    assert "rerank_score" not in plain["hits"][0]
+    assert {h["tweet_id"] for h in deep} == {h["tweet_id"] for h in plain["hits"]}
     assert all(isinstance(h["rerank_score"], float) for h in deep)
     assert deep[0]["tweet_id"] == "101" and deep[0]["rerank_score"] == max(h["rerank_score"] for h in deep)
+
+
+def test_search_bookmarks_without_the_cross_encoder_gives_the_fast_search(corpus, monkeypatch, tmp_path):
+    """A cross-encoder that does not load (here: a model folder without its
+    files) makes no failed call: the answer comes from the fast search, and
+    says so and why."""
+    from mcp_server import server as mcp
+
+    home = corpus["home"]
+    for name, value in {"KB_HOME": str(home), "KB_EMBED_BACKEND": "hash", "KB_CONFIG_FILE": str(home / "none.toml"),
+                        "KB_ENV_FILE": str(home.parent / "empty.env"), "KB_RERANK_MODEL": str(tmp_path)}.items():
+        monkeypatch.setenv(name, value)
+    answer = mcp.search_bookmarks("borrow checker mutable references")
+    assert answer["search_mode"] == "fast" and answer["hits"][0]["tweet_id"] == "101"
+    assert "rerank_score" not in answer["hits"][0]
+    assert "deep search is not available" in answer["note"] and "has no model.onnx" in answer["note"]
 
 
 def test_search_bookmarks_gives_the_original_of_a_translated_passage(client):

@@ -526,6 +526,24 @@ def test_search_answer_carries_the_hit_fields(client):
     assert client.get("/api/search", params={"q": "  "}).json()["hits"] == []
 
 
+def test_the_deep_search_is_one_choice_away_and_the_fast_search_is_the_default(client):
+    """The page keeps the fast search as its default; the deep search is one
+    choice of the mode list (issue 49)."""
+    fast = client.get("/api/search", params={"q": "borrow checker"}).json()
+    assert fast["mode"] == "hybrid" and fast["rerank"] is False
+    assert all(h["rerank_score"] is None for h in fast["hits"])
+    deep = client.get("/api/search", params={"q": "borrow checker", "mode": "deep"}).json()
+    assert deep["mode"] == "hybrid" and deep["rerank"] is True
+    assert {h["tweet_id"] for h in deep["hits"]} == {h["tweet_id"] for h in fast["hits"]}
+    assert all(isinstance(h["rerank_score"], float) for h in deep["hits"])
+    # The wiki list beside it takes the same mode, as a hybrid search.
+    assert client.get("/api/wiki/search", params={"q": "Graydon Hoare", "mode": "deep"}).json()["hits"]
+    assert '<option value="deep">' in client.get("/").text
+    # A mode that the page does not offer is refused, and names itself.
+    answer = client.get("/api/search", params={"q": "rust", "mode": "deeper"})
+    assert answer.status_code == 400 and "mode='deeper' is unknown" in answer.json()["error"]
+
+
 def test_folder_filter_and_folder_list(client):
     answer = client.get("/api/search", params={"q": "borrow checker", "folder": "Rust Talks"}).json()
     assert {h["tweet_id"] for h in answer["hits"]} == {"100", "300"} and answer["filters"]["folder"] == "Rust Talks"

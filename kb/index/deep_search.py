@@ -2,7 +2,10 @@
 with a window of each of the first RERANK_TOP hits and sorts them again
 (kb/index/rerank.py: the model, and the choice of each hit's window). It
 gives a better order (SciFact nDCG@10: see kb/index/rerank.py), but it adds
-1 to 3 s on 2 cores, so it is off by default. In a keyword query or a query
+about 0.3 s (p95 0.7 s) on 2 cores, so search() leaves it off by default: the
+CLI and the web page search fast. The MCP tool search_bookmarks turns it on
+by default, because an agent waits seconds for its own model anyway
+(issue 49). In a keyword query or a query
 with a "quoted phrase", the exact-word hits keep their places
 (exact_words_lead()).
 """

@@ -9,7 +9,9 @@ Tables in one LanceDB folder (settings.lancedb_dir):
   The table's schema metadata records the embedding model and dimension.
   Two full-text indexes: of the words of `text`, and of the characters of
   the Chinese, Japanese, Korean and Thai runs of text and source_text
-  (column NGRAM_COLUMN; see ngram_fts_config()).
+  (column NGRAM_COLUMN; see ngram_fts_config()). Scalar indexes on the
+  columns that the filters test: tweet_id (also the folder filter),
+  created_at, source, and AUTHOR_KEY_COLUMN (the author in lower case).
 - `bookmarks`: one card per bookmark (post, quoted post, links, media).
 - `index_meta`: key/value facts, for now the last sync.
 - `folders`: the bookmarks of each bookmark folder (kb/index/folders.py).
@@ -47,7 +49,8 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, PrivateAttr, SecretStr, field_validator
 
-from kb.index.chunk_schema import CHUNK_FIELDS, DIM_KEY, MODEL_KEY, NGRAM_COLUMN, chunks_schema
+from kb.index.chunk_schema import (AUTHOR_KEY_COLUMN, CHUNK_FIELDS, DIM_KEY, MODEL_KEY, NGRAM_COLUMN, author_key,
+                                   chunks_schema)
 from kb.index.chunking import unspaced_runs, word_count
 from kb.index.embedder import Embedder, EmbedderError
 from kb.index.passage_rows import ROWS_FILE_MIN_ROWS, PassageRows, dataset_identity
@@ -529,6 +532,8 @@ class ChunkIndex(BaseModel):
             self.check_schema(table)
             if NGRAM_COLUMN not in table.schema.names:
                 self._add_ngram_column(table)  # the new rows carry it; a table from before issue 29 gets it
+            if AUTHOR_KEY_COLUMN not in table.schema.names:
+                self._add_author_key_column(table)  # the same for a table from before issue 49
         stored = self._stored_passages(table, tweet_ids) if table is not None else {}
         by_bookmark: dict[str, dict[str, dict]] = {}
         for row in data_rows:
@@ -731,6 +736,19 @@ class ChunkIndex(BaseModel):
         dataset = lance.dataset(table.uri, storage_options=self.storage_options() or None)
         dataset.add_columns(runs, read_columns=["text", "source_text"])
 
+    def _add_author_key_column(self, table) -> None:
+        """Give a passages table from before issue 49 its AUTHOR_KEY_COLUMN,
+        made from the author of each row, as _add_ngram_column() does."""
+        import lance
+
+        @lance.batch_udf()
+        def keys(batch: pa.RecordBatch) -> pa.RecordBatch:
+            values = [author_key(author) for author in batch.column("author").to_pylist()]
+            return pa.RecordBatch.from_arrays([pa.array(values, pa.string())], names=[AUTHOR_KEY_COLUMN])
+
+        dataset = lance.dataset(table.uri, storage_options=self.storage_options() or None)
+        dataset.add_columns(keys, read_columns=["author"])
+
     def maintain(self, *, skip_if_current: bool = False) -> dict:
         """Fold new rows into the indexes, build the vector index once the
         table is large, compact files and prune old versions.
@@ -755,7 +773,14 @@ class ChunkIndex(BaseModel):
             elif (NGRAM_COLUMN,) not in indexed:
                 self._create_ngram_fts(table)
                 report["ngram_fts"] = "created"
-            for column, config in (("tweet_id", BTree()), ("source", Bitmap()), ("created_at", BTree())):
+            if AUTHOR_KEY_COLUMN not in table.schema.names and rows:
+                self._add_author_key_column(table)
+                table = self.table(CHUNKS)
+            # The filters of a search test these columns (kb.index.search._where()).
+            # BTree for the many values of a handle or an id, Bitmap for the
+            # few kinds of source.
+            for column, config in (("tweet_id", BTree()), ("source", Bitmap()), ("created_at", BTree()),
+                                   (AUTHOR_KEY_COLUMN, BTree())):
                 if (column,) not in indexed and rows:
                     table.create_index(column, config=config)
             # Exact (flat) vector search is exact and fast enough below this
@@ -1076,6 +1101,7 @@ def _chunk_table(rows: list[dict], dim: int, model: str) -> pa.Table:
     columns = {name: pa.array([r[name] for r in rows], type=schema.field(name).type) for name in CHUNK_FIELDS}
     columns["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dim)
     columns[NGRAM_COLUMN] = pa.array([unspaced_runs(r["text"], r["source_text"]) for r in rows], pa.string())
+    columns[AUTHOR_KEY_COLUMN] = pa.array([author_key(r["author"]) for r in rows], pa.string())
     return pa.table(columns, schema=schema)
 
 

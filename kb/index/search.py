@@ -61,7 +61,7 @@ from kb.index.fusion import DEFAULT_FUSION, FUSION_METHODS, Candidate, score_can
 from kb.index.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, empty_index_note, sql_in, sql_str, to_utc,
                                   vector_index_name, vector_index_stats, vector_partitions,
                                   vector_probes)
-from kb.index.chunk_schema import NGRAM_COLUMN
+from kb.index.chunk_schema import AUTHOR_KEY_COLUMN, NGRAM_COLUMN, author_key
 from kb.index.passage_rows import PassageRows
 from kb.index.rerank import RERANK_TOP
 from kb.settings import get_settings
@@ -73,13 +73,15 @@ MIN_DEPTH = 100
 MAX_DEPTH = 300
 DEPTH_PER_HIT = 2
 # A dense search with a filter, on a table with a vector index (_dense()):
-# when the filter leaves at most this many rows, the search scans every
-# partition: an exact search of those rows. At 100,000 passages that cost
-# at most 2 times the CPU of the usual 20 partitions (11 ms against 6 ms
-# for 10,000 rows left; benchmarks/filters_and_scripts.md), and 20
-# partitions found only 65% of the exact top 200 there.
+# when the filter leaves at most this many rows, the search compares the
+# stored vectors of those rows, without the index: an exact search. At
+# 100,000 passages that cost at most 2 times the CPU of the usual 20
+# partitions (11 ms against 6 ms for 10,000 rows left, then through every
+# partition; benchmarks/filters_and_scripts.md), and 20 partitions found
+# only 65% of the exact top 200 there.
 EXACT_FILTER_ROWS = 10_000
-# There the 8-bit distances of the vector index choose this many times k
+# A search that scans every partition (a table without a filter and with few
+# rows): the 8-bit distances of the vector index choose this many times k
 # rows, and the stored vectors order them. The error of an 8-bit distance
 # is small against the gap between rank k and rank 2k: with 2 x k, the
 # search gives the exact top k.
@@ -224,7 +226,7 @@ def _search(
         response.took_ms = _ms(started)
         return response
     where = _where(author=author, sources=sources, after=after_dt, before=before_dt, tweet_id=tweet_id, ref=ref,
-                   tweet_ids=in_folder)
+                   tweet_ids=in_folder, author_keys=AUTHOR_KEY_COLUMN in schema.names)
 
     index.check_schema(schema=schema)
     rows = index.passage_rows(table)
@@ -390,10 +392,15 @@ def _sources(source: str | list[str] | None) -> list[str]:
     return [s.strip().lower() for s in items if s and s.strip()]
 
 
-def _where(*, author, sources, after, before, tweet_id, ref, tweet_ids=None) -> str | None:
+def _where(*, author, sources, after, before, tweet_id, ref, tweet_ids=None, author_keys=True) -> str | None:
+    """The filter as Lance SQL. author_keys: the table has AUTHOR_KEY_COLUMN
+    (with its scalar index); a table from before issue 49 lacks it until
+    the next write or maintain() adds it, and then lower(author) serves."""
     parts = []
-    if author:
-        parts.append(f"lower(author) = {sql_str(author.strip().lstrip('@').lower())}")
+    if author and author_keys:
+        parts.append(f"{AUTHOR_KEY_COLUMN} = {sql_str(author_key(author))}")
+    elif author:
+        parts.append(f"lower(author) = {sql_str(author_key(author))}")
     if sources:
         parts.append(sql_in("source", sources))
     if after:
@@ -451,9 +458,12 @@ def _dense(table, vector: np.ndarray, where: str | None, depth: int, table_rows:
     first (prefilter), so the nearest partitions can hold too few of its
     rows: with 20 of 141 partitions and 200 rows of one author among 20,000,
     a search found 29 of them (benchmarks/filters_and_scripts.md). So:
-    - when the filter leaves at most EXACT_FILTER_ROWS rows: every partition,
-      and the best EXACT_REFINE x `depth` of the 8-bit distances of the index
-      re-ranked by the stored vectors: an exact search of those rows;
+    - when the filter leaves at most EXACT_FILTER_ROWS rows: no vector index,
+      the stored vectors of those rows only (the scalar indexes find them):
+      an exact search. The IVF index scanned every partition there, and its
+      cost grows with the table: at 100,000 passages and 500 rows left 9.5
+      against 5.5 ms of CPU, the same hits; at 9,900 rows left 11.0 against
+      10.5 ms (benchmarks/index_and_retrieval.md, issue 49);
     - above that: enough partitions to hold about FILTER_PROBE_SAFETY times
       `depth` rows of the filter, and every partition when they still hold
       fewer than `depth`. So a filter never loses a hit that it leaves."""
@@ -469,7 +479,7 @@ def _dense(table, vector: np.ndarray, where: str | None, depth: int, table_rows:
         return _nearest(table, vector, where, depth, probes, refine=EXACT_REFINE if every else None)
     left = _rows_left(table, where)
     if left <= EXACT_FILTER_ROWS:
-        return _nearest(table, vector, where, depth, ALL_PARTITIONS, refine=EXACT_REFINE)
+        return _nearest(table, vector, where, depth, ALL_PARTITIONS, use_index=False)
     found = _nearest(table, vector, where, depth, _filter_probes(table_rows, left, depth))
     if len(found) < depth:
         found = _nearest(table, vector, where, depth, ALL_PARTITIONS)
@@ -477,7 +487,7 @@ def _dense(table, vector: np.ndarray, where: str | None, depth: int, table_rows:
 
 
 def _nearest(table, vector: np.ndarray, where: str | None, depth: int, probes: int,
-             refine: int | None = None) -> list[tuple[int, float]]:
+             refine: int | None = None, use_index: bool = True) -> list[tuple[int, float]]:
     """One vector query: (row id, distance), nearest first. refine: Lance
     takes the best refine x depth rows by the index's 8-bit distances and
     orders them by the stored vectors (a read of each: about 2.5 ms of CPU
@@ -490,6 +500,8 @@ def _nearest(table, vector: np.ndarray, where: str | None, depth: int, probes: i
                "minimum_nprobes": probes, "maximum_nprobes": probes}
     if refine:
         nearest["refine_factor"] = refine
+    if not use_index:  # every stored vector that the filter leaves: exact
+        nearest["use_index"] = False
     result = table.to_table(columns=["_distance"], with_row_id=True, nearest=nearest, filter=where,
                             prefilter=bool(where), disable_scoring_autoprojection=True)
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_distance").to_pylist()))
@@ -538,8 +550,9 @@ _ROWS_LEFT: dict[tuple, int] = {}
 def _rows_left(table, where: str) -> int:
     """The rows that `where` leaves in this table version, counted up to
     EXACT_FILTER_ROWS + 1. A scan of row ids: the scalar indexes serve
-    tweet_id, created_at and source; the author test reads its column (at
-    100,000 passages about 3 ms of CPU, at 1,000,000 about 17 ms). The count
+    tweet_id, created_at, source and AUTHOR_KEY_COLUMN (before that column,
+    the author test read the author of every row: at 1,000,000 passages
+    about 17 ms of CPU). The count
     is kept per table and version (_kept()): the MCP server gives each
     search the same source filter; _dense() scans every partition when the
     partitions that it chose give fewer than k rows."""

@@ -4,6 +4,8 @@
 One page of plain HTML, CSS and JavaScript (static/), and JSON endpoints:
 
     GET /api/search?q=&author=&folder=&source=&after=&before=&mode=&limit=
+        (mode: hybrid, the default; bm25; dense; or deep, the hybrid list
+        that a cross-encoder sorts again: slower, a better order)
     GET /api/folders
     GET /api/bookmark/<tweet_id>
     GET /api/document?id=<tweet id or URL>&offset=<word offset>
@@ -131,12 +133,25 @@ def _source_kinds(request: Request) -> list[str]:
     return state.kinds.of(state.index)
 
 
+# The page's modes that are not a mode of search(): mode and rerank for each.
+PAGE_MODES = {"deep": ("hybrid", True)}
+
+
+def _search_mode(request: Request) -> tuple[str, bool]:
+    """The search mode and the deep search flag of a request's `mode`. The
+    page offers the deep search as a mode: one click away, and the address
+    keeps it. search() refuses a mode that it does not know."""
+    mode = _param(request, "mode") or "hybrid"
+    return PAGE_MODES.get(mode, (mode, False))
+
+
 def api_search(request: Request) -> KbJSON:
+    from kb.index.rerank import RerankError
     from kb.index.search import search
 
     index = _index(request)
     query = _param(request, "q")
-    mode = _param(request, "mode") or "hybrid"
+    mode, rerank = _search_mode(request)
     if index is None:
         return KbJSON({"query": query or "", "mode": mode, "hits": [], "last_sync": None,
                        "note": empty_index_note(request.app.state.index.path)})
@@ -146,9 +161,11 @@ def api_search(request: Request) -> KbJSON:
     try:
         response = search(query, limit=_param(request, "limit") or DEFAULT_LIMIT, author=_param(request, "author"),
                           source=sources, after=_param(request, "after"), before=_param(request, "before"),
-                          folder=_param(request, "folder"), mode=mode, index=index)
+                          folder=_param(request, "folder"), mode=mode, index=index, rerank=rerank)
     except ValueError as exc:
         return _error(400, str(exc))
+    except RerankError as exc:
+        return _error(503, f"{exc} The other modes work without the cross-encoder.")
     except (EmbedderError, IndexModelMismatch) as exc:
         return _error(503, f"{exc} Keyword search (mode bm25) works without the embedder.")
     payload = response.to_dict()
@@ -208,7 +225,7 @@ def api_wiki_search(request: Request) -> KbJSON:
         return KbJSON({"query": query, "exists": wiki.exists(), "searched": "nothing", "hits": []})
     if WIKI_SOURCE in _source_kinds(request):
         try:
-            response = search(query, limit=limit, source=WIKI_SOURCE, mode=_param(request, "mode") or "hybrid",
+            response = search(query, limit=limit, source=WIKI_SOURCE, mode=_search_mode(request)[0],
                               index=_index(request))
         except ValueError as exc:
             return _error(400, str(exc))

@@ -169,7 +169,8 @@ function renderHits(result, wikiOnly) {
     return;
   }
   const data = result.value;
-  info.textContent = `${plural(data.hits.length, "bookmark")} · ${data.mode} · ${data.took_ms ?? 0} ms`;
+  // A deep search is a hybrid search that the cross-encoder sorted again.
+  info.textContent = `${plural(data.hits.length, "bookmark")} · ${data.rerank ? "deep" : data.mode} · ${data.took_ms ?? 0} ms`;
   for (const hit of data.hits) list.append(hitItem(hit));
 }
 
