@@ -191,3 +191,32 @@ def test_the_daemon_catches_up_after_a_sync_whose_capture_failed(tmp_path):
     assert isinstance(request, dg.RunRequest)
     assert request.partition_key == batch and request.tags == {"kb/exclude": "video"}
     assert isinstance(evaluate(command_run), dg.SkipReason)
+
+
+def test_an_embedder_that_is_down_is_named_with_the_bookmarks_that_wait(monkeypatch, capsys):
+    """Ollama down (a closed port): the index stage stops and names how many
+    bookmarks wait for it; a later run with the embedder back indexes them."""
+    page1 = str(sample_pages()[0])
+    monkeypatch.setenv("KB_EMBED_BACKEND", "ollama")
+    monkeypatch.setenv("OLLAMA_URL", closed_port_url().removesuffix("/openai/v1"))
+    assert kb("import", page1) == 1
+    out = capsys.readouterr().out
+    [(bookmarks,)] = duck("SELECT count(*) FROM bookmarks")
+    line = next(line for line in out.splitlines() if line.strip().startswith("chunk_index"))
+    assert "FAILED" in line and f"{bookmarks} bookmarks wait for the index: the first 3 failed alike" in line
+    assert "Ollama at http://127.0.0.1:" in line
+
+    monkeypatch.setenv("KB_EMBED_BACKEND", "hash")  # the embedder is back
+    assert kb("index") == 0
+    assert ChunkIndex.from_settings().table("chunks").count_rows() > 0
+
+
+def test_links_whose_sites_fail_are_counted_by_reason_with_the_command_that_fetches_them_again():
+    from types import SimpleNamespace
+
+    from kb.apps.run_report import waiting_for_services
+
+    stages = [SimpleNamespace(batch=batch, metadata={"documents": {"failed": failed, "fetched": 9}})
+              for batch, failed in (("b1", {"timeout": 2, "http_404": 1}), ("b2", {"timeout": 1}))]
+    assert waiting_for_services(SimpleNamespace(stages=stages)) == [
+        "4 links wait for their sites (http_404 1, timeout 3): `kb extract --retry` fetches them again."]

@@ -104,4 +104,13 @@ def waiting_for_services(report) -> list[str]:
     articles = _total(report, "documents", "articles_waiting_for_login")
     if articles:
         lines.append(f"{articles} X Articles wait for the X login.")
+    # The sites: each failed link is named above; here their number, by reason.
+    reasons: dict[str, int] = {}
+    for _, values in _values(report, "documents"):
+        for reason, count in (values.get("failed") or {}).items():
+            reasons[reason] = reasons.get(reason, 0) + count
+    if reasons:
+        by_reason = ", ".join(f"{reason} {count}" for reason, count in sorted(reasons.items()))
+        lines.append(f"{sum(reasons.values())} links wait for their sites ({by_reason}): "
+                     "`kb extract --retry` fetches them again.")
     return lines

@@ -201,6 +201,10 @@ def chunk_index(
 FAILURES_IN_A_ROW = 3
 
 
+class IndexStopped(RuntimeError):
+    """The index stage stopped: a service that every bookmark needs failed."""
+
+
 def replace_each_alone_on_failure(context, lance, live: list[str], rows: list[dict],
                                   embedder) -> tuple[dict, list[str]]:
     """lance.replace_chunks of the batch; when it fails, each bookmark alone,
@@ -229,7 +233,12 @@ def replace_each_alone_on_failure(context, lance, live: list[str], rows: list[di
             context.log.warning(f"chunk_index: bookmark {failures[-1]}")
             in_a_row += 1
             if in_a_row >= FAILURES_IN_A_ROW and in_a_row == len(failures):
-                raise  # the first ones all failed: the fault is not one bookmark's
+                # The first ones all failed: the fault is not one bookmark's
+                # (the embedder, for example Ollama, or the index store is
+                # down). The stage fails, and its error names how many wait.
+                raise IndexStopped(f"{len(live)} bookmarks wait for the index: the first {in_a_row} failed "
+                                   f"alike ({type(exc).__name__}: {exc}). The next sync or `kb index` "
+                                   "indexes them.") from exc
             continue
         in_a_row = 0
         for key in totals:
