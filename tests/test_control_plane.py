@@ -21,31 +21,21 @@ import logging
 import os
 import socket
 import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from urllib.parse import quote
 
 import dagster as dg
 import httpx
 import pytest
-import uvicorn
 
-from tests.loopback import LoopbackServer, QuietHandler
+from tests.loopback import LoopbackServer, QuietHandler, free_port, serve_asgi
 
 REPO = Path(__file__).resolve().parents[1]
 LOCATION = "guarded"
 MUTATION = ('mutation { launchRun(executionParams: {selector: {repositoryLocationName: "guarded", '
             'repositoryName: "__repository__", jobName: "touch_job"}, runConfigData: {}}) { __typename } }')
 START_S = 90
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -107,19 +97,8 @@ def kb_web(kb_home):
     from kb.apps.web.app import create_app
     from kb.settings import get_settings
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(get_settings()), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "kb web did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(5)
-    sock.close()
+    with serve_asgi(create_app(get_settings()), "kb web") as url:
+        yield url
 
 
 def guarded(bound_host: str = "127.0.0.1"):

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.loopback import free_port
 from tests.private_modes import open_to_others, open_umask
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,12 +82,6 @@ def run_the_demo_commands(tmp_path, monkeypatch):
     # the owner's only: each folder 0700, each file 0600 (kb/private_files.py).
     assert (home / "logs").is_dir() and (home / "dagster").is_dir()
     assert open_to_others(home) == []
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def assert_up_starts(command: str, cwd: Path, env: dict[str, str]) -> None:

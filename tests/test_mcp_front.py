@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.loopback import free_port
+
 from kb.index.embedder import Embedder
 from kb.index.lance_index import ChunkIndex
 from kb.index.search import search
@@ -65,12 +67,6 @@ def home(tmp_path_factory) -> Path:
     index.replace_chunks(sorted({r["tweet_id"] for r in rows}), rows,
                          Embedder.from_settings(backend="hash", cache_dir=str(settings.lancedb_dir)))
     return home
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

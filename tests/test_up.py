@@ -12,13 +12,13 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import dagster as dg
 import psutil
 import pytest
 import yaml
 
+from tests.loopback import free_port
 from tests.fake_anthropic import FakeAnthropic, ingest_turns
 from tests.fake_telegram import FakeTelegram, message_update, text_fields
 
@@ -30,12 +30,6 @@ PARTS_END_S = 10.0
 WAIT_S = 400  # the daemon's first ticks and each run worker's imports, on two busy cores
 NOTE_A = "Write-ahead logging makes a database crash safe: the log record comes before the page write."
 NOTE_B = "Leases let a leader serve reads without a quorum round, as long as the clocks stay close."
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Up:

@@ -10,14 +10,13 @@ from __future__ import annotations
 import re
 import socket
 import struct
-import threading
-import time
 import zlib
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-import uvicorn
+
+from tests.loopback import serve_asgi
 from starlette.testclient import TestClient
 
 from kb.apps.web import create_app
@@ -214,20 +213,8 @@ def client(settings):
 
 @pytest.fixture(scope="module")
 def server(settings):
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    uv = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not uv.started:
-        assert time.monotonic() < deadline, "the web app did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    uv.should_exit = True
-    thread.join(5)
-    sock.close()
+    with serve_asgi(create_app(settings), "the web app") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -47,6 +47,8 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from kb.room_binds import SYSTEM_DIRS, system_binds
+
 # The only variables that the CLI gets. Each one is here for a reason:
 # - PATH, HOME, TMPDIR, LANG, LC_ALL, TZ: a process needs them to run.
 # - ANTHROPIC_BASE_URL, ANTHROPIC_AUTH_TOKEN, ANTHROPIC_API_KEY: the model
@@ -69,7 +71,6 @@ AGENT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 # The system files that a program needs to run and to reach the endpoint by
 # name and by TLS. /etc as a whole is not in the room: it can hold keys.
-SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/sbin")
 SYSTEM_FILES = (
     "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/passwd", "/etc/group",
     "/etc/localtime", "/etc/ssl", "/etc/ca-certificates", "/etc/pki",
@@ -208,13 +209,7 @@ def bubblewrap_args(bwrap: str, *, wiki: Path, writable: list[Path], readable: l
     With a relay, the room has no network and the relay program runs first."""
     args = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-net", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    for folder in SYSTEM_DIRS:
-        if os.path.islink(folder):
-            args += ["--symlink", os.readlink(folder), folder]
-        elif os.path.isdir(folder):
-            args += ["--ro-bind", folder, folder]
-    for path in SYSTEM_FILES:
-        args += ["--ro-bind-try", path, path]
+    args += system_binds(SYSTEM_FILES)
     for path in readable:
         args += ["--ro-bind", str(path), str(path)]
     for path in writable:

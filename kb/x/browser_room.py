@@ -47,6 +47,8 @@ from pathlib import Path
 
 from playwright._impl import transport as _playwright_transport
 
+from kb.room_binds import SYSTEM_DIRS, system_binds
+
 # The names that Chromium gets from kb's environment. Each one is here for a
 # reason: LANG and LC_* set the language of the UI and of the fonts, TZ the
 # time zone of Date() in pages, FONTCONFIG_* where the fonts are. kb sets
@@ -73,7 +75,6 @@ DRIVER_ENV_PREFIXES = ("PW_", "PLAYWRIGHT_")
 # What the room holds besides /usr: the named files of /etc that Chromium
 # needs (fonts, Debian's launcher settings, the certificates, names and
 # time) and the font cache. /etc as a whole is not in the room: it can hold keys.
-ROOM_SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/sbin")
 ROOM_FILES = (
     "/etc/fonts", "/etc/chromium", "/etc/chromium.d", "/etc/alternatives", "/etc/ld.so.cache",
     "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf",
@@ -115,16 +116,10 @@ def room_args(bwrap: str, chromium: str) -> list[str]:
     args = [bwrap, "--die-with-parent", "--unshare-user", "--uid", ROOM_UID, "--gid", ROOM_UID,
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
-    for folder in ROOM_SYSTEM_DIRS:
-        if os.path.islink(folder):
-            args += ["--symlink", os.readlink(folder), folder]
-        elif os.path.isdir(folder):
-            args += ["--ro-bind", folder, folder]
-    for path in ROOM_FILES:
-        args += ["--ro-bind-try", path, path]
+    args += system_binds(ROOM_FILES)
     # A Chromium outside the system folders (KB_CHROMIUM_PATH=/opt/...): its own folder, read-only.
     real = Path(os.path.realpath(chromium))
-    if not any(real.is_relative_to(folder) for folder in ROOM_SYSTEM_DIRS):
+    if not any(real.is_relative_to(folder) for folder in SYSTEM_DIRS):
         args += ["--ro-bind", str(real.parent), str(real.parent)]
     return args + ["--chdir", ROOM_HOME, "--", chromium]
 
