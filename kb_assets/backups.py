@@ -15,7 +15,7 @@ fails for good is told to the owner, as every failed run is.
 
 import dagster as dg
 from kb_assets.dagster_internals import WorkerStatus
-from kb_assets.run_config_rules import RunConfigRefused, check_archive_name
+from kb_assets.run_config_rules import check_archive_name
 
 from kb.backup_archive import BackupError, create_backup, default_archive_name, prune_archives
 from kb.settings import Settings, get_settings
@@ -56,10 +56,7 @@ class BackupConfig(dg.Config):
 def kb_backup(context: dg.OpExecutionContext, config: BackupConfig) -> dg.Output[str]:
     settings = get_settings()
     folder = settings.backup_dir
-    try:
-        check_archive_name(config.archive_name)  # the launchpad of the UI can set it too
-    except RunConfigRefused as exc:
-        raise dg.Failure(description=str(exc), allow_retries=False) from None
+    check_archive_name(config.archive_name)  # the launchpad of the UI can set it too
     target = folder / (config.archive_name or default_archive_name())
     try:
         result = create_backup(target, settings=settings, check_no_run=lambda s: refuse_if_runs_in_progress(

@@ -30,6 +30,7 @@ MAX_RUNTIME_TAG = "dagster/max_runtime"
 BATCH_TAG = "kb/sync_batch"
 STAGE_TAG = "kb/stage"
 OVERRIDE_TAG = "kb/override"
+OVERRIDE_VALUE = "true"  # the one value of OVERRIDE_TAG (kb_assets/run_config_rules.py)
 # On an x_sync run whose command (`kb sync`) runs the catch-up after a failed
 # capture in its own process: the daemon's x_catch_up_sensor leaves it alone.
 CATCH_UP_TAG = "kb/catch_up"

@@ -11,7 +11,8 @@ anywhere, and a wiki_topics key went as it was into the agent's prompt (its chec
 topic_key() in kb_assets/wiki/wiki_pages.py, the bot's rule).
 
 Each check runs at the start of its step, before the step writes anything,
-and raises RunConfigRefused, which names the field and the reason.
+and raises RunConfigRefused: a Dagster failure that no retry can fix, which
+names the field and the reason.
 """
 
 from __future__ import annotations
@@ -21,20 +22,27 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
+import dagster as dg
+
 from kb.settings import CONFIG_DIR, Settings, get_settings
+from kb_assets.keys import OVERRIDE_VALUE, REQUESTED_BY_TAG
 
 log = logging.getLogger(__name__)
 
 IMPORT_SUFFIX = ".json"
+DOT_FOLDER_REASON = "it is in the dot-folder"
 # The folder in KB_HOME where `kb import` and `kb demo` put a copy of a file
 # that the owner named and that the rule below refuses (a file in a
 # dot-folder, such as a virtual environment's .venv).
 IMPORTS_FOLDER = "imports"
-OVERRIDE_VALUE = "true"
 
 
-class RunConfigRefused(ValueError):
-    """A value of run config or a run tag that kb does not accept."""
+class RunConfigRefused(dg.Failure):
+    """A value of run config or a run tag that kb does not accept: the step
+    fails before it writes anything, and no retry can fix it."""
+
+    def __init__(self, description: str):
+        super().__init__(description=description, allow_retries=False)
 
 
 def _config_dirs(settings: Settings) -> list[Path]:
@@ -43,10 +51,6 @@ def _config_dirs(settings: Settings) -> list[Path]:
     folders = {CONFIG_DIR, *(Path(path).expanduser().parent for path in
                              (settings.x_state_path, settings.kb_config_file, settings.kb_env_file))}
     return [folder.resolve() for folder in folders]
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
 
 
 def _dot_part(path: Path, base: Path | None = None) -> str | None:
@@ -68,20 +72,22 @@ def import_file_refusal(value: str, settings: Settings | None = None) -> str | N
     if not given.is_absolute():
         return "the path is not absolute"
     target = given.resolve()
+    # kb's secrets first: a refusal for these must never read as "only a
+    # dot-folder" (files_for_import copies such a file).
+    if settings.x_state_path.expanduser().resolve() == target:
+        return "it is the X login state of `kb login`"
+    for folder in _config_dirs(settings):
+        if target.is_relative_to(folder):
+            return f"it is in {folder}, the folder of kb's settings and keys"
     folder = settings.home / IMPORTS_FOLDER
     imports = (folder.absolute(), folder.resolve())
     for path in (given, target):
         if path.suffix.lower() != IMPORT_SUFFIX:
             return f"{path.name!r} is not a {IMPORT_SUFFIX} file"
         # kb's own copies: only their place in KB_HOME counts (KB_HOME itself may be in a dot-folder).
-        dot = _dot_part(path, next((base for base in imports if _inside(path, base)), None))
+        dot = _dot_part(path, next((base for base in imports if path.is_relative_to(base)), None))
         if dot is not None:
-            return f"it is in the dot-folder {dot!r}"
-    if settings.x_state_path.expanduser().resolve() == target:
-        return "it is the X login state of `kb login`"
-    for folder in _config_dirs(settings):
-        if _inside(target, folder):
-            return f"it is in {folder}, the folder of kb's settings and keys"
+            return f"{DOT_FOLDER_REASON} {dot!r}"
     if target.exists() and not target.is_file():
         return "it is not a regular file"
     return None
@@ -99,20 +105,23 @@ def check_import_files(files: list[str], settings: Settings | None = None) -> No
 
 def files_for_import(files: list[str], settings: Settings | None = None) -> list[str]:
     """The paths that `kb import` and `kb demo` put into the run config. The
-    owner named each file on the command line, so kb imports it: a file that
-    the rule above refuses (for example one in a .venv folder) is copied
-    first into KB_HOME/imports/<time>/<n>/, under its own name (the import
-    reads the name of a folder page and a thread), and the copy is imported."""
+    owner named each file on the command line: a .json file that the rule
+    above refuses only for its dot-folder (for example a .venv folder, where
+    `kb demo` finds its pages) is copied first into KB_HOME/imports/<time>/<n>/,
+    under its own name (the import reads the name of a folder page and a
+    thread), and the copy is imported. Every other file goes as it is, so
+    the step refuses the X login, kb's settings or a file that is not .json,
+    and says why: a copy must never carry them past the rule."""
     settings = settings or get_settings()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     chosen = []
     for number, value in enumerate(files, 1):
         source = Path(value).expanduser().absolute()
-        if import_file_refusal(str(source), settings) is None or not source.is_file():
+        reason = import_file_refusal(str(source), settings)
+        if reason is None or not reason.startswith(DOT_FOLDER_REASON) or not source.is_file():
             chosen.append(str(source))
             continue
-        name = source.name if source.suffix.lower() == IMPORT_SUFFIX else source.name + IMPORT_SUFFIX
-        copy = settings.home / IMPORTS_FOLDER / stamp / f"{number:04d}" / name.lstrip(".")
+        copy = settings.home / IMPORTS_FOLDER / stamp / f"{number:04d}" / source.name
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, copy)
         chosen.append(str(copy))
@@ -134,12 +143,10 @@ def check_archive_name(name: str) -> None:
         raise RunConfigRefused(f"BackupConfig.archive_name {name!r} is refused: {reason}. Nothing was written.")
 
 
-def check_override_tag(value: str | None, item_known: bool, item_id: str) -> bool:
+def check_override_tag(value: str, item_known: bool, item_id: str) -> bool:
     """True when the run carries a valid override. The value must be "true",
     as the inbox sensor sets it for the bot's /override, and the run's item
     must be an item of the inbox, which the owner can override with the bot."""
-    if value is None:
-        return False
     if value != OVERRIDE_VALUE:
         raise RunConfigRefused(f"the tag kb/override={value!r} is refused: its only value is 'true'.")
     if not item_known:
@@ -153,8 +160,6 @@ def requester_chat(run_tags: dict[str, str], settings: Settings | None = None) -
     /synthesize), when it names a user of ALLOWED_USER_IDS; else None, and
     the notice goes to the item's chat or OWNER_CHAT_ID. Why: the UI can set
     the tag too, and a notice to a stranger's chat would give away the wiki."""
-    from kb_assets.keys import REQUESTED_BY_TAG
-
     value = (run_tags.get(REQUESTED_BY_TAG) or "").strip()
     if not value:
         return None

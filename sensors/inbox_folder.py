@@ -25,7 +25,7 @@ from datetime import date
 
 import dagster as dg
 
-from kb_assets.keys import OVERRIDE_TAG, REQUESTED_BY_TAG, TOPIC_TAG
+from kb_assets.keys import OVERRIDE_TAG, OVERRIDE_VALUE, REQUESTED_BY_TAG, TOPIC_TAG
 from kb_assets.partitions import sources
 from kb_assets.telegram.sources import source_intake_job
 from kb.wiki.weeks import iso_week_label
@@ -120,7 +120,7 @@ def bot_requests_sensor(context: dg.SensorEvaluationContext, inbox: InboxResourc
         item_ids.append(item_id)
         run_requests.append(dg.RunRequest(
             run_key=f"override-{name}", partition_key=item_id,
-            tags={OVERRIDE_TAG: "true", REQUESTED_BY_TAG: str(request.get("user_id", ""))},
+            tags={OVERRIDE_TAG: OVERRIDE_VALUE, REQUESTED_BY_TAG: str(request.get("user_id", ""))},
         ))
     if cursor == context.cursor:
         return dg.SkipReason("no new requests")

@@ -87,7 +87,7 @@ def notify_outcome(notifier: TelegramNotifier, inbox: Inbox, record, asset_key: 
         score = _value(metadata, "score")
         text = notification_text(
             state, what, score=score if isinstance(score, int) and score >= 0 else None,
-            threshold=_value(metadata, "threshold"), reason=_value(metadata, "reason"),
+            reason=_value(metadata, "reason"),
             duplicate_of=_value(metadata, "duplicate_of"), item_id=item_id,
         )
     return notifier.notify(item_id, state, text)

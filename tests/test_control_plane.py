@@ -278,10 +278,10 @@ def test_a_page_on_another_origin_cannot_launch_a_run(dagster_ui, browser):
     before = runs(dagster_ui)
     results = attack(browser, dagster_ui.base)
     time.sleep(1)  # a launched run would be in the instance by now
-    # No run started, and no answer came back to the page.
+    # No run started, and no socket opened. (What the page reads back says
+    # nothing: without CORS headers the browser hides every answer anyway.)
     assert runs(dagster_ui) == before, results
     assert results.get("ws") != "open", results
-    assert "launchRun" not in json.dumps(results), results
     lines = refusals(dagster_ui)
     # Each attack was refused and logged with its method, path, Host and Origin.
     assert any(line.startswith("refused POST /graphql") and "Origin 'http://127.0.0.1:" in line
@@ -314,7 +314,6 @@ def test_a_rebinding_host_and_a_get_mutation_are_refused(dagster_ui):
 def test_kb_web_refuses_other_origins_and_names(kb_web, browser, caplog):
     caplog.set_level(logging.WARNING, logger="kb.apps.owner_guard")
     results = attack(browser, kb_web)
-    assert "hits" not in json.dumps(results), results
     assert results.get("ws") != "open", results
     refused = [r.getMessage() for r in caplog.records if r.name == "kb.apps.owner_guard"]
     assert any(m.startswith("refused GET /api/search") for m in refused), refused
@@ -511,3 +510,19 @@ def test_kb_import_copies_work_when_kb_home_is_in_a_dot_folder(tmp_path, monkeyp
     other.parent.mkdir(parents=True)
     other.write_text("{}")
     assert import_file_refusal(str(other)) == "it is in the dot-folder '.local'"
+
+
+def test_kb_import_never_copies_the_x_login_or_a_file_of_kb_settings_past_the_rule(tmp_path, kb_home):
+    """Only a refusal for a dot-folder leads to a copy: the X login state
+    (in a dot-folder too, ~/.config/kb) and a file that is not .json go as
+    they are, and the step refuses them by name."""
+    from kb.settings import get_settings
+    from kb_assets.run_config_rules import files_for_import, import_file_refusal
+
+    state = get_settings().x_state_path
+    state.write_text('{"cookies": [{"name": "auth_token", "value": "secret"}]}')
+    notes = tmp_path / "notes.txt"
+    notes.write_text("{}")
+    assert files_for_import([str(state), str(notes)]) == [str(state), str(notes)]
+    assert import_file_refusal(str(state)) == "it is the X login state of `kb login`"
+    assert not (kb_home / "imports").exists()

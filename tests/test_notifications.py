@@ -76,7 +76,7 @@ def test_a_failed_send_is_not_recorded_and_names_no_token(fake):
 def test_notification_texts_follow_the_specification():
     """Section 9.3 of the owner's specification: the state in its words, the
     title in quotes, the detail, the short id. kb's own lines come after."""
-    assert notification_text("rejected", "Ads", score=20, threshold=60, reason="an advert", item_id="x1") == (
+    assert notification_text("rejected", "Ads", score=20, reason="an advert", item_id="x1") == (
         'Skipped (low quality, score 20)\n"Ads"\nan advert\nSend /override x1 to ingest it anyway.')
     assert notification_text("done", "A", item_id="x2", commit="0123456789abcdef0123") == (
         'Ingested\n"A"\n+0 pages, 0 updates\nID: x2\nCommit: 0123456789ab')

@@ -923,7 +923,7 @@ def test_the_weekly_synthesis_covers_every_source_since_the_last_one(wiki):
     the next week's synthesis; it fell into none before."""
     from datetime import date
 
-    from kb.wiki.weeks import week_ingests
+    from kb.wiki.weeks import ingested_slugs, week_ingest_commits
 
     root = wiki.root()
 
@@ -935,8 +935,8 @@ def test_the_weekly_synthesis_covers_every_source_since_the_last_one(wiki):
 
     commit("ingest: monday-source", "2026-11-23T10:00:00+00:00")
     # No weekly synthesis yet: the first one covers its week from Monday.
-    assert week_ingests(wiki, date(2026, 11, 23), "UTC") == ["monday-source"]
+    assert ingested_slugs(week_ingest_commits(wiki, date(2026, 11, 23), "UTC")) == ["monday-source"]
     commit("synthesis: weekly 2026-W48", "2026-11-29T09:00:00+00:00")
     commit("ingest: sunday-afternoon", "2026-11-29T15:00:00+00:00")
     commit("ingest: next-tuesday", "2026-12-01T10:00:00+00:00")
-    assert week_ingests(wiki, date(2026, 11, 30), "UTC") == ["next-tuesday", "sunday-afternoon"]
+    assert ingested_slugs(week_ingest_commits(wiki, date(2026, 11, 30), "UTC")) == ["next-tuesday", "sunday-afternoon"]

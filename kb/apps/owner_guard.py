@@ -79,17 +79,21 @@ def allowed_names(bound_host: str) -> frozenset[str] | None:
     return frozenset((*LOOPBACK_NAMES, name.lower()))
 
 
-def is_own_address(name: str) -> bool:
-    """For a wildcard bind: an IP address, a loopback name or the name of
-    this machine. Not any other name: that is how DNS rebinding comes in."""
+def machine_names() -> frozenset[str]:
+    """The names of this machine, as a Host header may give them."""
+    machine = socket.gethostname().lower()
+    short = machine.split(".")[0]
+    return frozenset((*LOOPBACK_NAMES, machine, short, f"{short}.local"))
+
+
+def is_own_address(name: str, own_names: frozenset[str]) -> bool:
+    """For a wildcard bind: an IP address or a name of this machine. Not any
+    other name: that is how DNS rebinding comes in."""
     try:
         ipaddress.ip_address(name.strip("[]"))
         return True
     except ValueError:
-        pass
-    machine = socket.gethostname().lower()
-    short = machine.split(".")[0]
-    return name in LOOPBACK_NAMES or name in (machine, short, f"{short}.local")
+        return name in own_names
 
 
 def _header(scope, name: bytes) -> str | None:
@@ -130,6 +134,8 @@ class OwnerOnly:
     def __init__(self, app, *, bound_host: str = "127.0.0.1", port: int | None = None):
         self.app = app
         self.names = allowed_names(bound_host)
+        # A wildcard bind: the machine's names, once (not a system call per request).
+        self.own_names = machine_names() if self.names is None else frozenset()
         self.port = port
 
     async def __call__(self, scope, receive, send):
@@ -179,7 +185,7 @@ class OwnerOnly:
         default = DEFAULT_PORTS.get(scope.get("scheme", "http"))
         if parts is not None:
             name, given = parts
-            known = is_own_address(name) if self.names is None else name in self.names
+            known = is_own_address(name, self.own_names) if self.names is None else name in self.names
             if known and (given == port or (given is None and port == default)):
                 return None
         allowed = (", ".join(f"{name}:{port}" for name in sorted(self.names)) if self.names is not None

@@ -308,6 +308,11 @@ def run_sync(
     job x_sync for one new sync batch. `files` imports raw Bookmarks pages
     instead of opening the browser (the demo and `kb import`). `exclude`:
     source kinds to leave out in this run (the run tag kb/exclude)."""
+    if files:
+        # The owner named these files: a file that the run config's rule
+        # refuses only for its dot-folder is imported from a copy in KB_HOME.
+        # First of all: a copy that fails leaves no batch and no run behind.
+        files = files_for_import(files)
     instance, gone = instance_for_runs()
     report = SyncReport(batch="", gone_runs=[run.run_id for run in gone])
     with code_location(instance) as location:
@@ -324,10 +329,6 @@ def run_sync(
         # during the recovery leaves no empty batch behind.
         report.batch = new_batch_key()
         instance.add_dynamic_partitions(sync_batches.name, [report.batch])
-        if files:
-            # The owner named these files: a file that the run config's rule
-            # refuses (in a dot-folder, for example) is imported from a copy in KB_HOME.
-            files = files_for_import(files)
         # The tag tells the daemon's x_catch_up_sensor that this command runs the catch-up itself.
         run = create_location_run(instance, location, SYNC_JOB, run_config=sync_run_config(full=full, files=files),
                                   tags={PARTITION_TAG: report.batch, CATCH_UP_TAG: "kb sync", **sync_tags(exclude),

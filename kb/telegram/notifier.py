@@ -46,7 +46,7 @@ def describe(item: InboxItem | None, item_id: str, title: str | None) -> str:
 # short id. kb's own lines (the summary, the commit, the gate's note, the
 # /override hint) come after the specification's lines.
 def notification_text(state: str, title: str, *, item_id: str = "", error: str | None = None,
-                      commit: str | None = None, score: int | None = None, threshold: int | None = None,
+                      commit: str | None = None, score: int | None = None,
                       reason: str | None = None, duplicate_of: str | None = None, created: list | None = None,
                       updated: list | None = None, summary: str | None = None, warnings: list | None = None,
                       gate_note: str = "") -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from kb.atomic_files import write_atomic
 from kb.wiki.checks import findings_count
 from kb.wiki.schema import with_frontmatter_key
 from kb.wiki_files import split_frontmatter, wiki_page_files
@@ -176,8 +177,8 @@ def superseded_parse(root: Path, parsed_path: str) -> str | None:
 def append_log(root: Path, heading: str, lines: list[str]) -> None:
     log = root / "log.md"
     text = log.read_text(encoding="utf-8") if log.exists() else "# Log\n"
-    log.write_text(text.rstrip("\n") + f"\n\n## {heading}\n" + "".join(f"- {line}\n" for line in lines),
-                   encoding="utf-8")
+    write_atomic(log, (text.rstrip("\n") + f"\n\n## {heading}\n"
+                       + "".join(f"- {line}\n" for line in lines)).encode())
 
 
 def write_lint_report(root: Path, day: str, findings: dict) -> None:

@@ -24,9 +24,10 @@ from pathlib import Path
 
 from kb.atomic_files import write_atomic
 from kb.wiki.change_rules import lost_cited_claims
+from kb.wiki.finish import append_log
 from kb.wiki.playbook import CLAUDE_MD, EARLIER_GITIGNORES, EARLIER_PLAYBOOK_SHA256, GITIGNORE
 from kb.wiki.repo import Wiki, raw_files_lock
-from kb.wiki.schema import (CONCEPT, ENTITY, ID_PREFIX_CHARS, MIGRATE_MESSAGE, SOURCE, WEEKLY, concept_name,
+from kb.wiki.schema import (CONCEPT, ENTITY, MIGRATE_MESSAGE, SOURCE, SOURCE_NAME, WEEKLY, concept_name,
                             entity_name, render_frontmatter, render_page, source_slug)
 from kb.wiki_files import split_frontmatter, wiki_page_files
 
@@ -59,14 +60,15 @@ def _new_target(target: str, meta: dict) -> str:
         return f"entities/{entity_name(str(meta.get('name') or stem)) or entity_name(stem)}"
     if folder == "concepts":
         return f"concepts/{concept_name(stem) or concept_name(str(meta.get('name') or ''))}"
-    if folder == "sources" and not re.fullmatch(r"[a-z0-9]{8}(-[a-z0-9]+)*", stem):
+    if folder == "sources" and not SOURCE_NAME.match(stem):
         source_id = str(meta.get("resource_id") or meta.get("source_id") or "")
         title = str(meta.get("title") or stem)
-        if len(re.sub(r"[^a-z0-9]", "", source_id.lower())) < ID_PREFIX_CHARS:
+        try:
+            return f"sources/{source_slug(source_id, title)}"
+        except ValueError:
             # An id too short for the name: 8 characters of its hash, so that
             # the name stays the same for the same id.
-            source_id = hashlib.sha256((source_id or stem).encode()).hexdigest()
-        return f"sources/{source_slug(source_id, title)}"
+            return f"sources/{source_slug(hashlib.sha256((source_id or stem).encode()).hexdigest(), title)}"
     return target
 
 
@@ -259,11 +261,8 @@ def _migrate(wiki: Wiki, sha: str, today: str) -> MigrateResult:
     playbook = root / "CLAUDE.md"
     if playbook.is_file() and hashlib.sha256(playbook.read_bytes()).hexdigest() in EARLIER_PLAYBOOK_SHA256:
         write_atomic(playbook, CLAUDE_MD.encode())
-    log = root / "log.md"
-    entry = (f"\n## {today} migrate\n- {len(todo)} pages to the specification's schema, "
-             f"{len(renames)} renamed, index.md built again\n")
-    write_atomic(log, ((log.read_text(encoding="utf-8") if log.is_file() else "# Log\n").rstrip("\n") + "\n"
-                       + entry).encode())
+    append_log(root, f"{today} migrate", [f"{len(todo)} pages to the specification's schema, "
+                                          f"{len(renames)} renamed, index.md built again"])
     # The parsed files that the source pages name go into git with the
     # migration: the ingests of the earlier format did not commit them.
     for rel, text in after.items():

@@ -339,13 +339,17 @@ class Wiki(BaseModel):
         subject = self.git("log", "-1", "--format=%s", "HEAD")
         if not subject.startswith(prefix):
             verdict.problems.append(f"the commit message {subject!r} does not start with {prefix!r}")
-        for change in self.changes_since(before.sha):
+        changes = self.changes_since(before.sha)  # one git diff for every rule below
+        marked: set[str] = set()
+        for change in changes:
             if change.path.startswith(RAW_FOLDER + "/"):
                 # The parsed file of the source goes into git with its ingest,
                 # once; after that it changes only by the mark of a later parse.
-                marked = change.status == "M" and only_key_added(
+                superseded = change.status == "M" and only_key_added(
                     self.show(before.sha, change.path) or "", self.show("HEAD", change.path) or "", "superseded_by")
-                if change.path not in provenance or not (change.status == "A" or marked):
+                if change.status == "M" and change.path in provenance:
+                    marked.add(change.path)
+                if change.path not in provenance or not (change.status == "A" or superseded):
                     verdict.problems.append(f"refused: {change.path}: a file in raw/ goes into git only with "
                                             f"the ingest of its source, and never changes after it")
                 continue
@@ -364,13 +368,12 @@ class Wiki(BaseModel):
             else:
                 verdict.updated.append(change.path)
         after_raw = self.raw_manifest()
-        marked = {c.path for c in self.changes_since(before.sha) if c.status == "M" and c.path in provenance}
         for path, stat in before.raw_files.items():
             if path not in after_raw:
                 verdict.problems.append(f"{path} was deleted from raw/")
             elif after_raw[path] != stat and path not in marked:
                 verdict.problems.append(f"{path} in raw/ was changed")
-        verdict.problems += self._lost_claims(before.sha, may_delete_pages)
+        verdict.problems += self._lost_claims(before.sha, changes, may_delete_pages)
         lost = sorted(before.index_links - self.index_links())
         if lost and not may_delete_pages:
             verdict.problems.append(f"index.md lost {len(lost)} entries, for example {lost[0]}")
@@ -379,13 +382,13 @@ class Wiki(BaseModel):
             verdict.problems.append(f"the agent left changes that are not committed: {', '.join(left[:5])}")
         return verdict
 
-    def _lost_claims(self, sha: str, may_delete_pages: bool = False) -> list[str]:
+    def _lost_claims(self, sha: str, changes: list[Change], may_delete_pages: bool = False) -> list[str]:
         """A change may move a cited claim or mark it disputed, never delete
         or reword it; and it never alters the owner's lines above the marker
         (kb.wiki.change_rules). A source can ask the agent to "delete the
         contradicting page" or to "correct" a claim; these checks do not
         read the source, so the source cannot talk them round."""
-        changed = [c.path for c in self.changes_since(sha)
+        changed = [c.path for c in changes
                    if c.status in ("M", "D") and c.path.startswith("wiki/") and c.path.endswith(".md")]
         before = {path: self.show(sha, path) or "" for path in changed}
         if not any(before.values()):

@@ -15,9 +15,12 @@ as one of the specification. docs/wiki.md says where kb differs and why.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from dataclasses import dataclass
+
+import yaml
 
 from kb.wiki_files import split_frontmatter
 
@@ -275,10 +278,22 @@ def _yaml_scalar(value) -> str:
     if isinstance(value, (int, float)):
         return str(value)
     text = str(value)
-    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9 ._/:+-]*", text) and not re.fullmatch(r"(?i)null|true|false|yes|no|~", text) \
-            and ": " not in text and not text.endswith(":"):
+    # Plain only when YAML reads the same string back ("12:30", "0x10",
+    # "on" read back as 750, 16, True), or for an ISO date, which the
+    # specification writes plain. Else a JSON string: valid YAML, any text.
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9 ._/:+-]*", text) and (ISO_DATE.fullmatch(text) or _reads_back(text)):
         return text
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return json.dumps(text, ensure_ascii=False)
+
+
+ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2})?([+-]\d{2}:\d{2}|Z)?)?")
+
+
+def _reads_back(text: str) -> bool:
+    try:
+        return yaml.safe_load(f"k: {text}") == {"k": text}
+    except yaml.YAMLError:
+        return False
 
 
 def render_frontmatter(schema: PageSchema, values: dict) -> str:

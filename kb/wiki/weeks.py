@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 from kb.wiki.finish import add_to_index, append_log
 from kb.wiki.repo import Wiki
-from kb.wiki.schema import INGEST_PREFIX, WEEKLY, render_page
+from kb.wiki.schema import INGEST_PREFIX, SYNTHESIS_PREFIX, WEEKLY, render_page
 
 
 def iso_week_label(day: date) -> str:
@@ -17,10 +17,10 @@ def iso_week_label(day: date) -> str:
     return f"{year}-W{week:02d}"
 
 
-WEEKLY_PREFIX = "synthesis: weekly"
+WEEKLY_PREFIX = f"{SYNTHESIS_PREFIX} weekly"  # the commit of each weekly synthesis
 
 
-def _week_ingest_commits(wiki: Wiki, week_start: date, tz: str) -> list[tuple[str, str]]:
+def week_ingest_commits(wiki: Wiki, week_start: date, tz: str) -> list[tuple[str, str]]:
     """The ingest commits since the last weekly synthesis, newest first.
 
     Why not the seven days of the week: the synthesis runs on Sunday at
@@ -40,16 +40,15 @@ def _week_ingest_commits(wiki: Wiki, week_start: date, tz: str) -> list[tuple[st
                             INGEST_PREFIX)
 
 
-def week_changed_pages(wiki: Wiki, week_start: date, tz: str) -> list[str]:
-    """The entity and concept pages that the ingests since the last weekly synthesis changed:
-    the synthesis reads them with the week's source pages."""
-    paths = {path for sha, _ in _week_ingest_commits(wiki, week_start, tz) for path in wiki.paths_changed_in(sha)}
+def changed_pages(wiki: Wiki, commits: list[tuple[str, str]]) -> list[str]:
+    """The entity and concept pages that these ingest commits changed: the
+    synthesis reads them with the week's source pages."""
+    paths = {path for sha, _ in commits for path in wiki.paths_changed_in(sha)}
     return sorted(p for p in paths if p.startswith(("wiki/entities/", "wiki/concepts/")) and p.endswith(".md"))
 
 
-def week_ingests(wiki: Wiki, week_start: date, tz: str) -> list[str]:
-    """Slugs of the sources ingested since the last weekly synthesis (_week_ingest_commits)."""
-    commits = _week_ingest_commits(wiki, week_start, tz)
+def ingested_slugs(commits: list[tuple[str, str]]) -> list[str]:
+    """Slugs of the sources of these ingest commits (week_ingest_commits)."""
     return sorted({subject.removeprefix(INGEST_PREFIX).strip().split()[0] for _, subject in commits
                    if subject.removeprefix(INGEST_PREFIX).strip()})
 

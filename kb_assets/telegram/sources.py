@@ -25,7 +25,7 @@ import dagster as dg
 
 from kb_assets.keys import OVERRIDE_TAG, RETRY_ON_ASSET_FAILURE_TAG, SOURCE_PASSAGES, WIKI_PAGES
 from kb_assets.partitions import sources
-from kb_assets.run_config_rules import RunConfigRefused, check_override_tag
+from kb_assets.run_config_rules import check_override_tag
 from kb.telegram.source_parsers import (
     ParsedSource,
     PermanentParseError,
@@ -218,20 +218,19 @@ def transient_failures_so_far(duckdb: DuckDBStore, item_id: str) -> int:
     return row[0] if row else 0
 
 
-def is_override(context: dg.AssetExecutionContext) -> bool:
+def is_override(context: dg.AssetExecutionContext, item_known: bool | None = None) -> bool:
     """True for a run of the bot's /override. The UI can set the tag too: an
     override with another value, or for an id that is not in the inbox, fails
-    the step before it writes anything."""
+    the step before it writes anything. `item_known`: the caller has read
+    the item from the inbox already (None: look it up)."""
     # op_execution_context.run_tags also works when a test invokes the asset directly.
     value = context.op_execution_context.run_tags.get(OVERRIDE_TAG)
     if value is None:
         return False
     item_id = context.partition_key
-    known = Inbox(get_settings().inbox_dir).find(item_id) is not None
-    try:
-        return check_override_tag(value, known, item_id)
-    except RunConfigRefused as exc:
-        raise fail(str(exc), item_id) from None
+    if item_known is None:
+        item_known = Inbox(get_settings().inbox_dir).find(item_id) is not None
+    return check_override_tag(value, item_known, item_id)
 
 
 def fail(description: str, item_id: str) -> dg.Failure:
@@ -257,7 +256,7 @@ def parsed_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, br
     except InboxError as exc:
         raise fail(str(exc), item_id) from None
 
-    if is_override(context):
+    if is_override(context, item_known=True):
         # The owner asked for this source: give it its retries again.
         with duckdb.transaction() as conn:
             conn.execute("UPDATE sources SET transient_failures = 0 WHERE item_id = ?", [item_id])

@@ -44,7 +44,8 @@ from kb.wiki.repo import BeforeChange, Verdict, Wiki, raw_files_lock
 from kb.wiki.agent import AgentRun, WikiAgent
 from kb.wiki.prompt_data import json_data, one_line, source_data_block
 from kb.wiki.schema import INGEST_PREFIX, LINT_PREFIX, SYNTHESIS_PREFIX
-from kb.wiki.weeks import iso_week_label, week_changed_pages, week_ingests, write_empty_week
+from kb.wiki.weeks import (WEEKLY_PREFIX, changed_pages, ingested_slugs, iso_week_label, week_ingest_commits,
+                           write_empty_week)
 from kb_resources.services import WikiAgentResource
 from kb_resources.stores import DuckDBResource, WikiResource
 
@@ -404,7 +405,7 @@ at most {WEEKLY_MAX_WORDS} words: frontmatter `week: {label}`, `source_count: {l
 `## Theme of the week`; one section for each theme, with citations; `## Open questions`; and a
 `## Reading list` section that links each source of the week with one line on why to read it.
 kb adds the "Mentioned in syntheses" links to the pages that you name, and the page to index.md.
-When you are done, call report_result with the commit_message `synthesis: weekly {label}`."""
+When you are done, call report_result with the commit_message `{WEEKLY_PREFIX} {label}`."""
 
 
 def topic_prompt(topic: str, today: str) -> str:
@@ -639,11 +640,12 @@ def wiki_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_a
     week_start = date.fromisoformat(context.partition_key)
     label = iso_week_label(week_start)
     wiki.ensure()
-    slugs = week_ingests(wiki, week_start, settings.tz)
+    commits = week_ingest_commits(wiki, week_start, settings.tz)  # one read of the history
+    slugs = ingested_slugs(commits)
     page = f"wiki/syntheses/weekly/{label}.md"
     thin = len(slugs) < settings.kb_synthesis_thin_week
     if not slugs:
-        outcome = apply_own_change(wiki, f"{SYNTHESIS_PREFIX} weekly {label}",
+        outcome = apply_own_change(wiki, f"{WEEKLY_PREFIX} {label}",
                                    lambda r: write_empty_week(r, label, week_start))
         mode = "empty week"
     elif not wiki_agent.configured():
@@ -651,8 +653,8 @@ def wiki_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_a
         return
     else:
         outcome = _guarded(lambda: apply_agent_change(
-            wiki, wiki_agent, synthesis_prompt(label, slugs, thin, week_changed_pages(wiki, week_start, settings.tz)),
-            prefix=f"{SYNTHESIS_PREFIX} weekly {label}", max_turns=settings.kb_synthesis_max_turns, must_exist=page,
+            wiki, wiki_agent, synthesis_prompt(label, slugs, thin, changed_pages(wiki, commits)),
+            prefix=f"{WEEKLY_PREFIX} {label}", max_turns=settings.kb_synthesis_max_turns, must_exist=page,
             must_contain=(page, "thin week") if thin else None,
             finish=lambda root: finish_weekly(root, label, slugs),
         ))

@@ -73,7 +73,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, Request, Response
 
 from kb_assets.partitions import sync_batches
-from kb_assets.run_config_rules import RunConfigRefused, check_import_files
+from kb_assets.run_config_rules import check_import_files
 from kb.x.graphql import (BOOKMARKS, FOLDER_LIST, FOLDER_TIMELINE, TWEET_DETAIL, PageShapeError, answer_kind,
                           focal_post_id, is_bookmarks_response, load_page, operation_name, parse_folder_list,
                           summarize_page)
@@ -836,10 +836,7 @@ def x_raw_pages(
 ) -> dg.MaterializeResult:
     if config.files:
         # Before any write: the launchpad of the UI can set these paths too.
-        try:
-            check_import_files(config.files)
-        except RunConfigRefused as exc:
-            raise dg.Failure(description=str(exc), allow_retries=False) from None
+        check_import_files(config.files)
     browser, raw_store = browser.get_client(), raw_store.get_client()
     batch = context.partition_key
     mode = "files" if config.files else "browser"
