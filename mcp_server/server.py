@@ -41,7 +41,7 @@ from kb.index.reading import (PAGE_CHARS, PAGE_WORDS, Document, DocumentNotFound
                                media_with_captions, page_of, read_wiki_file, resolve_document, source_list, source_rank,
                                tweet_id_from, word_offsets)
 from kb.index.folders import folders_of
-from kb.index.rerank import RerankError
+from kb.index.rerank import RerankError, load_model
 from kb.index.search import MAX_LIMIT, SearchResponse, search, warm_up
 from kb.wiki_files import WIKI_ID_PREFIX, WIKI_SOURCE
 from kb.index.embedder import EmbedderError, use_cpu_threads
@@ -99,24 +99,11 @@ def _last_sync(index: ChunkIndex | None) -> str | None:
     return index.last_sync() if index is not None else None
 
 
-def _index_model(index: ChunkIndex | None) -> str | None:
-    """The embedding model of the index, beside last_sync: the caller sees
-    which model ranked the passages (issue 48)."""
-    info = index.model_info() if index is not None else None
-    return info[0] if info else None
-
-
-class _DeepSearchMissing(ToolError):
-    """The cross-encoder of the deep search does not load (RerankError)."""
-
-
 def _run_search(index: ChunkIndex, query: str, **kwargs) -> SearchResponse:
     """The one search function (as `kb search`), with its input errors as tool errors."""
     try:
         return search(query, index=index, **kwargs)
-    except RerankError as exc:
-        raise _DeepSearchMissing(str(exc)) from exc
-    except (ValueError, EmbedderError, IndexModelMismatch) as exc:
+    except (ValueError, EmbedderError, IndexModelMismatch, RerankError) as exc:
         raise ToolError(str(exc)) from exc
 
 
@@ -166,21 +153,23 @@ def search_bookmarks(
     arguments = {"limit": limit, "author": author, "source": sources, "after": after, "before": before,
                  "folder": folder}
     note = None
-    try:
-        response = _run_search(index, query, rerank=rerank, **arguments)
-    except _DeepSearchMissing as exc:
-        # The search must answer without the cross-encoder (a missing
-        # package or model folder): the fast search, and a word why.
-        log.warning("search_bookmarks: the deep search is not available: %s", exc)
-        note = f"The deep search is not available, so these hits come from the fast search: {exc}"
-        response = _run_search(index, query, rerank=False, **arguments)
+    if rerank:
+        try:
+            load_model()  # once per process; before the search, so that a missing model costs no second search
+        except RerankError as exc:
+            # The search must answer without the cross-encoder (a missing
+            # package or model folder): the fast search, and a word why.
+            log.warning("search_bookmarks: the deep search is not available: %s", exc)
+            note = f"The deep search is not available, so these hits come from the fast search: {exc}"
+            rerank = False
+    response = _run_search(index, query, rerank=rerank, **arguments)
     fields = HIT_FIELDS + ("rerank_score",) if response.rerank else HIT_FIELDS
     hits = [{name: getattr(hit, name) for name in fields} for hit in response.hits]
     log.info("search_bookmarks: %d hits in %.0f ms", len(hits), (time.perf_counter() - started) * 1000)
     # The filters as the caller set them (the wiki is left out without a word).
     filters = _filters({**response.filters, "source": source})
     answer = {"query": response.query, "limit": response.limit, "filters": filters, "last_sync": response.last_sync,
-              "index_model": _index_model(index), "search_mode": "deep" if response.rerank else "fast",
+              "index_model": response.model, "search_mode": "deep" if response.rerank else "fast",
               "count": len(hits), "hits": hits}
     if note:
         answer["note"] = note
@@ -208,6 +197,13 @@ def _empty_search(query: str, limit: int, index: ChunkIndex | None, note: str, *
             raise ToolError(str(exc)) from exc
     return {"query": " ".join(query.split()), "limit": min(limit, MAX_LIMIT), "filters": {},
             "last_sync": _last_sync(index), "index_model": _index_model(index), "count": 0, "hits": [], "note": note}
+
+
+def _index_model(index: ChunkIndex | None) -> str | None:
+    """The embedding model of an index that the search did not read (an
+    empty answer); a search gives it in its response (issue 48)."""
+    info = index.model_info() if index is not None else None
+    return info[0] if info else None
 
 
 def _filters(filters: dict) -> dict:

@@ -72,22 +72,32 @@ EXPECTED_PASSAGES_SQL = """
 """
 
 
-def unindexed_bookmarks(conn, lance, skip: set[str]) -> list[tuple[str, str]]:
-    """(tweet id, batch) of each live bookmark whose passages in the index
-    are not its chunks of today, of any batch: a bookmark of an earlier
-    batch that got a document, a caption, a transcript or a translation in
-    this run; a source that the last run skipped (`--no-image`) or that the
-    owner took out of `exclude`; a bookmark that could not be embedded. It
-    compares ids only (no texts), so the cost is small at every run."""
-    expected = conn.execute(EXPECTED_PASSAGES_SQL, [use_translations(), sorted(skip)]).fetchall()
+def indexed_passages(lance, skip: set[str]) -> dict[str, list[str]]:
+    """Each bookmark's passages in the index: chunk ids, each marked "+"
+    when the index holds its translation. A projection of ids and a flag,
+    not the texts; read before the DuckDB connection opens (an open
+    connection locks the file for every other process)."""
     dataset = lance.dataset(CHUNKS)
     stored: dict[str, list[str]] = {}
-    if dataset is not None:
+    if dataset is None:
+        return stored
+    table = dataset.to_table(columns={"tweet_id": "tweet_id", "chunk_id": "chunk_id", "source": "source",
+                                      "translated": "source_text <> ''"})
+    for tweet_id, chunk, source, translated in zip(*(table.column(n).to_pylist() for n in table.column_names)):
         # The passages of a skipped source leave in this run (remove_sources): not a difference.
-        table = dataset.to_table(columns=["tweet_id", "chunk_id", "source_text", "source"])
-        for tweet_id, chunk, source_text, source in zip(*(table.column(n).to_pylist() for n in table.column_names)):
-            if source not in skip:
-                stored.setdefault(tweet_id, []).append(chunk + ("+" if source_text else ""))
+        if source not in skip:
+            stored.setdefault(tweet_id, []).append(chunk + ("+" if translated else ""))
+    return stored
+
+
+def unindexed_bookmarks(conn, stored: dict[str, list[str]], skip: set[str]) -> list[tuple[str, str]]:
+    """(tweet id, batch) of each live bookmark whose passages in the index
+    (`stored`, indexed_passages) are not its chunks of today, of any batch:
+    a bookmark of an earlier batch that got a document, a caption, a
+    transcript or a translation in this run; a source that the last run
+    skipped (`--no-image`) or that the owner took out of `exclude`; a
+    bookmark that could not be embedded."""
+    expected = conn.execute(EXPECTED_PASSAGES_SQL, [use_translations(), sorted(skip)]).fetchall()
     return [(tweet_id, batch) for tweet_id, batch, ids in sorted(expected, key=lambda row: (row[1], row[0]))
             if sorted(stored.get(tweet_id, [])) != ids]
 
@@ -158,10 +168,11 @@ def chunk_index(
     batch = context.partition_key
     skip = excluded_in_run(context)
     synced_at = datetime.now(timezone.utc)
+    stored = indexed_passages(lance, skip)
     with duckdb.connect() as conn:
         live, removed = partition_bookmarks(conn, batch)
         own = set(live)
-        others = [(tweet_id, origin) for tweet_id, origin in unindexed_bookmarks(conn, lance, skip)
+        others = [(tweet_id, origin) for tweet_id, origin in unindexed_bookmarks(conn, stored, skip)
                   if tweet_id not in own]
         live = live + [tweet_id for tweet_id, _ in others]
         rows = _chunk_rows(conn, live, skip)
