@@ -10,7 +10,6 @@ import logging
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -53,6 +52,14 @@ from tests.test_wiki_agent import (  # noqa: F401 (fixtures)
     ("Glob", {"pattern": "*.md", "path": "wiki"}, True),
 ])
 def test_the_guard_on_home_paths_and_searches(tool, tool_input, allowed, tmp_path):
+    # The folders exist, with a page each: a path that does not exist would pass any rule.
+    (tmp_path / "wiki/concepts").mkdir(parents=True)
+    (tmp_path / "wiki/concepts/a.md").write_text("# a\n")
+    (tmp_path / "raw/parsed").mkdir(parents=True)
+    (tmp_path / "raw/parsed/a.md").write_text("# a\n")
+    (tmp_path / "index.md").write_text("# Index\n")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".gitignore").write_text("/raw/*\n")
     assert (tool_deny_reason(tool, tool_input, tmp_path) is None) is allowed
 
 

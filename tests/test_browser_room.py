@@ -143,8 +143,10 @@ def test_no_key_reaches_the_driver_or_any_browser_process(mode, site, monkeypatc
 
 
 def test_the_driver_hook_is_in_place():
-    """kb wraps Playwright's get_driver_env (no option for it exists). A new
-    Playwright that builds the driver's environment another way must fail here."""
+    """kb wraps Playwright's get_driver_env (no option for it exists): the
+    wrapper is in place and filters. Whether a new Playwright still calls
+    that function, only the test above can tell (it reads the driver's
+    /proc/<pid>/environ)."""
     from playwright._impl import transport
 
     assert getattr(transport.get_driver_env, "kb_allowlist", False)

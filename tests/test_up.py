@@ -257,8 +257,10 @@ def test_kb_up_with_bad_input_starts_nothing(kb_home, tmp_path, monkeypatch):
         assert up("--dagster-port", str(free_port()), "--web-port", str(port)).startswith(
             f"Port {port} on 127.0.0.1 (--web-port) is not free")
     assert not (kb_home / "logs").exists()  # nothing started, nothing half made
-    # Each refusal freed the lock of kb up: the next call got to the port check.
-    assert not (kb_home / "run" / "kb-up.json").exists()
+    # Each refusal freed the lock of kb up: a new claim gets it at once.
+    from kb.apps.up_record import claim
+
+    claim(kb_home).release()
 
     # kb status tells whether a daemon runs, from its heartbeat in the instance.
     from click.testing import CliRunner

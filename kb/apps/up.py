@@ -45,7 +45,7 @@ from pathlib import Path
 import click
 
 from kb.apps.lifeline import Lifeline, group_members
-from kb.apps.up_record import RecordError, UpRecord, claim, leftovers, stop_leftovers
+from kb.apps.up_record import STOP_WAIT_S, RecordError, UpRecord, claim, leftovers, stop_leftovers
 from kb.settings import Settings, get_settings
 from kb.telegram.notifier import NotificationError, TelegramNotifier
 from kb.wiki.sandbox import sandbox_notice
@@ -75,7 +75,6 @@ HEALTHY_RUN_S = 60.0
 # restarts in a loop: the owner gets one notice of it.
 RESTART_LOOP_COUNT, RESTART_LOOP_WINDOW_S = 3, 600.0
 NAME_WIDTH = 19  # the column of the part names in the lines that kb up prints
-STOP_WAIT_S = 10.0  # SIGTERM first; SIGKILL after this. Within the 15 s promise.
 
 
 class UpError(click.ClickException):

@@ -23,7 +23,6 @@ Two rules keep the clean-up on kb's own processes:
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -36,11 +35,13 @@ import psutil
 
 from kb.apps.lifeline import group_members
 from kb.atomic_files import write_atomic
+from kb.writer_lock import WriterLockTimeout, acquire
 
 RECORD_NAME, LOCK_NAME = "kb-up.json", "kb-up.lock"
 # psutil gives a start time to 10 ms; two reads of one process agree within this.
 START_SLACK_S = 0.05
-STOP_WAIT_S = 10.0  # SIGTERM first; SIGKILL after this, as kb up's own stop
+# SIGTERM first; SIGKILL after this, as kb up's own stop (kb.apps.up imports it).
+STOP_WAIT_S = 10.0  # within the 15 s promise of a stop
 
 
 class RecordError(Exception):
@@ -143,13 +144,10 @@ def claim(home: Path) -> UpRecord:
     one died without its stop, its record is in UpRecord.earlier: call
     stop_leftovers() with it."""
     folder = home / "run"
-    folder.mkdir(parents=True, exist_ok=True)
-    # O_CLOEXEC: no part may hold the lock after kb up ends.
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+        # The writer lock's flock (O_CLOEXEC: no part holds it after kb up ends), with no wait.
+        fd = acquire(folder / LOCK_NAME, what="kb up", wait_s=0)
+    except WriterLockTimeout:
         running = read_record(folder / RECORD_NAME) or {}
         pid = running.get("pid", "unknown")
         raise RecordError(f"kb up (pid {pid}) already runs for this KB_HOME ({home}). "

@@ -370,13 +370,11 @@ class WikiAgent(BaseModel):
         return bool(self._base_url())
 
     def readiness(self) -> tuple[bool, str]:
+        """The endpoint. Its room has a line of its own in `kb status`
+        (agent_sandbox, kb.wiki.sandbox.sandbox_status): one line each."""
         if not self.configured():
             return False, "ANTHROPIC_BASE_URL is not set: approved sources wait"
-        try:
-            _, room = sandbox_choice(self.sandbox)
-        except RuntimeError as exc:
-            return False, str(exc)
-        return True, f"{self._base_url()} model {self.model}, {room}"
+        return True, f"{self._base_url()} model {self.model}"
 
     def _env(self, room: "AgentRoom") -> dict[str, str]:
         """What kb sets for the CLI. The launcher passes these names and no

@@ -42,8 +42,8 @@ def one_line(value: object, limit: int = MAX_FIELD_CHARS) -> str:
     white space becomes one space, each other control character goes, and
     a text longer than `limit` is cut with "…"."""
     text = unicodedata.normalize("NFC", "" if value is None else str(value))
-    kept = "".join(" " if char.isspace() or unicodedata.category(char) in ("Zl", "Zp")
-                   else "" if is_control(char) else char for char in text)
+    # str.isspace() holds for every line and paragraph separator (Zl, Zp) too.
+    kept = "".join(" " if char.isspace() else "" if is_control(char) else char for char in text)
     line = " ".join(kept.split())
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
@@ -53,7 +53,7 @@ def json_data(value: object, *, indent: int | None = 1) -> str:
     escapes only C0 controls, so U+2028, NEL and bidi controls go out as
     \\uXXXX escapes too. The values stay exact when the model decodes them."""
     text = json.dumps(value, ensure_ascii=False, indent=indent)
-    return "".join(f"\\u{ord(char):04x}" if is_control(char) and char not in "\n " else char for char in text)
+    return "".join(f"\\u{ord(char):04x}" if is_control(char) and char != "\n" else char for char in text)
 
 
 def source_data_block(fields: Mapping[str, object]) -> str:
