@@ -1,10 +1,18 @@
 """The system part of every bubblewrap room of kb: the browser's
 (kb/x/browser_room.py) and the wiki agent's (kb/wiki/sandbox.py). One copy,
-so that both rooms see the system folders the same way."""
+so that both rooms see the system folders the same way, are probed the same
+way, and tell the owner the same fix."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+from collections.abc import Callable
+
+BWRAP_MISSING = "bubblewrap is not installed (no bwrap on PATH)"
+BWRAP_INSTALL = ("install it with `sudo apt-get install bubblewrap` (Debian, Ubuntu) "
+                 "or `sudo dnf install bubblewrap` (Fedora)")
 
 # Read-only in every room. /etc as a whole is not: it can hold keys; each
 # room names the files of /etc that its program needs.
@@ -24,3 +32,20 @@ def system_binds(files: tuple[str, ...]) -> list[str]:
     for path in files:
         args += ["--ro-bind-try", path, path]
     return args
+
+
+def bwrap_probe(room: Callable[[str], list[str]], env: dict[str, str] | None = None) -> tuple[bool, str]:
+    """(True, path of bwrap) when bubblewrap makes this room here: it runs
+    `room(bwrap)` (the room's own command line, up to its program) with
+    /bin/true. Else (False, why): not installed (BWRAP_MISSING), or the
+    kernel gives no user namespaces (a container)."""
+    bwrap = shutil.which("bwrap")
+    if not bwrap:
+        return False, BWRAP_MISSING
+    try:
+        proc = subprocess.run([*room(bwrap), "/bin/true"], capture_output=True, text=True, timeout=20, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"bwrap did not start: {exc}"
+    if proc.returncode != 0:
+        return False, f"bwrap cannot make a room here: {proc.stderr.strip()[:200]}"
+    return True, bwrap

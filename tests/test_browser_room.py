@@ -250,7 +250,7 @@ def test_status_says_when_the_sandbox_is_off_and_how_to_fix_it(monkeypatch, tmp_
     report = collect_status()
     sandbox = report["services"]["browser_sandbox"]
     assert not sandbox["ready"]
-    assert "apt install bubblewrap" in sandbox["detail"] and "root" in sandbox["detail"]
+    assert "apt-get install bubblewrap" in sandbox["detail"] and "root" in sandbox["detail"]
     line = next(line for line in format_status(report).splitlines() if "browser_sandbox" in line)
     assert "not ready" in line and "OFF" in line
 

@@ -142,11 +142,12 @@ def _services(settings: Settings) -> dict:
     from kb.telegram.bot_token import readiness as telegram_readiness
     from kb.fetch_guard import allowlist_readiness
 
+    browser = Browser.from_settings(settings)
     checks = {
         # Browser.readiness() covers the X login state too, and never shows its content.
-        "browser": Browser.from_settings(settings).readiness,
+        "browser": browser.readiness,
         # Whether Chromium's sandbox runs, and how to fix it when it cannot (kb/x/browser_room.py).
-        "browser_sandbox": Browser.from_settings(settings).sandbox_readiness,
+        "browser_sandbox": browser.sandbox_readiness,
         "embedder": lambda: _embedder_readiness(settings),
         "captions": Captioner.from_settings(settings).readiness,
         "transcripts": Transcriber.from_settings(settings).readiness,

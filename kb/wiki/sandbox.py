@@ -38,7 +38,6 @@ import os
 import shutil
 import socket
 import socketserver
-import subprocess
 import sys
 import tempfile
 import threading
@@ -47,7 +46,7 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from kb.room_binds import SYSTEM_DIRS, system_binds
+from kb.room_binds import BWRAP_INSTALL, BWRAP_MISSING, SYSTEM_DIRS, bwrap_probe, system_binds
 
 # The only variables that the CLI gets. Each one is here for a reason:
 # - PATH, HOME, TMPDIR, LANG, LC_ALL, TZ: a process needs them to run.
@@ -138,26 +137,11 @@ class SandboxError(RuntimeError):
     """The agent's room cannot be made as the settings ask."""
 
 
-BWRAP_MISSING = "bubblewrap is not installed (no bwrap on PATH)"
-BWRAP_INSTALL = ("install it with `sudo apt-get install bubblewrap` (Debian, Ubuntu) "
-                 "or `sudo dnf install bubblewrap` (Fedora)")
-
-
 @lru_cache(maxsize=1)
 def bubblewrap_works() -> tuple[bool, str]:
     """True when `bwrap` is installed and can make a room on this machine
     (a container without user namespaces cannot). The reason says why not."""
-    bwrap = shutil.which("bwrap")
-    if not bwrap:
-        return False, BWRAP_MISSING
-    try:
-        proc = subprocess.run([bwrap, "--ro-bind", "/", "/", "--", "/bin/true"],
-                              capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"bwrap did not start: {exc}"
-    if proc.returncode != 0:
-        return False, f"bwrap cannot make a room here: {proc.stderr.strip()[:200]}"
-    return True, bwrap
+    return bwrap_probe(lambda bwrap: [bwrap, "--ro-bind", "/", "/", "--"])
 
 
 def sandbox_choice(setting: str) -> tuple[bool, str]:

@@ -100,11 +100,8 @@ def is_x_host(host: str, x_host: str) -> bool:
     return host == x_host or host.endswith("." + x_host)
 
 
-def chromium_launch_options(executable: str | None, *, headless: bool) -> dict:
-    """Playwright's launch options. `executable` None: Playwright's own
-    Chromium (Settings.chromium_executable() finds the one to use). The
-    options hold the sandbox, the room and the whole environment of Chromium
-    (kb/x/browser_room.py): launch with them as they are."""
+def check_chromium(executable: str | None) -> None:
+    """BrowserNotFound when there is no Chromium to launch."""
     if executable is None and not playwright_browser_installed():
         raise BrowserNotFound(
             "No Chromium found: set KB_CHROMIUM_PATH, install Debian's chromium, "
@@ -112,6 +109,14 @@ def chromium_launch_options(executable: str | None, *, headless: bool) -> dict:
         )
     if executable is not None and not os.access(executable, os.X_OK):
         raise BrowserNotFound(f"KB_CHROMIUM_PATH={executable}: the file is absent or not executable.")
+
+
+def chromium_launch_options(executable: str | None, *, headless: bool) -> dict:
+    """Playwright's launch options. `executable` None: Playwright's own
+    Chromium (Settings.chromium_executable() finds the one to use). The
+    options hold the sandbox, the room and the whole environment of Chromium
+    (kb/x/browser_room.py): launch with them as they are."""
+    check_chromium(executable)
     return {"headless": headless, "args": list(CHROMIUM_ARGS), **sandbox_options(executable, headless=headless)}
 
 
@@ -286,7 +291,9 @@ class Browser(BaseModel):
     def readiness(self) -> tuple[bool, str]:
         """(ready, detail) for `kb status`. Never shows the login state itself."""
         try:
-            options = self._launch_options(headless=True)
+            # Only whether Chromium is there: the launch options would make
+            # the room's folder and launcher, and probe bwrap.
+            check_chromium(self.chromium_path or None)
         except BrowserNotFound as exc:
             return False, str(exc)
         chromium = self.chromium_path or "Playwright's own Chromium"

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from playwright._impl import transport as _playwright_transport
 
-from kb.room_binds import SYSTEM_DIRS, system_binds
+from kb.room_binds import BWRAP_INSTALL, BWRAP_MISSING, SYSTEM_DIRS, bwrap_probe, system_binds
 
 # The names that Chromium gets from kb's environment. Each one is here for a
 # reason: LANG and LC_* set the language of the UI and of the fonts, TZ the
@@ -129,17 +129,7 @@ def room_works(chromium: str) -> tuple[bool, str]:
     """True when the room can start on this machine (bubblewrap is installed
     and the kernel gives user namespaces). It runs the room's own command
     line with /bin/true in place of Chromium. The reason says why not."""
-    bwrap = shutil.which("bwrap")
-    if not bwrap:
-        return False, "bubblewrap is not installed"
-    command = room_args(bwrap, chromium)[:-1] + ["/bin/true"]
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=20, env={"PATH": BROWSER_PATH})
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"bwrap did not start: {exc}"
-    if proc.returncode != 0:
-        return False, f"bwrap cannot make a room here: {proc.stderr.strip()[:200]}"
-    return True, bwrap
+    return bwrap_probe(lambda bwrap: room_args(bwrap, chromium)[:-1], env={"PATH": BROWSER_PATH})
 
 
 @lru_cache(maxsize=1)
@@ -170,7 +160,7 @@ def sandbox_plan(chromium: str | None, *, headless: bool = True) -> SandboxPlan:
         if works:
             return SandboxPlan("room", "on: Chromium's sandbox in a bubblewrap room "
                                        "(no KB_HOME, no home folder, no keys in it)")
-        fix = ("install bubblewrap (Debian: apt install bubblewrap)" if not shutil.which("bwrap")
+        fix = (BWRAP_INSTALL if why_no_room == BWRAP_MISSING
                else "let bubblewrap make user namespaces on this machine, or run kb as a user that is not root")
     if not _is_root():
         if user_namespaces_work():
