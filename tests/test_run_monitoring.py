@@ -112,7 +112,7 @@ def test_a_wiki_run_longer_than_the_stuck_limit_is_stopped_and_run_again():
         assert job.tags[MAX_RUNTIME_TAG] == "1800", job.name
     assert MAX_RUNTIME_TAG not in source_intake_job.tags
 
-    with dg.DagsterInstance.ephemeral(settings={"run_retries": {"enabled": True, "max_retries": 1}}) as instance:
+    with dg.DagsterInstance.from_config(str(ensure_dagster_home())) as instance:  # kb's config: its run retries
         run_id = str(uuid.uuid4())
         # The tags of a wiki run, with a limit of one second instead of 30 minutes.
         run = dg.DagsterRun(job_name="wiki_lint_job", run_id=run_id, status=dg.DagsterRunStatus.NOT_STARTED,
@@ -151,7 +151,7 @@ def test_a_step_of_a_telegram_item_that_runs_too_long_is_stopped_and_the_item_ru
     def intake_like() -> None:
         slow_step()
 
-    with dg.DagsterInstance.ephemeral(settings={"run_retries": {"enabled": True, "max_retries": 1}}) as instance:
+    with dg.DagsterInstance.from_config(str(ensure_dagster_home())) as instance:  # kb's config: its run retries
         worker = threading.Thread(target=lambda: intake_like.execute_in_process(instance=instance,
                                                                                 raise_on_error=False))
         worker.start()
