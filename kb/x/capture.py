@@ -29,7 +29,8 @@ LOGIN_PATHS = ("/login", "/i/flow/login", "/i/flow/signup")
 
 class CaptureRules(BaseModel):
     """How a browser capture paces itself, and what it reads after the
-    bookmarks. The browser timeout is the Browser client's own."""
+    bookmarks. capture_batch() takes timeout_s from the Browser client (the
+    browser resource), so one timeout holds for the pages and the answers."""
 
     timeout_s: float
     scroll_wait_s: float
