@@ -40,7 +40,8 @@ from kb_assets.x.bookmarks import normalized_bookmarks
 from kb_assets.partitions import sync_batches
 from kb.telegram.source_parsers import PermanentParseError, parse_pdf, parse_web
 from kb.urls import normalize_url
-from kb.x.graphql import PageShapeError, load_page, parse_page, summarize_page
+from kb.x.graphql import PageShapeError, load_page, summarize_page
+from kb.x.post_rows import parse_page
 from kb.x.browser import Browser
 from kb.duckdb_store import DuckDBStore, insert_rows
 from kb.x.raw_store import CaptureManifest, RawStore

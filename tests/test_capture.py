@@ -9,7 +9,8 @@ import time
 import dagster as dg
 import pytest
 
-from kb_assets.x.raw_pages import rate_limit_wait, x_raw_pages
+from kb_assets.x.raw_pages import x_raw_pages
+from kb.x.capture_traffic import rate_limit_wait
 from kb_assets.partitions import sync_batches
 from kb.x.browser import Browser, NotAnXPage, XLoginMissing
 from kb.x.raw_store import RawStore

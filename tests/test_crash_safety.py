@@ -51,7 +51,8 @@ import pytest
 import kb.apps.cli  # noqa: F401
 import kb_assets.definitions  # noqa: F401
 from kb.sample_data import sample_pages
-from kb.x.graphql import load_page, parse_page
+from kb.x.graphql import load_page
+from kb.x.post_rows import parse_page
 from kb_assets.instance_config import ensure_dagster_home
 from kb.index.lance_index import BOOKMARKS, CHUNKS, ChunkIndex
 from kb.x.raw_store import RawStore
@@ -84,7 +85,7 @@ def install_pause(point: str, flag: Path) -> None:
             time.sleep(3600)
 
     if point == "normalize":
-        import kb_assets.x.bookmarks as module
+        import kb.x.bookmark_tables as module
 
         real_write_batch = module.write_batch
 

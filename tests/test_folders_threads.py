@@ -168,7 +168,7 @@ def test_ids_from_a_hostile_page_never_reach_an_address_or_a_file_name(tmp_path)
     addresses and raw file names. Only digits (posts) and letters and digits
     (folders) pass, and the raw store refuses any other name."""
     from kb.x.raw_store import RawStore
-    from kb_assets.x.raw_pages import thread_targets
+    from kb.x.capture_extras import thread_targets
 
     hostile = [("../../../etc/passwd", "x"), ("123", "../evil"), ("456", "alice"), ("456", "alice"),
                ("789", "bob"), ("12 34", "bob")]
@@ -185,7 +185,7 @@ def test_only_a_folder_read_to_its_end_replaces_its_bookmarks():
     """A browser capture that a limit cut off in a folder holds only the
     folder's first pages: they add bookmarks, and remove none."""
     from kb.x.raw_store import CaptureManifest
-    from kb_assets.x.bookmarks import BatchRows, folders_read_whole
+    from kb.x.batch_rows import BatchRows, folders_read_whole
 
     members = {"a": {"1"}, "b": {"2"}}
     cut = CaptureManifest(batch="b1", mode="browser", full=False, complete=True, folders=["a", "b"],

@@ -18,6 +18,7 @@ from functools import cache
 import pytest
 
 from kb.x import graphql as x_graphql
+from kb.x.post_rows import parse_page
 from kb.sample_data import DEMO_QUERIES, SAMPLE_DIR, sample_pages
 import make_sample_data as generate  # benchmarks/ is on the test path (pyproject)
 
@@ -259,7 +260,7 @@ def test_sample_pages_names_the_folder_when_it_is_empty(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def parsed():
-    pages = [x_graphql.parse_page(payload, raw_file=name, batch="sample",
+    pages = [parse_page(payload, raw_file=name, batch="sample",
                                   captured_at=datetime(2026, 3, 28, tzinfo=timezone.utc))
              for name, payload in _payloads()]
     bookmarks = {b["tweet_id"]: b for page in pages for b in page.bookmarks}

@@ -13,14 +13,8 @@ from datetime import datetime, timezone
 import pytest
 
 from kb.urls import normalize_url, url_host
-from kb.x.graphql import (
-    PageShapeError,
-    article_plain_text,
-    entry_kind,
-    load_page,
-    parse_page,
-    video_variant_choice,
-)
+from kb.x.graphql import PageShapeError, article_plain_text, load_page
+from kb.x.post_rows import entry_kind, parse_page, video_variant_choice
 from tests.shared_data import x_fixture
 from tests.x_fixtures import _walk_entries, all_tweet_entries, bookmarks_page
 
@@ -383,7 +377,8 @@ def test_video_variant_choice_ignores_the_playlist():
 # --- folders and threads -------------------------------------------------------------
 
 def test_the_folder_list_reads_ids_and_names_and_refuses_odd_ids():
-    from kb.x.graphql import FOLDER_LIST, answer_kind, parse_folder_list
+    from kb.x.folder_list import parse_folder_list
+    from kb.x.graphql import FOLDER_LIST, answer_kind
     from tests.x_fixtures import TWILLOT_FOLDERS, folder_list_answer
 
     answer = folder_list_answer()
@@ -415,7 +410,8 @@ def test_a_folder_timeline_is_read_under_the_documented_key_and_under_another():
 
 
 def test_the_authors_thread_is_the_chain_of_their_own_replies():
-    from kb.x.graphql import TWEET_DETAIL, answer_kind, author_thread, focal_post_id, parse_thread
+    from kb.x.graphql import TWEET_DETAIL, answer_kind
+    from kb.x.thread_rows import author_thread, focal_post_id, parse_thread
 
     payload = json.loads(x_fixture("raw_tweet_details.json").read_text())
     assert answer_kind(payload) == TWEET_DETAIL and focal_post_id(payload) == "1649191520250245121"

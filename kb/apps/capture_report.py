@@ -2,7 +2,7 @@
 
 With no files, the report covers every sync batch under KB_HOME/raw/x. With
 files, it covers just those raw Bookmarks pages. Both read the pages with the
-same parser as the normalize assets (kb.x.graphql.parse_page), so the
+same parser as the normalize assets (kb.x.post_rows.parse_page), so the
 report shows what the assets would store.
 
 The report reads raw files only, never DuckDB: it works while a sync holds
@@ -18,8 +18,9 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kb_assets.x.bookmarks import BatchRows, read_batch, removal_sweep_allowed
-from kb.x.graphql import PageShapeError, load_page, parse_page
+from kb.x.batch_rows import BatchRows, read_batch, removal_sweep_allowed
+from kb.x.graphql import PageShapeError, load_page
+from kb.x.post_rows import parse_page
 from kb.x.raw_store import RawStore
 from kb.settings import Settings
 
@@ -86,7 +87,7 @@ def inspect_report(paths: list[Path] | None, settings: Settings) -> dict:
         batches = []
         for batch in store.batches():
             if store.pages(batch) or store.manifest(batch):
-                batches.append(read_batch(store, batch))
+                batches.append(read_batch(store, batch, max_posts=settings.kb_thread_max_posts))
         source = str(settings.x_raw_dir)
 
     bookmarks, media, links, authors, removed = replay(batches)

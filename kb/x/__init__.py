@@ -1,1 +1,2 @@
-"""Reading X: the GraphQL answers, the browser that captures them, the raw store."""
+"""Reading X: the GraphQL answers, the browser and the capture that keeps them,
+the raw store, and normalize (the rows and the SQL of the bookmark tables)."""
