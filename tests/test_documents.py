@@ -21,7 +21,7 @@ import pymupdf
 import pytest
 
 from kb.queries import owned_documents
-from kb_assets.enrich.documents import DocumentsConfig, documents, documents_coverage
+from kb_assets.documents.documents import DocumentsConfig, documents, documents_coverage
 from kb_assets.partitions import sync_batches
 from kb.urls import normalize_url
 from kb.x.browser import Browser
