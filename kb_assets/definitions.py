@@ -7,7 +7,7 @@ import gc
 
 import dagster as dg
 
-from kb_assets import enrich, index, telegram, wiki, x
+from kb_assets import documents, enrich, index, telegram, wiki, x
 from kb_assets.backups import backup_job
 from kb_assets.instance_config import ensure_on_load
 from kb_assets.jobs import (
@@ -46,7 +46,7 @@ private_process()
 ensure_on_load()
 
 # One package per asset group, as the Dagster UI shows them.
-ASSET_GROUPS = [x, enrich, index, telegram, wiki]
+ASSET_GROUPS = [x, documents, enrich, index, telegram, wiki]
 
 
 def build_resources(settings: Settings | None = None) -> dict:

@@ -11,7 +11,7 @@ NO_RETRY = {"dagster/max_retries": "0"}
 x_sync_job = dg.define_asset_job(
     "x_sync",
     # Partitioned by sync batch: Dagster infers it from the selected assets.
-    selection=dg.AssetSelection.groups("x", "enrich", "index") - dg.AssetSelection.assets("wiki_index"),
+    selection=dg.AssetSelection.groups("x", "documents", "enrich", "index") - dg.AssetSelection.assets("wiki_index"),
     description="Capture new bookmarks and carry them through every stage to the index.",
     # One process for the whole batch: the steps run in order, and one
     # process loads the embedding model once.
@@ -35,7 +35,7 @@ capture_job = dg.define_asset_job(
 # waiting work of earlier batches must still move.
 x_catch_up_job = dg.define_asset_job(
     "x_catch_up",
-    selection=dg.AssetSelection.groups("enrich", "index") - dg.AssetSelection.assets("wiki_index"),
+    selection=dg.AssetSelection.groups("documents", "enrich", "index") - dg.AssetSelection.assets("wiki_index"),
     description="Carry the work that waits in every sync batch to the index, with no capture.",
     executor_def=dg.in_process_executor,
     tags=NO_RETRY,

@@ -22,7 +22,7 @@ import duckdb as duckdb_lib
 # Dagster has no public name for these tags; they make one run cover a range of partitions.
 from kb_assets.dagster_internals import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from kb_assets.keys import PARTITION_TAG, STAGE_TAG
-from kb_assets.enrich.photo_captions import SOURCE, too_few_photos, waiting_by_batch
+from kb.enrich.photo_queue import SOURCE, too_few_photos, waiting_by_batch
 from kb.settings import excluded_sources
 from kb_assets.jobs import captions_job, captions_to_index_job
 from kb_assets.partitions import sync_batches

@@ -34,7 +34,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kb_assets.enrich.documents import DocumentsConfig, documents
+from kb_assets.documents.documents import DocumentsConfig, documents
 from kb.enrich.extract import MAX_LAYOUT_PAGES, extract_file, extract_html, extract_pdf, html_to_text
 from kb_assets.x.bookmarks import normalized_bookmarks
 from kb_assets.partitions import sync_batches

@@ -33,7 +33,7 @@ def closed_port_url() -> str:
 
 def waiting_translations() -> int:
     from kb.duckdb_store import DuckDBStore
-    from kb_assets.enrich.translations import waiting_by_batch
+    from kb.enrich.foreign_text import waiting_by_batch
 
     with DuckDBStore.from_settings().connect() as conn:
         return sum(waiting_by_batch(conn, set()).values())

@@ -105,7 +105,7 @@ def install_pause(point: str, flag: Path) -> None:
 
         module.insert_rows = insert_rows
     elif point == "documents-groups-of-2":
-        import kb_assets.enrich.documents as module
+        import kb.documents.document_store as module
 
         module.WRITE_EVERY = 2  # small groups, so that a few addresses make several writes
         flag.write_text(point)  # no hold here: the held fetch is the site's

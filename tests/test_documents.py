@@ -20,8 +20,9 @@ import dagster as dg
 import pymupdf
 import pytest
 
+from kb.documents.fetcher import fetch_documents
 from kb.queries import owned_documents
-from kb_assets.enrich.documents import DocumentsConfig, documents, documents_coverage
+from kb_assets.documents.documents import DocumentsConfig, documents, documents_coverage
 from kb_assets.partitions import sync_batches
 from kb.urls import normalize_url
 from kb.x.browser import Browser
@@ -478,3 +479,27 @@ def test_without_a_browser_the_stage_stops_and_keeps_what_it_fetched(sites, tmp_
     check = documents_coverage(duckdb=DuckDBResource(path=store.path))
     assert not check.passed
     assert (check.metadata["links"].value, check.metadata["usable"].value, check.metadata["pending"].value) == (2, 1, 1)
+
+
+def test_the_core_fetcher_runs_without_dagster_and_keeps_the_run_choices(tmp_path, monkeypatch):
+    """kb/documents fetches; the asset only turns its report into metadata.
+    No browser starts here: the article from content_state needs none, the
+    links are excluded for this run, and the article to render waits for
+    the X login (no saved login), which is no failure."""
+    monkeypatch.setenv("KB_HOME", str(tmp_path))
+    monkeypatch.setenv("KB_X_STATE", str(tmp_path / "no-login.json"))
+    monkeypatch.setenv("KB_CHROMIUM_PATH", str(tmp_path / "no-chromium"))
+    store = DuckDBStore.from_settings(path=str(tmp_path / "kb.duckdb"))
+    seed(store, [link("400", "https://example.com/page"), link("401", "https://x.com/i/article/555", kind="article"),
+                 link("402", "https://x.com/i/article/777", kind="article")],
+         [bookmark("400"), bookmark("401", article_title="State article", article_text=STATE_ARTICLE),
+          bookmark("402")])
+
+    report = fetch_documents(store, Browser.from_settings(), BATCH, skip={"link"})
+
+    assert sorted(t.url for t in report.targets) == ["https://x.com/i/article/555", "https://x.com/i/article/777"]
+    assert [(o.url, o.source, o.ok) for o in report.outcomes] == [("https://x.com/i/article/555", "content_state", True)]
+    assert report.articles_waiting_for_login == 1 and report.errors == [] and report.groups_written == 1
+    assert doc(store, "https://x.com/i/article/555")["status"] == "ok"
+    with store.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM documents").fetchone() == (1,)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pymupdf
 import pytest
 
-from kb_assets.enrich.documents import kind_of_content
+from kb.documents.web_links import kind_of_content
 from kb.enrich.extract import (
     THIN_WORDS,
     article_text,

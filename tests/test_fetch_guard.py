@@ -482,7 +482,7 @@ BATCH = "20260101T000000000Z"
 
 
 def _run_documents(store: DuckDBStore, urls: list[str]) -> dict[str, dict]:
-    from kb_assets.enrich.documents import DocumentsConfig, documents
+    from kb_assets.documents.documents import DocumentsConfig, documents
     from kb_assets.partitions import sync_batches
     from kb_resources.services import BrowserResource
     from kb_resources.stores import DuckDBResource

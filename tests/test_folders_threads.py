@@ -96,7 +96,7 @@ def test_folders_and_the_authors_thread_from_import_to_search(tmp_path, capsys):
     assert [p for (p,) in duck(f"SELECT post_id FROM thread_posts WHERE tweet_id = '{FOCAL}' ORDER BY position")] \
         == ["1649191521323995138", "1649191522485817345", "1649191523697979392"]
     # The thread's links go to the documents stage: they are links of the bookmark.
-    from kb_assets.enrich.documents import targets_for_batch
+    from kb.documents.document_store import targets_for_batch
 
     [(batch,)] = duck("SELECT DISTINCT batch FROM bookmarks")
     conn = duckdb.connect(str(get_settings().duckdb_path), read_only=True)

@@ -43,7 +43,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from kb_assets.enrich.documents import DocumentsConfig, documents
+from kb_assets.documents.documents import DocumentsConfig, documents
 from kb.apps.login import save_login_state
 from kb_assets.partitions import sync_batches
 from kb.apps.sync import run_sync

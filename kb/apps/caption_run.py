@@ -18,11 +18,11 @@ from kb_assets.dagster_internals import (
     ASSET_PARTITION_RANGE_START_TAG,
     create_location_run,
 )
-from kb_assets.enrich.photo_captions import waiting_by_batch
 from kb_assets.instance_config import ensure_dagster_home
 from kb_assets.partitions import sync_batches
 from kb_assets.run_launcher import fail_runs_of_dead_workers, this_process_tags
 from kb.duckdb_store import DuckDBStore
+from kb.enrich.photo_queue import waiting_by_batch
 
 
 def run_captions(*, limit: int = 0, retry: bool = False) -> dict:

@@ -59,7 +59,7 @@ def _item_problems(report: SyncReport, asset: str) -> SyncReport:
 def run_extract(*, limit: int = 0, retry: bool = False, on_stage: OnStage = None) -> SyncReport:
     """`kb extract`: fetch the documents behind the links that wait (and the
     failed ones with `retry`), then index them."""
-    from kb_assets.enrich.documents import fetchable, targets_for_batch
+    from kb.documents.document_store import fetchable, targets_for_batch
 
     batches = set(known_batches())
     with DuckDBStore.from_settings().connect() as conn:
@@ -76,7 +76,7 @@ def run_transcribe(*, limit: int = 0, retry: bool = False, on_stage: OnStage = N
     """`kb transcribe`: transcribe the videos that wait (and the failed ones
     with `retry`), then index them. The job never retries by itself: a
     retry would start a GPU or a paid service again."""
-    from kb_assets.enrich.video_transcripts import waiting_videos
+    from kb.enrich.video_queue import waiting_videos
 
     batches = set(known_batches())
     with DuckDBStore.from_settings().connect() as conn:
@@ -90,7 +90,7 @@ def run_transcribe(*, limit: int = 0, retry: bool = False, on_stage: OnStage = N
 
 def run_translate(*, limit: int = 0, on_stage: OnStage = None) -> SyncReport:
     """`kb translate`: translate the foreign passages that wait, then index them."""
-    from kb_assets.enrich.translations import waiting_by_batch
+    from kb.enrich.foreign_text import waiting_by_batch
 
     batches = set(known_batches())
     with DuckDBStore.from_settings().connect() as conn:

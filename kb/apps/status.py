@@ -83,10 +83,10 @@ def _enrichment_coverage(conn) -> dict:
     """The numbers of the coverage checks of captions, transcripts and
     translations (the same queries). A table that does not exist yet gives
     no entry."""
-    from kb_assets.enrich.photo_captions import photo_coverage
+    from kb.enrich.foreign_text import translation_coverage
+    from kb.enrich.photo_queue import photo_coverage
+    from kb.enrich.video_queue import video_coverage
     from kb.settings import excluded_sources
-    from kb_assets.enrich.video_transcripts import video_coverage
-    from kb_assets.enrich.translations import translation_coverage
 
     out = {}
     for name, read in (("captions", photo_coverage), ("transcripts", video_coverage),

@@ -1,7 +1,7 @@
 """Extraction: the main content of one web page or PDF, as HTML and as text.
 
 The functions here are pure: they take bytes or a string and return text.
-The `documents` asset does the fetching; `kb extract-file` calls
+The document fetcher (kb/documents/) fetches; `kb extract-file` calls
 `extract_file()` on a saved page. Both use the same code, so what the
 command prints is what the chunker sees.
 

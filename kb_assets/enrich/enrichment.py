@@ -1,21 +1,13 @@
-"""What the enrichment assets (captions, transcripts, translations) share.
-
-Each of them reads the items that wait, closes DuckDB, lets a model work,
-and writes the results in groups. The rules behind that:
-- A failed item is tried again only on request (`retry`): a failure that
-  comes back on every run would hide the items that wait.
-- No connection is open while the model works: a connection holds the
-  writer lock of the file (kb/writer_lock.py), and other runs wait for it. Each group of results goes in its own short transaction, so an
-  interrupted run keeps what it wrote and the next run goes on from there.
-"""
+"""What the enrichment assets (captions, transcripts, translations, and
+the documents) share in Dagster: the run config of the batches, the
+metadata of failures, the result of a stage that stopped, and the checks
+that run in the stage's step. The items that wait and the writer of their
+results are in the core (kb/enrich/waiting_items.py)."""
 
 from collections import Counter
 from collections.abc import Callable
 
 import dagster as dg
-import duckdb
-
-from kb.duckdb_store import DuckDBStore, insert_rows
 
 
 class WaitingConfig(dg.Config):
@@ -39,52 +31,6 @@ def from_batches(batches) -> dg.MetadataValue:
     """How many items came from each sync batch, as JSON metadata: the
     Dagster UI shows the origin of the work that a run did."""
     return dg.MetadataValue.json(dict(sorted(Counter(batches).items())))
-
-
-def waiting_rows(conn: duckdb.DuckDBPyConnection, items_sql: str, columns: str,
-                 batches: list[str] | None, *, retry: bool) -> list[tuple]:
-    """`columns` of the items in `items_sql` with no result yet (and the
-    failed ones when `retry`), of the given batches (None: of every batch),
-    in batch order. `items_sql` gives the columns batch, url, status and
-    attempts."""
-    return conn.execute(
-        f"""SELECT {columns} FROM ({items_sql})
-            WHERE (status IS NULL OR (status = 'failed' AND ?))
-              AND (? OR list_contains(?, batch))
-            ORDER BY batch, url""",
-        [retry, batches is None, batches or []],
-    ).fetchall()
-
-
-class ResultWriter:
-    """Collects result rows and inserts them into `table`, `every` rows per
-    short transaction. Use it in a `with` block: on exit it writes the rest,
-    also when the model stopped with an error."""
-
-    def __init__(self, duckdb: DuckDBStore, table: str, every: int):
-        self.duckdb = duckdb
-        self.table = table
-        self.every = every
-        self.pending: list[dict] = []
-        self.written: list[dict] = []
-
-    def add(self, row: dict) -> None:
-        self.pending.append(row)
-        if len(self.pending) >= self.every:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.pending:
-            with self.duckdb.transaction() as conn:
-                insert_rows(conn, self.table, self.pending)
-            self.written.extend(self.pending)
-            self.pending.clear()
-
-    def __enter__(self) -> "ResultWriter":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.flush()
 
 
 def failure_reasons(rows: list[dict]) -> dg.MetadataValue:

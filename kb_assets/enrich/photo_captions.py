@@ -9,6 +9,9 @@ backend a GPU start costs the same for 1 photo as for 600. So:
   every batch with waiting photos once there are enough of them;
 - `kb caption` (kb/apps/caption_run.py) starts that run at once, whatever the count.
 
+The rules (which photos wait, when enough wait, the result rows) are in
+kb/enrich/photo_queue.py.
+
 One run can cover a range of sync batches (BackfillPolicy.single_run), so
 the photos of many batches share one GPU start.
 
@@ -23,90 +26,16 @@ A failed photo is stored with its reason and tried again only on request
 
 # No `from __future__ import annotations`: Dagster reads the config class
 # from the real annotation of the asset function.
-from collections import Counter
-from dataclasses import dataclass
-from datetime import datetime, timezone
-
 import dagster as dg
-import duckdb
 
+from kb.enrich.photo_queue import SOURCE, caption_waiting, photo_coverage, too_few_photos, waiting_photos
+from kb_assets.enrich.enrichment import (WaitingConfig, backend_stopped, batches_of_run, coverage_check,
+                                         failure_reasons, from_batches, goes_on_after_failure, with_checks)
+from kb_assets.partitions import sync_batches
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
-from kb_assets.enrich.enrichment import (ResultWriter, WaitingConfig, backend_stopped, batches_of_run, coverage_check,
-                                         failure_reasons, from_batches, goes_on_after_failure, waiting_rows, with_checks)
-from kb_assets.partitions import sync_batches
-from kb.settings import get_settings
-from kb.enrich.vision import CaptionBackendError, CaptionResult
 from kb_resources.services import CaptionerResource
 from kb_resources.stores import DuckDBResource
-
-SOURCE = "image"  # the chunk source that captions feed; `exclude = ["image"]` turns this stage off
-WRITE_EVERY = 25  # results per write: an interrupted run loses at most this many
-
-# Photos of live bookmarks, one row per photo URL, with the batch of the
-# bookmark that shows it (a bookmark belongs to the batch that captured it
-# last). `{where}` narrows the photos.
-PHOTOS_SQL = """
-    SELECT m.url, min(b.batch) AS batch, any_value(c.status) AS status, coalesce(any_value(c.attempts), 0) AS attempts
-    FROM media m
-    JOIN bookmarks b ON b.tweet_id = m.tweet_id AND b.removed_at IS NULL
-    LEFT JOIN captions c ON c.url = m.url
-    WHERE m.kind = 'photo'
-    GROUP BY m.url
-"""
-
-
-@dataclass(frozen=True)
-class Photo:
-    url: str
-    batch: str
-    attempts: int
-
-
-def waiting_photos(conn: duckdb.DuckDBPyConnection, batches: list[str] | None, *, retry: bool) -> list[Photo]:
-    """Photos with no caption yet (and the failed ones when `retry`), of the
-    given batches (None: of every batch), in batch order."""
-    return [Photo(*row) for row in waiting_rows(conn, PHOTOS_SQL, "url, batch, attempts", batches, retry=retry)]
-
-
-def waiting_by_batch(conn: duckdb.DuckDBPyConnection, *, retry: bool = False) -> dict[str, int]:
-    """How many photos wait, per sync batch."""
-    return dict(Counter(photo.batch for photo in waiting_photos(conn, None, retry=retry)))
-
-
-def photo_coverage(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    """Photos of live bookmarks: total, captioned, failed, waiting."""
-    total, ok, failed = conn.execute(
-        f"""SELECT count(*), count(*) FILTER (WHERE status = 'ok'), count(*) FILTER (WHERE status = 'failed')
-            FROM ({PHOTOS_SQL})""").fetchone()
-    return {"photos": total, "captioned": ok, "failed": failed, "waiting": total - ok - failed}
-
-
-def caption_row(result: CaptionResult, photo: Photo, model: str, now: datetime) -> dict:
-    return {
-        "url": result.url,
-        "caption": result.caption,
-        "ocr_text": result.ocr_text if result.ok else None,
-        "status": "ok" if result.ok else "failed",
-        "reason": result.reason,
-        "detail": result.detail,
-        "model": model,
-        "batch": photo.batch,
-        "captioned_at": now,
-        "attempts": photo.attempts + 1,
-    }
-
-
-def too_few_photos(waiting: int, min_photos: int = -1) -> str:
-    """Why no caption run starts for `waiting` photos (all the photos that
-    wait, over every batch), or "" when one starts. One rule for the sync
-    and the sensor: a daily sync of a few photos must add up to a run.
-    min_photos -1: settings.kb_caption_min_photos; 0: always a run."""
-    threshold = min_photos if min_photos >= 0 else get_settings().kb_caption_min_photos
-    if waiting >= threshold:
-        return ""
-    return (f"{waiting} photo(s) wait; a caption run starts at {threshold} "
-            "(KB_CAPTION_MIN_PHOTOS; `kb caption` starts one now)")
 
 
 class CaptionsConfig(WaitingConfig):
@@ -142,18 +71,8 @@ def caption_photos(
         photos = photos[:config.limit]
 
     model = captioner.model_name()
-    by_url = {photo.url: photo for photo in photos}
     context.log.info(f"Captioning {len(photos)} photo(s) of {len(batches)} batch(es) with {model}")
-    error: CaptionBackendError | None = None
-    # The writer keeps what was captioned, also when the backend stopped.
-    with ResultWriter(duckdb, "captions", WRITE_EVERY) as writer:
-        try:
-            for result in captioner.caption(list(by_url)):
-                writer.add(caption_row(result, by_url[result.url], model, datetime.now(timezone.utc)))
-        except CaptionBackendError as exc:
-            error = exc
-
-    written = writer.written
+    written, error = caption_waiting(duckdb, captioner, photos)
     for row in written:
         if row["status"] == "failed":
             context.log.info(f"{row['url']}: {row['reason']} {row['detail'] or ''}".rstrip())
@@ -173,8 +92,7 @@ def caption_photos(
 
 
 def captions_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
-    duckdb = duckdb.get_client()
-    with duckdb.connect() as conn:
+    with duckdb.get_client().connect() as conn:
         numbers = photo_coverage(conn)
     return coverage_check(numbers, done=numbers["captioned"], total=numbers["photos"],
                           off=SOURCE in excluded_sources(), off_key="excluded")
