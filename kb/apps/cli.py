@@ -276,7 +276,7 @@ def wiki_check(path: str | None, as_json: bool) -> None:
     specification (names, sections, the marker), claims without a citation,
     duplicate pages, contradictions between pages, claims that their cited
     source does not hold, and stale claims (the local model; no LLM)."""
-    from kb.index.embedder import EmbedderError
+    from kb.index.embed_vectors import EmbedderError
     from kb.wiki.checks import check_wiki, findings_count, format_findings
     from kb.settings import get_settings
 

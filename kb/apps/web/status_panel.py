@@ -155,7 +155,9 @@ def service_readiness(settings: Settings, index: ChunkIndex) -> dict:
 def _query_embedder(settings: Settings, index: ChunkIndex) -> dict:
     """Whether the search page can embed a query with the index's model.
     It checks that the model is there; it does not load it."""
-    from kb.index.embedder import EmbedderError, local_model_path, ollama_models
+    from kb.index.embed_local import local_model_path
+    from kb.index.embed_ollama import ollama_models
+    from kb.index.embed_vectors import EmbedderError
 
     info = index.model_info() if index.exists() else None
     if info is None:
