@@ -101,7 +101,9 @@ def sha256_of(path: Path) -> str:
     value = digest.hexdigest()
     with _LOCK:
         _SUMS[str(path)] = (key, value)
-        sums = _read_sums()
+        # Entries of files that are gone go: a test's or an old install's
+        # folder would make the file grow for ever.
+        sums = {name: entry for name, entry in _read_sums().items() if Path(name).exists()}
         sums[str(path)] = [list(key), value]
         try:
             write_atomic(_sums_file(), json.dumps(sums, indent=0).encode())
