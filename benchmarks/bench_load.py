@@ -221,7 +221,7 @@ def cli_client(lancedb_dir: str, backend: str, batch: list[Query], go=None) -> C
 
 def cli_process(args: tuple) -> ClientResult:
     """cli_client in a process of its own (multiprocessing)."""
-    from kb.index.embedder import use_cpu_threads
+    from kb.index.embed_local import use_cpu_threads
 
     lancedb_dir, backend, batch, go = args
     use_cpu_threads(1)  # as a serving process does (kb-mcp; `kb search` once wired)

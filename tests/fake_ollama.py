@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kb.index.embedder import hash_vectors
+from kb.index.embed_vectors import hash_vectors
 from tests.loopback import LoopbackServer, QuietHandler
 
 DIM = 768  # embeddinggemma's dimension

@@ -14,14 +14,10 @@ import textwrap
 import numpy as np
 import pytest
 
-from kb.index.embedder import (
-    OLLAMA_DOCUMENT_PROMPT,
-    OLLAMA_QUERY_PROMPT,
-    CACHE_TABLE,
-    Embedder,
-    EmbedderError,
-    forget_backend_choice,
-)
+from kb.index.embed_ollama import OLLAMA_DOCUMENT_PROMPT, OLLAMA_QUERY_PROMPT
+from kb.index.embed_vectors import EmbedderError
+from kb.index.embedder import Embedder, forget_backend_choice
+from kb.index.vector_cache import CACHE_TABLE
 from kb.settings import get_settings
 from tests.fake_ollama import DIM, FakeOllama
 
@@ -234,7 +230,8 @@ def test_queries_use_int8_weights_and_passages_the_full_ones():
     """KB_QUERY_INT8 (default on): a query on ONNX Runtime runs on the int8
     file, so its vector is near the full one but not equal; a few passages
     keep the full weights (the test above checks them against PyTorch)."""
-    from kb.index.embedder import load_onnx_model, onnx_int8_file, local_model_path, onnx_model_file
+    from kb.index.embed_local import local_model_path
+    from kb.index.embed_onnx import load_onnx_model, onnx_int8_file, onnx_model_file
 
     text = "how does the borrow checker decide how long a reference lives"
     full = load_onnx_model("all-MiniLM-L6-v2").encode([text])[0]
@@ -253,14 +250,14 @@ def test_passages_load_no_query_model_and_cached_passages_load_no_model(tmp_path
     """`kb wiki check` embeds passages only. It must not load the int8 query
     model, and when the cache holds every vector it must load no model
     (benchmarks/wiki_check.md: 0.15 s and 0.3 s of CPU for nothing)."""
-    import kb.index.embedder as embedder_module
+    import kb.index.embed_onnx as onnx_module
 
     texts = ["The harbour guild kept records of cargo in 1820.", "A kiln fires the glaze of a pot at night."]
     loaded: list[dict] = []
 
     def check_run() -> np.ndarray:
         models: dict = {}
-        monkeypatch.setattr(embedder_module, "_ONNX_MODELS", models)  # as in a new process
+        monkeypatch.setattr(onnx_module, "_ONNX_MODELS", models)  # as in a new process
         vectors = Embedder.from_settings(backend="local", onnx_documents=True,
                                          cache_dir=str(tmp_path / "vectors")).embed_documents(texts)
         loaded.append(models)
@@ -290,7 +287,7 @@ def test_int8_passages_have_their_own_name_in_the_vector_cache(tmp_path):
 
 
 def test_local_runtimes(monkeypatch):
-    from kb.index.embedder import EmbedderError, local_runtimes
+    from kb.index.embed_local import local_runtimes
 
     monkeypatch.delenv("KB_LOCAL_RUNTIME", raising=False)
     assert local_runtimes() == ("onnx", "torch")
@@ -310,8 +307,10 @@ def test_local_runtimes(monkeypatch):
 PYTORCH_CHECKS = textwrap.dedent("""
     import json, os, sys
     import numpy as np
-    import kb.index.embedder as embedder_module
-    from kb.index.embedder import FEW_TEXTS, Embedder, load_local_model, load_onnx_model
+    import kb.index.embed_onnx as onnx_module
+    from kb.index.embed_local import load_local_model
+    from kb.index.embed_onnx import load_onnx_model
+    from kb.index.embedder import FEW_TEXTS, Embedder
     results = {}
 
     # A sync with a few new bookmarks, then a large batch.
@@ -336,12 +335,12 @@ PYTORCH_CHECKS = textwrap.dedent("""
     open(blocker, "w").close()
     os.environ["XDG_CACHE_HOME"] = blocker
     os.environ["KB_ONNX_SHARED_DIR"] = blocker  # and the install's folder: no ONNX file anywhere
-    embedder_module._ONNX_MODELS.clear()  # no model from the checks above
-    embedder_module._ONNX_FAILED.clear()
+    onnx_module._ONNX_MODELS.clear()  # no model from the checks above
+    onnx_module._ONNX_FAILED.clear()
     vector = Embedder.from_settings(backend="local", cache_dir=cache_dir).embed_query(
         "sourdough starter, embedded on PyTorch")
     results["without_onnx"] = {"shape": list(vector.shape), "norm": float(np.linalg.norm(vector)),
-                               "blocker": blocker, "failure": embedder_module._ONNX_FAILED.get("all-MiniLM-L6-v2")}
+                               "blocker": blocker, "failure": onnx_module._ONNX_FAILED.get("all-MiniLM-L6-v2")}
     print(json.dumps(results))
 """)
 

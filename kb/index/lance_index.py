@@ -15,7 +15,7 @@ Tables in one LanceDB folder (settings.lancedb_dir):
 - `bookmarks`: one card per bookmark (post, quoted post, links, media).
 - `index_meta`: key/value facts, for now the last sync.
 - `folders`: the bookmarks of each bookmark folder (kb/index/folders.py).
-- `embedding_cache`: owned by kb.index.embedder.
+- `embedding_cache`: owned by kb.index.vector_cache.
 
 One writer (the `chunk_index` asset) and many readers (search, MCP, bot).
 LanceDB tables are versioned: a reader sees one committed version, and with
@@ -52,7 +52,8 @@ from pydantic import BaseModel, PrivateAttr, SecretStr, field_validator
 from kb.index.chunk_schema import (AUTHOR_KEY_COLUMN, CHUNK_FIELDS, DIM_KEY, MODEL_KEY, NGRAM_COLUMN, author_key,
                                    chunks_schema)
 from kb.index.chunking import unspaced_runs, word_count
-from kb.index.embedder import Embedder, EmbedderError
+from kb.index.embed_vectors import EmbedderError
+from kb.index.embedder import Embedder
 from kb.index.passage_rows import ROWS_FILE_MIN_ROWS, PassageRows, dataset_identity
 from kb.settings import Settings, get_settings
 from kb.writer_lock import writer_lock

@@ -1,4 +1,4 @@
-"""Where the ONNX files of the local model live (kb/index/embedder.py makes
+"""Where the ONNX files of the local model live (kb/index/embed_onnx.py makes
 them at the first search): once per machine, not once per HOME.
 
 The files were in the user's cache folder only (~/.cache/kb/onnx). So each

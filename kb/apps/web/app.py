@@ -56,7 +56,7 @@ from kb.apps.web.status_panel import collect_web_status
 from kb.apps.web.wiki_html import render_page
 from kb.wiki_files import WIKI_SOURCE
 from kb.index.folders import folders, folders_of
-from kb.index.embedder import EmbedderError
+from kb.index.embed_vectors import EmbedderError
 from kb.index.lance_index import ChunkIndex, IndexModelMismatch, empty_index_note
 from kb.settings import Settings, get_settings
 
@@ -354,7 +354,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, settings: Settings
     if not is_loopback(host):
         log.warning("kb web listens on %s: every machine that reaches it can read your bookmarks. "
                     "It has no login.", host)
-    from kb.index.embedder import use_cpu_threads
+    from kb.index.embed_local import use_cpu_threads
 
     # A serving process: one CPU thread for the query model, as kb-mcp
     # (see use_cpu_threads). kb web serves the relayed kb-mcp sessions too.

@@ -155,7 +155,9 @@ def service_readiness(settings: Settings, index: ChunkIndex) -> dict:
 def _query_embedder(settings: Settings, index: ChunkIndex) -> dict:
     """Whether the search page can embed a query with the index's model.
     It checks that the model is there; it does not load it."""
-    from kb.index.embedder import EmbedderError, local_model_path, ollama_models
+    from kb.index.embed_local import local_model_path
+    from kb.index.embed_ollama import ollama_models
+    from kb.index.embed_vectors import EmbedderError
 
     info = index.model_info() if index.exists() else None
     if info is None:
@@ -165,7 +167,7 @@ def _query_embedder(settings: Settings, index: ChunkIndex) -> dict:
         return {"ready": True, "detail": f"{info[0]} (test embedder)"}
     if backend == "local":
         try:
-            return {"ready": True, "detail": f"{info[0]} at {local_model_path(settings.kb_local_model)}"}
+            return {"ready": True, "detail": f"{info[0]} at {local_model_path(settings.kb_local_model, download=False)}"}
         except EmbedderError as exc:
             return {"ready": False, "detail": str(exc)}
     if backend == "ollama":

