@@ -37,9 +37,9 @@ os.environ.setdefault("KB_GATE_RETRY_WAITS_S", "0,0,0")
 
 @pytest.fixture(autouse=True)
 def restore_environ():
-    """Every test ends with the environment it began with. Building a
-    resource exports a secret from the settings file to the environment
-    (kb_resources/client_resource.py), so one test's key must not reach the next."""
+    """Every test ends with the environment it began with: one test's key
+    or home must not reach the next (kb's commands set DAGSTER_HOME, a test
+    sets keys)."""
     saved = dict(os.environ)
     yield
     os.environ.clear()
