@@ -15,7 +15,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
@@ -26,16 +26,29 @@ from kb.duckdb_schema import MIGRATIONS, SCHEMA_VERSION, TABLES
 from kb import writer_lock
 from kb.settings import Settings, get_settings
 
-def _with_lock_wait(open_file, attempts: int = 20):
-    """Open the file; wait a short time when another process holds the lock."""
-    for attempt in range(attempts):
-        try:
-            return open_file()
-        except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower() or attempt == attempts - 1:
-                raise
-            time.sleep(0.25 * (attempt + 1))
-    raise AssertionError("unreachable")
+# DuckDB's own lock of a file ("Could not set lock on file"): a process
+# outside kb (the duckdb shell) holds it, as it takes no writer lock. Such a
+# hold is short, so kb waits: 20 tries, 0.25 s more before each next one
+# (about 47 s in all), then the error goes to the caller.
+LOCK_ATTEMPTS = 20
+
+
+def file_is_locked(exc: BaseException) -> bool:
+    """The error of DuckDB when another process holds the file."""
+    return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
+
+
+def retry_while_locked(attempts: int = LOCK_ATTEMPTS, before_sleep: Callable[[], None] | None = None):
+    """A decorator: call the function again while DuckDB says that another
+    process holds the file. Another error, or the last try's error, goes to
+    the caller as it is. `before_sleep` runs before each wait."""
+    import tenacity  # here: a process that imports this module but opens no file does not pay for it
+
+    return tenacity.retry(retry=tenacity.retry_if_exception(file_is_locked),
+                          stop=tenacity.stop_after_attempt(attempts),
+                          wait=tenacity.wait_incrementing(start=0.25, increment=0.25),
+                          before_sleep=(lambda _state: before_sleep()) if before_sleep else None,
+                          reraise=True)
 
 
 # Each connect() attaches the file to one in-memory DuckDB of the process,
@@ -103,7 +116,7 @@ def _attach(key: str) -> list:
                 alias = "kb_" + hashlib.sha1(key.encode()).hexdigest()[:16]
                 quoted = key.replace("'", "''")
                 # A process outside kb (the duckdb shell) takes no writer lock: wait for DuckDB's own.
-                _with_lock_wait(lambda: _host[0].execute(f"ATTACH '{quoted}' AS {alias}"))
+                retry_while_locked()(_host[0].execute)(f"ATTACH '{quoted}' AS {alias}")
                 entry = _attached[key] = [alias, 1, fd, time.monotonic()]
                 return entry
         except BaseException:
