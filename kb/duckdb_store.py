@@ -52,9 +52,10 @@ def retry_while_locked(attempts: int = LOCK_ATTEMPTS, before_sleep: Callable[[],
 
 
 # Each connect() attaches the file to one in-memory DuckDB of the process,
-# and detaches it at the end. A new DuckDB instance costs 35 to 50 ms of CPU
-# here (it fills its catalog of functions); an ATTACH to a live one 5 ms. A
-# sync connects about 11 times. DETACH releases the file lock as close() did,
+# and detaches it at the end. A new DuckDB instance fills its catalog of
+# functions, which costs much more CPU than an ATTACH to a live one, and a
+# sync connects many times (the figures: benchmarks/index_and_retrieval.md,
+# "DuckDB"). DETACH releases the file lock as close() did,
 # so the rule above (short connections) stays. Uses of the same file in one
 # process share the attachment (as duckdb.connect shares its instance).
 #
@@ -221,8 +222,9 @@ def insert_rows(conn: duckdb.DuckDBPyConnection, table: str, rows: list[dict]) -
 
 
 # The files (device, inode) for which this process ran every CREATE TABLE IF
-# NOT EXISTS. Each stage of a sync connects once or more: the 14 statements
-# took about 30 ms of each connection (110 ms) on this machine.
+# NOT EXISTS. Each stage of a sync connects once or more, and the
+# statements took a large part of each connection's time
+# (benchmarks/figures_from_comments.md).
 _TABLES_CHECKED: set[tuple[int, int]] = set()
 
 

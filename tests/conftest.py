@@ -12,9 +12,9 @@ import pytest
 # Keep the bytecode. This machine sets PYTHONDONTWRITEBYTECODE=1, so each
 # process compiled kb's modules again: each xdist worker at collection, and
 # each `kb` command, Dagster code server, daemon and run worker that a test
-# starts (they get this environment). With the cache, `pytest --collect-only`
-# takes 6.0 s of user CPU, not 10.6 s (load 9 to 11), and `import
-# kb_assets.definitions` 1.3 s, not 1.8 s (load 17; 3 December 2026). The xdist workers and every subprocess start
+# starts (they get this environment). The cache cuts the CPU of a collection
+# and of each import of the graph by a large part
+# (benchmarks/figures_from_comments.md). The xdist workers and every subprocess start
 # after this line, so they inherit it. .gitignore keeps __pycache__/ out of git.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
@@ -139,8 +139,8 @@ def hasher():
 # no long file starts late while the other worker runs out of work (before:
 # test_up.py and test_shared_instance.py, late in the alphabet, often ended
 # the run alone). Seconds of one full run on two cores that other jobs also
-# used (load average 5.6, 1 December 2026); a file not named here counts as
-# short.
+# used (the date and load: benchmarks/figures_from_comments.md); a file not
+# named here counts as short.
 FILE_SECONDS = {
     "test_crash_safety.py": 172, "test_up.py": 149, "test_sync.py": 96, "test_wiki_agent.py": 130,
     "test_extract.py": 87, "test_shared_instance.py": 71, "test_layout.py": 66, "test_bad_input.py": 66,
