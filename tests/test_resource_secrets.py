@@ -102,3 +102,36 @@ def test_a_secret_that_is_in_neither_the_environment_nor_the_settings_is_refused
     with pytest.raises(ValueError, match=r"TranslatorResource.api_key: the secret is not the value of GROQ_API_KEY"):
         TranslatorResource.from_settings(api_key="gsk-TEST-SECRET-elsewhere-0000")
     assert leaked_into_environment() == []
+
+
+# --- a run worker: another process, which builds the resource from its own settings ----------
+
+
+@dg.asset
+def key_check(translator: TranslatorResource) -> dg.MaterializeResult:
+    key = translator.get_client().api_key
+    return dg.MaterializeResult(metadata={
+        "key_matches": key is not None and key.get_secret_value() == FILE_SECRETS["GROQ_API_KEY"],
+        "environment": ",".join(leaked_into_environment()), "pid": os.getpid()})
+
+
+def key_check_job() -> dg.JobDefinition:
+    """Built in the worker process too, as a code location builds its
+    resources from the settings (kb_assets/definitions.py)."""
+    return dg.Definitions(assets=[key_check], jobs=[dg.define_asset_job("key_check_job")],
+                          resources={"translator": TranslatorResource.from_settings()}).resolve_job_def("key_check_job")
+
+
+@pytest.mark.slow  # a run worker process imports Dagster
+def test_a_run_worker_process_gets_the_key_from_the_settings_file(settings_file, monkeypatch):
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")])))
+    assert "GROQ_API_KEY" not in os.environ
+    with dg.instance_for_test() as instance:
+        result = dg.execute_job(dg.reconstructable(key_check_job), instance=instance)
+        assert result.success
+        [event] = result.get_asset_materialization_events()
+        metadata = {k: v.value for k, v in event.step_materialization_data.materialization.metadata.items()}
+    assert metadata["pid"] != os.getpid()  # the step ran in its own process
+    assert metadata["key_matches"] is True and metadata["environment"] == ""
+    assert leaked_into_environment() == []
