@@ -48,7 +48,7 @@ class ClientResource(dg.ConfigurableResource):
         """The resource with the client's values from the settings."""
         client = cls.client_class.from_settings(settings, **overrides)
         values: dict[str, Any] = {"secrets_from_settings": []}
-        for name in cls._client_fields():
+        for name in cls.client_fields():
             value = getattr(client, name)
             if name in cls.SECRETS:
                 value = _secret_field(f"{cls.__name__}.{name}", cls.SECRETS[name], value)
@@ -59,7 +59,8 @@ class ClientResource(dg.ConfigurableResource):
         return cls(**values)
 
     @classmethod
-    def _client_fields(cls) -> list[str]:
+    def client_fields(cls) -> list[str]:
+        """The fields that the client has too: every field but secrets_from_settings."""
         return [name for name in cls.model_fields if name != "secrets_from_settings"]
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
@@ -70,7 +71,7 @@ class ClientResource(dg.ConfigurableResource):
 
     def get_client(self):
         if self._client is None:
-            values = {name: _resolved(getattr(self, name)) for name in self._client_fields()}
+            values = {name: _resolved(getattr(self, name)) for name in self.client_fields()}
             values.update(self._secrets_from_settings())
             self._client = self.client_class(**values)
         return self._client
