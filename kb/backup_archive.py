@@ -83,6 +83,7 @@ from kb.archive_checks import (
     DUCKDB_FILE, MANIFEST, BackupError, check_dagster_home, check_dagster_yaml, check_duckdb, check_lancedb, check_manifest,
     check_members, open_duckdb_as_data, quote_identifier,
 )
+from kb.duckdb_store import LOCK_ATTEMPTS, retry_while_locked
 from kb.private_files import FILE_MODE, make_private_folder, make_tree_private
 from kb.settings import Settings, get_settings
 from kb.wiki.git_env import git_command, git_env
@@ -171,9 +172,13 @@ def _copy_tree(source: Path, target: Path, *, skip_dirs: tuple[str, ...] = (), w
 # --- the parts of a backup ---------------------------------------------------------------
 
 
-def backup_duckdb(source: Path, target: Path, attempts: int = 20) -> dict[str, int]:
-    """One snapshot of the DuckDB file into `target`. Returns rows per table."""
-    for attempt in range(attempts):
+def backup_duckdb(source: Path, target: Path, attempts: int = LOCK_ATTEMPTS) -> dict[str, int]:
+    """One snapshot of the DuckDB file into `target`. Returns rows per table.
+    While a writer holds the file (a stage started after the run check), wait
+    and try again from an empty target."""
+
+    @retry_while_locked(attempts, before_sleep=lambda: target.unlink(missing_ok=True))
+    def copy() -> None:
         conn = duckdb.connect()
         try:
             conn.execute(f"ATTACH '{_sql_path(source)}' AS src (READ_ONLY)")
@@ -181,16 +186,14 @@ def backup_duckdb(source: Path, target: Path, attempts: int = 20) -> dict[str, i
             conn.execute("COPY FROM DATABASE src TO dst")
             conn.execute("DETACH dst")
             conn.execute("DETACH src")
-            break
-        except duckdb.IOException as exc:
-            # A writer holds the file: a stage started after the run check.
-            if "lock" not in str(exc).lower() or attempt == attempts - 1:
-                raise BackupError(f"Cannot read {source}: {exc}. Another process writes it; "
-                                  "run the backup again when it ends.") from exc
-            target.unlink(missing_ok=True)
-            time.sleep(0.25 * (attempt + 1))
         finally:
             conn.close()
+
+    try:
+        copy()
+    except duckdb.IOException as exc:
+        raise BackupError(f"Cannot read {source}: {exc}. Another process writes it; "
+                          "run the backup again when it ends.") from exc
     return duckdb_counts(target)
 
 

@@ -15,7 +15,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
@@ -26,22 +26,36 @@ from kb.duckdb_schema import MIGRATIONS, SCHEMA_VERSION, TABLES
 from kb import writer_lock
 from kb.settings import Settings, get_settings
 
-def _with_lock_wait(open_file, attempts: int = 20):
-    """Open the file; wait a short time when another process holds the lock."""
-    for attempt in range(attempts):
-        try:
-            return open_file()
-        except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower() or attempt == attempts - 1:
-                raise
-            time.sleep(0.25 * (attempt + 1))
-    raise AssertionError("unreachable")
+# DuckDB's own lock of a file ("Could not set lock on file"): a process
+# outside kb (the duckdb shell) holds it, as it takes no writer lock. Such a
+# hold is short, so kb waits: 20 tries, 0.25 s more before each next one
+# (about 47 s in all), then the error goes to the caller.
+LOCK_ATTEMPTS = 20
+
+
+def file_is_locked(exc: BaseException) -> bool:
+    """The error of DuckDB when another process holds the file."""
+    return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
+
+
+def retry_while_locked(attempts: int = LOCK_ATTEMPTS, before_sleep: Callable[[], None] | None = None):
+    """A decorator: call the function again while DuckDB says that another
+    process holds the file. Another error, or the last try's error, goes to
+    the caller as it is. `before_sleep` runs before each wait."""
+    import tenacity  # here: a process that imports this module but opens no file does not pay for it
+
+    return tenacity.retry(retry=tenacity.retry_if_exception(file_is_locked),
+                          stop=tenacity.stop_after_attempt(attempts),
+                          wait=tenacity.wait_incrementing(start=0.25, increment=0.25),
+                          before_sleep=(lambda _state: before_sleep()) if before_sleep else None,
+                          reraise=True)
 
 
 # Each connect() attaches the file to one in-memory DuckDB of the process,
-# and detaches it at the end. A new DuckDB instance costs 35 to 50 ms of CPU
-# here (it fills its catalog of functions); an ATTACH to a live one 5 ms. A
-# sync connects about 11 times. DETACH releases the file lock as close() did,
+# and detaches it at the end. A new DuckDB instance fills its catalog of
+# functions, which costs much more CPU than an ATTACH to a live one, and a
+# sync connects many times (the figures: benchmarks/index_and_retrieval.md,
+# "DuckDB"). DETACH releases the file lock as close() did,
 # so the rule above (short connections) stays. Uses of the same file in one
 # process share the attachment (as duckdb.connect shares its instance).
 #
@@ -103,7 +117,7 @@ def _attach(key: str) -> list:
                 alias = "kb_" + hashlib.sha1(key.encode()).hexdigest()[:16]
                 quoted = key.replace("'", "''")
                 # A process outside kb (the duckdb shell) takes no writer lock: wait for DuckDB's own.
-                _with_lock_wait(lambda: _host[0].execute(f"ATTACH '{quoted}' AS {alias}"))
+                retry_while_locked()(_host[0].execute)(f"ATTACH '{quoted}' AS {alias}")
                 entry = _attached[key] = [alias, 1, fd, time.monotonic()]
                 return entry
         except BaseException:
@@ -208,8 +222,9 @@ def insert_rows(conn: duckdb.DuckDBPyConnection, table: str, rows: list[dict]) -
 
 
 # The files (device, inode) for which this process ran every CREATE TABLE IF
-# NOT EXISTS. Each stage of a sync connects once or more: the 14 statements
-# took about 30 ms of each connection (110 ms) on this machine.
+# NOT EXISTS. Each stage of a sync connects once or more, and the
+# statements took a large part of each connection's time
+# (benchmarks/figures_from_comments.md).
 _TABLES_CHECKED: set[tuple[int, int]] = set()
 
 

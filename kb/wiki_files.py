@@ -13,8 +13,8 @@ from typing import NamedTuple
 
 import yaml
 
-# libyaml's loader when PyYAML has it: the same safe subset, and on a wiki of
-# 600 pages the pure Python loader took 5 of the 10 s of `kb wiki check`.
+# libyaml's loader when PyYAML has it: the same safe subset, and the pure
+# Python loader took a large part of `kb wiki check` (benchmarks/wiki_check.md).
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 PAGES_FOLDER = "wiki"  # the pages live in <wiki root>/wiki/

@@ -48,19 +48,22 @@ def acquire(path: Path, *, what: str, wait_s: float | None = None) -> int:
     wait_s = default_wait_s() if wait_s is None else wait_s
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    deadline = time.monotonic() + wait_s
+    # Imported here: the serving processes import this module but never write.
+    import tenacity
+
+    # A non-blocking try at each poll: a blocking flock(2) has no time limit.
+    take = tenacity.retry(retry=tenacity.retry_if_exception_type(BlockingIOError),
+                          stop=tenacity.stop_after_delay(wait_s), wait=tenacity.wait_fixed(_POLL_S),
+                          reraise=True)(fcntl.flock)
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise WriterLockTimeout(
-                        f"{what}: another process held the writer lock {path} for more than {wait_s:g} s "
-                        "(KB_WRITER_LOCK_WAIT_S). A write of kb takes seconds: look for a process that hangs "
-                        "in a write.") from None
-                time.sleep(_POLL_S)
+        take(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except BlockingIOError:
+        os.close(fd)
+        raise WriterLockTimeout(
+            f"{what}: another process held the writer lock {path} for more than {wait_s:g} s "
+            "(KB_WRITER_LOCK_WAIT_S). A write of kb takes seconds: look for a process that hangs "
+            "in a write.") from None
     except BaseException:
         os.close(fd)
         raise

@@ -5,8 +5,8 @@ An agent client starts one kb-mcp per session. When the search service runs
 (`kb web`, which `kb up` starts: mcp_server/service.py), kb-mcp copies the
 bytes between its stdin and stdout and the service's Unix socket, and loads
 no model, no index and no MCP package: the service holds them once for all
-clients (about 30 MB per client instead of 130 MB and more:
-benchmarks/index_and_retrieval.md). The service runs the same tools, so
+clients (the memory per client: benchmarks/index_and_retrieval.md). The
+service runs the same tools, so
 the answers are the same. When no service answers, kb-mcp serves alone, as
 before (mcp_server/server.py).
 

@@ -2,8 +2,8 @@
 holds the query model and the passages once (`kb web`, which `kb up` runs).
 
 Why: an agent client starts one kb-mcp per session. A kb-mcp that loads the
-model, the libraries and the passages costs 130 MB and more per client
-(benchmarks/index_and_retrieval.md). When the service runs, kb-mcp is a thin
+model, the libraries and the passages costs more than a hundred MB per
+client (benchmarks/index_and_retrieval.md). When the service runs, kb-mcp is a thin
 relay between its stdio and this socket (mcp_server/front.py): each
 connection is one MCP session of the same server (build_server()), with the
 same tools and answers.

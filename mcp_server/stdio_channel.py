@@ -2,9 +2,9 @@
 
 The MCP package reads stdin and writes stdout through anyio's file wrapper:
 each line read, each write and each flush is a call on a worker thread. A
-profile of kb-mcp showed 16 such calls and 20 turns of the event loop per
-tool call, 2 to 4 ms of a warm search_bookmarks of about 16 ms
-(benchmarks/index_and_retrieval.md). When stdin and stdout are pipes or
+profile of kb-mcp showed many such calls and turns of the event loop per
+tool call, a large part of a warm search_bookmarks (the figures:
+benchmarks/index_and_retrieval.md). When stdin and stdout are pipes or
 sockets (an agent client starts the server so), this module reads and
 writes them with asyncio's pipe transports on the event loop itself, and
 gives them to the package's own stdio_server(), which does the JSON-RPC

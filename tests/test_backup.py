@@ -24,6 +24,8 @@ from kb.sample_data import DEMO_QUERIES, sample_pages
 from kb.settings import get_settings
 from kb.wiki.repo import Wiki
 
+pytestmark = pytest.mark.slow  # slow: a sync, sensors and source runs
+
 PAGE = "wiki/concepts/write-ahead-logging.md"
 PARSED = "raw/parsed/text/wal-note-0001.md"
 QUERIES = [q.query for q in DEMO_QUERIES] + ["bread"]

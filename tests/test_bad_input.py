@@ -249,6 +249,7 @@ def test_the_template_page_uses_every_part_of_the_parser():
     assert_consistent(parsed)
 
 
+@pytest.mark.slow
 @FEW
 @given(page=mutated_pages())
 def test_generated_pages_parse_or_raise_page_shape_error_naming_the_file(page):
@@ -332,6 +333,7 @@ bad_page_bytes = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=4, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
@@ -375,6 +377,7 @@ PRIVATE = "PRIVATE-WORDS-of-a-malformed-update"
 
 # aiogram warns about each update with no event: the stand-in that keeps
 # the offset moving past an unreadable update is such an update.
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Detected unknown update type:RuntimeWarning")
 def test_malformed_updates_are_skipped_and_the_next_messages_are_handled(monkeypatch, caplog, capsys, kb_home):
     caplog.set_level("DEBUG")
@@ -470,6 +473,7 @@ def test_a_pdf_damaged_after_its_header_is_read_as_far_as_it_goes():
     assert half.thin  # the documents stage stores it as `thin`, with the little text there is
 
 
+@pytest.mark.slow
 def test_a_300_page_pdf_is_read_whole_in_seconds():
     data = make_pdf("Words on every page of a long report. " * 30, pages=300)
     started = time.monotonic()
@@ -481,6 +485,7 @@ def test_a_300_page_pdf_is_read_whole_in_seconds():
     assert extracted.word_count == 300 * (2 + 8 * 30)
 
 
+@pytest.mark.slow
 def test_a_300_page_pdf_from_telegram_is_parsed_whole_in_seconds(tmp_path):
     path = tmp_path / "book.pdf"
     path.write_bytes(make_pdf("Words on every page of a long report. " * 30, pages=300))
@@ -557,6 +562,7 @@ def test_extract_file_names_the_file_for_every_bad_input(tmp_path):
     assert extract_file(deep) == ""
 
 
+@pytest.mark.slow
 def test_documents_asset_stores_a_reason_for_every_bad_pdf(kb_home, monkeypatch):
     """The PDFs on a loopback site: each bad one is a `failed` row with its
     reason, the 300-page one is read, and the run succeeds. PDFs need no
@@ -595,6 +601,7 @@ def test_documents_asset_stores_a_reason_for_every_bad_pdf(kb_home, monkeypatch)
 
 # --- Telegram sources through the real source_intake job ----------------------------------
 
+@pytest.mark.slow
 def test_bad_sources_fail_with_a_named_reason_keep_their_files_and_stop_nothing_else(tmp_path, kb_home):
     """Each bad item fails at once with an error that names the input; its
     manifest and attachment stay as they came; a good item after them is

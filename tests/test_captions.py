@@ -85,6 +85,7 @@ def _caption_rows() -> dict[str, tuple]:
             rows("SELECT url, status, reason, caption, ocr_text, model, attempts FROM captions")}
 
 
+@pytest.mark.slow
 def test_photos_wait_below_the_threshold_then_get_captions(vision, photos, instance):
     _write_bookmarks(photos)
     waiting = _materialize(instance, [captions])
@@ -127,6 +128,7 @@ def test_photos_wait_below_the_threshold_then_get_captions(vision, photos, insta
     assert texts[0].text == "A plain picture of 40 by 20 pixels.\n\nSALE 50%"
 
 
+@pytest.mark.slow
 def test_kb_caption_runs_every_waiting_batch_in_one_run(vision, photos, monkeypatch):
     """`kb caption`: one run of captions_job over both batches, in the
     instance under KB_HOME, then the index of each batch."""
@@ -237,6 +239,7 @@ def test_after_a_caption_run_each_batch_goes_on_to_the_index(vision, photos, ins
     assert [(r.partition_key, r.run_key) for r in requests] == [(B1, f"{run.run_id}:{B1}"), (B2, f"{run.run_id}:{B2}")]
 
 
+@pytest.mark.slow
 def test_excluded_images_leave_the_index_but_stay_in_duckdb(vision, photos, instance, monkeypatch, kb_home):
     _write_bookmarks(photos)
     index_resources = {"embedder": EmbedderResource.from_settings(backend="hash"), "lance": ChunkIndexResource.from_settings()}

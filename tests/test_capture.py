@@ -26,6 +26,7 @@ pytestmark = [
     # when Dagster closes its own loop at the end of a run; Dagster expects
     # that and ignores the RuntimeError, but Python warns about the coroutine.
     pytest.mark.filterwarnings("ignore:coroutine 'BaseEventLoop.shutdown_asyncgens' was never awaited"),
+    pytest.mark.slow,  # slow: a browser
 ]
 
 SECRET = "TEST-SECRET-auth-token-0123456789"

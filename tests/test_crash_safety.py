@@ -65,6 +65,7 @@ from tests.loopback_site import HeldPdfSite, pdf_bytes
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:coroutine 'BaseEventLoop.shutdown_asyncgens' was never awaited"),
+    pytest.mark.slow,  # slow: kb or a server in another process
 ]
 
 WAIT_S = 300  # a wait limit, not a speed check: the agent CLI starts slowly on a loaded machine

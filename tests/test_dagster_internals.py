@@ -33,6 +33,7 @@ def _private_uses(path: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_no_module_but_the_adapter_uses_private_dagster_modules():
     offenders = {}
     for package in PRODUCT:
@@ -121,6 +122,7 @@ def one_op_job():
     one()
 
 
+@pytest.mark.slow
 def test_the_public_execute_job_still_makes_runs_that_the_ui_cannot_re_execute():
     """The reason for create_location_run: the UI's re-execution from failure
     reads the run's remote origin (the code location), and dg.execute_job

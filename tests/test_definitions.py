@@ -13,6 +13,8 @@ import dagster as dg
 import httpx
 import pytest
 
+pytestmark = pytest.mark.slow  # slow: kb or a server in another process
+
 REPO = Path(__file__).resolve().parents[1]
 
 X_PATH = ["x_raw_pages", "bookmarks", "authors", "media", "links", "chunks", "chunk_index"]

@@ -14,6 +14,8 @@ import pytest
 from tests.loopback import free_port
 from tests.private_modes import open_to_others, open_umask
 
+pytestmark = pytest.mark.slow  # slow: kb or a server in another process
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -31,7 +31,7 @@ from kb_resources.services import BrowserResource
 from kb_resources.stores import DuckDBResource
 from tests.loopback import allow_fetches
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # slow: a browser
 
 BATCH = "20260101T000000000Z"
 TIMEOUT_S = "2"

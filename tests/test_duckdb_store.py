@@ -7,8 +7,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
+from unittest import mock
 
-from kb.duckdb_store import DuckDBStore
+import duckdb
+import pytest
+
+from kb.backup_archive import BackupError, backup_duckdb
+from kb.duckdb_store import DuckDBStore, file_is_locked, retry_while_locked
 
 OTHER_PROCESS = textwrap.dedent("""
     import sys, duckdb
@@ -80,3 +86,84 @@ def test_a_failed_transaction_leaves_no_row_and_no_lock(tmp_path):
     assert _other_process_writes(store.db_path()) == "written"
     with store.connect() as conn:
         assert conn.execute("SELECT text FROM notes").fetchall() == [("from the other process",)]
+
+
+# --- DuckDB's own lock: a process outside kb holds the file ------------------------
+
+HOLDER = textwrap.dedent("""
+    import sys, duckdb
+    conn = duckdb.connect(sys.argv[1])
+    conn.execute("CREATE TABLE IF NOT EXISTS notes (text VARCHAR)")
+    conn.execute("INSERT INTO notes VALUES ('from the holder')")
+    print("held", flush=True)
+    sys.stdin.readline()  # hold the file until the test writes a line
+    conn.close()
+""")
+
+
+def _hold(path):
+    """A process outside kb (as the duckdb shell) that holds the file:
+    it takes no writer lock of kb."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def _release(holder) -> None:
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    assert holder.wait(timeout=60) == 0
+
+
+def test_connect_waits_while_a_process_outside_kb_holds_the_file(tmp_path):
+    store = DuckDBStore(path=str(tmp_path / "kb.duckdb"))
+    holder = _hold(store.db_path())
+    tries = []
+    release = threading.Timer(0.3, _release, [holder])
+
+    def counted(exc):
+        tries.append(exc)
+        return file_is_locked(exc)
+
+    release.start()
+    try:
+        with mock.patch("kb.duckdb_store.file_is_locked", counted), store.connect() as conn:
+            assert conn.execute("SELECT text FROM notes").fetchall() == [("from the holder",)]
+    finally:
+        release.join()
+    assert tries and all(file_is_locked(exc) for exc in tries)  # it failed on the lock, waited, and got in
+
+
+def test_only_the_lock_error_is_tried_again_and_the_last_one_reaches_the_caller():
+    calls = []
+
+    @retry_while_locked(attempts=3)
+    def locked():
+        calls.append("locked")
+        raise duckdb.IOException('IO Error: Could not set lock on file "kb.duckdb": Conflicting lock is held')
+
+    @retry_while_locked(attempts=3)
+    def broken():
+        calls.append("broken")
+        raise duckdb.IOException("IO Error: The file is not a valid DuckDB database file")
+
+    with pytest.raises(duckdb.IOException, match="Could not set lock"):
+        locked()
+    with pytest.raises(duckdb.IOException, match="not a valid DuckDB"):
+        broken()
+    assert calls == ["locked"] * 3 + ["broken"]
+
+
+def test_a_backup_waits_for_the_holder_and_names_the_file_when_it_gives_up(tmp_path):
+    source, target = tmp_path / "kb.duckdb", tmp_path / "copy.duckdb"
+    holder = _hold(source)
+    try:
+        with pytest.raises(BackupError, match=r"Cannot read .*kb.duckdb: .*lock.* Another process writes it"):
+            backup_duckdb(source, target, attempts=2)
+    finally:
+        release = threading.Timer(0.3, _release, [holder])
+        release.start()
+    # The holder ends during the waits: the backup then copies the file.
+    assert backup_duckdb(source, target) == {"notes": 1}
+    release.join()

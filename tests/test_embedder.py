@@ -219,6 +219,7 @@ def test_auto_does_not_fall_back_to_local_for_an_ollama_index(monkeypatch):
     assert index.counts()["chunks"] == 1 and index.model_info() == ("ollama:embeddinggemma", DIM)
 
 
+@pytest.mark.slow
 def test_onnx_runtime_gives_the_vectors_of_sentence_transformers(pytorch_checks):
     # Two texts, the second past the 256-token limit: see PYTORCH_CHECKS.
     result = pytorch_checks["onnx_against_torch"]
@@ -364,12 +365,14 @@ def pytorch_checks(pytorch_results, kb_home, tmp_path) -> dict:
     return pytorch_results
 
 
+@pytest.mark.slow
 def test_without_a_usable_onnx_file_the_model_runs_on_pytorch(pytorch_checks):
     result = pytorch_checks["without_onnx"]
     assert result["shape"] == [384] and abs(result["norm"] - 1.0) < 1e-4
     assert result["blocker"] in result["failure"]
 
 
+@pytest.mark.slow  # PyTorch loads for its fixture
 def test_a_few_texts_are_embedded_without_pytorch_and_match_a_large_batch(pytorch_checks):
     """A sync with a few new bookmarks embeds them on ONNX Runtime and never
     imports PyTorch; a large batch runs on PyTorch. Same vectors."""

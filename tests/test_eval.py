@@ -98,6 +98,7 @@ def test_bad_folders_give_clear_errors(tmp_path):
         load_beir(folder, "test")
 
 
+@pytest.mark.slow
 def test_kb_eval_retrieval_rerank(tmp_path, monkeypatch):
     """--rerank measures the deep search: the cross-encoder keeps the judged
     documents first, and a bad model setting stops the run with its reason."""

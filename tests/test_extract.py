@@ -203,6 +203,7 @@ def test_content_state_text_becomes_escaped_html_one_paragraph_per_line():
 
 # --- real pages: the development set ------------------------------------------
 
+@pytest.mark.slow
 def test_on_real_pages_kb_scores_at_least_as_well_as_trafilatura_alone():
     """An eighth of the news development set (every 8th page): kb's
     extraction against trafilatura with its default options, by the set's

@@ -438,6 +438,7 @@ def browser_servers(servers):
     return attacker, secret
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_the_clean_context_loads_no_subresource_from_a_private_address(browser_servers, guarded):
     attacker, secret = browser_servers
@@ -460,6 +461,7 @@ def test_the_clean_context_loads_no_subresource_from_a_private_address(browser_s
     assert secret.hits == []
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_the_x_context_reaches_x_and_public_addresses_only(browser_servers, guarded, monkeypatch, tmp_path):
     """The X origin (KB_X_BASE_URL) is allowed; a post's page that loads

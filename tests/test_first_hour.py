@@ -85,6 +85,7 @@ NOT_RUN_HERE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (REPO / ".venv" / "bin" / "kb").exists(), reason="the README's venv is .venv in the clone")
 def test_the_commands_that_the_readme_prints_work_as_typed():
     lines = readme_command_lines()

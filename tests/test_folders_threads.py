@@ -69,6 +69,7 @@ def write(folder: Path, name: str, payload: dict) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_folders_and_the_authors_thread_from_import_to_search(tmp_path, capsys):
     entries = all_tweet_entries()
     focal = next(e for e in entries if e["entryId"] == f"tweet-{FOCAL}")

@@ -84,6 +84,7 @@ def test_a_crash_before_the_cursor_is_stored_loses_nothing_and_repeats_nothing()
     assert sorted(instance.get_dynamic_partitions(sources.name)) == sorted(i.id for i in items)
 
 
+@pytest.mark.slow
 def test_a_burst_is_taken_in_slices_without_loss():
     inbox = h.inbox()
     ids = [h.add_item("text", n, text="x" * 60).id for n in range(MAX_ITEMS_PER_TICK + 5)]

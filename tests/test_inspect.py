@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import dagster as dg
+import pytest
 
 from kb.apps.capture_report import format_report, inspect_report
 from kb.settings import get_settings
@@ -18,6 +19,7 @@ from tests.x_fixtures import all_tweet_entries, bookmarks_page, paged_bookmarks
 B1, B2 = "20261101T000000000Z", "20261102T000000000Z"
 
 
+@pytest.mark.slow
 def test_report_over_kb_home_agrees_with_the_normalized_tables():
     entries = all_tweet_entries()
     kept = [e for e in entries if e["entryId"].removeprefix("tweet-") not in GONE]

@@ -59,6 +59,7 @@ def graph_modules_of(graph_modules_found, kb_home) -> dict[str, list[str]]:
     return graph_modules_found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", SERVING_MODULES)
 def test_serving_apps_and_the_core_load_no_dagster(module, graph_modules_of):
     # A fresh interpreter: in this one, other tests have already imported Dagster.
@@ -74,6 +75,7 @@ def test_serving_apps_and_the_core_load_no_dagster(module, graph_modules_of):
 CLIENT_LIBRARIES = ("lancedb", "aiogram", "openai", "groq", "ollama", "torch", "sentence_transformers", "onnxruntime")
 
 
+@pytest.mark.slow
 def test_loading_the_graph_imports_no_client_library():
     check = ("import sys, kb_assets.definitions\n"
              f"print(' '.join(name for name in {CLIENT_LIBRARIES!r} if name in sys.modules))")
@@ -82,6 +84,7 @@ def test_loading_the_graph_imports_no_client_library():
     assert result.stdout.split() == []
 
 
+@pytest.mark.slow
 def test_opening_lancedb_imports_no_rest_client_until_a_name_of_it_is_read(tmp_path):
     """kb/index/lance_loader.py: the REST client of LanceDB's namespace package
     cost 2 s of CPU in each process that opens LanceDB. Its models load; its
@@ -155,7 +158,9 @@ def test_every_resource_mirrors_its_client_and_builds_it_from_the_settings():
     classes = resource_classes()
     assert len(classes) >= 12
     for cls in classes:
-        assert set(cls.model_fields) == set(cls.client_class.model_fields), cls.__name__
+        # secrets_from_settings is the resource's own: the names of its secrets that the settings hold.
+        assert set(cls.model_fields) - {"secrets_from_settings"} == set(cls.client_fields()), cls.__name__
+        assert set(cls.client_fields()) == set(cls.client_class.model_fields), cls.__name__
         client = cls.from_settings().get_client()
         assert isinstance(client, cls.client_class)
 

@@ -11,6 +11,8 @@ import pytest
 
 from benchmarks.bench_load import run_load
 
+pytestmark = pytest.mark.slow  # slow: kb or a server in another process
+
 
 @pytest.mark.slow  # starts two MCP server processes
 def test_eight_clients_search_while_the_index_is_written(kb_home):

@@ -151,6 +151,7 @@ def mapped_files(pid: int) -> str:
     return Path(f"/proc/{pid}/maps").read_text()
 
 
+@pytest.mark.slow  # a `kb-mcp` process, and a `kb web` for the first two
 def test_kb_mcp_relays_to_the_service_and_loads_no_index(home, service):
     """Two agent clients at once: each kb-mcp relays to kb web, gets the
     answers of the in-process search, and maps no Lance or ONNX library
@@ -172,6 +173,7 @@ def test_kb_mcp_relays_to_the_service_and_loads_no_index(home, service):
         assert second.close() == 0
 
 
+@pytest.mark.slow  # a `kb-mcp` process, and a `kb web` for the first two
 def test_kb_mcp_serves_alone_when_the_service_stopped(home, service, tmp_path):
     """kb web stops (kb up ended): its socket goes, and a new kb-mcp serves
     the index itself, with the same answers. A session that relayed when the
@@ -227,6 +229,7 @@ class Listener:
         self.sock.close()
 
 
+@pytest.mark.slow  # a `kb-mcp` process, and a `kb web` for the first two
 @pytest.mark.parametrize("planted", ["folder_open_to_all", "socket_of_another_user"])
 def test_kb_mcp_never_relays_to_a_socket_that_another_user_can_plant(tmp_path, planted):
     """The queries of the agent must not reach another user's socket: kb-mcp

@@ -36,6 +36,8 @@ from kb.wiki.repo import Wiki
 from kb_resources.services import EmbedderResource
 from kb_resources.stores import ChunkIndexResource, WikiResource
 
+pytestmark = pytest.mark.slow  # slow: kb or a server in another process
+
 T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
 SYNCED = datetime(2024, 4, 2, 6, 30, tzinfo=timezone.utc)
 BLOG = "https://blog.example.org/rust-borrow-checker"

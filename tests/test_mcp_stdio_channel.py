@@ -18,6 +18,8 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+pytestmark = pytest.mark.slow  # slow: kb or a server in another process
+
 REPO = Path(__file__).resolve().parents[1]
 
 SERVER = textwrap.dedent("""

@@ -262,6 +262,7 @@ def test_wait_for_zero_polls_until_the_containers_are_gone():
     assert wait_for_zero(lambda: 3, wait_s=0.05, poll_s=0.01) == 3
 
 
+@pytest.mark.slow
 def test_the_transcription_body_runs_on_the_cpu(videos):  # noqa: F811
     speech = videos["speech"]
     with MediaServer({"/speech.mp4": (speech, "video/mp4"),

@@ -84,6 +84,7 @@ def table_counts() -> dict[str, int]:
     return {t: query(f"SELECT count(*) FROM {t}")[0][0] for t in ("bookmarks", "authors", "media", "links")}
 
 
+@pytest.mark.slow
 def test_normalize_the_real_captures(instance):
     entries = all_tweet_entries()
     write_raw_batch(B1, paged_bookmarks(entries, page_size=40), full=True)
@@ -136,6 +137,7 @@ def test_normalize_the_real_captures(instance):
         "post 1696922210588410217: card https://twitter.com is not in the post's url entities"]
 
 
+@pytest.mark.slow
 def test_rematerializing_never_duplicates_and_the_later_batch_wins(instance):
     entries = all_tweet_entries()
     write_raw_batch(B1, paged_bookmarks(entries, page_size=50), full=False)
@@ -159,6 +161,7 @@ def test_rematerializing_never_duplicates_and_the_later_batch_wins(instance):
     assert query("SELECT count(*) FROM links l JOIN bookmarks b USING (tweet_id) WHERE l.batch <> b.batch") == [(0,)]
 
 
+@pytest.mark.slow
 def test_soft_delete_and_restore_with_full_captures(instance):
     entries = all_tweet_entries()
     kept = [e for e in entries if e["entryId"].removeprefix("tweet-") not in GONE]
@@ -198,6 +201,7 @@ def test_soft_delete_and_restore_with_full_captures(instance):
     assert table_counts()["bookmarks"] == len(entries)
 
 
+@pytest.mark.slow
 def test_a_bad_page_is_kept_and_named_and_the_rest_normalizes(instance):
     entries = all_tweet_entries()
     write_raw_batch(B1, paged_bookmarks(entries, page_size=60), full=True)
@@ -233,6 +237,7 @@ def test_a_bad_page_is_kept_and_named_and_the_rest_normalizes(instance):
     assert len(query("SELECT * FROM capture_problems WHERE batch = ?", [B2])) == 2
 
 
+@pytest.mark.slow
 def test_unknown_entry_kinds_are_counted_in_the_metadata(instance):
     payload = json.loads(x_fixture("raw_user_tweets.json").read_text())
     modules = [e for e in _walk_entries(payload) if not e["entryId"].startswith(("tweet-", "cursor-"))]
@@ -243,6 +248,7 @@ def test_unknown_entry_kinds_are_counted_in_the_metadata(instance):
     assert table_counts()["bookmarks"] == 5
 
 
+@pytest.mark.slow
 def test_checks_fail_on_rows_that_break_the_rules(instance):
     entries = all_tweet_entries()
     write_raw_batch(B1, [bookmarks_page(entries[:10], bottom_cursor="x")], full=False)

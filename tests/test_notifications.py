@@ -16,7 +16,7 @@ from kb_resources.services import TelegramNotifierResource
 from kb_resources.stores import InboxResource
 
 # The loopback sites stand in for the web: let the fetch guard reach them.
-pytestmark = pytest.mark.usefixtures("loopback_fetches")
+pytestmark = [pytest.mark.usefixtures('loopback_fetches'), pytest.mark.slow]  # slow: a sync, sensors and source runs
 
 TOKEN = "123456:TEST-SECRET-TOKEN"
 OWNER_CHAT = 555

@@ -63,6 +63,7 @@ def written(settings) -> ChunkIndex:
     return index
 
 
+@pytest.mark.slow
 def test_writes_and_indexes_go_to_the_bucket(written, endpoint, settings):
     keys = object_keys(endpoint)
     assert any(key.startswith("team/lancedb/chunks.lance/") for key in keys), keys[:20]
@@ -76,6 +77,7 @@ def test_writes_and_indexes_go_to_the_bucket(written, endpoint, settings):
     assert counts["path"] == URI
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid"])
 def test_search_reads_the_bucket(written, settings, mode):
     hits = search("borrow checker", mode=mode, index=ChunkIndex.from_settings(settings),
@@ -83,6 +85,7 @@ def test_search_reads_the_bucket(written, settings, mode):
     assert hits and hits[0].tweet_id == "1"
 
 
+@pytest.mark.slow
 def test_web_page_and_mcp_server_read_the_bucket(written, settings, endpoint, tmp_path):
     with TestClient(create_app(settings), base_url="http://127.0.0.1") as client:
         answer = client.get("/api/search", params={"q": "sourdough starter"})

@@ -146,6 +146,7 @@ def test_web_other_content_types(site):
         parse_web("ftp://example.com/file", timeout_s=10)
 
 
+@pytest.mark.slow
 def test_web_pdf_link_is_parsed_as_pdf(tmp_path):
     pdf = make_pdf(tmp_path / "paper.pdf", "Consistent hashing spreads keys over nodes. " * 12, title="Hashing paper")
     with LoopbackSite({"/paper.pdf": page(pdf.read_bytes(), content_type="application/pdf")}) as server:
@@ -154,6 +155,7 @@ def test_web_pdf_link_is_parsed_as_pdf(tmp_path):
     assert "Consistent hashing spreads keys" in parsed.body
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_web_page_that_needs_javascript_falls_back_to_the_browser(site):
     from kb.x.browser import Browser
@@ -266,6 +268,7 @@ def spoken_note(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_voice_note_is_transcribed_by_tiny_en_when_small_cannot_load(spoken_note):
     # The default model `small` cannot come from the hub here (HF_HUB_OFFLINE):
     # the bundled tiny.en stands in.
@@ -287,6 +290,7 @@ def test_voice_note_is_transcribed_by_tiny_en_when_small_cannot_load(spoken_note
     assert "so the English-only tiny.en stands in. To fix it, let kb reach huggingface.co once" in detail
 
 
+@pytest.mark.slow
 def test_a_voice_note_in_another_language_fails_instead_of_making_nonsense(tmp_path):
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not installed")
@@ -301,6 +305,7 @@ def test_a_voice_note_in_another_language_fails_instead_of_making_nonsense(tmp_p
         parse_voice(path, "small")
 
 
+@pytest.mark.slow  # a kb process loads the local model
 def test_only_the_models_that_kb_ships_are_offline(tmp_path):
     """kb forced HF_HUB_OFFLINE on every process, so faster-whisper `small`
     never downloaded. Now a kb process with the local embedder loaded still
@@ -328,6 +333,7 @@ def test_only_the_models_that_kb_ships_are_offline(tmp_path):
     assert report["fallback"]["model"] == "small" and "offline" not in report["fallback"]["error"].lower()
 
 
+@pytest.mark.slow
 def test_voice_file_that_is_not_audio_fails_permanently(tmp_path):
     path = tmp_path / "voice.ogg"
     path.write_bytes(b"this is not audio at all " * 20)

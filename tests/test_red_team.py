@@ -206,7 +206,7 @@ def stage(kb_home, tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", ENDPOINT_TOKEN)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("KB_AGENT_TIMEOUT_S", "120")
-    # A run worker holds the keys in its environment (the resources export them).
+    # An owner may export the keys too: a run worker then holds them in its environment.
     for name, value in FILE_CANARIES.items():
         monkeypatch.setenv(name, value)
     wiki = Wiki.from_settings()

@@ -170,6 +170,7 @@ def test_which_queries_keep_the_exact_word_hits_in_place():
     assert exact_words_lead('the best espresso water for a "sweet shot" at home')
 
 
+@pytest.mark.slow
 def test_the_model_reads_the_best_window_of_the_whole_bookmark(hasher):
     """A bookmark with a post and an article: the cross-encoder reads the
     article's window with the query words, with the article's title in front."""

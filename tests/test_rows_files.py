@@ -21,6 +21,8 @@ from kb.index.embedder import Embedder
 from kb.index.lance_index import CHUNKS, ChunkIndex
 from kb.index.search import search
 
+pytestmark = pytest.mark.slow  # slow: a kb process writes each rows file
+
 REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
 # Texts with characters of 2, 3 and 4 bytes in UTF-8: a file's strings are

@@ -242,6 +242,7 @@ def test_a_reader_uses_its_open_table_again_until_a_commit(index, hasher):
     assert search("airships", index=reader, embedder=hasher, mode="bm25").hits[0].tweet_id == "2"
 
 
+@pytest.mark.slow
 def test_search_while_another_thread_writes(index, hasher):
     base = [chunk(f"b{i}", 0, f"distributed systems consensus raft paxos note {i}") for i in range(50)]
     index_rows(index, base, hasher)

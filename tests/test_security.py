@@ -114,6 +114,7 @@ def telegram(monkeypatch):
 STRANGER_WORDS = "STRANGER-WORDS-never-logged"
 
 
+@pytest.mark.slow
 def test_a_stranger_gets_no_reply_and_writes_nothing(telegram, caplog, kb_home):
     caplog.set_level("DEBUG")
     fake = telegram
@@ -215,6 +216,7 @@ def html_page(title: str, words: str) -> bytes:
             f"<p>{words}</p><p>{words}</p></article></body></html>").encode()
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_documents_send_the_x_login_to_x_only(kb_home, monkeypatch, capfd, caplog, loopback_fetches):
     caplog.set_level("DEBUG")
@@ -359,6 +361,7 @@ def ingest_with_the_agent(fake: FakeAnthropic, monkeypatch) -> bool:
     return apply_agent_change(wiki, WikiAgent.from_settings(), prompt, prefix="ingest:", max_turns=20).ok
 
 
+@pytest.mark.slow
 def test_no_key_or_token_reaches_a_log_or_a_file(kb_home, tmp_path, monkeypatch, telegram, capfd, caplog,
                                                loopback_fetches):
     caplog.set_level("DEBUG")

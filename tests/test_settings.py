@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 from kb.settings import Settings, env_example, get_settings
@@ -24,6 +25,14 @@ def test_kb_home_comes_from_the_environment(kb_home):
 def test_settings_follow_environment_changes(monkeypatch, tmp_path):
     monkeypatch.setenv("KB_HOME", str(tmp_path / "other"))
     assert get_settings().home == (tmp_path / "other").resolve()
+    first = get_settings()
+    assert get_settings() is first  # no change: the cached settings
+    monkeypatch.setenv("KB_GATE_THRESHOLD", "77")
+    assert get_settings().kb_gate_threshold == 77
+    monkeypatch.delenv("KB_GATE_THRESHOLD")
+    assert get_settings().kb_gate_threshold == first.kb_gate_threshold
+    os.environ["KB_HOME"] = str(tmp_path / "third")  # a write that does not go through monkeypatch
+    assert get_settings().home == (tmp_path / "third").resolve()
 
 
 def test_schedule_and_retry_settings_have_the_spec_defaults_and_clear_errors(monkeypatch):

@@ -28,6 +28,8 @@ from kb.settings import Settings
 from kb_assets.instance_config import DAGSTER_YAML, ensure_dagster_home
 from tests.postgres_server import postgres_server
 
+pytestmark = pytest.mark.slow  # slow: PostgreSQL
+
 REPO = Path(__file__).resolve().parent.parent
 KB = [sys.executable, "-c", "from kb.apps.cli import main; main()"]
 

@@ -22,7 +22,7 @@ from tests.loopback_site import LoopbackSite, article_html, page
 from tests.test_parsers import PARAGRAPHS, make_pdf
 
 # The loopback sites stand in for the web: let the fetch guard reach them.
-pytestmark = pytest.mark.usefixtures("loopback_fetches")
+pytestmark = [pytest.mark.usefixtures('loopback_fetches'), pytest.mark.slow]  # slow: a sync, sensors and source runs
 
 NOTE = "Consistent hashing maps keys and nodes onto one ring, so adding a node moves few keys."
 

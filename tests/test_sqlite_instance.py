@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import dagster as dg
+import pytest
 import yaml
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage as DagsterEventLog
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage as DagsterRunStorage
@@ -58,6 +59,7 @@ def test_the_event_log_is_dagsters_files_with_the_wal_kept_open():
     plain.dispose()
 
 
+@pytest.mark.slow
 def test_another_process_writes_the_same_run_while_the_keepers_are_open():
     ensure_dagster_home(Settings())
     instance = dg.DagsterInstance.get()
@@ -79,6 +81,7 @@ def test_another_process_writes_the_same_run_while_the_keepers_are_open():
     assert instance.get_records_for_run(run_id).records[-1].event_log_entry.message == "written here again"
 
 
+@pytest.mark.slow
 def test_a_dagster_yaml_of_an_earlier_kb_gets_the_event_log_and_keeps_its_runs(kb_home):
     """A home made before kb had its own event log class: the runs that
     plain Dagster stored there stay, and kb's class reads them."""
@@ -142,6 +145,7 @@ def _schema(path) -> list[tuple[str, str]]:
     return sorted(rows, key=str) + [("alembic_version", str(version))]
 
 
+@pytest.mark.slow
 def test_a_new_run_file_made_by_kb_equals_the_one_that_dagster_makes(tmp_path):
     """kb makes the tables of a new run's file and stamps the version itself
     (no parse of Dagster's migration scripts per run). The file must be the
@@ -173,6 +177,7 @@ def test_runs_and_schedules_are_dagsters_files_read_by_plain_dagster():
     plain_schedules.dispose()
 
 
+@pytest.mark.slow
 def test_another_process_changes_a_run_while_this_one_keeps_its_connections():
     ensure_dagster_home(Settings())
     instance = dg.DagsterInstance.get()

@@ -26,7 +26,7 @@ from tests.loopback_site import LoopbackSite, page, pdf_bytes
 from tests.test_sync import instance, kb
 
 # The loopback sites stand in for the web: let the fetch guard reach them.
-pytestmark = pytest.mark.usefixtures("loopback_fetches")
+pytestmark = [pytest.mark.usefixtures('loopback_fetches'), pytest.mark.slow]  # slow: whole Dagster runs of the graph, 1 to 3 s of CPU each
 
 OLD, NEW = "20261101T000000000Z", "20261102T000000000Z"
 

@@ -52,6 +52,7 @@ def test_every_readiness_check_runs_without_a_programming_error():
     assert "local model" in services["embedder"]["detail"]
 
 
+@pytest.mark.slow
 def test_status_loads_no_model_and_no_bot_library():
     """`kb status` tells from the files whether the local model is there.
     It loaded the model before: about 12 s of CPU for each call, and 4 s

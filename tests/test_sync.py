@@ -17,6 +17,8 @@ import pytest
 from kb.sample_data import sample_pages
 from kb.settings import get_settings
 
+pytestmark = pytest.mark.slow  # slow: whole Dagster runs of the graph, 1 to 3 s of CPU each
+
 REPO = Path(__file__).resolve().parent.parent
 
 

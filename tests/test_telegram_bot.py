@@ -136,6 +136,7 @@ def test_every_kind_of_update(fake, caplog, capsys, kb_home):
     assert_no_token(fake, caplog, capsys, kb_home)
 
 
+@pytest.mark.slow
 def test_commands_read_state_from_dagster_and_write_requests(fake, caplog, capsys, kb_home):
     caplog.set_level("DEBUG")
     with LoopbackSite({}) as site:
@@ -282,6 +283,7 @@ def test_text_of_control_characters_only_is_too_short():
     assert isinstance(kept, Accepted) and kept.type == "text" and "\x00" not in kept.text
 
 
+@pytest.mark.slow
 def test_a_link_sent_to_the_bot_is_searchable_and_the_owner_hears_that_it_waits(fake, monkeypatch):
     """Issue 16 through the real bot: the URL leaves the sentence's ")", the
     intake run indexes the page before any wiki agent, and the outcomes

@@ -38,6 +38,7 @@ def _materialize(instance, assets, transcriber, config=None):
         run_config={"ops": {"transcripts": {"config": config}}} if config else None)
 
 
+@pytest.mark.slow
 def test_local_transcripts_of_speech_silence_and_a_cut_download(videos, instance, monkeypatch):  # noqa: F811
     speech, silence = videos["speech"], videos["silence"]
     routes = {"/v/speech.mp4": (speech, "video/mp4"), "/v/silence.mp4": (silence, "video/mp4"),

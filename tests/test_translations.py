@@ -157,6 +157,7 @@ def _materialize(instance, *assets, **resources):
                           raise_on_error=False)
 
 
+@pytest.mark.slow
 def test_translations_asset_caches_foreign_chunks_and_the_index_shows_english(groq_env, monkeypatch, instance):
     _write_chunks()
     with FakeGroq({SPANISH: SPANISH_EN, RUSSIAN: RUSSIAN_EN}, english_texts={TAGGED_ES_BUT_ENGLISH}) as groq:

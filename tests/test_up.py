@@ -22,6 +22,8 @@ from tests.loopback import free_port
 from tests.fake_anthropic import FakeAnthropic, ingest_turns
 from tests.fake_telegram import FakeTelegram, message_update, text_fields
 
+pytestmark = pytest.mark.slow  # slow: kb or a server in another process
+
 BOT_TOKEN = "123456:TEST-SECRET-up-bot-token"
 AGENT_TOKEN = "sk-TEST-SECRET-up-agent-0001"
 OWNER = 111

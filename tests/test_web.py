@@ -30,7 +30,7 @@ from kb.index.lance_index import ChunkIndex
 from kb.settings import Settings
 from kb.index.reading import PAGE_WORDS
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # slow: a browser
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 T0 = datetime(2024, 3, 1, 12, tzinfo=timezone.utc)

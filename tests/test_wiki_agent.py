@@ -41,6 +41,8 @@ from tests.fake_anthropic import FakeAnthropic, Stall, bash, report, result_text
 from kb_resources.services import WikiAgentResource
 from kb_resources.stores import DuckDBResource, WikiResource
 
+pytestmark = pytest.mark.slow  # slow: the agent's CLI
+
 TOKEN = "sk-TEST-SECRET-wiki-agent-0001"
 SLUG = "a1b2c3d4-engine-notes"
 PARSED = f"raw/parsed/web/{SLUG}.md"

@@ -28,7 +28,7 @@ from tests.enrich_rows import add_batches, bookmark, rows, write
 from tests.fake_openai_chat import FakeOpenAIChat, chat
 from tests.loopback_site import HeldPdfSite, pdf_bytes
 
-pytestmark = pytest.mark.usefixtures("loopback_fetches")
+pytestmark = [pytest.mark.usefixtures('loopback_fetches'), pytest.mark.slow]  # slow: two processes that share a store
 
 WAIT_S = 120  # a wait limit, not a speed check
 

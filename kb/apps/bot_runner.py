@@ -21,8 +21,8 @@ def main() -> int:
     from kb.apps.lifeline import watch_lifeline
 
     watch_lifeline()  # the bot stops when the kb up that started it dies
-    # The bot imports aiogram (about 7 s of CPU): only here, so that a
-    # process that wants dagster_reader() alone does not pay for it.
+    # The bot imports aiogram (seconds of CPU: benchmarks/figures_from_comments.md)
+    # only here, so that a process that wants dagster_reader() alone does not pay for it.
     from telegram_bridge.bot import serve
 
     from kb.private_files import private_process

@@ -2,10 +2,11 @@
 
 Why: when Python ends, it collects every object of the heap once more. A
 process that has loaded Dagster holds millions of them. After SIGTERM,
-dagster-daemon stopped its threads in well under a second, then spent 4 to
-10 s of CPU in that collection (seen with gdb, two busy cores), and
-`kb up` had to SIGKILL it after STOP_WAIT_S. With gc.freeze() at exit, the
-collection has nothing to look at: the daemon ended in 0.2 s. The
+dagster-daemon stopped its threads in well under a second, then spent
+seconds of CPU in that collection (seen with gdb), and `kb up` had to
+SIGKILL it after STOP_WAIT_S. With gc.freeze() at exit, the collection
+has nothing to look at, and the daemon ends at once (the figures:
+benchmarks/figures_from_comments.md). The
 operating system frees the memory; each `with` block, atexit handler and
 weakref finalizer still runs, so files and databases close as before.
 

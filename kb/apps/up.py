@@ -4,7 +4,8 @@ It runs these parts, each as its own process:
 - dagster code server: the one process that loads kb's graph. The daemon
   and the webserver reach it by gRPC on loopback; they do not load the
   graph themselves. Why: each of them started its own code server before,
-  and each import of the graph costs about 4 s of CPU and 200 MB;
+  and each import of the graph costs seconds of CPU and hundreds of MB
+  (benchmarks/kb_up.md);
 - dagster-daemon: sensors (the inbox, the bot's requests, the wiki ingest),
   schedules (the daily lint, the weekly synthesis), run queue, run
   monitoring and run retries. Without it, an item that the bot queues waits
@@ -130,8 +131,8 @@ class Part:
 def _tool(name: str, runner: str = "kb.apps.quick_exit") -> list[str]:
     """The command of a console script of this environment (dagster,
     dagster-daemon, dagster-webserver). It runs through kb.apps.quick_exit:
-    it stops within a second of SIGTERM, not after 4 to 10 s (see that
-    module). The webserver runs through kb.apps.guarded_webserver, which
+    it stops within a second of SIGTERM, not after a last garbage
+    collection of seconds (see that module). The webserver runs through kb.apps.guarded_webserver, which
     does the same and puts kb's guard in front of the UI."""
     path = Path(sys.executable).parent / name
     if not path.exists():
@@ -175,7 +176,8 @@ def code_server_answers(port: int) -> bool:
     `dagster code-server start` opens its port only after the load of the
     code, or after a load error (the UI then shows the error, as it did when
     the webserver loaded the code itself). A TCP connection, not a gRPC
-    call: the gRPC client of Dagster would cost kb up 17 MB for all its life."""
+    call: the gRPC client of Dagster would stay in kb up's memory for all
+    its life (its size: benchmarks/kb_up.md)."""
     try:
         with socket.create_connection((CODE_SERVER_HOST, port), timeout=1):
             return True

@@ -37,10 +37,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from cachetools import TTLCache
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -260,12 +260,11 @@ def api_wiki_page(request: Request) -> KbJSON:
 
 def api_status(request: Request) -> KbJSON:
     state = request.app.state
-    with state.status_lock:
-        cached = state.status_cache
-        if cached is None or time.monotonic() - cached[0] > STATUS_CACHE_S:
-            cached = state.status_cache = (time.monotonic(),
-                                           collect_web_status(state.settings, state.index, state.wiki))
-    return KbJSON(cached[1])
+    with state.status_lock:  # one collection at a time: a second request waits and reads its answer
+        status = state.status_cache.get("status")
+        if status is None:
+            status = state.status_cache["status"] = collect_web_status(state.settings, state.index, state.wiki)
+    return KbJSON(status)
 
 
 # --- the app -------------------------------------------------------------------------
@@ -306,7 +305,7 @@ def create_app(settings: Settings | None = None, *, bound_host: str = DEFAULT_HO
     app.state.kinds = SourceKinds()
     app.state.wiki = WikiReader(settings.wiki_dir)
     app.state.status_lock = threading.Lock()
-    app.state.status_cache = None
+    app.state.status_cache = TTLCache(maxsize=1, ttl=STATUS_CACHE_S)
     if warm_up:
         from kb.index.search import warm_up as warm_up_search
 
