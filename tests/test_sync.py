@@ -138,8 +138,12 @@ def test_a_failed_run_is_re_executed_from_failure_by_the_next_sync(tmp_path):
     assert parent.job_name == "x_sync" and parent.status == dg.DagsterRunStatus.FAILURE
 
     shutil.copy(sample_pages()[0], page)  # the cause is fixed
-    again = run_sync(files=[str(sample_pages()[1])], exclude=["link"])
+    started: list[str] = []
+    again = run_sync(files=[str(sample_pages()[1])], exclude=["link"],
+                     on_stage=lambda stage, number, total: started.append(stage))
     assert again.resumed == [report.batch] and not again.failed, again.stages
+    # A line for each stage as it started, read from the events while dg.execute_job ran.
+    assert started == [s.stage for s in again.stages] and len(started) > 8
     child = next(r for r in inst.get_runs() if r.parent_run_id == parent.run_id)
     assert child.status == dg.DagsterRunStatus.SUCCESS, child.status
     assert child.tags["dagster/partition"] == report.batch
