@@ -36,6 +36,10 @@ bookmark once, and a keyword search finds the newest bookmark.
 
     .venv/bin/python benchmarks/bench_sync.py                    # local and hash, about 7 minutes
     .venv/bin/python benchmarks/bench_sync.py --backends hash --rounds 1 --out /tmp/sync.json
+
+`--dagster-storage dagster` writes a dagster.yaml without storage sections:
+Dagster's own SQLite storages, to compare with kb's choice (`kb`, the
+default).
 """
 
 from __future__ import annotations
@@ -295,8 +299,13 @@ def median_run(runs: list[dict]) -> dict:
     return sorted(runs, key=lambda r: r["seconds"])[(len(runs) - 1) // 2]
 
 
-def worker(backend: str, bookmarks: int, rounds: int) -> dict:
+def worker(backend: str, bookmarks: int, rounds: int, storage: str = "kb") -> dict:
     """One backend in this process. Prints nothing but the JSON result."""
+    if storage == "dagster":
+        import kb_assets.instance_config as instance_config
+
+        # No storage sections: Dagster's default SQLite storages in DAGSTER_HOME.
+        instance_config.dagster_yaml = lambda settings=None: instance_config.DAGSTER_YAML
     with tempfile.TemporaryDirectory(prefix="kb-bench-sync-") as tmp:
         root = Path(tmp)
         os.chdir(root)  # no developer .env
@@ -335,6 +344,8 @@ def worker(backend: str, bookmarks: int, rounds: int) -> dict:
     full = steps["full"]["seconds"]
     return {
         "backend": backend,
+        "dagster_storage": storage,
+        "load_average": os.getloadavg(),
         "bookmarks": bookmarks,
         "pages": len(pages["full"][0]),
         "rounds": rounds,
@@ -400,17 +411,20 @@ def main() -> None:
                         help="runs of each incremental step; the report gives the median")
     parser.add_argument("--backends", nargs="+", default=["local", "hash"], choices=["local", "hash"])
     parser.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
+    parser.add_argument("--dagster-storage", choices=["kb", "dagster"], default="kb",
+                        help="the storage sections of dagster.yaml: kb's (default) or none (Dagster's own)")
     parser.add_argument("--worker", choices=["local", "hash"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.bookmarks, args.rounds)))
+        print(json.dumps(worker(args.worker, args.bookmarks, args.rounds, args.dagster_storage)))
         return
     results = []
     for backend in args.backends:
         # One process per backend: settings, the Dagster instance and the
         # loaded model belong to the process.
         done = subprocess.run([sys.executable, __file__, "--worker", backend, "--bookmarks", str(args.bookmarks),
-                               "--rounds", str(args.rounds)], capture_output=True, text=True)
+                               "--rounds", str(args.rounds), "--dagster-storage", args.dagster_storage],
+                              capture_output=True, text=True)
         if done.returncode != 0:
             sys.stderr.write(done.stderr[-4000:])
             raise SystemExit(f"the {backend} run failed (exit {done.returncode})")

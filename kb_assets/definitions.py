@@ -1,5 +1,10 @@
 """The Definitions that `dagster dev -w workspace.yaml` loads: every asset,
-check, resource, job, sensor and schedule of kb."""
+check, resource, job, sensor and schedule of kb.
+
+An import of this module writes no file and changes nothing in the
+process (tests/test_definitions.py). The set-up of a Dagster process
+(on_load) runs when Dagster loads the code location: `defs()`.
+"""
 
 from __future__ import annotations
 
@@ -38,13 +43,6 @@ from sensors.wiki_results import wiki_results_sensor
 from sensors.stuck_steps import stuck_steps_sensor
 from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 
-# Each file that a run writes is the owner's only: `dagster dev` and the
-# run workers it starts do not come through the kb CLI (kb/private_files.py).
-private_process()
-# dagster dev, the daemon and every code server load this module: each of
-# them then finds kb's dagster.yaml (pools, run monitoring, retries).
-ensure_on_load()
-
 # One package per asset group, as the Dagster UI shows them.
 ASSET_GROUPS = [x, documents, enrich, index, telegram, wiki]
 
@@ -73,17 +71,29 @@ def build_resources(settings: Settings | None = None) -> dict:
 all_assets = [a for group in ASSET_GROUPS for a in dg.load_assets_from_package_module(group)]
 all_checks = [c for group in ASSET_GROUPS for c in dg.load_asset_checks_from_package_module(group)]
 
-# What the imports made (about 340,000 objects: Dagster, pydantic, the
-# clients) lives as long as the process. A full garbage collection scanned
-# all of it: 0.2 to 0.5 s each time, one to three times in a sync run. Frozen
-# objects are not scanned. kb.apps.sync freezes again before each run.
-gc.freeze()
+
+
+def on_load() -> None:
+    """The set-up of a process that loads the code location: `dagster dev`,
+    the daemon, a code server and each run worker that they start. They do
+    not come through the kb CLI, which does the same set-up itself."""
+    # Each file that a run writes is the owner's only (kb/private_files.py).
+    private_process()
+    # Each Dagster process finds kb's dagster.yaml (pools, run monitoring, retries).
+    ensure_on_load()
+    # What the imports made (Dagster, pydantic, the clients: hundreds of
+    # thousands of objects) lives as long as the process. A full garbage
+    # collection scanned all of it, one to three times in a sync run. Frozen
+    # objects are not scanned. kb.apps.sync freezes again before each run.
+    gc.freeze()
+
 
 @dg.definitions
 def defs() -> dg.Definitions:
     """The Definitions, built at each load of the code location: the
     resources take the settings of that moment. One process can change its
     settings between two loads (kb demo sets KB_HOME; a test sets keys)."""
+    on_load()
     return dg.Definitions(
         assets=all_assets,
         asset_checks=all_checks,
@@ -98,3 +108,13 @@ def defs() -> dg.Definitions:
             wiki_waiting_sensor, wiki_results_sensor, stuck_steps_sensor,
         ],
     )
+
+
+def job_named(name: str, launch: str = "") -> dg.JobDefinition:
+    """The job `name` of the Definitions, for dg.build_reconstructable_job
+    (kb/apps/run_paths.py): a run worker builds the job again from this
+    function. `launch` names one launch: Dagster keeps the last built job
+    of equal arguments, and a new launch must take the settings of its own
+    moment (kb demo changes KB_HOME in the same process)."""
+    del launch
+    return defs().get_job_def(name)

@@ -158,7 +158,7 @@ FILE_SECONDS = {
     "test_mcp_front.py": 30,
     "test_rows_files.py": 40,
     "test_scripts.py": 8,
-    "test_dagster_internals.py": 8, "test_fast_loop.py": 1,
+    "test_dagster_internals.py": 8, "test_fast_loop.py": 1, "test_sync_kb_up.py": 100,
     "test_page_types.py": 8,
     "test_control_plane.py": 65,
     "test_agent_on_the_owner_machine.py": 20,

@@ -163,8 +163,7 @@ def test_the_daemon_catches_up_after_a_sync_whose_capture_failed(tmp_path):
     """A sync that the daemon's sensor or the UI started fails at its
     capture: x_catch_up_sensor asks for the stages after the capture for
     the same batch. A `kb sync` run catches up itself: the sensor leaves it."""
-    from kb.apps.sync import SYNC_JOB, code_location, execute_in_this_process, run_sync, sync_run_config
-    from kb_assets.dagster_internals import create_location_run
+    from kb.apps.sync import SYNC_JOB, Runs, run_sync, sync_run_config
     from kb_assets.partitions import sync_batches
     from sensors.capture_failed import x_catch_up_sensor
 
@@ -173,10 +172,8 @@ def test_the_daemon_catches_up_after_a_sync_whose_capture_failed(tmp_path):
     inst = instance()
     batch = "20261203T000000000Z"
     inst.add_dynamic_partitions(sync_batches.name, [batch])
-    with code_location(inst) as location:
-        run = create_location_run(inst, location, SYNC_JOB, run_config=sync_run_config(files=[missing]),
-                                  tags={"dagster/partition": batch, "kb/exclude": "video"})
-        execute_in_this_process(inst, run)
+    Runs(inst).run(SYNC_JOB, run_config=sync_run_config(files=[missing]),
+                   tags={"dagster/partition": batch, "kb/exclude": "video"})
     daemon_run, command_run = [r for r in inst.get_runs() if r.job_name == SYNC_JOB]
 
     def evaluate(run: dg.DagsterRun):

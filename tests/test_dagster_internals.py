@@ -76,16 +76,58 @@ def test_every_private_name_of_the_adapter_still_exists():
         "Each use has its reason in kb_assets/dagster_internals.py: find the new name or a public hook.")
 
 
+MAX_PRIVATE_PATHS = 5  # issue 50: the adapter keeps at most 5, each with its reason
+
+
+def test_the_adapter_imports_at_most_five_private_module_paths():
+    paths = sorted({module for module, _name in _adapter_imports()})
+    assert len(paths) <= MAX_PRIVATE_PATHS, (
+        f"kb_assets/dagster_internals.py imports {len(paths)} private module paths of Dagster: {paths}. "
+        "Use Dagster's public API, or copy a value with a test that compares it.")
+    text = ADAPTER.read_text()
+    # Each path has its reason in the module text.
+    assert [path for path in paths if f"`{path}`" not in text] == []
+
+
+# The values that the adapter copies from Dagster's private modules: {name in the adapter: (module, name)}.
+COPIES = {
+    "ASSET_PARTITION_RANGE_START_TAG": ("dagster._core.storage.tags", "ASSET_PARTITION_RANGE_START_TAG"),
+    "ASSET_PARTITION_RANGE_END_TAG": ("dagster._core.storage.tags", "ASSET_PARTITION_RANGE_END_TAG"),
+    "INDEX_SHARD_NAME": ("dagster._core.storage.event_log.sqlite.sqlite_event_log", "INDEX_SHARD_NAME"),
+    "SQLITE_BUSY_TIMEOUT_SECONDS": ("dagster._core.storage.sqlite", "SQLITE_BUSY_TIMEOUT_SECONDS"),
+    "ALEMBIC_SCRIPTS_LOCATION": ("dagster._core.storage.sql", "ALEMBIC_SCRIPTS_LOCATION"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COPIES))
+def test_each_copied_value_equals_dagsters(name):
+    import kb_assets.dagster_internals as internals
+
+    module, dagster_name = COPIES[name]
+    try:
+        theirs = getattr(importlib.import_module(module), dagster_name)
+    except (ImportError, AttributeError) as exc:
+        pytest.fail(f"Dagster {dg.__version__} moved {module}.{dagster_name} ({exc}): "
+                    f"check the copy {name} in kb_assets/dagster_internals.py")
+    assert getattr(internals, name) == theirs, (
+        f"Dagster {dg.__version__} changed {module}.{dagster_name}: change the copy {name} in "
+        "kb_assets/dagster_internals.py")
+
+
+def test_the_copied_conn_string_equals_dagsters(tmp_path):
+    from dagster._core.storage.sqlite import create_db_conn_string
+
+    import kb_assets.dagster_internals as internals
+
+    for base in (str(tmp_path), str(tmp_path / "history" / "runs") + "/", "relative/dir"):
+        assert internals.create_db_conn_string(base, "runs") == create_db_conn_string(base, "runs")
+
+
 # The private methods and keywords that kb calls or overrides: {(class, method): keywords that kb passes}.
 def _calls() -> dict:
     import kb_assets.dagster_internals as internals
 
     return {
-        (dg.DagsterInstance, "create_run_for_job"): {"job_def", "execution_plan", "run_config", "tags",
-                                                     "remote_job_origin", "job_code_origin"},
-        (dg.DagsterInstance, "create_reexecuted_run"): {"request_context", "parent_run", "code_location",
-                                                        "remote_job", "strategy", "extra_tags",
-                                                        "use_parent_run_tags"},
         (internals.DagsterEventLog, "_connect"): {"shard"},
         (internals.DagsterEventLog, "_initdb"): {"engine", "for_index_shard"},
         (internals.DagsterEventLog, "has_table"): {"table_name"},
@@ -124,17 +166,17 @@ def one_op_job():
 
 @pytest.mark.slow
 def test_the_public_execute_job_still_makes_runs_that_the_ui_cannot_re_execute():
-    """The reason for create_location_run: the UI's re-execution from failure
-    reads the run's remote origin (the code location), and dg.execute_job
-    does not record one. When a Dagster release records it, kb can run its
-    jobs through dg.execute_job and ReexecutionOptions.from_failure."""
+    """What kb/apps/run_paths.py tells the owner: the UI's re-execution from
+    failure reads the run's remote origin (the code location), and
+    dg.execute_job does not record one, so only kb up's runs can be
+    re-executed in the UI. When a Dagster release records it, change that text."""
     with dg.instance_for_test() as instance:
         result = dg.execute_job(dg.reconstructable(one_op_job), instance=instance)
         assert result.success
         run = instance.get_run_by_id(result.run_id)
     assert run.remote_job_origin is None, (
-        "dg.execute_job now records the code location of a run: move kb/apps/sync.py to the public "
-        "execute_job (see kb_assets/dagster_internals.py, use 1)")
+        "dg.execute_job now records the code location of a run: the UI can re-execute the runs that kb "
+        "executes in its own process; change the text of kb/apps/run_paths.py and README.md")
 
 
 def test_the_postgres_run_coordinator_loads_from_dagsters_public_name():
@@ -147,7 +189,9 @@ def test_the_postgres_run_coordinator_loads_from_dagsters_public_name():
     assert loaded is dg.QueuedRunCoordinator
 
 
-@pytest.mark.parametrize("name", ["CheckRunHealthResult", "WorkerStatus", "ASSET_PARTITION_RANGE_START_TAG"])
+@pytest.mark.parametrize("name", ["CheckRunHealthResult", "WorkerStatus", "ASSET_PARTITION_RANGE_START_TAG",
+                                  "ASSET_PARTITION_RANGE_END_TAG", "SqliteEventLogStorage", "SqliteRunStorage",
+                                  "SqliteScheduleStorage"])
 def test_the_names_that_dagster_does_not_export_are_still_not_exported(name):
     """When `dagster` exports one of them, kb takes the public name."""
     assert not hasattr(dg, name), f"dagster {dg.__version__} exports {name} now: use dg.{name} in kb"

@@ -104,14 +104,29 @@ def test_webserver_serves_the_graph_and_its_partitions(kb_home):
 
 
 def test_loading_the_code_location_writes_dagster_yaml(tmp_path):
-    """dagster dev, the daemon and each code server load kb_assets.definitions
-    with DAGSTER_HOME set: the load writes kb's dagster.yaml when it is absent,
-    so every Dagster process sees the same pools, monitoring and retries."""
+    """dagster dev, the daemon and each code server load kb's code location
+    (they call kb_assets.definitions.defs) with DAGSTER_HOME set: the load
+    writes kb's dagster.yaml when it is absent, so every Dagster process sees
+    the same pools, monitoring and retries. An import of the module alone
+    (a test, a script, a tool that reads the code) writes nothing, freezes
+    nothing and leaves the umask as it is (issue 50)."""
     home = tmp_path / "fresh-dagster-home"
     env = {**os.environ, "DAGSTER_HOME": str(home)}
-    done = subprocess.run([sys.executable, "-c", "import kb_assets.definitions"], env=env, capture_output=True,
-                          text=True, timeout=250)
+    check = ("import gc, os, json\n"
+             "def state(): mask = os.umask(0o022); os.umask(mask); "
+             "return [os.path.exists(os.environ['DAGSTER_HOME']), gc.get_freeze_count() > 0, oct(mask)]\n"
+             "import kb_assets.definitions as d\n"
+             "imported = state()\n"
+             "d.defs()\n"
+             "print(json.dumps({'imported': imported, 'loaded': state()}))\n")
+    done = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=250,
+                          preexec_fn=lambda: os.umask(0o022))
     assert done.returncode == 0, done.stderr[-2000:]
+    import json
+
+    states = json.loads(done.stdout.strip().splitlines()[-1])
+    assert states["imported"] == [False, False, "0o22"]  # the import wrote no file, froze nothing
+    assert states["loaded"] == [True, True, "0o77"]  # the load of the code location did the set-up
     instance = dg.DagsterInstance.from_config(str(home))
     assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
     assert type(instance.run_launcher).__name__ == "LocalRunLauncher"

@@ -51,7 +51,7 @@ def test_an_existing_wide_home_and_backup_folder_are_tightened_and_told_once(kb_
 def test_the_code_location_makes_its_process_private(tmp_path):
     """`dagster dev` and its run workers do not come through the kb CLI:
     the load of kb's code location sets the umask."""
-    check = "import os, kb_assets.definitions; print(oct(os.umask(0o077)))"
+    check = "import os, kb_assets.definitions as d; d.defs(); print(oct(os.umask(0o077)))"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop("DAGSTER_HOME", None)
     result = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True,

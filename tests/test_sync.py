@@ -1,7 +1,6 @@
 """`kb sync` / `kb import`: one run of the job x_sync per new batch, in the
 instance under KB_HOME; a stage whose service is down does not stop the
-index; a failed run is re-executed from failure through Dagster's API, as
-the UI does it."""
+index; a failed run is re-executed from failure through Dagster's public API."""
 
 from __future__ import annotations
 
@@ -72,8 +71,13 @@ def test_kb_import_makes_one_x_sync_run_per_batch():
     # The per-run choice is a tag of the run, not an environment variable.
     assert first.tags["kb/exclude"] == "link"
     assert first.tags["dagster/max_retries"] == "0"  # x_sync holds GPU stages
-    # The run names the code location "kb": the UI can re-execute it.
-    assert first.remote_job_origin.repository_origin.code_location_origin.location_name == "kb"
+    # Without kb up the run executed here (dg.execute_job): a run worker and
+    # a re-execution build its job from kb's Definitions again.
+    pointer = first.job_code_origin.repository_origin.code_pointer
+    assert (pointer.reconstructor_pointer.module, pointer.reconstructor_pointer.fn_name) == (
+        "kb_assets.definitions", "job_named")
+    assert pointer.reconstructable_args[0] == "x_sync"
+    assert first.tags["kb/launch"] == pointer.reconstructable_args[1]
 
     assert kb("import", "--no-link", *pages[2:]) == 0
     runs = inst.get_runs()
@@ -114,13 +118,13 @@ def test_a_stage_whose_service_is_down_does_not_stop_the_index(monkeypatch):
     assert duck("SELECT count(*) FROM translations") == [(0,)]  # the foreign texts wait
 
 
-def test_a_failed_run_is_re_executed_from_failure_as_the_ui_does_it(tmp_path):
+def test_a_failed_run_is_re_executed_from_failure_by_the_next_sync(tmp_path):
     """The parent run fails in the capture (its page is not there yet). The
-    re-execution goes through Dagster's GraphQL API, as the UI's button, with
-    the code location loaded from workspace.yaml in a code server, and the
-    run launcher of kb's dagster.yaml."""
-    from dagster_graphql.client.query import LAUNCH_PIPELINE_REEXECUTION_MUTATION
-    from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
+    next sync re-executes it from failure in this process (dg.execute_job
+    with dg.ReexecutionOptions.from_failure), with the parent's config and
+    kb's tags of the parent. Under kb up, the UI does it:
+    tests/test_sync_kb_up.py."""
+    import os
 
     from kb.apps.sync import run_sync
 
@@ -136,23 +140,21 @@ def test_a_failed_run_is_re_executed_from_failure_as_the_ui_does_it(tmp_path):
     assert parent.job_name == "x_sync" and parent.status == dg.DagsterRunStatus.FAILURE
 
     shutil.copy(sample_pages()[0], page)  # the cause is fixed
-    with define_out_of_process_context(str(REPO / "workspace.yaml"), None, inst) as context:
-        result = execute_dagster_graphql(context, LAUNCH_PIPELINE_REEXECUTION_MUTATION, {
-            "reexecutionParams": {"parentRunId": parent.run_id, "strategy": "FROM_FAILURE"}})
-        launched = result.data["launchPipelineReexecution"]
-        assert launched["__typename"] == "LaunchRunSuccess", launched
-        run_id = launched["run"]["runId"]
-        if inst.get_run_by_id(run_id).status == dg.DagsterRunStatus.QUEUED:
-            inst.launch_run(run_id, context)  # what the daemon's run queue does
-        deadline = time.monotonic() + 240
-        while not inst.get_run_by_id(run_id).is_finished and time.monotonic() < deadline:
-            time.sleep(0.5)
-    child = inst.get_run_by_id(run_id)
+    started: list[str] = []
+    again = run_sync(files=[str(sample_pages()[1])], exclude=["link"],
+                     on_stage=lambda stage, number, total: started.append(stage))
+    assert again.resumed == [report.batch] and not again.failed, again.stages
+    # A line for each stage as it started, read from the events while dg.execute_job ran.
+    assert started == [s.stage for s in again.stages] and len(started) > 8
+    child = next(r for r in inst.get_runs() if r.parent_run_id == parent.run_id)
     assert child.status == dg.DagsterRunStatus.SUCCESS, child.status
-    assert child.parent_run_id == parent.run_id and child.tags["dagster/partition"] == report.batch
+    assert child.tags["dagster/partition"] == report.batch
     assert child.tags["kb/exclude"] == "link"  # the parent's per-run choice came along
+    assert child.tags["kb/pid"] == str(os.getpid()) and child.tags["kb/launch"] != parent.tags["kb/launch"]
+    # From failure: the capture again, and the steps after it.
+    assert child.step_keys_to_execute[0] == "x_raw_pages"
     assert duck(f"SELECT count(*) > 0 FROM bookmarks WHERE batch = '{report.batch}'") == [(True,)]
-    assert set(_materialized_partitions(inst, "chunk_index")) == {report.batch}
+    assert set(_materialized_partitions(inst, "chunk_index")) == {report.batch, again.batch}
 
 
 def test_a_second_kb_home_in_the_same_process_gets_its_own_stores(tmp_path, monkeypatch):
@@ -174,26 +176,18 @@ def test_a_second_kb_home_in_the_same_process_gets_its_own_stores(tmp_path, monk
     assert counts[0] > 0 and counts[1] == counts[0]
 
 
-def test_a_run_made_without_loading_the_location_names_what_the_loaded_location_names():
-    """kb makes a sync's run from the job's definition alone (no snapshot of
-    the whole location). Its origins and job snapshot must be those of the
-    location that the UI loads, or the UI cannot re-execute the run."""
-    from kb.apps.sync import code_location, sync_run_config
-    from kb_assets.dagster_internals import create_location_run
-    from kb_assets.instance_config import ensure_dagster_home
+def test_a_run_executed_here_has_the_job_of_the_code_location():
+    """kb builds the job of a run that executes here from the Definitions
+    (kb_assets.definitions.job_named): the same job as the code location's,
+    and a new build for each launch, with the settings of that moment."""
+    from kb.apps.run_paths import reconstructable_job
+    from kb_assets.definitions import defs
 
-    ensure_dagster_home()
-    instance = dg.DagsterInstance.get()
-    with code_location(instance) as location:
-        run = create_location_run(instance, location, "x_sync", run_config=sync_run_config(files=[]),
-                                  tags={"dagster/partition": "2026-12-01T000000"})
-        loaded = location.loaded_job("x_sync")
-    assert run.remote_job_origin == loaded.get_remote_origin()
-    assert run.job_code_origin == loaded.get_python_origin()
-    assert run.job_snapshot_id == loaded.identifying_job_snapshot_id
-    assert run.step_keys_to_execute == ["x_raw_pages", "normalized_bookmarks", "captions", "documents",
-                                        "transcripts", "chunks", "translations", "chunk_index"]
-    assert run.tags["dagster/max_retries"] == "0" and run.tags["dagster/partition"] == "2026-12-01T000000"
+    loaded = defs().get_job_def("x_sync")
+    first, second = (reconstructable_job("x_sync", launch).get_definition() for launch in ("a", "b"))
+    assert first.get_job_snapshot_id() == loaded.get_job_snapshot_id() == second.get_job_snapshot_id()
+    assert first is not second  # Dagster keeps the last build of equal arguments only
+    assert first.tags["dagster/max_retries"] == "0"
 
 
 def test_the_weekly_full_sync_starts_once_a_week_and_removed_bookmarks_leave_search(tmp_path, monkeypatch):

@@ -2,8 +2,8 @@
 for every sync batch that has work waiting, then the index of that batch.
 
 Each batch gets one run of a job of the code location (kb_assets/jobs.py),
-in the instance under KB_HOME and in this process, as `kb sync` and
-`kb caption` do (kb/apps/sync.py). The per-run choices go in the op config
+in the instance under KB_HOME, where `kb sync` and `kb caption` run
+theirs: at kb up's daemon, or in this process (kb/apps/sync.py, class Runs). The per-run choices go in the op config
 (`limit`, `retry`), never in the environment: a run that the UI re-executes
 carries them too.
 

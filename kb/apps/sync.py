@@ -2,10 +2,12 @@
 sync batch, in the Dagster instance under KB_HOME.
 
 It is the same job that the sensor `x_sync_sensor`, a schedule and the
-Dagster UI launch, from the same code location ("kb"). The run executes in
-this process (the in-process executor of x_sync), so the progress lines and
-the embedding progress bar show in the terminal. Its record names the code
-location, so the UI can re-execute it from failure.
+Dagster UI launch, from the same code location ("kb"). When `kb up` runs
+for KB_HOME, the run goes to its webserver and the daemon executes it: the
+UI can re-execute it from failure. Else the run executes in this process
+(dg.execute_job), so the embedding progress bar shows in the terminal
+(kb/apps/run_paths.py). Both ways, this process reads the run's events as
+they come and prints a progress line when a stage starts.
 
 Dagster holds the order of the stages (the asset graph) and what is left to
 do after a crash (re-execution from failure). Before the new batch, a sync:
@@ -22,20 +24,31 @@ do after a crash (re-execution from failure). Before the new batch, a sync:
 from __future__ import annotations
 
 import gc
+import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import dagster as dg
 
+from kb.apps.run_paths import (
+    LaunchError,
+    answers,
+    execute_here,
+    kb_up_webserver,
+    new_launch,
+    submit,
+    submit_reexecution,
+)
 from kb.apps.run_report import failed_items, index_failures, unreadable_pages, waiting_for_services
-from kb_assets.dagster_internals import CodeLocation, create_location_run, create_run_from_failure, execute_run_here
+from kb.settings import get_settings
+from kb_assets.dagster_internals import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from kb_assets.instance_config import ensure_dagster_home
 from kb_assets.keys import CATCH_UP_TAG, SOURCE_PASSAGES, X_RAW_PAGES
 from kb_assets.partitions import new_batch_key, sync_batches
-from kb_assets.run_launcher import fail_runs_of_dead_workers, this_process_tags
+from kb_assets.run_launcher import PID_TAG, fail_runs_of_dead_workers, this_process_tags
 from kb_assets.run_config_rules import files_for_import
+from kb_resources.run_worker import BOOT_TAG, HOST_TAG
 
 SYNC_JOB = "x_sync"
 CAPTURE_JOB = "capture_job"  # `kb capture`
@@ -54,6 +67,16 @@ MAX_FAILED_RUNS = 3
 # the end report names the same error on the stage's line. The owner is
 # told once (issue 48); the trace stays in the UI.
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+# Names one launch of this process: the reader of the events finds the run
+# that dg.execute_job makes by it.
+LAUNCH_TAG = "kb/launch"
+# The seconds between two reads of a run's new events.
+FOLLOW_POLL_S = 0.25
+# The tags of a failed run that its re-execution keeps: the partitions, and
+# kb's choices for the run (kb/exclude, kb/catch_up). Not the tags that name
+# the parent's worker process or launch: they would make the new run look dead.
+KEPT_DAGSTER_TAGS = (PARTITION_TAG, ASSET_PARTITION_RANGE_START_TAG, ASSET_PARTITION_RANGE_END_TAG)
+WORKER_TAGS = (PID_TAG, HOST_TAG, BOOT_TAG, LAUNCH_TAG)
 
 
 @dataclass
@@ -91,6 +114,13 @@ class SyncReport:
     def ok(self) -> bool:
         return not self.failed and not self.problems
 
+    def add(self, ran: tuple[str, list[StageResult]]) -> None:
+        """The run id ("" when no run was made) and the stages of one run."""
+        run_id, stages = ran
+        if run_id:
+            self.run_ids.append(run_id)
+        self.stages += stages
+
     @property
     def failed(self) -> list[str]:
         """The stages that failed; a stage of an earlier batch names its batch."""
@@ -98,21 +128,7 @@ class SyncReport:
                 for s in self.stages if not s.ok]
 
 
-# --- the code location, in this process ----------------------------------------------
-# Its runs come from kb_assets/dagster_internals.py: a run that the UI can
-# re-execute, and its events while it executes, need Dagster's private parts.
-
-
-@contextmanager
-def code_location(instance: dg.DagsterInstance) -> Iterator[CodeLocation]:
-    location = CodeLocation(instance)
-    try:
-        yield location
-    finally:
-        location.close()
-
-
-# --- one run, in this process ------------------------------------------------------------
+# --- one run, and its events --------------------------------------------------------------
 
 
 class StageWatcher:
@@ -123,6 +139,8 @@ class StageWatcher:
                  on_stage: Callable[[str, int, int], None] | None):
         from kb_assets.definitions import all_checks
 
+        self.run_id = run.run_id
+        self.run_error = ""  # why the run failed before any stage ended
         checks = {c.node_def.name for c in all_checks}
         plan = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
         todo = set(run.step_keys_to_execute or [step.key for step in plan.steps])
@@ -135,13 +153,16 @@ class StageWatcher:
         self.results: dict[str, StageResult] = {}
         self.metadata: dict[str, dict[str, dict]] = {}  # stage -> asset -> values
 
-    def __call__(self, event: dg.DagsterEvent) -> None:
+    def __call__(self, event: dg.DagsterEvent, at: float) -> None:
+        """One event of the run; `at`: its time (Unix seconds)."""
+        kind = event.event_type
+        if kind == dg.DagsterEventType.RUN_FAILURE and not self.results:
+            self.run_error = _first_line(event.message or "")
         key = event.step_key
         if key not in self.stages:
             return
-        kind = event.event_type
         if kind == dg.DagsterEventType.STEP_START:
-            self.started[key] = time.monotonic()
+            self.started[key] = at
             self.order.append(key)
             if self.on_stage:
                 self.on_stage(key, len(self.order), len(self.stages))
@@ -155,19 +176,19 @@ class StageWatcher:
             if stopped is not None:
                 self.stopped[key] = str(stopped.value)
         elif kind == dg.DagsterEventType.STEP_SUCCESS:
-            self._end(key, key not in self.stopped, self.stopped.get(key, ""))
+            self._end(key, at, key not in self.stopped, self.stopped.get(key, ""))
         elif kind == dg.DagsterEventType.STEP_FAILURE:
             error = event.step_failure_data.error if event.step_failure_data else None
-            self._end(key, False, stage_error(error) if error else "the stage failed")
+            self._end(key, at, False, stage_error(error) if error else "the stage failed")
 
-    def _end(self, key: str, ok: bool, error: str) -> None:
-        seconds = time.monotonic() - self.started.get(key, time.monotonic())
+    def _end(self, key: str, at: float, ok: bool, error: str) -> None:
+        seconds = at - self.started.get(key, at)
         self.results[key] = StageResult(key, ok, seconds, error, batch=self.batch, metadata=self.metadata.get(key, {}))
 
-    def report(self, run_error: str) -> list[StageResult]:
+    def report(self, run_error: str = "") -> list[StageResult]:
         """One result per stage, in order. A stage that did not run (an
         earlier stage failed, or the run stopped) is a failure too."""
-        why = run_error or "it did not run: an earlier stage failed"
+        why = run_error or self.run_error or "it did not run: an earlier stage failed"
         ordered = self.order + [key for key in self.stages if key not in self.order]
         return [self.results.get(key) or StageResult(key, False, 0.0, why, batch=self.batch, ran=False)
                 for key in ordered]
@@ -189,23 +210,104 @@ def _first_line(message: str) -> str:
     return message.strip().splitlines()[0][:300] if message.strip() else "the stage failed"
 
 
-def execute_in_this_process(instance: dg.DagsterInstance, run: dg.DagsterRun,
-                            on_stage: Callable[[str, int, int], None] | None = None) -> list[StageResult]:
-    """Execute `run` here, as a run worker would. Never raises for a failed
-    stage: the run's record and the results say what failed."""
-    watcher = StageWatcher(run, instance, on_stage)
-    run_error = ""
-    try:
-        for event in execute_run_here(instance, run):
-            watcher(event)
-            if event.event_type == dg.DagsterEventType.RUN_FAILURE and not watcher.results:
-                run_error = _first_line(event.message or "")
-    except Exception as exc:  # the run could not even start: name the reason
-        run_error = f"{type(exc).__name__}: {exc}"
-        current = instance.get_run_by_id(run.run_id)
-        if current is not None and not current.is_finished:
-            instance.report_run_failed(current, f"kb could not execute the run: {run_error}")
-    return watcher.report(run_error)
+class Runs:
+    """The runs of one kb command, and what their stages did. At kb up's
+    webserver when kb up runs for KB_HOME (its daemon executes them), else
+    in this process (kb/apps/run_paths.py). A failed stage never raises:
+    the run's record and the results say what failed."""
+
+    def __init__(self, instance: dg.DagsterInstance, on_stage: Callable[[str, int, int], None] | None = None):
+        self.instance = instance
+        self.on_stage = on_stage
+        webserver = kb_up_webserver(get_settings().home)
+        self.webserver = webserver if webserver is not None and answers(webserver) else None
+
+    def run(self, job_name: str, *, run_config: dict, tags: dict[str, str]) -> tuple[str, list[StageResult]]:
+        """One new run of `job_name`; returns its run id ("" when no run was made) and its stages."""
+        if self.webserver is not None:
+            return self._submitted(job_name, lambda: submit(self.webserver, job_name, run_config=run_config,
+                                                            tags=tags))
+        return self._here(job_name, run_config, tags, None)
+
+    def reexecute(self, parent: dg.DagsterRun) -> tuple[str, list[StageResult]]:
+        """Dagster's re-execution from failure of `parent`: the steps that did
+        not succeed and the steps after them, with the parent's config."""
+        tags = kept_tags(parent)
+        if self.webserver is not None:
+            return self._submitted(parent.job_name, lambda: submit_reexecution(self.webserver, parent, tags))
+        return self._here(parent.job_name, None, tags, parent)
+
+    def _submitted(self, job_name: str, launch: Callable[[], str]) -> tuple[str, list[StageResult]]:
+        try:
+            run_id = launch()
+        except LaunchError as exc:
+            return "", [StageResult(job_name, False, 0.0, str(exc), ran=False)]
+        run = self.instance.get_run_by_id(run_id)
+        watcher = self._follow(run, lambda: self.instance.get_run_by_id(run_id).is_finished)
+        return run_id, watcher.report()
+
+    def _here(self, job_name: str, run_config: dict | None, tags: dict[str, str],
+              parent: dg.DagsterRun | None) -> tuple[str, list[StageResult]]:
+        launch = new_launch()
+        tags = {**tags, **this_process_tags(), LAUNCH_TAG: launch}
+        done = threading.Event()
+        followed: list[StageWatcher] = []
+        # The events are read in a thread while dg.execute_job executes the
+        # run here: it gives them only at its end, and the owner sees a line
+        # when each stage starts.
+        reader = threading.Thread(target=self._follow_launch, args=(launch, done, followed),
+                                  name="kb-run-events", daemon=True)
+        reader.start()
+        error = ""
+        try:
+            execute_here(self.instance, job_name, launch, run_config=run_config, tags=tags, parent=parent)
+        except Exception as exc:  # the run could not start or went wrong outside a step: name the reason
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            done.set()
+            reader.join()
+        if not followed:
+            return "", [StageResult(job_name, False, 0.0, f"kb could not make the run: {error}", ran=False)]
+        watcher = followed[0]
+        if error:
+            current = self.instance.get_run_by_id(watcher.run_id)
+            if current is not None and not current.is_finished:
+                self.instance.report_run_failed(current, f"kb could not execute the run: {error}")
+        return watcher.run_id, watcher.report(error)
+
+    def _follow_launch(self, launch: str, done: threading.Event, followed: list[StageWatcher]) -> None:
+        while True:
+            ended = done.is_set()
+            found = self.instance.get_run_records(filters=dg.RunsFilter(tags={LAUNCH_TAG: launch}), limit=1)
+            if found:
+                followed.append(self._follow(found[0].dagster_run, done.is_set))
+                return
+            if ended:
+                return  # no run was made
+            time.sleep(FOLLOW_POLL_S)
+
+    def _follow(self, run: dg.DagsterRun, finished: Callable[[], bool]) -> StageWatcher:
+        """Read the run's events as they come, until it finished."""
+        watcher = StageWatcher(run, self.instance, self.on_stage)
+        cursor = None
+        while True:
+            ended = finished()
+            page = self.instance.get_records_for_run(run.run_id, cursor=cursor)
+            for record in page.records:
+                entry = record.event_log_entry
+                if entry.dagster_event is not None:
+                    watcher(entry.dagster_event, entry.timestamp)
+            cursor = page.cursor
+            if ended and not page.has_more:
+                return watcher
+            if not page.has_more:
+                time.sleep(FOLLOW_POLL_S)
+
+
+def kept_tags(parent: dg.DagsterRun) -> dict[str, str]:
+    """The parent's tags that a re-execution keeps (an allowlist)."""
+    return {key: value for key, value in parent.tags.items()
+            if key in KEPT_DAGSTER_TAGS or (key.startswith("kb/") and key not in WORKER_TAGS)}
 
 
 # --- earlier batches ----------------------------------------------------------------------
@@ -285,11 +387,8 @@ def run_capture(*, full: bool = False, on_stage: Callable[[str, int, int], None]
     instance, gone = instance_for_runs()
     report = SyncReport(batch=new_batch_key(), gone_runs=[run.run_id for run in gone], title="Capture")
     instance.add_dynamic_partitions(sync_batches.name, [report.batch])
-    with code_location(instance) as location:
-        run = create_location_run(instance, location, CAPTURE_JOB, run_config=sync_run_config(full=full),
-                                  tags={PARTITION_TAG: report.batch, **this_process_tags()})
-        report.run_ids.append(run.run_id)
-        report.stages += execute_in_this_process(instance, run, on_stage)
+    report.add(Runs(instance, on_stage).run(CAPTURE_JOB, run_config=sync_run_config(full=full),
+                                            tags={PARTITION_TAG: report.batch}))
     report.stages = without_stages_done_later(report.stages)
     report.problems += unreadable_pages(report, CAPTURE_STAGE)
     if report.ok:
@@ -315,28 +414,23 @@ def run_sync(
         files = files_for_import(files)
     instance, gone = instance_for_runs()
     report = SyncReport(batch="", gone_runs=[run.run_id for run in gone])
-    with code_location(instance) as location:
-        for earlier in unfinished_batches(instance):
-            if earlier.last_run is None:
-                report.notes.append(f"batch {earlier.batch} is left as it is: {earlier.note}")
-                continue
-            run = create_run_from_failure(instance, location, earlier.last_run, this_process_tags())
-            report.run_ids.append(run.run_id)
-            report.stages += execute_in_this_process(instance, run, on_stage)
-            report.resumed.append(earlier.batch)
+    runs = Runs(instance, on_stage)
+    for earlier in unfinished_batches(instance):
+        if earlier.last_run is None:
+            report.notes.append(f"batch {earlier.batch} is left as it is: {earlier.note}")
+            continue
+        report.add(runs.reexecute(earlier.last_run))
+        report.resumed.append(earlier.batch)
 
-        # The new batch's partition comes after the recovery: a sync killed
-        # during the recovery leaves no empty batch behind.
-        report.batch = new_batch_key()
-        instance.add_dynamic_partitions(sync_batches.name, [report.batch])
-        # The tag tells the daemon's x_catch_up_sensor that this command runs the catch-up itself.
-        run = create_location_run(instance, location, SYNC_JOB, run_config=sync_run_config(full=full, files=files),
-                                  tags={PARTITION_TAG: report.batch, CATCH_UP_TAG: "kb sync", **sync_tags(exclude),
-                                        **this_process_tags()})
-        report.run_ids.append(run.run_id)
-        report.stages += execute_in_this_process(instance, run, on_stage)
-        if capture_failed(report):
-            catch_up(instance, location, report, sync_tags(exclude), on_stage)
+    # The new batch's partition comes after the recovery: a sync killed
+    # during the recovery leaves no empty batch behind.
+    report.batch = new_batch_key()
+    instance.add_dynamic_partitions(sync_batches.name, [report.batch])
+    # The tag tells the daemon's x_catch_up_sensor that this command runs the catch-up itself.
+    report.add(runs.run(SYNC_JOB, run_config=sync_run_config(full=full, files=files),
+                        tags={PARTITION_TAG: report.batch, CATCH_UP_TAG: "kb sync", **sync_tags(exclude)}))
+    if capture_failed(report):
+        catch_up(runs, report, sync_tags(exclude))
     report.stages = without_stages_done_later(report.stages)
     # Pages that are not Bookmarks pages, and a capture that read none, fail
     # the command: else an import of the wrong file ends with "finished".
@@ -368,15 +462,11 @@ def capture_failed(report: SyncReport) -> bool:
     return any(s.stage == CAPTURE_STAGE and not s.ok and s.batch == report.batch for s in report.stages)
 
 
-def catch_up(instance: dg.DagsterInstance, location: CodeLocation, report: SyncReport, tags: dict[str, str],
-             on_stage: Callable[[str, int, int], None] | None) -> None:
+def catch_up(runs: Runs, report: SyncReport, tags: dict[str, str]) -> None:
     """The capture failed (an expired X login, X down): its failed step
     stopped every later step of the run. One run of `x_catch_up` for the same
     batch still carries the work that waits in every batch to the index."""
-    run = create_location_run(instance, location, CATCH_UP_JOB, run_config=QUIET_LOGS,
-                              tags={PARTITION_TAG: report.batch, **tags, **this_process_tags()})
-    report.run_ids.append(run.run_id)
-    report.stages += execute_in_this_process(instance, run, on_stage)
+    report.add(runs.run(CATCH_UP_JOB, run_config=QUIET_LOGS, tags={PARTITION_TAG: report.batch, **tags}))
 
 
 def without_stages_done_later(stages: list[StageResult]) -> list[StageResult]:
@@ -391,18 +481,16 @@ def without_stages_done_later(stages: list[StageResult]) -> list[StageResult]:
 def run_batches(job: str, runs: list[tuple[str, dict]], *, title: str, tags: dict[str, str] | None = None,
                 on_stage: Callable[[str, int, int], None] | None = None) -> SyncReport:
     """One run of `job` for each (sync batch, op config), in the given order,
-    in the instance under KB_HOME and in this process. The per-run choices
-    are the op config (limit, retry) and the tags (kb/exclude)."""
+    in the instance under KB_HOME (class Runs says where the runs execute).
+    The per-run choices are the op config (limit, retry) and the tags (kb/exclude)."""
     instance, gone = instance_for_runs()
     report = SyncReport(batch="", gone_runs=[run.run_id for run in gone], title=title)
     if not runs:
         return report
-    with code_location(instance) as location:
-        for batch, ops in runs:
-            run = create_location_run(instance, location, job,
-                                      run_config={**QUIET_LOGS, **({"ops": ops} if ops else {})}, tags={PARTITION_TAG: batch, **(tags or {}), **this_process_tags()})
-            report.run_ids.append(run.run_id)
-            report.stages += execute_in_this_process(instance, run, on_stage)
+    launcher = Runs(instance, on_stage)
+    for batch, ops in runs:
+        report.add(launcher.run(job, run_config={**QUIET_LOGS, **({"ops": ops} if ops else {})},
+                                tags={PARTITION_TAG: batch, **(tags or {})}))
     return report
 
 
@@ -432,17 +520,12 @@ def rebuild_index(*, rebuild: bool = True, exclude: list[str] | None = None,
     report = run_batches("index_rebuild", [(batch, {}) for batch in known_batches()], title="Index",
                          tags=tags, on_stage=on_stage)
     instance = dg.DagsterInstance.get()
-    with code_location(instance) as location:
-        # The passages of Telegram sources are in the same table: without
-        # these runs a rebuild would take them out of search.
-        for item_id in indexed_sources(instance) if rebuild else []:
-            run = create_location_run(instance, location, "source_index_job", run_config=QUIET_LOGS,
-                             tags={PARTITION_TAG: item_id, **this_process_tags()})
-            report.run_ids.append(run.run_id)
-            report.stages += execute_in_this_process(instance, run, on_stage)
-        run = create_location_run(instance, location, "wiki_index_job", run_config=QUIET_LOGS, tags=this_process_tags())
-        report.run_ids.append(run.run_id)
-        report.stages += execute_in_this_process(instance, run, on_stage)
+    runs = Runs(instance, on_stage)
+    # The passages of Telegram sources are in the same table: without
+    # these runs a rebuild would take them out of search.
+    for item_id in indexed_sources(instance) if rebuild else []:
+        report.add(runs.run("source_index_job", run_config=QUIET_LOGS, tags={PARTITION_TAG: item_id}))
+    report.add(runs.run("wiki_index_job", run_config=QUIET_LOGS, tags={}))
     report.problems += index_failures(report)
     if rebuilt.get("swapped"):
         report.notes.append(f"The index now holds vectors of {rebuilt['model']}: "

@@ -2,8 +2,8 @@
 the parts of an earlier kb up that died.
 
 kb up holds $KB_HOME/run/kb-up.lock (an flock) for all its life, and writes
-$KB_HOME/run/kb-up.json: its pid and start time, and the pid, process group
-and start time of each part. The kernel frees the lock when kb up ends, also
+$KB_HOME/run/kb-up.json: its pid and start time, and the pid, process group,
+start time and address of each part. The kernel frees the lock when kb up ends, also
 after SIGKILL. So a held lock means that a kb up runs, and a free lock with
 a record means that the kb up of the record died without its stop.
 
@@ -104,7 +104,9 @@ class UpRecord:
             started = start_time(pid)
             if started is not None:
                 # Each part leads its own group (start_new_session): its pgid is its pid.
-                self.entries[pid] = {"name": part.name, "pid": pid, "pgid": pid, "started": started}
+                # "where": the part's address; `kb sync` finds kb up's webserver by it (kb/apps/run_paths.py).
+                self.entries[pid] = {"name": part.name, "pid": pid, "pgid": pid, "started": started,
+                                     "where": part.where}
         for pid in [pid for pid in self.entries if pid not in running and not home_members(pid, self.home)]:
             del self.entries[pid]  # an earlier process whose group is empty
         record = {"pid": os.getpid(), "started": self.started, "parts": list(self.entries.values())}
