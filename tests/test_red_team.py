@@ -391,7 +391,7 @@ def test_a_page_or_message_with_a_secret_is_refused_and_rolled_back(stage):
     """The second line: the worker scans the change before it commits. A
     model that knows a secret (its own endpoint token, which the CLI must
     have) cannot put it on a page or in the commit message."""
-    from kb_assets.wiki.wiki_pages import apply_agent_change
+    from kb.wiki.change import apply_agent_change
     from kb.wiki.agent import WikiAgent
 
     root, wiki = stage["root"], stage["wiki"]
@@ -536,7 +536,7 @@ def test_a_page_that_the_owner_git_excludes_is_seen_refused_and_rolled_back(stag
     (home / "xdg" / "git").mkdir(parents=True)
     (home / "xdg" / "git" / "ignore").write_text("node_modules/\n")
     os.environ["XDG_CONFIG_HOME"] = str(home / "xdg")
-    from kb_assets.wiki.wiki_pages import apply_agent_change
+    from kb.wiki.change import apply_agent_change
     from kb.wiki.agent import WikiAgent
 
     hidden = "wiki/concepts/node_modules/keys.md"

@@ -17,18 +17,10 @@ from zoneinfo import ZoneInfo
 import dagster as dg
 import pytest
 
-from kb_assets.wiki.wiki_pages import (
-    GateDecision,
-    apply_agent_change,
-    ingest_prompt,
-    topic_key,
-    wiki_ingest_states,
-    wiki_lint,
-    wiki_pages,
-    wiki_status,
-    wiki_synthesis,
-    wiki_topic_synthesis,
-)
+from kb.wiki.change import apply_agent_change
+from kb.wiki.prompts import GateDecision, ingest_prompt, topic_key
+from kb_assets.source_states import wiki_ingest_states, wiki_status
+from kb_assets.wiki.wiki_pages import change_metadata, wiki_lint, wiki_pages, wiki_synthesis, wiki_topic_synthesis
 from kb_assets.wiki.page_checks import wiki_quality
 from kb.duckdb_store import DuckDBStore
 from kb.telegram.notifier import wiki_result_text
@@ -880,7 +872,7 @@ def test_a_partial_report_is_committed_with_a_warning(wiki, monkeypatch):
     assert subjects(root)[0] == f"ingest: {SLUG}"
     assert outcome.warnings[0] == ("partial: the agent did only a part of the change: "
                                    "The source page only; no entity pages.")
-    assert outcome.metadata()["agent_status"] == "partial"
+    assert change_metadata(outcome)["agent_status"] == "partial"
 
 
 def test_report_statuses_and_the_waits_between_tries():
