@@ -26,9 +26,9 @@ from kb.telegram.notifier import NotificationError, TelegramNotifier
 from kb.telegram.source_table import read_gate_decision
 from kb.wiki.agent import AgentRun
 from kb.wiki.change import ChangeOutcome
-from kb.wiki.prompts import topic_key, TOPIC_KEY_MAX
-from kb.wiki.tasks import ingest_source, lint_wiki, topic_synthesis, weekly_synthesis
 from kb.wiki.checks import findings_count
+from kb.wiki.prompts import TOPIC_KEY_MAX, topic_key
+from kb.wiki.tasks import ingest_source, lint_wiki, topic_synthesis, weekly_synthesis
 from kb_assets.keys import GATED_SOURCES, MAX_RUNTIME_TAG, WIKI_PAGES
 from kb_assets.partitions import sources
 from kb_resources.services import WikiAgentResource
@@ -55,6 +55,7 @@ def retry_wait_s(retry_number: int) -> int:
     """The wait before retry `retry_number + 1`: 60, 120, 240 s by default."""
     return RETRY_BASE_S * 2 ** retry_number
 
+
 # Lint and synthesis partitions start here; no backfill before it is useful.
 PARTITIONS_START = "2026-01-01"
 # end_offset=1: today is a partition too, so the schedule at 02:00 and the
@@ -69,8 +70,6 @@ wiki_topics = dg.DynamicPartitionsDefinition(name="wiki_topics")
 wiki_synthesis_weeks = dg.WeeklyPartitionsDefinition(
     start_date="2025-12-29", day_offset=1, end_offset=1, timezone=get_settings().tz,  # a Monday: 2026-W01
 )
-
-
 
 
 def change_metadata(outcome: ChangeOutcome) -> dict:
@@ -119,7 +118,6 @@ def last_refusal(instance: dg.DagsterInstance, source_id: str) -> str | None:
         if meta.get("state") not in ("retrying",):
             return None
     return None
-
 
 
 def tell_of_the_room(context: dg.AssetExecutionContext, run: AgentRun | None) -> None:
