@@ -245,7 +245,7 @@ def test_wiki_results_reach_the_owner_once_and_a_failed_send_is_tried_again(fake
 
     dagster = h.ephemeral_instance()
     dg.materialize([wiki_lint], partition_key="2026-11-30", instance=dagster,
-                   resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
+                   resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
 
     @dg.asset(partitions_def=dg.DynamicPartitionsDefinition(name="wiki_topics"), name="wiki_topic_synthesis")
     def topic():

@@ -30,7 +30,7 @@ from kb.wiki.agent import WikiAgent, tool_deny_reason
 from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 from tests.wiki_pages import concept_page, parsed_file, source_page, weekly_page
 from tests.fake_anthropic import FakeAnthropic, Stall, bash, report, result_text, text, tool_use, write
-from kb_resources.services import WikiAgentResource
+from kb_resources.services import TelegramNotifierResource, WikiAgentResource
 from kb_resources.stores import DuckDBResource, WikiResource
 
 TOKEN = "sk-TEST-SECRET-wiki-agent-0001"
@@ -381,7 +381,7 @@ def materialize_source(instance, source_id: str, **kw):
     instance.add_dynamic_partitions("sources", [source_id])
     return dg.materialize(
         [wiki_pages, wiki_quality], partition_key=source_id, instance=instance, raise_on_error=False,
-        resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "duckdb": DuckDBResource.from_settings()}, **kw,
+        resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings(), "duckdb": DuckDBResource.from_settings()}, **kw,
     )
 
 
@@ -450,7 +450,7 @@ def test_lint_without_agent_commits_the_findings(wiki, monkeypatch):
     root = wiki.root()
     with ephemeral_instance() as instance:
         result = dg.materialize([wiki_lint], partition_key="2026-11-28", instance=instance,
-                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
+                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
     assert result.success
     assert subjects(root)[0] == "lint: 2026-11-28"
     report_page = (root / "wiki/syntheses/lint/2026-11-28.md").read_text()
@@ -471,7 +471,7 @@ def test_lint_agent_gets_the_findings(wiki, monkeypatch):
     with FakeAnthropic(turns=turns) as fake, ephemeral_instance() as instance:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         result = dg.materialize([wiki_lint], partition_key=day, instance=instance,
-                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
+                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
         prompt = fake.first_prompt_text()
     assert result.success
     assert subjects(root)[0] == f"lint: {day}"
@@ -494,7 +494,7 @@ def test_synthesis_of_a_thin_week(wiki, monkeypatch):
     with FakeAnthropic(turns=turns) as fake, ephemeral_instance() as instance:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         result = dg.materialize([wiki_synthesis], partition_key=week, instance=instance,
-                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
+                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
         prompt = fake.first_prompt_text()
     assert result.success
     assert subjects(root)[0] == "synthesis: weekly 2026-W48"
@@ -505,7 +505,7 @@ def test_synthesis_of_an_empty_week_needs_no_agent(wiki):
     root = wiki.root()
     with ephemeral_instance() as instance:
         result = dg.materialize([wiki_synthesis], partition_key="2026-11-16", instance=instance,
-                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
+                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
     assert result.success
     assert subjects(root)[0] == "synthesis: weekly 2026-W47"
     assert "Thin week: no new sources" in (root / "wiki/syntheses/weekly/2026-W47.md").read_text()
@@ -538,7 +538,7 @@ def test_topic_synthesis_is_one_commit(wiki, monkeypatch):
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         instance.add_dynamic_partitions("wiki_topics", [key])
         result = dg.materialize([wiki_topic_synthesis], partition_key=key, instance=instance,
-                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
+                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
         results = fake.tool_results()
     assert result.success
     assert subjects(root)[0] == "synthesis: topic computing"
@@ -702,7 +702,7 @@ def run_lint(day: str, turns: list, monkeypatch) -> tuple[dg.ExecuteInProcessRes
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         result = dg.materialize([wiki_lint], partition_key=day, instance=instance, raise_on_error=False,
                                 resources={"wiki": WikiResource.from_settings(),
-                                           "wiki_agent": WikiAgentResource.from_settings()})
+                                           "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
         return result, fake.first_prompt_text()
 
 
@@ -788,7 +788,7 @@ def run_weekly(page: str, monkeypatch) -> tuple[dg.ExecuteInProcessResult, str]:
         result = dg.materialize([wiki_synthesis], partition_key="2026-11-23", instance=instance,
                                 raise_on_error=False,
                                 resources={"wiki": WikiResource.from_settings(),
-                                           "wiki_agent": WikiAgentResource.from_settings()})
+                                           "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
         return result, fake.first_prompt_text()
 
 

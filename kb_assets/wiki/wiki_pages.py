@@ -31,7 +31,7 @@ from kb.wiki.prompts import TOPIC_KEY_MAX, topic_key
 from kb.wiki.tasks import ingest_source, lint_wiki, topic_synthesis, weekly_synthesis
 from kb_assets.keys import GATED_SOURCES, MAX_RUNTIME_TAG, WIKI_PAGES
 from kb_assets.partitions import sources
-from kb_resources.services import WikiAgentResource
+from kb_resources.services import TelegramNotifierResource, WikiAgentResource
 from kb_resources.stores import DuckDBResource, WikiResource
 
 WIKI_POOL = "wiki"
@@ -120,7 +120,7 @@ def last_refusal(instance: dg.DagsterInstance, source_id: str) -> str | None:
     return None
 
 
-def tell_of_the_room(context: dg.AssetExecutionContext, run: AgentRun | None) -> None:
+def tell_of_the_room(context: dg.AssetExecutionContext, run: AgentRun | None, telegram: TelegramNotifier) -> None:
     """An agent run without its bubblewrap room (KB_AGENT_SANDBOX=auto and
     no working bubblewrap): a warning in the run's log each time, and one
     notice to the owner, at the first such run of this KB_HOME (Telegram,
@@ -129,17 +129,18 @@ def tell_of_the_room(context: dg.AssetExecutionContext, run: AgentRun | None) ->
         return
     context.log.warning(run.sandbox_notice)
     try:
-        TelegramNotifier.from_settings().notify("wiki-agent", "no-bubblewrap", run.sandbox_notice)
+        telegram.notify("wiki-agent", "no-bubblewrap", run.sandbox_notice)
     except NotificationError as exc:  # the next run tries again: the claim was released
         context.log.warning(str(exc))
 
 
-def _finish(context: dg.AssetExecutionContext, outcome: ChangeOutcome, subject: str) -> None:
+def _finish(context: dg.AssetExecutionContext, outcome: ChangeOutcome, subject: str,
+            telegram: TelegramNotifierResource) -> None:
     """After a failed change (the wiki is rolled back), ask Dagster for a
     retry after retry_wait_s(), or fail for good: after MAX_RETRIES retries,
     or when the agent reported `failed` a second time. A `retrying` or
     `failed` observation records each end."""
-    tell_of_the_room(context, outcome.agent)
+    tell_of_the_room(context, outcome.agent, telegram.get_client())
     if outcome.ok:
         return
     attempt = context.retry_number + 1
@@ -191,7 +192,8 @@ def _failed_reports_before(context: dg.AssetExecutionContext) -> int:
     group_name="wiki",
     description="The wiki pages that the agent made or updated for one approved source: one git commit.",
 )
-def wiki_pages(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource, duckdb: DuckDBResource):
+def wiki_pages(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource, duckdb: DuckDBResource,
+               telegram: TelegramNotifierResource):
     wiki, wiki_agent, duckdb = wiki.get_client(), wiki_agent.get_client(), duckdb.get_client()
     source_id = context.partition_key
     decision = read_gate_decision(duckdb, source_id)
@@ -215,7 +217,7 @@ def wiki_pages(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent
     # A refused change leaves the source approved; the next try hears the rule that refused it.
     notice = last_refusal(context.instance, source_id) if context.retry_number else None
     outcome = ingest_source(wiki, wiki_agent, decision, now=now, max_turns=wiki_agent.max_turns, refused=notice)
-    _finish(context, outcome, subject=f"source {source_id}")
+    _finish(context, outcome, subject=f"source {source_id}", telegram=telegram)
     yield dg.MaterializeResult(metadata={**change_metadata(outcome), "source_id": source_id,
                                          "attempt": context.retry_number + 1})
 
@@ -228,10 +230,11 @@ def wiki_pages(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent
     group_name="wiki",
     description="The daily lint: deterministic findings, fixed by the agent, and a report page. One commit.",
 )
-def wiki_lint(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource) -> dg.MaterializeResult:
+def wiki_lint(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource,
+              telegram: TelegramNotifierResource) -> dg.MaterializeResult:
     wiki, wiki_agent = wiki.get_client(), wiki_agent.get_client()
     lint = lint_wiki(wiki, wiki_agent, context.partition_key, max_turns=wiki_agent.lint_max_turns)
-    _finish(context, lint.outcome, subject=f"lint {context.partition_key}")
+    _finish(context, lint.outcome, subject=f"lint {context.partition_key}", telegram=telegram)
     return dg.MaterializeResult(metadata={
         **change_metadata(lint.outcome), "mode": lint.mode,
         "findings_before": findings_count(lint.findings), "findings_after": findings_count(lint.after),
@@ -250,7 +253,8 @@ def wiki_lint(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent:
     group_name="wiki",
     description="The weekly synthesis of every source since the last one. A thin week says so. One commit.",
 )
-def wiki_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource):
+def wiki_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource,
+                   telegram: TelegramNotifierResource):
     wiki, wiki_agent = wiki.get_client(), wiki_agent.get_client()
     settings = get_settings()
     week = weekly_synthesis(wiki, wiki_agent, date.fromisoformat(context.partition_key), tz=settings.tz,
@@ -258,7 +262,7 @@ def wiki_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_a
     if week.outcome is None:
         _observe(context, "waiting", reason="ANTHROPIC_BASE_URL is not set", sources=len(week.slugs))
         return
-    _finish(context, week.outcome, subject=f"synthesis {week.label}")
+    _finish(context, week.outcome, subject=f"synthesis {week.label}", telegram=telegram)
     yield dg.MaterializeResult(metadata={**change_metadata(week.outcome), "week": week.label,
                                          "sources": len(week.slugs), "thin_week": week.thin, "mode": week.mode})
 
@@ -272,7 +276,8 @@ def wiki_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_a
     group_name="wiki",
     description="A synthesis page about one topic that the owner asked for. One commit.",
 )
-def wiki_topic_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource):
+def wiki_topic_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource,
+                         telegram: TelegramNotifierResource):
     wiki, wiki_agent = wiki.get_client(), wiki_agent.get_client()
     topic = context.partition_key
     # The key goes into the agent's prompt, and the UI can add any key to
@@ -286,7 +291,7 @@ def wiki_topic_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, 
         return
     today = datetime.now(ZoneInfo(get_settings().tz)).date().isoformat()
     outcome = topic_synthesis(wiki, wiki_agent, topic, today=today, max_turns=wiki_agent.synthesis_max_turns)
-    _finish(context, outcome, subject=f"topic {topic}")
+    _finish(context, outcome, subject=f"topic {topic}", telegram=telegram)
     yield dg.MaterializeResult(metadata={**change_metadata(outcome), "topic": topic})
 
 
