@@ -8,14 +8,29 @@ search index.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path, PurePath
 from typing import NamedTuple
 
 import yaml
+from frontmatter.default_handlers import YAMLHandler
 
-# libyaml's loader when PyYAML has it: the same safe subset, and the pure
-# Python loader took a large part of `kb wiki check` (benchmarks/wiki_check.md).
+# libyaml's loader when PyYAML has it: the same safe subset. The pure Python
+# loader, which python-frontmatter takes unless told otherwise, took about
+# half of a warm `kb wiki check` (benchmarks/wiki_check.md).
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _PageYAML(YAMLHandler):
+    """python-frontmatter's YAML handler with kb's boundary: a line that is
+    `---` and nothing else but spaces. The library's own boundary also takes
+    `----` and the blank lines after the closing line, and pages would lose
+    their first blank line."""
+
+    FM_BOUNDARY = re.compile(r"^[ \t]*---[ \t\r]*$", re.MULTILINE)
+
+
+_YAML = _PageYAML()
 
 PAGES_FOLDER = "wiki"  # the pages live in <wiki root>/wiki/
 WIKI_PAGE_SUFFIX = ".md"
@@ -23,6 +38,12 @@ WIKI_PAGE_SUFFIX = ".md"
 WIKI_SOURCE = "wiki"
 WIKI_ID_PREFIX = "wiki:"
 WIKI_AUTHOR = "wiki"
+# A link between pages: [[target]], [[target|text]], [[target#anchor]], and
+# the embed ![[target]]. Group 1 is the text between the brackets.
+WIKILINK = re.compile(r"!?\[\[([^\]\n]+?)\]\]")
+HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+# The first line of a fenced code block, and its last.
+FENCE = re.compile(r"^(```|~~~)")
 
 # What the wiki agent may change, by allowlist: Markdown pages in these
 # folders, index.md, and log.md (append only). kb refuses every other path,
@@ -99,21 +120,35 @@ class Frontmatter(NamedTuple):
 def split_frontmatter(text: str) -> Frontmatter:
     """The frontmatter and the body of a page. The web page and the MCP server
     read a page with this function too, so a page has the same frontmatter
-    for the checks and for the readers."""
+    for the checks and for the readers. python-frontmatter finds and reads
+    the block; kb keeps why a block is not valid and the body's line numbers,
+    which the checks report."""
     lines = text.splitlines()
-    if not lines or lines[0].strip() != "---":
+    if not lines or not _YAML.detect(text):
         return Frontmatter(None, "no frontmatter", lines, 1)
-    for end in range(1, len(lines)):
-        if lines[end].strip() == "---":
-            body = lines[end + 1:]
-            try:
-                data = yaml.load("\n".join(lines[1:end]), Loader=_YAML_LOADER) or {}
-            except yaml.YAMLError as exc:
-                return Frontmatter(None, f"frontmatter is not valid YAML: {str(exc).splitlines()[0]}", body, end + 2)
-            if not isinstance(data, dict):
-                return Frontmatter(None, "frontmatter is not a mapping", body, end + 2)
-            return Frontmatter(data, None, body, end + 2)
-    return Frontmatter(None, "frontmatter has no closing ---", lines, 1)
+    try:
+        head, rest = _YAML.split(text)
+    except ValueError:  # one --- line only
+        return Frontmatter(None, "frontmatter has no closing ---", lines, 1)
+    # `rest` starts with the new line that ends the closing --- line.
+    body_start = text[:len(text) - len(rest)].count("\n") + 2
+    body = rest[1:].splitlines()
+    try:
+        # Without the new lines of the two --- lines, as the block reads:
+        # a block scalar at the end (`key: |`) keeps no extra new line.
+        data = _YAML.load(head[1:].removesuffix("\n").removesuffix("\r"), Loader=_YAML_LOADER) or {}
+    except yaml.YAMLError as exc:
+        return Frontmatter(None, f"frontmatter is not valid YAML: {str(exc).splitlines()[0]}", body, body_start)
+    if not isinstance(data, dict):
+        return Frontmatter(None, "frontmatter is not a mapping", body, body_start)
+    return Frontmatter(data, None, body, body_start)
+
+
+def blank_comments(text: str) -> str:
+    """The text with each HTML comment replaced by spaces, line for line,
+    so that line numbers stay. A reader does not see a comment, so the
+    checks of what a page says do not read it."""
+    return HTML_COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
 
 
 def read_frontmatter(path: Path) -> dict:

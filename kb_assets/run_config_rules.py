@@ -8,7 +8,7 @@ but a run from the UI must still stay inside KB_HOME: without these rules,
 `CaptureConfig.files=["~/.config/kb/state.json"]` copied the X login into
 KB_HOME/raw, an absolute `archive_name` wrote a full archive of KB_HOME
 anywhere, and a wiki_topics key went as it was into the agent's prompt (its check is
-topic_key() in kb_assets/wiki/wiki_pages.py, the bot's rule).
+topic_key() in kb/wiki/prompts.py, the bot's rule).
 
 Each check runs at the start of its step, before the step writes anything,
 and raises RunConfigRefused: a Dagster failure that no retry can fix, which

@@ -126,6 +126,8 @@ class WikiAgentResource(ClientResource):
     model: str
     auth_token: str = ""
     max_turns: int = 30
+    lint_max_turns: int = 40
+    synthesis_max_turns: int = 60
     timeout_s: float = 600.0
     agent_dir: str
     sandbox: str = "auto"

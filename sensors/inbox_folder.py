@@ -29,8 +29,8 @@ from kb_assets.keys import OVERRIDE_TAG, OVERRIDE_VALUE, REQUESTED_BY_TAG, TOPIC
 from kb_assets.partitions import sources
 from kb_assets.telegram.sources import source_intake_job
 from kb.wiki.weeks import iso_week_label
+from kb.wiki.prompts import topic_key
 from kb_assets.wiki.wiki_pages import (
-    topic_key,
     wiki_lint_days,
     wiki_lint_job,
     wiki_synthesis_job,

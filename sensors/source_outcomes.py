@@ -39,7 +39,7 @@ from kb_assets.partitions import sources
 from kb_assets.run_config_rules import requester_chat
 from kb_resources.stores import InboxResource
 from kb.telegram.inbox import Inbox
-from kb_assets.telegram.item_state import commit_of, failure_message
+from kb_assets.source_states import commit_of, failure_message
 from kb.telegram.notifier import (
     NO_GATE_KEY_NOTICE,
     NotificationError,

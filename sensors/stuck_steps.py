@@ -20,7 +20,7 @@ a run that runs too long: it marks the run canceling, asks the run launcher
 to stop the worker, and marks the run failed. The failure names no failed
 step, so the run retry applies also to the source_intake job (it retries
 only runs that did not fail in a step of their own). An interrupted wiki
-change rolls the wiki back (kb_assets/wiki/wiki_pages.py).
+change rolls the wiki back (kb/wiki/change.py).
 """
 
 from __future__ import annotations

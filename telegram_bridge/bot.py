@@ -187,7 +187,7 @@ class BotApp:
             await message.reply(f"the topic is too long: {len(topic)} characters; the limit is {MAX_TOPIC_CHARS}.")
             return
         if topic and not TOPIC_WORD.search(topic):
-            # The wiki names a topic page by its Latin letters and digits (kb_assets.wiki.wiki_pages.topic_key).
+            # The wiki names a topic page by its Latin letters and digits (kb.wiki.prompts.topic_key).
             await message.reply(f"the topic {echo(topic)!r} has no Latin letters or digits. Example: /synthesize raft consensus")
             return
         self.inbox.add_request("synthesize", topic=topic, user_id=message.from_user.id)

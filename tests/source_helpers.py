@@ -20,7 +20,7 @@ from kb.settings import get_settings
 from kb.wiki.repo import Wiki
 from kb.wiki.agent import WikiAgent
 from kb.telegram.inbox import Inbox, InboxItem, telegram_item_id, utc_now_iso
-from kb_resources.services import BrowserResource, EmbedderResource, QualityGateResource, WikiAgentResource
+from kb_resources.services import BrowserResource, EmbedderResource, QualityGateResource, TelegramNotifierResource, WikiAgentResource
 from kb_resources.stores import ChunkIndexResource, DuckDBResource, InboxResource, WikiResource
 
 OWNER_ID = 111
@@ -61,7 +61,7 @@ def add_item(type_: str, message_id: int, *, url: str | None = None, text: str |
 
 def resources() -> dict:
     return {"duckdb": DuckDBResource.from_settings(), "browser": BrowserResource.from_settings(), "gate": QualityGateResource.from_settings(),
-            "wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(),
+            "wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings(),
             "inbox": InboxResource.from_settings(),
             # The test embedder: deterministic and fast; the index is a real LanceDB folder.
             "embedder": EmbedderResource.from_settings(backend="hash"), "lance": ChunkIndexResource.from_settings()}

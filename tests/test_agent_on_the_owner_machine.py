@@ -120,7 +120,7 @@ def test_the_first_agent_run_without_bubblewrap_says_so_and_how_to_install_it(wi
     """KB_AGENT_SANDBOX=auto and no bwrap on PATH: the run works without its
     room, its log and metadata say so, and the owner gets one notice (no
     bot here: the notices of `kb status`)."""
-    from kb.telegram.notifier import recent_notices
+    from kb.telegram.notifier import TelegramNotifier, recent_notices
     from kb.wiki.sandbox import bubblewrap_works
     from kb_assets.wiki.wiki_pages import tell_of_the_room
 
@@ -145,7 +145,8 @@ def test_the_first_agent_run_without_bubblewrap_says_so_and_how_to_install_it(wi
             assert "sudo apt-get install bubblewrap" in text and "sudo dnf install bubblewrap" in text
         assert any("bubblewrap" in w for w in warnings)
         # The next run logs it again, but the owner's notice came once.
-        tell_of_the_room(dg.build_asset_context(), AgentRun(sandbox="none", sandbox_notice=meta["agent_sandbox_notice"]))
+        tell_of_the_room(dg.build_asset_context(), AgentRun(sandbox="none", sandbox_notice=meta["agent_sandbox_notice"]),
+                         TelegramNotifier.from_settings())
         assert [n["key"] for n in recent_notices(get_settings(), limit=50)].count("wiki-agent") == 1
     finally:
         bubblewrap_works.cache_clear()

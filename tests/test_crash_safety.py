@@ -633,7 +633,7 @@ def run_intake_job(item_id: str) -> None:
 
 def test_inbox_item_killed_in_the_gate_call_and_in_the_ingest_is_done_once(tmp_path, monkeypatch):
     from kb_assets.run_launcher import fail_runs_of_dead_workers
-    from kb_assets.telegram.item_state import read_item_state
+    from kb_assets.source_states import read_item_state
     from tests import source_helpers as h
 
     home = tmp_path / "agent-home"

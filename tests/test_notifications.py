@@ -145,7 +145,7 @@ def test_a_source_that_the_gate_let_in_by_default_is_marked_so_in_status_and_the
     and the owner reads that it has no score of the model."""
     from kb.telegram.item_states import ItemState
     from kb.telegram.inbox import Inbox
-    from kb_assets.telegram.item_state import read_item_state
+    from kb_assets.source_states import read_item_state
     from telegram_bridge.bot import status_detail
     from tests.fake_openai_chat import status
 
@@ -245,7 +245,7 @@ def test_wiki_results_reach_the_owner_once_and_a_failed_send_is_tried_again(fake
 
     dagster = h.ephemeral_instance()
     dg.materialize([wiki_lint], partition_key="2026-11-30", instance=dagster,
-                   resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
+                   resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
 
     @dg.asset(partitions_def=dg.DynamicPartitionsDefinition(name="wiki_topics"), name="wiki_topic_synthesis")
     def topic():
@@ -282,7 +282,7 @@ def test_a_missing_gate_key_is_told_once_and_status_says_not_scored(fake):
     """No DEEPSEEK_API_KEY: every source goes in unscored. The owner hears
     it one time (not once per source), and /status says "not scored"."""
     from kb.telegram.inbox import Inbox
-    from kb_assets.telegram.item_state import read_item_state
+    from kb_assets.source_states import read_item_state
     from telegram_bridge.bot import status_detail, status_line
 
     dagster = h.ephemeral_instance()

@@ -37,7 +37,7 @@ from kb.wiki.repo import Wiki
 from kb_assets.index.wiki_index import wiki_index
 from kb_assets.wiki.page_checks import wiki_quality
 from kb_assets.wiki.wiki_pages import wiki_pages
-from kb_resources.services import EmbedderResource, WikiAgentResource
+from kb_resources.services import EmbedderResource, TelegramNotifierResource, WikiAgentResource
 from kb_resources.stores import ChunkIndexResource, DuckDBResource, WikiResource
 from tests.wiki_pages import source_page
 from tests.fake_anthropic import FakeAnthropic, HeldAnthropic, report, result_text, text, tool_use
@@ -230,7 +230,7 @@ def materialize_ingest(instance: dg.DagsterInstance) -> dg.ExecuteInProcessResul
     instance.add_dynamic_partitions("sources", ["red1"])
     return dg.materialize(
         [wiki_pages, wiki_quality], partition_key="red1", instance=instance, raise_on_error=False,
-        resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(),
+        resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings(),
                    "duckdb": DuckDBResource.from_settings()})
 
 
@@ -391,7 +391,7 @@ def test_a_page_or_message_with_a_secret_is_refused_and_rolled_back(stage):
     """The second line: the worker scans the change before it commits. A
     model that knows a secret (its own endpoint token, which the CLI must
     have) cannot put it on a page or in the commit message."""
-    from kb_assets.wiki.wiki_pages import apply_agent_change
+    from kb.wiki.change import apply_agent_change
     from kb.wiki.agent import WikiAgent
 
     root, wiki = stage["root"], stage["wiki"]
@@ -497,7 +497,7 @@ def test_a_refused_change_is_rolled_back_and_told_once_with_its_rule(stage, capf
     """Under the real asset: each try of the change is refused and rolled
     back, the source stays approved, and the owner gets one notice that
     names the rule (no bot token here: the notice goes to the log)."""
-    from kb_resources.services import TelegramNotifierResource
+
     from kb_resources.stores import InboxResource
     from sensors.source_outcomes import source_outcomes_sensor
 
@@ -536,7 +536,7 @@ def test_a_page_that_the_owner_git_excludes_is_seen_refused_and_rolled_back(stag
     (home / "xdg" / "git").mkdir(parents=True)
     (home / "xdg" / "git" / "ignore").write_text("node_modules/\n")
     os.environ["XDG_CONFIG_HOME"] = str(home / "xdg")
-    from kb_assets.wiki.wiki_pages import apply_agent_change
+    from kb.wiki.change import apply_agent_change
     from kb.wiki.agent import WikiAgent
 
     hidden = "wiki/concepts/node_modules/keys.md"
@@ -671,7 +671,7 @@ def test_a_pdf_title_with_new_lines_reaches_the_model_as_one_line_of_data(kb_hom
     with FakeAnthropic(turns=ingest_turns(Path(parsed_path).stem)) as fake:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         result = dg.materialize([wiki_pages], partition_key=item.id, instance=instance, resources={
-            "wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(),
+            "wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings(),
             "duckdb": DuckDBResource.from_settings()})
         first = fake.requests[0]["messages"][0]["content"]
     assert result.success

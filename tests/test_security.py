@@ -48,7 +48,8 @@ from kb.apps.login import save_login_state
 from kb_assets.partitions import sync_batches
 from kb.apps.sync import run_sync
 from kb.urls import normalize_url
-from kb_assets.wiki.wiki_pages import GateDecision, apply_agent_change, ingest_prompt
+from kb.wiki.change import apply_agent_change
+from kb.wiki.prompts import GateDecision, ingest_prompt
 from kb_assets.index.wiki_index import wiki_index
 from kb_assets.instance_config import ensure_dagster_home
 from kb.duckdb_store import DuckDBStore, insert_rows

@@ -12,8 +12,9 @@ from kb.wiki.schema import PARSED_KEYS
 from kb_assets.telegram.sources import MAX_TRANSIENT_RETRIES, OVERRIDE_TAG, TRANSIENT_WAITS_S, parsed_sources
 from kb.duckdb_store import DuckDBStore
 from kb.settings import get_settings
-from kb_assets.telegram.item_state import read_item_state
-from kb_assets.wiki.wiki_pages import ingest_prompt, read_gate_decision
+from kb_assets.source_states import read_item_state
+from kb.telegram.source_table import read_gate_decision
+from kb.wiki.prompts import ingest_prompt
 from kb.wiki.prompt_data import DATA_NOTE
 from kb.wiki_files import read_frontmatter
 from tests import source_helpers as h
@@ -225,7 +226,7 @@ def test_transient_errors_retry_after_60_120_240_seconds_over_the_items_life(dag
     
         def invoke():
             context = dg.build_asset_context(partition_key=item.id, instance=dagster)
-            return parsed_sources(context, duckdb=h.resources()["duckdb"], browser=h.resources()["browser"])
+            return parsed_sources(context, **{k: v for k, v in h.resources().items() if k in ("duckdb", "browser", "inbox", "wiki")})
 
         # Direct invocation does not retry, so each call is one attempt, and
         # the RetryRequested that it raises shows the wait.
@@ -248,7 +249,7 @@ def test_transient_errors_retry_after_60_120_240_seconds_over_the_items_life(dag
         # /override gives the item its retries again.
         with pytest.raises(dg.RetryRequested):
             context = dg.build_asset_context(partition_key=item.id, instance=dagster, run_tags={OVERRIDE_TAG: "true"})
-            parsed_sources(context, duckdb=h.resources()["duckdb"], browser=h.resources()["browser"])
+            parsed_sources(context, **{k: v for k, v in h.resources().items() if k in ("duckdb", "browser", "inbox", "wiki")})
         assert busy.hits["/busy"] == 5
 
 

@@ -17,18 +17,10 @@ from zoneinfo import ZoneInfo
 import dagster as dg
 import pytest
 
-from kb_assets.wiki.wiki_pages import (
-    GateDecision,
-    apply_agent_change,
-    ingest_prompt,
-    topic_key,
-    wiki_ingest_states,
-    wiki_lint,
-    wiki_pages,
-    wiki_status,
-    wiki_synthesis,
-    wiki_topic_synthesis,
-)
+from kb.wiki.change import apply_agent_change
+from kb.wiki.prompts import GateDecision, ingest_prompt, topic_key
+from kb_assets.source_states import wiki_ingest_states, wiki_status
+from kb_assets.wiki.wiki_pages import change_metadata, wiki_lint, wiki_pages, wiki_synthesis, wiki_topic_synthesis
 from kb_assets.wiki.page_checks import wiki_quality
 from kb.duckdb_store import DuckDBStore
 from kb.telegram.notifier import wiki_result_text
@@ -38,7 +30,7 @@ from kb.wiki.agent import WikiAgent, tool_deny_reason
 from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
 from tests.wiki_pages import concept_page, parsed_file, source_page, weekly_page
 from tests.fake_anthropic import FakeAnthropic, Stall, bash, report, result_text, text, tool_use, write
-from kb_resources.services import WikiAgentResource
+from kb_resources.services import TelegramNotifierResource, WikiAgentResource
 from kb_resources.stores import DuckDBResource, WikiResource
 
 pytestmark = pytest.mark.slow  # slow: the agent's CLI
@@ -391,7 +383,7 @@ def materialize_source(instance, source_id: str, **kw):
     instance.add_dynamic_partitions("sources", [source_id])
     return dg.materialize(
         [wiki_pages, wiki_quality], partition_key=source_id, instance=instance, raise_on_error=False,
-        resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "duckdb": DuckDBResource.from_settings()}, **kw,
+        resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings(), "duckdb": DuckDBResource.from_settings()}, **kw,
     )
 
 
@@ -460,7 +452,7 @@ def test_lint_without_agent_commits_the_findings(wiki, monkeypatch):
     root = wiki.root()
     with ephemeral_instance() as instance:
         result = dg.materialize([wiki_lint], partition_key="2026-11-28", instance=instance,
-                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
+                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
     assert result.success
     assert subjects(root)[0] == "lint: 2026-11-28"
     report_page = (root / "wiki/syntheses/lint/2026-11-28.md").read_text()
@@ -481,7 +473,7 @@ def test_lint_agent_gets_the_findings(wiki, monkeypatch):
     with FakeAnthropic(turns=turns) as fake, ephemeral_instance() as instance:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         result = dg.materialize([wiki_lint], partition_key=day, instance=instance,
-                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
+                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
         prompt = fake.first_prompt_text()
     assert result.success
     assert subjects(root)[0] == f"lint: {day}"
@@ -504,7 +496,7 @@ def test_synthesis_of_a_thin_week(wiki, monkeypatch):
     with FakeAnthropic(turns=turns) as fake, ephemeral_instance() as instance:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         result = dg.materialize([wiki_synthesis], partition_key=week, instance=instance,
-                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
+                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
         prompt = fake.first_prompt_text()
     assert result.success
     assert subjects(root)[0] == "synthesis: weekly 2026-W48"
@@ -515,7 +507,7 @@ def test_synthesis_of_an_empty_week_needs_no_agent(wiki):
     root = wiki.root()
     with ephemeral_instance() as instance:
         result = dg.materialize([wiki_synthesis], partition_key="2026-11-16", instance=instance,
-                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
+                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
     assert result.success
     assert subjects(root)[0] == "synthesis: weekly 2026-W47"
     assert "Thin week: no new sources" in (root / "wiki/syntheses/weekly/2026-W47.md").read_text()
@@ -548,7 +540,7 @@ def test_topic_synthesis_is_one_commit(wiki, monkeypatch):
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         instance.add_dynamic_partitions("wiki_topics", [key])
         result = dg.materialize([wiki_topic_synthesis], partition_key=key, instance=instance,
-                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings()})
+                                resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
         results = fake.tool_results()
     assert result.success
     assert subjects(root)[0] == "synthesis: topic computing"
@@ -712,7 +704,7 @@ def run_lint(day: str, turns: list, monkeypatch) -> tuple[dg.ExecuteInProcessRes
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         result = dg.materialize([wiki_lint], partition_key=day, instance=instance, raise_on_error=False,
                                 resources={"wiki": WikiResource.from_settings(),
-                                           "wiki_agent": WikiAgentResource.from_settings()})
+                                           "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
         return result, fake.first_prompt_text()
 
 
@@ -798,7 +790,7 @@ def run_weekly(page: str, monkeypatch) -> tuple[dg.ExecuteInProcessResult, str]:
         result = dg.materialize([wiki_synthesis], partition_key="2026-11-23", instance=instance,
                                 raise_on_error=False,
                                 resources={"wiki": WikiResource.from_settings(),
-                                           "wiki_agent": WikiAgentResource.from_settings()})
+                                           "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
         return result, fake.first_prompt_text()
 
 
@@ -882,7 +874,7 @@ def test_a_partial_report_is_committed_with_a_warning(wiki, monkeypatch):
     assert subjects(root)[0] == f"ingest: {SLUG}"
     assert outcome.warnings[0] == ("partial: the agent did only a part of the change: "
                                    "The source page only; no entity pages.")
-    assert outcome.metadata()["agent_status"] == "partial"
+    assert change_metadata(outcome)["agent_status"] == "partial"
 
 
 def test_report_statuses_and_the_waits_between_tries():

@@ -15,8 +15,8 @@ from kb.wiki.agent import AgentRun
 from kb.wiki.checks import check_wiki
 from kb.wiki.repo import Wiki
 from kb.wiki_files import read_frontmatter
-from kb_assets.telegram.sources import write_parsed_file
-from kb_assets.wiki.wiki_pages import commit_agent_change
+from kb.telegram.parsed_files import write_parsed_file
+from kb.wiki.change import commit_agent_change
 from kb.wiki.finish import finish_ingest, superseded_parse
 from tests.wiki_pages import concept_page, source_page
 

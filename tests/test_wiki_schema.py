@@ -179,3 +179,42 @@ def _no_embed(texts):
     for i in range(len(texts)):
         vectors[i, i] = 1.0
     return vectors
+
+
+def test_the_frontmatter_reader_keeps_kbs_boundaries_and_line_numbers():
+    """python-frontmatter reads the block (kb/wiki_files.py) with kb's own
+    boundary: the checks report body line numbers, and a page keeps its
+    first blank line."""
+    page = split_frontmatter("---\ntitle: A\n---\n\n# A\n")
+    assert page == ({"title": "A"}, None, ["", "# A"], 4)
+    assert split_frontmatter("---\ntitle: A\n---\n\n\n# A").body_start == 4
+    # `----` is a rule of Markdown, not a boundary; spaces around `---` are.
+    assert split_frontmatter("----\ntitle: A\n----\nB").error == "no frontmatter"
+    assert split_frontmatter(" ---\ntitle: A\n--- \nB") == ({"title": "A"}, None, ["B"], 4)
+    assert split_frontmatter("---\r\ntitle: A\r\n---\r\nB\r\n") == ({"title": "A"}, None, ["B"], 4)
+    # A block scalar at the end of the block gets no extra new line.
+    assert split_frontmatter("---\nnote: |\n  x\n---\n").data == {"note": "x"}
+    assert split_frontmatter("---\ntitle: [\n---\nB").error.startswith("frontmatter is not valid YAML")
+    assert split_frontmatter("---\n- a\n---\nB").error == "frontmatter is not a mapping"
+    assert split_frontmatter("---\ntitle: A\nB").error == "frontmatter has no closing ---"
+
+
+def test_kbs_writer_keeps_values_that_yaml_would_change_as_strings():
+    """kb writes the frontmatter itself (kb/wiki/schema.py): "12:30" in
+    plain YAML reads back as 750, "0x10" as 16, "on" as True."""
+    import datetime
+
+    from kb.wiki.schema import SOURCE, render_frontmatter
+
+    values = {"title": "12:30", "time": "12:30", "hex": "0x10", "word": "on", "day": "2026-12-05"}
+    data = split_frontmatter(render_frontmatter(SOURCE, values) + "\n# 12:30\n").data
+    assert (data["title"], data["time"], data["hex"], data["word"]) == ("12:30", "12:30", "0x10", "on")
+    assert data["day"] == datetime.date(2026, 12, 5)  # the specification writes a date plain
+
+
+def test_a_migration_renames_embeds_and_links_alike():
+    from kb.wiki.migrate import _rewrite_links
+
+    text = "see ![[entities/old]], [[entities/old|Old]] and [[entities/old#Roles]]"
+    assert _rewrite_links(text, {"entities/old": "entities/New"}) == \
+        "see ![[entities/New]], [[entities/New|Old]] and [[entities/New#Roles]]"

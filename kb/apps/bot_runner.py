@@ -9,7 +9,7 @@ from __future__ import annotations
 from kb.apps.quick_exit import skip_final_collection
 from kb.settings import Settings, get_settings
 from kb.telegram.item_states import StateReader
-from kb_assets.telegram.item_state import state_reader
+from kb_assets.source_states import state_reader
 
 
 def dagster_reader(settings: Settings) -> StateReader:

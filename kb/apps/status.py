@@ -204,7 +204,7 @@ def _wiki_state(settings: Settings) -> dict:
     import dagster as dg
 
     from kb.wiki.agent import WikiAgent
-    from kb_assets.wiki.wiki_pages import wiki_status
+    from kb_assets.source_states import wiki_status
     from kb_assets.instance_config import ensure_dagster_home
 
     ensure_dagster_home(settings)

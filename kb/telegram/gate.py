@@ -228,8 +228,8 @@ class QualityGate(BaseModel):
         """Score one source. Never raises for endpoint or answer errors: after
         the last failed try it returns an accepted, skipped verdict."""
         # openai is imported here, not at the top: every Dagster process
-        # imports this module when it loads the graph, and openai adds about
-        # 1 s to each start.
+        # imports this module when it loads the graph, and openai's import
+        # adds to each start (benchmarks/figures_from_comments.md).
         import openai
 
         model, threshold = self._model(), self._threshold()

@@ -1,6 +1,6 @@
 """The state of an inbox item, as the bot shows it. No Dagster here.
 
-Dagster is the only state store of an item; kb_assets/telegram/item_state.py
+Dagster is the only state store of an item; kb_assets/source_states.py
 reads it from the Dagster instance. This module holds only the shape of the
 answer, so that the bot can use it without importing Dagster.
 

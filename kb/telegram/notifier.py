@@ -138,8 +138,8 @@ def wiki_result_text(asset: str, partition: str, metadata: dict) -> str:
 
 async def _send(api_base: str, token: str, chat_id: int | str, text: str, reply_to: int | None) -> None:
     # aiogram is imported here, not at the top: every Dagster process imports
-    # this module when it loads the graph, and aiogram's types take about
-    # 4 s to import.
+    # this module when it loads the graph, and aiogram's types are slow to
+    # import (benchmarks/figures_from_comments.md).
     from aiogram.types import ReplyParameters
 
     from kb.telegram.api import bot_at

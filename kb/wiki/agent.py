@@ -344,13 +344,15 @@ def parse_report(tool_input: dict) -> tuple[dict | None, str | None]:
 
 class WikiAgent(BaseModel):
     """Claude Code through claude-agent-sdk (ANTHROPIC_BASE_URL,
-    ANTHROPIC_AUTH_TOKEN, KB_AGENT_MODEL, KB_AGENT_MAX_TURNS, KB_AGENT_TIMEOUT_S,
-    KB_AGENT_SANDBOX)."""
+    ANTHROPIC_AUTH_TOKEN, KB_AGENT_MODEL, KB_AGENT_MAX_TURNS, KB_LINT_MAX_TURNS,
+    KB_SYNTHESIS_MAX_TURNS, KB_AGENT_TIMEOUT_S, KB_AGENT_SANDBOX)."""
 
     base_url: str  # empty: no endpoint, approved sources wait
     model: str
     auth_token: SecretStr | None = None
-    max_turns: int = 30
+    max_turns: int = 30  # of an ingest
+    lint_max_turns: int = 40
+    synthesis_max_turns: int = 60  # of a weekly or a topic synthesis
     timeout_s: float = 600.0
     agent_dir: str  # KB_HOME/agent: each run gets a new room (HOME, CLI config) here, removed after the run
     sandbox: str = "auto"  # auto, bwrap or none (kb.wiki.sandbox.sandbox_choice)
@@ -359,7 +361,8 @@ class WikiAgent(BaseModel):
     def from_settings(cls, settings: Settings | None = None, **overrides) -> WikiAgent:
         s = settings or get_settings()
         return cls(**{"base_url": s.anthropic_base_url, "model": s.kb_agent_model, "auth_token": s.anthropic_auth_token,
-                      "max_turns": s.kb_agent_max_turns, "timeout_s": s.kb_agent_timeout_s,
+                      "max_turns": s.kb_agent_max_turns, "lint_max_turns": s.kb_lint_max_turns,
+                      "synthesis_max_turns": s.kb_synthesis_max_turns, "timeout_s": s.kb_agent_timeout_s,
                       "agent_dir": str(s.home / "agent"), "sandbox": s.kb_agent_sandbox, **overrides})
 
     def _base_url(self) -> str:

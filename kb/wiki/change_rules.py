@@ -26,13 +26,10 @@ from __future__ import annotations
 import re
 
 from kb.wiki.schema import AUTO_SECTION_MARKER, DISPUTED_MARK
-from kb.wiki_files import split_frontmatter
+from kb.wiki_files import FENCE, WIKILINK, blank_comments, split_frontmatter
 
-WIKILINK = re.compile(r"!?\[\[([^\]\n]+?)\]\]")
 CITATION = re.compile(r"\[\[(sources/[^\]|#\n]+)")
-FENCE = re.compile(r"^(```|~~~)")
 LIST_MARK = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
-HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 PROSE = re.compile(r"[A-Za-z\u00C0-\uFFFF]{2,}")
 
 
@@ -56,7 +53,7 @@ def visible_body(text: str) -> list[str]:
     """The body lines that a reader sees: no frontmatter; each HTML comment
     and each code block blanked (line for line, so numbers stay)."""
     body = split_frontmatter(text).body
-    blanked = HTML_COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), "\n".join(body)).split("\n")
+    blanked = blank_comments("\n".join(body)).split("\n")
     out, in_fence = [], False
     for line in blanked:
         if FENCE.match(line.strip()):

@@ -20,16 +20,13 @@ from kb.wiki.coherence import (Claim, Embed, PageFacts, SourcePassages, contradi
                                 local_embed, plain_text, unsupported_claims)
 from kb.wiki.schema import (AUTO_SECTION_MARKER, ENTITY_KINDS, SYNTHESIS_KINDS, PageSchema, name_problem,
                             schema_for)
-from kb.wiki_files import split_frontmatter, wiki_page_files
+from kb.wiki_files import FENCE, WIKILINK, blank_comments, split_frontmatter, wiki_page_files
 
 
 FINDING_KINDS = ("dangling_links", "orphans", "stubs", "index_mismatch", "frontmatter", "schema", "uncited",
                  "open_contradictions", "duplicates", "contradiction_candidates", "unsupported", "stale_claims")
 STUB_MIN_BODY_LINES = 10
-WIKILINK = re.compile(r"!?\[\[([^\]\n]+?)\]\]")
-FENCE = re.compile(r"^(```|~~~)")
 TABLE_RULE = re.compile(r"^\|?[\s:|-]+\|?$")
-HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 
 # Sections that list links, not claims, on pages of kb's earlier format
 # and on the owner's pages: their lines need no citation. The schemas add
@@ -289,9 +286,7 @@ def _body_lines(page: Page, keep_comments: bool = False):
 def _without_comments(lines: list[str]) -> list[str]:
     """The lines with each HTML comment replaced by spaces, line for line,
     so that the line numbers stay."""
-    text = "\n".join(lines)
-    blanked = HTML_COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
-    return blanked.split("\n") if lines else []
+    return blank_comments("\n".join(lines)).split("\n") if lines else []
 
 
 def _links(page: Page):

@@ -30,7 +30,7 @@ import numpy as np
 
 from kb.index.stop_words import STOP_WORDS
 from kb.wiki.schema import parsed_paragraphs
-from kb.wiki_files import split_frontmatter
+from kb.wiki_files import WIKILINK, split_frontmatter
 
 Embed = Callable[[list[str]], np.ndarray]
 
@@ -65,7 +65,6 @@ CONTRADICTION_WORD_SHARE = 0.4
 # reads at most 256 tokens, and one long paragraph would hide a sentence.
 LONG_PASSAGE_WORDS = 60
 
-WIKILINK = re.compile(r"!?\[\[([^\]\n]+?)\]\]")
 WORD = re.compile(r"[^\W_]+", re.UNICODE)
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
 NEGATION = re.compile(r"\b(?:not|no|never|none|neither|nor|cannot|without)\b|n't\b", re.IGNORECASE)

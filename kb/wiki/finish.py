@@ -1,6 +1,6 @@
 """kb's own part of a lint and a weekly synthesis: deterministic edits and
 checks on the agent's files, after the agent and before kb's checks and
-commit (kb_assets/wiki/wiki_pages.py, `finish`).
+commit (kb/wiki/tasks.py, `finish`).
 
 The agent writes the synthesis; kb does not trust it to keep the rules that
 a program can keep: the index lists the page, each page that the synthesis
@@ -18,7 +18,7 @@ from pathlib import Path
 from kb.atomic_files import write_atomic
 from kb.wiki.checks import findings_count
 from kb.wiki.schema import with_frontmatter_key
-from kb.wiki_files import split_frontmatter, wiki_page_files
+from kb.wiki_files import WIKILINK, split_frontmatter, wiki_page_files
 
 # The spec: a weekly synthesis of about 1,500 words. The prompt says 1,500;
 # kb refuses a page of more than WEEKLY_WORD_LIMIT ("about": a tenth more).
@@ -27,7 +27,6 @@ WEEKLY_WORD_LIMIT = 1650
 READING_LIST = "Reading list"
 MENTIONED_IN = "Mentioned in syntheses"
 UNSUPPORTED_SECTION = "Unsupported claims"
-WIKILINK = re.compile(r"\[\[([^\]\n]+?)\]\]")
 # Pages that a synthesis names and that get a back-link.
 BACKLINK_FOLDERS = ("sources/", "entities/", "concepts/")
 

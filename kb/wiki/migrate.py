@@ -29,9 +29,8 @@ from kb.wiki.playbook import CLAUDE_MD, EARLIER_GITIGNORES, EARLIER_PLAYBOOK_SHA
 from kb.wiki.repo import Wiki, raw_files_lock
 from kb.wiki.schema import (CONCEPT, ENTITY, MIGRATE_MESSAGE, SOURCE, SOURCE_NAME, WEEKLY, concept_name,
                             entity_name, render_frontmatter, render_page, source_slug)
-from kb.wiki_files import split_frontmatter, wiki_page_files
+from kb.wiki_files import WIKILINK, split_frontmatter, wiki_page_files
 
-WIKILINK = re.compile(r"(!?)\[\[([^\]\n]+?)\]\]")
 # Sections of kb's earlier pages -> the specification's section.
 EARLIER_SECTIONS = {
     "source": {"summary": "TL;DR", "key points": "Key claims", "mentions": "Connections"},
@@ -74,7 +73,7 @@ def _new_target(target: str, meta: dict) -> str:
 
 def _rewrite_links(text: str, renames: dict[str, str]) -> str:
     def one(match: re.Match) -> str:
-        bang, inner = match.groups()
+        bang, inner = "!" if match.group(0).startswith("!") else "", match.group(1)
         target, bar, label = inner.partition("|")
         path, hash_, anchor = target.partition("#")
         path = path.strip().removesuffix(".md")

@@ -45,7 +45,7 @@ def raw_files_lock(wiki_dir: Path):
 from kb.secret_scan import guarded_secrets, secrets_in
 from kb.wiki.git_env import git_command, git_env
 from kb.wiki.change_rules import lost_cited_claims, owner_section_problem
-from kb.wiki_files import APPEND_ONLY_FILES, agent_path_problem, wiki_page_files
+from kb.wiki_files import APPEND_ONLY_FILES, WIKILINK, agent_path_problem, wiki_page_files
 from kb.wiki.schema import DISPUTED_MARK, MANUAL_PREFIX, name_problem, only_key_added
 from kb.wiki.playbook import CLAUDE_MD, GITIGNORE, INDEX_MD, LOG_MD, PURPOSE_MD
 
@@ -77,7 +77,6 @@ RAW_EXCLUDE = f":(exclude){RAW_FOLDER}"
 # rolled back. When it is still there, the run before died mid-change.
 CHANGE_MARKER = "kb-change-in-progress"
 GIT_IDENTITY = ("kb wiki", "kb-wiki@localhost")
-WIKILINK = re.compile(r"\[\[([^\]\n]+?)\]\]")
 
 
 class WikiGitError(RuntimeError):

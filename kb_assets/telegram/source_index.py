@@ -14,14 +14,13 @@ accepts the source, and this asset indexes it.
 
 import dagster as dg
 
-from kb.settings import get_settings
-from kb.telegram.source_parsers import split_frontmatter
-from kb.telegram.inbox import Inbox
 from kb.telegram.passages import source_card, source_document_id, source_rows
+from kb.telegram.source_parsers import split_frontmatter
+from kb.telegram.source_table import read_index_row
 from kb_assets.keys import GATED_SOURCES
 from kb_assets.partitions import sources
 from kb_resources.services import EmbedderResource
-from kb_resources.stores import ChunkIndexResource, DuckDBResource
+from kb_resources.stores import ChunkIndexResource, DuckDBResource, InboxResource, WikiResource
 
 
 @dg.asset(
@@ -35,16 +34,10 @@ from kb_resources.stores import ChunkIndexResource, DuckDBResource
                 "before and independent of the wiki ingest. Rejected and duplicate sources leave the index.",
 )
 def source_passages(context: dg.AssetExecutionContext, duckdb: DuckDBResource, embedder: EmbedderResource,
-                    lance: ChunkIndexResource) -> dg.MaterializeResult:
-    duckdb, embedder, lance = duckdb.get_client(), embedder.get_client(), lance.get_client()
-    settings = get_settings()
+                    lance: ChunkIndexResource, inbox: InboxResource, wiki: WikiResource) -> dg.MaterializeResult:
+    duckdb, embedder, lance, inbox = duckdb.get_client(), embedder.get_client(), lance.get_client(), inbox.get_client()
     item_id = context.partition_key
-    with duckdb.connect() as conn:
-        row = conn.execute(
-            "SELECT status, title, url, type, parsed_path, received_at FROM sources WHERE item_id = ?",
-            [item_id],
-        ).fetchone()
-    status, title, url, source_type, parsed_path, received_at = row or ("unknown",) + (None,) * 5
+    status, title, url, source_type, parsed_path, received_at = read_index_row(duckdb, item_id)
     document_id = source_document_id(item_id)
     # No DuckDB connection is open from here on: embedding is slow.
     if status != "accepted":
@@ -54,12 +47,12 @@ def source_passages(context: dg.AssetExecutionContext, duckdb: DuckDBResource, e
         context.log.info(f"source {item_id}: {status}, so it is not in the index ({removed} passages removed)")
         return dg.MaterializeResult(metadata={"item_id": item_id, "status": status, "passages": 0,
                                               "removed_passages": removed})
-    parsed = settings.wiki_dir / parsed_path
+    parsed = wiki.get_client().root() / parsed_path
     if not parsed.is_file():
         raise dg.Failure(f"source {item_id}: the parsed file {parsed} is missing; "
                          "materialize parsed_sources for this partition again", allow_retries=False)
     _, body = split_frontmatter(parsed.read_text(encoding="utf-8"))
-    item = Inbox(settings.inbox_dir).find(item_id)
+    item = inbox.find(item_id)
     file_name = item.file_name if item else None
     rows = source_rows(item_id=item_id, title=title or file_name or "", url=url, parsed_path=parsed_path,
                        body=body, received_at=received_at)

@@ -1,4 +1,6 @@
-"""The state of an inbox item, read from the Dagster instance.
+"""The state of each inbox item and of each source's wiki ingest, read
+from the Dagster instance. No asset is defined here: `kb status`, the bot
+and the sensors read states without the asset modules.
 
 Dagster is the only state store of an item: its partition of `sources`,
 the runs of that partition, and the materializations of `gated_sources`
@@ -9,6 +11,7 @@ The states and what they mean: kb/telegram/item_states.py.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import dagster as dg
@@ -16,6 +19,7 @@ from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 
 from kb.telegram.gate import default_accept_note
 from kb.telegram.item_states import ItemState, StateReader
+from kb.wiki.agent import WikiAgent
 from kb_assets.keys import GATED_SOURCES, PARTITION_TAG, WIKI_PAGES, WILL_RETRY_TAG
 from kb_assets.partitions import sources
 
@@ -133,3 +137,36 @@ def state_reader(dagster_home: Path) -> StateReader:
             if instance is not None:
                 instance.dispose()
     return read_states
+
+
+def wiki_ingest_states(instance: DagsterInstance, limit: int = 1000) -> dict[str, dict]:
+    """The last known wiki state of each source partition: done (with the
+    commit), waiting, rejected, retrying or failed. For `kb status`/`/status`."""
+    events = []
+    for fetch in (instance.fetch_materializations, instance.fetch_observations):
+        for record in fetch(WIKI_PAGES, limit=limit).records:
+            entry = record.event_log_entry
+            event = entry.asset_materialization or entry.asset_observation
+            if event is None or record.partition_key is None:
+                continue
+            meta = {k: v.value for k, v in event.metadata.items()}
+            state = "done" if entry.asset_materialization else str(meta.get("state", "unknown"))
+            events.append((record.storage_id, record.partition_key, state, meta, entry.timestamp))
+    states: dict[str, dict] = {}
+    for storage_id, partition, state, meta, timestamp in sorted(events):
+        states[partition] = {"state": state, "at": timestamp, "commit_sha": meta.get("commit_sha"),
+                             "reason": meta.get("reason") or meta.get("error")}
+    return states
+
+
+def wiki_status(instance: DagsterInstance, agent: WikiAgent) -> dict:
+    """The wiki part of `kb status`: agent readiness, sources per state, and
+    the sources that wait."""
+    states = wiki_ingest_states(instance)
+    ready, detail = agent.readiness()
+    return {
+        "agent": {"ready": ready, "detail": detail},
+        "sources": dict(Counter(s["state"] for s in states.values())),
+        "waiting": sorted(k for k, v in states.items() if v["state"] == "waiting"),
+        "failed": sorted(k for k, v in states.items() if v["state"] == "failed"),
+    }
