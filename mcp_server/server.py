@@ -45,7 +45,8 @@ from kb.index.rerank import RerankError, load_model
 from kb.index.search import MAX_LIMIT, SearchResponse, search, warm_up
 from kb.wiki_files import WIKI_ID_PREFIX, WIKI_SOURCE
 from kb.index.embedder import EmbedderError, use_cpu_threads
-from kb.index.lance_index import ChunkIndex, IndexModelMismatch, empty_index_note, to_utc
+from kb.index.client import ChunkIndex
+from kb.index.store import IndexModelMismatch, empty_index_note, to_utc
 from kb.settings import get_settings
 from mcp_server.stdio_channel import serve_stdio
 

@@ -22,7 +22,7 @@ from kb_assets.index.chunk_index import chunk_index
 from kb.apps.status import _duckdb_counts
 from kb.duckdb_store import DuckDBStore
 from kb.index.embedder import Embedder
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 from kb.settings import get_settings
 from kb.enrich.vision import Captioner
 from sensors.waiting_photos import captions_job, captions_sensor, captions_to_index_sensor

@@ -53,7 +53,8 @@ import kb_assets.definitions  # noqa: F401
 from kb.sample_data import sample_pages
 from kb.x.graphql import load_page, parse_page
 from kb_assets.instance_config import ensure_dagster_home
-from kb.index.lance_index import BOOKMARKS, CHUNKS, ChunkIndex
+from kb.index.client import ChunkIndex
+from kb.index.store import BOOKMARKS, CHUNKS
 from kb.x.raw_store import RawStore
 from kb.settings import excluded_sources, get_settings
 from tests.fake_anthropic import FakeAnthropic, HeldAnthropic, ingest_turns, write

@@ -15,7 +15,7 @@ import dagster as dg
 import pytest
 
 from kb.duckdb_store import DuckDBStore, insert_rows
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 from kb.sample_data import sample_pages
 from kb.urls import normalize_url
 from kb_assets.index.chunks import SourceText

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from kb.index.lance_index import KEEP_VERSIONS, ChunkIndex
+from kb.index.client import ChunkIndex
+from kb.index.store import KEEP_VERSIONS
 
 FOLDERS = "folders"
 FOLDERS_SCHEMA = pa.schema([("folder_id", pa.string()), ("name", pa.string()), ("tweet_id", pa.string())])

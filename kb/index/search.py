@@ -58,9 +58,9 @@ from kb.index.exact_words import (EARLY_PROBES, MAX_PROBES, QUOTED, TOKEN, WORD_
                                   lowered_words, words_to_look_up)
 from kb.index.folders import folder_members
 from kb.index.fusion import DEFAULT_FUSION, FUSION_METHODS, Candidate, score_candidates
-from kb.index.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, empty_index_note, sql_in, sql_str, to_utc,
-                                  vector_index_name, vector_index_stats, vector_partitions,
-                                  vector_probes)
+from kb.index.client import ChunkIndex
+from kb.index.maintenance import vector_index_name, vector_index_stats, vector_partitions, vector_probes
+from kb.index.store import CHUNKS, IndexModelMismatch, empty_index_note, sql_in, sql_str, to_utc
 from kb.index.chunk_schema import AUTHOR_KEY_COLUMN, NGRAM_COLUMN, author_key
 from kb.index.passage_rows import PassageRows
 from kb.index.rerank import RERANK_TOP

@@ -16,7 +16,7 @@ from kb.index.chunking import word_count
 from kb.queries import partition_bookmarks
 from kb_assets.run_choices import excluded_in_run
 from kb_assets.partitions import sync_batches
-from kb.index.lance_index import CHUNKS, IndexModelMismatch
+from kb.index.store import CHUNKS, IndexModelMismatch
 from kb.settings import get_settings
 from kb_assets.enrich.enrichment import failure_line, failure_list, from_batches
 from kb_resources.services import EmbedderResource
