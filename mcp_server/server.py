@@ -42,7 +42,8 @@ from kb.index.reading import (PAGE_CHARS, PAGE_WORDS, Document, DocumentNotFound
                                tweet_id_from, word_offsets)
 from kb.index.folders import folders_of
 from kb.index.rerank import RerankError, load_model
-from kb.index.search import MAX_LIMIT, SearchResponse, search, warm_up
+from kb.index.search import SearchResponse, search, warm_up
+from kb.index.search_request import MAX_LIMIT
 from kb.wiki_files import WIKI_ID_PREFIX, WIKI_SOURCE
 from kb.index.embedder import EmbedderError, use_cpu_threads
 from kb.index.client import ChunkIndex
