@@ -16,7 +16,8 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 
 from kb.apps.caption_run import run_captions
 from kb_assets.enrich.photo_captions import captions
-from kb_assets.index.chunks import chunks, image_texts
+from kb.index.chunk_sources import image_texts
+from kb_assets.index.chunks import chunks
 from kb.settings import excluded_sources
 from kb_assets.index.chunk_index import chunk_index
 from kb.apps.status import _duckdb_counts

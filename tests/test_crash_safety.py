@@ -95,7 +95,7 @@ def install_pause(point: str, flag: Path) -> None:
 
         module.write_batch = write_batch
     elif point == "chunks":
-        import kb_assets.index.chunks as module
+        import kb.index.chunk_sources as module
 
         real_insert_rows = module.insert_rows
 

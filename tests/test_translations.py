@@ -11,7 +11,7 @@ import duckdb
 import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
-from kb_assets.index.chunks import SourceText
+from kb.index.chunk_sources import SourceText
 from kb_assets.index.chunk_index import chunk_index
 from kb_assets.enrich.translations import FOREIGN_CHUNK_SQL, translations
 from kb.duckdb_store import DuckDBStore

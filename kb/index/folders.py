@@ -46,6 +46,15 @@ def folder_rows(folders: list[tuple[str, str | None]], members: list[tuple[str, 
     return rows
 
 
+def stored_folders(conn) -> list[dict]:
+    """Every folder of DuckDB and its live bookmarks, as the rows of the
+    whole folders table of the index (folder_rows())."""
+    folders = conn.execute("SELECT folder_id, name FROM folders").fetchall()
+    members = conn.execute("""SELECT fb.folder_id, fb.tweet_id FROM folder_bookmarks fb
+                              JOIN bookmarks b USING (tweet_id) WHERE b.removed_at IS NULL""").fetchall()
+    return folder_rows(folders, members)
+
+
 def replace_folders(index: ChunkIndex, rows: list[dict]) -> bool:
     """Write the folders table when its rows changed. True when written. An
     unchanged table is not written: each write is a new table version."""
