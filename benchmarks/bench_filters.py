@@ -39,7 +39,8 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pyarrow as pa
 
-from kb.index.lance_index import _lancedb, vector_index_config, vector_partitions, vector_probes
+from kb.index.maintenance import vector_index_config, vector_partitions, vector_probes
+from kb.index.store import _lancedb
 
 DIM = 384
 TOPICS = 200

@@ -39,7 +39,7 @@ def main() -> None:
     from bench_index import make_corpus
     from bench_serving import synthetic_home
     from kb.index.folders import folder_rows, replace_folders
-    from kb.index.lance_index import ChunkIndex
+    from kb.index.client import ChunkIndex
     from kb.index.search import search
     from kb.settings import Settings
 

@@ -58,7 +58,9 @@ import numpy as np
 
 from kb.index.exact_words import wait_for_word_counts
 from kb.index.search import search, warm_up
-from kb.index.lance_index import CHUNKS, ChunkIndex, _lancedb, vector_index_stats
+from kb.index.client import ChunkIndex
+from kb.index.maintenance import vector_index_stats
+from kb.index.store import CHUNKS, _lancedb
 from run_facts import run_facts
 
 # kb imports lancedb on first use (3 to 8 s here): load it now, so that the
@@ -243,7 +245,7 @@ def build_kb(rows, vectors, folder: Path, index: ChunkIndex) -> dict:
 
 def vector_segments(index: ChunkIndex) -> list[int]:
     """The partitions of each segment of the vector index (none: no index).
-    A merge of segments can join partitions (kb.index.lance_index.ChunkIndex._compact)."""
+    A merge of segments can join partitions (kb.index.maintenance, ChunkIndex._compact)."""
     stats = vector_index_stats(index.dataset(CHUNKS))
     return [s["num_partitions"] for s in stats["indices"]] if stats else []
 
@@ -335,7 +337,7 @@ def corpus_size(text: str) -> int:
 
 def vector_recall(index: ChunkIndex, query_vectors) -> float | None:
     """Share of the exact 100 nearest passages that the index query finds."""
-    from kb.index.lance_index import vector_probes
+    from kb.index.maintenance import vector_probes
 
     table = index.table("chunks")
     if not index.counts()["vector_index"]:

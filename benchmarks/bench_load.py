@@ -102,7 +102,7 @@ def cards(tweet_ids: list[str], synced: datetime) -> list[dict]:
 
 def build_index(lancedb_dir: Path, backend: str, n_bookmarks: int, n_churn: int) -> None:
     from kb.index.embedder import Embedder
-    from kb.index.lance_index import ChunkIndex
+    from kb.index.client import ChunkIndex
 
     index = ChunkIndex.from_settings(path=str(lancedb_dir))
     embedder = Embedder.from_settings(backend=backend, cache_dir=str(lancedb_dir))
@@ -120,7 +120,7 @@ def write_loop(lancedb_dir: str, backend: str, n_churn: int, stop, commits, erro
     """Commit new versions until `stop` is set. `commits` is a shared counter
     (multiprocessing.Value or a one-item list); `errors` collects texts."""
     from kb.index.embedder import Embedder
-    from kb.index.lance_index import ChunkIndex
+    from kb.index.client import ChunkIndex
 
     index = ChunkIndex.from_settings(path=lancedb_dir)
     embedder = Embedder.from_settings(backend=backend, cache_dir=lancedb_dir)
@@ -194,7 +194,7 @@ def cli_client(lancedb_dir: str, backend: str, batch: list[Query], go=None) -> C
     """What `kb search` does, in this thread or process: search() on the index."""
     from kb.index.search import search
     from kb.index.embedder import Embedder
-    from kb.index.lance_index import ChunkIndex
+    from kb.index.client import ChunkIndex
 
     result = ClientResult("cli")
     index = ChunkIndex.from_settings(path=lancedb_dir)

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_index import PrecomputedEmbedder, make_corpus, percentiles  # noqa: E402
 
-from kb.index.lance_index import ChunkIndex  # noqa: E402
+from kb.index.client import ChunkIndex  # noqa: E402
 from kb.index.search import search  # noqa: E402
 from tests.fake_s3 import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, s3_server  # noqa: E402
 

@@ -140,7 +140,8 @@ def collect(cache: Path, variant: Corpus = CORPORA["plain"]) -> dict:
     import kb.index.search as S
     from kb.apps.eval_retrieval import load_beir
     from kb.index.embedder import Embedder
-    from kb.index.lance_index import CHUNKS, ChunkIndex
+    from kb.index.client import ChunkIndex
+    from kb.index.store import CHUNKS
 
     corpus, queries, qrels = load_beir(DATA, SPLIT)
     embedder = Embedder.from_settings(backend="local", cache_dir=str(cache / "home" / "lancedb"))
@@ -211,7 +212,7 @@ def document_bm25(cache: Path) -> dict:
     import pyarrow as pa
 
     from kb.apps.eval_retrieval import load_beir
-    from kb.index.lance_index import fts_config
+    from kb.index.maintenance import fts_config
 
     corpus, queries, _ = load_beir(DATA, SPLIT)
     ids = list(corpus)
@@ -241,7 +242,8 @@ def expansion_lists(cache: Path, data: dict, queries: list) -> dict:
         return pickle.load(path.open("rb"))
     import kb.index.exact_words as E
     import kb.index.search as S
-    from kb.index.lance_index import CHUNKS, ChunkIndex
+    from kb.index.client import ChunkIndex
+    from kb.index.store import CHUNKS
     from lancedb.query import BooleanQuery, MatchQuery, Occur
 
     stop = E.STOP_WORDS | E.FTS_STOP_WORDS

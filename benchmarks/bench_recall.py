@@ -110,7 +110,7 @@ def query_vectors(queries: list[str], cache: Path) -> np.ndarray:
 
 def build(rows: list[dict], vectors: np.ndarray, folder: Path):
     """kb's index of these rows, with its vector index at any size."""
-    from kb.index.lance_index import ChunkIndex
+    from kb.index.client import ChunkIndex
 
     index = ChunkIndex(path=str(folder / "lancedb"), vector_index_min_rows=min(len(rows), 5000))
     by_text = {r["text"]: v for r, v in zip(rows, vectors)}
@@ -142,7 +142,8 @@ def top(table, vector: np.ndarray, k: int, probes: int | None, refine: int | Non
 
 
 def curve(index, queries: np.ndarray) -> dict:
-    from kb.index.lance_index import CHUNKS, vector_index_stats, vector_probes
+    from kb.index.maintenance import vector_index_stats, vector_probes
+    from kb.index.store import CHUNKS
     from kb.index.search import EXACT_REFINE
 
     table = index.dataset(CHUNKS)

@@ -45,7 +45,7 @@ WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 def build(workdir: Path, cache: str | None):
     from kb.apps.eval_retrieval import build_index, load_beir
     from kb.index.embedder import Embedder
-    from kb.index.lance_index import ChunkIndex
+    from kb.index.client import ChunkIndex
 
     corpus, queries, qrels = load_beir(DATA, SPLIT)
     embedder = Embedder.from_settings(backend="local", **({"cache_dir": cache} if cache else {}))

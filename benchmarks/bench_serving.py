@@ -72,7 +72,7 @@ def synthetic_home(passages: int, folder: Path) -> None:
     sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_index import make_corpus
 
-    from kb.index.lance_index import ChunkIndex
+    from kb.index.client import ChunkIndex
     from kb.settings import Settings
 
     rows, _, _, _ = make_corpus(passages)
@@ -310,8 +310,9 @@ from bench_serving import memory_of
 steps = {"start": memory_of(os.getpid())}
 import kb.index.exact_words as E
 import kb.index.search as S
-from kb.index.lance_index import CHUNKS, ChunkIndex
 from kb.index.embed_local import use_cpu_threads
+from kb.index.client import ChunkIndex
+from kb.index.store import CHUNKS
 use_cpu_threads(1)
 steps["imports"] = memory_of(os.getpid())
 index = ChunkIndex.from_settings(rows_dir=os.environ.get("ROWS_DIR", ""))
@@ -367,7 +368,7 @@ t0 = time.perf_counter()
 import kb.index.search as S
 t1 = time.perf_counter()
 from kb.index.embed_local import use_cpu_threads
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 from kb.index.search import embedder_for_index
 use_cpu_threads(1)
 index = ChunkIndex.from_settings()

@@ -364,7 +364,7 @@ def worker(backend: str, bookmarks: int, rounds: int, storage: str = "kb") -> di
 def check_index(fresh_ids: list[str], bookmarks: int) -> dict:
     """The index after every step: each bookmark once, the newest one found."""
     from kb.index.search import search
-    from kb.index.lance_index import ChunkIndex
+    from kb.index.client import ChunkIndex
 
     index = ChunkIndex.from_settings()
     counts = index.counts()

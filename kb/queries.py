@@ -56,7 +56,7 @@ def partition_bookmarks(conn, batch: str) -> tuple[list[str], list[str]]:
 # Live bookmarks with an enrichment result that their chunks do not hold
 # yet: a document, a caption or a transcript that a run of another batch
 # made (a sync takes the waiting items of every batch). The refs are the
-# ones that the chunk sources of kb_assets/index/chunks.py give.
+# ones that the chunk sources of kb/index/chunk_sources.py give.
 UNCHUNKED_SQL = """
     WITH results AS (
         SELECT DISTINCT l.tweet_id, d.url_norm AS ref FROM links l JOIN documents d ON d.url_norm = l.url_norm

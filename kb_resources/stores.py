@@ -8,7 +8,8 @@ from pathlib import Path
 import dagster as dg
 
 from kb.duckdb_store import DuckDBStore
-from kb.index.lance_index import ROWS_FILE_MIN_ROWS, ChunkIndex
+from kb.index.client import ChunkIndex
+from kb.index.passage_rows import ROWS_FILE_MIN_ROWS
 from kb.x.raw_store import RawStore
 from kb.settings import Settings, get_settings
 from kb.telegram.inbox import Inbox

@@ -42,11 +42,14 @@ from kb.index.reading import (PAGE_CHARS, PAGE_WORDS, Document, DocumentNotFound
                                tweet_id_from, word_offsets)
 from kb.index.folders import folders_of
 from kb.index.rerank import RerankError, load_model
-from kb.index.search import MAX_LIMIT, SearchResponse, search, warm_up
+from kb.index.cards import served_card
+from kb.index.search import SearchResponse, search, warm_up
+from kb.index.search_request import MAX_LIMIT
 from kb.wiki_files import WIKI_ID_PREFIX, WIKI_SOURCE
 from kb.index.embed_local import use_cpu_threads
 from kb.index.embed_vectors import EmbedderError
-from kb.index.lance_index import ChunkIndex, IndexModelMismatch, empty_index_note, to_utc
+from kb.index.client import ChunkIndex
+from kb.index.store import IndexModelMismatch, empty_index_note, to_utc
 from kb.settings import get_settings
 from mcp_server.stdio_channel import serve_stdio
 
@@ -228,16 +231,7 @@ def get_bookmark(
         raise ToolError(f"tweet_id={tweet_id!r} is not in the index: no bookmark has this id")
     outline = index.outline(tweet_id)
     return {
-        "tweet_id": card["tweet_id"],
-        "url": card.get("url", ""),
-        "author": card.get("author", ""),
-        "author_name": card.get("author_name", ""),
-        "created_at": card.get("created_at"),
-        "lang": card.get("lang", ""),
-        "text": card.get("text", ""),
-        "quoted": card.get("quoted"),
-        "article": card.get("article"),
-        "links": card.get("links") or [],
+        **served_card(card),
         "media": media_with_captions(index, tweet_id, card.get("media") or [], max_words=CAPTION_WORDS),
         # The author's own replies under the post, and the bookmark folders (current names) that hold it.
         "thread": card.get("thread") or [],

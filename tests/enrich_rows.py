@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
-from kb_assets.index.chunks import chunk_rows, SourceText
+from kb.index.chunk_sources import chunk_rows, SourceText
 from kb_assets.partitions import sync_batches
 from kb.duckdb_store import DuckDBStore, insert_rows
 

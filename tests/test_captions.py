@@ -16,13 +16,14 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 
 from kb.apps.caption_run import run_captions
 from kb_assets.enrich.photo_captions import captions
-from kb_assets.index.chunks import chunks, image_texts
+from kb.index.chunk_sources import image_texts
+from kb_assets.index.chunks import chunks
 from kb.settings import excluded_sources
 from kb_assets.index.chunk_index import chunk_index
 from kb.apps.status import _duckdb_counts
 from kb.duckdb_store import DuckDBStore
 from kb.index.embedder import Embedder
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 from kb.settings import get_settings
 from kb.enrich.vision import Captioner
 from sensors.waiting_photos import captions_job, captions_sensor, captions_to_index_sensor

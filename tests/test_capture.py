@@ -499,7 +499,7 @@ def test_a_long_limit_on_folders_and_threads_keeps_the_batch_complete(fake_x, in
 def test_kb_capture_captures_only_and_the_next_sync_indexes_what_it_stored(fake_x, entries, monkeypatch, capsys):
     """`kb capture` (issue 48): the new bookmarks and their tables, no other
     stage. The next sync finds them, as all the work that waits."""
-    from kb.index.lance_index import ChunkIndex
+    from kb.index.client import ChunkIndex
     from kb.sample_data import sample_pages
     from tests.test_sync import duck, instance as kb_instance, kb
 

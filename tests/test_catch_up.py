@@ -14,7 +14,7 @@ import socket
 import dagster as dg
 import pytest
 
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 from kb.sample_data import sample_pages
 from tests.fake_groq import FakeGroq
 from tests.test_sync import duck, instance, kb

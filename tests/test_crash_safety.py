@@ -54,7 +54,8 @@ from kb.sample_data import sample_pages
 from kb.x.graphql import load_page
 from kb.x.post_rows import parse_page
 from kb_assets.instance_config import ensure_dagster_home
-from kb.index.lance_index import BOOKMARKS, CHUNKS, ChunkIndex
+from kb.index.client import ChunkIndex
+from kb.index.store import BOOKMARKS, CHUNKS
 from kb.x.raw_store import RawStore
 from kb.settings import excluded_sources, get_settings
 from tests.fake_anthropic import FakeAnthropic, HeldAnthropic, ingest_turns, write
@@ -96,7 +97,7 @@ def install_pause(point: str, flag: Path) -> None:
 
         module.write_batch = write_batch
     elif point == "chunks":
-        import kb_assets.index.chunks as module
+        import kb.index.chunk_sources as module
 
         real_insert_rows = module.insert_rows
 

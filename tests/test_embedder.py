@@ -186,7 +186,7 @@ def passage(tweet_id: str, text: str) -> dict:
 
 
 def test_auto_keeps_to_the_recorded_backend_when_ollama_starts(ollama):
-    from kb.index.lance_index import ChunkIndex
+    from kb.index.client import ChunkIndex
 
     index = ChunkIndex.from_settings()
     index.replace_chunks(["1"], [passage("1", "written with the hash embedder")],
@@ -201,7 +201,7 @@ def test_auto_keeps_to_the_recorded_backend_when_ollama_starts(ollama):
 
 
 def test_auto_does_not_fall_back_to_local_for_an_ollama_index(monkeypatch):
-    from kb.index.lance_index import ChunkIndex
+    from kb.index.client import ChunkIndex
 
     index = ChunkIndex.from_settings()
     with FakeOllama() as fake:

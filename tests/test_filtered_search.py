@@ -12,9 +12,11 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
-import kb.index.lance_index as lance_index_module
+import kb.index.maintenance as maintenance_module
 import kb.index.search as search_module
-from kb.index.lance_index import CHUNKS, ChunkIndex, vector_partitions, vector_probes
+from kb.index.client import ChunkIndex
+from kb.index.maintenance import vector_partitions, vector_probes
+from kb.index.store import CHUNKS
 from kb.index.search import search
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -22,7 +24,7 @@ WORDS = [f"w{i}" for i in range(400)]
 CROWD = 1800  # bookmarks of one author that fill the table
 AUTHORS = {f"author{i}": 8 + 5 * i for i in range(6)}  # 8 to 33 bookmarks each
 # The shipped value: the fixture few_probes() lowers it for the module.
-MIN_COMPARED_VECTORS = lance_index_module.MIN_COMPARED_VECTORS
+MIN_COMPARED_VECTORS = maintenance_module.MIN_COMPARED_VECTORS
 QUERIES = ("w1 w2 w3 w4", "w150 w7 w300", "w42 w43 w99 w201 w5")
 
 
@@ -54,7 +56,7 @@ def few_probes():
     rows, whose usual search scans only some of the partitions (a smaller
     table is searched in every partition)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(lance_index_module, "MIN_COMPARED_VECTORS", 0)
+        patch.setattr(maintenance_module, "MIN_COMPARED_VECTORS", 0)
         yield
 
 
@@ -76,7 +78,7 @@ def store(folder, hasher_module, few_probes):
     index.replace_chunks(tweet_ids, rows, hasher_module)
     # As the chunk_index asset calls it: the vector index, and no compaction
     # (a compaction merges the index into a few partitions: see
-    # kb.index.lance_index.vector_index_config()).
+    # kb.index.maintenance.vector_index_config()).
     index.maintain(skip_if_current=True)
     table = index.dataset(CHUNKS)
     partitions = table.stats.index_stats("vector_idx")["indices"][0]["num_partitions"]
@@ -210,7 +212,7 @@ def test_a_small_table_is_searched_exactly(random_store, monkeypatch):
     partition, and the stored vectors re-rank the hits: the exact order,
     as without the index."""
     index, rows, embedder = random_store
-    monkeypatch.setattr(lance_index_module, "MIN_COMPARED_VECTORS", MIN_COMPARED_VECTORS)
+    monkeypatch.setattr(maintenance_module, "MIN_COMPARED_VECTORS", MIN_COMPARED_VECTORS)
     assert len(rows) < MIN_COMPARED_VECTORS
     _check_exact(index, rows, embedder, lambda r: True)
 

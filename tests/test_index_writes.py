@@ -13,7 +13,9 @@ from datetime import datetime
 import pytest
 
 from kb.index.search import search
-from kb.index.lance_index import CHUNKS, COMPACT_FRAGMENTS, ChunkIndex, vector_partitions
+from kb.index.client import ChunkIndex
+from kb.index.maintenance import COMPACT_FRAGMENTS, vector_partitions
+from kb.index.store import CHUNKS
 
 T0 = "2024-03-01T08:00:00+00:00"
 

@@ -26,7 +26,7 @@ import pytest
 from tests.loopback import free_port
 
 from kb.index.embedder import Embedder
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 from kb.index.search import search
 from kb.settings import Settings
 from mcp_server.front import relay, safe_socket

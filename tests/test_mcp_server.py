@@ -31,7 +31,7 @@ from kb.wiki_files import wiki_page_files
 from kb_assets.index.wiki_index import wiki_index
 from kb.duckdb_store import DuckDBStore
 from kb.index.embedder import Embedder
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 from kb.wiki.repo import Wiki
 from kb_resources.services import EmbedderResource
 from kb_resources.stores import ChunkIndexResource, WikiResource

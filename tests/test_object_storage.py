@@ -15,7 +15,8 @@ from starlette.testclient import TestClient
 
 from kb.apps.web import create_app
 from kb.index.embedder import Embedder
-from kb.index.lance_index import CHUNKS, ChunkIndex
+from kb.index.client import ChunkIndex
+from kb.index.store import CHUNKS
 from kb.index.search import search
 from kb.settings import Settings
 from tests.fake_s3 import SECRET_ACCESS_KEY, object_keys, s3_env, s3_server

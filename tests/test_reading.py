@@ -16,7 +16,7 @@ from kb.index.reading import (PAGE_CHARS, PAGE_WORDS, DocumentNotFound, OffsetEr
                                WikiPathError, clip_words, is_wiki_page, media_with_captions, page_of, read_wiki_file,
                                resolve_document, wiki_page_file, wiki_page_path)
 from kb.index.embedder import Embedder
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 
 T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
 POST = "https://x.com/alice/status/100"

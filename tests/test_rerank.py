@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from kb.apps.cli import main
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 from kb.index.rerank import (HEADING_WORDS, RERANK_TOP, RerankError, WordRarity, load_model, model_folder, new_order,
                        window_for, windows, words_of)
 from kb.index.deep_search import exact_words_lead

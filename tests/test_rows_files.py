@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from kb.index.embedder import Embedder
-from kb.index.lance_index import CHUNKS, ChunkIndex
+from kb.index.client import ChunkIndex
+from kb.index.store import CHUNKS
 from kb.index.search import search
 
 pytestmark = pytest.mark.slow  # slow: a kb process writes each rows file
@@ -117,7 +118,7 @@ CHILD = """
 import json, sys
 from pathlib import Path
 from kb.index.embedder import Embedder
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 from kb.index.search import search
 index = ChunkIndex.from_settings(path=sys.argv[1], rows_dir=sys.argv[2], rows_file_min_rows=0)
 hasher = Embedder.from_settings(backend="hash", cache_dir=sys.argv[1])
@@ -155,6 +156,6 @@ def test_a_damaged_file_falls_back_to_rows_in_memory(store, tmp_path, hasher, ca
     for path in rows_dir.glob("*.arrow"):
         path.write_bytes(path.read_bytes()[:200])
     damaged = ChunkIndex.from_settings(path=str(store), rows_dir=str(rows_dir), rows_file_min_rows=0)
-    with caplog.at_level(logging.WARNING, logger="kb.index.lance_index"):
+    with caplog.at_level(logging.WARNING, logger="kb.index.passage_rows"):
         assert answers(damaged, hasher) == answers(ChunkIndex.from_settings(path=str(store)), hasher)
     assert any("read into memory" in r.message and str(rows_dir) in r.message for r in caplog.records)

@@ -11,7 +11,8 @@ import pytest
 
 from kb.index.chunking import chunk_text, word_count
 from kb.index.chunk_schema import NGRAM_COLUMN, chunks_schema
-from kb.index.lance_index import CHUNKS, ChunkIndex
+from kb.index.client import ChunkIndex
+from kb.index.store import CHUNKS
 from kb.index.search import search
 from tests.scripts_text import TEXTS
 

@@ -22,7 +22,8 @@ from kb.index.exact_words import (EARLY_PROBES, MAX_PROBES, _holds_phrases, Lowe
 from kb.index.fusion import Candidate
 from kb.index.search import _bm25, _dense, _exact_dense, _probe, _rare_word_passages, search, warm_up
 from kb.index.embedder import Embedder
-from kb.index.lance_index import CHUNKS, ChunkIndex, IndexModelMismatch
+from kb.index.client import ChunkIndex
+from kb.index.store import CHUNKS, IndexModelMismatch
 from kb.index.passage_rows import PassageRows
 
 T0 = datetime(2024, 3, 1, tzinfo=timezone.utc)

@@ -334,7 +334,8 @@ def test_kb_index_rebuild_puts_approved_sources_back_and_leaves_rejected_ones_ou
     """`kb index --rebuild` drops every passage; the Telegram sources that
     were in the index come back, with the embedder of the settings."""
     from kb.apps.sync import rebuild_index
-    from kb.index.lance_index import CHUNKS, ChunkIndex
+    from kb.index.client import ChunkIndex
+    from kb.index.store import CHUNKS
     from kb.index.search import search
 
     monkeypatch.setenv("KB_EMBED_BACKEND", "hash")  # the model of the rebuild

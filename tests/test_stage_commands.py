@@ -15,10 +15,10 @@ import dagster as dg
 import pytest
 
 from kb.duckdb_store import DuckDBStore, insert_rows
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 from kb.sample_data import sample_pages
 from kb.urls import normalize_url
-from kb_assets.index.chunks import SourceText
+from kb.index.chunk_sources import SourceText
 from tests.enrich_rows import add_batches, bookmark, media, rows, write
 from tests.fake_groq import FakeGroq
 from tests.fake_ollama import DIM, FakeOllama

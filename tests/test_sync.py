@@ -58,7 +58,7 @@ def _materialized_partitions(inst: dg.DagsterInstance, asset: str) -> list[str]:
 
 
 def test_kb_import_makes_one_x_sync_run_per_batch():
-    from kb.index.lance_index import ChunkIndex
+    from kb.index.client import ChunkIndex
 
     pages = [str(p) for p in sample_pages()]
     assert kb("import", "--no-link", *pages[:2]) == 0
@@ -94,7 +94,7 @@ def test_kb_import_makes_one_x_sync_run_per_batch():
 
 def test_a_stage_whose_service_is_down_does_not_stop_the_index(monkeypatch):
     from kb.apps.sync import run_sync
-    from kb.index.lance_index import ChunkIndex
+    from kb.index.client import ChunkIndex
 
     # The translation endpoint is down: nothing listens on its port.
     with socket.socket() as probe:
@@ -161,7 +161,7 @@ def test_a_second_kb_home_in_the_same_process_gets_its_own_stores(tmp_path, monk
     """One process, two KB_HOMEs (kb demo, then the owner's home; a script):
     the second run writes to the second home, not to the first."""
     from kb.apps.sync import run_sync
-    from kb.index.lance_index import ChunkIndex
+    from kb.index.client import ChunkIndex
 
     counts = []
     for name in ("first", "second"):

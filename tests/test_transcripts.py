@@ -8,7 +8,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from kb_assets.index.chunks import video_texts
+from kb.index.chunk_sources import video_texts
 from kb_assets.enrich.video_transcripts import transcripts
 from kb.duckdb_store import DuckDBStore
 from kb.enrich.transcriber import result_from, transcript_text

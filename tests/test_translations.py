@@ -11,12 +11,12 @@ import duckdb
 import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
-from kb_assets.index.chunks import SourceText
+from kb.index.chunk_sources import SourceText
 from kb_assets.index.chunk_index import chunk_index
 from kb.enrich.foreign_text import FOREIGN_CHUNK_SQL
 from kb_assets.enrich.translations import translations
 from kb.duckdb_store import DuckDBStore
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 from kb.enrich.translator import PIECE_CHARS, TranslateError, Translator, split_pieces
 from tests.enrich_rows import add_batches, bookmark, rows, write
 from tests.fake_groq import PATH, FakeGroq

@@ -26,7 +26,7 @@ from kb.apps.web.wiki_html import render_markdown
 from kb.wiki_files import wiki_page_files
 from kb_assets.index.wiki_index import page_rows
 from kb.index.embedder import Embedder
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 from kb.settings import Settings
 from kb.index.reading import PAGE_WORDS
 

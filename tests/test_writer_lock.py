@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from kb.duckdb_store import DuckDBStore, insert_rows, writer_lock_path
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 from kb.urls import normalize_url
 from kb.writer_lock import WriterLockTimeout
 from tests import source_helpers as h
@@ -88,7 +88,7 @@ def test_lancedb_writes_of_two_processes_take_turns(hasher):
     script = textwrap.dedent("""
         import sys
         from kb.index.embedder import Embedder
-        from kb.index.lance_index import ChunkIndex
+        from kb.index.client import ChunkIndex
         index, embedder = ChunkIndex.from_settings(), Embedder.from_settings(backend="hash")
         prefix = sys.argv[1]
         for n in range(8):

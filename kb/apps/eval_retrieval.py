@@ -28,9 +28,10 @@ from pathlib import Path
 
 from kb.index.chunking import DEFAULT_MAX_WORDS, chunk_text
 from kb.index.fusion import DEFAULT_FUSION
-from kb.index.search import MODES, search
+from kb.index.search import search
+from kb.index.search_request import MODES
 from kb.index.embedder import Embedder
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 
 INDEX_BATCH = 1000  # documents per replace_chunks call
 

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import duckdb as duckdb_lib
 
-from kb.index.lance_index import empty_index_note
+from kb.index.store import empty_index_note
 from kb.settings import Settings, get_settings
 
 
@@ -107,7 +107,7 @@ def _capture_counts(settings: Settings) -> dict:
 
 
 def _index_counts() -> dict:
-    from kb.index.lance_index import ChunkIndex
+    from kb.index.client import ChunkIndex
 
     from kb.index.model_choice import model_note
 

@@ -202,7 +202,7 @@ def stage_error(error) -> str:
         error = error.cause
     line = _first_line(error.message)
     prefix, _, rest = line.partition(": ")
-    # "kb.index.lance_index.IndexModelMismatch: The index ...": the owner needs the sentence only.
+    # "kb.index.store.IndexModelMismatch: The index ...": the owner needs the sentence only.
     return rest if rest and prefix.split(".")[-1] == error.cls_name else line
 
 
@@ -512,7 +512,7 @@ def rebuild_index(*, rebuild: bool = True, exclude: list[str] | None = None,
     the vector cache holds for the model are not embedded again. `exclude`:
     source kinds to take out of the index in this run (the run tag kb/exclude)."""
     from kb.index.embedder import Embedder
-    from kb.index.lance_index import ChunkIndex
+    from kb.index.client import ChunkIndex
     from kb.index.model_choice import rebuild_beside
 
     rebuilt = rebuild_beside(ChunkIndex.from_settings(), Embedder.from_settings()) if rebuild else {}

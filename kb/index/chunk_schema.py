@@ -1,6 +1,6 @@
 """The layout of the passages table (`chunks`): its columns, and the
 schema metadata that records the embedding model. The Lance client
-(kb/index/lance_index.py) writes it; the passage rows in memory
+(kb/index/writes.py) writes it; the passage rows in memory
 (kb/index/passage_rows.py) read it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pyarrow as pa
 MODEL_KEY, DIM_KEY = "kb.model", "kb.dim"
 
 
-# The word index (lance_index.fts_config()) sees a run of Chinese, Japanese or Thai as one word,
+# The word index (kb.index.maintenance.fts_config()) sees a run of Chinese, Japanese or Thai as one word,
 # and a Korean word with its particle as one word: a query word inside a run
 # finds nothing. So the runs of those scripts (kb.index.chunking.unspaced_runs() of
 # text and source_text) have a column of their own, NGRAM_COLUMN, with a
@@ -28,7 +28,7 @@ NGRAM_COLUMN = "ngram_text"
 # karpathy). A test of lower(author) cannot use an index: it read the author
 # of every row, 108 ms at p95 at 1,000,000 passages where the search alone
 # took 23 ms (issue 49). So each row also holds its author in lower case, in
-# a column with a scalar index (kb.index.lance_index.ChunkIndex.maintain()).
+# a column with a scalar index (kb.index.maintenance, ChunkIndex.maintain()).
 AUTHOR_KEY_COLUMN = "author_key"
 
 

@@ -158,6 +158,6 @@ UNSPACED_RUN = re.compile(rf"(?:{CHARACTER_WORD})+")
 def unspaced_runs(*texts: str) -> str:
     """The runs of characters of the scripts that count each character as a
     word (UNSPACED) in these texts, one space between runs: the text that
-    the n-gram full-text index reads (kb/index/lance_index.py). Empty for a text
+    the n-gram full-text index reads (kb/index/maintenance.py). Empty for a text
     in Latin letters only."""
     return " ".join(run.group() for text in texts if text for run in UNSPACED_RUN.finditer(text))

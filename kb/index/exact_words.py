@@ -25,7 +25,8 @@ from functools import lru_cache
 
 from kb.index.chunking import UNSPACED
 from kb.index.fusion import Candidate
-from kb.index.lance_index import CHUNKS, ChunkIndex
+from kb.index.client import ChunkIndex
+from kb.index.store import CHUNKS
 from kb.index.passage_rows import PassageRows
 from kb.index.stop_words import FTS_STOP_WORDS, STOP_WORDS
 
@@ -56,7 +57,7 @@ RARE_SLOT = 3
 # for nothing.
 MAX_PHRASE_WORDS = 8
 # The token limit of the full-text index (tantivy's filter, as
-# lance_index.fts_config() sets it up).
+# kb.index.maintenance.fts_config() sets it up).
 FTS_MAX_TOKEN = 40
 QUOTED = re.compile(r'"([^"]+)"')
 TOKEN = re.compile(r"\w+", re.UNICODE)

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from kb.index.lance_index import KEEP_VERSIONS, ChunkIndex
+from kb.index.client import ChunkIndex
+from kb.index.store import KEEP_VERSIONS
 
 FOLDERS = "folders"
 FOLDERS_SCHEMA = pa.schema([("folder_id", pa.string()), ("name", pa.string()), ("tweet_id", pa.string())])
@@ -43,6 +44,15 @@ def folder_rows(folders: list[tuple[str, str | None]], members: list[tuple[str, 
     rows += [{"folder_id": folder_id, "name": names[folder_id], "tweet_id": tweet_id}
              for folder_id, tweet_id in sorted(members) if folder_id in names]
     return rows
+
+
+def stored_folders(conn) -> list[dict]:
+    """Every folder of DuckDB and its live bookmarks, as the rows of the
+    whole folders table of the index (folder_rows())."""
+    folders = conn.execute("SELECT folder_id, name FROM folders").fetchall()
+    members = conn.execute("""SELECT fb.folder_id, fb.tweet_id FROM folder_bookmarks fb
+                              JOIN bookmarks b USING (tweet_id) WHERE b.removed_at IS NULL""").fetchall()
+    return folder_rows(folders, members)
 
 
 def replace_folders(index: ChunkIndex, rows: list[dict]) -> bool:

@@ -23,7 +23,9 @@ from pathlib import Path
 
 from kb.index.chunk_schema import CHUNK_FIELDS
 from kb.index.embedder import Embedder, forget_backend_choice
-from kb.index.lance_index import CHUNKS, ChunkIndex, _chunk_table
+from kb.index.client import ChunkIndex
+from kb.index.store import CHUNKS
+from kb.index.writes import _chunk_table
 
 # The new passages table, beside CHUNKS until the swap.
 NEXT = "chunks_next"

@@ -1,7 +1,7 @@
 """The passages of one table version in memory, without their vectors
 (PassageRows), by row id, one part per data fragment: read through Lance,
 or mapped from Arrow IPC files that processes share (the rows files).
-ChunkIndex.passage_rows() (kb/index/lance_index.py) keeps the rows of the
+ChunkIndex.passage_rows() (kb/index/client.py) keeps the rows of the
 last version read; search.py reads the columns of its candidates here."""
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from kb.urls import normalize_url
 from kb.wiki_files import WIKI_PAGE_SUFFIX, WIKI_SOURCE, is_wiki_page, split_frontmatter
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 
 # --- bounded pages -----------------------------------------------------------------
 

@@ -44,7 +44,7 @@ from array import array
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime, timezone
+from datetime import timezone
 
 import numpy as np
 from lance.query import FullTextOperator, MatchQuery
@@ -57,21 +57,15 @@ from kb.index.exact_words import (EARLY_PROBES, MAX_PROBES, QUOTED, TOKEN, WORD_
                                   LowerTexts, query_phrases, PhraseTest, rare_candidates, rare_word_max, skip_common_words,
                                   lowered_words, words_to_look_up)
 from kb.index.folders import folder_members
-from kb.index.fusion import DEFAULT_FUSION, FUSION_METHODS, Candidate, score_candidates
-from kb.index.lance_index import (CHUNKS, ChunkIndex, IndexModelMismatch, empty_index_note, sql_in, sql_str, to_utc,
-                                  vector_index_name, vector_index_stats, vector_partitions,
-                                  vector_probes)
+from kb.index.fusion import FUSION_METHODS, Candidate, score_candidates
+from kb.index.client import ChunkIndex
+from kb.index.maintenance import vector_index_name, vector_index_stats, vector_partitions, vector_probes
+from kb.index.store import CHUNKS, IndexModelMismatch, empty_index_note, sql_in, sql_str
 from kb.index.chunk_schema import AUTHOR_KEY_COLUMN, NGRAM_COLUMN, author_key
 from kb.index.passage_rows import PassageRows
-from kb.index.rerank import RERANK_TOP
+from kb.index.search_request import SearchRequest
 from kb.settings import get_settings
-MODES = ("bm25", "dense", "hybrid")
-MAX_LIMIT = 100
-# Passages fetched from each retriever before grouping by bookmark. Several
-# passages of one bookmark can fill the list, so it is deeper than `limit`.
-MIN_DEPTH = 100
-MAX_DEPTH = 300
-DEPTH_PER_HIT = 2
+
 # A dense search with a filter, on a table with a vector index (_dense()):
 # when the filter leaves at most this many rows, the search compares the
 # stored vectors of those rows, without the index: an exact search. At
@@ -152,7 +146,9 @@ class SearchResponse:
 
 
 def search(query: str, **options) -> SearchResponse:
-    """Search the index: see _search() for the options.
+    """Search the index. The options: SearchRequest (kb/index/search_request.py),
+    plus `index` (a ChunkIndex; else the one of the settings) and `embedder`
+    (the query embedder; else the index's default).
 
     `kb index --rebuild` swaps the passages table for a new one under the
     readers (kb/index/model_choice.py). A search that pinned the old table
@@ -170,157 +166,170 @@ def search(query: str, **options) -> SearchResponse:
     return _search(query, **options)
 
 
-def _search(
-    query: str,
-    *,
-    limit: int = 10,
-    author: str | None = None,
-    source: str | list[str] | None = None,
-    after: str | date | datetime | None = None,
-    before: str | date | datetime | None = None,
-    mode: str = "hybrid",
-    tweet_id: str | None = None,
-    ref: str | None = None,
-    folder: str | None = None,
-    index: ChunkIndex | None = None,
-    embedder: Embedder | None = None,
-    fusion: str = DEFAULT_FUSION,
-    query_vector: np.ndarray | None = None,
-    rerank: bool = False,
-) -> SearchResponse:
-    """Search the index. See the module text for modes, fusion and filters.
-
-    `after` is inclusive and `before` exclusive, on the post date (UTC); a
-    date means its midnight UTC. `query_vector` skips the query embedding
-    (the evaluation uses it to time the search alone). `rerank`: a deep
-    search; a cross-encoder sorts the first kb.index.rerank.RERANK_TOP hits again
-    (about 1.5 s more on 2 cores; see kb/index/rerank.py)."""
+def _search(query: str, *, index: ChunkIndex | None = None, embedder: Embedder | None = None,
+            **options) -> SearchResponse:
+    """Search the index: the steps below, in order. The options: SearchRequest
+    (kb/index/search_request.py)."""
     started = time.perf_counter()
-    query = _check_query(query)
-    limit = _check_limit(limit)
-    if mode not in MODES:
-        raise ValueError(f"mode={mode!r} is unknown: use one of {', '.join(MODES)}")
-    if fusion not in FUSION_METHODS:
-        raise ValueError(f"fusion={fusion!r} is unknown: use one of {', '.join(FUSION_METHODS)}")
-    after_dt = to_utc(after, name="after")
-    before_dt = to_utc(before, name="before")
-    sources = _sources(source)
-    folder = " ".join(folder.split()) if isinstance(folder, str) and folder.strip() else None
-    filters = {"author": author, "source": source, "after": after_dt and after_dt.isoformat(),
-               "before": before_dt and before_dt.isoformat(), "tweet_id": tweet_id, "ref": ref, "folder": folder}
-
+    request = SearchRequest(query, **options)
     index = index or ChunkIndex.from_settings()
-
     # One pinned version for the whole search: the row ids stay valid.
     table = index.dataset(CHUNKS)
     schema = table.schema if table is not None else None
     meta = index.meta(table, schema=schema)
-    response = SearchResponse(query=query, mode=mode, hits=[], limit=limit, filters=filters,
-                              model=meta.get("model"), last_sync=meta.get("last_sync"), rerank=rerank)
+    response = SearchResponse(query=request.query, mode=request.mode, hits=[], limit=request.limit,
+                              filters=request.filters, model=meta.get("model"), last_sync=meta.get("last_sync"),
+                              rerank=request.rerank)
     if table is None:
         response.note = empty_index_note(index.path)
-        response.took_ms = _ms(started)
-        return response
-    in_folder = folder_members(index, folder) if folder else None
-    if in_folder == []:  # the folder holds no bookmark: nothing can match
-        response.took_ms = _ms(started)
-        return response
-    where = _where(author=author, sources=sources, after=after_dt, before=before_dt, tweet_id=tweet_id, ref=ref,
-                   tweet_ids=in_folder, author_keys=AUTHOR_KEY_COLUMN in schema.names)
+    else:
+        scope = _scope(request, index, table)
+        if scope is not None:
+            retrieved = _retrieve(request, index, scope, embedder)
+            chosen = _ranked(request, scope, retrieved)
+            if request.rerank:
+                chosen = reranked_by_model(request.query, scope.rows, chosen, request.per_document)[:request.limit]
+            response.hits = _hits(index, scope.rows, chosen)
+    response.took_ms = _ms(started)
+    return response
 
+
+@dataclass
+class _Scope:
+    """The table version that one search reads and its filter (_scope())."""
+
+    table: object  # the passages table at one version (a Lance dataset)
+    schema: object
+    where: str | None  # the filter as Lance SQL
+    rows: PassageRows
+    texts: LowerTexts
+    table_rows: int
+
+
+def _scope(request: SearchRequest, index: ChunkIndex, table) -> _Scope | None:
+    """Step 1: the filters as a where clause, and the rows in memory. None
+    when the folder filter holds no bookmark: nothing can match."""
+    schema = table.schema
+    in_folder = folder_members(index, request.folder) if request.folder else None
+    if in_folder == []:
+        return None
+    where = _where(author=request.author, sources=request.sources, after=request.after, before=request.before,
+                   tweet_id=request.tweet_id, ref=request.ref, tweet_ids=in_folder,
+                   author_keys=AUTHOR_KEY_COLUMN in schema.names)
     index.check_schema(schema=schema)
     rows = index.passage_rows(table)
     count_new_fragments(rows)
-    texts = LowerTexts(rows)
-    per_document = tweet_id is not None or ref is not None
-    depth = min(MAX_DEPTH, max(MIN_DEPTH, limit * DEPTH_PER_HIT))
-    table_rows = table.count_rows()
-    phrases = query_phrases(query)
-    only_sources = not (author or after_dt or before_dt or tweet_id is not None or ref is not None or folder)
+    return _Scope(table=table, schema=schema, where=where, rows=rows, texts=LowerTexts(rows),
+                  table_rows=table.count_rows())
 
-    def start_dense(vector: np.ndarray):
-        if rows.vectors is not None and only_sources:
-            return _Done(_exact_dense(rows.vectors, vector, depth, sources or None))
-        return _POOL.submit(_dense, table, vector, where, depth, table_rows)
 
+@dataclass
+class _Retrieved:
+    """The candidates of the retrievers, by row id (_retrieve())."""
+
+    candidates: dict[int, Candidate]
+    lexical: list[tuple[int, float]] | None  # None: no lexical query (mode dense)
+    rare_ids: set[int] | None  # the passages that hold the rare query words
+
+
+def _retrieve(request: SearchRequest, index: ChunkIndex, scope: _Scope, embedder: Embedder | None) -> _Retrieved:
+    """Step 2: the dense and the lexical (BM25) retrievers, and the look-ups
+    of rare words. The full-text query and the rare-word look-ups start on
+    worker threads before the query embedding, and run while this thread
+    embeds the query (all of them release the GIL)."""
     dense_rows = lexical_rows = early_probes = None
-    wants_dense = mode in ("dense", "hybrid")
-    if wants_dense and query_vector is not None:
-        dense_rows = start_dense(query_vector)
-    if mode in ("bm25", "hybrid"):
-        # The full-text query and the rare-word look-ups start on worker
-        # threads before the query embedding below, and run while this thread
-        # embeds the query (all of them release the GIL).
-        lexical_rows = _POOL.submit(_bm25, table, query, where, depth)
-        words = rare_candidates(query)
-        if only_sources:
-            skip_common_words(rows, words, where, table_rows, sources or None)
-        if 0 < len(words) <= EARLY_PROBES and rare_word_max(table_rows) >= depth:
-            # Few words, and no count in the lexical list can show that one
-            # is common (it holds at most `depth` hits): each word is looked
-            # up (see _rare_word_passages), so the look-ups need not wait
-            # for the lexical list. Of more than MAX_PROBES words, the count
-            # then chooses the ones whose look-ups are used.
-            early_probes = _probe(table, rows, table_rows, words, where)
-    if wants_dense and dense_rows is None:
-        dense_rows = start_dense(_embed_query(query, index, schema, embedder))
-
+    if request.wants_dense and request.query_vector is not None:
+        dense_rows = _start_dense(request, scope, request.query_vector)
+    if request.wants_lexical:
+        lexical_rows = _POOL.submit(_bm25, scope.table, request.query, scope.where, request.depth)
+        early_probes = _early_probes(request, scope)
+    if request.wants_dense and dense_rows is None:
+        dense_rows = _start_dense(request, scope, _embed_query(request.query, index, scope.schema, embedder))
     # Candidates by row id. The retrievers give row ids and scores only.
     candidates: dict[int, Candidate] = {}
     if dense_rows is not None:
         for rank, (row_id, distance) in enumerate(dense_rows.result()):
             cand = candidates.setdefault(row_id, Candidate(row_id))
             cand.dense, cand.dense_rank = 1.0 - distance, rank
-    rare_ids: set[int] | None = None
-    lexical: list[tuple[int, float]] = []
-    if lexical_rows is not None:
-        lexical = lexical_rows.result()
-        for rank, (row_id, score) in enumerate(lexical):
-            cand = candidates.setdefault(row_id, Candidate(row_id))
-            cand.bm25, cand.bm25_rank = score, rank
-        rare_ids = _rare_word_passages(table, rows, table_rows, query, where, lexical, candidates, early_probes,
-                                       texts)
+    if lexical_rows is None:
+        return _Retrieved(candidates, None, None)
+    lexical = lexical_rows.result()
+    for rank, (row_id, score) in enumerate(lexical):
+        cand = candidates.setdefault(row_id, Candidate(row_id))
+        cand.bm25, cand.bm25_rank = score, rank
+    rare_ids = _rare_word_passages(scope.table, scope.rows, scope.table_rows, request.query, scope.where, lexical,
+                                   candidates, early_probes, scope.texts)
+    return _Retrieved(candidates, lexical, rare_ids)
 
+
+def _start_dense(request: SearchRequest, scope: _Scope, vector: np.ndarray):
+    """The dense query, as a Future: in numpy from the vectors in memory
+    when the table has no vector index and only source kinds filter it,
+    else a Lance query on a worker thread."""
+    if scope.rows.vectors is not None and request.only_sources:
+        return _Done(_exact_dense(scope.rows.vectors, vector, request.depth, request.sources or None))
+    return _POOL.submit(_dense, scope.table, vector, scope.where, request.depth, scope.table_rows)
+
+
+def _early_probes(request: SearchRequest, scope: _Scope) -> list[tuple] | None:
+    """The look-ups of the rare query words that can start at once."""
+    words = rare_candidates(request.query)
+    if request.only_sources:
+        skip_common_words(scope.rows, words, scope.where, scope.table_rows, request.sources or None)
+    if 0 < len(words) <= EARLY_PROBES and rare_word_max(scope.table_rows) >= request.depth:
+        # Few words, and no count in the lexical list can show that one
+        # is common (it holds at most `depth` hits): each word is looked
+        # up (see _rare_word_passages), so the look-ups need not wait
+        # for the lexical list. Of more than MAX_PROBES words, the count
+        # then chooses the ones whose look-ups are used.
+        return _probe(scope.table, scope.rows, scope.table_rows, words, scope.where)
+    return None
+
+
+def _ranked(request: SearchRequest, scope: _Scope, retrieved: _Retrieved) -> list[Candidate]:
+    """Step 3: fuse the scores, put the exact phrase and the rare words
+    first, and choose one passage per bookmark (or per position of the
+    document that is read): request.picked of them."""
+    candidates, rows = retrieved.candidates, scope.rows
     cands = list(candidates.values())
     ids = [c.row_id for c in cands]
-    if per_document:
+    if request.per_document:
         keys = zip(*(rows.column(name, ids) for name in ("source", "ref", "position")))
     else:
         keys = rows.column("tweet_id", ids)
     for cand, key in zip(cands, keys):
         cand.key = key
-    # A passage that holds the exact phrase holds every query word, so the
-    # full-text query matched it: when that list was not cut at the depth,
-    # only its passages can hold the phrase.
-    if phrases:
-        lexical_cut = lexical_rows is None or len(lexical) >= depth or not indexed_words(query)
-        if lexical_cut:
-            looked_at = cands
-        else:
-            lexical_ids = {row_id for row_id, _ in lexical}
-            looked_at = [c for c in cands if c.row_id in lexical_ids]
-        holds_phrases = PhraseTest(phrases)
-        for cand, text in zip(looked_at, texts.lowered([c.row_id for c in looked_at])):
-            cand.exact = holds_phrases(text)
-
-    score_candidates(cands, mode, fusion)
-    keyword_query = is_keyword_query(query)
-    if rare_ids:
+    _mark_exact(request, scope, retrieved, cands)
+    score_candidates(cands, request.mode, request.fusion)
+    keyword_query = is_keyword_query(request.query)
+    if retrieved.rare_ids:
         for cand in cands:
-            cand.rare = cand.row_id in rare_ids
-    # A deep search sorts the first RERANK_TOP again, also when fewer are shown.
-    picked = max(limit, RERANK_TOP) if rerank else limit
+            cand.rare = cand.row_id in retrieved.rare_ids
+    picked = request.picked
     if keyword_query:
         ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.rare, c.score), reverse=True)
-        chosen = _pick(ranked, picked)
+        return _pick(ranked, picked)
+    ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.score), reverse=True)
+    return keep_rare_in_top(ranked, _pick(ranked, picked), picked)
+
+
+def _mark_exact(request: SearchRequest, scope: _Scope, retrieved: _Retrieved, cands: list[Candidate]) -> None:
+    """Mark the candidates that hold the exact quoted phrases. A passage that
+    holds the exact phrase holds every query word, so the full-text query
+    matched it: when that list was not cut at the depth, only its passages
+    can hold the phrase."""
+    phrases = query_phrases(request.query)
+    if not phrases:
+        return
+    lexical = retrieved.lexical
+    if lexical is None or len(lexical) >= request.depth or not indexed_words(request.query):
+        looked_at = cands
     else:
-        ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.score), reverse=True)
-        chosen = keep_rare_in_top(ranked, _pick(ranked, picked), picked)
-    if rerank:
-        chosen = reranked_by_model(query, rows, chosen, per_document)[:limit]
-    response.hits = _hits(index, rows, chosen)
-    response.took_ms = _ms(started)
-    return response
+        lexical_ids = {row_id for row_id, _ in lexical}
+        looked_at = [c for c in cands if c.row_id in lexical_ids]
+    holds_phrases = PhraseTest(phrases)
+    for cand, text in zip(looked_at, scope.texts.lowered([c.row_id for c in looked_at])):
+        cand.exact = holds_phrases(text)
 
 
 def warm_up(index: ChunkIndex | None = None, *, mode: str = "hybrid") -> float | None:
@@ -368,30 +377,7 @@ def prewarm_indexes(table) -> None:
         table.prewarm_index(name)
 
 
-# --- input checks ------------------------------------------------------------
-def _check_query(query: str) -> str:
-    if not isinstance(query, str) or not query.strip():
-        raise ValueError("query is empty: give words to search for")
-    return " ".join(query.split())
-
-
-def _check_limit(limit: int) -> int:
-    try:
-        limit = int(limit)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"limit={limit!r} is not a whole number") from exc
-    if limit < 1:
-        raise ValueError(f"limit={limit} must be 1 or more")
-    return min(limit, MAX_LIMIT)
-
-
-def _sources(source: str | list[str] | None) -> list[str]:
-    if source is None or source == "":
-        return []
-    items = source.split(",") if isinstance(source, str) else list(source)
-    return [s.strip().lower() for s in items if s and s.strip()]
-
-
+# --- the filter ------------------------------------------------------------
 def _where(*, author, sources, after, before, tweet_id, ref, tweet_ids=None, author_keys=True) -> str | None:
     """The filter as Lance SQL. author_keys: the table has AUTHOR_KEY_COLUMN
     (with its scalar index); a table from before issue 49 lacks it until
@@ -758,5 +744,5 @@ def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
 
 
-__all__ = ["search", "warm_up", "prewarm_indexes", "SearchResponse", "Hit", "MODES", "FUSION_METHODS",
+__all__ = ["search", "warm_up", "prewarm_indexes", "SearchResponse", "Hit", "FUSION_METHODS",
            "IndexModelMismatch", "embedder_for_index"]

@@ -6,7 +6,7 @@ STOP_WORDS = frozenset(
     "a an and are as at be but by for from has have how i in is it its of on or that the this to was what "
     "when where which who why will with you your does do did not no can".split())
 # The English stop words of the full-text index (tantivy's filter, as
-# kb.index.lance_index.fts_config() sets it up): the index holds none of them.
+# kb.index.maintenance.fts_config() sets it up): the index holds none of them.
 FTS_STOP_WORDS = frozenset(
     "a an and are as at be but by for if in into is it no not of on or such that the their then there these "
     "they this to was will with".split())

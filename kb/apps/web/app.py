@@ -57,7 +57,8 @@ from kb.apps.web.wiki_html import render_page
 from kb.wiki_files import WIKI_SOURCE
 from kb.index.folders import folders, folders_of
 from kb.index.embed_vectors import EmbedderError
-from kb.index.lance_index import ChunkIndex, IndexModelMismatch, empty_index_note
+from kb.index.client import ChunkIndex
+from kb.index.store import IndexModelMismatch, empty_index_note
 from kb.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)

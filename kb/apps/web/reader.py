@@ -25,7 +25,7 @@ from pathlib import Path
 from kb.index.reading import WikiPageNotFound, page_of, resolve_document
 from kb.wiki.checks import WIKILINK
 from kb.wiki_files import is_wiki_page, split_frontmatter, wiki_page_files
-from kb.index.lance_index import ChunkIndex
+from kb.index.client import ChunkIndex
 
 TOKEN = re.compile(r"\w+", re.UNICODE)
 STOP_WORDS = frozenset(

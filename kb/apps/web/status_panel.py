@@ -21,7 +21,8 @@ import httpx
 
 from kb.apps.web.reader import WikiReader
 from kb.wiki_files import WIKI_SOURCE
-from kb.index.lance_index import BOOKMARKS, CHUNKS, ChunkIndex
+from kb.index.client import ChunkIndex
+from kb.index.store import BOOKMARKS, CHUNKS
 from kb.x.raw_store import RawStore
 from kb.settings import Settings
 
