@@ -17,7 +17,7 @@ import dagster as dg
 from kb_assets.dagster_internals import WorkerStatus
 from kb_assets.run_config_rules import check_archive_name
 
-from kb.backup_archive import BackupError, create_backup, default_archive_name, prune_archives
+from kb.backup.archive import BackupError, create_backup, default_archive_name, prune_archives
 from kb.settings import Settings, get_settings
 
 UNFINISHED = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING,

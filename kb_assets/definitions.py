@@ -20,7 +20,7 @@ from kb_assets.jobs import (
     transcribe_job, translate_job, wiki_index_job, x_catch_up_job, x_sync_job, capture_job)
 from kb_assets.telegram.sources import source_intake_job
 from kb_assets.wiki.wiki_pages import wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job
-from kb.private_files import private_process
+from kb.store.private_files import private_process
 from kb.settings import Settings, get_settings
 from kb_resources.services import (
     BrowserResource,
@@ -77,7 +77,7 @@ def on_load() -> None:
     """The set-up of a process that loads the code location: `dagster dev`,
     the daemon, a code server and each run worker that they start. They do
     not come through the kb CLI, which does the same set-up itself."""
-    # Each file that a run writes is the owner's only (kb/private_files.py).
+    # Each file that a run writes is the owner's only (kb/store/private_files.py).
     private_process()
     # Each Dagster process finds kb's dagster.yaml (pools, run monitoring, retries).
     ensure_on_load()

@@ -9,7 +9,7 @@ The pool `wiki` has size one (the default limit of 1): two wiki ingests at
 once would fight over one git tree. DuckDB has no pool: a pool slot is held
 for a whole step, also while it fetches or embeds, so a Telegram source
 waited behind a sync. Each DuckDB and LanceDB write takes the store's
-writer lock instead, for seconds (kb/writer_lock.py).
+writer lock instead, for seconds (kb/store/writer_lock.py).
 
 Run monitoring asks the run launcher whether a run's worker lives. The
 launcher of kb_assets/run_launcher.py answers from the worker's process id,
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from kb.atomic_files import write_atomic
+from kb.store.atomic_files import write_atomic
 from kb.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ run_launcher:
 
 concurrency:
   pools:
-    # wiki: one git tree, one ingest at a time. DuckDB writes take a file lock (kb/writer_lock.py).
+    # wiki: one git tree, one ingest at a time. DuckDB writes take a file lock (kb/store/writer_lock.py).
     default_limit: 1
     granularity: op
 

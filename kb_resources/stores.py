@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.index.client import ChunkIndex
 from kb.index.passage_rows import ROWS_FILE_MIN_ROWS
 from kb.x.raw_store import RawStore
@@ -18,7 +18,7 @@ from kb_resources.client_resource import ClientResource
 
 
 class DuckDBResource(ClientResource):
-    """The DuckDB file. Each connection holds the file's writer lock (kb/writer_lock.py)."""
+    """The DuckDB file. Each connection holds the file's writer lock (kb/store/writer_lock.py)."""
 
     client_class = DuckDBStore
     path: str

@@ -100,10 +100,10 @@ def relay(sock: socket.socket, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
 
 def main() -> None:
     """The console command `kb-mcp`."""
-    from kb.private_files import private_process
+    from kb.store.private_files import private_process
     from kb.settings import get_settings
 
-    private_process()  # what it writes in KB_HOME is the owner's only (kb/private_files.py)
+    private_process()  # what it writes in KB_HOME is the owner's only (kb/store/private_files.py)
 
     path = get_settings().mcp_socket
     sock = connect_service(path)

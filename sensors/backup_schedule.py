@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from kb.backup_archive import default_archive_name
+from kb.backup.archive import default_archive_name
 from kb.settings import get_settings
 from kb_assets.backups import backup_job
 

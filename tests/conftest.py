@@ -81,7 +81,7 @@ def loopback_fetches(monkeypatch):
     for test files whose loopback sites fetch links (`pytestmark =
     pytest.mark.usefixtures("loopback_fetches")`). The guard refuses
     loopback by default, and a loopback entry of KB_FETCH_ALLOW_HOSTS needs
-    its port (kb/fetch_guard.py). So the fixture allows each port on which
+    its port (kb/guards/fetch_guard.py). So the fixture allows each port on which
     this process listens: the servers of module fixtures, which started
     before it, and each server that starts later in the test (it watches
     socketserver's listen). Every other loopback port stays refused."""

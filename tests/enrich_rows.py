@@ -11,7 +11,7 @@ import dagster as dg
 
 from kb.index.chunk_sources import chunk_rows, SourceText
 from kb_assets.partitions import sync_batches
-from kb.duckdb_store import DuckDBStore, insert_rows
+from kb.store.duckdb_store import DuckDBStore, insert_rows
 
 NOW = datetime(2026, 11, 1, tzinfo=timezone.utc)
 

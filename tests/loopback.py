@@ -97,7 +97,7 @@ def serve_asgi(app, name: str = "the app"):
 
 
 def allow_fetches(monkeypatch, *base_urls: str) -> None:
-    """Let kb's fetch guard (kb/fetch_guard.py) reach these loopback servers,
+    """Let kb's fetch guard (kb/guards/fetch_guard.py) reach these loopback servers,
     by host and port: every other loopback port stays refused. The guard
     refuses loopback by default, as it must for a hostile link."""
     monkeypatch.setenv("KB_FETCH_ALLOW_HOSTS", ",".join(urlsplit(url).netloc for url in base_urls))

@@ -1,5 +1,5 @@
 """What a test of private modes needs: the paths under a folder that group
-or others may read, write or enter (kb/private_files.py)."""
+or others may read, write or enter (kb/store/private_files.py)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from kb_assets.telegram.sources import gated_sources, parsed_sources, source_int
 from kb_assets.wiki.wiki_pages import wiki_pages
 from kb.x.browser import Browser
 from kb_assets.instance_config import ensure_dagster_home
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.telegram.gate import QualityGate
 from kb.settings import get_settings
 from kb.wiki.repo import Wiki

@@ -182,7 +182,7 @@ def test_the_backup_schedule_keeps_the_newest_archives_and_the_newest_restores_e
 
 def test_a_restored_home_is_the_owners_only(store, tmp_path, monkeypatch):
     """The archive's members carry modes such as 0644; the restored home
-    has 0700 folders and 0600 files all the same (kb/private_files.py)."""
+    has 0700 folders and 0600 files all the same (kb/store/private_files.py)."""
     from tests.private_modes import open_to_others, open_umask
 
     home = tmp_path / "restored"
@@ -532,7 +532,7 @@ def test_the_counts_of_a_restored_file_read_it_with_external_access_off(tmp_path
     count cannot reach a file."""
     import duckdb
 
-    from kb.archive_checks import open_duckdb_as_data
+    from kb.backup.archive_checks import open_duckdb_as_data
 
     path = tmp_path / "kb.duckdb"
     duckdb.connect(str(path)).close()

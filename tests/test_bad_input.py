@@ -43,9 +43,9 @@ from kb.urls import normalize_url
 from kb.x.graphql import PageShapeError, load_page, summarize_page
 from kb.x.post_rows import parse_page
 from kb.x.browser import Browser
-from kb.duckdb_store import DuckDBStore, insert_rows
+from kb.store.duckdb_store import DuckDBStore, insert_rows
 from kb.x.raw_store import CaptureManifest, RawStore
-from kb.duckdb_schema import TABLES
+from kb.store.duckdb_schema import TABLES
 from kb.settings import get_settings
 from kb.telegram.inbox import Inbox, telegram_item_id
 from tests import fake_telegram as tg

@@ -21,7 +21,7 @@ from kb_assets.index.chunks import chunks
 from kb.settings import excluded_sources
 from kb_assets.index.chunk_index import chunk_index
 from kb.apps.status import _duckdb_counts
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.index.embedder import Embedder
 from kb.index.client import ChunkIndex
 from kb.settings import get_settings

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from kb.duckdb_store import DuckDBStore, insert_rows
+from kb.store.duckdb_store import DuckDBStore, insert_rows
 from kb.index.cards import (ARTICLE_FIELDS, LINK_FIELDS, MEDIA_FIELDS, QUOTED_FIELDS, SERVED_FIELDS, THREAD_FIELDS,
                             bookmark_cards, pack_card, served_card)
 from kb.index.client import ChunkIndex

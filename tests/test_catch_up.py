@@ -32,7 +32,7 @@ def closed_port_url() -> str:
 
 
 def waiting_translations() -> int:
-    from kb.duckdb_store import DuckDBStore
+    from kb.store.duckdb_store import DuckDBStore
     from kb.enrich.foreign_text import waiting_by_batch
 
     with DuckDBStore.from_settings().connect() as conn:

@@ -534,7 +534,7 @@ def test_which_earlier_batches_a_sync_finishes():
 def documents_rows() -> list[tuple]:
     """(url, status) of every document, through kb's store: it waits for
     the writer lock while the killed process writes a group."""
-    from kb.duckdb_store import DuckDBStore
+    from kb.store.duckdb_store import DuckDBStore
 
     with DuckDBStore.from_settings().connect() as conn:
         return conn.execute("SELECT url, status FROM documents ORDER BY url").fetchall()
@@ -544,7 +544,7 @@ def test_documents_killed_in_a_long_fetch_keeps_each_written_group_and_the_next_
     """`documents` writes its results in groups as they come: a kill in a
     long fetch loses at most one group, and the next run fetches only the
     addresses with no result."""
-    from kb.duckdb_store import DuckDBStore, insert_rows
+    from kb.store.duckdb_store import DuckDBStore, insert_rows
     from kb.urls import normalize_url
     from tests.enrich_rows import add_batches, bookmark, write
     from tests.test_sync import kb as kb_command

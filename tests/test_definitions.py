@@ -37,7 +37,7 @@ def test_definitions_load_every_stage():
     assert defs.resolve_sensor_def("x_sync_sensor") is not None
     # No asset holds a pool slot for DuckDB: a step would hold it for its
     # whole fetch, GPU wait or embedding, and the Telegram intake would wait
-    # behind it. Each write takes the store's writer lock instead (kb/writer_lock.py).
+    # behind it. Each write takes the store's writer lock instead (kb/store/writer_lock.py).
     for key in graph.get_all_asset_keys():
         assert "duckdb" not in (graph.get(key).pools or set()), key
     for name in ["parsed_sources", "gated_sources", "source_passages", "chunks", "chunk_index"]:

@@ -81,7 +81,7 @@ def run_the_demo_commands(tmp_path, monkeypatch):
     # kb status names the settings file that it read.
     assert report["settings_file"] == str(Path(os.environ["KB_ENV_FILE"]).resolve())
     # The home that the demo, kb up (its logs), status and search made is
-    # the owner's only: each folder 0700, each file 0600 (kb/private_files.py).
+    # the owner's only: each folder 0700, each file 0600 (kb/store/private_files.py).
     assert (home / "logs").is_dir() and (home / "dagster").is_dir()
     assert open_to_others(home) == []
 

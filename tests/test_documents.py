@@ -26,7 +26,7 @@ from kb_assets.documents.documents import DocumentsConfig, documents, documents_
 from kb_assets.partitions import sync_batches
 from kb.urls import normalize_url
 from kb.x.browser import Browser
-from kb.duckdb_store import DuckDBStore, insert_rows
+from kb.store.duckdb_store import DuckDBStore, insert_rows
 from kb_resources.services import BrowserResource
 from kb_resources.stores import DuckDBResource
 from tests.loopback import allow_fetches

@@ -1,4 +1,4 @@
-"""The DuckDB store's connections (kb/duckdb_store.py): each connect()
+"""The DuckDB store's connections (kb/store/duckdb_store.py): each connect()
 attaches the file to one in-memory DuckDB of the process and detaches it at
 the end, so the file lock lasts only as long as the `with` block."""
 
@@ -13,8 +13,8 @@ from unittest import mock
 import duckdb
 import pytest
 
-from kb.backup_archive import BackupError, backup_duckdb
-from kb.duckdb_store import DuckDBStore, file_is_locked, retry_while_locked
+from kb.backup.archive import BackupError, backup_duckdb
+from kb.store.duckdb_store import DuckDBStore, file_is_locked, retry_while_locked
 
 OTHER_PROCESS = textwrap.dedent("""
     import sys, duckdb
@@ -128,7 +128,7 @@ def test_connect_waits_while_a_process_outside_kb_holds_the_file(tmp_path):
 
     release.start()
     try:
-        with mock.patch("kb.duckdb_store.file_is_locked", counted), store.connect() as conn:
+        with mock.patch("kb.store.duckdb_store.file_is_locked", counted), store.connect() as conn:
             assert conn.execute("SELECT text FROM notes").fetchall() == [("from the holder",)]
     finally:
         release.join()

@@ -1,4 +1,4 @@
-"""The fetch guard plays against an attacker (kb/fetch_guard.py).
+"""The fetch guard plays against an attacker (kb/guards/fetch_guard.py).
 
 The attacker controls the links and the pages. Its target is a "secret"
 server on loopback (it stands in for the Dagster UI on 127.0.0.1:3000)
@@ -23,8 +23,8 @@ import pytest
 from playwright.sync_api import Error as PlaywrightError
 
 from kb.x.browser import Browser, navigation_refusal, watch_navigation
-from kb.duckdb_store import DuckDBStore, insert_rows
-from kb.fetch_guard import (
+from kb.store.duckdb_store import DuckDBStore, insert_rows
+from kb.guards.fetch_guard import (
     FetchGuard,
     GuardProxy,
     NotAWebAddress,
@@ -204,7 +204,7 @@ def test_a_loopback_entry_without_a_port_is_refused_by_name(monkeypatch, entry):
     """Without a port, a loopback entry would allow every service of the
     machine: the Dagster UI (no login, starts runs), the search page, a
     database. The error names the entry; nothing is allowed."""
-    from kb.fetch_guard import AllowListError, parse_allowed_hosts
+    from kb.guards.fetch_guard import AllowListError, parse_allowed_hosts
 
     problem = "has a port that is not a number" if entry.endswith(":") else "is a loopback host without a port"
     with pytest.raises(AllowListError, match=f"KB_FETCH_ALLOW_HOSTS entry {re.escape(repr(entry))} {problem}"):
@@ -218,7 +218,7 @@ def test_a_loopback_entry_without_a_port_is_refused_by_name(monkeypatch, entry):
 
 @pytest.mark.parametrize("entry", ["127.0.0.1:0", "127.0.0.1:65536", "wiki.home:http", "[::1]x", "[::1", "[::1]:"])
 def test_an_entry_with_a_port_that_is_not_a_port_is_refused(entry):
-    from kb.fetch_guard import AllowListError, parse_allowed_hosts
+    from kb.guards.fetch_guard import AllowListError, parse_allowed_hosts
 
     with pytest.raises(AllowListError, match=f"{re.escape(repr(entry))} has a port that is not a number from 1 to"):
         parse_allowed_hosts(entry)

@@ -29,7 +29,7 @@ from kb.index.reading import PAGE_CHARS
 from kb.index.search import search
 from kb.wiki_files import wiki_page_files
 from kb_assets.index.wiki_index import wiki_index
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.index.embedder import Embedder
 from kb.index.client import ChunkIndex
 from kb.wiki.repo import Wiki

@@ -18,7 +18,7 @@ from kb.queries import BOOKMARK_ORDER_SQL
 from kb_assets.x.bookmarks import normalized_bookmarks
 from kb.x.bookmark_tables import bookmarks_missing_author_or_sort_index, duplicate_keys, links_not_normalized
 from kb_assets.partitions import sync_batches
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.x.raw_store import CaptureManifest, RawStore
 from kb.settings import get_settings
 from tests.shared_data import x_fixture

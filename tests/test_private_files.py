@@ -1,5 +1,5 @@
 """KB_HOME, its logs and inbox, and the backups are the owner's only:
-folders 0700, files 0600 (kb/private_files.py). Each test starts with an
+folders 0700, files 0600 (kb/store/private_files.py). Each test starts with an
 open umask (0022), as on many systems, so only kb's own rule can make the
 modes private."""
 
@@ -61,7 +61,7 @@ def test_the_code_location_makes_its_process_private(tmp_path):
 
 
 def test_a_backup_archive_and_its_new_folder_are_private(kb_home, tmp_path):
-    from kb.backup_archive import create_backup
+    from kb.backup.archive import create_backup
 
     (kb_home / "inbox").mkdir()
     (kb_home / "inbox" / "note.txt").write_text("a message to the bot")

@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 import duckdb
 import pytest
 
-from kb.duckdb_schema import DERIVED_TABLES, KEPT_TABLES, MIGRATIONS, SCHEMA_VERSION, TABLES
-from kb.duckdb_store import DuckDBStore, SchemaError, ensure_schema, insert_rows
+from kb.store.duckdb_schema import DERIVED_TABLES, KEPT_TABLES, MIGRATIONS, SCHEMA_VERSION, TABLES
+from kb.store.duckdb_store import DuckDBStore, SchemaError, ensure_schema, insert_rows
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 

@@ -1,4 +1,4 @@
-"""The secret scan (kb/secret_scan.py) finds a secret in the forms that a
+"""The secret scan (kb/guards/secret_scan.py) finds a secret in the forms that a
 model or a page can give it without a change of one bit: base64 (standard
 and URL-safe, at each byte offset in the block, also in lines), hex (any
 case) and percent-encoding. Each form stands in the middle of a text, the
@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from kb.secret_scan import base64_cores, encoded_forms, secrets_in
+from kb.guards.secret_scan import base64_cores, encoded_forms, secrets_in
 
 # "~?>" makes "+" and "/" in base64, so the URL-safe form differs from the standard one.
 SECRET = "tok~?>~?>-3f9a7c1e55d2b8"

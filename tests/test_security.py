@@ -52,7 +52,7 @@ from kb.wiki.change import apply_agent_change
 from kb.wiki.prompts import GateDecision, ingest_prompt
 from kb_assets.index.wiki_index import wiki_index
 from kb_assets.instance_config import ensure_dagster_home
-from kb.duckdb_store import DuckDBStore, insert_rows
+from kb.store.duckdb_store import DuckDBStore, insert_rows
 from kb.settings import get_settings
 from kb.wiki.repo import Wiki
 from kb.wiki.agent import WikiAgent

@@ -10,7 +10,7 @@ import pytest
 from kb.telegram.source_parsers import TransientParseError, split_frontmatter
 from kb.wiki.schema import PARSED_KEYS
 from kb_assets.telegram.sources import MAX_TRANSIENT_RETRIES, OVERRIDE_TAG, TRANSIENT_WAITS_S, parsed_sources
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.settings import get_settings
 from kb_assets.source_states import read_item_state
 from kb.telegram.source_table import read_gate_decision

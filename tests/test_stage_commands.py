@@ -14,7 +14,7 @@ import shutil
 import dagster as dg
 import pytest
 
-from kb.duckdb_store import DuckDBStore, insert_rows
+from kb.store.duckdb_store import DuckDBStore, insert_rows
 from kb.index.client import ChunkIndex
 from kb.sample_data import sample_pages
 from kb.urls import normalize_url

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kb.apps.status import _capture_counts, _duckdb_counts, format_status
-from kb.duckdb_store import DuckDBStore, insert_rows
+from kb.store.duckdb_store import DuckDBStore, insert_rows
 from kb.settings import get_settings
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 
 from kb.index.chunk_sources import video_texts
 from kb_assets.enrich.video_transcripts import transcripts
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.enrich.transcriber import result_from, transcript_text
 from kb_resources.services import TranscriberResource
 from tests.enrich_rows import add_batches, bookmark, media, rows, write

@@ -15,7 +15,7 @@ from kb.index.chunk_sources import SourceText
 from kb_assets.index.chunk_index import chunk_index
 from kb.enrich.foreign_text import FOREIGN_CHUNK_SQL
 from kb_assets.enrich.translations import translations
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.index.client import ChunkIndex
 from kb.enrich.translator import PIECE_CHARS, TranslateError, Translator, split_pieces
 from tests.enrich_rows import add_batches, bookmark, rows, write

@@ -22,7 +22,7 @@ from kb.wiki.prompts import GateDecision, ingest_prompt, topic_key
 from kb_assets.source_states import wiki_ingest_states, wiki_status
 from kb_assets.wiki.wiki_pages import change_metadata, wiki_lint, wiki_pages, wiki_synthesis, wiki_topic_synthesis
 from kb_assets.wiki.page_checks import wiki_quality
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.telegram.notifier import wiki_result_text
 from kb.wiki.checks import check_wiki
 from kb.wiki.repo import SNAPSHOT_MESSAGE, Wiki

@@ -4,7 +4,7 @@ file is in tests/test_red_team.py."""
 
 from __future__ import annotations
 
-from kb.backup_archive import _git as backup_git
+from kb.backup.archive import _git as backup_git
 from kb.wiki.git_env import GIT_ENV_NAMES, GIT_FIXED_ENV, git_env
 from kb.wiki.repo import Wiki
 

@@ -1,4 +1,4 @@
-"""The writer locks of DuckDB and LanceDB (kb/writer_lock.py), across real
+"""The writer locks of DuckDB and LanceDB (kb/store/writer_lock.py), across real
 processes on real files.
 
 A write holds its store's lock for seconds; network, GPU, model and
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from kb.duckdb_store import DuckDBStore, insert_rows, writer_lock_path
+from kb.store.duckdb_store import DuckDBStore, insert_rows, writer_lock_path
 from kb.index.client import ChunkIndex
 from kb.urls import normalize_url
-from kb.writer_lock import WriterLockTimeout
+from kb.store.writer_lock import WriterLockTimeout
 from tests import source_helpers as h
 from tests.enrich_rows import add_batches, bookmark, rows, write
 from tests.fake_openai_chat import FakeOpenAIChat, chat
@@ -34,7 +34,7 @@ WAIT_S = 120  # a wait limit, not a speed check
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from kb.duckdb_store import DuckDBStore
+    from kb.store.duckdb_store import DuckDBStore
     with DuckDBStore.from_settings().transaction() as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS held (n INTEGER)")
         conn.execute("INSERT INTO held VALUES (1)")

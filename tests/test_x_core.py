@@ -13,7 +13,7 @@ import logging
 
 import pytest
 
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.sample_data import sample_pages
 from kb.x.batch_rows import EmptyBatchError
 from kb.x.bookmark_tables import normalize_batch

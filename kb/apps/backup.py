@@ -1,4 +1,4 @@
-"""`kb backup [DEST]` and `kb restore ARCHIVE` (the core is kb/backup_archive.py).
+"""`kb backup [DEST]` and `kb restore ARCHIVE` (the core is kb/backup/archive.py).
 A backup from the command line refuses to start while a run of this home
 may write (kb_assets/backups.py checks the Dagster instance)."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kb.backup_archive import BackupError, BackupResult, move, restore_backup, sha256_file
-from kb.backup_archive import create_backup as create_archive
+from kb.backup.archive import BackupError, BackupResult, move, restore_backup, sha256_file
+from kb.backup.archive import create_backup as create_archive
 from kb.settings import Settings, get_settings
 
 __all__ = ["BackupError", "create_backup", "move", "restore_backup", "sha256_file"]

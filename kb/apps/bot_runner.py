@@ -25,10 +25,10 @@ def main() -> int:
     # only here, so that a process that wants dagster_reader() alone does not pay for it.
     from telegram_bridge.bot import serve
 
-    from kb.private_files import private_process
+    from kb.store.private_files import private_process
 
     skip_final_collection()  # aiogram's and Dagster's objects: no last collection at SIGTERM
-    private_process()  # the inbox holds the owner's messages (kb/private_files.py)
+    private_process()  # the inbox holds the owner's messages (kb/store/private_files.py)
     settings = get_settings()
     return serve(settings, dagster_reader(settings))
 

@@ -17,7 +17,7 @@ from kb_assets.dagster_internals import ASSET_PARTITION_RANGE_END_TAG, ASSET_PAR
 from kb_assets.instance_config import ensure_dagster_home
 from kb_assets.partitions import sync_batches
 from kb_assets.run_launcher import fail_runs_of_dead_workers
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.enrich.photo_queue import waiting_by_batch
 
 

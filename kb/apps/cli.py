@@ -40,17 +40,17 @@ def _finish(report) -> None:
 def main() -> None:
     """kb: your X bookmarks and Telegram sources in one searchable store."""
     from kb.apps.quick_exit import skip_final_collection
-    from kb.private_files import private_process
+    from kb.store.private_files import private_process
 
     skip_final_collection()  # a command that loaded Dagster ends seconds sooner
-    private_process()  # KB_HOME, logs and backups are the owner's only (kb/private_files.py)
+    private_process()  # KB_HOME, logs and backups are the owner's only (kb/store/private_files.py)
     _tighten_home()
 
 
 def _tighten_home() -> None:
     """Tell the owner once when kb made an existing KB_HOME or backup
     folder private (an older kb made them 0755)."""
-    from kb.private_files import private_home
+    from kb.store.private_files import private_home
     from kb.settings import get_settings
 
     try:

@@ -22,8 +22,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from kb.x.browser import BrowserNotFound, chromium_launch_options, is_x_host
-from kb.atomic_files import write_atomic
-from kb.private_files import FILE_MODE, make_private_folder
+from kb.store.atomic_files import write_atomic
+from kb.store.private_files import FILE_MODE, make_private_folder
 from kb.settings import Settings
 
 # The cookie that X sets when a sign-in succeeds.

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from kb.apps.run_report import failed_items, index_failures, skipped, unreadable_pages
 from kb.apps.sync import SyncReport, known_batches, run_batches
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.settings import excluded_sources
 
 OnStage = Callable[[str, int, int], None] | None

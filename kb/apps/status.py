@@ -162,7 +162,7 @@ def _services(settings: Settings) -> dict:
     from kb.wiki.agent import WikiAgent
     from kb.wiki.sandbox import sandbox_status
     from kb.telegram.bot_token import readiness as telegram_readiness
-    from kb.fetch_guard import allowlist_readiness
+    from kb.guards.fetch_guard import allowlist_readiness
 
     browser = Browser.from_settings(settings)
     checks = {
@@ -256,7 +256,7 @@ def collect_status(settings: Settings | None = None) -> dict:
 
 
 def _backups(settings: Settings) -> dict:
-    from kb.backup_archive import last_backup
+    from kb.backup.archive import last_backup
 
     try:
         return last_backup(settings)

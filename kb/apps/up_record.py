@@ -34,8 +34,8 @@ from pathlib import Path
 import psutil
 
 from kb.apps.lifeline import group_members
-from kb.atomic_files import write_atomic
-from kb.writer_lock import WriterLockTimeout, acquire
+from kb.store.atomic_files import write_atomic
+from kb.store.writer_lock import WriterLockTimeout, acquire
 
 RECORD_NAME, LOCK_NAME = "kb-up.json", "kb-up.lock"
 # psutil gives a start time to 10 ms; two reads of one process agree within this.

@@ -17,7 +17,7 @@ For each web address that a bookmark links to:
   several workers. A page that is thin at domcontentloaded is read once more
   at networkidle: many pages fill in their text with JavaScript.
 
-Every connection goes through the fetch guard (kb/fetch_guard.py): a link,
+Every connection goes through the fetch guard (kb/guards/fetch_guard.py): a link,
 a redirect or a page's script that goes to a loopback, private or cloud
 metadata address fails with the reason "private address", which names the
 host and the address.

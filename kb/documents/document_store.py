@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 import duckdb
 
 from kb.documents.outcomes import Outcome, Target
-from kb.duckdb_store import DuckDBStore, insert_rows
+from kb.store.duckdb_store import DuckDBStore, insert_rows
 from kb.enrich.extract import Reason
 
 # An X Article, by the kind that normalization gave the link or by its path.

@@ -12,7 +12,7 @@ from kb.documents.document_store import OutcomeWriter, fetchable, targets_for_ba
 from kb.documents.outcomes import Outcome, Target, one_outcome
 from kb.documents.web_links import fetch_links
 from kb.documents.x_articles import article_from_content_state, fetch_articles
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.settings import Settings, get_settings
 from kb.x.browser import Browser, XLoginMissing
 

@@ -14,7 +14,7 @@ from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from kb.enrich.extract import Extracted, Reason, extract_html, http_reason, looks_blocked
-from kb.fetch_guard import FetchRefused
+from kb.guards.fetch_guard import FetchRefused
 
 
 @dataclass(frozen=True)

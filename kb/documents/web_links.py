@@ -17,7 +17,7 @@ from playwright.sync_api import Error as PlaywrightError
 
 from kb.documents.outcomes import Outcome, Target, failure_from_error, judged, read_rendered, refused
 from kb.enrich.extract import Reason, extract_pdf, http_reason, is_pdf, rewrite_arxiv
-from kb.fetch_guard import FetchGuard, FetchRefused
+from kb.guards.fetch_guard import FetchGuard, FetchRefused
 from kb.settings import Settings
 from kb.x.browser import Browser, navigation_refusal, watch_navigation
 

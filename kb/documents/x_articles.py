@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page
 
-from kb.atomic_files import write_atomic
+from kb.store.atomic_files import write_atomic
 from kb.documents.outcomes import Outcome, Target, failure_from_error, judged, read_rendered
 from kb.enrich.extract import Reason, extracted_from_text
 from kb.settings import Settings

@@ -48,7 +48,7 @@ class Reason(StrEnum):
     BINARY = "binary"  # a file that is not a page and not a PDF
     BLOCKED = "blocked"  # a bot wall or a challenge page, not the content
     ERROR = "error"  # anything else; the message goes to the run log
-    PRIVATE_ADDRESS = "private address"  # the fetch guard refused it (kb/fetch_guard.py)
+    PRIVATE_ADDRESS = "private address"  # the fetch guard refused it (kb/guards/fetch_guard.py)
     NOT_A_WEB_ADDRESS = "not a web address"  # not http or https
 
 

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 
 import duckdb
 
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.enrich.translator import TranslateError, Translator
 from kb.enrich.waiting_items import ResultWriter
 from kb.queries import partition_bookmarks

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 import duckdb
 
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.enrich.vision import CaptionBackendError, Captioner, CaptionResult
 from kb.enrich.waiting_items import ResultWriter, waiting_rows
 from kb.settings import get_settings

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kb.fetch_guard import FetchGuard, FetchRefused
+from kb.guards.fetch_guard import FetchGuard, FetchRefused
 from kb.enrich.modal_apps import shared
 from kb.enrich.model_backend import ModelBackendClient
 from kb.models import catalog

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 import duckdb
 
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.enrich.transcriber import TranscribeBackendError, Transcriber, TranscriptResult
 from kb.enrich.waiting_items import ResultWriter, waiting_rows
 

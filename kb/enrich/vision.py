@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from kb.fetch_guard import FetchGuard, FetchRefused
+from kb.guards.fetch_guard import FetchGuard, FetchRefused
 from kb.enrich.modal_apps import shared
 from pydantic import SecretStr
 

@@ -22,7 +22,7 @@ import logging
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kb.atomic_files import write_atomic
+from kb.store.atomic_files import write_atomic
 from kb.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ and writes the results in groups. The rules behind that:
 - A failed item is tried again only on request (`retry`): a failure that
   comes back on every run would hide the items that wait.
 - No connection is open while the model works: a connection holds the
-  writer lock of the file (kb/writer_lock.py), and other runs wait for it.
+  writer lock of the file (kb/store/writer_lock.py), and other runs wait for it.
   Each group of results goes in its own short transaction, so an
   interrupted run keeps what it wrote and the next run goes on from there.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import duckdb
 
-from kb.duckdb_store import DuckDBStore, insert_rows
+from kb.store.duckdb_store import DuckDBStore, insert_rows
 
 
 def waiting_rows(conn: duckdb.DuckDBPyConnection, items_sql: str, columns: str,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from kb.duckdb_store import DuckDBStore, insert_rows
+from kb.store.duckdb_store import DuckDBStore, insert_rows
 from kb.index.chunking import chunk_text, word_count
 from kb.queries import owned_documents, partition_bookmarks, unchunked_bookmarks
 

@@ -55,7 +55,7 @@ from kb.index.embed_vectors import EmbedderError
 from kb.index.embedder import Embedder
 from kb.index.passage_rows import ROWS_FILE_MIN_ROWS
 from kb.settings import Settings, get_settings
-from kb.writer_lock import writer_lock
+from kb.store.writer_lock import writer_lock
 
 CHUNKS = "chunks"
 BOOKMARKS = "bookmarks"
@@ -139,7 +139,7 @@ class IndexStore(BaseModel):
     s3_access_key_id: SecretStr | None = None
     s3_secret_access_key: SecretStr | None = None
     s3_allow_http: bool = False
-    # The writer lock file (kb/writer_lock.py). Empty: a file beside a local
+    # The writer lock file (kb/store/writer_lock.py). Empty: a file beside a local
     # index folder; no lock for a bucket.
     lock_path: str = ""
     # A folder for the passage rows as memory-mapped Arrow files (see

@@ -67,7 +67,7 @@ class VectorCache:
         """Add the vectors, with the writer lock of the LanceDB folder (the
         same lock as ChunkIndex.writing): a compaction here and a commit of
         another process to this table make a commit conflict."""
-        from kb.writer_lock import writer_lock
+        from kb.store.writer_lock import writer_lock
 
         with writer_lock(Path(str(self.folder).rstrip("/") + ".lock"), f"LanceDB {self.folder}").hold():
             self._store(keys, vectors)

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from kb.atomic_files import write_atomic
+from kb.store.atomic_files import write_atomic
 from kb.models.catalog import Model, ModelFile
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from kb.atomic_files import write_atomic
+from kb.store.atomic_files import write_atomic
 from kb.telegram.intake import MARKDOWN_SUFFIXES, extract_urls, source_type_of_url
 
 STAMP_FORMAT = "%Y%m%dT%H%M%S%fZ"

@@ -12,7 +12,7 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from kb.atomic_files import write_atomic
+from kb.store.atomic_files import write_atomic
 from kb.settings import Settings
 from kb.telegram.inbox import Inbox, InboxItem
 from kb.telegram.source_parsers import (

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from kb.fetch_guard import FetchGuard, FetchRefused, GuardProxy
+from kb.guards.fetch_guard import FetchGuard, FetchRefused, GuardProxy
 from kb.wiki.schema import kebab
 from kb.wiki_files import split_frontmatter as wiki_split_frontmatter
 

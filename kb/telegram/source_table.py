@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.telegram.gate import GateVerdict
 from kb.telegram.inbox import InboxItem
 from kb.telegram.source_parsers import ParsedSource, content_hash

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kb.atomic_files import write_atomic
+from kb.store.atomic_files import write_atomic
 from kb.wiki.checks import findings_count
 from kb.wiki.schema import with_frontmatter_key
 from kb.wiki_files import WIKILINK, split_frontmatter, wiki_page_files

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kb.atomic_files import write_atomic
+from kb.store.atomic_files import write_atomic
 from kb.wiki.change_rules import lost_cited_claims
 from kb.wiki.finish import append_log
 from kb.wiki.playbook import CLAUDE_MD, EARLIER_GITIGNORES, EARLIER_PLAYBOOK_SHA256, GITIGNORE

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from kb.atomic_files import write_atomic
+from kb.store.atomic_files import write_atomic
 from pydantic import BaseModel, SecretStr
 
 from kb.settings import Settings, get_settings
@@ -42,7 +42,7 @@ def raw_files_lock(wiki_dir: Path):
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-from kb.secret_scan import guarded_secrets, secrets_in
+from kb.guards.secret_scan import guarded_secrets, secrets_in
 from kb.wiki.git_env import git_command, git_env
 from kb.wiki.change_rules import lost_cited_claims, owner_section_problem
 from kb.wiki_files import APPEND_ONLY_FILES, WIKILINK, agent_path_problem, wiki_page_files

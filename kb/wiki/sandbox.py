@@ -46,7 +46,7 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from kb.room_binds import BWRAP_INSTALL, BWRAP_MISSING, SYSTEM_DIRS, bwrap_probe, system_binds
+from kb.guards.room_binds import BWRAP_INSTALL, BWRAP_MISSING, SYSTEM_DIRS, bwrap_probe, system_binds
 
 # The only variables that the CLI gets. Each one is here for a reason:
 # - PATH, HOME, TMPDIR, LANG, LC_ALL, TZ: a process needs them to run.

@@ -43,7 +43,7 @@ from datetime import datetime, timezone
 import duckdb
 import pyarrow as pa
 
-from kb.duckdb_store import DuckDBStore
+from kb.store.duckdb_store import DuckDBStore
 from kb.urls import normalize_url
 from kb.x.batch_rows import BatchRows, folders_read_whole, read_batch, removal_sweep_allowed
 from kb.x.raw_store import RawStore

@@ -19,7 +19,7 @@ to x.com. To block them would break the X web app and protect nothing.
 
 The rule for both contexts: the browser reaches the public internet only.
 Each context sends every request through its own fetch-guard proxy
-(kb/fetch_guard.py, GuardProxy): navigations, redirects, frames, scripts,
+(kb/guards/fetch_guard.py, GuardProxy): navigations, redirects, frames, scripts,
 images, fetch() and WebSocket calls. The proxy resolves each host, refuses
 loopback, private, link-local and cloud metadata addresses, and connects
 to the address that it checked. A route alone cannot hold this rule:
@@ -58,7 +58,7 @@ from playwright.sync_api import Browser as PlaywrightBrowser
 from playwright.sync_api import BrowserContext, Frame, Page, Route, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
 
-from kb.fetch_guard import DEFAULT_PORTS, FetchGuard, GuardProxy, PrivateAddress
+from kb.guards.fetch_guard import DEFAULT_PORTS, FetchGuard, GuardProxy, PrivateAddress
 from kb.settings import Settings, playwright_browser_installed, get_settings
 from kb.x.browser_room import sandbox_options, sandbox_plan
 

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from playwright._impl import transport as _playwright_transport
 
-from kb.room_binds import BWRAP_INSTALL, BWRAP_MISSING, SYSTEM_DIRS, bwrap_probe, system_binds
+from kb.guards.room_binds import BWRAP_INSTALL, BWRAP_MISSING, SYSTEM_DIRS, bwrap_probe, system_binds
 
 # The names that Chromium gets from kb's environment. Each one is here for a
 # reason: LANG and LC_* set the language of the UI and of the fonts, TZ the

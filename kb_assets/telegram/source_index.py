@@ -27,7 +27,7 @@ from kb_resources.stores import ChunkIndexResource, DuckDBResource, InboxResourc
     partitions_def=sources,
     deps=[GATED_SOURCES],
     # No pool: the LanceDB writes take the index's writer lock, the DuckDB
-    # read the file's (kb/writer_lock.py). An X stage never holds this up.
+    # read the file's (kb/store/writer_lock.py). An X stage never holds this up.
     group_name="telegram",
     kinds={"lancedb"},
     description="An approved Telegram source in the LanceDB search index (source kind `telegram`), "

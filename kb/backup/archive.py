@@ -43,7 +43,7 @@ How each part is made consistent:
 Restore goes into an EMPTY KB_HOME only (`force` moves what is there aside
 into KB_HOME/.pre-restore-<time>/; nothing is deleted). An archive is
 hostile input until it is checked, so the restore first makes the checks
-of kb/archive_checks.py (paths of members and of the manifest, classes of
+of kb/backup/archive_checks.py (paths of members and of the manifest, classes of
 dagster.yaml, the objects of the DuckDB file and of the Dagster SQLite
 files, the files of the LanceDB tables). It opens each restored store as data only: DuckDB read-only with
 external access off, and no SQL is built from a name in the archive.
@@ -79,12 +79,12 @@ from pathlib import Path
 
 import duckdb
 
-from kb.archive_checks import (
+from kb.backup.archive_checks import (
     DUCKDB_FILE, MANIFEST, BackupError, check_dagster_home, check_dagster_yaml, check_duckdb, check_lancedb, check_manifest,
     check_members, open_duckdb_as_data, quote_identifier,
 )
-from kb.duckdb_store import LOCK_ATTEMPTS, retry_while_locked
-from kb.private_files import FILE_MODE, make_private_folder, make_tree_private
+from kb.store.duckdb_store import LOCK_ATTEMPTS, retry_while_locked
+from kb.store.private_files import FILE_MODE, make_private_folder, make_tree_private
 from kb.settings import Settings, get_settings
 from kb.wiki.git_env import git_command, git_env
 
@@ -339,7 +339,7 @@ def create_backup(dest: Path | str | None = None, *, include_dagster: bool = Tru
     if target.exists():
         raise BackupError(f"{target} exists already. Choose another name; kb does not overwrite a backup.")
     if not target.parent.exists():
-        make_private_folder(target.parent)  # kb makes it: the owner's only (kb/private_files.py)
+        make_private_folder(target.parent)  # kb makes it: the owner's only (kb/store/private_files.py)
     if check_no_run is not None:
         check_no_run(settings)
 
@@ -393,7 +393,7 @@ def last_backup(settings: Settings | None = None) -> dict:
 
 
 def _make_parts(settings: Settings, stage: Path, include_dagster: bool) -> dict:
-    from kb.duckdb_schema import SCHEMA_VERSION
+    from kb.store.duckdb_schema import SCHEMA_VERSION
 
     manifest: dict = {
         "format": FORMAT,

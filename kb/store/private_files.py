@@ -18,7 +18,7 @@ users of the same machine must not read them. The rule is in one place:
   folder changes: its 0700 keeps other users out of everything below it.
 - A backup archive is 0600 explicitly, and a restored home is made
   private file by file (make_tree_private): the archive's members carry
-  the modes of the machine that wrote them (kb/backup_archive.py).
+  the modes of the machine that wrote them (kb/backup/archive.py).
 """
 
 from __future__ import annotations

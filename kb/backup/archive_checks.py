@@ -1,5 +1,5 @@
 """The checks that a restore makes before it trusts an archive (kb
-restore, kb/backup_archive.py). An archive is hostile input until it is
+restore, kb/backup/archive.py). An archive is hostile input until it is
 checked: anyone can forge one and send it to the owner. So each check
 reads what the archive holds as data, and names what it refuses:
 
@@ -32,7 +32,7 @@ COMMIT_ID = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
 # network. No extension loads. lock_configuration: no SET turns it back on.
 DUCKDB_DATA_ONLY = {"enable_external_access": False, "autoinstall_known_extensions": False,
                     "autoload_known_extensions": False, "lock_configuration": True}
-# The table names that kb gives (kb/duckdb_schema.py). Anything else in a
+# The table names that kb gives (kb/store/duckdb_schema.py). Anything else in a
 # restored file is refused by name.
 PLAIN_TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
@@ -57,7 +57,7 @@ def duckdb_foreign_objects(path: Path) -> list[str]:
     """What the DuckDB file holds that is not a plain kb table: a table
     outside schema main or with a name that is not plain, a schema, view,
     macro, sequence, index or type. kb makes base tables in main only
-    (kb/duckdb_schema.py). A view or a macro is SQL that runs each time kb
+    (kb/store/duckdb_schema.py). A view or a macro is SQL that runs each time kb
     reads it, so a restored file may hold none."""
     this = "database_name = current_database()"
     queries = {

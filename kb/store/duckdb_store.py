@@ -3,7 +3,7 @@
 Hard-won rule: while one process holds a read-write connection, no other
 process can open the file, not even read-only. So connections are short
 (one `with` block), never held across a network or model call; each one
-holds the writer lock of the file (kb/writer_lock.py), so the processes of
+holds the writer lock of the file (kb/store/writer_lock.py), so the processes of
 kb take turns, a few seconds each; and the serving side (search, MCP, bot)
 never opens this file.
 """
@@ -22,8 +22,8 @@ import duckdb
 import pyarrow as pa
 from pydantic import BaseModel
 
-from kb.duckdb_schema import MIGRATIONS, SCHEMA_VERSION, TABLES
-from kb import writer_lock
+from kb.store.duckdb_schema import MIGRATIONS, SCHEMA_VERSION, TABLES
+from kb.store import writer_lock
 from kb.settings import Settings, get_settings
 
 # DuckDB's own lock of a file ("Could not set lock on file"): a process
@@ -59,10 +59,10 @@ def retry_while_locked(attempts: int = LOCK_ATTEMPTS, before_sleep: Callable[[],
 # so the rule above (short connections) stays. Uses of the same file in one
 # process share the attachment (as duckdb.connect shares its instance).
 #
-# The writer lock (kb/writer_lock.py, a file beside the DuckDB file) is held
+# The writer lock (kb/store/writer_lock.py, a file beside the DuckDB file) is held
 # from the ATTACH to the DETACH: another process waits for it instead of
 # failing on DuckDB's own lock. It replaces the Dagster pool that held one
-# slot for a whole step (see the module text of kb/writer_lock.py).
+# slot for a whole step (see the module text of kb/store/writer_lock.py).
 _host_lock = threading.Lock()
 _attaching = threading.Lock()  # one thread of the process waits for the writer lock
 _host: list[duckdb.DuckDBPyConnection] = []
@@ -164,7 +164,7 @@ class SchemaError(RuntimeError):
 def ensure_schema(conn: duckdb.DuckDBPyConnection, *, version: int = SCHEMA_VERSION,
                   migrations: dict[int, tuple[str, ...]] | None = None, tables_known: bool = False) -> list[int]:
     """Create the tables, or bring an older file up to `version` with the
-    migrations (see kb.duckdb_schema). Returns the versions applied.
+    migrations (see kb.store.duckdb_schema). Returns the versions applied.
     `tables_known`: this process already made sure that the file at this
     version has every table; only the version is read.
 
@@ -188,7 +188,7 @@ def ensure_schema(conn: duckdb.DuckDBPyConnection, *, version: int = SCHEMA_VERS
     missing = [step for step in steps if step not in migrations]
     if missing:
         raise SchemaError(f"No migration to schema version {missing[0]} (the file has version {stored}). "
-                          "Add it to MIGRATIONS in kb/duckdb_schema.py.")
+                          "Add it to MIGRATIONS in kb/store/duckdb_schema.py.")
     conn.execute("BEGIN")
     try:
         for step in steps:
