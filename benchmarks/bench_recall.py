@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -48,30 +47,11 @@ from pathlib import Path
 import numpy as np
 
 from bench_index import PrecomputedEmbedder, percentiles
-from bench_quality_cv import DATA, SPLIT  # the shared SciFact set (KB_SHARED_DIR), one copy of its place
+from bench_quality_cv import DATA
+import real_passages
 from run_facts import run_facts
 
 CURVE = (5, 10, 20, 40, 80, 160, 320)
-
-
-def real_passages(count: int | None) -> list[dict]:
-    """The first `count` passage rows of the SciFact corpus, as kb cuts them."""
-    from kb.apps.eval_retrieval import document_chunks, load_beir
-
-    corpus, _, _ = load_beir(DATA, SPLIT)
-    rows: list[dict] = []
-    for doc_id, doc in corpus.items():
-        rows.extend(document_chunks(doc_id, doc))
-        if count is not None and len(rows) >= count:
-            break
-    return rows[:count] if count is not None else rows
-
-
-def real_queries(count: int) -> list[str]:
-    from kb.apps.eval_retrieval import load_beir
-
-    _, queries, _ = load_beir(DATA, SPLIT)
-    return list(queries.values())[:count]
 
 
 def embedder(cache: Path):
@@ -141,7 +121,47 @@ def top(table, vector: np.ndarray, k: int, probes: int | None, refine: int | Non
     return result.column("_rowid").to_pylist()
 
 
-def curve(index, queries: np.ndarray) -> dict:
+def exact_top(vectors: np.ndarray, queries: np.ndarray, k: int = 100) -> np.ndarray:
+    """Row numbers of the exact k nearest (dot) of each query, by numpy in
+    blocks (the same order as Lance's exact search; row id = row number in a
+    table written once)."""
+    out = np.empty((len(queries), k), dtype=np.int64)
+    for at in range(0, len(queries), 64):
+        scores = queries[at:at + 64] @ vectors.T
+        part = np.argpartition(-scores, k, axis=1)[:, :k]
+        order = np.take_along_axis(scores, part, axis=1).argsort(axis=1)[:, ::-1]
+        out[at:at + 64] = np.take_along_axis(part, order, axis=1)
+    return out
+
+
+def measure(table, queries: np.ndarray, kinds: list[str], exact: np.ndarray, probes: int | None,
+            refine: int | None, kb_default: bool = False) -> dict:
+    """recall@10 and recall@100 (overall and per kind of query) and time of
+    the index query at `probes` partitions."""
+    for q in queries[:5]:  # warm the caches
+        top(table, q, 100, probes, refine)
+    found10: dict[str, list[float]] = {}
+    found100: dict[str, list[float]] = {}
+    times = []
+    cpu = time.process_time()
+    for q, kind, truth in zip(queries, kinds, exact):
+        t = time.perf_counter()
+        got = top(table, q, 100, probes, refine)
+        times.append((time.perf_counter() - t) * 1000)
+        found10.setdefault(kind, []).append(len(set(got[:10]) & set(truth[:10].tolist())) / 10)
+        found100.setdefault(kind, []).append(len(set(got) & set(truth.tolist())) / 100)
+    point = {"probes": probes, "refine": refine,
+             "recall_at_10": round(float(np.mean([x for v in found10.values() for x in v])), 4),
+             "recall_at_100": round(float(np.mean([x for v in found100.values() for x in v])), 4),
+             "recall_at_10_by_kind": {k: round(float(np.mean(v)), 4) for k, v in found10.items()},
+             **percentiles(times),
+             "cpu_ms_per_query": round((time.process_time() - cpu) * 1000 / len(queries), 2),
+             "kb_default": kb_default}
+    print(json.dumps(point), file=sys.stderr, flush=True)
+    return point
+
+
+def curve(index, vectors: np.ndarray, queries: np.ndarray, kinds: list[str], probes_wanted=None) -> dict:
     from kb.index.maintenance import vector_index_stats, vector_probes
     from kb.index.store import CHUNKS
     from kb.index.search import EXACT_REFINE
@@ -150,56 +170,86 @@ def curve(index, queries: np.ndarray) -> dict:
     rows = table.count_rows()
     stats = vector_index_stats(table)
     partitions = sum(s["num_partitions"] for s in stats["indices"]) if stats else 0
-    exact = [top(table, q, 100, None) for q in queries]
+    exact = exact_top(vectors, queries)
     kb_probes = min(vector_probes(rows), partitions)  # Lance scans at most every partition
     # Each point without refine, as kb's search scans fewer than every
     # partition; the last point as kb scans every partition: with refine
     # (kb.index.search._dense()), an exact search.
-    points_wanted = [(p, None) for p in sorted({p for p in CURVE if p < partitions} | {kb_probes, partitions})]
+    wanted = probes_wanted or CURVE
+    points_wanted = [(p, None) for p in sorted({p for p in wanted if p < partitions} | {kb_probes, partitions})]
     points_wanted.append((partitions, EXACT_REFINE))
-    points = []
-    for probes, refine in points_wanted:
-        for q in queries[:5]:  # warm the caches
-            top(table, q, 100, probes, refine)
-        found10 = found100 = 0
-        times = []
-        cpu = time.process_time()
-        for q, truth in zip(queries, exact):
-            t = time.perf_counter()
-            got = top(table, q, 100, probes, refine)
-            times.append((time.perf_counter() - t) * 1000)
-            found10 += len(set(got[:10]) & set(truth[:10]))
-            found100 += len(set(got) & set(truth))
-        point = {"probes": probes, "refine": refine, "recall_at_10": round(found10 / (10 * len(queries)), 4),
-                 "recall_at_100": round(found100 / (100 * len(queries)), 4), **percentiles(times),
-                 "cpu_ms_per_query": round((time.process_time() - cpu) * 1000 / len(queries), 2),
-                 "kb_default": probes == kb_probes and (refine is not None) == (kb_probes == partitions)}
-        points.append(point)
-        print(json.dumps(point), file=sys.stderr, flush=True)
+    points = [measure(table, queries, kinds, exact, probes, refine,
+                      kb_default=probes == kb_probes and (refine is not None) == (kb_probes == partitions))
+              for probes, refine in points_wanted]
     return {"passages": rows, "partitions": partitions, "kb_probes": kb_probes, "curve": points}
+
+
+def synthetic(vectors: np.ndarray, size: int, noise: float, seed: int = 49) -> np.ndarray:
+    """`size` vectors whose neighbour structure follows the real ones: each
+    real vector gives size / len(vectors) copies, each moved by Gaussian
+    noise of `noise` per unit length (then made unit length again). The
+    check that it follows the real set: the curve of a synthetic set made
+    this way from a tenth of the real vectors at the size of the real set
+    (--synthetic with --base)."""
+    rng = np.random.default_rng(seed)
+    copies = -(-size // len(vectors))
+    out = np.empty((size, vectors.shape[1]), dtype=np.float32)
+    for at in range(0, size, 50_000):
+        idx = np.arange(at, min(size, at + 50_000))
+        block = vectors[idx // copies] + rng.standard_normal((len(idx), vectors.shape[1])).astype(np.float32) * (
+            noise / np.sqrt(vectors.shape[1]))
+        out[at:at + len(idx)] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    return out
+
+
+def synthetic_rows(count: int, rows: list[dict]) -> list[dict]:
+    """Rows for synthetic vectors: the text of the real row the vector comes
+    from, made unique (the bench embedder maps a text to its vector)."""
+    copies = -(-count // len(rows))
+    return [{**rows[i // copies], "chunk_id": f"s{i}", "tweet_id": f"s{i // 3}", "position": i % 3,
+             "text": f"s{i} " + rows[i // copies]["text"]} for i in range(count)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--passages", type=int, default=None, help="the first N passages (default: all 8,219)")
-    parser.add_argument("--queries", type=int, default=100, help="train queries to measure with (at most 809)")
+    parser.add_argument("--passages", type=int, default=8219,
+                        help="the first N real passages (benchmarks/real_passages.py: SciFact first, 8,219)")
+    parser.add_argument("--queries", type=int, default=100,
+                        help="queries of each kind: SciFact train queries, WCXB titles, docstring first lines")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kb-bench-recall",
-                        help="kb's embedding cache and the query vectors (not in the repository)")
+                        help="kb's embedding cache, the passages and the query vectors (not in the repository)")
+    parser.add_argument("--embed-only", action="store_true", help="embed the passages into --cache, then stop")
+    parser.add_argument("--base", type=int, default=None,
+                        help="with --synthetic: make the synthetic set from the first BASE real passages only")
+    parser.add_argument("--synthetic", type=int, default=None,
+                        help="measure a synthetic set of this many vectors made from the real ones (see synthetic())")
+    parser.add_argument("--noise", type=float, default=0.3, help="the noise of --synthetic, per unit length")
+    parser.add_argument("--probes", type=int, nargs="*", default=None, help="the points of the curve (partitions)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
     args = parser.parse_args()
-    if args.passages is not None and args.passages < 100:
+    if args.passages < 100:
         parser.error(f"--passages {args.passages}: give 100 or more (an index needs rows for its partitions)")
     if not (DATA / "corpus.jsonl").is_file():
         parser.error(f"{DATA} holds no corpus.jsonl: this benchmark needs the shared SciFact set")
     before = run_facts()
-    rows = real_passages(args.passages)
+    rows = real_passages.passages(args.passages, args.cache)
     vectors = passage_vectors(rows, args.cache)
-    queries = query_vectors(real_queries(args.queries), args.cache)
+    if args.embed_only:
+        return
+    asked = real_passages.queries(args.queries, rows)
+    queries = query_vectors([q for _, q in asked], args.cache)
+    kinds = [k for k, _ in asked]
+    if args.synthetic:
+        base = vectors[:args.base] if args.base else vectors
+        vectors = synthetic(base, args.synthetic, args.noise)
+        rows = synthetic_rows(args.synthetic, rows[:len(base)])
     with tempfile.TemporaryDirectory(prefix="kb-recall-") as tmp:
-        result = curve(build(rows, vectors, Path(tmp)), queries)
+        result = curve(build(rows, vectors, Path(tmp)), vectors, queries, kinds, args.probes)
     after = run_facts()
     out = {"commit": before["commit"], "load_average_before": before["load_average"],
-           "load_average_after": after["load_average"], "queries": len(queries), **result}
+           "load_average_after": after["load_average"], "real_passages": args.passages,
+           "synthetic": args.synthetic, "base": args.base, "noise": args.noise if args.synthetic else None,
+           "queries": len(queries), "query_kinds": sorted(set(kinds)), **result}
     print(json.dumps(out, indent=2))
     if args.out:
         args.out.write_text(json.dumps(out, indent=2) + "\n")

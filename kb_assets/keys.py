@@ -36,3 +36,11 @@ OVERRIDE_VALUE = "true"  # the one value of OVERRIDE_TAG (kb_assets/run_config_r
 CATCH_UP_TAG = "kb/catch_up"
 TOPIC_TAG = "kb/topic"
 REQUESTED_BY_TAG = "kb/requested_by"
+
+
+# --- run metadata -------------------------------------------------------------------
+# The metadata key of a stage whose outside service stopped. The run goes on:
+# the stages after it (chunks, the index) must still index what exists.
+# `kb sync` reports the stage as failed, and the coverage check shows the rows
+# that wait.
+STOPPED = "stopped"

@@ -61,11 +61,11 @@ import functools
 import os
 import sqlite3
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import dagster as dg
+from cachetools import LRUCache
 
 from kb_assets.dagster_internals import (
     ALEMBIC_SCRIPTS_LOCATION,
@@ -87,7 +87,17 @@ MAX_KEEPERS = 16
 MAX_ENGINES = 16
 
 _lock = threading.Lock()
-_keepers: OrderedDict[str, sqlite3.Connection] = OrderedDict()
+class _Keepers(LRUCache):
+    """At most MAX_KEEPERS open connections; the one used least recently
+    closes when a new one comes."""
+
+    def popitem(self):
+        path, keeper = super().popitem()
+        keeper.close()
+        return path, keeper
+
+
+_keepers: _Keepers = _Keepers(maxsize=MAX_KEEPERS)
 _installed = False
 # Keepers that a forked child got from its parent. The child must not close
 # them: SQLite's close of a copied connection can act on the parent's file.
@@ -155,16 +165,13 @@ def _real(path: str) -> str:
 
 def _keep_open(path: str) -> None:
     with _lock:
-        if path in _keepers:
-            _keepers.move_to_end(path)
+        if _keepers.get(path) is not None:  # get() marks it as used
             return
         keeper = sqlite3.connect(path, check_same_thread=False)
         # A read of the schema opens the WAL and its index: a connection that
         # has read nothing does not count as open to the WAL.
         keeper.execute("SELECT count(*) FROM sqlite_master").fetchall()
         _keepers[path] = keeper
-        while len(_keepers) > MAX_KEEPERS:
-            _keepers.popitem(last=False)[1].close()
 
 
 def _forget_keepers_in_child() -> None:
@@ -294,7 +301,17 @@ class SqliteScheduleStorage(_OneFileStorage, DagsterScheduleStorage):
 
 # --- engines, and Dagster's schema version ------------------------------------
 
-_engines: OrderedDict[str, object] = OrderedDict()
+class _Engines(LRUCache):
+    """At most MAX_ENGINES engines; the one used least recently lets its
+    idle connections go when a new one comes."""
+
+    def popitem(self):
+        conn_string, engine = super().popitem()
+        engine.dispose()
+        return conn_string, engine
+
+
+_engines: _Engines = _Engines(maxsize=MAX_ENGINES)
 # (file, table) pairs seen to exist: has_table() asks again and again.
 _tables_seen: set[tuple[str, str]] = set()
 
@@ -304,9 +321,8 @@ def kept_engine(conn_string: str):
     process. Its pool keeps up to two idle connections (see the module text);
     the engines of the files used least recently close."""
     with _lock:
-        engine = _engines.get(conn_string)
+        engine = _engines.get(conn_string)  # get() marks it as used
         if engine is not None:
-            _engines.move_to_end(conn_string)
             return engine
         from sqlalchemy import create_engine
         from sqlalchemy.pool import QueuePool
@@ -316,8 +332,6 @@ def kept_engine(conn_string: str):
         engine = create_engine(conn_string, poolclass=QueuePool, pool_size=2, max_overflow=8,
                                connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False})
         _engines[conn_string] = engine
-        while len(_engines) > MAX_ENGINES:
-            _engines.popitem(last=False)[1].dispose()
         return engine
 
 

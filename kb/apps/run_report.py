@@ -90,7 +90,7 @@ def waiting_for_services(report) -> list[str]:
     it, with how many wait; and the X Articles that wait for the X login.
     Nothing that waits is left out in silence: the next sync takes them.
     (A caption run that waits for more photos is no outage: not named.)"""
-    from kb_assets.enrich.enrichment import STOPPED
+    from kb_assets.keys import STOPPED
 
     lines = []
     for asset, (items, service) in SERVICES.items():

@@ -167,7 +167,7 @@ class StageWatcher:
             if self.on_stage:
                 self.on_stage(key, len(self.order), len(self.stages))
         elif kind == dg.DagsterEventType.ASSET_MATERIALIZATION:
-            from kb_assets.enrich.enrichment import STOPPED
+            from kb_assets.keys import STOPPED
 
             materialization = event.step_materialization_data.materialization
             values = {name: value.value for name, value in materialization.metadata.items()}

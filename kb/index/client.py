@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cachetools import LRUCache
+
 from kb.index.cards import unpack_card
 from kb.index.chunk_schema import CHUNK_FIELDS
 from kb.index.maintenance import IndexMaintenance, vector_index_name
@@ -109,16 +111,16 @@ class IndexReads:
         with self._lock:
             version = table.version
             if self._cards_cache is None or self._cards_cache[0] != version:
-                self._cards_cache = (version, {})
+                self._cards_cache = (version, LRUCache(maxsize=CARDS_CACHE_SIZE))
             cache = self._cards_cache[1]
             wanted = sorted({str(t) for t in tweet_ids})
-            stored = {t: cache[t] for t in wanted if t in cache}
+            stored = {t: cache[t] for t in wanted if t in cache}  # cache[t] marks t as used
         missing = [t for t in wanted if t not in stored]
         for part in _parts(missing):
             for row in table.to_table(filter=sql_in("tweet_id", part)).to_pylist():
                 stored[row["tweet_id"]] = row
         with self._lock:
-            if self._cards_cache[0] == version and len(cache) < CARDS_CACHE_SIZE:
+            if self._cards_cache[0] == version:
                 for t in missing:
                     cache[t] = stored.get(t)
         return {t: unpack_card(dict(row)) for t, row in stored.items() if row is not None}

@@ -25,11 +25,11 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from cachetools import LRUCache
 from pydantic import BaseModel, PrivateAttr
 
 from kb.index.embed_local import folder_dimension, load_local_model, local_model_path, local_model_presence, \
@@ -75,8 +75,8 @@ FEW_TEXTS = 32
 # each Ollama model, and the vectors of recent queries.
 _LOCK = threading.Lock()
 _OLLAMA_DIMS: dict[tuple[str, str], int] = {}
-_QUERY_CACHE: OrderedDict[tuple[str, str, str], np.ndarray] = OrderedDict()
 _QUERY_CACHE_SIZE = 512
+_QUERY_CACHE: LRUCache = LRUCache(maxsize=_QUERY_CACHE_SIZE)  # (model, weights, text) -> vector
 
 
 # --- the resource ----------------------------------------------------------------
@@ -274,13 +274,10 @@ class Embedder(BaseModel):
         with _LOCK:
             cached = _QUERY_CACHE.get(key)
             if cached is not None:
-                _QUERY_CACHE.move_to_end(key)
                 return cached
         vector = impl.embed_queries([text])[0]
         with _LOCK:
             _QUERY_CACHE[key] = vector
-            while len(_QUERY_CACHE) > _QUERY_CACHE_SIZE:
-                _QUERY_CACHE.popitem(last=False)
         return vector
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:

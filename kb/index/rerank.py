@@ -86,7 +86,6 @@ class CrossEncoder:
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         # The model's position table has 512 places.
         self.tokenizer.enable_truncation(512)
-        self.tokenizer.enable_padding()
         options = ort.SessionOptions()
         # All cores by default (threads None): a person waits for this call,
         # and a rerank is rare. One thread took 2.3 s for 20 pairs, two 1.4 s.
@@ -97,13 +96,22 @@ class CrossEncoder:
         self._inputs = {i.name for i in self.session.get_inputs()}
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros(0, dtype=np.float32)
-        encoded = self.tokenizer.encode_batch([(query, text) for text in texts])
-        feed = {name: np.asarray([getattr(e, field) for e in encoded], dtype=np.int64)
-                for name, field in (("input_ids", "ids"), ("attention_mask", "attention_mask"),
-                                    ("token_type_ids", "type_ids")) if name in self._inputs}
-        return np.asarray(self.session.run(None, feed)[0], dtype=np.float32).reshape(len(texts), -1)[:, 0]
+        """One logit per text. Each pair runs alone, with no padding.
+
+        Why not one batch: the model's int8 weights work on activations that
+        ONNX Runtime quantizes with one scale per tensor, so in a batch the
+        score of a pair depended on the other pairs (up to 0.9 logit on
+        SciFact queries), and the padding to the longest pair was 29% of
+        the tokens. Alone, a pair always gets the same score, and the 20
+        pairs of a deep search took about 40% less CPU
+        (benchmarks/index_and_retrieval.md, "Issue 49, point 4")."""
+        out = np.zeros(len(texts), dtype=np.float32)
+        for number, encoded in enumerate(self.tokenizer.encode_batch([(query, text) for text in texts])):
+            feed = {name: np.asarray([getattr(encoded, field)], dtype=np.int64)
+                    for name, field in (("input_ids", "ids"), ("attention_mask", "attention_mask"),
+                                        ("token_type_ids", "type_ids")) if name in self._inputs}
+            out[number] = np.asarray(self.session.run(None, feed)[0], dtype=np.float32).reshape(-1)[0]
+        return out
 
 
 _MODELS: dict[str, CrossEncoder] = {}

@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 import dagster as dg
 
+from kb_assets.keys import STOPPED
+
 
 class WaitingConfig(dg.Config):
     """The choice that every enrichment stage shares: which batches it takes
@@ -56,11 +58,6 @@ def failure_list(lines: list[str]) -> dg.MetadataValue:
     return dg.MetadataValue.json(lines[:FAILURES_NAMED] + ([f"... and {extra} more"] if extra > 0 else []))
 
 
-# The metadata key of a stage whose outside service stopped. The run goes on:
-# the stages after it (chunks, the index) must still index what exists.
-# `kb sync` reports the stage as failed, and the coverage check shows the rows
-# that wait.
-STOPPED = "stopped"
 
 
 def service_stopped(context, description: str, metadata: dict) -> dg.MaterializeResult:
