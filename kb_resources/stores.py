@@ -54,7 +54,6 @@ class ChunkIndexResource(ClientResource):
     # leave them off.
     rows_dir: str = ""
     rows_file_min_rows: int = ROWS_FILE_MIN_ROWS
-    index_cache_mb: int = 0
 
     def get_client(self) -> ChunkIndex:
         return super().get_client()

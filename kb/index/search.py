@@ -346,7 +346,7 @@ def warm_up(index: ChunkIndex | None = None, *, mode: str = "hybrid") -> float |
         table = index.dataset(CHUNKS)
         if table is None:
             return None
-        prewarm_indexes(table, index.index_cache_mb)
+        prewarm_indexes(table)
         # The word counts, so that no search looks up a common word. At
         # 100,000 passages they take 7 to 10 s of CPU, so they run on their
         # own thread: the server says that it is ready before they end (until
@@ -363,7 +363,7 @@ def warm_up(index: ChunkIndex | None = None, *, mode: str = "hybrid") -> float |
     return time.perf_counter() - started
 
 
-def prewarm_indexes(table, cache_mb: int = 0) -> None:
+def prewarm_indexes(table) -> None:
     """Load the vector index into the readers' cache (Lance's index cache):
     else the first queries load the partitions that they read (at 100k
     passages, the first queries took 1.5 times the CPU of the later ones).
@@ -373,16 +373,8 @@ def prewarm_indexes(table, cache_mb: int = 0) -> None:
     300 queries without it loaded 29 MB, and the second 300 cost the same
     CPU as with the prewarm (benchmarks/index_and_retrieval.md)."""
     name = vector_index_name(table)
-    if name and not (cache_mb and vector_index_bytes(table) > cache_mb * 2**20 // 2):
-        # A vector index of more than half the cache (KB_INDEX_CACHE_MB) is not
-        # loaded whole: it would push out what the searches read.
+    if name:
         table.prewarm_index(name)
-
-
-def vector_index_bytes(table) -> int:
-    """About the bytes of the vector index in the cache: 8 bits per
-    dimension (IVF_SQ) and a row id of each row."""
-    return table.count_rows() * (table.schema.field("vector").type.list_size + 8)
 
 
 # --- the filter ------------------------------------------------------------

@@ -147,10 +147,6 @@ class IndexStore(BaseModel):
     # local index. The search service (kb web) sets it.
     rows_dir: str = ""
     rows_file_min_rows: int = ROWS_FILE_MIN_ROWS
-    # The size of Lance's index cache of the readers, in MB (0: Lance's own
-    # default, which keeps every partition that a query read). See
-    # _open_dataset().
-    index_cache_mb: int = 0
 
     _db: Any = PrivateAttr(default=None)
     _session: Any = PrivateAttr(default=None)  # Lance caches of the readers: see dataset()
@@ -170,8 +166,7 @@ class IndexStore(BaseModel):
                       "s3_access_key_id": settings.kb_s3_access_key_id,
                       "s3_secret_access_key": settings.kb_s3_secret_access_key,
                       "s3_allow_http": settings.kb_s3_allow_http,
-                      "lock_path": str(settings.home / "lancedb.lock"),
-                      "index_cache_mb": settings.kb_index_cache_mb, **overrides})
+                      "lock_path": str(settings.home / "lancedb.lock"), **overrides})
 
     @field_validator("path")
     @classmethod
@@ -303,12 +298,9 @@ class IndexStore(BaseModel):
             if self._session is None:
                 with self._lock:
                     if self._session is None:
-                        if self.index_cache_mb > 0:
-                            self._session = lance.Session(index_cache_size_bytes=self.index_cache_mb * 2**20)
-                        else:
-                            dataset = lance.dataset(uri, storage_options=options)
-                            self._session = dataset.session()
-                            return dataset
+                        dataset = lance.dataset(uri, storage_options=options)
+                        self._session = dataset.session()
+                        return dataset
             return lance.dataset(uri, session=self._session, storage_options=options)
         except (ValueError, FileNotFoundError, OSError):
             return None  # dropped, or not created yet
