@@ -52,6 +52,22 @@ def test_the_model_loads_offline_and_scores_an_answer_above_an_unrelated_text():
     assert load_model() is model  # once per process
 
 
+def test_a_pair_gets_the_same_score_whatever_the_other_pairs_and_no_padding():
+    """The int8 model quantizes its activations with one scale per tensor:
+    in one padded batch the score of a pair moved with the other pairs (up
+    to 0.9 logit), and the model's tokenizer pads each text to 512 tokens
+    unless told not to."""
+    model = load_model()
+    query = "Do statins lower the risk of heart attacks?"
+    short = "Statins lower LDL cholesterol."
+    long = ("In a trial of 4,444 patients with coronary heart disease, simvastatin lowered total "
+            "cholesterol by 25% and the rate of major coronary events by 34% over 5.4 years. " * 3)
+    together = model.score(query, [short, long])
+    assert together.tolist() == [model.score(query, [short])[0], model.score(query, [long])[0]]
+    assert model.tokenizer.padding is None
+    assert len(model.tokenizer.encode(query, short).ids) < 40
+
+
 def test_a_bad_model_setting_names_the_setting_and_the_fix(monkeypatch, tmp_path):
     monkeypatch.setenv("KB_RERANK_MODEL", "no-such-model")
     with pytest.raises(RerankError, match="KB_RERANK_MODEL='no-such-model' is not a folder"):
