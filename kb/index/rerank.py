@@ -4,11 +4,12 @@ search(..., rerank=True) calls it. search() leaves it off by default because
 it is slow: a cross-encoder reads the query and each text together, through
 12 layers. The MCP tool search_bookmarks turns it on by default (an agent
 waits seconds for its own model anyway); the CLI and the web page do not.
-On this machine (2 cores, quiet) the first RERANK_TOP hits of a SciFact query
-take 1.1 s (p50; p95 1.4 s), where the search alone takes about 14 ms.
+The first RERANK_TOP hits of a SciFact query take about 0.3 s on a quiet
+2-core machine, where the search alone takes about 14 ms
+(benchmarks/index_and_retrieval.md, "Issue 49, second session").
 
 Why: on the SciFact train split, through search(), the hybrid list gives
-nDCG@10 0.7344; the deep search gives 0.7518 held out (5-fold
+nDCG@10 0.7344; the deep search gives 0.7504 held out (5-fold
 cross-validation of RERANK_WEIGHT; every fold above plain rank fusion).
 Figures: benchmarks/index_and_retrieval.md, "Issue 14, goal 4: the deep
 search, through search()"; the script: benchmarks/bench_rerank.py.
@@ -44,7 +45,7 @@ from kb.settings import get_settings
 from kb.index.stop_words import FTS_STOP_WORDS, STOP_WORDS
 
 # The number of first hits that the cross-encoder sorts again. The rest keep
-# their places. 20 pairs took 1.4 s on 2 cores; 30 took 2.0 s.
+# their places. The time grows with the pairs: each pair is one run of the model.
 RERANK_TOP = 20
 # The final score of a hit of the first RERANK_TOP: RERANK_WEIGHT *
 # min-max(cross-encoder) + (1 - RERANK_WEIGHT) * min-max(search score).
