@@ -13,7 +13,7 @@ import pytest
 
 from kb.sample_data import sample_pages
 from tests.loopback import free_port
-from tests.test_up import Up, kill_groups, wait_until
+from tests.test_up import Up, wait_until
 
 
 def write_record(home, parts: list[dict], pid: int | None = None) -> None:
@@ -99,7 +99,7 @@ def test_a_sync_under_kb_up_runs_in_its_daemon_and_the_ui_can_re_execute_it(kb_h
     for name, value in settings.items():
         monkeypatch.setenv(name, value)
     up = Up({**os.environ, **settings}, "--dagster-port", str(port), "--no-bot", "--no-web")
-    try:
+    with up.parts_ended():
         up.wait_for_line("kb up: running")
         webserver = kb_up_webserver(kb_home)
         assert webserver == Webserver("127.0.0.1", port)
@@ -131,10 +131,3 @@ def test_a_sync_under_kb_up_runs_in_its_daemon_and_the_ui_can_re_execute_it(kb_h
         assert child.tags["kb/exclude"] == "link" and child.tags.get("kb/pid") != str(os.getpid())
         assert child.remote_job_origin.repository_origin.code_location_origin.location_name == "kb"
         assert up.stop() < 15
-    except BaseException:
-        kill_groups(up.pids())  # the test failed: leave no part running
-        raise
-    finally:
-        if up.process.poll() is None:
-            up.process.kill()
-            up.process.wait()

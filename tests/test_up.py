@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 
 import dagster as dg
 import psutil
@@ -60,6 +61,20 @@ class Up:
     def pid_of(self, part: str) -> int:
         return next(pid for line, pid in zip([ln for ln in self.lines if ", log " in ln], self.pids())
                     if line.startswith(part))
+
+    @contextmanager
+    def parts_ended(self):
+        """A test's block: when it fails, SIGKILL to every part's group, so
+        that no part stays running; at its end, kb up itself is gone."""
+        try:
+            yield self
+        except BaseException:
+            kill_groups(self.pids())
+            raise
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
 
     def stop(self) -> float:
         """SIGTERM, as systemd sends it; returns the seconds to stop."""
@@ -138,7 +153,7 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
            "KB_RUN_QUEUE_INTERVAL_S": "1"}
     ports = ["--dagster-port", str(dagster_port), "--web-port", str(web_port)]
     up = Up(env, *ports)
-    try:
+    with up.parts_ended():
         up.wait_for_line("kb up: running")
         for part, where in (("dagster code server", "grpc://127.0.0.1:"), ("dagster-daemon", "sensors"),
                             ("dagster-webserver", f"http://127.0.0.1:{dagster_port}"),
@@ -196,13 +211,6 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
         up.process.wait()
         assert still_running_after(pids, PARTS_END_S) == [], "parts of the killed kb up still run"
         assert running(daemon)
-    except BaseException:
-        kill_groups(up.pids())  # the test failed: leave no part running
-        raise
-    finally:
-        if up.process.poll() is None:
-            up.process.kill()
-            up.process.wait()
 
     with FakeAnthropic(turns=ingest_turns("0a0b0c0d-leases")) as agent:
         # The search page has had its checks above: the restart runs without
