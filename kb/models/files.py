@@ -30,6 +30,7 @@ DOWNLOAD_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 10.0
 _LOCK = threading.Lock()
 _SUMS: dict[str, tuple[tuple[int, int, int, int], str]] = {}  # path -> (stat key, sha256)
+_NEW: set[str] = set()  # paths hashed in this process, not yet written (_keep_new_sums)
 
 
 class ModelFileError(RuntimeError):
@@ -84,7 +85,7 @@ def sha256_of(path: Path) -> str:
     figures_from_comments.md), and a search process loads a model at its start.
     The result is kept per file, in this process and in kb's cache folder,
     by size, mtime, ctime and inode: a changed file is hashed again."""
-    path = path.resolve()
+    path = Path(path)  # not resolve(): a call per part of the path, at each check; stat() follows links
     key = _stat_key(path)
     with _LOCK:
         known = _SUMS.get(str(path))
@@ -93,6 +94,9 @@ def sha256_of(path: Path) -> str:
             if stored:
                 known = (tuple(stored[0]), stored[1])
         if known is not None and known[0] == key:
+            # Kept in the process too: a search process calls this for each
+            # file of a model at each load check, and must not parse the file again.
+            _SUMS[str(path)] = known
             return known[1]
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -101,21 +105,38 @@ def sha256_of(path: Path) -> str:
     value = digest.hexdigest()
     with _LOCK:
         _SUMS[str(path)] = (key, value)
+        _NEW.add(str(path))
+    return value
+
+
+def _keep_new_sums() -> None:
+    """Write the checksums hashed in this process to kb's cache folder, once
+    for all the files of a check (not once per file)."""
+    with _LOCK:
+        if not _NEW:
+            return
         # Entries of files that are gone go: a test's or an old install's
         # folder would make the file grow for ever.
         sums = {name: entry for name, entry in _read_sums().items() if Path(name).exists()}
-        sums[str(path)] = [list(key), value]
+        sums.update({name: [list(_SUMS[name][0]), _SUMS[name][1]] for name in _NEW})
+        _NEW.clear()
         try:
             write_atomic(_sums_file(), json.dumps(sums, indent=0).encode())
         except OSError as exc:  # a read-only cache folder: the check still ran
-            log.debug("could not keep the checksum of %s: %s", path, exc)
-    return value
+            log.debug("could not keep the checksums of the model files: %s", exc)
 
 
 def verify(model: Model, folder: Path) -> None:
     """Raises ModelFileError when a file of `model` in `folder` is missing or
     its sha256 is not the pinned one. A file with no pinned checksum is
     only checked for its presence."""
+    try:
+        _verify_files(model, folder)
+    finally:
+        _keep_new_sums()
+
+
+def _verify_files(model: Model, folder: Path) -> None:
     for item in model.files:
         path = folder / item.name
         if not path.is_file():
