@@ -70,7 +70,7 @@ def fetch_documents(duckdb: DuckDBStore, browser: Browser, batch: str, *, every_
     x_thread = threading.Thread(target=render_articles, name="documents-x")
     x_thread.start()
     try:
-        _, errors = fetch_links(links, browser, settings, max(1, workers), writer.add)
+        errors = fetch_links(links, browser, settings, max(1, workers), writer.add)
         x_thread.join()
     finally:
         # Write what was fetched before any error is raised: nothing is lost,

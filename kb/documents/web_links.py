@@ -159,9 +159,8 @@ class _Pool:
 
     browser: Browser
     settings: Settings
-    record: Callable[[Outcome], None] | None = None
+    record: Callable[[Outcome], None]
     targets: queue.Queue = field(default_factory=queue.Queue)
-    outcomes: list[Outcome] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -199,17 +198,14 @@ class _Pool:
                 except Exception as exc:  # one bad page must not lose the others
                     outcome = Outcome(target, url=target.url, kind="link", source="browser",
                                       reason=Reason.ERROR.value, detail=f"{type(exc).__name__}: {exc}"[:500])
-                with self.lock:
-                    self.outcomes.append(outcome)
-                if self.record is not None:
-                    self.record(outcome)
+                self.record(outcome)
 
 
 def fetch_links(targets: list[Target], browser: Browser, settings: Settings, workers: int,
-                record: Callable[[Outcome], None] | None = None) -> tuple[list[Outcome], list[BaseException]]:
+                record: Callable[[Outcome], None]) -> list[BaseException]:
     """Fetch addresses that are not on X with `workers` threads; each
-    outcome goes to `record` as it comes.
-    Returns the outcomes, and the errors that stopped a worker."""
+    outcome goes to `record` as it comes (called from the workers' threads).
+    Returns the errors that stopped a worker."""
     pool = _Pool(browser, settings, record)
     for target in targets:
         pool.targets.put(target)
@@ -218,4 +214,4 @@ def fetch_links(targets: list[Target], browser: Browser, settings: Settings, wor
         thread.start()
     for thread in threads:
         thread.join()
-    return pool.outcomes, pool.errors
+    return pool.errors

@@ -34,13 +34,12 @@ def x_path(url: str) -> str:
 
 
 def fetch_articles(targets: list[Target], browser: Browser, settings: Settings,
-                   record: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+                   record: Callable[[Outcome], None]) -> None:
     """Render X Articles in the X context, one at a time, never scrolling.
     Each outcome goes to `record` as it comes. Raises XLoginMissing when
     there is no saved login."""
     if not targets:
-        return []
-    outcomes = _Recorded(record)
+        return
     with browser.x_context() as x:
         statuses: dict[str, int] = {}
 
@@ -60,34 +59,20 @@ def fetch_articles(targets: list[Target], browser: Browser, settings: Settings,
             try:
                 page = x.open(x_path(target.url))
             except PlaywrightError as exc:
-                outcomes.add(failure_from_error(outcome, exc))
+                record(failure_from_error(outcome, exc))
                 continue
             except Exception as exc:  # the X context left X, or any other fault
                 outcome.reason, outcome.detail = Reason.ERROR.value, str(exc)[:500]
-                outcomes.add(outcome)
+                record(outcome)
                 continue
             try:
                 rendered = read_rendered(page, outcome, statuses.get("main"), browser.timeout_s)
-                outcomes.add(article_from_graphql(target, graphql, page, browser.timeout_s, settings) or rendered)
+                record(article_from_graphql(target, graphql, page, browser.timeout_s, settings) or rendered)
             except Exception as exc:  # one bad page must not lose the others
                 outcome.reason, outcome.detail = Reason.ERROR.value, f"{type(exc).__name__}: {exc}"[:500]
-                outcomes.add(outcome)
+                record(outcome)
             finally:
                 page.close()
-    return outcomes.all
-
-
-class _Recorded:
-    """The outcomes of one thread, each also handed to `record` as it comes."""
-
-    def __init__(self, record: Callable[[Outcome], None] | None):
-        self.all: list[Outcome] = []
-        self.record = record
-
-    def add(self, outcome: Outcome) -> None:
-        self.all.append(outcome)
-        if self.record is not None:
-            self.record(outcome)
 
 
 class ArticleTraffic:
