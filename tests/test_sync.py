@@ -92,6 +92,40 @@ def test_kb_import_makes_one_x_sync_run_per_batch():
     assert ChunkIndex.from_settings().counts()["bookmarks"] == 39
 
 
+@pytest.mark.timeout(120)  # a reader that slept its poll would hold the command for an hour
+def test_a_command_ends_when_its_run_ends_and_not_at_the_next_poll(monkeypatch):
+    """The reader of the events waits on the end of the run, not on a
+    sleep: the command returns when its run ends, with every stage read.
+    Two runs: the reader looks for the first one with a long poll from the
+    start; it finds the second one while it runs (a short poll), and the
+    poll is long from the first stage line on."""
+    import kb.apps.sync as sync
+    from kb_assets.partitions import sync_batches
+
+    inst = instance()
+    pages = sample_pages()
+    finished_at_first_line: list[bool] = []
+
+    def on_stage(stage: str, number: int, total: int) -> None:
+        started.append(stage)
+        if not finished_at_first_line:
+            finished_at_first_line.append(inst.get_runs(limit=1)[0].is_finished)
+            monkeypatch.setattr(sync, "FOLLOW_POLL_S", 3600)
+
+    for n, poll in enumerate((3600, 0.05)):
+        monkeypatch.setattr(sync, "FOLLOW_POLL_S", poll)
+        batch = f"2026120{n + 1}T000000000Z"
+        inst.add_dynamic_partitions(sync_batches.name, [batch])
+        started: list[str] = []
+        finished_at_first_line.clear()
+        runs = sync.Runs(inst, on_stage=on_stage)
+        run_id, stages = runs.run("x_sync", run_config=sync.sync_run_config(files=[str(pages[n])]),
+                                  tags={sync.PARTITION_TAG: batch, "kb/exclude": "link"})
+        assert inst.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS, stages
+        assert all(s.ok for s in stages) and started == [s.stage for s in stages if s.ran], stages
+    assert finished_at_first_line == [False]  # the second run: its reader followed it while it ran
+
+
 def test_a_stage_whose_service_is_down_does_not_stop_the_index(monkeypatch):
     from kb.apps.sync import run_sync
     from kb.index.client import ChunkIndex

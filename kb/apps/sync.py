@@ -280,14 +280,17 @@ class Runs:
             ended = done.is_set()
             found = self.instance.get_run_records(filters=dg.RunsFilter(tags={LAUNCH_TAG: launch}), limit=1)
             if found:
-                followed.append(self._follow(found[0].dagster_run, done.is_set))
+                followed.append(self._follow(found[0].dagster_run, done.is_set, done.wait))
                 return
             if ended:
                 return  # no run was made
-            time.sleep(FOLLOW_POLL_S)
+            done.wait(FOLLOW_POLL_S)
 
-    def _follow(self, run: dg.DagsterRun, finished: Callable[[], bool]) -> StageWatcher:
-        """Read the run's events as they come, until it finished."""
+    def _follow(self, run: dg.DagsterRun, finished: Callable[[], bool],
+                pause: Callable[[float], object] = time.sleep) -> StageWatcher:
+        """Read the run's events as they come, until it finished. `pause`
+        waits between two reads: the Event of a run in this process wakes it
+        when the run ends, so the command does not sleep after its run."""
         watcher = StageWatcher(run, self.instance, self.on_stage)
         cursor = None
         while True:
@@ -301,7 +304,7 @@ class Runs:
             if ended and not page.has_more:
                 return watcher
             if not page.has_more:
-                time.sleep(FOLLOW_POLL_S)
+                pause(FOLLOW_POLL_S)
 
 
 def kept_tags(parent: dg.DagsterRun) -> dict[str, str]:
