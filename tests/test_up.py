@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -131,12 +132,55 @@ def waiting_for_the_agent(instance: dg.DagsterInstance, item: str) -> bool:
                for r in records)
 
 
+def check_a_sync_under_kb_up(kb_home, page, port: int, up: Up) -> None:
+    """kb up runs (the real parts, behind the owner guard). The runs of a
+    sync go to its webserver through Dagster's GraphQL client; its daemon
+    executes them; this process prints a line when each stage starts. The
+    failed run names the code location "kb", and its re-execution from
+    failure goes through the webserver too, as the UI's button. (It runs
+    on the kb up of the test below: one kb up start less.)"""
+    from kb.apps.run_paths import Webserver, answers, kb_up_webserver
+    from kb.apps.sync import CATCH_UP_TAG, PARTITION_TAG, Runs, sync_run_config
+    from kb.sample_data import sample_pages
+    from kb_assets.partitions import sync_batches
+
+    webserver = kb_up_webserver(kb_home)
+    assert webserver == Webserver("127.0.0.1", port)
+    wait_until(lambda: answers(webserver), "an answer of the webserver", up)
+    instance = dg.DagsterInstance.from_config(str(kb_home / "dagster"))
+    started: list[str] = []
+    runs = Runs(instance, on_stage=lambda stage, number, total: started.append(stage))
+    assert runs.webserver == webserver
+
+    batch = "20261205T000000000Z"
+    instance.add_dynamic_partitions(sync_batches.name, [batch])
+    run_id, stages = runs.run("x_sync", run_config=sync_run_config(files=[str(page)]),
+                              tags={PARTITION_TAG: batch, CATCH_UP_TAG: "kb sync", "kb/exclude": "link"})
+    parent = instance.get_run_by_id(run_id)
+    assert parent.status == dg.DagsterRunStatus.FAILURE, stages
+    assert stages[0].stage == "x_raw_pages" and "no such file" in stages[0].error
+    assert started == ["x_raw_pages"]  # the line came from the events that the daemon's worker wrote
+    # A run of the code location "kb": the UI can re-execute it.
+    assert parent.remote_job_origin.repository_origin.code_location_origin.location_name == "kb"
+    assert parent.tags.get("kb/pid") != str(os.getpid())  # its worker is not this process
+
+    shutil.copy(sample_pages()[0], page)  # the cause is fixed
+    child_id, stages = runs.reexecute(parent)
+    child = instance.get_run_by_id(child_id)
+    assert child.status == dg.DagsterRunStatus.SUCCESS, stages
+    assert all(s.ok for s in stages) and stages[0].stage == "x_raw_pages", stages
+    assert child.parent_run_id == parent.run_id and child.tags[PARTITION_TAG] == batch
+    assert child.tags["kb/exclude"] == "link" and child.tags.get("kb/pid") != str(os.getpid())
+    assert child.remote_job_origin.repository_origin.code_location_origin.location_name == "kb"
+
+
 @pytest.mark.timeout(900)  # two kb up starts, each with a daemon, a code server and run workers
 def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
     """Empty KB_HOME, no keys. A message through the Bot API is queued,
     parsed, accepted (no gate key: default accept) and waits for the wiki
     agent. With a Messages API, after a restart, the next message is
-    ingested and the owner gets "done". The test calls no kb function."""
+    ingested and the owner gets "done", and the runs of a sync go to
+kb up's webserver and daemon."""
     agent_home = tmp_path / "agent-home"
     (agent_home / ".claude").mkdir(parents=True)
     telegram = FakeTelegram(BOT_TOKEN).start()
@@ -227,6 +271,8 @@ def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
             assert not any(line.startswith("kb web ") and "(pid " in line for line in up.lines), up.output()
             telegram.push(message_update(telegram.next_update_id(), 2, OWNER, **text_fields(NOTE_B)))
             wait_until(lambda: any(r.startswith("Ingested\n") for r in telegram.replies_to(2)), "the 'done' reply", up)
+            # The runs of kb sync go to this kb up (tests/test_sync_kb_up.py tells the rules).
+            check_a_sync_under_kb_up(kb_home, tmp_path / "later.json", dagster_port, up)
 
             # Ctrl-C or SIGTERM stops every part, and their children, in time.
             pids = family(up.pids())
