@@ -220,6 +220,7 @@ def test_on_real_pages_kb_scores_at_least_as_well_as_trafilatura_alone():
     assert kb["f1"] >= alone["f1"], (kb, alone)
 
 
+@pytest.mark.slow  # 38 real pages through kb and trafilatura: about 6 s of CPU
 def test_on_real_pages_of_every_type_kb_scores_above_trafilatura_alone():
     """Every 40th page of the WCXB development split (38 pages, all 7 page types): kb's
     extraction against trafilatura with its default options, by the split's
