@@ -14,8 +14,12 @@ import subprocess
 import dagster as dg
 import pytest
 
+from kb.index.search import search
 from kb.settings import get_settings
 from kb.wiki.agent import AgentRun, tool_deny_reason
+from kb_assets.index.wiki_index import wiki_index
+from kb_resources.services import EmbedderResource
+from kb_resources.stores import ChunkIndexResource, WikiResource
 from tests.fake_anthropic import FakeAnthropic, write
 from tests.test_wiki_agent import (  # noqa: F401 (fixtures)
     PARSED,
@@ -80,7 +84,8 @@ def test_grep_and_glob_stay_out_of_a_folder_that_holds_a_dot_entry(tmp_path):
 def test_the_owner_git_settings_hide_no_page_and_an_ignored_page_is_refused(wiki, monkeypatch, tmp_path):
     """The owner's global excludes file (node_modules/ is common) must not
     hide a page from the check of the change, and a page that the wiki's own
-    .gitignore hides is refused by name. The rollback removes both."""
+    .gitignore hides is refused by name. The rollback removes both, and the
+    search index never holds the token of the hidden page."""
     home, xdg = tmp_path / "owner-home", tmp_path / "xdg"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
@@ -113,6 +118,16 @@ def test_the_owner_git_settings_hide_no_page_and_an_ignored_page_is_refused(wiki
     assert not (root / "wiki/concepts/node_modules").exists()
     assert_unchanged(before, root)
     assert not (tmp_path / "elsewhere.git").exists() and not (tmp_path / "elsewhere.index").exists()
+    # The token never reaches the history or the search index (this check
+    # was the red team's; tests/test_red_team.py plays the hostile model).
+    history = subprocess.run(["git", "--git-dir", str(root / ".git"), "log", "-p", "--all", "--format=%B"],
+                             capture_output=True, text=True, check=True).stdout
+    assert TOKEN not in history
+    indexed = dg.materialize([wiki_index], resources={
+        "wiki": WikiResource.from_settings(), "embedder": EmbedderResource.from_settings(backend="hash"),
+        "lance": ChunkIndexResource.from_settings()})
+    assert indexed.success
+    assert TOKEN not in repr(search(TOKEN, mode="bm25", limit=50).hits)
 
 
 @pytest.mark.slow  # the agent's CLI

@@ -524,39 +524,6 @@ def test_a_refused_change_is_rolled_back_and_told_once_with_its_rule(stage, capf
     assert "holds the value of ANTHROPIC_AUTH_TOKEN" in told[0] and ENDPOINT_TOKEN not in told[0]
 
 
-def test_a_page_that_the_owner_git_excludes_is_seen_refused_and_rolled_back(stage):
-    """The owner's global git config names an excludes file with
-    node_modules/ (common). The hostile model hides a page with its token in
-    wiki/concepts/node_modules/. kb's git sees the page anyway: the secret
-    scan refuses the change, the rollback removes the page, and the search
-    index never holds it."""
-    root, home = stage["root"], Path(os.environ["HOME"])
-    (home / "global-excludes").write_text("node_modules/\n")
-    (home / ".gitconfig").write_text(f"[core]\n\texcludesFile = {home / 'global-excludes'}\n")
-    (home / "xdg" / "git").mkdir(parents=True)
-    (home / "xdg" / "git" / "ignore").write_text("node_modules/\n")
-    os.environ["XDG_CONFIG_HOME"] = str(home / "xdg")
-    from kb.wiki.change import apply_agent_change
-    from kb.wiki.agent import WikiAgent
-
-    hidden = "wiki/concepts/node_modules/keys.md"
-    turns = hostile_turns([])
-    turns[1] = [tool_use("Write", file_path=hidden, content=f"# keys\n\n{ENDPOINT_TOKEN}\n")]
-    with FakeAnthropic(turns=turns) as fake:
-        os.environ["ANTHROPIC_BASE_URL"] = fake.base_url
-        outcome = apply_agent_change(stage["wiki"], WikiAgent.from_settings(), "Ingest.", prefix="ingest:",
-                                     max_turns=10)
-    assert not outcome.ok
-    assert f"refused: {hidden} holds the value of ANTHROPIC_AUTH_TOKEN" in outcome.problems, outcome.problems
-    assert not (root / hidden).exists() and not (root / "wiki/concepts/node_modules").exists()
-    assert ENDPOINT_TOKEN not in git_history(root)
-    indexed = dg.materialize([wiki_index], resources={
-        "wiki": WikiResource.from_settings(), "embedder": EmbedderResource.from_settings(backend="hash"),
-        "lance": ChunkIndexResource.from_settings()})
-    assert indexed.success
-    assert ENDPOINT_TOKEN not in repr(search(ENDPOINT_TOKEN, mode="bm25", limit=50).hits)
-
-
 def test_the_worker_refuses_each_forbidden_change_without_the_agent(stage, tmp_path):
     """The second line of defence alone: files put straight into the working
     tree, as a CLI bug or a new tool could. Each rule refuses its file."""
