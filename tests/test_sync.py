@@ -157,7 +157,7 @@ def test_a_failed_run_is_re_executed_from_failure_by_the_next_sync(tmp_path):
     next sync re-executes it from failure in this process (dg.execute_job
     with dg.ReexecutionOptions.from_failure), with the parent's config and
     kb's tags of the parent. Under kb up, the UI does it:
-    tests/test_sync_kb_up.py."""
+    check_a_sync_under_kb_up in tests/test_up.py."""
     import os
 
     from kb.apps.sync import run_sync
