@@ -181,6 +181,9 @@ def peak_memory(out: dict, key: str):
 FILTERS = (("hybrid_author", lambda i: {"author": f"user{i % 200}"}),
            ("hybrid_author_other_case", lambda i: {"author": f"@User{i % 200}"}),
            ("hybrid_3_sources", lambda i: {"source": ["post", "link", "article"]}),
+           ("hybrid_1_source", lambda i: {"source": "video"}),
+           ("hybrid_folder_50", lambda i: {"folder": "fifty"}),
+           ("hybrid_folder_2000", lambda i: {"folder": "two thousand"}),
            ("hybrid_30_days", lambda i: {"after": datetime(2020, 1, 1, tzinfo=timezone.utc) + timedelta(days=i % 30),
                                          "before": datetime(2020, 1, 31, tzinfo=timezone.utc) + timedelta(days=i % 30)}))
 
@@ -193,7 +196,9 @@ def data_bytes(folder: Path) -> dict[str, int]:
 
 def bench_kb(rows, vectors, queries, query_vectors, folder: Path, light: bool = False,
              saved_hits: list | None = None) -> dict:
-    index = ChunkIndex.from_settings(path=str(folder / "lancedb"))
+    # rows_dir: the passage rows and their stored vectors in mapped files, as
+    # the search service of `kb web` (and kb-mcp through it) reads them.
+    index = ChunkIndex.from_settings(path=str(folder / "lancedb"), rows_dir=str(folder / "rows"))
     if index.exists():  # --keep with an index built before: the searches only
         out = {"built_before": str(folder)}
     else:
@@ -275,6 +280,7 @@ def search_kb(index: ChunkIndex, size: int, queries, query_vectors, light: bool,
             assert response.hits or mode == "bm25", (mode, query)
         out[mode] = {**percentiles(times), "cpu_ms_per_query": round((time.process_time() - cpu) * 1000 / len(pairs), 2)}
         print(f"{size} passages: {mode} {json.dumps(out[mode])}", file=sys.stderr, flush=True)
+    add_folders(index, size)
     for name, arguments in FILTERS:
         for i, (query, vector) in enumerate(pairs[:5]):
             search(query, index=index, query_vector=vector, **arguments(i))
@@ -292,6 +298,19 @@ def search_kb(index: ChunkIndex, size: int, queries, query_vectors, light: bool,
         out["same_hits_as_saved"] = compare_hits(out["top10"], saved_hits)
     out["vector_recall_at_100"] = vector_recall(index, query_vectors[:20] if light else query_vectors)
     return out
+
+
+def add_folders(index: ChunkIndex, size: int) -> None:
+    """Two bookmark folders for the folder filters: "fifty" (50 bookmarks,
+    about 150 passages) and "two thousand" (about 6,000 passages), drawn
+    from every bookmark of the corpus with a fixed seed."""
+    from kb.index.folders import folder_rows, replace_folders
+
+    rng = np.random.default_rng(5)
+    bookmarks = max(1, size // 3)
+    members = [("f50", str(t)) for t in rng.choice(bookmarks, size=min(50, bookmarks), replace=False)]
+    members += [("f2000", str(t)) for t in rng.choice(bookmarks, size=min(2000, bookmarks), replace=False)]
+    replace_folders(index, folder_rows([("f50", "fifty"), ("f2000", "two thousand")], members))
 
 
 def top10(index: ChunkIndex, pairs) -> list[list[str]]:

@@ -165,7 +165,7 @@ def collect(cache: Path, variant: Corpus = CORPORA["plain"]) -> dict:
     for qid, text in queries.items():
         text = " ".join(text.split())
         vector = embedder.embed_query(text)
-        dense = S._dense(table, vector, None, COLLECT_DEPTH, rows)
+        dense = S._dense(table, in_memory, vector, None, COLLECT_DEPTH, rows)
         lexical = S._bm25(table, text, None, COLLECT_DEPTH)
         cands: dict = {}
         for rid, distance in dense:

@@ -4,34 +4,38 @@ bench_index.py measures the index on random vectors. Random vectors have no
 neighbour structure, so their recall says little about real embeddings. This
 benchmark uses real passages and real queries:
 
-- passages: the SciFact corpus (KB_SHARED_DIR/eval/scifact; by default the
-  folder `shared` next to the repository), cut as kb cuts
-  a document (kb.apps.eval_retrieval.document_chunks(): the title as first
-  paragraph, at most 200 words per passage): 8,219 passages. --passages N
-  takes the first N.
+- passages: real text cut as kb cuts a document
+  (benchmarks/real_passages.py: SciFact, the WCXB and extraction pages, the
+  X fixtures, package READMEs, manual pages and docstrings; 104,732 in
+  all). --passages N takes the first N.
 - vectors: the local model of the settings (kb.index.embedder.Embedder,
   backend "local"), through kb's embedding cache in --cache. The first run
   embeds; a later run reads the cache. Keep --cache outside the repository.
-- queries: the SciFact train queries (--queries of them), embedded as kb
-  embeds a query. Their vectors are kept in --cache too.
+- queries: SciFact train queries, WCXB page titles and first lines of
+  docstrings (--queries of each kind), embedded as kb embeds a query.
+  Their vectors are kept in --cache too.
 - the index: kb's own (ChunkIndex.replace_chunks() and maintain(), so
   vector_index_config() and its partitions), also below
-  kb_vector_index_min_rows, so that a small run has an index to measure.
+  kb_vector_index_min_rows, so that a small run has an index to measure;
+  the passage rows and their vectors in mapped files, as `kb web` reads them.
 
 For each number of partitions scanned (the curve: kb's vector_probes() and
-a range around it, up to every partition) it gives recall@10 and
-recall@100 of the index query against an exact search of every vector
-(the share of the exact top k that the index query finds), and the query
-time (p50 / p95 wall, CPU per query). The query is the one that
-kb.index.search._nearest() makes (dot distance, no refine).
+a range around it, up to every partition) and each re-rank factor (0: the
+order of the index's PQ distances; kb's VECTOR_REFINE: kb's search) it
+gives recall@10 and recall@100 of the dense query against an exact search
+of every vector (the share of the exact top k that the query finds), and
+the query time (p50 / p95 wall, CPU per query).
+
+--synthetic SIZE: a set of SIZE vectors whose neighbour structure follows
+the real one (synthetic()); with --base N it is made from the first N real
+passages only, so that its curve at the size of the real set can be
+checked against the real curve (the check of --noise).
 
     KB_SHARED_DIR=/work/shared PYTHONPATH=$PWD:$PWD/benchmarks HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_recall.py \\
-        --passages 2000 --queries 100 --cache ~/.cache/kb-bench-recall --out FILE
+        --passages 110000 --queries 100 --cache ~/.cache/kb-bench-recall --out FILE
+    ... --synthetic 1000000 --noise 0.3 --out FILE
 
-What it does not do yet: 100,000 real passages (SciFact holds 8,219; the
-WCXB pages, the extraction pages and the X fixtures would add to them), and
-a 1,000,000 set whose neighbour structure follows the real one. See
-benchmarks/index_and_retrieval.md, "Issue 49, point 1".
+Figures: benchmarks/index_and_retrieval.md, "Issue 49, third session".
 """
 
 from __future__ import annotations
@@ -92,33 +96,39 @@ def build(rows: list[dict], vectors: np.ndarray, folder: Path):
     """kb's index of these rows, with its vector index at any size."""
     from kb.index.client import ChunkIndex
 
-    index = ChunkIndex(path=str(folder / "lancedb"), vector_index_min_rows=min(len(rows), 5000))
+    # rows_dir: the passage rows and their vectors in mapped files, as the
+    # search service of `kb web` reads them (the re-rank reads the vectors there).
+    index = ChunkIndex(path=str(folder / "lancedb"), vector_index_min_rows=min(len(rows), 5000),
+                       rows_dir=str(folder / "rows"))
     by_text = {r["text"]: v for r, v in zip(rows, vectors)}
     fake = PrecomputedEmbedder(by_text)
     fake.model_name, fake.dim = "bench:real-vectors", vectors.shape[1]
     started = time.perf_counter()
-    for at in range(0, len(rows), 5000):
-        part = rows[at:at + 5000]
+    for at in range(0, len(rows), 50_000):
+        part = rows[at:at + 50_000]
         index.replace_chunks(sorted({r["tweet_id"] for r in part}), [dict(r) for r in part], fake)
     index.maintain()
     print(f"{len(rows)} passages: index built in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     return index
 
 
-def top(table, vector: np.ndarray, k: int, probes: int | None, refine: int | None = None) -> list[int]:
+def top(table, rows, vector: np.ndarray, k: int, probes: int | None, refine: int | None = None) -> list[int]:
     """Row ids of the k nearest: through the index (probes partitions) or,
-    with probes None, exact (every vector, no index). refine: the best
-    refine x k of the index's 8-bit distances, ordered by the stored vectors."""
-    nearest = {"column": "vector", "q": vector, "k": k, "metric": "dot"}
+    with probes None, exact (every vector, no index). refine: as kb's
+    search (kb.index.search._refined()): the best refine x k of the index's
+    coarse distances, ordered by the stored vectors; without it, the order
+    of the coarse distances."""
+    from kb.index.search import _nearest, _nearest_of
+
     if probes is None:
-        nearest["use_index"] = False
-    else:
-        nearest["minimum_nprobes"] = nearest["maximum_nprobes"] = probes
-    if refine:
-        nearest["refine_factor"] = refine
-    result = table.to_table(columns=["_distance"], with_row_id=True, nearest=nearest,
-                            disable_scoring_autoprojection=True)
-    return result.column("_rowid").to_pylist()
+        nearest = {"column": "vector", "q": vector, "k": k, "metric": "dot", "use_index": False}
+        result = table.to_table(columns=["_distance"], with_row_id=True, nearest=nearest,
+                                disable_scoring_autoprojection=True)
+        return result.column("_rowid").to_pylist()
+    coarse = [row_id for row_id, _ in _nearest(table, vector, None, k * (refine or 1), probes)]
+    if not refine:
+        return coarse
+    return [row_id for row_id, _ in _nearest_of(rows, vector, np.asarray(coarse, dtype=np.uint64), k)]
 
 
 def exact_top(vectors: np.ndarray, queries: np.ndarray, k: int = 100) -> np.ndarray:
@@ -134,19 +144,19 @@ def exact_top(vectors: np.ndarray, queries: np.ndarray, k: int = 100) -> np.ndar
     return out
 
 
-def measure(table, queries: np.ndarray, kinds: list[str], exact: np.ndarray, probes: int | None,
+def measure(table, rows, queries: np.ndarray, kinds: list[str], exact: np.ndarray, probes: int | None,
             refine: int | None, kb_default: bool = False) -> dict:
     """recall@10 and recall@100 (overall and per kind of query) and time of
     the index query at `probes` partitions."""
     for q in queries[:5]:  # warm the caches
-        top(table, q, 100, probes, refine)
+        top(table, rows, q, 100, probes, refine)
     found10: dict[str, list[float]] = {}
     found100: dict[str, list[float]] = {}
     times = []
     cpu = time.process_time()
     for q, kind, truth in zip(queries, kinds, exact):
         t = time.perf_counter()
-        got = top(table, q, 100, probes, refine)
+        got = top(table, rows, q, 100, probes, refine)
         times.append((time.perf_counter() - t) * 1000)
         found10.setdefault(kind, []).append(len(set(got[:10]) & set(truth[:10].tolist())) / 10)
         found100.setdefault(kind, []).append(len(set(got) & set(truth.tolist())) / 100)
@@ -161,27 +171,28 @@ def measure(table, queries: np.ndarray, kinds: list[str], exact: np.ndarray, pro
     return point
 
 
-def curve(index, vectors: np.ndarray, queries: np.ndarray, kinds: list[str], probes_wanted=None) -> dict:
+def curve(index, vectors: np.ndarray, queries: np.ndarray, kinds: list[str], probes_wanted=None,
+          refines=None) -> dict:
     from kb.index.maintenance import vector_index_stats, vector_probes
     from kb.index.store import CHUNKS
-    from kb.index.search import EXACT_REFINE
+    from kb.index.search import VECTOR_REFINE
 
     table = index.dataset(CHUNKS)
-    rows = table.count_rows()
+    rows = index.passage_rows(table)
+    assert rows.keeps_vectors, "the rows files keep no vectors: the re-rank would read them through Lance"
+    count = table.count_rows()
     stats = vector_index_stats(table)
     partitions = sum(s["num_partitions"] for s in stats["indices"]) if stats else 0
     exact = exact_top(vectors, queries)
-    kb_probes = min(vector_probes(rows), partitions)  # Lance scans at most every partition
-    # Each point without refine, as kb's search scans fewer than every
-    # partition; the last point as kb scans every partition: with refine
-    # (kb.index.search._dense()), an exact search.
-    wanted = probes_wanted or CURVE
-    points_wanted = [(p, None) for p in sorted({p for p in wanted if p < partitions} | {kb_probes, partitions})]
-    points_wanted.append((partitions, EXACT_REFINE))
-    points = [measure(table, queries, kinds, exact, probes, refine,
-                      kb_default=probes == kb_probes and (refine is not None) == (kb_probes == partitions))
-              for probes, refine in points_wanted]
-    return {"passages": rows, "partitions": partitions, "kb_probes": kb_probes, "curve": points}
+    kb_probes = min(vector_probes(count), partitions)  # Lance scans at most every partition
+    # Each number of partitions, with each re-rank factor (0: the order of
+    # the index's coarse distances); kb's search is kb_probes with VECTOR_REFINE.
+    wanted = sorted({p for p in (probes_wanted or CURVE) if p < partitions} | {kb_probes, partitions})
+    points = [measure(table, rows, queries, kinds, exact, probes, refine,
+                      kb_default=probes == kb_probes and refine == VECTOR_REFINE)
+              for probes in wanted for refine in sorted(set(refines or (0, VECTOR_REFINE)))]
+    return {"passages": count, "partitions": partitions, "kb_probes": kb_probes, "kb_refine": VECTOR_REFINE,
+            "curve": points}
 
 
 def synthetic(vectors: np.ndarray, size: int, noise: float, seed: int = 49) -> np.ndarray:
@@ -203,11 +214,13 @@ def synthetic(vectors: np.ndarray, size: int, noise: float, seed: int = 49) -> n
 
 
 def synthetic_rows(count: int, rows: list[dict]) -> list[dict]:
-    """Rows for synthetic vectors: the text of the real row the vector comes
-    from, made unique (the bench embedder maps a text to its vector)."""
+    """Rows for synthetic vectors: the first 12 words of the real row the
+    vector comes from, made unique (the bench embedder maps a text to its
+    vector). Short texts: this benchmark measures the dense query, and the
+    full-text index of 1,000,000 whole passages takes long to build."""
     copies = -(-count // len(rows))
     return [{**rows[i // copies], "chunk_id": f"s{i}", "tweet_id": f"s{i // 3}", "position": i % 3,
-             "text": f"s{i} " + rows[i // copies]["text"]} for i in range(count)]
+             "text": f"s{i} " + " ".join(rows[i // copies]["text"].split()[:12])} for i in range(count)]
 
 
 def main() -> None:
@@ -225,6 +238,8 @@ def main() -> None:
                         help="measure a synthetic set of this many vectors made from the real ones (see synthetic())")
     parser.add_argument("--noise", type=float, default=0.3, help="the noise of --synthetic, per unit length")
     parser.add_argument("--probes", type=int, nargs="*", default=None, help="the points of the curve (partitions)")
+    parser.add_argument("--refine", type=int, nargs="*", default=None,
+                        help="re-rank factors of the curve (0: none; default 0 and kb's VECTOR_REFINE)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
     args = parser.parse_args()
     if args.passages < 100:
@@ -244,7 +259,7 @@ def main() -> None:
         vectors = synthetic(base, args.synthetic, args.noise)
         rows = synthetic_rows(args.synthetic, rows[:len(base)])
     with tempfile.TemporaryDirectory(prefix="kb-recall-") as tmp:
-        result = curve(build(rows, vectors, Path(tmp)), vectors, queries, kinds, args.probes)
+        result = curve(build(rows, vectors, Path(tmp)), vectors, queries, kinds, args.probes, args.refine)
     after = run_facts()
     out = {"commit": before["commit"], "load_average_before": before["load_average"],
            "load_average_after": after["load_average"], "real_passages": args.passages,

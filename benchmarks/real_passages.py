@@ -11,12 +11,14 @@ most 200 words per passage) from these sources, in this order:
 4. x: the texts of the X fixtures (fixtures/x).
 5. packages: the long descriptions (README) of the installed Python
    packages (`*.dist-info/METADATA`).
-6. docstrings: the docstrings of the installed Python modules, of
+6. manpages: the English manual pages of the machine (sections 1 to 8,
+   rendered by groff as `man` renders them).
+7. docstrings: the docstrings of the installed Python modules, of
    Python's own library and of Debian's Python packages, one document per
    module.
 
-The shared sets hold about 27,000 passages. Sources 5 and 6 are real text
-that people write and bookmark (package docs and API docs) and fill the set
+The shared sets hold about 27,000 passages. Sources 5 to 7 are real text
+that people write and bookmark (package docs, manuals and API docs) and fill the set
 to 100,000 passages and more. The order is fixed, so `--passages N` gives
 the same passages on every machine with the same packages.
 
@@ -33,6 +35,7 @@ import gzip
 import json
 import os
 import site
+import subprocess
 import sysconfig
 import sys
 from collections.abc import Iterator
@@ -41,7 +44,7 @@ from pathlib import Path
 from bench_quality_cv import DATA, SPLIT
 
 SHARED = DATA.parent.parent  # KB_SHARED_DIR (eval/scifact is two levels down)
-SOURCES = ("scifact", "wcxb", "extraction", "x", "packages", "docstrings")
+SOURCES = ("scifact", "wcxb", "extraction", "x", "packages", "manpages", "docstrings")
 
 
 def _scifact() -> Iterator[tuple[str, dict]]:
@@ -105,6 +108,33 @@ def _packages() -> Iterator[tuple[str, dict]]:
                 yield f"package-{meta.parent.name}", {"title": message.get("Summary") or "", "text": body}
 
 
+MAN_PAGES_PER_FAMILY = 40
+
+
+def _manpages() -> Iterator[tuple[str, dict]]:
+    """The English manual pages, rendered as text. A page that is only a
+    link to another page (`.so`) is skipped: its text comes once. At most
+    MAN_PAGES_PER_FAMILY pages of one family (the name up to its first `_`
+    or `.`): the Google Cloud CLI alone has 15,000 pages of one form."""
+    families: dict[str, int] = {}
+    for section in sorted(Path("/usr/share/man").glob("man[1-8]")):
+        for path in sorted(section.glob("*.gz")):
+            family = path.name.replace("_", ".").split(".")[0]
+            if path.is_symlink() or families.get(family, 0) >= MAN_PAGES_PER_FAMILY:
+                continue
+            families[family] = families.get(family, 0) + 1
+            source = gzip.decompress(path.read_bytes())
+            if source.lstrip().startswith(b".so "):
+                continue
+            rendered = subprocess.run(["groff", "-Tutf8", "-man", "-P-cbu"], input=source,
+                                      capture_output=True, timeout=60).stdout.decode(errors="replace")
+            body = "\n".join(rendered.strip().splitlines()[1:-1])  # not the header and footer lines
+            paragraphs = [" ".join(p.split()) for p in body.split("\n\n")]
+            text = "\n\n".join(p for p in paragraphs if p)
+            if len(text.split()) > 20:
+                yield f"man-{path.name[:-3]}", {"title": path.name[:-3], "text": text}
+
+
 def _module_docstrings(path: Path) -> list[str]:
     try:
         tree = ast.parse(path.read_text(errors="replace"))
@@ -130,7 +160,7 @@ def _docstrings() -> Iterator[tuple[str, dict]]:
 
 
 READERS = {"scifact": _scifact, "wcxb": _wcxb, "extraction": _extraction, "x": _x,
-           "packages": _packages, "docstrings": _docstrings}
+           "packages": _packages, "manpages": _manpages, "docstrings": _docstrings}
 
 
 def passages(count: int | None, cache: Path | None = None) -> list[dict]:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import kb.index.maintenance as maintenance_module
+import kb.index.passage_rows as passage_rows_module
 import kb.index.search as search_module
 from kb.index.client import ChunkIndex
 from kb.index.maintenance import vector_partitions, vector_probes
@@ -148,7 +149,7 @@ def test_a_wide_filter_fills_the_list(store, hasher_module, monkeypatch):
     index, rows = store
     monkeypatch.setattr(search_module, "EXACT_FILTER_ROWS", 20)
     monkeypatch.setattr(search_module, "FILTER_PROBE_SAFETY", 0.01)
-    search_module._ROWS_LEFT.clear()
+    search_module._FILTER_ROWS.clear()
     hits = search("w1 w2 w3 w4", index=index, embedder=hasher_module, mode="dense", limit=100,
                   after=T0, before=T0 + timedelta(days=40)).hits
     assert len(hits) == 100
@@ -158,7 +159,7 @@ def test_a_wide_filter_fills_the_list(store, hasher_module, monkeypatch):
 
 class _RandomVectors:
     """Random unit vectors, one per text: their distances to a query lie
-    close together, so an 8-bit distance often swaps two neighbours."""
+    close together, so a coarse (PQ) distance often swaps two neighbours."""
 
     model_name, dim, stats = "test:random-64", 64, {}
 
@@ -199,12 +200,48 @@ def _check_exact(index, rows, embedder, keep, **filters) -> None:
 
 
 def test_an_exact_filtered_search_orders_by_the_stored_vectors(random_store):
-    """The vector index keeps 8-bit vectors. A filter that leaves more rows
+    """The vector index keeps PQ codes. A filter that leaves more rows
     than the search keeps (300 rows of one author, 200 kept) must still give
     the exact nearest rows in the exact order: the stored vectors re-rank
-    them (search.EXACT_REFINE)."""
+    them (search.VECTOR_REFINE)."""
     index, rows, embedder = random_store
     _check_exact(index, rows, embedder, lambda r: r["author"] == "near", author="near")
+
+
+def test_without_kept_vectors_lance_gives_the_same_exact_hits(random_store, monkeypatch):
+    """A fragment of many rows read into memory (no rows files: `kb
+    search`) keeps no stored vectors, so Lance compares the vectors of a
+    narrow filter: the same hits in the same order as from the kept vectors."""
+    index, rows, embedder = random_store
+    monkeypatch.setattr(passage_rows_module, "VECTORS_IN_MEMORY_MAX_ROWS", 0)
+    fresh = ChunkIndex(path=index.path, vector_index_min_rows=1000)
+    assert not fresh.passage_rows(fresh.dataset(CHUNKS)).keeps_vectors
+    _check_exact(fresh, rows, embedder, lambda r: r["author"] == "near", author="near")
+
+
+def test_the_re_rank_of_kept_vectors_is_lances_refine(store, hasher_module, monkeypatch):
+    """Through the index (some partitions), the coarse PQ distances choose
+    VECTOR_REFINE x k rows and the stored vectors order them: from the kept
+    vectors in numpy, or by Lance's refine when the rows keep none. Both
+    give the same rows in the same order."""
+    index, _ = store
+    table = index.dataset(CHUNKS)
+    kept = index.passage_rows(table)
+    assert kept.keeps_vectors
+    monkeypatch.setattr(passage_rows_module, "VECTORS_IN_MEMORY_MAX_ROWS", 0)
+    fresh = ChunkIndex(path=index.path, vector_index_min_rows=1000)
+    none_kept = fresh.passage_rows(fresh.dataset(CHUNKS))
+    assert not none_kept.keeps_vectors
+    probes = vector_probes(table.count_rows())
+    assert search_module._vector_partitions_of(table) > probes  # the index, not every vector
+    for query in QUERIES:
+        vector = hasher_module.embed_query(query)
+        ours = search_module._refined(table, kept, vector, None, 30, probes)
+        lances = search_module._refined(table, none_kept, vector, None, 30, probes)
+        assert [r for r, _ in ours] == [r for r, _ in lances]
+        assert np.allclose([d for _, d in ours], [d for _, d in lances], atol=1e-5)
+        # The re-rank orders by the stored vectors: the distances rise.
+        assert [d for _, d in ours] == sorted(d for _, d in ours)
 
 
 def test_a_small_table_is_searched_exactly(random_store, monkeypatch):

@@ -135,6 +135,25 @@ def test_a_search_sees_a_changed_bookmark_card(built, hasher):
     assert search("sourdough", index=built, embedder=hasher).hits[0].media[0]["url"].endswith("new.jpg")
 
 
+def test_an_index_of_8_bit_vectors_is_made_again_with_pq_codes(tmp_path, hasher):
+    """A table from before issue 49 has an IVF_SQ index: 384 bytes a vector
+    in the cache of a search process. maintain() makes it again once as
+    IVF_PQ, and the next maintain() leaves it."""
+    from lancedb.index import IvfSq
+
+    from kb.index.maintenance import VECTOR_INDEX_TYPE, vector_index_type
+
+    index = ChunkIndex(path=str(tmp_path / "lancedb"), vector_index_min_rows=1000)
+    rows = [passage(f"a{i}", 0, f"old index passage {i} about topic {i % 37}") for i in range(1200)]
+    index.replace_chunks([r["tweet_id"] for r in rows], rows, hasher)
+    index.table(CHUNKS).create_index("vector", config=IvfSq(distance_type="dot", num_partitions=10))
+    assert vector_index_type(index.dataset(CHUNKS)) == "IVF_SQ"
+    assert index.maintain(skip_if_current=True).get("vector_index") == f"made again as {VECTOR_INDEX_TYPE}"
+    assert vector_index_type(index.dataset(CHUNKS)) == VECTOR_INDEX_TYPE == "IVF_PQ"
+    assert "vector_index" not in index.maintain(skip_if_current=True)
+    assert search("topic 5", index=index, embedder=hasher, mode="dense").hits
+
+
 def test_a_compaction_keeps_the_partitions_of_the_vector_index(tmp_path, hasher):
     """Lance's optimize() merges the segments of the IVF index and joins its
     partitions into a few large ones (a table of 1,000,000 passages kept 31

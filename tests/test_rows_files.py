@@ -75,6 +75,28 @@ def test_rows_from_files_give_the_answers_of_rows_in_memory(store, tmp_path, has
     assert type(rows._columns["text"][0]).__name__ == "_MappedStrings"
 
 
+def test_a_rows_file_maps_the_stored_vectors_of_its_rows(store, tmp_path, hasher):
+    """The re-rank of the dense search and the exact search of a narrow
+    filter read the stored vectors from the rows files: they must be
+    Lance's vectors, row for row, in any order asked, without a copy of
+    the file in the heap."""
+    import numpy as np
+
+    write(ChunkIndex.from_settings(path=str(store)), rows_of(30, 12), hasher)  # a second fragment
+    mapped = ChunkIndex.from_settings(path=str(store), rows_dir=str(tmp_path / "rows"), rows_file_min_rows=0)
+    table = mapped.dataset(CHUNKS)
+    rows = mapped.passage_rows(table)
+    assert rows.keeps_vectors and len(table.get_fragments()) == 2
+    stored = table.to_table(columns=["vector"], with_row_id=True)
+    ids = stored.column("_rowid").to_numpy()
+    matrix = np.stack(stored.column("vector").to_numpy(zero_copy_only=False)).astype(np.float32)
+    order = np.random.default_rng(3).permutation(len(ids))  # rows of both fragments, mixed
+    assert np.array_equal(rows.vectors_of(ids[order]), matrix[order])
+    assert all(not part.flags.owndata for part in rows._vectors)  # views of the mapped files
+    with pytest.raises(KeyError):
+        rows.vectors_of(np.array([ids.max() + 1], dtype=np.uint64))
+
+
 def test_a_sync_reads_its_small_fragment_into_memory(store, tmp_path, hasher):
     """A sync's new fragment of fewer than rows_file_min_rows rows is read
     into memory: no child process, no file; the known files stay as they

@@ -307,7 +307,7 @@ def test_a_small_table_searches_its_vectors_in_memory_as_lance_does(index, hashe
     for query in ("graphs and rust", "sourdough", "note 12"):
         vector = hasher.embed_query(query)
         exact = _exact_dense(passages.vectors, vector, 20)
-        lance = _dense(table, vector, None, 20, table.count_rows())
+        lance = _dense(table, passages, vector, None, 20, table.count_rows())
         assert [r for r, _ in exact] == [r for r, _ in lance]
         assert np.allclose([d for _, d in exact], [d for _, d in lance], atol=1e-6)
     hits = search("note 7 on graphs", index=index, embedder=hasher, mode="dense", limit=100).hits
@@ -318,7 +318,7 @@ def test_a_small_table_searches_its_vectors_in_memory_as_lance_does(index, hashe
     passages = index.passage_rows(table)
     vector = hasher.embed_query("graphs and rust")
     exact = _exact_dense(passages.vectors, vector, 30, ["wiki", "video"])
-    lance = _dense(table, vector, "source IN ('wiki', 'video')", 30, table.count_rows())
+    lance = _dense(table, passages, vector, "source IN ('wiki', 'video')", 30, table.count_rows())
     assert [r for r, _ in exact] == [r for r, _ in lance]
     assert len(exact) == 5
     hits = search("graphs", index=index, embedder=hasher, mode="dense", source="post", limit=100).hits

@@ -88,28 +88,54 @@ def vector_index_name(dataset) -> str | None:
     return next((ix.name for ix in dataset.describe_indices() if ix.field_names == ["vector"]), None)
 
 
-def vector_index_config(rows: int):
-    """The vector index for a table of `rows` rows. "dot": the embedder
-    gives unit vectors, so dot equals cosine and skips the norms; search.py
-    queries with the same type. The k-means sample (at most about 20k
-    vectors) and its 20 rounds bound the build time as the table grows.
+# The vector index keeps one 8-bit PQ code for each PQ_DIMS_PER_CODE
+# dimensions of a vector: 48 bytes for 384 dimensions. A search process
+# holds the codes of the partitions that it read in Lance's index cache, so
+# the codes set the memory of a server: at 1,000,000 passages the 8-bit
+# scalar codes of IVF_SQ (384 bytes a vector) took about 400 MB there, and
+# the process 681 MB after 300 searches (goal 400). The codes give coarse
+# distances only: search.py orders VECTOR_REFINE x k of them by the stored
+# vectors (benchmarks/index_and_retrieval.md, "Issue 49, third session").
+PQ_DIMS_PER_CODE = 8
+VECTOR_INDEX_TYPE = "IVF_PQ"
 
-    IVF_SQ: each dimension in 8 bits, so the index (which a search process
-    holds in Lance's index cache) is a quarter of the vectors: at 100,000
-    passages of 256 dimensions 27 MB against 104 MB with IVF_FLAT, and a
-    scan of 20 partitions cost 4.2 against 4.8 ms of CPU
-    (benchmarks/index_and_retrieval.md). The distances are approximate; a
-    dense search that must be exact re-ranks its hits with the stored
-    vectors (search.py, _dense()).
+
+def pq_codes(dim: int) -> int:
+    """PQ codes per vector: dim / PQ_DIMS_PER_CODE, or the nearest count
+    below it that divides dim (Lance needs equal sub-vectors)."""
+    codes = max(1, dim // PQ_DIMS_PER_CODE)
+    while dim % codes:
+        codes -= 1
+    return codes
+
+
+def vector_index_config(rows: int, dim: int):
+    """The vector index for a table of `rows` rows of `dim` dimensions.
+    "dot": the embedder gives unit vectors, so dot equals cosine and skips
+    the norms; search.py queries with the same type. The k-means sample (at
+    most about 20k vectors) and its 20 rounds bound the build time as the
+    table grows. IVF_PQ: see PQ_DIMS_PER_CODE. Lance 13 makes fewer
+    partitions of an IVF_PQ index when the table holds fewer rows than
+    partitions x sample rate (1,983 rows, 45 partitions asked at a rate of
+    256: 7 partitions), so the rate is at most rows / partitions.
 
     Lance 13's optimize() joins the partitions of this index into few
     large ones: ChunkIndex._compact() keeps them."""
-    from lancedb.index import IvfSq
+    from lancedb.index import IvfPq
 
     partitions = vector_partitions(rows)
-    return IvfSq(distance_type="dot", num_partitions=partitions, max_iterations=20,
-                 sample_rate=min(256, max(16, 20_000 // partitions)))
+    return IvfPq(distance_type="dot", num_partitions=partitions, num_sub_vectors=pq_codes(dim), num_bits=8,
+                 max_iterations=20, sample_rate=max(1, min(256, max(16, 20_000 // partitions), rows // partitions)))
 
+
+def vector_dim(table) -> int:
+    """The dimensions of the vector column of a table."""
+    return table.schema.field("vector").type.list_size
+
+
+def vector_index_type(dataset) -> str | None:
+    """The type of the vector index of a Lance dataset ("IVF_PQ"; None: no index)."""
+    return next((ix.index_type for ix in dataset.describe_indices() if ix.field_names == ["vector"]), None)
 
 
 class IndexMaintenance:
@@ -188,13 +214,17 @@ class IndexMaintenance:
                 if (column,) not in indexed and rows:
                     table.create_index(column, config=config)
             # Exact (flat) vector search is exact and fast enough below this
-            # size. Above it: an IVF index with 8-bit vectors (vector_index_config()).
-            # Its build is a k-means over a sample (about 8 s per 100k rows
-            # on 2 cores), where the HNSW-SQ index that it replaced cost 75 s;
-            # a query scans the nearest partitions (vector_probes()).
+            # size. Above it: an IVF index with PQ codes (vector_index_config()).
+            # Its build is a k-means over a sample, where the HNSW-SQ index
+            # that it replaced cost 75 s per 100k rows on 2 cores; a query
+            # scans the nearest partitions (vector_probes()). An index of
+            # another type (IVF_SQ, before issue 49) is made again once.
             if ("vector",) not in indexed and rows >= self._vector_index_min_rows():
-                table.create_index("vector", config=vector_index_config(rows))
+                table.create_index("vector", config=vector_index_config(rows, vector_dim(table)))
                 report["vector_index"] = "created"
+            elif ("vector",) in indexed and vector_index_type(self._lance(table)) != VECTOR_INDEX_TYPE:
+                table.create_index("vector", config=vector_index_config(rows, vector_dim(table)), replace=True)
+                report["vector_index"] = f"made again as {VECTOR_INDEX_TYPE}"
             # _compact(): compaction, new rows into every index, prune versions.
             # Its compaction rewrites every fragment below a million rows that
             # lies next to another one, so on a table of that size each call
@@ -244,7 +274,8 @@ class IndexMaintenance:
             dataset.optimize.optimize_indices(index_names=others, num_indices_to_merge=MERGE_EVERY_SEGMENT)
         table.checkout_latest()
         if self._vector_index_is_stale(table):
-            table.create_index("vector", config=vector_index_config(table.count_rows()), replace=True)
+            table.create_index("vector", config=vector_index_config(table.count_rows(), vector_dim(table)),
+                               replace=True)
         self._lance(table).optimize.compact_files()
         self._lance(table).cleanup_old_versions(older_than=KEEP_VERSIONS)
         table.checkout_latest()

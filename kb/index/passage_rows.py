@@ -1,8 +1,9 @@
-"""The passages of one table version in memory, without their vectors
-(PassageRows), by row id, one part per data fragment: read through Lance,
-or mapped from Arrow IPC files that processes share (the rows files).
-ChunkIndex.passage_rows() (kb/index/client.py) keeps the rows of the
-last version read; search.py reads the columns of its candidates here."""
+"""The passages of one table version in memory (PassageRows), by row id,
+one part per data fragment: read through Lance, or mapped from Arrow IPC
+files that processes share (the rows files). ChunkIndex.passage_rows()
+(kb/index/client.py) keeps the rows of the last version read; search.py
+reads the columns of its candidates here, and their stored vectors where
+a part has them (PassageRows.vectors_of())."""
 
 from __future__ import annotations
 
@@ -29,6 +30,17 @@ log = logging.getLogger(__name__)
 # imports), and a sync's small fragment costs little memory (see
 # PassageRows.read()).
 ROWS_FILE_MIN_ROWS = 10_000
+# The stored vectors of a part, for the exact distances of search.py
+# (PassageRows.vectors_of()): a rows file maps them (page cache, shared by
+# the processes, no heap), and a fragment read into memory keeps them when
+# it has fewer rows than this (a sync's new rows: 15 MB at most for 10,000
+# passages of 384 dimensions). A larger fragment read into memory (no rows
+# files: `kb search`) keeps none, and search.py asks Lance. Why not Lance:
+# a read of stored vectors through Lance costs 8 to 13 us of CPU per row
+# (5,000 rows of one author: 40 to 56 ms at 1,000,000 passages), a read
+# from the mapped file about 0.1 us (benchmarks/index_and_retrieval.md).
+VECTORS_IN_MEMORY_MAX_ROWS = ROWS_FILE_MIN_ROWS
+VECTOR_COLUMN = "vector"
 
 
 def dataset_identity(dataset) -> tuple:
@@ -75,6 +87,7 @@ class PassageRows:
         keys = list(parts)
         ids = [parts[k][0] for k in keys]
         self._columns = {name: [parts[k][1][name] for k in keys] for name in self.COLUMNS}
+        self._vectors: list[np.ndarray | None] = [parts[k][1].get(VECTOR_COLUMN) for k in keys]
         # Per table version (a new version makes a new object), so they stay
         # correct: the look-ups of query words that search.py made on this
         # version ({word: row ids, or None for a word that is not rare}),
@@ -130,9 +143,12 @@ class PassageRows:
             new = [(key, f) for key, f in new if key not in mapped]
         if new:
             for key, fragment in new:
-                table = fragment.to_table(columns=cls.COLUMNS, with_row_id=True).combine_chunks()
+                small = fragment.metadata.physical_rows < VECTORS_IN_MEMORY_MAX_ROWS
+                table = fragment.to_table(columns=cls.COLUMNS + [VECTOR_COLUMN] * small,
+                                          with_row_id=True).combine_chunks()
                 columns = {name: (table.column(name).to_pylist() if name in cls.LISTED else table.column(name).chunk(0))
                            for name in cls.COLUMNS} if table.num_rows else {name: [] for name in cls.COLUMNS}
+                columns[VECTOR_COLUMN] = _vector_matrix(table, copy=True) if small else None
                 parts[key] = (table.column("_rowid").to_numpy(), columns)
             # The texts are Python strings now; without this, Arrow's pool keeps
             # the freed text buffers (at 100,000 passages: 55 MB more memory).
@@ -189,6 +205,7 @@ class PassageRows:
                 columns[name] = _MappedStrings(array) if array.null_count == 0 else array.to_pylist()
             else:
                 columns[name] = array
+        columns[VECTOR_COLUMN] = _vector_matrix(table, copy=False)
         return columns
 
     def __len__(self) -> int:
@@ -263,6 +280,30 @@ class PassageRows:
             at = np.flatnonzero(part == p)
             for j, value in zip(at.tolist(), values[p].take(pa.array(local[at])).to_pylist()):
                 out[j] = value
+        return out
+
+    @property
+    def keeps_vectors(self) -> bool:
+        """True when every part keeps its stored vectors (vectors_of())."""
+        return all(v is not None for v in self._vectors)
+
+    def vectors_of(self, row_ids) -> np.ndarray | None:
+        """The stored vectors of these rows (float32, one row each, in their
+        order), or None when a part that holds one of them keeps no vectors
+        (then search.py asks Lance). KeyError for a row id that this version
+        does not hold."""
+        if not len(row_ids):
+            return None
+        _, part, local = self._locate(row_ids)
+        needed = np.unique(part).tolist()
+        if any(self._vectors[p] is None for p in needed):
+            return None
+        if len(needed) == 1:
+            return np.asarray(self._vectors[needed[0]][local])
+        out = np.empty((len(local), self._vectors[needed[0]].shape[1]), dtype=np.float32)
+        for p in needed:
+            at = np.flatnonzero(part == p)
+            out[at] = self._vectors[p][local[at]]
         return out
 
     def texts(self) -> list[str]:
@@ -366,13 +407,17 @@ class _MappedStrings:
             yield str(data[start:end], "utf-8")
 
 
+# The columns of a rows file: the passage rows and their stored vectors.
+FILE_COLUMNS = PassageRows.COLUMNS + [VECTOR_COLUMN]
+
+
 def rows_file(rows_dir: Path, table_uri: str, key: tuple) -> Path:
     """The rows file of one data fragment: its name is a digest of the table
     and of what the fragment's rows depend on (_fragment_key), so a file
     never holds other rows than its name says."""
     import hashlib
 
-    digest = hashlib.sha256(repr((table_uri, key, PassageRows.COLUMNS)).encode()).hexdigest()[:32]
+    digest = hashlib.sha256(repr((table_uri, key, FILE_COLUMNS)).encode()).hexdigest()[:32]
     return rows_dir / f"{digest}.arrow"
 
 
@@ -420,13 +465,30 @@ def _write_rows_files_here(table_uri: str, version: str, rows_dir: str, *fragmen
         if fragment.fragment_id not in wanted:
             continue
         path = rows_file(Path(rows_dir), table_uri, _fragment_key(fragment))
-        table = fragment.to_table(columns=PassageRows.COLUMNS, with_row_id=True).combine_chunks()
+        table = fragment.to_table(columns=FILE_COLUMNS, with_row_id=True).combine_chunks()
         batches = table.to_batches()
         batch = batches[0] if len(batches) == 1 else pa.RecordBatch.from_pylist([], schema=table.schema)
         temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         with pa.OSFile(str(temporary), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_batch(batch)
         os.replace(temporary, path)
+
+
+def _vector_matrix(table: pa.Table, *, copy: bool) -> np.ndarray | None:
+    """The vector column of a part as a float32 matrix (a view of the
+    mapped file when copy is False), or None when a row has no vector."""
+    if VECTOR_COLUMN not in table.column_names:
+        return None
+    column = table.column(VECTOR_COLUMN)
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    dim = array.type.list_size
+    if array.null_count or array.values.null_count:
+        return None
+    if not len(array):
+        return np.zeros((0, dim), dtype=np.float32)
+    values = array.values.slice(array.offset * dim, len(array) * dim)
+    matrix = values.to_numpy(zero_copy_only=not copy).reshape(-1, dim)
+    return np.array(matrix, dtype=np.float32) if copy else matrix
 
 
 def _live_vectors(dataset) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

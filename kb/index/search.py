@@ -14,9 +14,13 @@ everything behind the bookmark. With `tweet_id` or `ref` set (read one
 document), results are passages of that document, best first.
 
 Filters apply before ranking (prefilter), so `source="video", limit=3`
-returns 3 hits when 3 videos exist. On a table with a vector index, a dense
-search under a filter that leaves few rows is exact; under a wider filter
-it scans enough partitions to fill its list (_dense()). `folder` keeps to the bookmarks of one
+returns 3 hits when 3 videos exist. On a table with a vector index, the
+index's coarse (PQ) distances choose the candidates of the nearest
+partitions, and the stored vectors order them (_refined()). A dense search
+under a filter that leaves few rows is exact; under a wider filter it
+scans enough partitions to fill its list (_dense()). The stored vectors
+come from the passage rows (mapped files in the search service of `kb
+web`), not from reads through Lance (8 to 13 us a row). `folder` keeps to the bookmarks of one
 bookmark folder, by its current name or its id (kb/index/folders.py). The serving side reads LanceDB only and
 never opens DuckDB, so search works while a sync writes.
 
@@ -45,6 +49,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import timezone
+from typing import Any
 
 import numpy as np
 from lance.query import FullTextOperator, MatchQuery
@@ -59,7 +64,7 @@ from kb.index.exact_words import (EARLY_PROBES, MAX_PROBES, QUOTED, TOKEN, WORD_
 from kb.index.folders import folder_members
 from kb.index.fusion import FUSION_METHODS, Candidate, score_candidates
 from kb.index.client import ChunkIndex
-from kb.index.maintenance import vector_index_name, vector_index_stats, vector_partitions, vector_probes
+from kb.index.maintenance import vector_index_name, vector_index_stats, vector_probes
 from kb.index.store import CHUNKS, IndexModelMismatch, empty_index_note, sql_in, sql_str
 from kb.index.chunk_schema import AUTHOR_KEY_COLUMN, NGRAM_COLUMN, author_key
 from kb.index.passage_rows import PassageRows
@@ -74,18 +79,18 @@ from kb.settings import get_settings
 # partition; benchmarks/filters_and_scripts.md), and 20 partitions found
 # only 65% of the exact top 200 there.
 EXACT_FILTER_ROWS = 10_000
-# A search that scans every partition (a table without a filter and with few
-# rows): the 8-bit distances of the vector index choose this many times k
-# rows, and the stored vectors order them. The error of an 8-bit distance
-# is small against the gap between rank k and rank 2k: with 2 x k, the
-# search gives the exact top k.
-EXACT_REFINE = 2
+# A dense search through the vector index: the index's coarse distances (PQ
+# codes, kb.index.maintenance.vector_index_config()) choose this many times
+# k rows of the partitions that it scans, and the stored vectors order them
+# (the passage rows' vectors, else Lance's refine). See
+# benchmarks/index_and_retrieval.md, "Issue 49, third session".
+VECTOR_REFINE = 4
 # Above it: the partitions that hold about this many times k rows of the
 # filter, if its rows lie evenly in them.
 FILTER_PROBE_SAFETY = 2
 # A dense query with this many partitions scans them all (Lance clips it).
 ALL_PARTITIONS = 1 << 20
-ROWS_LEFT_KEPT = 256  # counts kept per table version (_kept())
+ROWS_LEFT_KEPT = 64  # filters whose rows are kept per table version (_kept(): at most 80 kB each)
 
 RESULT_COLUMNS = ["chunk_id", "tweet_id", "url", "author", "created_at", "source", "ref", "position",
                   "text", "source_text", "word_count", "lang", "bookmark_chunks", "bookmark_words"]
@@ -268,7 +273,7 @@ def _start_dense(request: SearchRequest, scope: _Scope, vector: np.ndarray):
     else a Lance query on a worker thread."""
     if scope.rows.vectors is not None and request.only_sources:
         return _Done(_exact_dense(scope.rows.vectors, vector, request.depth, request.sources or None))
-    return _POOL.submit(_dense, scope.table, vector, scope.where, request.depth, scope.table_rows)
+    return _POOL.submit(_dense, scope.table, scope.rows, vector, scope.where, request.depth, scope.table_rows)
 
 
 def _early_probes(request: SearchRequest, scope: _Scope) -> list[tuple] | None:
@@ -435,49 +440,89 @@ def embedder_for_index(info: tuple[str, int] | None) -> Embedder:
     return Embedder.from_settings().keeping_to(info[0] if info else None)
 
 
-def _dense(table, vector: np.ndarray, where: str | None, depth: int, table_rows: int) -> list[tuple[int, float]]:
+def _dense(table, rows: PassageRows, vector: np.ndarray, where: str | None, depth: int,
+           table_rows: int) -> list[tuple[int, float]]:
     """(row id, distance) of the nearest passages, nearest first.
 
     Without a vector index, Lance compares every vector (of the rows that the
     filter leaves): the search is exact. With the IVF index, a search without
-    a filter scans the nearest vector_probes() partitions. A filter applies
-    first (prefilter), so the nearest partitions can hold too few of its
-    rows: with 20 of 141 partitions and 200 rows of one author among 20,000,
-    a search found 29 of them (benchmarks/filters_and_scripts.md). So:
+    a filter scans the nearest vector_probes() partitions (_refined()). A
+    filter applies first (prefilter), so the nearest partitions can hold too
+    few of its rows: with 20 of 141 partitions and 200 rows of one author
+    among 20,000, a search found 29 of them (benchmarks/filters_and_scripts.md). So:
     - when the filter leaves at most EXACT_FILTER_ROWS rows: no vector index,
       the stored vectors of those rows only (the scalar indexes find them):
-      an exact search. The IVF index scanned every partition there, and its
-      cost grows with the table: at 100,000 passages and 500 rows left 9.5
-      against 5.5 ms of CPU, the same hits; at 9,900 rows left 11.0 against
-      10.5 ms (benchmarks/index_and_retrieval.md, issue 49);
+      an exact search (_exact_rows());
     - above that: enough partitions to hold about FILTER_PROBE_SAFETY times
       `depth` rows of the filter, and every partition when they still hold
       fewer than `depth`. So a filter never loses a hit that it leaves."""
     probes = vector_probes(table_rows)
     if not _has_index(table, "vector"):
         return _nearest(table, vector, where, depth, probes)
+    partitions = _vector_partitions_of(table)
     if not where:
-        # A search that scans every partition reads every vector: it was
-        # exact with whole vectors, and it stays exact (a table below
-        # MIN_COMPARED_VECTORS rows, such as SciFact's: dense nDCG@10
-        # 0.6533 without the re-rank, 0.6550 with it).
-        every = _vector_partitions_of(table) <= probes
-        return _nearest(table, vector, where, depth, probes, refine=EXACT_REFINE if every else None)
-    left = _rows_left(table, where)
-    if left <= EXACT_FILTER_ROWS:
-        return _nearest(table, vector, where, depth, ALL_PARTITIONS, use_index=False)
-    found = _nearest(table, vector, where, depth, _filter_probes(table_rows, left, depth))
+        if partitions <= probes:
+            # Every partition: every vector is read anyway, so the search
+            # compares the stored vectors (at most about
+            # MIN_COMPARED_VECTORS of them): exact, as without the index
+            # (SciFact's 8,219 passages: dense nDCG@10 0.6533 through an
+            # index of 8-bit vectors, 0.6550 exact).
+            return _nearest(table, vector, None, depth, probes, use_index=False)
+        return _refined(table, rows, vector, None, depth, probes)
+    ids = _filter_rows(table, rows, where)
+    if len(ids) <= EXACT_FILTER_ROWS:
+        return _exact_rows(table, rows, vector, where, ids, depth)
+    found = _refined(table, rows, vector, where, depth, _filter_probes(partitions, table_rows, len(ids), depth))
     if len(found) < depth:
-        found = _nearest(table, vector, where, depth, ALL_PARTITIONS)
+        found = _refined(table, rows, vector, where, depth, ALL_PARTITIONS)
     return found
+
+
+def _refined(table, rows: PassageRows, vector: np.ndarray, where: str | None, depth: int,
+             probes: int) -> list[tuple[int, float]]:
+    """The nearest `depth` rows of the partitions that the index query
+    scans: the index's coarse distances choose VECTOR_REFINE x depth rows,
+    and their stored vectors order them. From the passage rows' vectors
+    when they keep them (about 0.1 us a row); else Lance reads them
+    (refine_factor: 8 to 13 us a row)."""
+    if not rows.keeps_vectors:
+        return _nearest(table, vector, where, depth, probes, refine=VECTOR_REFINE)
+    coarse = _nearest(table, vector, where, depth * VECTOR_REFINE, probes)
+    return _nearest_of(rows, vector, np.fromiter((r for r, _ in coarse), dtype=np.uint64, count=len(coarse)),
+                       depth)
+
+
+def _exact_rows(table, rows: PassageRows, vector: np.ndarray, where: str, ids: np.ndarray,
+                depth: int) -> list[tuple[int, float]]:
+    """The exact nearest `depth` of the rows `ids` (all the rows of the
+    filter `where`): from the passage rows' vectors, else Lance compares
+    the stored vectors of the rows that the filter leaves."""
+    if rows.keeps_vectors:
+        return _nearest_of(rows, vector, ids, depth)
+    return _nearest(table, vector, where, depth, ALL_PARTITIONS, use_index=False)
+
+
+def _nearest_of(rows: PassageRows, vector: np.ndarray, ids: np.ndarray, depth: int) -> list[tuple[int, float]]:
+    """The nearest `depth` of the rows `ids` by their stored vectors, with
+    Lance's dot distance (1 - dot product); equal distances in row id order,
+    as Lance gives them."""
+    if not len(ids):
+        return []
+    distance = 1.0 - rows.vectors_of(ids) @ np.asarray(vector, dtype=np.float32)
+    if len(ids) > depth:
+        # Only the rows up to the depth-th distance (ties included) are
+        # sorted: a sort of 5,000 rows cost more than their distances.
+        within = np.flatnonzero(distance <= np.partition(distance, depth - 1)[depth - 1])
+        ids, distance = ids[within], distance[within]
+    nearest = np.lexsort((ids, distance))[:depth]
+    return list(zip(ids[nearest].tolist(), distance[nearest].tolist()))
 
 
 def _nearest(table, vector: np.ndarray, where: str | None, depth: int, probes: int,
              refine: int | None = None, use_index: bool = True) -> list[tuple[int, float]]:
     """One vector query: (row id, distance), nearest first. refine: Lance
-    takes the best refine x depth rows by the index's 8-bit distances and
-    orders them by the stored vectors (a read of each: about 2.5 ms of CPU
-    for 200 rows at 100,000 passages, so only where the search must be exact)."""
+    takes the best refine x depth rows by the index's coarse distances and
+    orders them by the stored vectors (a read of each: 8 to 13 us of CPU)."""
     # Unit vectors: dot distance (1 - dot product) is cosine distance, cheaper.
     # probes: used only when the IVF index exists. Minimum and maximum
     # equal: Lance 13 raises any lower minimum to every partition when k > 10
@@ -493,11 +538,10 @@ def _nearest(table, vector: np.ndarray, where: str | None, depth: int, probes: i
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_distance").to_pylist()))
 
 
-def _filter_probes(table_rows: int, left: int, depth: int) -> int:
+def _filter_probes(partitions: int, table_rows: int, left: int, depth: int) -> int:
     """Partitions that hold about FILTER_PROBE_SAFETY x depth of the `left`
     rows of a filter, when they lie evenly in the partitions; at least
     vector_probes()."""
-    partitions = vector_partitions(table_rows)
     wanted = math.ceil(partitions * depth * FILTER_PROBE_SAFETY / max(left, 1))
     return max(vector_probes(table_rows), min(partitions, wanted))
 
@@ -515,12 +559,9 @@ def _vector_partitions_of(table) -> int:
     return _kept(_PARTITIONS, (table.uri, table.version), count)
 
 
-def _kept(kept: dict[tuple, int], key: tuple, count: Callable[[], int]) -> int:
+def _kept(kept: dict, key: tuple, count: Callable[[], Any]) -> Any:
     """count() once per key (a table, its version, and what is counted),
-    with at most ROWS_LEFT_KEPT keys kept. A table made again (kb index
-    --rebuild) counts its versions from 1 again, so a kept figure can be of
-    the old table: each caller uses it only to choose how many partitions
-    to scan, never to drop a hit."""
+    with at most ROWS_LEFT_KEPT keys kept."""
     value = kept.get(key)
     if value is None:
         value = count()
@@ -530,20 +571,21 @@ def _kept(kept: dict[tuple, int], key: tuple, count: Callable[[], int]) -> int:
     return value
 
 
-_ROWS_LEFT: dict[tuple, int] = {}
+_FILTER_ROWS: dict[tuple, np.ndarray] = {}
 
 
-def _rows_left(table, where: str) -> int:
-    """The rows that `where` leaves in this table version, counted up to
-    EXACT_FILTER_ROWS + 1. A scan of row ids: the scalar indexes serve
-    tweet_id, created_at, source and AUTHOR_KEY_COLUMN (before that column,
-    the author test read the author of every row: at 1,000,000 passages
-    about 17 ms of CPU). The count
-    is kept per table and version (_kept()): the MCP server gives each
-    search the same source filter; _dense() scans every partition when the
-    partitions that it chose give fewer than k rows."""
-    return _kept(_ROWS_LEFT, (table.uri, table.version, where), lambda: table.to_table(
-        columns=[], with_row_id=True, filter=where, limit=EXACT_FILTER_ROWS + 1).num_rows)
+def _filter_rows(table, rows: PassageRows, where: str) -> np.ndarray:
+    """The row ids that `where` leaves in this table version, at most
+    EXACT_FILTER_ROWS + 1 of them (more: the filter is wide). A scan of row
+    ids: the scalar indexes serve tweet_id, created_at, source and
+    AUTHOR_KEY_COLUMN (before that column, the author test read the author
+    of every row: at 1,000,000 passages about 17 ms of CPU). Kept per
+    table and version (_kept()): the MCP server gives each search the same
+    source filter. The key holds the version's identity (its first data
+    file too), not only its number: a table made again counts its versions
+    from 1 again, and its row ids must never come from the old table."""
+    return _kept(_FILTER_ROWS, (table.uri, rows.identity, where), lambda: table.to_table(
+        columns=[], with_row_id=True, filter=where, limit=EXACT_FILTER_ROWS + 1).column(ROW_ID).to_numpy())
 
 
 def _exact_dense(vectors: tuple[np.ndarray, np.ndarray, np.ndarray], vector: np.ndarray, depth: int,
