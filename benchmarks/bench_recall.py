@@ -104,9 +104,16 @@ def build(rows: list[dict], vectors: np.ndarray, folder: Path):
     fake = PrecomputedEmbedder(by_text)
     fake.model_name, fake.dim = "bench:real-vectors", vectors.shape[1]
     started = time.perf_counter()
-    for at in range(0, len(rows), 50_000):
-        part = rows[at:at + 50_000]
+    # Batches of about 50,000 rows that end at the end of a document: a
+    # write replaces every passage of its documents.
+    start = 0
+    while start < len(rows):
+        end = min(len(rows), start + 50_000)
+        while end < len(rows) and rows[end]["tweet_id"] == rows[end - 1]["tweet_id"]:
+            end += 1
+        part = rows[start:end]
         index.replace_chunks(sorted({r["tweet_id"] for r in part}), [dict(r) for r in part], fake)
+        start = end
     index.maintain()
     print(f"{len(rows)} passages: index built in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     return index
@@ -132,9 +139,8 @@ def top(table, rows, vector: np.ndarray, k: int, probes: int | None, refine: int
 
 
 def exact_top(vectors: np.ndarray, queries: np.ndarray, k: int = 100) -> np.ndarray:
-    """Row numbers of the exact k nearest (dot) of each query, by numpy in
-    blocks (the same order as Lance's exact search; row id = row number in a
-    table written once)."""
+    """Row numbers (in `vectors`) of the exact k nearest (dot) of each
+    query, by numpy in blocks."""
     out = np.empty((len(queries), k), dtype=np.int64)
     for at in range(0, len(queries), 64):
         scores = queries[at:at + 64] @ vectors.T
@@ -171,7 +177,7 @@ def measure(table, rows, queries: np.ndarray, kinds: list[str], exact: np.ndarra
     return point
 
 
-def curve(index, vectors: np.ndarray, queries: np.ndarray, kinds: list[str], probes_wanted=None,
+def curve(index, rows_written: list[dict], vectors: np.ndarray, queries: np.ndarray, kinds: list[str], probes_wanted=None,
           refines=None) -> dict:
     from kb.index.maintenance import vector_index_stats, vector_probes
     from kb.index.store import CHUNKS
@@ -183,7 +189,13 @@ def curve(index, vectors: np.ndarray, queries: np.ndarray, kinds: list[str], pro
     count = table.count_rows()
     stats = vector_index_stats(table)
     partitions = sum(s["num_partitions"] for s in stats["indices"]) if stats else 0
-    exact = exact_top(vectors, queries)
+    # Lance's row ids of the rows: a row id holds the data file of the row,
+    # so it is the row number only in a table of one file.
+    written = table.to_table(columns=["chunk_id"], with_row_id=True)
+    by_chunk = dict(zip(written.column("chunk_id").to_pylist(), written.column("_rowid").to_pylist()))
+    row_ids = np.array([by_chunk[r["chunk_id"]] for r in rows_written], dtype=np.uint64)
+    del by_chunk, written
+    exact = row_ids[exact_top(vectors, queries)]
     kb_probes = min(vector_probes(count), partitions)  # Lance scans at most every partition
     # Each number of partitions, with each re-rank factor (0: the order of
     # the index's coarse distances); kb's search is kb_probes with VECTOR_REFINE.
@@ -233,7 +245,7 @@ def main() -> None:
                         help="kb's embedding cache, the passages and the query vectors (not in the repository)")
     parser.add_argument("--embed-only", action="store_true", help="embed the passages into --cache, then stop")
     parser.add_argument("--base", type=int, default=None,
-                        help="with --synthetic: make the synthetic set from the first BASE real passages only")
+                        help="with --synthetic: make the synthetic set from BASE real passages only (spread evenly)")
     parser.add_argument("--synthetic", type=int, default=None,
                         help="measure a synthetic set of this many vectors made from the real ones (see synthetic())")
     parser.add_argument("--noise", type=float, default=0.3, help="the noise of --synthetic, per unit length")
@@ -255,11 +267,13 @@ def main() -> None:
     queries = query_vectors([q for _, q in asked], args.cache)
     kinds = [k for k, _ in asked]
     if args.synthetic:
-        base = vectors[:args.base] if args.base else vectors
-        vectors = synthetic(base, args.synthetic, args.noise)
-        rows = synthetic_rows(args.synthetic, rows[:len(base)])
+        # The base: real passages spread evenly over the set (every kind of
+        # text, not the first kinds only).
+        picked = np.linspace(0, len(vectors) - 1, args.base).astype(int) if args.base else np.arange(len(vectors))
+        vectors = synthetic(vectors[picked], args.synthetic, args.noise)
+        rows = synthetic_rows(args.synthetic, [rows[i] for i in picked])
     with tempfile.TemporaryDirectory(prefix="kb-recall-") as tmp:
-        result = curve(build(rows, vectors, Path(tmp)), vectors, queries, kinds, args.probes, args.refine)
+        result = curve(build(rows, vectors, Path(tmp)), rows, vectors, queries, kinds, args.probes, args.refine)
     after = run_facts()
     out = {"commit": before["commit"], "load_average_before": before["load_average"],
            "load_average_after": after["load_average"], "real_passages": args.passages,

@@ -171,7 +171,7 @@ def passages(count: int | None, cache: Path | None = None) -> list[dict]:
 
     kept = cache / f"passages-{count or 'all'}.jsonl" if cache else None
     if kept and kept.is_file():
-        return [json.loads(line) for line in kept.read_text().splitlines()]
+        return _unique_documents([json.loads(line) for line in kept.read_text().splitlines()])
     rows: list[dict] = []
     for kind in SOURCES:
         before = len(rows)
@@ -184,10 +184,30 @@ def passages(count: int | None, cache: Path | None = None) -> list[dict]:
         print(f"{kind}: {len(rows) - before} passages", file=sys.stderr, flush=True)
         if count is not None and len(rows) >= count:
             break
-    rows = rows[:count] if count is not None else rows
+    rows = _unique_documents(rows[:count] if count is not None else rows)
     if kept:
         kept.parent.mkdir(parents=True, exist_ok=True)
         kept.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+def _unique_documents(rows: list[dict]) -> list[dict]:
+    """The rows with one id per document: a module of the same path in two
+    library folders (the venv's and Debian's) gives two documents of one
+    name. The passages of a document lie next to each other, so a name
+    that comes back after another document is a second document."""
+    seen: dict[str, int] = {}
+    previous = None
+    renamed = None
+    for row in rows:
+        doc_id = row["tweet_id"]
+        if doc_id != previous:
+            seen[doc_id] = seen.get(doc_id, 0) + 1
+            renamed = doc_id if seen[doc_id] == 1 else f"{doc_id}#{seen[doc_id]}"
+            previous = doc_id
+        if renamed != doc_id:
+            row["tweet_id"] = renamed
+            row["chunk_id"] = f"{renamed}:{row['position']}"
     return rows
 
 

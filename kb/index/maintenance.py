@@ -50,25 +50,26 @@ def vector_partitions(rows: int) -> int:
     return max(1, round(math.sqrt(rows)))
 
 
-# A dense search compares at least this many vectors: every vector of a
-# smaller table. The MiniLM vectors of one topic lie in many partitions. On
-# SciFact (8,219 passages, 91 partitions) a search of 20 partitions gave
-# dense nDCG@10 0.627 (Recall@100 0.879), of 40 partitions 0.650 (0.919),
-# of every partition 0.655 (0.929). More costs time: at 100,000 passages,
-# 20 / 32 / 64 partitions (0 / 10,000 / 20,000 here) gave hybrid p95 13.5 /
-# 14.5 / 21.0 ms, 11.0 / 12.7 / 16.5 ms of CPU (load 2.4; goal 20 ms).
-# benchmarks/index_and_retrieval.md, "Partitions that a compaction keeps".
-MIN_COMPARED_VECTORS = 10_000
+# A dense search compares at least this many vectors (every vector of a
+# smaller table), and scans at least a tenth of the partitions: the MiniLM
+# vectors of one topic lie in many partitions. On 104,732 real passages
+# (benchmarks/real_passages.py, 324 partitions, PQ codes, 4 x k re-ranked
+# by the stored vectors) recall@10 against an exact search was 0.945 /
+# 0.960 / 0.966 / 0.972 at 31 / 48 / 64 / 100 partitions; on 1,000,000
+# vectors made from them (1,000 partitions) 0.958 / 0.973 / 0.984 at 62 /
+# 100 / 150 (goal 0.95; benchmarks/index_and_retrieval.md, "Issue 49,
+# third session").
+MIN_COMPARED_VECTORS = 15_000
 
 
 def vector_probes(rows: int) -> int:
     """Partitions that a dense query scans: the nearest to the query vector.
-    At least 20, at least a sixteenth of them, and enough to hold
-    MIN_COMPARED_VECTORS vectors. At 100,000 rows: 32 of 316 partitions;
-    at 1,000,000: 62 of 1,000; below 10,000 rows: every partition."""
+    At least 20, at least a tenth of them, and enough to hold
+    MIN_COMPARED_VECTORS vectors. At 100,000 rows: 48 of 316 partitions;
+    at 1,000,000: 100 of 1,000; below 15,000 rows: every partition."""
     partitions = vector_partitions(rows)
     compared = math.ceil(partitions * MIN_COMPARED_VECTORS / max(rows, 1))
-    return max(20, partitions // 16, compared)
+    return max(20, partitions // 10, compared)
 
 
 def vector_index_stats(dataset) -> dict | None:
