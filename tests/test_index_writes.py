@@ -141,15 +141,18 @@ def test_an_index_of_8_bit_vectors_is_made_again_with_pq_codes(tmp_path, hasher)
     IVF_PQ, and the next maintain() leaves it."""
     from lancedb.index import IvfSq
 
-    from kb.index.maintenance import VECTOR_INDEX_TYPE, vector_index_type
+    from kb.index.maintenance import VECTOR_INDEX_TYPE
+
+    def vector_index_type(table) -> str:
+        return next(ix.index_type for ix in table.list_indices() if ix.columns == ["vector"])
 
     index = ChunkIndex(path=str(tmp_path / "lancedb"), vector_index_min_rows=1000)
     rows = [passage(f"a{i}", 0, f"old index passage {i} about topic {i % 37}") for i in range(1200)]
     index.replace_chunks([r["tweet_id"] for r in rows], rows, hasher)
     index.table(CHUNKS).create_index("vector", config=IvfSq(distance_type="dot", num_partitions=10))
-    assert vector_index_type(index.dataset(CHUNKS)) == "IVF_SQ"
+    assert vector_index_type(index.table(CHUNKS)) == "IvfSq"
     assert index.maintain(skip_if_current=True).get("vector_index") == f"made again as {VECTOR_INDEX_TYPE}"
-    assert vector_index_type(index.dataset(CHUNKS)) == VECTOR_INDEX_TYPE == "IVF_PQ"
+    assert vector_index_type(index.table(CHUNKS)) == VECTOR_INDEX_TYPE == "IvfPq"
     assert "vector_index" not in index.maintain(skip_if_current=True)
     assert search("topic 5", index=index, embedder=hasher, mode="dense").hits
 

@@ -97,6 +97,23 @@ def test_a_rows_file_maps_the_stored_vectors_of_its_rows(store, tmp_path, hasher
         rows.vectors_of(np.array([ids.max() + 1], dtype=np.uint64))
 
 
+def test_rows_in_memory_read_no_vectors_that_the_search_cannot_use(store, hasher, monkeypatch):
+    """Without rows files, a large fragment keeps no vectors, and the search
+    then asks Lance for all of them: a sync's small fragment must not read
+    its vectors into memory for nothing. A table of small fragments only
+    keeps them."""
+    import kb.index.passage_rows as passage_rows_module
+
+    write(ChunkIndex.from_settings(path=str(store)), rows_of(30, 12), hasher)  # 30 rows, then 12
+    monkeypatch.setattr(passage_rows_module, "VECTORS_IN_MEMORY_MAX_ROWS", 20)
+    index = ChunkIndex.from_settings(path=str(store))
+    rows = index.passage_rows(index.dataset(CHUNKS))
+    assert not rows.keeps_vectors and rows._vectors == [None, None]
+    monkeypatch.setattr(passage_rows_module, "VECTORS_IN_MEMORY_MAX_ROWS", 40)
+    index = ChunkIndex.from_settings(path=str(store))
+    assert index.passage_rows(index.dataset(CHUNKS)).keeps_vectors
+
+
 def test_a_sync_reads_its_small_fragment_into_memory(store, tmp_path, hasher):
     """A sync's new fragment of fewer than rows_file_min_rows rows is read
     into memory: no child process, no file; the known files stay as they

@@ -88,6 +88,8 @@ class PassageRows:
         ids = [parts[k][0] for k in keys]
         self._columns = {name: [parts[k][1][name] for k in keys] for name in self.COLUMNS}
         self._vectors: list[np.ndarray | None] = [parts[k][1].get(VECTOR_COLUMN) for k in keys]
+        # True when every part keeps its stored vectors (vectors_of()).
+        self.keeps_vectors = all(v is not None for v in self._vectors)
         # Per table version (a new version makes a new object), so they stay
         # correct: the look-ups of query words that search.py made on this
         # version ({word: row ids, or None for a word that is not rare}),
@@ -141,14 +143,18 @@ class PassageRows:
         if mapped is not None:
             parts.update(mapped)
             new = [(key, f) for key, f in new if key not in mapped]
+        # search.py uses the stored vectors only when every part keeps
+        # them: a small fragment reads them only when no part lacks them
+        # (a large fragment read into memory keeps none).
+        with_vectors = (all(part[1].get(VECTOR_COLUMN) is not None for part in parts.values())
+                        and all(f.metadata.physical_rows < VECTORS_IN_MEMORY_MAX_ROWS for _, f in new))
         if new:
             for key, fragment in new:
-                small = fragment.metadata.physical_rows < VECTORS_IN_MEMORY_MAX_ROWS
-                table = fragment.to_table(columns=cls.COLUMNS + [VECTOR_COLUMN] * small,
+                table = fragment.to_table(columns=cls.COLUMNS + [VECTOR_COLUMN] * with_vectors,
                                           with_row_id=True).combine_chunks()
                 columns = {name: (table.column(name).to_pylist() if name in cls.LISTED else table.column(name).chunk(0))
                            for name in cls.COLUMNS} if table.num_rows else {name: [] for name in cls.COLUMNS}
-                columns[VECTOR_COLUMN] = _vector_matrix(table, copy=True) if small else None
+                columns[VECTOR_COLUMN] = _vector_matrix(table, copy=True) if with_vectors else None
                 parts[key] = (table.column("_rowid").to_numpy(), columns)
             # The texts are Python strings now; without this, Arrow's pool keeps
             # the freed text buffers (at 100,000 passages: 55 MB more memory).
@@ -281,11 +287,6 @@ class PassageRows:
             for j, value in zip(at.tolist(), values[p].take(pa.array(local[at])).to_pylist()):
                 out[j] = value
         return out
-
-    @property
-    def keeps_vectors(self) -> bool:
-        """True when every part keeps its stored vectors (vectors_of())."""
-        return all(v is not None for v in self._vectors)
 
     def vectors_of(self, row_ids) -> np.ndarray | None:
         """The stored vectors of these rows (float32, one row each, in their

@@ -508,10 +508,15 @@ def _nearest_of(rows: PassageRows, vector: np.ndarray, ids: np.ndarray, depth: i
     as Lance gives them."""
     if not len(ids):
         return []
-    distance = 1.0 - rows.vectors_of(ids) @ np.asarray(vector, dtype=np.float32)
-    if len(ids) > depth:
-        # Only the rows up to the depth-th distance (ties included) are
-        # sorted: a sort of 5,000 rows cost more than their distances.
+    return _nearest_first(ids, 1.0 - rows.vectors_of(ids) @ np.asarray(vector, dtype=np.float32), depth)
+
+
+def _nearest_first(ids: np.ndarray, distance: np.ndarray, depth: int) -> list[tuple[int, float]]:
+    """(row id, distance) of the `depth` nearest rows, nearest first; equal
+    distances in row id order, as Lance gives them. Only the rows up to the
+    depth-th distance (ties included) are sorted: a sort of 5,000 rows cost
+    more than their distances."""
+    if len(ids) > depth > 0:
         within = np.flatnonzero(distance <= np.partition(distance, depth - 1)[depth - 1])
         ids, distance = ids[within], distance[within]
     nearest = np.lexsort((ids, distance))[:depth]
@@ -601,10 +606,7 @@ def _exact_dense(vectors: tuple[np.ndarray, np.ndarray, np.ndarray], vector: np.
     if sources is not None:
         keep = np.flatnonzero(np.isin(kinds, np.asarray(sources, dtype=object)))
         row_ids, distance = row_ids[keep], distance[keep]
-    # Equal distances in row id order, as Lance gives them (the table has
-    # fewer rows than a vector index needs: a full sort costs little).
-    nearest = np.lexsort((row_ids, distance))[:depth]
-    return list(zip(row_ids[nearest].tolist(), distance[nearest].tolist()))
+    return _nearest_first(row_ids, distance, depth)
 
 
 class _Done:
