@@ -5,21 +5,35 @@ browser tree, as an attacker in a renderer would want to."""
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import re
 import shutil
+import socket
+import subprocess
+import threading
+import time
+from http.server import ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 import pytest
 from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import sync_playwright
 
+from kb.guards.fetch_guard import FetchGuard
+from kb.guards.room_relay import relay_python
 from kb.settings import get_settings
-from kb.x import browser_room
+from kb.x import browser_room, playwright_internals
 from kb.x.browser import Browser, chromium_launch_options
 from tests.loopback import LoopbackServer, QuietHandler, allow_fetches
 
 pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parent.parent
+PRODUCT = ("kb", "kb_assets", "kb_resources", "sensors", "mcp_server", "telegram_bridge")
 
 # Keys as kb's resources export them (kb_resources/client_resource.py), and
 # names that no browser process may get, whatever their value.
@@ -142,17 +156,32 @@ def test_no_key_reaches_the_driver_or_any_browser_process(mode, site, monkeypatc
     assert not marker.exists(), "NODE_OPTIONS reached the Playwright driver"
 
 
-def test_the_driver_hook_is_in_place():
+def test_the_driver_hook_is_in_place(monkeypatch):
     """kb wraps Playwright's get_driver_env (no option for it exists): the
     wrapper is in place and filters. Whether a new Playwright still calls
     that function, only the test above can tell (it reads the driver's
     /proc/<pid>/environ)."""
-    from playwright._impl import transport
-
-    assert getattr(transport.get_driver_env, "kb_allowlist", False)
-    os.environ["KB_HOOK_CHECK_TOKEN"] = "test-secret-xyz-hook"
-    env = transport.get_driver_env()
+    assert playwright_internals.driver_env_filtered()
+    monkeypatch.setenv("KB_HOOK_CHECK_TOKEN", "test-secret-xyz-hook")
+    env = playwright_internals.next_driver_env()
     assert "KB_HOOK_CHECK_TOKEN" not in env and env.get("PW_LANG_NAME") == "python"
+
+
+def test_only_the_adapter_uses_playwrights_private_modules():
+    """kb/x/playwright_internals.py is the one door to `playwright._`: a new
+    private use elsewhere fails here, with its file and line."""
+    adapter = REPO / "kb" / "x" / "playwright_internals.py"
+    offenders = []
+    for package in PRODUCT:
+        for path in sorted((REPO / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                if path != adapter and any(name.startswith("playwright._") for name in names):
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not offenders, f"use Playwright's public API, or add the use to {adapter.name}: {offenders}"
+    pin = next(line for line in (REPO / "pyproject.toml").read_text().splitlines() if '"playwright' in line)
+    assert "<" in pin, f"pyproject.toml must allow one minor release of Playwright, not {pin.strip()}"
 
 
 def own_namespace(kind: str) -> str:
@@ -271,3 +300,163 @@ def test_status_names_the_fix_when_bubblewrap_cannot_make_a_room(monkeypatch, tm
     assert "No permissions to create new namespace" in detail and "user namespaces" in detail
     assert "install bubblewrap" not in detail
     assert chromium_launch_options("/usr/bin/chromium", headless=True)["chromium_sandbox"] is False
+
+
+# --- the room has no network: the fetch guard is the one way out ---------------------
+
+
+class UiStandIn(ThreadingHTTPServer):
+    """Plays the Dagster UI: no login, and a JSON POST with no Origin to
+    /graphql launches a run (issue 56: from the room, such a POST did). It
+    listens on every address of the host (0.0.0.0) and counts each
+    connection that it accepts."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.launched: list[str] = []
+        server = self
+
+        class Handler(QuietHandler):
+            def do_POST(self) -> None:
+                server.launched.append(self.path)
+                self.send_json(200, {"data": {"launchRun": {"__typename": "LaunchRunSuccess"}}})
+
+            def do_GET(self) -> None:
+                self.send_body(200, b"<p>the Dagster UI</p>", "text/html")
+
+        super().__init__(("0.0.0.0", 0), Handler)
+
+    def get_request(self):
+        request = super().get_request()
+        self.accepted += 1
+        return request
+
+    def __enter__(self) -> UiStandIn:
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        # Open from outside the room: the test below could fail.
+        socket.create_connection(("127.0.0.1", self.server_port), timeout=3).close()
+        assert wait_for(lambda: self.accepted == 1)
+        self.accepted = 0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+def wait_for(condition, seconds: float = 3.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def host_addresses() -> list[str]:
+    """The IPv4 addresses of this machine that are not loopback: a service
+    bound to 0.0.0.0 listens on them too."""
+    return [a.address for name, addresses in psutil.net_if_addrs().items() for a in addresses
+            if a.family == socket.AF_INET and not a.address.startswith("127.")]
+
+
+@pytest.fixture
+def room_chromium(plan_cache) -> str:
+    chromium = get_settings().chromium_executable()
+    works, why = browser_room.room_works(chromium) if chromium else (False, "no Chromium")
+    if not works:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"the browser's room does not start here: {why} (CI=true: .ci/run installs bubblewrap)")
+        pytest.skip(f"the browser's room does not start here: {why}")
+    return chromium
+
+
+# Runs in the room, as kb starts it (the relay first), in place of Chromium:
+# what a page that took over a browser process would try.
+NETWORK_PROBE = r"""
+import json, socket, sys
+ui_port, proxy_host, proxy_port, page_url, ui_url = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+hosts = sys.argv[6:]
+POST = (f"POST /graphql HTTP/1.1\r\nHost: 127.0.0.1:{ui_port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: 2\r\nConnection: close\r\n\r\n{{}}").encode()
+
+def attack(host, port):
+    try:
+        with socket.create_connection((host, port), timeout=3) as s:
+            s.sendall(POST)
+            return "open: " + s.recv(200).decode("latin-1")
+    except OSError as exc:
+        return type(exc).__name__
+
+def through_proxy(url):
+    with socket.create_connection((proxy_host, proxy_port), timeout=10) as s:
+        s.sendall(f"GET {url} HTTP/1.1\r\nHost: {url.split('/')[2]}\r\n\r\n".encode())
+        data = b""
+        while block := s.recv(65536):
+            data += block
+    return data.decode("latin-1")
+
+found = {f"{host}:{ui_port}": attack(host, ui_port) for host in ["127.0.0.1", "localhost", *hosts]}
+found["metadata"] = attack("169.254.169.254", 80)
+found["public"] = attack("1.1.1.1", 443)
+try:
+    socket.getaddrinfo("example.com", 443)
+    found["dns"] = "resolved"
+except OSError as exc:
+    found["dns"] = type(exc).__name__
+print(json.dumps({"attacks": found, "page": through_proxy(page_url), "ui": through_proxy(ui_url)}))
+"""
+
+
+def test_a_process_in_the_room_reaches_no_host_port_and_pages_through_the_guard(room_chromium, site):
+    """kb's own command line of the room, with a probe in place of Chromium
+    (the relay still runs first): a JSON POST to the UI on 127.0.0.1 and on
+    the host's other addresses finds nothing to connect to, nor do the
+    metadata address, a public address or DNS. The honest path works: the
+    context's proxy, at its own loopback address of the room, fetches the
+    page that the guard allows, and refuses the UI."""
+    with UiStandIn() as ui, browser_room.room_proxy(
+            FetchGuard().allowing(urlsplit(site.base_url).netloc), timeout_s=10) as (proxy, server):
+        room = browser_room.room_args(shutil.which("bwrap"), room_chromium)[:-1]
+        proxy_host, proxy_port = urlsplit(server).hostname, urlsplit(server).port
+        assert proxy.unix_socket and not proxy_host.startswith("127.0.0.1")  # not on the host's loopback
+        ui_url = f"http://127.0.0.1:{ui.server_port}/graphql"
+        probe = subprocess.run([*room, relay_python(), "-IS", "-c", NETWORK_PROBE, str(ui.server_port), proxy_host,
+                                str(proxy_port), site.base_url + "/", ui_url, *host_addresses()],
+                               capture_output=True, text=True, timeout=60, env={"PATH": browser_room.BROWSER_PATH})
+        assert probe.returncode == 0, probe.stderr[-2000:]
+        found = json.loads(probe.stdout.strip().splitlines()[-1])
+        attacks = found["attacks"]
+        assert all(not result.startswith("open") and result != "resolved" for result in attacks.values()), attacks
+        assert ui.accepted == 0 and ui.launched == []
+        assert found["page"].startswith("HTTP/1.") and "a stranger's page" in found["page"], found["page"][:300]
+        assert " 403 " in found["ui"].split("\r\n", 1)[0] and "kb refused" in found["ui"], found["ui"][:300]
+        assert proxy.refusal_for(ui_url) is not None and ui.accepted == 0
+
+
+def test_chromium_in_the_room_that_skips_its_proxy_reaches_no_loopback_port(room_chromium, site):
+    """Real Chromium in the room, as kb launches it. A context without a
+    proxy stands in for a browser process that a page took over: it goes to
+    the UI directly, by navigation and by a JSON POST, and reaches nothing.
+    A context with its room proxy loads the page that the guard allows."""
+    options = chromium_launch_options(room_chromium, headless=True)
+    assert browser_room.runs_in_room(options)
+    guard = FetchGuard().allowing(urlsplit(site.base_url).netloc)
+    with UiStandIn() as ui, sync_playwright() as playwright, \
+            browser_room.room_proxy(guard, timeout_s=10) as (proxy, server):
+        browser = playwright.chromium.launch(**options)
+        try:
+            page = browser.new_context().new_page()
+            posted = page.evaluate("""url => fetch(url, {method: "POST", mode: "no-cors", body: "{}"})
+                                     .then(r => "answered", e => String(e))""",
+                                   f"http://127.0.0.1:{ui.server_port}/graphql")
+            assert posted != "answered"
+            for host in ["127.0.0.1", *host_addresses()]:
+                with pytest.raises(PlaywrightError, match="ERR_"):
+                    page.goto(f"http://{host}:{ui.server_port}/", timeout=10_000)
+            honest = browser.new_context(proxy={"server": server}).new_page()
+            honest.goto(site.base_url + "/", timeout=10_000)
+            assert "a stranger's page" in honest.content()
+        finally:
+            browser.close()
+    assert ui.accepted == 0 and ui.launched == []

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import selectors
 import socket
 import socketserver
@@ -430,6 +431,9 @@ HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "proxy-authorizat
 
 class GuardProxy:
     """An HTTP proxy on 127.0.0.1 that connects only through the guard.
+    With `unix_socket`, it listens on that Unix socket instead, and not on
+    loopback: the browser's room (kb/x/browser_room.py) has no network, and
+    reaches the proxy through that socket only.
 
     Use it as a context manager; `url` is the proxy's address. Refused
     connections are kept in `refused` (host, port, error), so the caller can
@@ -437,8 +441,10 @@ class GuardProxy:
     gets its own upstream connection ("Connection: close"), so one client
     connection cannot carry a second request to another host."""
 
-    def __init__(self, guard: FetchGuard, timeout_s: float = 60.0, idle_timeout_s: float = IDLE_TIMEOUT_S):
+    def __init__(self, guard: FetchGuard, timeout_s: float = 60.0, idle_timeout_s: float = IDLE_TIMEOUT_S,
+                 unix_socket: str | None = None):
         self.guard = guard
+        self.unix_socket = unix_socket
         self.timeout_s = timeout_s  # to connect
         # To wait for bytes. Longer than any timeout of the client: the
         # client decides when a slow server has failed (the X capture names
@@ -446,12 +452,13 @@ class GuardProxy:
         self.idle_timeout_s = max(idle_timeout_s, timeout_s)
         self.refused: list[tuple[str, int, PrivateAddress]] = []
         self._lock = threading.Lock()
-        self._server: socketserver.ThreadingTCPServer | None = None
+        self._server: socketserver.BaseServer | None = None
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         assert self._server is not None, "the proxy is not running"
+        assert self.unix_socket is None, "the proxy listens on a Unix socket: its URL is the room's"
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
@@ -479,7 +486,13 @@ class GuardProxy:
             daemon_threads = True
             allow_reuse_address = True
 
-        self._server = Server(("127.0.0.1", 0), Handler)
+        class UnixServer(socketserver.ThreadingUnixStreamServer):
+            daemon_threads = True
+
+        if self.unix_socket is None:
+            self._server = Server(("127.0.0.1", 0), Handler)
+        else:
+            self._server = UnixServer(self.unix_socket, Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="kb-guard-proxy", daemon=True)
         self._thread.start()
         return self
@@ -489,6 +502,9 @@ class GuardProxy:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+            if self.unix_socket is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.unix_socket)
 
     # --- one client connection ----------------------------------------------------------
 

@@ -20,9 +20,9 @@ read them.
 
 Why a relay: the room has no network of its own (`--unshare-net`), only its
 own loopback. The CLI needs one address, the model endpoint. So a small
-program in the room (in_room_relay()) listens on the room's loopback and
-passes each connection through a Unix socket to kb (EndpointRelay), and kb
-connects to the endpoint. TLS goes through the relay unchanged: the room's
+program in the room (kb/guards/room_relay.py) listens on the room's
+loopback and passes each connection through a Unix socket to kb
+(EndpointRelay), and kb connects to the endpoint. TLS goes through the relay unchanged: the room's
 /etc/hosts names the endpoint's host as 127.0.0.1, so the CLI checks the
 endpoint's own certificate. Every other address fails in the room: the
 Dagster UI on 127.0.0.1:3000 (no login, it launches runs), the local
@@ -31,7 +31,6 @@ network, 169.254.169.254, and DNS.
 
 from __future__ import annotations
 
-import inspect
 import ipaddress
 import json
 import os
@@ -46,7 +45,8 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from kb.guards.room_binds import BWRAP_INSTALL, BWRAP_MISSING, SYSTEM_DIRS, bwrap_probe, system_binds
+from kb.guards.room_binds import BWRAP_INSTALL, BWRAP_MISSING, bwrap_probe, system_binds
+from kb.guards.room_relay import _pipe, relay_command, relay_program, relay_python, relay_python_binds
 
 # The only variables that the CLI gets. Each one is here for a reason:
 # - PATH, HOME, TMPDIR, LANG, LC_ALL, TZ: a process needs them to run.
@@ -97,40 +97,6 @@ os.execve(argv[0], argv, env)
 ROOM_RELAY_DIR = "/run/kb-relay"
 RELAY_SOCKET = "endpoint.sock"
 RELAY_SCRIPT = "relay.py"
-
-IN_ROOM_RELAY_TEMPLATE = '''# Written by kb (kb/wiki/sandbox.py). It runs in the agent's room, which
-# has no network: it listens on the room's loopback, passes each connection
-# to kb's Unix socket, then replaces itself with the CLI.
-import os, socket, sys, threading
-
-port, path, argv = int(sys.argv[1]), sys.argv[2], sys.argv[4:]
-listener = socket.socket()
-listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-listener.bind(("127.0.0.1", port))
-listener.listen(64)
-
-
-{pipe}
-
-if os.fork() == 0:
-    # The relay must not hold the CLI's stdin and stdout: the SDK waits for
-    # their end.
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    while True:
-        client, _ = listener.accept()
-        upstream = socket.socket(socket.AF_UNIX)
-        try:
-            upstream.connect(path)
-        except OSError:
-            client.close()
-            continue
-        threading.Thread(target=_pipe, args=(client, upstream), daemon=True).start()
-        threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
-listener.close()
-os.execv(argv[0], argv)
-'''
 
 
 class SandboxError(RuntimeError):
@@ -207,13 +173,11 @@ def bubblewrap_args(bwrap: str, *, wiki: Path, writable: list[Path], readable: l
             args += ["--tmpfs", str(wiki / name)]
     if relay is not None:
         args += ["--ro-bind", str(relay.folder), ROOM_RELAY_DIR,
-                 "--ro-bind", str(relay.folder / "hosts"), "/etc/hosts"]
-        if not any(Path(sys.base_prefix).is_relative_to(d) for d in SYSTEM_DIRS):
-            args += ["--ro-bind", sys.base_prefix, sys.base_prefix]  # the Python that runs the relay
+                 "--ro-bind", str(relay.folder / "hosts"), "/etc/hosts", *relay_python_binds()]
     args += ["--chdir", str(wiki), "--"]
     if relay is not None:
-        args += [relay.python, "-IS", f"{ROOM_RELAY_DIR}/{RELAY_SCRIPT}", str(relay.room_port),
-                 f"{ROOM_RELAY_DIR}/{RELAY_SOCKET}", "--"]
+        args += relay_command(f"{ROOM_RELAY_DIR}/{RELAY_SCRIPT}", "127.0.0.1", relay.room_port,
+                              f"{ROOM_RELAY_DIR}/{RELAY_SOCKET}")
     return args
 
 
@@ -244,11 +208,11 @@ class RoomNetwork:
             room_host = host  # a name: the room's hosts file points it at loopback, TLS checks the name
         room_url = urlunsplit((parts.scheme, f"{room_host}:{room_port}", parts.path, parts.query, ""))
         folder = Path(tempfile.mkdtemp(prefix="kb-agent-net-"))
-        (folder / RELAY_SCRIPT).write_text(in_room_relay())
+        (folder / RELAY_SCRIPT).write_text(relay_program())
         (folder / "hosts").write_text(f"127.0.0.1 localhost {room_host}\n")
         relay = EndpointRelay(folder / RELAY_SOCKET, host, port)
         return cls(folder=folder, room_url=room_url, room_port=room_port,
-                   python=os.path.realpath(sys.executable), relay=relay)
+                   python=relay_python(), relay=relay)
 
     def close(self) -> None:
         self.relay.close()
@@ -286,25 +250,6 @@ class EndpointRelay:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-def _pipe(source: socket.socket, target: socket.socket) -> None:
-    try:
-        while data := source.recv(65536):
-            target.sendall(data)
-    except OSError:
-        pass
-    for end in (source, target):
-        try:
-            end.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-
-def in_room_relay() -> str:
-    """The relay program of the room. It cannot import kb (kb is not in the
-    room), so kb writes the one copy of `_pipe` into it."""
-    return IN_ROOM_RELAY_TEMPLATE.replace("{pipe}", inspect.getsource(_pipe))
 
 
 def write_launcher(folder: Path, *, cli: str, home: Path, prefix: list[str]) -> Path:

@@ -60,7 +60,7 @@ from playwright.sync_api import Error as PlaywrightError
 
 from kb.guards.fetch_guard import DEFAULT_PORTS, FetchGuard, GuardProxy, PrivateAddress
 from kb.settings import Settings, playwright_browser_installed, get_settings
-from kb.x.browser_room import sandbox_options, sandbox_plan
+from kb.x.browser_room import room_proxy, runs_in_room, sandbox_options, sandbox_plan
 
 # No --no-sandbox: kb/x/browser_room.py decides on the sandbox (and where
 # it cannot run, Playwright adds --no-sandbox). --disable-background-networking:
@@ -76,6 +76,9 @@ CHROMIUM_ARGS = ["--disable-gpu", "--disable-background-networking",
 _kept_open = threading.local()
 # The fetch-guard proxy of each open context.
 _context_proxies: weakref.WeakKeyDictionary[BrowserContext, GuardProxy] = weakref.WeakKeyDictionary()
+# The browsers that run in the room (no network: their contexts reach their
+# proxies through the room's gate).
+_in_room: weakref.WeakSet[PlaywrightBrowser] = weakref.WeakSet()
 
 
 class BrowserNotFound(RuntimeError):
@@ -231,6 +234,8 @@ class Browser(BaseModel):
             return
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(**options)
+            if runs_in_room(options):
+                _in_room.add(browser)
             try:
                 yield browser
             finally:
@@ -276,17 +281,28 @@ class Browser(BaseModel):
 
     @contextlib.contextmanager
     def _guarded_context(self, guard: FetchGuard, **options) -> Iterator[BrowserContext]:
-        with self._browser() as browser, GuardProxy(guard, timeout_s=self.timeout_s) as proxy:
+        with self._browser() as browser, self._proxy(browser, guard) as (proxy, server):
             # Playwright adds <-loopback> to Chromium's bypass list, so
             # loopback addresses go through the proxy too (Chromium's own
             # default sends them direct).
-            context = browser.new_context(proxy={"server": proxy.url}, **options)
+            context = browser.new_context(proxy={"server": server}, **options)
             _context_proxies[context] = proxy
             context.set_default_timeout(self.timeout_s * 1000)
             try:
                 yield context
             finally:
                 context.close()
+
+    @contextlib.contextmanager
+    def _proxy(self, browser: PlaywrightBrowser, guard: FetchGuard) -> Iterator[tuple[GuardProxy, str]]:
+        """The context's own fetch-guard proxy, and its address as Chromium
+        reaches it: through the room's gate in the room, else on loopback."""
+        if browser in _in_room:
+            with room_proxy(guard, timeout_s=self.timeout_s) as (proxy, server):
+                yield proxy, server
+        else:
+            with GuardProxy(guard, timeout_s=self.timeout_s) as proxy:
+                yield proxy, proxy.url
 
     def readiness(self) -> tuple[bool, str]:
         """(ready, detail) for `kb status`. Never shows the login state itself."""

@@ -21,6 +21,19 @@ keys and files:
    owner's home, the settings file and the X login are not in the room. kb
    gives the X login to Playwright as storage state from Python, so Chromium
    never reads it from disk.
+4. The room has no network of its own (bubblewrap's --unshare-net): a new
+   network namespace with only its own loopback. A page that takes over
+   Chromium reaches no port of the host's loopback (the Dagster UI on
+   127.0.0.1:3000 has no login and launches runs; the code server's gRPC;
+   `kb web`), no local network and no DNS. Chromium reaches pages only
+   through kb's fetch guard: each browser context gets its own GuardProxy
+   (kb/guards/fetch_guard.py), which listens on a Unix socket in kb's
+   private folder (the gate), not on loopback. The room sees the gate
+   read-only, and a relay in the room (kb/guards/room_relay.py) passes each
+   connection to the room's loopback address 127.a.b.c, port GATE_PORT, to
+   the socket `127.a.b.c.sock` of the gate. Playwright talks to Chromium
+   over a pipe (--remote-debugging-pipe, fds 3 and 4), not a port, so the
+   driver stays outside the room and still reaches Chromium.
 
 kb uses the room wherever bubblewrap works. Where bubblewrap is absent and
 kb does not run as root, Chromium's own sandbox runs without the room. Where
@@ -35,19 +48,24 @@ run, and with the display variables added to its environment.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import ipaddress
+import itertools
 import os
 import shlex
 import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from playwright._impl import transport as _playwright_transport
-
+from kb.guards.fetch_guard import FetchGuard, GuardProxy
 from kb.guards.room_binds import BWRAP_INSTALL, BWRAP_MISSING, SYSTEM_DIRS, bwrap_probe, system_binds
+from kb.guards.room_relay import relay_command, relay_program, relay_python_binds
+from kb.x.playwright_internals import filter_driver_env
 
 # The names that Chromium gets from kb's environment. Each one is here for a
 # reason: LANG and LC_* set the language of the UI and of the fonts, TZ the
@@ -74,10 +92,11 @@ DRIVER_ENV_PREFIXES = ("PW_", "PLAYWRIGHT_")
 
 # What the room holds besides /usr: the named files of /etc that Chromium
 # needs (fonts, Debian's launcher settings, the certificates, names and
-# time) and the font cache. /etc as a whole is not in the room: it can hold keys.
+# time) and the font cache. /etc as a whole is not in the room: it can hold
+# keys. No /etc/resolv.conf: the room has no DNS (the proxy resolves names).
 ROOM_FILES = (
     "/etc/fonts", "/etc/chromium", "/etc/chromium.d", "/etc/alternatives", "/etc/ld.so.cache",
-    "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf",
+    "/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/hosts", "/etc/nsswitch.conf",
     "/etc/passwd", "/etc/group", "/etc/localtime", "/etc/timezone",
     # The font cache of the system: without it, each Chromium of the room
     # reads every font file again.
@@ -88,6 +107,17 @@ ROOM_FILES = (
 # the uid of kb.
 ROOM_UID = "1000"
 ROOM_HOME = "/tmp"
+# The gate in the room: the relay's script and the Unix sockets of the
+# contexts' proxies. The relay listens on this port of every loopback
+# address of the room (the room's loopback is its own: every port is free).
+ROOM_GATE_DIR = "/run/kb-gate"
+GATE_PORT = 8080
+RELAY_SCRIPT = "relay.py"
+# The loopback addresses of the room that kb gives to contexts: 127.0.0.2
+# to 127.255.255.254, one for each context of this process, in turn.
+_FIRST_ADDRESS = int(ipaddress.IPv4Address("127.0.0.2"))
+_ADDRESSES = int(ipaddress.IPv4Address("127.255.255.254")) - _FIRST_ADDRESS + 1
+_next_address = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -109,26 +139,32 @@ def _is_root() -> bool:
 
 
 def room_args(bwrap: str, chromium: str) -> list[str]:
-    """The bwrap command line in front of Chromium. The network stays: the
-    browser reaches the fetch-guard proxy on loopback, and through it the
-    public sites. Inherited file descriptors stay open in the room:
-    Playwright talks to Chromium over fds 3 and 4 (--remote-debugging-pipe)."""
+    """The bwrap command line in front of Chromium: the room, then the relay
+    (which replaces itself with Chromium). No network: Chromium reaches the
+    contexts' proxies through the gate only. Inherited file descriptors
+    stay open in the room: Playwright talks to Chromium over fds 3 and 4
+    (--remote-debugging-pipe)."""
     args = [bwrap, "--die-with-parent", "--unshare-user", "--uid", ROOM_UID, "--gid", ROOM_UID,
-            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try",
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
     args += system_binds(ROOM_FILES)
     # A Chromium outside the system folders (KB_CHROMIUM_PATH=/opt/...): its own folder, read-only.
     real = Path(os.path.realpath(chromium))
     if not any(real.is_relative_to(folder) for folder in SYSTEM_DIRS):
         args += ["--ro-bind", str(real.parent), str(real.parent)]
-    return args + ["--chdir", ROOM_HOME, "--", chromium]
+    args += ["--ro-bind", str(gate_folder()), ROOM_GATE_DIR, *relay_python_binds()]
+    # 0.0.0.0 in the room: every address of the room's own loopback, nothing else.
+    relay = relay_command(f"{ROOM_GATE_DIR}/{RELAY_SCRIPT}", "0.0.0.0", GATE_PORT,
+                          f"{ROOM_GATE_DIR}/{{address}}.sock")
+    return args + ["--chdir", ROOM_HOME, "--", *relay, chromium]
 
 
 @lru_cache(maxsize=8)
 def room_works(chromium: str) -> tuple[bool, str]:
     """True when the room can start on this machine (bubblewrap is installed
-    and the kernel gives user namespaces). It runs the room's own command
-    line with /bin/true in place of Chromium. The reason says why not."""
+    and the kernel gives user, PID and network namespaces). It runs the
+    room's own command line, the relay too, with /bin/true in place of
+    Chromium. The reason says why not."""
     return bwrap_probe(lambda bwrap: room_args(bwrap, chromium)[:-1], env={"PATH": BROWSER_PATH})
 
 
@@ -159,7 +195,8 @@ def sandbox_plan(chromium: str | None, *, headless: bool = True) -> SandboxPlan:
         works, why_no_room = room_works(chromium)
         if works:
             return SandboxPlan("room", "on: Chromium's sandbox in a bubblewrap room "
-                                       "(no KB_HOME, no home folder, no keys in it)")
+                                       "(no KB_HOME, no home folder, no keys in it; no network "
+                                       "but kb's fetch guard)")
         fix = (BWRAP_INSTALL if why_no_room == BWRAP_MISSING
                else "let bubblewrap make user namespaces on this machine, or run kb as a user that is not root")
     if not _is_root():
@@ -194,6 +231,30 @@ def _remove_folder(path: Path, owner_pid: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def gate_folder() -> Path:
+    """The gate of this process's rooms (mode 0700): the relay's script and
+    the Unix sockets of the contexts' proxies. Every room of the process
+    sees it read-only at ROOM_GATE_DIR."""
+    gate = _Folder.get() / "gate"
+    with _Folder.lock:
+        if not gate.is_dir():
+            gate.mkdir(mode=0o700)
+            (gate / RELAY_SCRIPT).write_text(relay_program())
+    return gate
+
+
+@contextlib.contextmanager
+def room_proxy(guard: FetchGuard, *, timeout_s: float) -> Iterator[tuple[GuardProxy, str]]:
+    """The fetch-guard proxy of one browser context in the room, and the
+    proxy server that the context names. The proxy listens on a socket of
+    the gate, not on loopback; the context reaches it at a loopback address
+    of the room that is its own, through the relay."""
+    with _Folder.lock:
+        address = str(ipaddress.IPv4Address(_FIRST_ADDRESS + next(_next_address) % _ADDRESSES))
+    with GuardProxy(guard, timeout_s=timeout_s, unix_socket=str(gate_folder() / f"{address}.sock")) as proxy:
+        yield proxy, f"http://{address}:{GATE_PORT}"
+
+
 def browser_home() -> Path:
     """The HOME of a Chromium without the room: a kb folder, not the
     owner's home (Chromium writes its certificate store and caches there)."""
@@ -218,7 +279,18 @@ def room_launcher(chromium: str) -> str:
             partial.write_text(text)
             partial.chmod(0o700)
             partial.rename(path)
+        _room_launchers.add(str(path))
     return str(path)
+
+
+_room_launchers: set[str] = set()
+
+
+def runs_in_room(options: dict) -> bool:
+    """True when these launch options (sandbox_options()) start Chromium in
+    the room: its contexts then reach their proxies through the gate
+    (room_proxy()), as the room has no network."""
+    return options.get("executable_path") in _room_launchers
 
 
 def chromium_env(plan: SandboxPlan, *, headless: bool, environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -251,20 +323,7 @@ def sandbox_options(chromium: str | None, *, headless: bool) -> dict:
     return options
 
 
-def _clean_driver_env(original=_playwright_transport.get_driver_env):
-    def get_driver_env() -> dict:
-        return driver_env(original())
-
-    get_driver_env.kb_allowlist = True  # tests check that the hook is in place
-    return get_driver_env
-
-
-# Playwright starts its driver with a copy of os.environ and has no option
-# for another environment (playwright/_impl/transport.py, PipeTransport).
-# kb cannot take its keys out of os.environ for the time of the start:
-# other threads read it. So kb wraps the one function that builds the
-# driver's environment. tests/test_browser_room.py reads the environment of
-# the running driver, so a Playwright that no longer calls this function
-# fails the test.
-if not getattr(_playwright_transport.get_driver_env, "kb_allowlist", False):
-    _playwright_transport.get_driver_env = _clean_driver_env()
+# Playwright starts its driver with a copy of os.environ; kb's one door to
+# Playwright's private modules (kb/x/playwright_internals.py) gives it
+# driver_env() of that copy instead.
+filter_driver_env(driver_env)
