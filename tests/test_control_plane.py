@@ -30,6 +30,7 @@ import httpx
 import pytest
 
 from tests.loopback import LoopbackServer, QuietHandler, free_port, serve_asgi
+from tests.owner_browser import owner_browser_options
 
 REPO = Path(__file__).resolve().parents[1]
 LOCATION = "guarded"
@@ -265,10 +266,10 @@ def attack(browser, target: str) -> dict:
 def browser():
     from playwright.sync_api import sync_playwright
 
-    from kb.x.browser import chromium_launch_options
-
+    # The owner's browser, on the host's network: kb's own browser runs in a
+    # room that reaches no loopback port (tests/test_browser_room.py).
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(**chromium_launch_options("/usr/bin/chromium", headless=True))
+        browser = playwright.chromium.launch(**owner_browser_options("/usr/bin/chromium"))
         yield browser
         browser.close()
 

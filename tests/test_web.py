@@ -29,6 +29,7 @@ from kb.index.embedder import Embedder
 from kb.index.client import ChunkIndex
 from kb.settings import Settings
 from kb.index.reading import PAGE_WORDS
+from tests.owner_browser import owner_browser_options
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]  # slow: a browser
 
@@ -221,10 +222,8 @@ def server(settings):
 def browser(settings):
     from playwright.sync_api import sync_playwright
 
-    from kb.x.browser import chromium_launch_options
-
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(**chromium_launch_options(settings.chromium_executable(), headless=True))
+        browser = playwright.chromium.launch(**owner_browser_options(settings.chromium_executable()))
         yield browser
         browser.close()
 
