@@ -27,7 +27,8 @@ How the rule holds:
   loopback that connects only through the guard (CONNECT for https and
   WebSockets, plain requests for http). kb's browser contexts send every
   request through their own GuardProxy: navigations, redirects, frames,
-  scripts, fetch() calls.
+  scripts, fetch() calls. For a browser in its room, which has no network,
+  the proxy listens on a Unix socket instead (kb/x/browser_room.py).
 
 Settings (kb/settings.py):
 - KB_FETCH_ALLOW_HOSTS: hosts that may be fetched although their address

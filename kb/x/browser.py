@@ -20,7 +20,8 @@ to x.com. To block them would break the X web app and protect nothing.
 The rule for both contexts: the browser reaches the public internet only.
 Each context sends every request through its own fetch-guard proxy
 (kb/guards/fetch_guard.py, GuardProxy): navigations, redirects, frames, scripts,
-images, fetch() and WebSocket calls. The proxy resolves each host, refuses
+images, fetch() and WebSocket calls. In the room (kb/x/browser_room.py),
+Chromium has no network, and the proxy is its only way out. The proxy resolves each host, refuses
 loopback, private, link-local and cloud metadata addresses, and connects
 to the address that it checked. A route alone cannot hold this rule:
 Playwright does not call routes for redirects, and Chromium would resolve
