@@ -21,11 +21,11 @@ The rule for both contexts: the browser reaches the public internet only.
 Each context sends every request through its own fetch-guard proxy
 (kb/guards/fetch_guard.py, GuardProxy): navigations, redirects, frames, scripts,
 images, fetch() and WebSocket calls. In the room (kb/x/browser_room.py),
-Chromium has no network, and the proxy is its only way out. The proxy resolves each host, refuses
-loopback, private, link-local and cloud metadata addresses, and connects
-to the address that it checked. A route alone cannot hold this rule:
-Playwright does not call routes for redirects, and Chromium would resolve
-the name again after the check. The X context also allows the X origin
+Chromium has no network, and the proxy is its only way out. The proxy
+resolves each host, refuses loopback, private, link-local and cloud
+metadata addresses, and connects to the address that it checked. A route
+alone cannot hold this rule: Playwright does not call routes for
+redirects, and Chromium would resolve the name again after the check. The X context also allows the X origin
 (KB_X_BASE_URL); KB_FETCH_ALLOW_HOSTS allows more hosts for both.
 `navigation_refusal(page)` tells why a page did not load when the proxy
 refused it, so the caller can store the reason "private address".
