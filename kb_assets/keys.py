@@ -39,8 +39,9 @@ REQUESTED_BY_TAG = "kb/requested_by"
 
 
 # --- run metadata -------------------------------------------------------------------
-# The metadata key of a stage whose outside service stopped. The run goes on:
-# the stages after it (chunks, the index) must still index what exists.
-# `kb sync` reports the stage as failed, and the coverage check shows the rows
-# that wait.
+# The metadata key, on the failed stage check (kb_assets/enrich/enrichment.py,
+# stage_check_spec), that says why the stage's outside service stopped. The
+# run goes on: the stages after it (chunks, the index) must still index what
+# exists. The UI shows the check red; `kb sync` reads the check's status and
+# reports the stage as failed; the coverage check shows the rows that wait.
 STOPPED = "stopped"

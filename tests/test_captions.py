@@ -29,6 +29,8 @@ from kb.enrich.vision import Captioner
 from sensors.waiting_photos import captions_job, captions_sensor, captions_to_index_sensor
 from tests.enrich_rows import add_batches, bookmark, media, rows, write
 from tests.fake_media import FakeVisionServer, MediaServer, png
+from tests.stage_checks import coverage, stage_failure
+from tests.shared_data import REPO
 from kb_resources.services import CaptionerResource, EmbedderResource
 from kb_resources.stores import ChunkIndexResource, DuckDBResource
 
@@ -108,7 +110,7 @@ def test_photos_wait_below_the_threshold_then_get_captions(vision, photos, insta
     assert sorted(vision.images) == sorted([RED, BLUE])
     assert set(vision.paths) == {"/v1/chat/completions"}
     assert vision.requests[0]["model"] == "test-vl"
-    check = result.get_asset_check_evaluations()[0]
+    check = coverage(result, "captions")
     assert not check.passed  # B2's photo still waits
     assert (check.metadata["photos"].value, check.metadata["captioned"].value,
             check.metadata["failed"].value, check.metadata["waiting"].value) == (4, 2, 1, 1)
@@ -172,12 +174,46 @@ def test_a_failing_endpoint_stops_the_stage_and_the_photos_wait(photos, instance
         monkeypatch.setenv("KB_CAPTION_MODEL", "test-vl")
         result = _materialize(instance, [captions], config={"min_photos": 0}, captioner=CaptionerResource.from_settings(timeout_s=5, max_retries=0))
     assert result.success  # the stages after it in x_sync still run
-    stopped = result.asset_materializations_for_node("captions")[0].metadata["stopped"].value
+    stopped = stage_failure(result, "captions")
     assert "The caption backend stopped" in stopped and down.base_url in stopped
     # The photos that reached the endpoint are not marked failed: they wait for the next run.
     found = _caption_rows()
     assert "red.png" not in found and "blue.png" not in found
     assert all(row[:2] == ("failed", "http_404") for row in found.values())  # at most the photo's own 404
+
+
+# The UI's own question: the checks of the asset, with the status of each
+# for the latest materialization.
+CHECKS_QUERY = """{ assetNodes(assetKeys: [{path: ["captions"]}]) { assetChecksOrError {
+  ... on AssetChecks { checks { name executionForLatestMaterialization { status
+    evaluation { severity description } } } } } } }"""
+
+
+def test_a_stopped_stage_is_red_in_the_uis_graphql(photos, monkeypatch):
+    """The run goes on to the index, but the UI shows the stage as failed:
+    its stage check failed with severity ERROR (issue 57: a failure is red)."""
+    from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
+
+    _write_bookmarks(photos)
+    monkeypatch.setenv("KB_CAPTION_BACKEND", "openai")
+    monkeypatch.setenv("KB_CAPTION_MODEL", "test-vl")
+    # The UI reads a stored instance; its code server loads kb's definitions.
+    with dg.instance_for_test() as instance, FakeVisionServer(status_code=503) as down:
+        add_batches(instance, B1, B2)
+        monkeypatch.setenv("KB_CAPTION_BASE_URL", down.base_url + "/v1")
+        result = _materialize(instance, [captions], config={"min_photos": 0},
+                              captioner=CaptionerResource.from_settings(timeout_s=5, max_retries=0))
+        assert result.success  # the stages after it still run
+        with define_out_of_process_context(str(REPO / "kb_assets" / "definitions.py"), "defs", instance) as context:
+            answer = execute_dagster_graphql(context, CHECKS_QUERY)
+    assert not answer.errors, answer.errors
+    [node] = answer.data["assetNodes"]
+    checks = {check["name"]: check["executionForLatestMaterialization"]
+              for check in node["assetChecksOrError"]["checks"]}
+    assert checks["captions_stage"]["status"] == "FAILED"
+    assert checks["captions_stage"]["evaluation"]["severity"] == "ERROR"
+    assert "The caption backend stopped" in checks["captions_stage"]["evaluation"]["description"]
+    assert checks["captions_coverage"]["evaluation"]["severity"] == "WARN"
 
 
 def test_the_sensor_starts_one_run_when_enough_photos_wait(vision, photos, instance, monkeypatch):

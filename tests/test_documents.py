@@ -30,6 +30,7 @@ from kb.store.duckdb_store import DuckDBStore, insert_rows
 from kb_resources.services import BrowserResource
 from kb_resources.stores import DuckDBResource
 from tests.loopback import allow_fetches
+from tests.stage_checks import coverage, stage_failure
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]  # slow: a browser
 
@@ -421,7 +422,7 @@ def test_links_to_x_posts_are_not_documents(fetched):
 
 def test_coverage_check_reports_the_share_of_usable_documents(fetched):
     store, result, _, _, _ = fetched
-    [check] = result.get_asset_check_evaluations()
+    check = coverage(result, "documents")
     assert check.check_name == "documents_coverage"
     assert check.passed
     meta = {k: v.value for k, v in check.metadata.items()}
@@ -469,7 +470,7 @@ def test_without_a_browser_the_stage_stops_and_keeps_what_it_fetched(sites, tmp_
     # The step does not fail: the stages after it in x_sync must still index
     # what exists. The materialization says why the stage stopped.
     assert result.success
-    assert "no-chromium" in result.asset_materializations_for_node("documents")[0].metadata["stopped"].value
+    assert "no-chromium" in stage_failure(result, "documents")
     # The article from content_state needs no browser: it is written. The page
     # is not: no row, so the next run fetches it without `retry`.
     assert doc(store, "https://x.com/i/article/555")["status"] == "ok"

@@ -398,6 +398,120 @@ def test_a_second_request_on_one_proxy_connection_does_not_reach_another_host(gu
     assert secret.hits == []
 
 
+class RawUpstream:
+    """A loopback site that keeps the bytes of each connection as they came
+    and answers 200: what the proxy sent, with no HTTP parser between."""
+
+    def __init__(self):
+        self.received: list[bytes] = []
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._sock.settimeout(0.2)
+        self._stop = False
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+
+    def _serve(self):
+        while not self._stop:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                continue
+            with conn:
+                # All that comes until a pause: the proxy sends a request at once.
+                conn.settimeout(0.5)
+                data = b""
+                with contextlib.suppress(OSError):
+                    while block := conn.recv(65536):
+                        data += block
+                self.received.append(data)
+                with contextlib.suppress(OSError):
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    def __enter__(self):
+        import threading
+
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop = True
+        self._thread.join(5)
+        self._sock.close()
+
+
+def _through_proxy(proxy: GuardProxy, raw: bytes) -> bytes:
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(raw)
+        answer = b""
+        with contextlib.suppress(OSError):
+            while block := sock.recv(65536):
+                answer += block
+    return answer
+
+
+@pytest.mark.parametrize("head, why", [
+    (b"Content-Length: abc", "Content-Length"),
+    (b"Content-Length: -5", "Content-Length"),
+    (b"Content-Length: 5\r\nContent-Length: 7", "Content-Length"),
+    (b"X-Long: " + b"a" * (100 * 1024), "too long"),
+    (b"Bad Header Name: 1", "header"),
+])
+def test_the_proxy_answers_400_to_a_request_that_it_cannot_frame(monkeypatch, head, why):
+    """A request whose body length is not one number (or whose head is too
+    long) gets a 400 with the reason, and no byte reaches the site. Before
+    h11, a bad Content-Length raised ValueError in the proxy's thread."""
+    with RawUpstream() as site:
+        allow_fetches(monkeypatch, site.base_url)
+        with GuardProxy(FetchGuard.from_settings(), timeout_s=3) as proxy:
+            answer = _through_proxy(proxy, f"POST {site.base_url}/in HTTP/1.1\r\nHost: x\r\n".encode()
+                                    + head + b"\r\n\r\nhello")
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert why.lower().encode() in answer.lower(), answer[:300]
+    assert site.received == []
+
+
+def test_a_bad_chunk_size_is_a_400_and_the_site_gets_no_body(monkeypatch):
+    with RawUpstream() as site:
+        allow_fetches(monkeypatch, site.base_url)
+        with GuardProxy(FetchGuard.from_settings(), timeout_s=3) as proxy:
+            answer = _through_proxy(proxy, f"POST {site.base_url}/in HTTP/1.1\r\nHost: x\r\n"
+                                           "Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert all(b"hello" not in data for data in site.received)
+
+
+def test_the_site_gets_one_framing_of_a_body(monkeypatch):
+    """Content-Length beside Transfer-Encoding (request smuggling): the site
+    gets the chunked body only, and the request ends at its last chunk."""
+    with RawUpstream() as site:
+        allow_fetches(monkeypatch, site.base_url)
+        with GuardProxy(FetchGuard.from_settings(), timeout_s=3) as proxy:
+            answer = _through_proxy(proxy, f"POST {site.base_url}/in HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+                                           "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+                                           "GET /second HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 200") or answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    for data in site.received:
+        head = data.split(b"\r\n\r\n", 1)[0].lower()
+        assert b"content-length" not in head or b"transfer-encoding" not in head
+        assert b"/second" not in data
+
+
+def test_the_proxy_forwards_an_honest_post_with_its_body(monkeypatch):
+    with RawUpstream() as site:
+        allow_fetches(monkeypatch, site.base_url)
+        with GuardProxy(FetchGuard.from_settings(), timeout_s=3) as proxy, \
+                httpx.Client(proxy=proxy.url, timeout=5) as client:
+            answer = client.post(f"{site.base_url}/in", content=b"hello")
+    assert answer.status_code == 200 and answer.text == "ok"
+    [data] = site.received
+    assert data.startswith(b"POST /in HTTP/1.1\r\n") and data.endswith(b"\r\n\r\nhello")
+    assert b"content-length: 5" in data.lower()
+
+
 def test_youtube_requests_go_through_the_guard(guarded, monkeypatch):
     """Without an owner's proxy, youtube-transcript-api and yt-dlp ask
     YouTube through the guard's proxy. Here www.youtube.com resolves to

@@ -16,6 +16,7 @@ from kb_resources.services import TranscriberResource
 from tests.enrich_rows import add_batches, bookmark, media, rows, write
 from tests.fake_media import MediaServer
 from tests.speech_media import videos  # noqa: F401  (a fixture)
+from tests.stage_checks import coverage, stage_failure
 from kb_resources.stores import DuckDBResource
 
 # The loopback sites stand in for the web: let the fetch guard reach them.
@@ -79,7 +80,7 @@ def test_local_transcripts_of_speech_silence_and_a_cut_download(videos, instance
     assert sorted((t.tweet_id, t.ref, t.lang) for t in texts) == [
         ("10", "https://x.com/alice/status/10/video/2", "en"), ("13", "https://x.com/alice/status/10/video/2", "en")]
 
-    check = result.get_asset_check_evaluations()[0]
+    check = coverage(result, "transcripts")
     assert check.passed
     assert {k: check.metadata[k].value for k in ("videos", "transcribed", "with_speech", "failed", "waiting")} == {
         "videos": 3, "transcribed": 2, "with_speech": 1, "failed": 1, "waiting": 0}
@@ -91,7 +92,7 @@ def test_a_model_that_does_not_load_stops_the_stage(instance, tmp_path):
     missing = str(tmp_path / "no-model-here")
     result = _materialize(instance, [transcripts], TranscriberResource.from_settings(backend="local", model=missing))
     assert result.success  # the stages after it in x_sync still run
-    message = result.asset_materializations_for_node("transcripts")[0].metadata["stopped"].value
+    message = stage_failure(result, "transcripts")
     assert "did not load" in message and missing in message
     assert rows("SELECT count(*) FROM transcripts") == [(0,)]  # the video waits; it is not marked failed
 

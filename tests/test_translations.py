@@ -20,6 +20,7 @@ from kb.index.client import ChunkIndex
 from kb.enrich.translator import PIECE_CHARS, TranslateError, Translator, split_pieces
 from tests.enrich_rows import add_batches, bookmark, rows, write
 from tests.fake_groq import PATH, FakeGroq
+from tests.stage_checks import coverage, stage_failure
 from kb_resources.services import EmbedderResource, TranslatorResource
 from kb_resources.stores import ChunkIndexResource, DuckDBResource
 
@@ -168,7 +169,7 @@ def test_translations_asset_caches_foreign_chunks_and_the_index_shows_english(gr
         assert sorted(groq.user_texts()) == sorted([SPANISH, RUSSIAN, TAGGED_ES_BUT_ENGLISH])
         metadata = result.asset_materializations_for_node("translations")[0].metadata
         assert metadata["translated"].value == 2 and metadata["already_english"].value == 1
-        check = result.get_asset_check_evaluations()[0]
+        check = coverage(result, "translations")
         assert check.passed and check.metadata["foreign_texts"].value == 3
 
         again = _materialize(instance, translations)
@@ -195,7 +196,7 @@ def test_translation_is_off_without_a_key_or_when_the_owner_says_so(monkeypatch,
     assert result.success
     metadata = result.asset_materializations_for_node("translations")[0].metadata
     assert metadata["skipped"].value == "no GROQ_API_KEY" and metadata["waiting"].value == 3
-    check = result.get_asset_check_evaluations()[0]
+    check = coverage(result, "translations")
     assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
     assert check.metadata["waiting"].value == 3
 
@@ -207,7 +208,7 @@ def test_translation_is_off_without_a_key_or_when_the_owner_says_so(monkeypatch,
         result = _materialize(instance, translations)
     assert result.success and groq.requests == []
     assert "translate = false" in result.asset_materializations_for_node("translations")[0].metadata["skipped"].value
-    assert result.get_asset_check_evaluations()[0].passed  # the owner's choice, not a gap
+    assert coverage(result, "translations").passed  # the owner's choice, not a gap
 
 
 def test_a_fatal_endpoint_error_stops_the_stage_and_caches_nothing(groq_env, monkeypatch, instance):
@@ -217,7 +218,7 @@ def test_a_fatal_endpoint_error_stops_the_stage_and_caches_nothing(groq_env, mon
         result = _materialize(instance, translations)
     assert result.success  # the stages after it in x_sync still run
     assert len(groq.requests) == 1  # stopped at the first: the key is wrong for every chunk
-    assert "HTTP 401" in result.asset_materializations_for_node("translations")[0].metadata["stopped"].value
+    assert "HTTP 401" in stage_failure(result, "translations")
     assert rows("SELECT count(*) FROM translations") == [(0,)]
 
 

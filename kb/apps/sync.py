@@ -44,7 +44,7 @@ from kb.apps.run_report import failed_items, index_failures, unreadable_pages, w
 from kb.settings import get_settings
 from kb_assets.dagster_internals import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from kb_assets.instance_config import ensure_dagster_home
-from kb_assets.keys import CATCH_UP_TAG, SOURCE_PASSAGES, X_RAW_PAGES
+from kb_assets.keys import CATCH_UP_TAG, SOURCE_PASSAGES, STOPPED, X_RAW_PAGES
 from kb_assets.partitions import new_batch_key, sync_batches
 from kb_assets.run_launcher import PID_TAG, fail_runs_of_dead_workers, this_process_tags
 from kb_assets.run_config_rules import files_for_import
@@ -167,14 +167,19 @@ class StageWatcher:
             if self.on_stage:
                 self.on_stage(key, len(self.order), len(self.stages))
         elif kind == dg.DagsterEventType.ASSET_MATERIALIZATION:
-            from kb_assets.keys import STOPPED
-
             materialization = event.step_materialization_data.materialization
             values = {name: value.value for name, value in materialization.metadata.items()}
-            self.metadata.setdefault(key, {})[materialization.asset_key.to_user_string()] = values
-            stopped = materialization.metadata.get(STOPPED)
-            if stopped is not None:
-                self.stopped[key] = str(stopped.value)
+            self.metadata.setdefault(key, {}).setdefault(materialization.asset_key.to_user_string(), {}).update(values)
+        elif kind == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+            # Dagster's own status of the stage: a failed check of severity
+            # ERROR (kb_assets/enrich/enrichment.py, stage_check_spec) is a
+            # failed stage, shown red in the UI. No other channel says so.
+            check = event.asset_check_evaluation_data
+            if not check.passed and check.severity == dg.AssetCheckSeverity.ERROR:
+                why = check.description or f"the check {check.check_name} failed"
+                self.stopped[key] = why
+                asset = self.metadata.setdefault(key, {}).setdefault(check.asset_key.to_user_string(), {})
+                asset[STOPPED] = why
         elif kind == dg.DagsterEventType.STEP_SUCCESS:
             self._end(key, at, key not in self.stopped, self.stopped.get(key, ""))
         elif kind == dg.DagsterEventType.STEP_FAILURE:

@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+import h11
 import httpcore
 import httpx
 
@@ -512,18 +513,21 @@ class GuardProxy:
     def _handle(self, client: socket.socket) -> None:
         client.settimeout(self.idle_timeout_s)
         with contextlib.suppress(OSError), contextlib.closing(client):
-            head, rest = _read_head(client)
-            if head is None:
-                return
-            request_line, *header_lines = head.split(b"\r\n")
+            # h11 parses the request: a bad Content-Length, a bad chunk size or
+            # a head past MAX_HEAD_BYTES is a 400 with h11's reason, never an
+            # exception in the proxy's thread.
+            incoming = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
             try:
-                method, target, _version = request_line.decode("latin-1").split(" ", 2)
-            except ValueError:
-                return _answer(client, 400, "not an HTTP request")
-            if method.upper() == "CONNECT":
-                self._tunnel(client, target, rest)
-            else:
-                self._forward(client, method, target, header_lines, rest)
+                request = _next_event(client, incoming)
+                if not isinstance(request, h11.Request):
+                    return  # the client closed before a whole request
+                if request.method.upper() == b"CONNECT":
+                    self._tunnel(client, request.target.decode("latin-1"), incoming.trailing_data[0])
+                else:
+                    self._forward(client, incoming, request)
+            except h11.RemoteProtocolError as exc:
+                # Before any answer of the upstream: the body is read whole first.
+                _answer(client, 400, f"kb's proxy refused a request that is not valid HTTP/1.1: {exc}")
 
     def _open(self, client: socket.socket, host: str, port: int) -> socket.socket | None:
         try:
@@ -552,8 +556,8 @@ class GuardProxy:
                 upstream.sendall(rest)
             _pump(client, upstream, self.idle_timeout_s)
 
-    def _forward(self, client: socket.socket, method: str, target: str, header_lines: list[bytes],
-                 rest: bytes) -> None:
+    def _forward(self, client: socket.socket, incoming: h11.Connection, request: h11.Request) -> None:
+        target = request.target.decode("latin-1")
         parts = urlsplit(target)
         if parts.scheme.lower() != "http" or not parts.hostname:
             return _answer(client, 400, f"kb's proxy takes absolute http URLs and CONNECT, not {target[:100]}")
@@ -561,36 +565,35 @@ class GuardProxy:
             port = parts.port or 80
         except ValueError:
             return _answer(client, 400, f"not a valid port in {target[:100]}")
-        headers = [line for line in header_lines if line and
-                   line.split(b":", 1)[0].strip().lower().decode("latin-1") not in HOP_HEADERS]
-        lengths = [line for line in headers if line.lower().startswith(b"content-length:")]
-        chunked = any(line.lower().startswith(b"transfer-encoding:") and b"chunked" in line.lower()
-                      for line in headers)
+        headers = [(name, value) for name, value in request.headers if name.decode("latin-1") not in HOP_HEADERS]
+        if any(name == b"transfer-encoding" for name, _ in headers):
+            # One framing for the upstream: a Content-Length beside a
+            # Transfer-Encoding is how one request hides a second one.
+            headers = [(name, value) for name, value in headers if name != b"content-length"]
         upstream = self._open(client, parts.hostname, port)
         if upstream is None:
             return
         with contextlib.closing(upstream):
+            outgoing = h11.Connection(h11.CLIENT)
             path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            upstream.sendall(f"{method} {path} HTTP/1.1\r\n".encode("latin-1") + b"\r\n".join(headers)
-                             + b"\r\nConnection: close\r\n\r\n")
-            if chunked:
-                _copy_chunked(client, upstream, rest)
-            elif lengths:
-                _copy_exact(client, upstream, rest, int(lengths[0].split(b":", 1)[1].strip() or 0))
+            upstream.sendall(outgoing.send(h11.Request(method=request.method, target=path.encode("latin-1"),
+                                                       headers=[*headers, (b"connection", b"close")])))
+            # The body, as h11 framed it, to its end and no byte more.
+            while not isinstance(event := _next_event(client, incoming), h11.EndOfMessage):
+                if not isinstance(event, h11.Data):
+                    return  # the client closed inside the body
+                upstream.sendall(outgoing.send(event))
+            upstream.sendall(outgoing.send(h11.EndOfMessage()))
             _answer_back(client, upstream, self.idle_timeout_s)
 
 
-def _read_head(sock: socket.socket) -> tuple[bytes | None, bytes]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        block = sock.recv(65536)
-        if not block:
-            return None, b""
-        data += block
-        if len(data) > MAX_HEAD_BYTES:
-            return None, b""
-    head, _, rest = data.partition(b"\r\n\r\n")
-    return head, rest
+def _next_event(sock: socket.socket, connection: h11.Connection):
+    """The next h11 event of `connection`, reading `sock` as h11 needs bytes."""
+    while (event := connection.next_event()) is h11.NEED_DATA:
+        # Small reads: h11 refuses a head past MAX_HEAD_BYTES at the first
+        # read after it, so a head can pass the limit by one read at most.
+        connection.receive_data(sock.recv(16384))
+    return event
 
 
 def _answer(client: socket.socket, status: int, text: str) -> None:
@@ -631,46 +634,3 @@ def _answer_back(client: socket.socket, upstream: socket.socket, timeout_s: floa
                     return
                 if key.fileobj is upstream:
                     client.sendall(block)
-
-
-def _copy_exact(client: socket.socket, upstream: socket.socket, rest: bytes, length: int) -> None:
-    sent = rest[:length]
-    upstream.sendall(sent)
-    left = length - len(sent)
-    while left > 0:
-        block = client.recv(min(left, 65536))
-        if not block:
-            return
-        upstream.sendall(block)
-        left -= len(block)
-
-
-def _copy_chunked(client: socket.socket, upstream: socket.socket, rest: bytes) -> None:
-    """Copy one chunked body, to its last chunk and trailer, and no byte more."""
-    buffer = rest
-
-    def need(n: int) -> None:
-        nonlocal buffer
-        while len(buffer) < n:
-            block = client.recv(65536)
-            if not block:
-                raise OSError("the client closed inside a chunked body")
-            buffer += block
-
-    def line() -> bytes:
-        nonlocal buffer
-        while b"\r\n" not in buffer:
-            need(len(buffer) + 1)
-        text, _, buffer = buffer.partition(b"\r\n")
-        upstream.sendall(text + b"\r\n")
-        return text
-
-    while True:
-        size = int(line().split(b";", 1)[0].strip() or b"0", 16)
-        if size == 0:
-            while line():  # the trailer ends with an empty line
-                pass
-            return
-        need(size + 2)
-        upstream.sendall(buffer[:size + 2])
-        buffer = buffer[size + 2:]

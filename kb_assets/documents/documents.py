@@ -14,7 +14,7 @@ import dagster as dg
 from kb.documents.document_store import document_coverage
 from kb.documents.fetcher import fetch_documents
 from kb_assets.enrich.enrichment import (WaitingConfig, failure_line, failure_list, from_batches, goes_on_after_failure,
-                                         service_stopped, with_checks)
+                                         service_stopped, stage_check_spec, with_checks)
 from kb_assets.partitions import sync_batches
 from kb_assets.run_choices import excluded_in_run
 from kb_resources.services import BrowserResource
@@ -61,6 +61,7 @@ def documents_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
         numbers, reasons = document_coverage(conn)
     coverage = numbers["usable"] / numbers["links"] if numbers["links"] else 1.0
     return dg.AssetCheckResult(
+        check_name="documents_coverage",
         passed=numbers["pending"] == 0,
         severity=dg.AssetCheckSeverity.WARN,
         metadata={
@@ -85,10 +86,10 @@ DOCUMENTS_COVERAGE = dg.AssetCheckSpec(
     kinds={"duckdb", "playwright"},
     description="The main content behind each link and X Article of the bookmarks, "
     "or the reason why there is none. Keyed by the normalized URL.",
-    check_specs=[DOCUMENTS_COVERAGE],
+    check_specs=[DOCUMENTS_COVERAGE, stage_check_spec("documents")],
 )
 def documents(
     context: dg.AssetExecutionContext, config: DocumentsConfig, duckdb: DuckDBResource, browser: BrowserResource
 ) -> dg.MaterializeResult:
-    return with_checks(goes_on_after_failure(context, "kb extract", fetch_batch, context, config, duckdb, browser),
-                       documents_coverage(duckdb))
+    result = goes_on_after_failure(context, "kb extract", fetch_batch, context, config, duckdb, browser)
+    return with_checks(context, result, documents_coverage(duckdb))

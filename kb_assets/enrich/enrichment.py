@@ -60,13 +60,37 @@ def failure_list(lines: list[str]) -> dg.MetadataValue:
 
 
 
+# The check that tells whether a stage did its work: ERROR when its outside
+# service failed or stopped. The materialization stays (the results before
+# the stop are stored, and the index after it must still be built), but the
+# UI shows the stage red, and `kb sync` reads this check, not a metadata key.
+def stage_check_name(asset: str) -> str:
+    return f"{asset}_stage"
+
+
+def stage_check_spec(asset: str) -> dg.AssetCheckSpec:
+    return dg.AssetCheckSpec(
+        stage_check_name(asset), asset=asset,
+        description="Fails (severity ERROR) when the stage's service failed or stopped. The results before "
+        "the stop are stored; the other items wait for the next run.")
+
+
+def _stage_result(context, error: str = "") -> dg.AssetCheckResult:
+    asset = context.asset_key.to_user_string()
+    return dg.AssetCheckResult(
+        check_name=stage_check_name(asset), asset_key=context.asset_key, passed=not error,
+        severity=dg.AssetCheckSeverity.ERROR, description=error or None,
+        metadata={STOPPED: error} if error else {})
+
+
 def service_stopped(context, description: str, metadata: dict) -> dg.MaterializeResult:
     """The result of a stage whose outside service is missing or stopped
-    answering. It does not raise: a failed step would stop every stage after
-    it in the run, and the index of what exists must always be built. The
-    results before the stop are stored; the other items wait for the next run."""
+    answering: the materialization of what was stored, with a failed stage
+    check (see stage_check_spec). It does not raise: a failed step would
+    stop every stage after it in the run, and the index of what exists must
+    always be built. The other items wait for the next run."""
     context.log.warning(description)
-    return dg.MaterializeResult(metadata={**metadata, STOPPED: description})
+    return dg.MaterializeResult(metadata=metadata, check_results=[_stage_result(context, description)])
 
 
 def goes_on_after_failure(context, command: str, stage: Callable[..., dg.MaterializeResult],
@@ -92,21 +116,26 @@ def backend_stopped(context, backend: str, error: Exception, stored: int, items:
                            f"{stored} result(s) were stored; the other {items} wait.", metadata)
 
 
-def with_checks(result: dg.MaterializeResult, *checks: dg.AssetCheckResult) -> dg.MaterializeResult:
-    """The result of a stage with the results of its checks (check_specs).
+def with_checks(context, result: dg.MaterializeResult, *checks: dg.AssetCheckResult) -> dg.MaterializeResult:
+    """The result of a stage with the results of its checks (check_specs):
+    the stage check (passed, unless service_stopped() failed it) and `checks`.
 
     The checks of a stage run in the stage's own step, not in a step of
     their own: each step cost a sync Dagster events, a DuckDB connection and
     the wait for the writer lock (benchmarks/index_and_retrieval.md, "Sync cost")."""
-    return result._replace(check_results=[*(result.check_results or []), *checks])
+    own = list(result.check_results or [])
+    if not any(check.check_name == stage_check_name(context.asset_key.to_user_string()) for check in own):
+        own.append(_stage_result(context))
+    return result._replace(check_results=[*own, *checks])
 
 
-def coverage_check(numbers: dict, *, done: int, total: int, off: bool, off_key: str) -> dg.AssetCheckResult:
+def coverage_check(name: str, numbers: dict, *, done: int, total: int, off: bool, off_key: str) -> dg.AssetCheckResult:
     """The coverage check of a stage: it passes when no item waits, or when
     the stage is off (`off`, shown as `off_key`). Only a warning: the items
     that wait get their turn in the next run."""
     share = done / total if total else 1.0
     return dg.AssetCheckResult(
+        check_name=name,
         passed=off or numbers["waiting"] == 0,
         severity=dg.AssetCheckSeverity.WARN,
         metadata={**numbers, "coverage": dg.MetadataValue.float(round(share, 4)), off_key: off},

@@ -30,7 +30,8 @@ import dagster as dg
 
 from kb.enrich.photo_queue import SOURCE, caption_waiting, photo_coverage, too_few_photos, waiting_photos
 from kb_assets.enrich.enrichment import (WaitingConfig, backend_stopped, batches_of_run, coverage_check,
-                                         failure_reasons, from_batches, goes_on_after_failure, with_checks)
+                                         failure_reasons, from_batches, goes_on_after_failure, stage_check_spec,
+                                         with_checks)
 from kb_assets.partitions import sync_batches
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
@@ -94,7 +95,7 @@ def caption_photos(
 def captions_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
     with duckdb.get_client().connect() as conn:
         numbers = photo_coverage(conn)
-    return coverage_check(numbers, done=numbers["captioned"], total=numbers["photos"],
+    return coverage_check(CAPTIONS_COVERAGE.name, numbers, done=numbers["captioned"], total=numbers["photos"],
                           off=SOURCE in excluded_sources(), off_key="excluded")
 
 
@@ -113,10 +114,10 @@ CAPTIONS_COVERAGE = dg.AssetCheckSpec(
     kinds={"duckdb"},
     description="A caption and the text in the image (OCR) for each photo of the bookmarks, "
     "or the reason why there is none. Keyed by the photo URL.",
-    check_specs=[CAPTIONS_COVERAGE],
+    check_specs=[CAPTIONS_COVERAGE, stage_check_spec("captions")],
 )
 def captions(
     context: dg.AssetExecutionContext, config: CaptionsConfig, duckdb: DuckDBResource, captioner: CaptionerResource
 ) -> dg.MaterializeResult:
-    return with_checks(goes_on_after_failure(context, "kb caption", caption_photos, context, config, duckdb, captioner),
-                       captions_coverage(duckdb))
+    result = goes_on_after_failure(context, "kb caption", caption_photos, context, config, duckdb, captioner)
+    return with_checks(context, result, captions_coverage(duckdb))

@@ -17,7 +17,7 @@ import dagster as dg
 
 from kb.enrich.foreign_text import translate_waiting, translation_coverage, waiting_texts
 from kb_assets.enrich.enrichment import (WaitingConfig, coverage_check, failure_list, from_batches,
-                                         goes_on_after_failure, service_stopped, with_checks)
+                                         goes_on_after_failure, service_stopped, stage_check_spec, with_checks)
 from kb_assets.partitions import sync_batches
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
@@ -73,7 +73,7 @@ def translations_coverage(duckdb: DuckDBResource, translator: TranslatorResource
         numbers = translation_coverage(conn, excluded_sources())
     # The owner's `translate = false` (config.toml) reaches the translator as turned_off.
     turned_off = bool(translator.get_client().turned_off)
-    return coverage_check(numbers, done=numbers["translated"] + numbers["already_english"],
+    return coverage_check(TRANSLATIONS_COVERAGE.name, numbers, done=numbers["translated"] + numbers["already_english"],
                           total=numbers["foreign_texts"], off=turned_off, off_key="translate_off")
 
 
@@ -91,10 +91,10 @@ TRANSLATIONS_COVERAGE = dg.AssetCheckSpec(
     kinds={"duckdb"},
     description="English translations of the foreign chunks, cached by text hash "
     "(english NULL: the text was English already).",
-    check_specs=[TRANSLATIONS_COVERAGE],
+    check_specs=[TRANSLATIONS_COVERAGE, stage_check_spec("translations")],
 )
 def translations(
     context: dg.AssetExecutionContext, config: TranslationsConfig, duckdb: DuckDBResource, translator: TranslatorResource
 ) -> dg.MaterializeResult:
-    return with_checks(goes_on_after_failure(context, "kb translate", translate_chunks, context, config, duckdb, translator),
-                       translations_coverage(duckdb, translator))
+    result = goes_on_after_failure(context, "kb translate", translate_chunks, context, config, duckdb, translator)
+    return with_checks(context, result, translations_coverage(duckdb, translator))

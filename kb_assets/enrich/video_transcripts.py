@@ -32,7 +32,7 @@ import dagster as dg
 from kb.enrich.video_queue import SOURCE, transcribe_waiting, video_coverage, waiting_videos
 from kb_assets.enrich.enrichment import (
     backend_stopped, coverage_check, failure_line, failure_list, failure_reasons, goes_on_after_failure, with_checks,
-    WaitingConfig, batches_of_run, from_batches)
+    WaitingConfig, batches_of_run, from_batches, stage_check_spec)
 from kb_assets.partitions import sync_batches
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
@@ -88,7 +88,7 @@ def transcribe_videos(
 def transcripts_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
     with duckdb.get_client().connect() as conn:
         numbers = video_coverage(conn)
-    return coverage_check(numbers, done=numbers["transcribed"], total=numbers["videos"],
+    return coverage_check(TRANSCRIPTS_COVERAGE.name, numbers, done=numbers["transcribed"], total=numbers["videos"],
                           off=SOURCE in excluded_sources(), off_key="excluded")
 
 
@@ -106,10 +106,10 @@ TRANSCRIPTS_COVERAGE = dg.AssetCheckSpec(
     kinds={"duckdb"},
     description="The speech in each video of the bookmarks: a document of kind video, keyed "
     "https://x.com/<handle>/status/<id>/video/<n>, one paragraph per minute led by [m:ss].",
-    check_specs=[TRANSCRIPTS_COVERAGE],
+    check_specs=[TRANSCRIPTS_COVERAGE, stage_check_spec("transcripts")],
 )
 def transcripts(
     context: dg.AssetExecutionContext, config: TranscriptsConfig, duckdb: DuckDBResource, transcriber: TranscriberResource
 ) -> dg.MaterializeResult:
-    return with_checks(goes_on_after_failure(context, "kb transcribe", transcribe_videos, context, config, duckdb,
-                                             transcriber), transcripts_coverage(duckdb))
+    result = goes_on_after_failure(context, "kb transcribe", transcribe_videos, context, config, duckdb, transcriber)
+    return with_checks(context, result, transcripts_coverage(duckdb))
