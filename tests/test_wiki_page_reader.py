@@ -141,3 +141,29 @@ def test_the_date_is_the_schemas_key_first():
     assert date_of("updated: 2025-12-31\ncreated: 2025-01-01") == datetime(2025, 12, 31, tzinfo=timezone.utc)
     assert date_of("last_updated: soon\ncreated: 2026-04-04") == datetime(2026, 4, 4, tzinfo=timezone.utc)
     assert date_of("title: none") is None
+
+
+def test_the_weekly_finish_reads_links_by_the_same_rule(tmp_path):
+    """kb's part of a weekly synthesis lists each source once, whatever the
+    form of its link, and links back only from pages that a reader sees linked."""
+    from kb.wiki.finish import finish_weekly
+    from tests.wiki_pages import weekly_page
+
+    root = tmp_path / "w"
+    for target in ("sources/0193f7a8-notes", "sources/1b2c3d4e-more", "concepts/engine", "concepts/hidden"):
+        (root / "wiki" / f"{target}.md").parent.mkdir(parents=True, exist_ok=True)
+        (root / "wiki" / f"{target}.md").write_text(f"# {target}\n")
+    (root / "index.md").write_text("# Index\n")
+    page = weekly_page("2026-W48", ["0193f7a8-notes", "1b2c3d4e-more"], "Engines",
+                       ["The [[concepts/engine.md|engine]] again. [[sources/0193f7a8-notes#para1]]",
+                        "<!-- [[concepts/hidden]] -->"],
+                       reading=["- [[wiki/sources/0193f7a8-notes.md]]: the notes."])
+    weekly = root / "wiki/syntheses/weekly/2026-W48.md"
+    weekly.parent.mkdir(parents=True)
+    weekly.write_text(page)
+    assert finish_weekly(root, "2026-W48", ["0193f7a8-notes", "1b2c3d4e-more"]) == []
+    text = weekly.read_text()
+    # The notes are listed (as wiki/sources/...md): no second line; the other source gets its line.
+    assert "- [[sources/0193f7a8-notes]]" not in text and "- [[sources/1b2c3d4e-more]]" in text
+    assert "[[syntheses/weekly/2026-W48]]" in (root / "wiki/concepts/engine.md").read_text()
+    assert "syntheses" not in (root / "wiki/concepts/hidden.md").read_text()
