@@ -118,6 +118,8 @@ def test_the_checks_and_the_web_page_resolve_the_same_links(wiki):
             (page, link.split("|")[0]) for page, link in dangling if page == f"wiki/{target}.md"}
     tricky = render_page(reader.read("concepts/tricky-page"), reader)["html"]
     assert "in-comment" not in tricky and 'href="#wiki=concepts/other"' in tricky and 'href="#wiki=index"' in tricky
+    # The words of a comment are not the page's words for the web's search either.
+    assert reader.search("comment") == [] and "concepts/tricky-page" in [h["path"] for h in reader.search("tricky")]
     # The page that four link forms name has an inbound link: no orphan.
     assert "wiki/concepts/other.md" not in {f["page"] for f in findings["orphans"]}
 

@@ -24,7 +24,8 @@ from datetime import datetime
 from pathlib import Path
 
 from kb.index.reading import WikiPageNotFound, page_of, resolve_document
-from kb.wiki_files import WIKILINK, LinkResolver, is_wiki_page, page_target, parse_link, read_page, wiki_page_files
+from kb.wiki_files import (WIKILINK, LinkResolver, is_wiki_page, page_target, parse_link, read_page, wiki_page_files,
+                           without_comments)
 from kb.index.client import ChunkIndex
 
 TOKEN = re.compile(r"\w+", re.UNICODE)
@@ -116,7 +117,8 @@ class WikiReader:
         # The one reader of a page (kb.wiki_files.read_page): the MCP server,
         # the index and the checks read the same title, type and date.
         read = read_page(file.read_text(encoding="utf-8", errors="replace"), path)
-        body, title = "\n".join(read.body), read.title
+        # What a reader sees: the search words and snippets leave HTML comments out, as the page does.
+        body, title = without_comments("\n".join(read.body)), read.title
         words = [light_stem(w) for w in TOKEN.findall(plain_text(body))]
         page = WikiPage(path=path, file=file, title=title, type=read.type, date=read.date,
                         frontmatter=read.meta, body=body, counts=Counter(words),
