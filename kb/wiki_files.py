@@ -247,10 +247,10 @@ def read_page(text: str, target: str) -> WikiPage:
     data, error, body, body_start = split_frontmatter(text)
     meta = data or {}
     folder = target.split("/", 1)[0] if "/" in target else ""
-    heading = next((line[2:].strip() for _, line in body_lines(body, body_start) if line.startswith("# ")), "")
+    visible = list(body_lines(body, body_start))
+    heading = next((line[2:].strip() for _, line in visible if line.startswith("# ")), "")
     title = heading or _text(meta.get("title")) or _text(meta.get("name")) or target.rsplit("/", 1)[-1]
-    links = [parse_link(match.group(1), line_no) for line_no, line in body_lines(body, body_start)
-             for match in WIKILINK.finditer(line)]
+    links = [parse_link(match.group(1), line_no) for line_no, line in visible for match in WIKILINK.finditer(line)]
     return WikiPage(target=target, frontmatter=data, frontmatter_error=error, body=body, body_start=body_start,
                     title=title, type=_text(meta.get("type")) or FOLDER_TYPES.get(folder) or "page",
                     date=page_date(meta), sources=_text_list(meta.get("sources")), name=_text(meta.get("name")),
