@@ -44,7 +44,12 @@ SPEC_NAMES: dict[str, str] = {
     "RETRY_BACKOFF_BASE_SECONDS": "kb_wiki_retry_delay_s",
     "SWEEPER_STUCK_MINUTES": "kb_stuck_minutes",
     "SYNTHESIS_DAY": "kb_synthesis_day",
+    # The git remote that the wiki commits go to (specification 13.4). It can
+    # hold a token: an error names it, never shows it (_shown).
+    "KB_GIT_REMOTE": "kb_wiki_remote",
 }
+# Names whose value can hold a password or a token: named, never shown.
+SECRET_NAMES = frozenset({"KB_GIT_REMOTE", "KB_WIKI_REMOTE"})
 # kb's HH:MM setting -> the specification's hour and minute names.
 TIME_PARTS: dict[str, tuple[str, str]] = {
     "kb_lint_time": ("LINT_HOUR", "LINT_MINUTE"),
@@ -103,8 +108,8 @@ def _find(layers, name: str) -> tuple[str, str] | None:
 
 
 def _shown(name: str, value: str) -> str:
-    # A URL can hold a password: name it, never show it.
-    return name if name.endswith("_URL") else f"{name}={value!r}"
+    # A URL or a git remote can hold a password: name it, never show it.
+    return name if name.endswith("_URL") or name in SECRET_NAMES else f"{name}={value!r}"
 
 
 def _check_same(spec_name: str, spec: tuple[str, str], kb_name: str, kb: tuple[str, str],

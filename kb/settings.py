@@ -170,7 +170,7 @@ class Settings(BaseSettings):
     kb_notify_sensor_interval_s: int = Field(30, ge=1, description="Seconds between two looks of the sensors that send notices to the owner.")
     kb_waiting_sensor_interval_s: int = Field(300, ge=1, description="Seconds between two looks for sources that wait for a wiki agent endpoint.")
     kb_run_queue_interval_s: int = Field(5, ge=1, description="Seconds between two looks of the Dagster daemon at the run queue: a run that a sensor or a schedule queued starts at the next look. 5 is the default of Dagster. kb writes it in dagster.yaml.")
-    kb_wiki_remote: SecretStr | None = Field(None, description="Git remote for the wiki. Empty: no push. It can hold a token (https://user:token@host/wiki.git): kb gives the token to git through a credential helper, never in git's command line, .git/config or the Dagster UI.")
+    kb_wiki_remote: SecretStr | None = Field(None, description="Git remote for the wiki. Empty: no push. It can hold a token (https://user:token@host/wiki.git): kb gives the token to git through a credential helper, never in git's command line, .git/config or the Dagster UI. Also read as KB_GIT_REMOTE.")
 
     # --- web page --------------------------------------------------------------
     kb_dagster_ui_url: str = Field("http://127.0.0.1:3000", description="Address of the Dagster UI. The status panel of `kb web` links to it and tells whether it answers.")

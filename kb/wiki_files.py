@@ -1,14 +1,19 @@
-"""Wiki files: which files are pages, and a page's frontmatter.
+"""Wiki files: which files are pages, and what a page says.
 
 One copy of each rule. The wiki index, the checks, the MCP server, the web
 page and the wiki stage all list and read pages here. Two listings once
 drifted apart, and one of them let a symbolic link to .git/config into the
-search index.
+search index. Four readers once read a page's title, date and links by
+rules of their own, and they disagreed: `read_page` is the one reader now,
+and `LinkResolver` the one rule from a link to a page.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
 from pathlib import Path, PurePath
 from typing import NamedTuple
 
@@ -151,6 +156,182 @@ def blank_comments(text: str) -> str:
     return HTML_COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
 
 
+def without_comments(text: str) -> str:
+    """The text without its HTML comments: what a reader of the page sees
+    (Obsidian hides them). The web page shows this text; the checks and
+    read_page blank the same comments (blank_comments)."""
+    return HTML_COMMENT.sub("", text)
+
+
 def read_frontmatter(path: Path) -> dict:
     """The frontmatter of a file as a dict: {} when it has none or it is not valid."""
     return split_frontmatter(path.read_text(encoding="utf-8", errors="replace")).data or {}
+
+
+# --- what a page says ----------------------------------------------------------------
+
+# The date of a page: the first of these frontmatter keys that holds a date.
+# The schema's keys first (kb/wiki/schema.py, specification 6.2): entity and
+# concept pages `last_updated`, source pages `ingested_at`, syntheses
+# `created`. `updated` and `ingested` are the keys of kb's earlier pages
+# (`kb wiki migrate` renames them); each comes after the key that replaced it.
+DATE_KEYS = ("last_updated", "updated", "ingested_at", "ingested", "created", "date")
+# The type of a page with no `type` key (the specification's source page has
+# none): the kind of its folder.
+FOLDER_TYPES = {"sources": "source", "entities": "entity", "concepts": "concept", "syntheses": "synthesis"}
+
+
+@dataclass(frozen=True)
+class WikiLink:
+    """One [[...]] link of a page: `[[wiki/sources/a.md#para3|the book]]`
+    has the target `sources/a`, the anchor `para3` and the text `the book`."""
+
+    line: int  # the line number in the file
+    inner: str  # the text between the brackets, as written
+    target: str  # the page path under wiki/: no `#anchor`, no `|text`, no `.md`, no `wiki/` in front
+    anchor: str
+    text: str
+
+
+def parse_link(inner: str, line: int = 0) -> WikiLink:
+    """The parts of the text between [[ and ]]: `|` ends the target and the
+    anchor (the text after it is what a reader sees), `#` starts the anchor,
+    a `.md` at the end of the target is the file's, not the page's name, and
+    `wiki/` in front names the pages folder (links name pages from the wiki
+    root or from the pages folder)."""
+    target_part, _, text = inner.partition("|")
+    target, _, anchor = target_part.partition("#")
+    return WikiLink(line, inner, page_target(target), anchor.strip(), text.strip())
+
+
+@dataclass(frozen=True)
+class WikiPage:
+    """A page as every reader of kb sees it: the web page, the MCP server,
+    the search index and the checks."""
+
+    target: str  # how links name it: concepts/vector-search; a file at the top: index
+    frontmatter: dict | None  # None when the page has none or it is not valid (frontmatter_error says why)
+    frontmatter_error: str | None
+    body: list[str]  # the lines after the frontmatter
+    body_start: int  # the line number of the first body line
+    title: str
+    type: str
+    date: datetime | None  # in UTC; None when no key of DATE_KEYS holds a date
+    sources: list[str] = field(default_factory=list)  # the frontmatter's `sources`, as text
+    name: str = ""  # the frontmatter's `name`: the subject's name with its spaces
+    aliases: list[str] = field(default_factory=list)  # the frontmatter's `aliases`: other names of the subject
+    links: list[WikiLink] = field(default_factory=list)  # outside code blocks and HTML comments
+
+    @property
+    def meta(self) -> dict:
+        """The frontmatter, {} when there is none."""
+        return self.frontmatter or {}
+
+
+def read_page(text: str, target: str) -> WikiPage:
+    """What the page `text` says. `target` is how links name the page
+    (concepts/vector-search); it gives the type and the title of a page
+    whose frontmatter and body do not.
+
+    Rules, and why:
+    - The title is the first `# ` heading of the body: the words that a
+      reader sees on top of the page. Then the frontmatter's `title` (the
+      source page's), then `name`, then the file name. An entity page of the
+      specification has no `title` key.
+    - The date: the first key of DATE_KEYS that holds a date. YAML reads
+      `2026-11-20` as a date and `"2026-11-20"` as text; both are the same
+      day. A time without a zone is UTC.
+    - The type: the `type` key, else the kind of the folder, else "page".
+    - Links, the title and the sections are read outside code blocks and
+      HTML comments: a reader does not see them there."""
+    data, error, body, body_start = split_frontmatter(text)
+    meta = data or {}
+    folder = target.split("/", 1)[0] if "/" in target else ""
+    visible = list(body_lines(body, body_start))
+    heading = next((line[2:].strip() for _, line in visible if line.startswith("# ")), "")
+    title = heading or _text(meta.get("title")) or _text(meta.get("name")) or target.rsplit("/", 1)[-1]
+    links = [parse_link(match.group(1), line_no) for line_no, line in visible for match in WIKILINK.finditer(line)]
+    return WikiPage(target=target, frontmatter=data, frontmatter_error=error, body=body, body_start=body_start,
+                    title=title, type=_text(meta.get("type")) or FOLDER_TYPES.get(folder) or "page",
+                    date=page_date(meta), sources=_text_list(meta.get("sources")), name=_text(meta.get("name")),
+                    aliases=_text_list(meta.get("aliases")), links=links)
+
+
+def read_page_file(root: Path, file: Path) -> WikiPage:
+    """read_page of a file below the wiki root `root`: the pages under
+    wiki/ are named by their path under it, the files at the top (index.md)
+    by their name."""
+    return read_page(file.read_text(encoding="utf-8", errors="replace"), page_target(file.relative_to(root).as_posix()))
+
+
+def page_target(relative: str) -> str:
+    """How links name the file at `relative` (a path under the wiki root):
+    wiki/concepts/x.md -> concepts/x, index.md -> index."""
+    return relative.strip().removeprefix(PAGES_FOLDER + "/").removesuffix(WIKI_PAGE_SUFFIX).strip()
+
+
+def page_date(meta: dict) -> datetime | None:
+    """The date of a page's frontmatter (read_page's rule), in UTC."""
+    for key in DATE_KEYS:
+        value = meta.get(key)
+        if isinstance(value, datetime):
+            return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        if isinstance(value, date):
+            return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
+        if isinstance(value, str) and value.strip():
+            try:
+                parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            return parsed.astimezone(timezone.utc) if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return None
+
+
+def _text(value) -> str:
+    return str(value).strip() if value not in (None, "") and not isinstance(value, (dict, list)) else ""
+
+
+def _text_list(value) -> list[str]:
+    return [_text(v) for v in value if _text(v)] if isinstance(value, list) else []
+
+
+def body_lines(body: list[str], body_start: int = 1, keep_comments: bool = False) -> Iterator[tuple[int, str]]:
+    """(line number, text) of the body lines outside code fences. Unless
+    keep_comments, each HTML comment is blanked: a reader does not see it,
+    so what a page says is never read from it (the marker line is one)."""
+    lines = body if keep_comments or not body else blank_comments("\n".join(body)).split("\n")
+    in_fence = False
+    for offset, line in enumerate(lines):
+        if FENCE.match(line.strip()):
+            in_fence = not in_fence
+            continue
+        if not in_fence:
+            yield body_start + offset, line
+
+
+class LinkResolver:
+    """The one rule from a link to a page, over a set of page targets
+    (concepts/x) and of files at the top (index, purpose). A link names a
+    page by its path under wiki/ (`wiki/` in front and `.md` at the end are
+    allowed), a file at the top by its name, or a page by its bare name
+    when exactly one page has it (Obsidian resolves it so)."""
+
+    def __init__(self, targets: Iterable[str], top: Iterable[str] = ()):
+        self.targets = set(targets)
+        self.top = set(top)
+        self._stems: dict[str, list[str]] = {}
+        for target in sorted(self.targets):
+            if "/" in target:
+                self._stems.setdefault(target.rsplit("/", 1)[1], []).append(target)
+
+    def __call__(self, link: str | WikiLink) -> str | None:
+        """The target or top file name that a link (the text between the
+        brackets, or a parsed link) names, or None."""
+        target = (link if isinstance(link, WikiLink) else parse_link(link)).target
+        if not target:
+            return None
+        if target in self.targets or target in self.top:
+            return target
+        if "/" not in target and len(self._stems.get(target, [])) == 1:
+            return self._stems[target][0]
+        return None

@@ -372,24 +372,22 @@ def read_wiki_page(
 ) -> dict[str, Any]:
     """Read one wiki page: its Markdown text (with frontmatter), at most about 2,000 words from `offset`; when
     has_more is true, call again with offset=next_offset. path: as search_wiki gives it
-    (wiki/concepts/vector-search.md), or a link target (concepts/vector-search). Only pages inside the wiki folder."""
+    (wiki/concepts/vector-search.md), or a link target (concepts/vector-search). Only pages inside the wiki folder.
+    Also gives the page's title, type, date (UTC, ISO 8601, or null) and the pages that it links (link targets)."""
     try:
         wiki_file = read_wiki_file(get_settings().wiki_dir, path)
         page = page_of([Passage(WIKI_SOURCE, wiki_file.path, 0, wiki_file.text)], offset)
     except (ValueError, WikiPageNotFound) as exc:  # WikiPathError and OffsetError are ValueErrors
         raise ToolError(str(exc)) from exc
-    frontmatter = wiki_file.frontmatter
-    title = frontmatter.get("title") or frontmatter.get("name") or _heading(wiki_file.body)
-    return {"path": wiki_file.path, "title": title, "type": frontmatter.get("type"), "offset": page.offset,
-            "next_offset": page.next_offset, "has_more": page.has_more, "page_words": page.words,
-            "total_words": page.total_words, "text": "".join(part["text"] for part in page.parts)}
-
-
-def _heading(body: list[str]) -> str | None:
-    for line in body:
-        if line.startswith("# "):
-            return line[2:].strip()
-    return None
+    # Title, type, date and links by the one reader of a page (kb.wiki_files.read_page),
+    # as the web page, the index and the checks read them.
+    read = wiki_file.page
+    return {"path": wiki_file.path, "title": read.title, "type": read.type,
+            "date": read.date.isoformat() if read.date else None,
+            "links": list(dict.fromkeys(link.target for link in read.links if link.target)),
+            "offset": page.offset, "next_offset": page.next_offset, "has_more": page.has_more,
+            "page_words": page.words, "total_words": page.total_words,
+            "text": "".join(part["text"] for part in page.parts)}
 
 
 # --- the server ------------------------------------------------------------------

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kb.wiki.agent import REPORT_TOOL_FULL_NAME
 from tests.loopback import LoopbackServer, QuietHandler
 from tests.wiki_pages import source_page
 
@@ -48,7 +49,7 @@ def write(path: str, content: str) -> dict:
 
 
 def report(**fields: Any) -> dict:
-    return tool_use("mcp__kb__report_result", **fields)
+    return tool_use(REPORT_TOOL_FULL_NAME, **fields)
 
 
 @dataclass
@@ -112,7 +113,7 @@ class FakeAnthropic(LoopbackServer):
     # --- the script --------------------------------------------------------
 
     def _answer(self, body: dict) -> list[dict] | None:
-        if not any(t.get("name") == "mcp__kb__report_result" for t in body.get("tools", [])):
+        if not any(t.get("name") == REPORT_TOOL_FULL_NAME for t in body.get("tools", [])):
             # Not the agent's own conversation (a helper request of the CLI).
             self.unknown.append("POST /v1/messages without the agent tools")
             return [text("ok")]
@@ -176,7 +177,7 @@ class HeldAnthropic(FakeAnthropic):
         self.release = threading.Event()
 
     def _answer(self, body: dict):
-        if any(t.get("name") == "mcp__kb__report_result" for t in body.get("tools", [])):
+        if any(t.get("name") == REPORT_TOOL_FULL_NAME for t in body.get("tools", [])):
             if sum(1 for m in body.get("messages", []) if m.get("role") == "assistant") == self.hold_turn:
                 self.arrived.set()
                 self.release.wait(self.wait_s)

@@ -36,7 +36,7 @@ def gate_env(monkeypatch):
 
 def test_good_json_is_scored_and_the_request_has_the_gate_rules(gate_env):
     answer = json.dumps({"score": 81, "topics": ["Raft Consensus", "distributed_systems", "raft consensus"],
-                         "reason": "A clear explanation of Raft."})
+                         "rationale": "A clear explanation of Raft."})
     long_source = "Raft elects a leader. " * 2000  # ~44,000 characters
     with FakeOpenAIChat(chat(answer)) as server:
         verdict = gate_env(server.base_url).judge(long_source, PURPOSE, source_type="pdf", file_name="raft.pdf",
@@ -55,7 +55,7 @@ def test_good_json_is_scored_and_the_request_has_the_gate_rules(gate_env):
     assert system["role"] == "system" and system["content"].startswith(PURPOSE)
     # The spec's bar and rubric.
     for rule in ("is this content?", "0-30: spam", "30-60: thin", "60-80: useful", "80-100: excellent",
-                 "When you are unsure, give 65."):
+                 "When you are unsure, give 65.", '"rationale": "<1-2 sentences>"'):
         assert rule in system["content"]
     # What the source is, then only the start of its text: ~2,000 tokens, cut at a word.
     header, text = user["content"].split("\n\nText:\n")
@@ -157,6 +157,8 @@ def test_unreachable_endpoint_counts_as_failures(gate_env):
 @pytest.mark.parametrize("content, expected", [
     ('```json\n{"score": 55, "topics": ["a b"], "reason": "r"}\n```', (55, ["a-b"], "r")),
     ('{"score": 72.6, "topics": "single topic"}', (73, ["single-topic"], "")),
+    # The specification's key wins over kb's earlier one.
+    ('{"score": 64, "rationale": "Real content. Short.", "reason": "old"}', (64, [], "Real content. Short.")),
 ])
 def test_answer_parsing(content, expected):
     assert parse_answer(content) == expected

@@ -133,11 +133,12 @@ def build_corpus(home: Path) -> dict:
 def write_wiki(home: Path) -> Path:
     root = home / "wiki"
     pages = {
-        "wiki/concepts/vector-search.md": "---\ntype: concept\nupdated: 2026-11-20\n---\n# vector search\n\n"
+        "wiki/concepts/vector-search.md": "---\ntype: concept\ncreated: 2026-11-01\nlast_updated: 2026-11-20\n"
+                                          "---\n# vector search\n\n"
                                           "Vector search finds near neighbours with hnsw graphs. [[sources/a#para1]]\n",
         "wiki/entities/Ada Lovelace.md": "---\ntype: entity\nname: \"Ada Lovelace\"\nkind: person\n---\n"
                                          "# Ada Lovelace\n\nShe wrote the first program for the Analytical Engine.\n",
-        "wiki/sources/long-page.md": "---\ntype: source\ntitle: \"A long page\"\ningested: 2026-11-21\n---\n"
+        "wiki/sources/long-page.md": "---\ntype: source\ntitle: \"A long page\"\ningested_at: 2026-11-21T08:30:00+01:00\n---\n"
                                      + "\n\n".join(" ".join(f"page{p}word{i}" for i in range(50)) for p in range(60)),
     }
     for rel, text in pages.items():
@@ -505,6 +506,8 @@ def test_search_wiki_and_read_wiki_page(client):
     assert "wiki/concepts/escape.md" not in paths  # the link out of the wiki is not indexed
     page = client.ok("read_wiki_page", path=response["pages"][0]["path"])
     assert page["type"] == "concept" and "hnsw graphs" in page["text"] and not page["has_more"]
+    # The page's date is its `last_updated`, as the index dates its passages.
+    assert page["date"] == response["pages"][0]["date"] and page["links"] == ["sources/a"]
     # A link target names the same page.
     assert client.ok("read_wiki_page", path="concepts/vector-search#para1")["text"] == page["text"]
     ada = client.ok("read_wiki_page", path="entities/Ada Lovelace")

@@ -317,7 +317,7 @@ def test_an_approved_source_is_searchable_at_once_and_a_rejected_one_only_after_
     # source kind of each hit says which is which.
     page = get_settings().wiki_dir / "wiki" / "sources" / "write-ahead-logging.md"
     page.parent.mkdir(parents=True, exist_ok=True)
-    page.write_text("---\ntype: source\ningested: 2026-01-05\n---\n# Write-ahead logging\n\n"
+    page.write_text("---\ntype: source\ningested_at: 2026-01-05\n---\n# Write-ahead logging\n\n"
                     "The database replays the log after a crash [^1].\n\n[^1]: " + path + "\n")
     dg.materialize([wiki_index], instance=dagster, resources={
         "wiki": WikiResource.from_settings(), "embedder": EmbedderResource.from_settings(backend="hash"),

@@ -103,7 +103,7 @@ WIKI_PAGES = {
 type: concept
 name: borrow checker
 sources: [rust-book]
-updated: 2024-03-02
+last_updated: 2024-03-02
 ---
 # Borrow checker
 
@@ -124,7 +124,7 @@ type: entity
 name: Graydon Hoare
 kind: person
 sources: [rust-book]
-updated: 2024-03-02
+last_updated: 2024-03-02
 ---
 # Graydon Hoare
 
@@ -139,7 +139,7 @@ title: The Rust Programming Language
 source_id: rb1
 source_type: web
 raw: raw/parsed/web/rust-book.md
-ingested: 2024-03-02
+ingested_at: 2024-03-02
 ---
 # The Rust Programming Language
 

@@ -193,6 +193,34 @@ def test_uncited_claims_on_entity_and_concept_pages(problem_wiki):
     ]
 
 
+def test_uncited_claims_on_source_pages_and_weekly_syntheses(problem_wiki):
+    """A source page's claims are the lines of `## Key claims`; they cite the
+    page's own paragraphs (kb's form of the specification's [[parsed#paraN]]).
+    A weekly synthesis cites a source in each theme section. The TL;DR, the
+    connections, the reading list and the thin-week note are no claims."""
+    from tests.wiki_pages import source_page, weekly_page
+
+    (problem_wiki / f"wiki/sources/{S}.md").write_text(
+        SOURCE.replace("## Connections", "- The engine was finished in 1871.\n\n## Connections"))
+    other = "1b2c3d4e-a-second-source"
+    (problem_wiki / f"wiki/sources/{other}.md").write_text(source_page(
+        other, "A second source", [f"- A claim that cites its own paragraph. [[sources/{other}#para1]]"],
+        tldr="A summary with no citation.", connections=["- Mentions [[entities/Ada-Lovelace]]."],
+        more={"Notable details": ["A detail with no citation."]}))
+    weekly = weekly_page("2026-W48", [S, other], "Engines", [
+        f"Both sources speak of the engine. [[sources/{S}#para3]]", "The engine changed the world."],
+        reading=[f"- [[sources/{S}]]: the notes.", f"- [[sources/{other}]]: the second one."])
+    weekly = weekly.replace("# Weekly Synthesis · 2026-W48 · Engines\n",
+                            "# Weekly Synthesis · 2026-W48 · Engines\n\nThin week: only 2 new sources.\n")
+    (problem_wiki / "wiki/syntheses/weekly/2026-W48.md").parent.mkdir(parents=True)
+    (problem_wiki / "wiki/syntheses/weekly/2026-W48.md").write_text(weekly)
+    uncited = {(u["page"], u["text"]) for u in check_wiki(problem_wiki)["uncited"]}
+    assert {(page, text) for page, text in uncited if "/sources/" in page or "/syntheses/" in page} == {
+        (f"wiki/sources/{S}.md", "- The engine was finished in 1871."),
+        ("wiki/syntheses/weekly/2026-W48.md", "The engine changed the world."),
+    }
+
+
 def test_fixing_a_page_removes_its_findings(problem_wiki):
     (problem_wiki / "wiki/concepts/lonely.md").unlink()
     (problem_wiki / "wiki/entities/Broken.md").unlink()

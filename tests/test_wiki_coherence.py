@@ -21,7 +21,7 @@ def page(kind: str, name: str, body: str, aliases: tuple[str, ...] = (), extra: 
     folder_type = {"entities": "entity", "concepts": "concept"}[kind]
     kind_line = "kind: other\n" if kind == "entities" else ""
     return (f"---\ntype: {folder_type}\nname: \"{name}\"\n{kind_line}aliases: {json.dumps(list(aliases))}\n"
-            f"sources: [notes]\nupdated: 2026-11-20\n{extra}---\n# {name}\n\n{body}\n")
+            f"sources: [notes]\nlast_updated: 2026-11-20\n{extra}---\n# {name}\n\n{body}\n")
 
 
 SOURCE_PAGE = """\
@@ -31,7 +31,7 @@ title: "Notes"
 source_id: "s1"
 source_type: web
 raw: raw/parsed/web/notes.md
-ingested: 2026-11-20
+ingested_at: 2026-11-20
 ---
 # Notes
 

@@ -155,3 +155,30 @@ def test_a_remote_with_no_token_is_pushed_as_it_is(tmp_path, monkeypatch, kb_hom
     assert wiki.push() is None
     pushed = subprocess.run(["git", "--git-dir", str(bare), "rev-parse", "main"], capture_output=True, text=True)
     assert pushed.stdout.strip() == wiki.head()
+
+
+def test_the_specifications_name_kb_git_remote_sets_the_remote(tmp_path, monkeypatch, kb_home):
+    """KB_GIT_REMOTE (specification 13.4) is kb's KB_WIKI_REMOTE. The token in
+    it reaches git and the secret checks, and no error or config shows it."""
+    from kb.setting_names import SettingNameConflict
+
+    bare = tmp_path / "spec.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    monkeypatch.setenv("KB_GIT_REMOTE", str(bare))
+    wiki = Wiki.from_settings()
+    wiki.ensure()
+    assert wiki.push() is None
+    pushed = subprocess.run(["git", "--git-dir", str(bare), "rev-parse", "main"], capture_output=True, text=True)
+    assert pushed.stdout.strip() == wiki.head()
+    # A token in it is a configured secret; the resource holds no copy of it.
+    monkeypatch.setenv("KB_GIT_REMOTE", f"https://{USER}:{TOKEN}@git.example.org/wiki.git")
+    assert TOKEN in secret_values(get_settings())
+    resource = WikiResource.from_settings()
+    assert TOKEN not in json.dumps(resource.get_resource_definition().config_schema.as_field().default_value)
+    assert resource.get_client().remote.get_secret_value().endswith("/wiki.git")
+    # Two names with two values: an error that names both and shows neither.
+    monkeypatch.setenv("KB_WIKI_REMOTE", f"https://{USER}:other-{TOKEN}@git.example.org/wiki.git")
+    with pytest.raises(SettingNameConflict) as error:
+        get_settings()
+    assert "KB_GIT_REMOTE (in the environment) and KB_WIKI_REMOTE (in the environment)" in str(error.value)
+    assert TOKEN not in str(error.value)

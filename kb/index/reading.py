@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from kb.urls import normalize_url
-from kb.wiki_files import WIKI_PAGE_SUFFIX, WIKI_SOURCE, is_wiki_page, split_frontmatter
+from kb.wiki_files import WIKI_PAGE_SUFFIX, WIKI_SOURCE, WikiPage, is_wiki_page, page_target, read_page
 from kb.index.client import ChunkIndex
 
 # --- bounded pages -----------------------------------------------------------------
@@ -356,8 +356,15 @@ class WikiFile:
     path: str  # relative to the wiki folder: wiki/concepts/vector-search.md
     file: Path
     text: str
-    frontmatter: dict
-    body: list[str]  # the lines after the frontmatter
+    page: WikiPage  # what the page says: title, type, date, links (kb.wiki_files.read_page)
+
+    @property
+    def frontmatter(self) -> dict:
+        return self.page.meta
+
+    @property
+    def body(self) -> list[str]:  # the lines after the frontmatter
+        return self.page.body
 
 
 def wiki_page_path(path: str) -> PurePosixPath:
@@ -409,6 +416,6 @@ def read_wiki_file(root: Path, path: str) -> WikiFile:
         raise WikiPageNotFound(f"path={path!r}: the wiki does not exist yet (no folder {root})")
     file = wiki_page_file(root, path)
     text = file.read_text(encoding="utf-8", errors="replace")
-    frontmatter = split_frontmatter(text)
-    return WikiFile(path=file.relative_to(root.resolve()).as_posix(), file=file, text=text,
-                    frontmatter=frontmatter.data or {}, body=frontmatter.body)
+    relative = file.relative_to(root.resolve()).as_posix()
+    # The one reader of a page: the web page, the index and the checks read it so too.
+    return WikiFile(path=relative, file=file, text=text, page=read_page(text, page_target(relative)))

@@ -60,7 +60,9 @@ from kb.settings import Settings, get_settings
 from kb.wiki.schema import name_problem
 from kb.wiki_files import APPEND_ONLY_FILES, agent_path_problem
 
-AGENT_SERVER = "kb"
+# The in-process MCP server of the agent's tools, by the specification's name (5.4):
+# the agent calls mcp__kb_ingest__report_result.
+AGENT_SERVER = "kb_ingest"
 REPORT_TOOL = "report_result"
 REPORT_TOOL_FULL_NAME = f"mcp__{AGENT_SERVER}__{REPORT_TOOL}"
 CHANGE_TOOL = "show_change"

@@ -13,14 +13,14 @@ page cites a source page.
 
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from kb.wiki.coherence import (Claim, Embed, PageFacts, SourcePassages, contradiction_candidates, duplicate_pages,
                                 local_embed, plain_text, unsupported_claims)
 from kb.wiki.schema import (AUTO_SECTION_MARKER, ENTITY_KINDS, SYNTHESIS_KINDS, PageSchema, name_problem,
                             schema_for)
-from kb.wiki_files import FENCE, WIKILINK, blank_comments, split_frontmatter, wiki_page_files
+from kb.wiki_files import WIKILINK, LinkResolver, WikiPage, body_lines, parse_link, read_page_file, wiki_page_files
 
 
 FINDING_KINDS = ("dangling_links", "orphans", "stubs", "index_mismatch", "frontmatter", "schema", "uncited",
@@ -34,14 +34,34 @@ TABLE_RULE = re.compile(r"^\|?[\s:|-]+\|?$")
 LINK_SECTIONS = {"related", "see also", "mentions", "aliases", "links", "mentioned in syntheses", "reading list"}
 @dataclass
 class Page:
+    """A page and where it is. What it says comes from the one reader of
+    kb (kb.wiki_files.read_page), as the web page, the MCP server and the
+    index read it."""
+
     rel: str  # path relative to the wiki root: wiki/entities/Ada Lovelace.md
-    target: str  # how links name it: entities/Ada Lovelace
     folder: str  # entities, concepts, sources, syntheses, or "" (wiki/ itself)
     subfolder: str  # for syntheses: weekly, lint, topics
-    frontmatter: dict | None
-    frontmatter_error: str | None
-    body: list[str] = field(default_factory=list)
-    body_start: int = 1  # line number of the first body line
+    read: WikiPage
+
+    @property
+    def target(self) -> str:  # how links name it: entities/Ada Lovelace
+        return self.read.target
+
+    @property
+    def frontmatter(self) -> dict | None:
+        return self.read.frontmatter
+
+    @property
+    def frontmatter_error(self) -> str | None:
+        return self.read.frontmatter_error
+
+    @property
+    def body(self) -> list[str]:
+        return self.read.body
+
+    @property
+    def body_start(self) -> int:  # line number of the first body line
+        return self.read.body_start
 
 
 def check_wiki(path: str | Path, embed: Embed | None = None) -> dict[str, list[dict]]:
@@ -52,38 +72,33 @@ def check_wiki(path: str | Path, embed: Embed | None = None) -> dict[str, list[d
     if not (root / "wiki").is_dir():
         raise FileNotFoundError(f"{root} is not a wiki folder: it has no wiki/ subfolder")
     pages = _load_pages(root)
-    by_target = {p.target: p for p in pages}
-    stems: dict[str, list[str]] = {}
-    for page in pages:
-        stems.setdefault(page.target.rsplit("/", 1)[-1], []).append(page.target)
+    # The files at the top (index.md, purpose.md) by their name, as the web page resolves them.
+    top = [f.stem for f in root.glob("*.md") if f.is_file()]
+    page_link = LinkResolver((p.target for p in pages), top)
 
     def resolve(link: str) -> str | None:
-        """The page target that a link names, `root:<file>` for files outside
-        wiki/ (index.md, purpose.md), or None when nothing matches."""
-        target = link.split("|", 1)[0].split("#", 1)[0].strip()
-        if target.endswith(".md"):
-            target = target[:-3]
-        if not target:
+        """The page target that a link names (kb.wiki_files.LinkResolver),
+        `root:<file>` for files outside wiki/ (index.md, purpose.md, a
+        parsed file), or None when nothing matches."""
+        found = page_link(link)
+        if found is not None:
+            return f"root:{found}.md" if found in page_link.top and found not in page_link.targets else found
+        # Files that are no pages exist too: a link to one is not dangling.
+        target = parse_link(link).target
+        if not target or ".." in target.split("/"):
             return None
-        if target in by_target:
-            return target
-        if target.startswith("wiki/") and target[5:] in by_target:
-            return target[5:]
         for candidate in (root / "wiki" / target, root / target):
             if candidate.with_name(candidate.name + ".md").is_file() or (candidate.suffix and candidate.is_file()):
                 return f"root:{candidate.relative_to(root)}"
-        # Obsidian resolves a bare name when one page has it; so does the check.
-        if "/" not in target and len(stems.get(target, [])) == 1:
-            return stems[target][0]
         return None
 
     findings: dict[str, list[dict]] = {kind: [] for kind in FINDING_KINDS}
     inbound: dict[str, set[str]] = {p.target: set() for p in pages}
     for page in pages:
-        for line_no, link in _links(page):
-            resolved = resolve(link)
+        for link in page.read.links:
+            resolved = resolve(link.inner)
             if resolved is None:
-                findings["dangling_links"].append({"page": page.rel, "line": line_no, "link": link})
+                findings["dangling_links"].append({"page": page.rel, "line": link.line, "link": link.inner})
             elif resolved in inbound and resolved != page.target:
                 inbound[resolved].add(page.target)
         findings["frontmatter"] += _frontmatter_problems(page)
@@ -149,10 +164,9 @@ def _contradicted_sources(pages: list[Page]) -> dict[tuple[str, str], str]:
     """(source slug, anchor) -> the later source that contradicts it, from
     the open items of the pages' "Contradictions" sections: an item that
     cites sources of two ingest times sets each earlier citation against
-    the latest source. The ingest time is the source page's `ingested_at`
-    (kb's earlier pages: `ingested`); a source without one is not ordered."""
-    ingested = {page.target[len("sources/"):]: str((page.frontmatter or {}).get("ingested_at")
-                                                   or (page.frontmatter or {}).get("ingested") or "")
+    the latest source. The ingest time is the source page's date (its
+    `ingested_at`, kb.wiki_files.read_page); a source without one is not ordered."""
+    ingested = {page.target[len("sources/"):]: page.read.date.isoformat() if page.read.date else ""
                 for page in pages if page.folder == "sources"}
     contradicted: dict[tuple[str, str], str] = {}
     for page in pages:
@@ -181,9 +195,7 @@ def _page_facts(page: Page, resolve) -> PageFacts:
     kind = {"entities": "entity", "concepts": "concept"}.get(page.folder, "topic")
     if _redirect(page):
         return PageFacts(page.rel, page.target, "redirect", [], "")
-    meta = page.frontmatter or {}
-    aliases = meta.get("aliases") if isinstance(meta.get("aliases"), list) else []
-    names = [str(n) for n in [meta.get("name"), page.target.rsplit("/", 1)[-1], *aliases] if n]
+    names = [n for n in [page.read.name, page.target.rsplit("/", 1)[-1], *page.read.aliases] if n]
     facts = PageFacts(page.rel, page.target, kind, names, "")
     own = {page.target} if kind != "topic" else set()
     free = _no_citation_sections(page)
@@ -210,9 +222,8 @@ def _page_facts(page: Page, resolve) -> PageFacts:
 
 def _split_link(inner: str) -> tuple[str, str]:
     """`sources/a#para3|text` -> (`sources/a`, `para3`)."""
-    target, _, anchor = inner.split("|", 1)[0].partition("#")
-    target = target.strip()
-    return (target[:-3] if target.endswith(".md") else target), anchor.strip()
+    link = parse_link(inner)
+    return link.target, link.anchor
 
 
 def findings_count(findings: dict[str, list[dict]]) -> int:
@@ -245,54 +256,24 @@ def _short(detail: dict) -> str:
 def _load_pages(root: Path) -> list[Page]:
     pages = []
     for file in wiki_page_files(root):
-        rel_in_wiki = file.relative_to(root / "wiki")
-        parts = rel_in_wiki.parts
+        parts = file.relative_to(root / "wiki").parts
         folder = parts[0] if len(parts) > 1 else ""
         subfolder = parts[1] if folder == "syntheses" and len(parts) > 2 else ""
-        text = file.read_text(encoding="utf-8", errors="replace")
-        frontmatter, error, body, body_start = split_frontmatter(text)
-        pages.append(Page(
-            rel=str(file.relative_to(root)),
-            target=str(rel_in_wiki.with_suffix("")),
-            folder=folder,
-            subfolder=subfolder,
-            frontmatter=frontmatter,
-            frontmatter_error=error,
-            body=body,
-            body_start=body_start,
-        ))
+        pages.append(Page(rel=str(file.relative_to(root)), folder=folder, subfolder=subfolder,
+                          read=read_page_file(root, file)))
     return pages
 
 
 def _body_lines(page: Page, keep_comments: bool = False):
     """(line number, text, section) for body lines outside code fences and,
-    unless keep_comments, with HTML comments blanked (a comment is not text
-    that a reader sees; the marker line is one)."""
-    lines = page.body if keep_comments else _without_comments(page.body)
-    in_fence = False
+    unless keep_comments, with HTML comments blanked (kb.wiki_files.body_lines,
+    the reader's rule)."""
     section = ""
-    for offset, line in enumerate(lines):
-        if FENCE.match(line.strip()):
-            in_fence = not in_fence
-            continue
-        if in_fence:
-            continue
+    for line_no, line in body_lines(page.body, page.body_start, keep_comments):
         stripped = line.strip()
         if stripped.startswith("## "):
             section = stripped[3:].strip().lower()
-        yield page.body_start + offset, line, section
-
-
-def _without_comments(lines: list[str]) -> list[str]:
-    """The lines with each HTML comment replaced by spaces, line for line,
-    so that the line numbers stay."""
-    return blank_comments("\n".join(lines)).split("\n") if lines else []
-
-
-def _links(page: Page):
-    for line_no, line, _ in _body_lines(page):
-        for match in WIKILINK.finditer(line):
-            yield line_no, match.group(1)
+        yield line_no, line, section
 
 
 # --- the rules -------------------------------------------------------------------
@@ -380,15 +361,38 @@ def _no_citation_sections(page: Page) -> set[str]:
     return LINK_SECTIONS | {name.lower() for name in (schema.uncited_sections if schema else ())}
 
 
+def _claim_section(page: Page, section: str) -> bool:
+    """True when the lines of `section` ("" before the first `## `) are
+    claims that cite a source (specification 6.2 and 7.2: "Every claim MUST
+    cite a source page"; 7.4: "Every claim cites a source").
+    - Entity, concept and topic pages: every section but those that list
+      links or questions (_no_citation_sections).
+    - Source pages: `## Key claims` only. The specification shows each of
+      its lines with a citation of the parsed paragraph; kb cites it as
+      `[[sources/<the page's own slug>#paraN]]` (docs/wiki.md). The TL;DR,
+      the details and the connections summarize or link; they are no claims.
+    - Weekly syntheses: the theme sections ("Per-theme synthesis with
+      citations"), not the lines before the first section (the thin-week
+      note) and not the free sections of the schema.
+    - Lint reports and pages outside the known folders: none."""
+    if page.folder in ("entities", "concepts") or page.subfolder == "topics":
+        return section not in _no_citation_sections(page)
+    if page.folder == "sources":
+        return section == KEY_CLAIMS_SECTION
+    if page.subfolder == "weekly":
+        return section != "" and section not in _no_citation_sections(page)
+    return False
+
+
+KEY_CLAIMS_SECTION = "key claims"
+
+
 def _uncited_lines(page: Page) -> list[dict]:
-    """Fact lines with no citation of a source page, on pages that state facts."""
-    if page.folder not in ("entities", "concepts") and page.subfolder != "topics":
-        return []
-    free = _no_citation_sections(page)
+    """Claim lines with no citation of a source page (_claim_section)."""
     found = []
     for line_no, line, section in _body_lines(page):
         stripped = line.strip()
-        if (not stripped or stripped.startswith("#") or section in free
+        if (not stripped or stripped.startswith("#") or not _claim_section(page, section)
                 or TABLE_RULE.match(stripped) or stripped.startswith(">")):
             continue
         if not _has_prose(stripped):

@@ -18,7 +18,7 @@ from pathlib import Path
 from kb.store.atomic_files import write_atomic
 from kb.wiki.checks import findings_count
 from kb.wiki.schema import with_frontmatter_key
-from kb.wiki_files import WIKILINK, split_frontmatter, wiki_page_files
+from kb.wiki_files import WIKILINK, parse_link, read_page, split_frontmatter, wiki_page_files
 
 # The spec: a weekly synthesis of about 1,500 words. The prompt says 1,500;
 # kb refuses a page of more than WEEKLY_WORD_LIMIT ("about": a tenth more).
@@ -105,11 +105,13 @@ def finish_weekly(root: Path, label: str, slugs: list[str]) -> list[str]:
     if words > WEEKLY_WORD_LIMIT:
         return [f"the synthesis wiki/{target}.md has {words} words: the limit is about {WEEKLY_MAX_WORDS} "
                 f"(at most {WEEKLY_WORD_LIMIT})"]
-    listed = {link.split("|", 1)[0].split("#", 1)[0].strip() for link in WIKILINK.findall(section_text(text, READING_LIST))}
+    # Links by the one rule of kb (kb.wiki_files.parse_link): `[[sources/a.md]]` lists sources/a too.
+    listed = {parse_link(link).target for link in WIKILINK.findall(section_text(text, READING_LIST))}
     for slug in slugs:
         if f"sources/{slug}" not in listed and f"sources/{slug}" in pages:
             add_section_line(page, READING_LIST, f"- [[sources/{slug}]]")
-    named = {link.split("|", 1)[0].split("#", 1)[0].strip() for link in WIKILINK.findall(page.read_text(encoding="utf-8"))}
+    # The pages that the synthesis links where a reader sees it (not in a comment or a code block).
+    named = {link.target for link in read_page(page.read_text(encoding="utf-8"), target).links}
     for name in sorted(named):
         if name.startswith(BACKLINK_FOLDERS) and name in pages:
             add_section_line(pages[name], MENTIONED_IN, f"- [[{target}]]")

@@ -54,8 +54,9 @@ The owner reads it in Obsidian or in any Markdown viewer.
   N is the number of the paragraph in the parsed file: paragraphs are blocks
   of text between empty lines, after the frontmatter and the `# Title` line, counted from 1.
 - Every fact on an entity, concept or topic page ends with at least one citation to a source page.
-  A line with no citation is a finding of the lint. Lines in the sections
-  {uncited} need no citation.
+  So does each line of `## Key claims` on a source page (it cites its own paragraph) and each line
+  of a theme section of a weekly synthesis. A line with no citation is a finding of the lint.
+  Lines in the sections {uncited} need no citation.
 - No fact without a source. Write only what the cited passage says. Quote the passage
   (or keep its words) rather than invent a wording, a number or a date.
   kb compares each claim with the passage that it cites; a claim that the passage

@@ -13,40 +13,24 @@ being embedded again), and a page that was deleted leaves the index.
 """
 
 
-from kb_assets.keys import WIKI_WRITERS
 import hashlib
-from datetime import date, datetime, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 import dagster as dg
 
 from kb.index.chunking import chunk_text
-from kb.wiki_files import WIKI_AUTHOR, WIKI_ID_PREFIX, WIKI_SOURCE, split_frontmatter, wiki_page_files
+from kb.wiki_files import WIKI_AUTHOR, WIKI_ID_PREFIX, WIKI_SOURCE, WikiPage, read_page_file, wiki_page_files
+from kb_assets.keys import WIKI_WRITERS
 from kb_resources.services import EmbedderResource
 from kb_resources.stores import ChunkIndexResource, WikiResource
 
-# The first of these frontmatter fields that holds a date is the page date
-# (entity and concept pages: updated; source pages: ingested; syntheses:
-# created). A page with none of them gets the time of its last change.
-DATE_FIELDS = ("updated", "ingested", "created", "date")
 
-# Every asset that changes the wiki pages.
-
-
-def page_date(frontmatter: dict, file: Path) -> datetime:
-    for name in DATE_FIELDS:
-        value = frontmatter.get(name)
-        if isinstance(value, datetime):
-            return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        if isinstance(value, date):
-            return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
-        if isinstance(value, str):
-            try:
-                parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-            except ValueError:
-                continue
-            return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
-    return datetime.fromtimestamp(file.stat().st_mtime, tz=timezone.utc)
+def passage_date(page: WikiPage, file: Path) -> datetime:
+    """The date of a page's passages: the page's date (kb.wiki_files.read_page:
+    `last_updated` of entity and concept pages, `ingested_at` of source
+    pages, `created` of syntheses), else the time of the file's last change."""
+    return page.date or datetime.fromtimestamp(file.stat().st_mtime, tz=timezone.utc)
 
 
 def wiki_page_id(rel_path: str) -> str:
@@ -60,11 +44,11 @@ def wiki_chunk_id(rel_path: str, position: int) -> str:
 def page_rows(root: Path, file: Path) -> list[dict]:
     """The passages of one page, as rows for ChunkIndex.replace_chunks."""
     rel = file.relative_to(root).as_posix()
-    # The same split as the wiki checks and the readers, so a page has one
-    # frontmatter everywhere.
-    page = split_frontmatter(file.read_text(encoding="utf-8", errors="replace"))
-    frontmatter, body = page.data or {}, "\n".join(page.body)
-    created_at = page_date(frontmatter, file)
+    # The one reader of a page, as the wiki checks, the web page and the MCP
+    # server read it: one frontmatter, one date everywhere.
+    page = read_page_file(root, file)
+    body = "\n".join(page.body)
+    created_at = passage_date(page, file)
     return [{
         "chunk_id": wiki_chunk_id(rel, position),
         "tweet_id": wiki_page_id(rel),

@@ -20,11 +20,12 @@ import re
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from kb.index.reading import WikiPageNotFound, page_of, resolve_document
-from kb.wiki.checks import WIKILINK
-from kb.wiki_files import is_wiki_page, split_frontmatter, wiki_page_files
+from kb.wiki_files import (WIKILINK, LinkResolver, is_wiki_page, page_target, parse_link, read_page, wiki_page_files,
+                           without_comments)
 from kb.index.client import ChunkIndex
 
 TOKEN = re.compile(r"\w+", re.UNICODE)
@@ -59,6 +60,7 @@ class WikiPage:
     file: Path
     title: str
     type: str
+    date: datetime | None  # UTC
     frontmatter: dict
     body: str
     counts: Counter = field(repr=False, default_factory=Counter)
@@ -69,7 +71,7 @@ class WikiPage:
 def page_path(ref: str) -> str:
     """The link path of a page from its path in the wiki folder:
     wiki/concepts/x.md -> concepts/x (the ref of the `wiki` passages)."""
-    return ref.strip().removeprefix("wiki/").removesuffix(".md")
+    return page_target(ref)
 
 
 class WikiReader:
@@ -112,14 +114,14 @@ class WikiReader:
         cached = self._cache.get(file)
         if cached and cached[0] == key:
             return cached[1]
-        frontmatter, _, body_lines, _ = split_frontmatter(file.read_text(encoding="utf-8", errors="replace"))
-        frontmatter = frontmatter or {}
-        body = "\n".join(body_lines)
-        title = _title(frontmatter, body_lines, path)
+        # The one reader of a page (kb.wiki_files.read_page): the MCP server,
+        # the index and the checks read the same title, type and date.
+        read = read_page(file.read_text(encoding="utf-8", errors="replace"), path)
+        # What a reader sees: the search words and snippets leave HTML comments out, as the page does.
+        body, title = without_comments("\n".join(read.body)), read.title
         words = [light_stem(w) for w in TOKEN.findall(plain_text(body))]
-        folder = path.split("/", 1)[0] if "/" in path else ""
-        page = WikiPage(path=path, file=file, title=title, type=str(frontmatter.get("type") or folder or "page"),
-                        frontmatter=frontmatter, body=body, counts=Counter(words),
+        page = WikiPage(path=path, file=file, title=title, type=read.type, date=read.date,
+                        frontmatter=read.meta, body=body, counts=Counter(words),
                         title_terms={light_stem(w) for w in TOKEN.findall(title)}, length=len(words))
         self._cache[file] = (key, page)
         return page
@@ -128,27 +130,13 @@ class WikiReader:
         """The path of the page that a wikilink names, or None."""
         return self.resolver()(link)
 
-    def resolver(self):
+    def resolver(self) -> LinkResolver:
         """A function from a wikilink to a page path (or None), over the pages
-        as they are now: one folder scan for all links of a page. The rules
-        of kb/wiki/checks.py: a path under wiki/ without .md (`wiki/`
-        in front is allowed), a file at the top, or a bare name that exactly
-        one page has (Obsidian resolves it so)."""
-        paths = {page.path for page in self.pages()}
-        stems: dict[str, list[str]] = {}
-        for path in paths:
-            if "/" in path:
-                stems.setdefault(path.rsplit("/", 1)[1], []).append(path)
-
-        def resolve(link: str) -> str | None:
-            target = page_path(link.split("|", 1)[0].split("#", 1)[0])
-            if target in paths:
-                return target
-            if target and "/" not in target and len(stems.get(target, [])) == 1:
-                return stems[target][0]
-            return None
-
-        return resolve
+        as they are now: one folder scan for all links of a page. The one
+        rule of kb (kb.wiki_files.LinkResolver), as the checks resolve links."""
+        pages = self.pages()
+        return LinkResolver((p.path for p in pages if p.file.parent != self.root),
+                            (p.path for p in pages if p.file.parent == self.root))
 
     def read(self, path: str) -> WikiPage:
         path = page_path(path or "")
@@ -198,21 +186,11 @@ class WikiReader:
                  "snippet": snippet(page.body, terms)} for _, score, page in scored[:limit]]
 
 
-def _title(frontmatter: dict, body_lines: list[str], path: str) -> str:
-    for line in body_lines:
-        if line.startswith("# "):
-            return line[2:].strip()
-    for key in ("title", "name"):
-        if frontmatter.get(key):
-            return str(frontmatter[key])
-    return path.rsplit("/", 1)[-1]
-
-
 def plain_text(markdown_text: str) -> str:
     """Markdown with each wikilink as the words that a reader sees."""
     def shown(match: re.Match) -> str:
-        target, _, label = match.group(1).partition("|")
-        return label or target.split("#", 1)[0].rsplit("/", 1)[-1]
+        link = parse_link(match.group(1))
+        return link.text or link.target.rsplit("/", 1)[-1]
     return WIKILINK.sub(shown, markdown_text)
 
 

@@ -20,7 +20,7 @@ from markdown.inlinepatterns import InlineProcessor
 from markdown.treeprocessors import Treeprocessor
 
 from kb.apps.web.reader import WikiPage, WikiReader
-from kb.wiki.checks import WIKILINK
+from kb.wiki_files import WIKILINK, parse_link, without_comments
 
 # Not "extra": its attr_list lets a page set any attribute ({: onclick=...})
 # and its md_in_html lets raw HTML back in.
@@ -64,20 +64,19 @@ class _WikiLinks(InlineProcessor):
 
     def handleMatch(self, m, data):  # noqa: N802 - the name comes from markdown
         inner = m.group(1)
-        target, _, label = inner.partition("|")
-        path_part, _, anchor = target.partition("#")
-        shown = (label or path_part.rsplit("/", 1)[-1] or inner).strip()
-        if anchor and not label:
-            shown = f"{shown} §{anchor.strip()}"
-        resolved = self.resolve(path_part) if path_part.strip() else None
+        link = parse_link(inner)  # the one rule of kb: kb.wiki_files
+        shown = link.text or link.target.rsplit("/", 1)[-1] or inner.strip()
+        if link.anchor and not link.text:
+            shown = f"{shown} §{link.anchor}"
+        resolved = self.resolve(link)
         if resolved is None:
             element = etree.Element("span")
             element.set("class", "wikilink missing")
-            element.set("title", f"no page {path_part.strip()}")
+            element.set("title", f"no page {link.target}")
         else:
             element = etree.Element("a")
             element.set("class", "wikilink")
-            element.set("href", wiki_href(resolved, anchor.strip()))
+            element.set("href", wiki_href(resolved, link.anchor))
         element.text = shown
         return element, m.start(0), m.end(0)
 
@@ -110,11 +109,14 @@ def render_markdown(text: str, reader: WikiReader) -> str:
     # Before the [text](url) patterns (priority 160), so [[a]] is one link.
     md.inlinePatterns.register(_WikiLinks(reader.resolver(), md), "wikilink", 175)
     md.treeprocessors.register(_Sanitizer(md), "sanitize", 0)
-    return md.convert(text)
+    # A reader does not see an HTML comment (the marker line is one), and
+    # the links in it are no links: kb.wiki_files.read_page reads so too.
+    return md.convert(without_comments(text))
 
 
 def render_page(page: WikiPage, reader: WikiReader) -> dict:
     """The page as JSON for the web page: the body as safe HTML, the
     frontmatter as plain values that the page shows as text."""
     return {"path": page.path, "title": page.title, "type": page.type,
+            "date": page.date.isoformat() if page.date else None,
             "frontmatter": page.frontmatter, "html": render_markdown(page.body, reader)}
