@@ -52,8 +52,9 @@ def changed(claim: str) -> dict[str, str]:
     return {PAGE: BASE.replace(CLAIM, claim)}
 
 
-LOST = (f"refused: {PAGE}: the cited claim {CLAIM[2:]!r} was removed or changed. Keep its words, move it, or "
-        "mark it (disputed) and record it in a Contradictions section; never delete or reword a cited claim")
+LOST = (f"refused: {PAGE}: the cited claim {CLAIM[2:]!r} was removed or changed. Keep its words and its citations: "
+        "move it, add a citation, or mark it (disputed) (and record it in a Contradictions section) or (unsupported); "
+        "never delete or reword a cited claim")
 
 
 @pytest.mark.parametrize("name,claim", [
@@ -94,7 +95,8 @@ def test_the_owners_lines_above_the_marker_stay(wiki):
     # A reworded owner's line: refused, with the page, the rule and the line.
     reworded = verify(wiki, {PAGE: BASE.replace(OWNER_LINE, "The agent rewrote this line.")})
     assert [p for p in reworded if p.startswith(rule)] == [
-        f"{rule}; a change may add a line there, never change, move or delete one (the line "
+        f"{rule}; a change may add a line there, and add a citation or the mark (disputed) or (unsupported) at the "
+        f"end of a line; never change, move or delete one (the line "
         f"{OWNER_LINE + ' [[sources/' + S + '#para1]]'!r} was changed or removed)"]
     # The marker removed, or moved above the owner's line: refused.
     assert any(p.startswith(rule) and "the marker line is gone" in p
