@@ -388,7 +388,7 @@ def obey_findings(root: Path, pages: Pages, findings: dict, skip: tuple[str, ...
     for item in todo.get("dangling_links", []):
         link = item["link"]
         right = _same_name(link_target(link), existing)
-        shown = link.split("|", 1)[1] if "|" in link else link_target(link).rsplit("/", 1)[-1]
+        shown = link.split("|", 1)[1] if "|" in link else link_target(link).rsplit("/", 1)[-1].replace("-", " ")
         new = f"[[{right}|{shown}]]" if right else shown
         pages.set(item["page"], with_line(pages.get(item["page"]), item["line"],
                                           lambda s: s.replace(f"[[{link}]]", new, 1)))

@@ -122,6 +122,8 @@ A claim in an HTML comment, in a code block or in the frontmatter does not count
      Do not move lines to put sections in order: say so in the report.
    - `dangling_links`: point the link to the page that exists, and keep the words that it shows
      (`[[entities/Right-Name|the words]]`); when no page is right, make the link plain text.
+     The plain text is the text after `|`, or else the page name with spaces for hyphens:
+     `[[entities/Luigi-Menabrea]]` becomes `Luigi Menabrea`.
 2. Merge two pages about one subject (the finding `duplicates`). Read both pages first:
    a finding is a candidate, not a proof. When they are one subject:
    - Keep the page with more cited claims. Move every line above the marker of the other page
