@@ -27,18 +27,17 @@ from kb.wiki.tasks import ingest_source, lint_wiki, topic_synthesis, weekly_synt
 from tests.obedient_agent import Hints, ObedientAnthropic
 from tests.wiki_pages import concept_page, entity_page, parsed_file, source_page
 
-pytestmark = pytest.mark.slow  # slow: the agent's CLI
-
 OBEYED: dict[str, list[str]] = {}
 
 
 def obeys(*ids: str):
-    """Mark a test as the obedient test of these instruction ids."""
+    """Mark a test as the obedient test of these instruction ids. Such a
+    test is slow (the agent's CLI); the test of the registry is not."""
     def mark(test):
         for instruction in ids:
             assert instruction in INSTRUCTIONS, instruction
             OBEYED.setdefault(instruction, []).append(test.__name__)
-        return test
+        return pytest.mark.slow(test)
     return mark
 
 
@@ -386,6 +385,7 @@ def test_a_topic_synthesis_lands(wiki, monkeypatch):
 # --- the refusal note reaches each retry ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_refused_lint_retry_hears_why(wiki, monkeypatch):
     """A lint whose agent rewords the owner's line: each try is refused and
     rolled back, and each retry's prompt names the rule (before, only an
