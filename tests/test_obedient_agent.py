@@ -269,7 +269,7 @@ def test_lint_merges_a_duplicate_page_and_kb_points_the_links(wiki, monkeypatch)
     assert f"- Charles Babbage designed the Difference Engine. {cite(S1, 3)}" in kept
     assert "- Who built the first one?" in kept and "analytical engines" in kept.split("---")[1]
     assert "redirect: concepts/analytical-engine" in (root / other).read_text()
-    assert "Wrote on [[concepts/analytical-engine]]." in (root / ADA).read_text()  # kb's part
+    assert "Wrote on [[concepts/analytical-engine|analytical engines]]." in (root / ADA).read_text()  # kb's part
     assert "[[concepts/analytical-engines]]" in (root / "index.md").read_text()
 
 

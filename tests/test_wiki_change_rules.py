@@ -244,12 +244,19 @@ def test_a_merge_lands_when_every_line_moves_and_a_fake_merge_is_refused(noted):
     # A merge in an ingest (no lint): refused, the page lost its marker.
     in_ingest = verify_from(noted, base, {MERGED: REDIRECT, PAGE: moved}, may_delete_pages=False)
     assert any("the marker line is gone" in p for p in in_ingest), in_ingest
+    # The agent points the owner's link itself, and the link loses the words that it showed: refused.
+    pointed = ada.replace("[[concepts/difference-engines]]", "[[concepts/difference-engine]]")
+    reworded = verify_from(noted, base, {MERGED: REDIRECT, PAGE: moved, OTHER: pointed})
+    assert any(p.startswith(f"refused: {OTHER}") for p in reworded), reworded
+    # ... and with its words kept, it lands.
+    kept_words = ada.replace("[[concepts/difference-engines]]", "[[concepts/difference-engine|difference engines]]")
+    assert verify_from(noted, base, {MERGED: REDIRECT, PAGE: moved, OTHER: kept_words}) == []
     # The merge of the playbook, then kb's part: it lands.
     before = noted.begin_change()
     (root / MERGED).write_text(REDIRECT)
     (root / PAGE).write_text(moved)
     finish_merges(root)
-    assert "[[concepts/difference-engine]]" in (root / OTHER).read_text()
+    assert "who knew [[concepts/difference-engine|difference engines]]." in (root / OTHER).read_text()
     assert "difference engines" in (root / PAGE).read_text().split("---")[1]  # the other name is an alias
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
     subprocess.run(["git", "commit", "-qm", "lint: 2026-12-01"], cwd=root, check=True)

@@ -90,25 +90,31 @@ def needed_links(line: str, renames: dict[str, str] | None, live: set[str] | Non
             if live is None or link_target(m.group(1)) in live}
 
 
-def keeps(old: str, new: str, renames: dict[str, str] | None = None, live: set[str] | None = None) -> bool:
-    """True when the line `new` keeps the line `old` (the module's doc)."""
+def keeps(old: str, new: str, renames: dict[str, str] | None = None, live: set[str] | None = None,
+          merged: dict[str, str] | None = None) -> bool:
+    """True when the line `new` keeps the line `old` (the module's doc).
+    `renames`: pages that got a new name (a migration): a link shows the new
+    name. `merged`: pages that a lint merged into another: a link to one is
+    a link to the other, and shows its own words (kb.wiki.finish)."""
+    targets = {**(renames or {}), **(merged or {})}
     return (claim_key(old, renames) == claim_key(new, renames)
-            and needed_links(old, renames, live) <= line_links(new, renames))
+            and needed_links(old, targets, live) <= line_links(new, targets))
 
 
 class KeptLines:
     """The visible lines of pages, by their words: which line keeps a line?"""
 
-    def __init__(self, texts, renames: dict[str, str] | None = None) -> None:
+    def __init__(self, texts, renames: dict[str, str] | None = None, merged: dict[str, str] | None = None) -> None:
         self.renames = renames
+        self.targets = {**(renames or {}), **(merged or {})}
         self.links: dict[str, list[set[str]]] = {}
         for text in texts:
             for line in visible_body(text):
                 if line.strip():
-                    self.links.setdefault(claim_key(line, renames), []).append(line_links(line, renames))
+                    self.links.setdefault(claim_key(line, renames), []).append(line_links(line, self.targets))
 
     def keep(self, old: str, live: set[str] | None = None) -> bool:
-        needed = needed_links(old, self.renames, live)
+        needed = needed_links(old, self.targets, live)
         return any(needed <= links for links in self.links.get(claim_key(old, self.renames), []))
 
 
@@ -141,15 +147,17 @@ def cited_claims(text: str) -> list[str]:
 
 
 def lost_cited_claims(before: dict[str, str], after: dict[str, str],
-                      renames: dict[str, str] | None = None, live: set[str] | None = None) -> list[dict]:
+                      renames: dict[str, str] | None = None, live: set[str] | None = None,
+                      merged: dict[str, str] | None = None) -> list[dict]:
     """Cited claims of the pages in `before` that no page in `after` keeps.
 
     `before`: path -> text of each page that the change touched, as it was.
     `after`: path -> text of every page after the change.
-    `renames`: old link target -> new one (a migration, a merge).
+    `renames`: old link target -> new one (a migration).
+    `merged`: a merged page -> the page that holds its lines now (a lint).
     `live`: the link targets of the pages before the change (None: every
     link counts as live)."""
-    kept = KeptLines(after.values(), renames)
+    kept = KeptLines(after.values(), renames, merged)
     lost = []
     for path, text in before.items():
         for claim in cited_claims(text):
@@ -174,7 +182,7 @@ OWNER_RULE = (f"the lines above {AUTO_SECTION_MARKER} are the owner's; a change 
 
 
 def owner_section_problem(path: str, before: str, after: str | None, *, may_merge: bool = False,
-                          kept: KeptLines | None = None, renames: dict[str, str] | None = None,
+                          kept: KeptLines | None = None, merged: dict[str, str] | None = None,
                           live: set[str] | None = None) -> str | None:
     """Why the change of the page at `path` breaks its owner's section, or
     None. `after` is None when the change deleted the page. With
@@ -185,8 +193,8 @@ def owner_section_problem(path: str, before: str, after: str | None, *, may_merg
     if old is None:
         return None
     rule = f"{path}: {OWNER_RULE}"
-    merged = after is None or bool((split_frontmatter(after).data or {}).get("redirect"))
-    if merged and may_merge:
+    gone = after is None or bool((split_frontmatter(after).data or {}).get("redirect"))
+    if gone and may_merge:
         moved = [line.strip() for line in old if line.strip() and not line.strip().startswith("#")
                  and line.strip() != AUTO_SECTION_MARKER]
         missing = [line for line in moved if kept is None or not kept.keep(line, live)]
@@ -201,7 +209,7 @@ def owner_section_problem(path: str, before: str, after: str | None, *, may_merg
     for line in old:
         if not line.strip():
             continue
-        while at < len(new) and not keeps(line, new[at], renames, live):
+        while at < len(new) and not keeps(line, new[at], live=live, merged=merged):
             at += 1
         if at == len(new):
             return f"{rule} (the line {line.strip()[:120]!r} was changed or removed)"

@@ -121,8 +121,8 @@ def finish_weekly(root: Path, label: str, slugs: list[str]) -> list[str]:
 def finish_merges(root: Path) -> None:
     """kb's part of a merge: the agent moved the lines of a page to the kept
     page and made it a redirect page (`redirect: <kept page>`). kb points
-    every link to the redirect page at the kept page (the redirect page and
-    index.md keep theirs), and gives the kept page the other name in
+    every link to the redirect page at the kept page, with the words that
+    the link showed (the redirect page and index.md keep their links), and gives the kept page the other name in
     `aliases` and each source that it cites in `sources`. Each step is done
     once: a second run changes nothing. The checks of the change read a
     link to a redirect page as a link to its kept page
@@ -139,7 +139,9 @@ def finish_merges(root: Path) -> None:
         if target not in moved:
             return match.group(0)
         rest = inner[len(inner.split("|", 1)[0].split("#", 1)[0]):]
-        return f"{'!' if match.group(0).startswith('!') else ''}[[{moved[target]}{rest}]]"
+        # The link keeps the words that it shows: `|text`, or the name of the merged page.
+        shown = "" if "|" in rest else "|" + target.rsplit("/", 1)[-1].replace("-", " ").replace("_", " ")
+        return f"{'!' if match.group(0).startswith('!') else ''}[[{moved[target]}{rest}{shown}]]"
 
     for path, text in texts.items():
         if path.removeprefix("wiki/").removesuffix(".md") in moved:

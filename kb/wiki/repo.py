@@ -397,16 +397,16 @@ class Wiki(BaseModel):
                  for f in wiki_page_files(root)}
         # A lint may merge a page into another (a redirect page): a link to
         # it is a link to the other page (kb.wiki.finish.finish_merges).
-        renames = redirects(after) if may_delete_pages else {}
+        merged = redirects(after) if may_delete_pages else {}
         live = self.page_targets(sha)
-        kept = KeptLines(after.values(), renames)
+        kept = KeptLines(after.values(), merged=merged)
         problems = [f"refused: {item['page']}: the cited claim {item['claim']!r} was removed or changed. Keep its "
                     f"words and its citations: move it, add a citation, or mark it {DISPUTED_MARK} (and record it "
                     f"in a Contradictions section) or {UNSUPPORTED_MARK}; never delete or reword a cited claim"
-                    for item in lost_cited_claims(before, after, renames, live)]
+                    for item in lost_cited_claims(before, after, live=live, merged=merged)]
         for path, text in before.items():
             problem = owner_section_problem(path, text, after.get(path), may_merge=may_delete_pages, kept=kept,
-                                            renames=renames, live=live)
+                                            merged=merged, live=live)
             if problem:
                 problems.append(f"refused: {problem}")
         return problems
