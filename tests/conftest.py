@@ -142,7 +142,7 @@ def hasher():
 # used (the date and load: benchmarks/figures_from_comments.md); a file not
 # named here counts as short.
 FILE_SECONDS = {
-    "test_crash_safety.py": 172, "test_up.py": 160, "test_sync.py": 96, "test_wiki_agent.py": 130,
+    "test_crash_safety.py": 172, "test_up.py": 160, "test_sync.py": 96, "test_wiki_agent.py": 130, "test_obedient_agent.py": 120,
     "test_extract.py": 87, "test_shared_instance.py": 71, "test_layout.py": 66, "test_bad_input.py": 66,
     "test_demo.py": 95, "test_run_monitoring.py": 16, "test_run_endings.py": 36, "test_security.py": 55, "test_capture.py": 52, "test_sources_assets.py": 49,
     "test_embedder.py": 29, "test_stage_commands.py": 47, "test_sqlite_instance.py": 46, "test_parsers.py": 44,

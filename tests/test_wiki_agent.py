@@ -600,10 +600,12 @@ def test_a_source_that_says_delete_the_contradicting_page_cannot_delete_a_cited_
     # Two rules refuse it: the cited claim is gone, and it stood in the owner's section.
     assert outcome.problems == [
         "refused: wiki/concepts/analytical-engine.md: the cited claim 'The Analytical Engine was never finished. "
-        f"[[sources/{SLUG}#para2]]' was removed or changed. Keep its words, move it, or mark it (disputed) and "
-        "record it in a Contradictions section; never delete or reword a cited claim",
+        f"[[sources/{SLUG}#para2]]' was removed or changed. Keep its words and its citations: move it, add a "
+        "citation, or mark it (disputed) (and record it in a Contradictions section) or (unsupported); never delete "
+        "or reword a cited claim",
         "refused: wiki/concepts/analytical-engine.md: the lines above <!-- llm:auto-section --> are the owner's; "
-        "a change may add a line there, never change, move or delete one (the line '- The Analytical Engine was "
+        "a change may add a line there, and add a citation or the mark (disputed) or (unsupported) at the end of a "
+        "line; never change, move or delete one (the line '- The Analytical Engine was "
         f"never finished. [[sources/{SLUG}#para2]]' was changed or removed)"]
     assert_unchanged(before, root)
 

@@ -52,8 +52,9 @@ def changed(claim: str) -> dict[str, str]:
     return {PAGE: BASE.replace(CLAIM, claim)}
 
 
-LOST = (f"refused: {PAGE}: the cited claim {CLAIM[2:]!r} was removed or changed. Keep its words, move it, or "
-        "mark it (disputed) and record it in a Contradictions section; never delete or reword a cited claim")
+LOST = (f"refused: {PAGE}: the cited claim {CLAIM[2:]!r} was removed or changed. Keep its words and its citations: "
+        "move it, add a citation, or mark it (disputed) (and record it in a Contradictions section) or (unsupported); "
+        "never delete or reword a cited claim")
 
 
 @pytest.mark.parametrize("name,claim", [
@@ -94,7 +95,8 @@ def test_the_owners_lines_above_the_marker_stay(wiki):
     # A reworded owner's line: refused, with the page, the rule and the line.
     reworded = verify(wiki, {PAGE: BASE.replace(OWNER_LINE, "The agent rewrote this line.")})
     assert [p for p in reworded if p.startswith(rule)] == [
-        f"{rule}; a change may add a line there, never change, move or delete one (the line "
+        f"{rule}; a change may add a line there, and add a citation or the mark (disputed) or (unsupported) at the "
+        f"end of a line; never change, move or delete one (the line "
         f"{OWNER_LINE + ' [[sources/' + S + '#para1]]'!r} was changed or removed)"]
     # The marker removed, or moved above the owner's line: refused.
     assert any(p.startswith(rule) and "the marker line is gone" in p
@@ -126,3 +128,139 @@ def test_a_page_of_the_earlier_format_has_no_owners_section(wiki):
     old = f"---\ntype: concept\nname: x\n---\n# x\n\n{CLAIM}\n"
     assert lost_cited_claims({"a.md": old}, {"a.md": old.replace("# x", "# y")}) == []
     assert claim_key(CLAIM + " (disputed)") == claim_key("* " + CLAIM[2:])
+
+
+# --- what the playbook asks for lands; a hostile change near it does not ----------------------
+
+OWNER_FULL = f"{OWNER_LINE} [[sources/{S}#para1]]"
+UNCITED_OWNER = "The owner keeps this note without a source."
+WITH_NOTE = BASE.replace("## Key claims\n", f"{UNCITED_OWNER}\n\n## Key claims\n")
+T = "b2c3d4e5-later-notes"
+
+
+@pytest.fixture
+def noted(wiki):
+    """The owner wrote an uncited line above the marker, in a `manual:` commit."""
+    root = wiki.root()
+    (root / PAGE).write_text(WITH_NOTE)
+    (root / f"wiki/sources/{S}.md").write_text("# s\n")
+    (root / f"wiki/sources/{T}.md").write_text("# t\n")
+    wiki.commit_all("manual: the owner's note")
+    return wiki
+
+
+def verify_from(wiki: Wiki, base: str, pages: dict[str, str], **kw) -> list[str]:
+    root = wiki.root()
+    before = wiki.begin_change()
+    for path, text in pages.items():
+        (root / path).write_text(text)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-qm", "lint: 2026-12-01"], cwd=root, check=True)
+    problems = wiki.verify_change(before, "lint:", **{"may_delete_pages": True, **kw}).problems
+    wiki.rollback(before.sha)
+    wiki.end_change()
+    assert (root / PAGE).read_text() == base
+    return problems
+
+
+@pytest.mark.parametrize("name,old,new", [
+    ("the mark (unsupported)", CLAIM, CLAIM + " (unsupported)"),
+    ("both marks", CLAIM, CLAIM + " (disputed) (unsupported)"),
+    ("an added citation", CLAIM, CLAIM + f" [[sources/{T}#para1]]"),
+    ("a citation of another passage of the same source", CLAIM, CLAIM.replace("#para2", "#para4")),
+    ("a citation added to the owner's uncited line", UNCITED_OWNER, UNCITED_OWNER + f" [[sources/{T}#para3]]"),
+    ("a mark and a citation on the owner's cited line", OWNER_FULL, OWNER_FULL + f" [[sources/{T}]] (disputed)"),
+])
+def test_the_changes_that_the_playbook_asks_for_land(noted, name, old, new):
+    assert verify_from(noted, WITH_NOTE, {PAGE: WITH_NOTE.replace(old, new)}) == [], name
+
+
+@pytest.mark.parametrize("name,old,new", [
+    ("(unsupported) and a changed word", CLAIM, CLAIM.replace("polynomials", "logarithms") + " (unsupported)"),
+    ("a mark in the middle", CLAIM, CLAIM.replace("tabulates", "(disputed) tabulates")),
+    ("a citation taken away", OWNER_FULL, OWNER_LINE),
+    ("a citation swapped for another source", CLAIM, CLAIM.replace(f"sources/{S}#para2", f"sources/{T}#para2")),
+    ("the owner's uncited line reworded", UNCITED_OWNER, "The agent keeps this note without a source."),
+    ("the owner's uncited line with a word added and a citation", UNCITED_OWNER,
+     UNCITED_OWNER.replace("keeps", "no longer keeps") + f" [[sources/{T}]]"),
+    ("a live link pointed elsewhere, its words kept", "- [[entities/Ada-Lovelace]]", "- [[entities/Ada-Lovelace]]"),
+])
+def test_a_hostile_change_next_to_an_allowance_is_refused(noted, name, old, new):
+    page = WITH_NOTE.replace(old, new)
+    if name.startswith("a live link"):
+        # Above the marker, the owner's cited line links the page of Ada; the agent keeps
+        # the words that the link shows and points it at another page.
+        line = f"{OWNER_FULL}"
+        base = WITH_NOTE.replace(line, f"{OWNER_LINE} See [[entities/Ada-Lovelace]]. [[sources/{S}#para1]]")
+        root = noted.root()
+        (root / PAGE).write_text(base)
+        noted.commit_all("manual: a link")
+        page = base.replace("[[entities/Ada-Lovelace]]", "[[concepts/difference-engine|Ada Lovelace]]")
+        problems = verify_from(noted, base, {PAGE: page})
+    else:
+        problems = verify_from(noted, WITH_NOTE, {PAGE: page})
+    assert any(p.startswith("refused:") for p in problems), (name, problems)
+
+
+def test_a_dangling_link_may_get_its_page_or_become_plain_text(noted):
+    root = noted.root()
+    line = f"{OWNER_LINE} It names [[entities/Ada Lovelace]]. [[sources/{S}#para1]]"
+    base = WITH_NOTE.replace(OWNER_FULL, line)
+    (root / PAGE).write_text(base)
+    noted.commit_all("manual: a dangling link")
+    fixed = base.replace("[[entities/Ada Lovelace]]", "[[entities/Ada-Lovelace|Ada Lovelace]]")
+    plain = base.replace("[[entities/Ada Lovelace]]", "Ada Lovelace")
+    reworded = base.replace("[[entities/Ada Lovelace]]", "Charles Babbage")
+    assert verify_from(noted, base, {PAGE: fixed}) == []
+    assert verify_from(noted, base, {PAGE: plain}) == []
+    assert any("was changed or removed" in p for p in verify_from(noted, base, {PAGE: reworded}))
+
+
+MERGED = "wiki/concepts/difference-engines.md"
+OTHER_CLAIM = f"- A second engine was designed in 1847. [[sources/{S}#para3]]"
+MERGED_PAGE = concept_page("difference engines", f"Engines that tabulate. [[sources/{S}#para1]]", [OTHER_CLAIM],
+                           sources=[S])
+REDIRECT = ('---\ntype: concept\ncreated: 2026-11-20\nlast_updated: 2026-12-01\nsources: []\n'
+            'name: "difference engines"\nredirect: concepts/difference-engine\n---\n# difference engines\n\n'
+            'Merged into [[concepts/difference-engine]].\n')
+
+
+def test_a_merge_lands_when_every_line_moves_and_a_fake_merge_is_refused(noted):
+    """The playbook's merge: every line above the other page's marker moves to
+    the kept page word for word, the other page becomes a redirect page, and
+    kb's finish points the links at the kept page (here: Ada's owner's line)."""
+    from kb.wiki.finish import finish_merges
+
+    root = noted.root()
+    (root / MERGED).write_text(MERGED_PAGE)
+    ada = ADA.replace("A mathematician.", "A mathematician who knew [[concepts/difference-engines]].")
+    (root / OTHER).write_text(ada)
+    noted.commit_all("manual: a second page for one subject")
+    base = (root / PAGE).read_text()
+    moved = base.replace(CLAIM + "\n", CLAIM + f"\nEngines that tabulate. [[sources/{S}#para1]]\n{OTHER_CLAIM}\n")
+    # A fake merge: the redirect page, but its claim went nowhere.
+    dropped = verify_from(noted, base, {MERGED: REDIRECT})
+    assert any("the cited claim 'A second engine was designed in 1847." in p for p in dropped), dropped
+    # A merge in an ingest (no lint): refused, the page lost its marker.
+    in_ingest = verify_from(noted, base, {MERGED: REDIRECT, PAGE: moved}, may_delete_pages=False)
+    assert any("the marker line is gone" in p for p in in_ingest), in_ingest
+    # The agent points the owner's link itself, and the link loses the words that it showed: refused.
+    pointed = ada.replace("[[concepts/difference-engines]]", "[[concepts/difference-engine]]")
+    reworded = verify_from(noted, base, {MERGED: REDIRECT, PAGE: moved, OTHER: pointed})
+    assert any(p.startswith(f"refused: {OTHER}") for p in reworded), reworded
+    # ... and with its words kept, it lands.
+    kept_words = ada.replace("[[concepts/difference-engines]]", "[[concepts/difference-engine|difference engines]]")
+    assert verify_from(noted, base, {MERGED: REDIRECT, PAGE: moved, OTHER: kept_words}) == []
+    # The merge of the playbook, then kb's part: it lands.
+    before = noted.begin_change()
+    (root / MERGED).write_text(REDIRECT)
+    (root / PAGE).write_text(moved)
+    finish_merges(root)
+    assert "who knew [[concepts/difference-engine|difference engines]]." in (root / OTHER).read_text()
+    assert "difference engines" in (root / PAGE).read_text().split("---")[1]  # the other name is an alias
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-qm", "lint: 2026-12-01"], cwd=root, check=True)
+    assert noted.verify_change(before, "lint:", may_delete_pages=True).problems == []
+    noted.end_change()
+    finish_merges(root)  # a second run changes nothing
+    assert noted.dirty_paths() == []

@@ -1,20 +1,38 @@
 """What a change may do to the text of the pages: two rules that kb checks
-on every agent change before the commit stays (kb/wiki/repo.py).
+on every agent change before the commit stays (kb/wiki/repo.py). Both use
+one relation, `keeps(old, new)`: the line `new` keeps the line `old`.
 
-1. A cited claim keeps its words. Each line of a page that states
-   something and cites a source page must still be a line of some page
-   after the change, word for word. Only these differences do not count:
-   white space, the list mark, the form of a link (`|text`, `.md`), and
-   the mark `(disputed)`. A changed word, a changed year, an inserted "did
-   not" or an "It is a myth that ..." in front: each is a lost claim.
-   A claim in an HTML comment, in a code block or in the frontmatter is
-   not kept: a reader does not see it there.
+`new` keeps `old` when a reader reads the same words in both, and `new`
+holds each link of `old` to a page that exists. What does not count:
+white space, the list mark, the marks `(disputed)` and `(unsupported)` at
+the end of the line, a citation that was added, the anchor of a link
+(`#para3`), `.md` in a link, and the form of a link to a page that does
+not exist (a dangling link may get its right target, or become plain
+text, when its words stay). A link to a page that a lint merged into
+another (a redirect page) is a link to that other page. So each
+instruction of the playbook keeps its lines: the marks, "add its
+citation", "fix or remove dangling links", a merge that moves each line
+word for word. A changed word, a changed year, an inserted "did not", an
+"It is a myth that ..." in front, a citation taken away, a mark in the
+middle of the line: each is a lost line.
+
+1. A cited claim is kept. Each line of a page that states something and
+   cites a source page must be kept by a line of some page after the
+   change (the same page or another: moved, merged). A line in an HTML
+   comment, in a code block or in the frontmatter keeps nothing: a reader
+   does not see it there.
 2. The owner's sections stay the owner's. On an entity or concept page
-   with the marker line, the lines above the marker stay as they were,
-   in their order, and the marker stays. New lines above the marker are
-   allowed (the schema keeps the cited facts there), and so is the mark
-   `(disputed)` at the end of a line (the playbook's way to record a
-   contradiction).
+   with the marker line, each line above the marker is kept by a line
+   above the marker after the change, in the same order, and the marker
+   stays. New lines may come between them. In a lint, a page may become a
+   redirect page when each line above its marker is kept by a line of
+   some page (a merge moves the text, never drops it).
+
+Why every line above the marker, and not only the lines that git blames on
+a `manual:` commit: an allowed change of the owner's line (a mark, a
+citation) moves its blame to kb's commit, and then the next change could
+reword it. The allowed changes above cover every instruction that kb gives
+the agent, so the owner's rule needs no history.
 
 No model: the same text gives the same answer every time. The agent
 writes from text off the internet; a source can ask it to "correct" a
@@ -25,28 +43,79 @@ from __future__ import annotations
 
 import re
 
-from kb.wiki.schema import AUTO_SECTION_MARKER, DISPUTED_MARK
+from kb.wiki.schema import AUTO_SECTION_MARKER, CLAIM_MARKS, DISPUTED_MARK, UNSUPPORTED_MARK
 from kb.wiki_files import FENCE, WIKILINK, blank_comments, split_frontmatter
 
 CITATION = re.compile(r"\[\[(sources/[^\]|#\n]+)")
 LIST_MARK = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 PROSE = re.compile(r"[A-Za-z\u00C0-\uFFFF]{2,}")
+TRAILING_MARKS = re.compile(r"(?:\s*(?:" + "|".join(re.escape(m) for m in CLAIM_MARKS) + r"))+\s*$")
+SOURCES_FOLDER = "sources/"
 
 
-def _link_key(match: re.Match, renames: dict[str, str]) -> str:
-    """One form for each link: `[[target#anchor]]`, no `|text`, no `.md`,
-    the target through `renames` (old target -> new, for a migration)."""
-    target, _, anchor = match.group(1).split("|", 1)[0].partition("#")
-    target = target.strip().removesuffix(".md")
-    target = renames.get(target, target)
-    return f"[[{target}#{anchor.strip()}]]" if anchor.strip() else f"[[{target}]]"
+def link_target(inner: str, renames: dict[str, str] | None = None) -> str:
+    """The page that a link names: `sources/a#para3|text` -> `sources/a`;
+    no `.md`; through `renames` (old target -> new: a migration, a merge)."""
+    target = inner.split("|", 1)[0].split("#", 1)[0].strip().removesuffix(".md")
+    return (renames or {}).get(target, target)
 
 
 def claim_key(line: str, renames: dict[str, str] | None = None) -> str:
-    """The form in which two lines hold the same claim."""
-    text = WIKILINK.sub(lambda m: _link_key(m, renames or {}), line)
-    text = LIST_MARK.sub("", text).replace(DISPUTED_MARK, " ")
-    return " ".join(text.split())
+    """The words that a reader reads in a line, in one form: the citations
+    of source pages left out (they are compared as links), each other link
+    as the text that it shows (`|text`, else the name of its page, without
+    hyphens), no list mark, no mark at the end, single
+    spaces. Two lines with the same key say the same thing."""
+    def shown(match: re.Match) -> str:
+        target = link_target(match.group(1), renames)
+        if target.startswith(SOURCES_FOLDER):
+            return ""
+        _, bar, label = match.group(1).partition("|")
+        text = label if bar else target.rsplit("/", 1)[-1].replace("-", " ").replace("_", " ")
+        return text.strip()
+
+    text = LIST_MARK.sub("", WIKILINK.sub(shown, line))
+    return TRAILING_MARKS.sub("", " ".join(text.split()))
+
+
+def line_links(line: str, renames: dict[str, str] | None = None) -> set[str]:
+    """The pages that the links of a line name."""
+    return {link_target(m.group(1), renames) for m in WIKILINK.finditer(line)}
+
+
+def needed_links(line: str, renames: dict[str, str] | None, live: set[str] | None) -> set[str]:
+    """The links that a line which keeps `line` must hold: each link to a
+    page in `live` (the pages before the change; None: every link)."""
+    return {link_target(m.group(1), renames) for m in WIKILINK.finditer(line)
+            if live is None or link_target(m.group(1)) in live}
+
+
+def keeps(old: str, new: str, renames: dict[str, str] | None = None, live: set[str] | None = None,
+          merged: dict[str, str] | None = None) -> bool:
+    """True when the line `new` keeps the line `old` (the module's doc).
+    `renames`: pages that got a new name (a migration): a link shows the new
+    name. `merged`: pages that a lint merged into another: a link to one is
+    a link to the other, and shows its own words (kb.wiki.finish)."""
+    targets = {**(renames or {}), **(merged or {})}
+    return (claim_key(old, renames) == claim_key(new, renames)
+            and needed_links(old, targets, live) <= line_links(new, targets))
+
+
+class KeptLines:
+    """The visible lines of pages, by their words: which line keeps a line?"""
+
+    def __init__(self, texts, renames: dict[str, str] | None = None, merged: dict[str, str] | None = None) -> None:
+        self.renames = renames
+        self.targets = {**(renames or {}), **(merged or {})}
+        self.links: dict[str, list[set[str]]] = {}
+        for text in texts:
+            for line in visible_body(text):
+                if line.strip():
+                    self.links.setdefault(claim_key(line, renames), []).append(line_links(line, self.targets))
+
+    def keep(self, old: str, live: set[str] | None = None) -> bool:
+        needed = needed_links(old, self.targets, live)
+        return any(needed <= links for links in self.links.get(claim_key(old, self.renames), []))
 
 
 def visible_body(text: str) -> list[str]:
@@ -78,20 +147,21 @@ def cited_claims(text: str) -> list[str]:
 
 
 def lost_cited_claims(before: dict[str, str], after: dict[str, str],
-                      renames: dict[str, str] | None = None) -> list[dict]:
+                      renames: dict[str, str] | None = None, live: set[str] | None = None,
+                      merged: dict[str, str] | None = None) -> list[dict]:
     """Cited claims of the pages in `before` that no page in `after` keeps.
 
     `before`: path -> text of each page that the change touched, as it was.
     `after`: path -> text of every page after the change.
-    `renames`: old link target -> new one, when the change renames pages.
-    A claim is kept when a cited line of a page after the change has the
-    same claim_key: the same page or another (moved, merged), or marked
-    (disputed)."""
-    kept = {claim_key(claim) for text in after.values() for claim in cited_claims(text)}
+    `renames`: old link target -> new one (a migration).
+    `merged`: a merged page -> the page that holds its lines now (a lint).
+    `live`: the link targets of the pages before the change (None: every
+    link counts as live)."""
+    kept = KeptLines(after.values(), renames, merged)
     lost = []
     for path, text in before.items():
         for claim in cited_claims(text):
-            if claim_key(claim, renames) not in kept:
+            if not kept.keep(claim, live):
                 lost.append({"page": path, "claim": " ".join(LIST_MARK.sub("", claim).split())[:200]})
     return lost
 
@@ -106,45 +176,66 @@ def owner_lines(text: str) -> list[str] | None:
     return None
 
 
-def _same_owner_line(old: str, new: str) -> bool:
-    if old.rstrip() == new.rstrip():
-        return True
-    # The one change that the playbook asks for on a claim: the mark at its end.
-    return new.rstrip().endswith(DISPUTED_MARK) and new.rstrip()[:-len(DISPUTED_MARK)].rstrip() == old.rstrip()
+OWNER_RULE = (f"the lines above {AUTO_SECTION_MARKER} are the owner's; a change may add a line there, and add a "
+              f"citation or the mark {DISPUTED_MARK} or {UNSUPPORTED_MARK} at the end of a line; never change, move "
+              f"or delete one")
 
 
 def owner_section_problem(path: str, before: str, after: str | None, *, may_merge: bool = False,
-                          lines_after: set[str] = frozenset()) -> str | None:
+                          kept: KeptLines | None = None, merged: dict[str, str] | None = None,
+                          live: set[str] | None = None) -> str | None:
     """Why the change of the page at `path` breaks its owner's section, or
     None. `after` is None when the change deleted the page. With
     `may_merge` (a lint), a page may become a redirect page or go, when
-    each line of its owner's section is on a page after the change
-    (`lines_after`, stripped lines): a merge moves the text, never drops it."""
+    each line of its owner's section is kept by a line in `kept` (the
+    pages after the change): a merge moves the text, never drops it."""
     old = owner_lines(before)
     if old is None:
         return None
-    rule = (f"{path}: the lines above {AUTO_SECTION_MARKER} are the owner's; a change may add a line there, "
-            f"never change, move or delete one")
-    merged = after is None or bool((split_frontmatter(after).data or {}).get("redirect"))
-    if merged and may_merge:
+    rule = f"{path}: {OWNER_RULE}"
+    gone = after is None or bool((split_frontmatter(after).data or {}).get("redirect"))
+    if gone and may_merge:
         moved = [line.strip() for line in old if line.strip() and not line.strip().startswith("#")
                  and line.strip() != AUTO_SECTION_MARKER]
-        missing = [line for line in moved if line not in lines_after
-                   and line + " " + DISPUTED_MARK not in lines_after]
+        missing = [line for line in moved if kept is None or not kept.keep(line, live)]
         return f"{rule} (the merge lost the line {missing[0][:120]!r})" if missing else None
     if after is None:
         return f"{rule} (the page was deleted)"
     new = owner_lines(after)
     if new is None:
         return f"{rule} (the marker line is gone)"
-    # Each old line, in order, must be in the new lines (new ones may come between).
+    # Each old line, in order, must be kept by a new line (new ones may come between).
     at = 0
     for line in old:
         if not line.strip():
             continue
-        while at < len(new) and not _same_owner_line(line, new[at]):
+        while at < len(new) and not keeps(line, new[at], live=live, merged=merged):
             at += 1
         if at == len(new):
             return f"{rule} (the line {line.strip()[:120]!r} was changed or removed)"
         at += 1
     return None
+
+
+def redirects(pages: dict[str, str]) -> dict[str, str]:
+    """Link target -> the target that it redirects to, for each entity and
+    concept page (path under the wiki root -> text) with `redirect` in its
+    frontmatter: what is left of a page that a lint merged into another. A
+    chain (a -> b -> c) goes to its end; a loop is left out."""
+    found = {}
+    for path, text in pages.items():
+        target = path.removeprefix("wiki/").removesuffix(".md")
+        if not target.startswith(("entities/", "concepts/")):
+            continue
+        value = (split_frontmatter(text).data or {}).get("redirect")
+        if isinstance(value, str) and value.strip():
+            found[target] = link_target(value.strip().removeprefix("[[").removesuffix("]]")).removeprefix("wiki/")
+    ends = {}
+    for start in found:
+        seen, at = {start}, found[start]
+        while at in found and at not in seen:
+            seen.add(at)
+            at = found[at]
+        if at not in seen:
+            ends[start] = at
+    return ends

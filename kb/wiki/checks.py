@@ -18,8 +18,8 @@ from pathlib import Path
 
 from kb.wiki.coherence import (Claim, Embed, PageFacts, SourcePassages, contradiction_candidates, duplicate_pages,
                                 local_embed, plain_text, unsupported_claims)
-from kb.wiki.schema import (AUTO_SECTION_MARKER, ENTITY_KINDS, SYNTHESIS_KINDS, PageSchema, name_problem,
-                            schema_for)
+from kb.wiki.schema import (AUTO_SECTION_MARKER, CLAIM_MARKS, ENTITY_KINDS, SYNTHESIS_KINDS, UNSUPPORTED_MARK,
+                            PageSchema, name_problem, schema_for)
 from kb.wiki_files import WIKILINK, LinkResolver, WikiPage, body_lines, parse_link, read_page_file, wiki_page_files
 
 
@@ -135,8 +135,18 @@ def _coherence(findings: dict, root: Path, pages: list[Page], resolve, embed: Em
     findings["contradiction_candidates"] = contradiction_candidates(
         [c for c in claims if not c.page.startswith("wiki/syntheses/")], embed, known)
     passages = SourcePassages(root)
-    findings["unsupported"] = unsupported_claims(claims, passages, embed)
-    findings["stale_claims"] = _stale_claims(claims, passages, _contradicted_sources(pages))
+    # A claim that the lint marked is done: (unsupported) says that no passage
+    # holds it, (disputed) that it was read against the later source.
+    findings["unsupported"] = unsupported_claims([c for c in claims if not _marked(c.text, UNSUPPORTED_MARK)],
+                                                 passages, embed)
+    findings["stale_claims"] = _stale_claims([c for c in claims if not _marked(c.text, *CLAIM_MARKS)], passages,
+                                             _contradicted_sources(pages))
+
+
+def _marked(line: str, *marks: str) -> bool:
+    """True when the line ends with one of `marks` (its citations aside)."""
+    text = WIKILINK.sub("", line).rstrip()
+    return any(text.endswith(mark) for mark in marks)
 
 
 def _stale_claims(claims: list[Claim], passages: SourcePassages,

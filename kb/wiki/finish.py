@@ -16,8 +16,9 @@ import re
 from pathlib import Path
 
 from kb.store.atomic_files import write_atomic
+from kb.wiki.change_rules import CITATION, link_target, redirects
 from kb.wiki.checks import findings_count
-from kb.wiki.schema import with_frontmatter_key
+from kb.wiki.schema import render_frontmatter, schema_for, with_frontmatter_key
 from kb.wiki_files import WIKILINK, parse_link, read_page, split_frontmatter, wiki_page_files
 
 # The spec: a weekly synthesis of about 1,500 words. The prompt says 1,500;
@@ -119,15 +120,76 @@ def finish_weekly(root: Path, label: str, slugs: list[str]) -> list[str]:
     return []
 
 
+def finish_merges(root: Path) -> None:
+    """kb's part of a merge: the agent moved the lines of a page to the kept
+    page and made it a redirect page (`redirect: <kept page>`). kb points
+    every link to the redirect page at the kept page, with the words that
+    the link showed (the redirect page and index.md keep their links), and gives the kept page the other name in
+    `aliases` and each source that it cites in `sources`. Each step is done
+    once: a second run changes nothing. The checks of the change read a
+    link to a redirect page as a link to its kept page
+    (kb.wiki.change_rules.redirects), so the rewritten lines keep theirs."""
+    files = {f.relative_to(root).as_posix(): f for f in wiki_page_files(root) if not f.is_symlink()}
+    texts = {path: file.read_text(encoding="utf-8", errors="replace") for path, file in files.items()}
+    moved = redirects(texts)
+    if not moved:
+        return
+
+    def rewrite(match: re.Match) -> str:
+        inner = match.group(1)
+        target = link_target(inner)
+        if target not in moved:
+            return match.group(0)
+        rest = inner[len(inner.split("|", 1)[0].split("#", 1)[0]):]
+        # The link keeps the words that it shows: `|text`, or the name of the merged page.
+        shown = "" if "|" in rest else "|" + target.rsplit("/", 1)[-1].replace("-", " ").replace("_", " ")
+        return f"{'!' if match.group(0).startswith('!') else ''}[[{moved[target]}{rest}{shown}]]"
+
+    for path, text in texts.items():
+        if path.removeprefix("wiki/").removesuffix(".md") in moved:
+            continue
+        new = WIKILINK.sub(rewrite, text)
+        if new != text:
+            write_atomic(files[path], new.encode())
+            texts[path] = new
+    for old, kept in moved.items():
+        path = f"wiki/{kept}.md"
+        schema = schema_for(f"{kept}.md")
+        if path not in texts or schema is None:
+            continue
+        other = split_frontmatter(texts[f"wiki/{old}.md"]).data or {}
+        page = split_frontmatter(texts[path])
+        if page.data is None:
+            continue
+        data = dict(page.data)
+        aliases = [str(a) for a in (data.get("aliases") or []) if isinstance(data.get("aliases"), list)]
+        names = [str(n) for n in [other.get("name"), old.rsplit("/", 1)[-1],
+                                  *(other.get("aliases") if isinstance(other.get("aliases"), list) else [])] if n]
+        add = [n for n in dict.fromkeys(names) if n not in aliases and n != str(data.get("name") or "")
+               and n != kept.rsplit("/", 1)[-1]]
+        sources = [str(s) for s in (data.get("sources") or [])] if isinstance(data.get("sources"), list) else []
+        cited = [m.group(1).strip().removesuffix(".md").removeprefix("sources/")
+                 for m in CITATION.finditer("\n".join(page.body))]
+        more = [slug for slug in dict.fromkeys(cited) if slug not in sources]
+        if not add and not more:
+            continue
+        data["aliases"], data["sources"] = aliases + add, sources + more
+        new = render_frontmatter(schema, data) + "\n" + "\n".join(page.body) + "\n"
+        write_atomic(files[path], new.encode())
+        texts[path] = new
+
+
 def finish_lint(root: Path, day: str, unsupported: list[dict]) -> list[str]:
-    """kb's part of the lint of `day`: the report lists the claims that the
-    check found unsupported before the lint (the lint digest), and the
-    index lists the report and every redirect page (what is left of a
-    merged page: an old link or bookmark still finds its way)."""
+    """kb's part of the lint of `day`: the mechanical part of each merge
+    (finish_merges), the report lists the claims that the check found
+    unsupported before the lint (the lint digest), and the index lists the
+    report and every redirect page (what is left of a merged page: an old
+    link or bookmark still finds its way)."""
     target = f"syntheses/lint/{day}"
     page = root / "wiki" / f"{target}.md"
     if not page.is_file() or page.is_symlink():
         return [f"the lint report wiki/{target}.md is missing"]
+    finish_merges(root)
     index = root / "index.md"
     listed = index.read_text(encoding="utf-8") if index.is_file() else ""
     for file in wiki_page_files(root):

@@ -66,9 +66,14 @@ The owner reads it in Obsidian or in any Markdown viewer.
 ## The owner's sections
 
 Entity and concept pages carry the line `{marker}`. The lines above it are the owner's:
-on a page that exists, do not change, move or delete a line above the marker, and do not
-move or delete the marker. You may add a new line above it (a new fact with its citation).
-Write the rest of your changes below the marker. kb refuses a change that alters a line above it.
+on a page that exists, keep each line above the marker, in its place, and keep the marker.
+You may add a new line above it (a new fact with its citation). On a line that is there,
+you may do only these changes, and keep every word of it:
+- add a citation at the end of the line;
+- put `(disputed)` or `(unsupported)` at the end of the line;
+- give a dangling link the right page, or make it plain text.
+Write the rest of your changes below the marker. kb refuses a change that alters a line above it
+in another way. A lint merge is the one change that moves the lines of a page (see "Lint").
 
 ## Page schemas
 
@@ -86,7 +91,8 @@ CLAUDE_MD_WORKFLOWS = """\
 3. Find the entities and concepts of the source. Search for wiki pages about them (Grep and Glob).
 4. Read those pages.
 5. Make `wiki/sources/<slug>.md` with the source schema.
-6. For each important entity and concept: update its page, or make a new one.
+6. For each important entity and concept: when it has no page, make a new page with its schema.
+   When its page exists, add the new facts as new lines; keep every line that is there.
    Every new fact gets a citation to the source page.
    When the new source contradicts a claim in the wiki, follow "Contradictions" below.
 7. Add each new page to `index.md`, under its type. Keep every line that is there.
@@ -99,34 +105,44 @@ When a new source says something that a cited claim in the wiki contradicts:
 1. Keep the old claim and its citation. Do not delete it and do not rewrite it away.
 2. Add the new claim with its citation next to it.
 3. Mark the old claim: put `(disputed)` at the end of its line, and change nothing else in it.
-   This is the one change that kb accepts on a line above the marker.
 4. Add both claims, each with its citation, to a `## Contradictions` section at the end
    of the page: `- Disputed: <old claim> [[sources/old]] vs <new claim> [[sources/new]]`.
 5. Add one warning to report_result: `contradiction: <page path>: <what disagrees>`.
 Only the owner resolves a contradiction: write `resolved` in the line when the owner says so.
-The system refuses a commit that removes a cited claim or changes its words. A claim can move to
-another page (keep its words and citation, word for word), never disappear. A claim in an HTML
-comment, in a code block or in the frontmatter does not count as kept.
+The system refuses a commit that removes a cited claim, changes its words or removes a citation.
+A claim can move to another page (keep its words and citations, word for word), never disappear.
+A claim in an HTML comment, in a code block or in the frontmatter does not count as kept.
 
 ### Lint (commit message `lint: <YYYY-MM-DD>`)
-1. The prompt gives the findings of the deterministic checks. Fix what you can:
-   add missing citations from the source pages, link orphan pages from related pages,
-   add missing pages to `index.md`, correct frontmatter, fix or remove dangling links.
+1. The prompt gives the findings of the deterministic checks. Fix what you can. Change no word of a line:
+   - `uncited`: find the source page that holds the fact, and add its citation at the end of the line.
+   - `orphans`: link the page from a related page: add a line `- [[<folder>/<name>]]` under its `## Connections`.
+   - `index_mismatch`: add each missing page to `index.md` under its type; remove the line of a page that does not exist.
+   - `frontmatter`: add each missing key with its value, and correct a wrong value.
+   - `schema`: add a missing section heading in its place, or the missing marker before `## Connections`.
+     Do not move lines to put sections in order: say so in the report.
+   - `dangling_links`: point the link to the page that exists, and keep the words that it shows
+     (`[[entities/Right-Name|the words]]`); when no page is right, make the link plain text.
+     The plain text is the text after `|`, or else the page name with spaces for hyphens:
+     `[[entities/Luigi-Menabrea]]` becomes `Luigi Menabrea`.
 2. Merge two pages about one subject (the finding `duplicates`). Read both pages first:
    a finding is a candidate, not a proof. When they are one subject:
-   - Keep the page with more cited claims. Move every cited claim of the other page to it,
-     with its text and its citation. Add the sources to `sources` and the other name to `aliases`.
+   - Keep the page with more cited claims. Move every line above the marker of the other page
+     (but its headings) to the kept page, word for word, with its citations, as new lines above the marker.
    - Make the other page a redirect page (see "Page schemas"). Keep it in `index.md`.
-   - Change the links to the other page so that they point to the kept page.
+   - kb does the rest in the same commit: it points the links to the other page at the kept page,
+     and adds the other name to `aliases` and the cited sources to `sources` of the kept page.
    Never delete a cited claim, also when it looks wrong or contradicts another: mark it disputed.
 3. For each finding `contradiction_candidates`: read both claims and their passages.
    When they disagree, follow "Contradictions" on both pages. Keep both claims with their citations.
-4. For each finding `unsupported`: read the cited source. Cite the passage that holds the claim,
-   or quote the passage. When no passage holds it, put `(unsupported)` at the end of the line.
+4. For each finding `unsupported`: read the cited source. When a passage holds the claim,
+   add the citation of that passage at the end of the line, or quote the passage on a new line
+   under the claim: `> "<the words of the passage>" [[sources/<slug>#paraN]]`.
+   When no passage holds it, put `(unsupported)` at the end of the line. Change no word of the claim.
 5. For each finding `stale_claims`: the claim cites only a source that a later parse
    superseded (`superseded_by`), or only a passage that an open contradiction sets against
-   a later source (`contradicted_by`). Read the later source. Add its citation when it holds
-   the claim; when it says otherwise, follow "Contradictions" and mark the claim `(disputed)`.
+   a later source (`contradicted_by`). Read the later source. When it holds the claim, add its
+   citation at the end of the line; when it says otherwise, follow "Contradictions" and mark the claim `(disputed)`.
 6. Write `wiki/syntheses/lint/<YYYY-MM-DD>.md`: what you found, what you fixed, what is left.
    kb adds the list of unsupported claims to it.
 7. Add an entry to `log.md`, then call report_result with the commit message `lint: <YYYY-MM-DD>`.
@@ -286,10 +302,12 @@ LOG_MD = """\
 One entry for each change to the wiki, newest last.
 """
 
-# The SHA-256 of kb's playbook before the specification's schemas.
+# The SHA-256 of each earlier playbook of kb.
 # `kb wiki migrate` puts CLAUDE_MD in the place of that one; a CLAUDE.md
 # that the owner changed stays.
-EARLIER_PLAYBOOK_SHA256 = frozenset({"7c7f1cc9a383d756c939387598a0d900426d050b14a7c059855300fc7441c237"})
+EARLIER_PLAYBOOK_SHA256 = frozenset({"7c7f1cc9a383d756c939387598a0d900426d050b14a7c059855300fc7441c237",
+                                     # before the rules and the lint workflow agreed (issue 55)
+                                     "1a6b08a20fc2c0d4ec3a6b452485706283ef72baf715fe41cbd8d6ff51075b87"})
 
 # kb's .gitignore before the parsed files went into git. `kb wiki migrate`
 # puts GITIGNORE in its place; a .gitignore that the owner changed stays.
@@ -325,3 +343,35 @@ GITIGNORE = """\
 /.trash/
 .DS_Store
 """
+
+
+# --- the instructions ------------------------------------------------------------
+
+# Each instruction that kb gives the agent (CLAUDE.md and the prompts of
+# kb/wiki/prompts.py), with a stable id and words that the text holds. An
+# agent that obeys an instruction gets its change committed: for each id a
+# test in tests/test_obedient_agent.py plays such an agent through the real
+# CLI, and a test there fails when an id has no such test, or when the text
+# no longer holds the words of an id. Add an id when you add an instruction.
+INSTRUCTIONS: dict[str, str] = {
+    "ingest.source-page": "Make `wiki/sources/<slug>.md` with the source schema.",
+    "ingest.new-page": "when it has no page, make a new page with its schema.",
+    "ingest.update-page": "When its page exists, add the new facts as new lines; keep every line that is there.",
+    "ingest.index-and-log": "Add each new page to `index.md`, under its type.",
+    "ingest.contradiction": "Mark the old claim: put `(disputed)` at the end of its line",
+    "lint.uncited": "`uncited`: find the source page that holds the fact, and add its citation at the end",
+    "lint.orphans": "`orphans`: link the page from a related page",
+    "lint.index": "`index_mismatch`: add each missing page to `index.md`",
+    "lint.frontmatter": "`frontmatter`: add each missing key with its value",
+    "lint.schema": "`schema`: add a missing section heading in its place",
+    "lint.dangling-link": "`dangling_links`: point the link to the page that exists",
+    "lint.dangling-link-plain": "when no page is right, make the link plain text.",
+    "lint.merge": "Move every line above the marker of the other page",
+    "lint.contradiction": "When they disagree, follow \"Contradictions\" on both pages.",
+    "lint.unsupported-cite": "add the citation of that passage at the end of the line, or quote the passage",
+    "lint.unsupported-mark": "When no passage holds it, put `(unsupported)` at the end of the line.",
+    "lint.stale": "When it holds the claim, add its\n   citation at the end of the line",
+    "lint.report": "Write `wiki/syntheses/lint/<YYYY-MM-DD>.md`: what you found, what you fixed, what is left.",
+    "weekly.synthesis": "Write `wiki/syntheses/weekly/<YYYY-Www>.md` with the weekly synthesis schema",
+    "topic.synthesis": "Write or update `wiki/syntheses/topics/<topic>.md`",
+}

@@ -44,9 +44,9 @@ def raw_files_lock(wiki_dir: Path):
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 from kb.guards.secret_scan import guarded_secrets, secrets_in
 from kb.wiki.git_env import git_command, git_env
-from kb.wiki.change_rules import lost_cited_claims, owner_section_problem
+from kb.wiki.change_rules import KeptLines, lost_cited_claims, owner_section_problem, redirects
 from kb.wiki_files import APPEND_ONLY_FILES, WIKILINK, agent_path_problem, wiki_page_files
-from kb.wiki.schema import DISPUTED_MARK, MANUAL_PREFIX, name_problem, only_key_added
+from kb.wiki.schema import DISPUTED_MARK, MANUAL_PREFIX, UNSUPPORTED_MARK, name_problem, only_key_added
 from kb.wiki.playbook import CLAUDE_MD, GITIGNORE, INDEX_MD, LOG_MD, PURPOSE_MD
 
 BRANCH = "main"
@@ -382,8 +382,8 @@ class Wiki(BaseModel):
         return verdict
 
     def _lost_claims(self, sha: str, changes: list[Change], may_delete_pages: bool = False) -> list[str]:
-        """A change may move a cited claim or mark it disputed, never delete
-        or reword it; and it never alters the owner's lines above the marker
+        """A change may move a cited claim, mark it or add a citation, never
+        delete or reword it; and it keeps the owner's lines above the marker
         (kb.wiki.change_rules). A source can ask the agent to "delete the
         contradicting page" or to "correct" a claim; these checks do not
         read the source, so the source cannot talk them round."""
@@ -395,17 +395,29 @@ class Wiki(BaseModel):
         root = self.root()
         after = {f.relative_to(root).as_posix(): f.read_text(encoding="utf-8", errors="replace")
                  for f in wiki_page_files(root)}
+        # A lint may merge a page into another (a redirect page): a link to
+        # it is a link to the other page (kb.wiki.finish.finish_merges).
+        merged = redirects(after) if may_delete_pages else {}
+        live = self.page_targets(sha)
+        kept = KeptLines(after.values(), merged=merged)
         problems = [f"refused: {item['page']}: the cited claim {item['claim']!r} was removed or changed. Keep its "
-                    f"words, move it, or mark it {DISPUTED_MARK} and record it in a Contradictions section; never "
-                    f"delete or reword a cited claim"
-                    for item in lost_cited_claims(before, after)]
-        lines_after = {line.strip() for text in after.values() for line in text.splitlines()}
+                    f"words and its citations: move it, add a citation, or mark it {DISPUTED_MARK} (and record it "
+                    f"in a Contradictions section) or {UNSUPPORTED_MARK}; never delete or reword a cited claim"
+                    for item in lost_cited_claims(before, after, live=live, merged=merged)]
         for path, text in before.items():
-            problem = owner_section_problem(path, text, after.get(path), may_merge=may_delete_pages,
-                                            lines_after=lines_after)
+            problem = owner_section_problem(path, text, after.get(path), may_merge=may_delete_pages, kept=kept,
+                                            merged=merged, live=live)
             if problem:
                 problems.append(f"refused: {problem}")
         return problems
+
+    def page_targets(self, sha: str) -> set[str]:
+        """How links name the pages of commit `sha`: `entities/Ada-Lovelace`,
+        and the bare name `Ada-Lovelace` (Obsidian resolves it too)."""
+        out = self._run("ls-tree", "-r", "--name-only", sha, "--", "wiki/").stdout
+        targets = {path.removeprefix("wiki/").removesuffix(".md") for path in out.splitlines()
+                   if path.endswith(".md")}
+        return targets | {target.rsplit("/", 1)[-1] for target in targets}
 
     # --- the agent's change, before kb commits it --------------------------------
 

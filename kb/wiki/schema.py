@@ -30,6 +30,12 @@ AUTO_SECTION_MARKER = "<!-- llm:auto-section -->"
 # The mark of a cited claim that a later source contradicts. A claim never
 # goes away; it gets this mark (specification 6.4).
 DISPUTED_MARK = "(disputed)"
+# The mark of a cited claim that no passage of its cited source holds (the
+# lint's `unsupported` finding). The claim stays; the checks skip it.
+UNSUPPORTED_MARK = "(unsupported)"
+# The marks that the playbook asks for, at the end of a line: a claim with a
+# mark is the same claim (kb.wiki.change_rules).
+CLAIM_MARKS = (DISPUTED_MARK, UNSUPPORTED_MARK)
 
 # Commit prefixes (specification 3.4). kb verifies that each commit of the
 # agent starts with the prefix of its task.

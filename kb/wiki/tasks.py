@@ -48,14 +48,15 @@ class LintResult:
     after: dict  # the findings after it ({} when the change failed)
 
 
-def lint_wiki(wiki: Wiki, agent: WikiAgent, day: str, *, max_turns: int) -> LintResult:
+def lint_wiki(wiki: Wiki, agent: WikiAgent, day: str, *, max_turns: int, refused: str | None = None) -> LintResult:
     """The daily lint: the checks' findings, fixed by the agent, and a report
-    page. Without an agent, the report of the checks still lands in the wiki."""
+    page. Without an agent, the report of the checks still lands in the wiki.
+    `refused`: the rules that refused the last try, for the agent to keep."""
     root = wiki.ensure()
     findings = check_wiki(root)
     if agent.configured():
         outcome = guarded(lambda: apply_agent_change(
-            wiki, agent, lint_prompt(day, findings), prefix=f"{LINT_PREFIX} {day}",
+            wiki, agent, lint_prompt(day, findings, refused), prefix=f"{LINT_PREFIX} {day}",
             max_turns=max_turns, may_delete_pages=True,
             must_exist=f"wiki/syntheses/lint/{day}.md",
             finish=lambda root: finish_lint(root, day, findings["unsupported"]),
@@ -78,7 +79,7 @@ class WeekResult:
 
 
 def weekly_synthesis(wiki: Wiki, agent: WikiAgent, week_start: date, *, tz: str, max_turns: int,
-                     thin_week: int) -> WeekResult:
+                     thin_week: int, refused: str | None = None) -> WeekResult:
     """The weekly synthesis of every source since the last one. A week with
     no source gets kb's own short page; a thin week says so."""
     label = iso_week_label(week_start)
@@ -93,7 +94,7 @@ def weekly_synthesis(wiki: Wiki, agent: WikiAgent, week_start: date, *, tz: str,
         week.mode = "empty week"
     elif agent.configured():
         week.outcome = guarded(lambda: apply_agent_change(
-            wiki, agent, synthesis_prompt(label, slugs, week.thin, changed_pages(wiki, commits)),
+            wiki, agent, synthesis_prompt(label, slugs, week.thin, changed_pages(wiki, commits), refused),
             prefix=f"{WEEKLY_PREFIX} {label}", max_turns=max_turns, must_exist=page,
             must_contain=(page, "thin week") if week.thin else None,
             finish=lambda root: finish_weekly(root, label, slugs),
@@ -102,12 +103,13 @@ def weekly_synthesis(wiki: Wiki, agent: WikiAgent, week_start: date, *, tz: str,
     return week
 
 
-def topic_synthesis(wiki: Wiki, agent: WikiAgent, topic: str, *, today: str, max_turns: int) -> ChangeOutcome:
+def topic_synthesis(wiki: Wiki, agent: WikiAgent, topic: str, *, today: str, max_turns: int,
+                    refused: str | None = None) -> ChangeOutcome:
     """Write or update the synthesis page of one topic. `topic` is a topic
     key (kb.wiki.prompts.topic_key); `today` is the ISO date."""
     wiki.ensure()
     return guarded(lambda: apply_agent_change(
-        wiki, agent, topic_prompt(topic, today),
+        wiki, agent, topic_prompt(topic, today, refused),
         prefix=f"{SYNTHESIS_PREFIX} topic {topic}", max_turns=max_turns,
         must_exist=f"wiki/syntheses/topics/{topic}.md",
     ))

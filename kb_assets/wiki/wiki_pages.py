@@ -105,11 +105,11 @@ def _observe(context: dg.AssetExecutionContext, state: str, **metadata) -> None:
     ))
 
 
-def last_refusal(instance: dg.DagsterInstance, source_id: str) -> str | None:
-    """The rules that refused the last try of this source (its newest
-    `refused` observation), or None."""
+def last_refusal(instance: dg.DagsterInstance, partition: str, asset_key: dg.AssetKey = WIKI_PAGES) -> str | None:
+    """The rules that refused the last try of this partition of a wiki
+    asset (its newest `refused` observation), or None."""
     records = instance.fetch_observations(
-        dg.AssetRecordsFilter(asset_key=WIKI_PAGES, asset_partitions=[source_id]), limit=10).records
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition]), limit=10).records
     for record in sorted(records, key=lambda r: r.storage_id, reverse=True):
         observation = record.event_log_entry.asset_observation
         meta = {k: v.value for k, v in observation.metadata.items()} if observation else {}
@@ -118,6 +118,14 @@ def last_refusal(instance: dg.DagsterInstance, source_id: str) -> str | None:
         if meta.get("state") not in ("retrying",):
             return None
     return None
+
+
+def refusal_for_retry(context: dg.AssetExecutionContext) -> str | None:
+    """For a retry of any wiki change (ingest, lint, synthesis, topic): the
+    rules that refused the try before, so that the agent keeps them."""
+    if not context.retry_number:
+        return None
+    return last_refusal(context.instance, context.partition_key, context.asset_key)
 
 
 def tell_of_the_room(context: dg.AssetExecutionContext, run: AgentRun | None, telegram: TelegramNotifier) -> None:
@@ -215,8 +223,8 @@ def wiki_pages(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent
         return
     now = datetime.now(ZoneInfo(get_settings().tz)).isoformat(timespec="seconds")
     # A refused change leaves the source approved; the next try hears the rule that refused it.
-    notice = last_refusal(context.instance, source_id) if context.retry_number else None
-    outcome = ingest_source(wiki, wiki_agent, decision, now=now, max_turns=wiki_agent.max_turns, refused=notice)
+    outcome = ingest_source(wiki, wiki_agent, decision, now=now, max_turns=wiki_agent.max_turns,
+                            refused=refusal_for_retry(context))
     _finish(context, outcome, subject=f"source {source_id}", telegram=telegram)
     yield dg.MaterializeResult(metadata={**change_metadata(outcome), "source_id": source_id,
                                          "attempt": context.retry_number + 1})
@@ -233,7 +241,8 @@ def wiki_pages(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent
 def wiki_lint(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource,
               telegram: TelegramNotifierResource) -> dg.MaterializeResult:
     wiki, wiki_agent = wiki.get_client(), wiki_agent.get_client()
-    lint = lint_wiki(wiki, wiki_agent, context.partition_key, max_turns=wiki_agent.lint_max_turns)
+    lint = lint_wiki(wiki, wiki_agent, context.partition_key, max_turns=wiki_agent.lint_max_turns,
+                     refused=refusal_for_retry(context))
     _finish(context, lint.outcome, subject=f"lint {context.partition_key}", telegram=telegram)
     return dg.MaterializeResult(metadata={
         **change_metadata(lint.outcome), "mode": lint.mode,
@@ -258,7 +267,8 @@ def wiki_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_a
     wiki, wiki_agent = wiki.get_client(), wiki_agent.get_client()
     settings = get_settings()
     week = weekly_synthesis(wiki, wiki_agent, date.fromisoformat(context.partition_key), tz=settings.tz,
-                            max_turns=wiki_agent.synthesis_max_turns, thin_week=settings.kb_synthesis_thin_week)
+                            max_turns=wiki_agent.synthesis_max_turns, thin_week=settings.kb_synthesis_thin_week,
+                            refused=refusal_for_retry(context))
     if week.outcome is None:
         _observe(context, "waiting", reason="ANTHROPIC_BASE_URL is not set", sources=len(week.slugs))
         return
@@ -290,7 +300,8 @@ def wiki_topic_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, 
         _observe(context, "waiting", reason="ANTHROPIC_BASE_URL is not set")
         return
     today = datetime.now(ZoneInfo(get_settings().tz)).date().isoformat()
-    outcome = topic_synthesis(wiki, wiki_agent, topic, today=today, max_turns=wiki_agent.synthesis_max_turns)
+    outcome = topic_synthesis(wiki, wiki_agent, topic, today=today, max_turns=wiki_agent.synthesis_max_turns,
+                              refused=refusal_for_retry(context))
     _finish(context, outcome, subject=f"topic {topic}", telegram=telegram)
     yield dg.MaterializeResult(metadata={**change_metadata(outcome), "topic": topic})
 
