@@ -15,10 +15,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kb.store.atomic_files import write_atomic
 from kb.wiki.checks import findings_count
 from kb.wiki.schema import with_frontmatter_key
-from kb.wiki_files import WIKILINK, split_frontmatter, wiki_page_files
+from kb.wiki_files import WIKILINK, split_frontmatter, wiki_page_files, write_wiki_file
 
 # The spec: a weekly synthesis of about 1,500 words. The prompt says 1,500;
 # kb refuses a page of more than WEEKLY_WORD_LIMIT ("about": a tenth more).
@@ -47,10 +46,10 @@ def add_to_index(root: Path, section: str, link: str) -> None:
     while at > 0 and not lines[at - 1].strip():
         at -= 1
     lines.insert(at, entry)
-    index.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_wiki_file(root, index, ("\n".join(lines) + "\n").encode())
 
 
-def add_section_line(path: Path, section: str, line: str) -> bool:
+def add_section_line(root: Path, path: Path, section: str, line: str) -> bool:
     """Add `line` under `## section` at the end of the page (the section is
     made when it is missing), once. True when the page changed."""
     text = path.read_text(encoding="utf-8")
@@ -67,7 +66,7 @@ def add_section_line(path: Path, section: str, line: str) -> bool:
         while at > 0 and not lines[at - 1].strip():
             at -= 1
         lines.insert(at, line)
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_wiki_file(root, path, ("\n".join(lines) + "\n").encode())
     return True
 
 
@@ -108,11 +107,11 @@ def finish_weekly(root: Path, label: str, slugs: list[str]) -> list[str]:
     listed = {link.split("|", 1)[0].split("#", 1)[0].strip() for link in WIKILINK.findall(section_text(text, READING_LIST))}
     for slug in slugs:
         if f"sources/{slug}" not in listed and f"sources/{slug}" in pages:
-            add_section_line(page, READING_LIST, f"- [[sources/{slug}]]")
+            add_section_line(root, page, READING_LIST, f"- [[sources/{slug}]]")
     named = {link.split("|", 1)[0].split("#", 1)[0].strip() for link in WIKILINK.findall(page.read_text(encoding="utf-8"))}
     for name in sorted(named):
         if name.startswith(BACKLINK_FOLDERS) and name in pages:
-            add_section_line(pages[name], MENTIONED_IN, f"- [[{target}]]")
+            add_section_line(root, pages[name], MENTIONED_IN, f"- [[{target}]]")
     add_to_index(root, "Syntheses", target)
     return []
 
@@ -137,7 +136,7 @@ def finish_lint(root: Path, day: str, unsupported: list[dict]) -> list[str]:
             add_to_index(root, folder.title(), relative)
     if unsupported and f"## {UNSUPPORTED_SECTION}" not in page.read_text(encoding="utf-8"):
         for item in unsupported:
-            add_section_line(page, UNSUPPORTED_SECTION,
+            add_section_line(root, page, UNSUPPORTED_SECTION,
                              f"- `{item['page']}` line {item['line']}: {item['reason']}: {item['text']}")
     add_to_index(root, "Syntheses", target)
     return []
@@ -155,12 +154,12 @@ def finish_ingest(root: Path, parsed_path: str) -> list[str]:
     if not old.startswith("raw/parsed/") or ".." in old.split("/") or not old_file.is_file():
         return [f"{parsed_path}: supersedes {old!r}, which is not a parsed file of this wiki"]
     new_slug = Path(parsed_path).stem
-    old_file.write_text(with_frontmatter_key(old_file.read_text(encoding="utf-8"), "superseded_by", parsed_path),
-                        encoding="utf-8")
+    write_wiki_file(root, old_file, with_frontmatter_key(old_file.read_text(encoding="utf-8"), "superseded_by",
+                                                         parsed_path).encode())
     page = root / "wiki" / "sources" / f"{Path(old).stem}.md"
     if page.is_file() and not page.is_symlink():
-        page.write_text(with_frontmatter_key(page.read_text(encoding="utf-8"), "superseded_by", new_slug),
-                        encoding="utf-8")
+        write_wiki_file(root, page, with_frontmatter_key(page.read_text(encoding="utf-8"), "superseded_by",
+                                                         new_slug).encode())
     return []
 
 
@@ -176,13 +175,12 @@ def superseded_parse(root: Path, parsed_path: str) -> str | None:
 def append_log(root: Path, heading: str, lines: list[str]) -> None:
     log = root / "log.md"
     text = log.read_text(encoding="utf-8") if log.exists() else "# Log\n"
-    write_atomic(log, (text.rstrip("\n") + f"\n\n## {heading}\n"
-                       + "".join(f"- {line}\n" for line in lines)).encode())
+    write_wiki_file(root, log, (text.rstrip("\n") + f"\n\n## {heading}\n"
+                                + "".join(f"- {line}\n" for line in lines)).encode())
 
 
 def write_lint_report(root: Path, day: str, findings: dict) -> None:
     page = root / "wiki" / "syntheses" / "lint" / f"{day}.md"
-    page.parent.mkdir(parents=True, exist_ok=True)
     body = [f"---\ntype: synthesis\nkind: lint\nperiod: {day}\nsources: []\ncreated: {day}\n---",
             f"# Lint {day}", "",
             "The wiki agent has no endpoint, so nothing was fixed. These are the findings of the checks.", ""]
@@ -192,6 +190,6 @@ def write_lint_report(root: Path, day: str, findings: dict) -> None:
                  + "".join(f" {k}: {v}" for k, v in item.items() if k not in ("page", "line"))
                  for item in items] or ["- none"]
         body.append("")
-    page.write_text("\n".join(body), encoding="utf-8")
+    write_wiki_file(root, page, "\n".join(body).encode())
     add_to_index(root, "Syntheses", f"syntheses/lint/{day}")
     append_log(root, f"{day} lint", [f"{findings_count(findings)} findings, report [[syntheses/lint/{day}]]"])
