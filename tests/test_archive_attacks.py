@@ -73,6 +73,7 @@ def test_the_base_archive_restores(base, empty_home):
     """The honest path: every guard below lets kb's own archive through."""
     result = restore_backup(base["archive"])
     assert result.manifest["parts"] == ["duckdb", "wiki", "inbox", "dagster"]
+    assert result.notes == []  # a new archive holds no dagster.yaml
     assert (empty_home / "kb.duckdb").is_file() and (empty_home / "wiki" / ".git").is_dir()
 
 
@@ -94,7 +95,9 @@ def test_a_restore_writes_its_own_dagster_yaml(base, empty_home, tmp_path, secti
     def forge(top: Path, manifest: dict) -> None:
         (top / "dagster" / "dagster.yaml").write_text(FORGED_YAML[section].format(marker=marker))
 
-    restore_backup(repacked(base["archive"], tmp_path, forge))
+    result = restore_backup(repacked(base["archive"], tmp_path, forge))
+    assert result.notes == ["kb wrote its own dagster.yaml; the archive's file was not used (docs/security.md). "
+                            "If you edited yours by hand, edit the new file again."]
 
     if section == "python_logs":
         # The attack of issue 56: `kb restore`, then one `kb import`, ran the command.

@@ -464,6 +464,10 @@ def restore_backup(archive: Path | str, *, force: bool = False, settings: Settin
         check_lancedb(root / "lancedb", archive)
         check_dagster_home(root / "dagster", archive)
         new_home = Path(tmp) / "home"
+        notes = []
+        if (root / "dagster" / DAGSTER_YAML).is_file():
+            notes.append("kb wrote its own dagster.yaml; the archive's file was not used (docs/security.md). "
+                         "If you edited yours by hand, edit the new file again.")
         _build_home(root, manifest, new_home, archive)
         if dagster_yaml is not None and (new_home / "dagster").is_dir():
             write_atomic(new_home / "dagster" / DAGSTER_YAML, dagster_yaml(settings).encode())
@@ -473,7 +477,7 @@ def restore_backup(archive: Path | str, *, force: bool = False, settings: Settin
         _verify_restored(new_home, manifest, home)
         moved = _move_aside(home, present) if present else None
         _move_in(new_home, home, moved)
-    return RestoreResult(home=home, manifest=manifest, moved_aside=moved, checked_files=checked)
+    return RestoreResult(home=home, manifest=manifest, moved_aside=moved, checked_files=checked, notes=notes)
 
 
 def _unpack(archive: Path, tmp: Path, limit: int) -> Path:
