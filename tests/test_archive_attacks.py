@@ -88,7 +88,8 @@ FORGED_YAML = {
 }
 
 
-@pytest.mark.parametrize("section", sorted(FORGED_YAML))
+@pytest.mark.parametrize("section", [pytest.param("python_logs", marks=pytest.mark.slow),  # slow: a kb import
+                                     "run_launcher", "storage"])
 def test_a_restore_writes_its_own_dagster_yaml(base, empty_home, tmp_path, section):
     marker = tmp_path / "command-ran"
 
@@ -212,6 +213,7 @@ def test_the_runless_event_log_dot_db_is_a_sqlite_file(tmp_path):
         check_dagster_home(home, tmp_path / "a.tar.gz")
 
 
+@pytest.mark.slow  # slow: `kb backup` in its own process
 def test_kb_backup_works_with_kb_home_alone(base, tmp_path, monkeypatch):
     """No DAGSTER_HOME in the environment: `kb backup` finds the Dagster
     home in KB_HOME (it ended in a traceback)."""
