@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -129,8 +130,6 @@ def _with_link(tmp_path: Path, link: str, target: Path):
         git(repo, "config", "user.email", "a@b"), git(repo, "config", "user.name", "a")
         (repo / link).parent.mkdir(parents=True, exist_ok=True)
         if (repo / link).is_dir():
-            import shutil
-
             shutil.rmtree(repo / link)
         (repo / link).symlink_to(target)
         (repo / ".gitignore").write_text("")
@@ -171,8 +170,6 @@ def test_no_write_of_kb_goes_through_a_link_in_the_wiki(kb_home, tmp_path):
     assert (root / "raw" / "parsed").is_dir()
     outside = tmp_path / "outside"
     outside.mkdir()
-    import shutil
-
     shutil.rmtree(root / "raw")
     (root / "raw").symlink_to(outside)
 
@@ -287,8 +284,6 @@ def test_a_restore_refuses_more_than_the_limit(base, empty_home, monkeypatch):
 
 
 def test_a_restore_refuses_more_than_the_free_disk(base, empty_home, monkeypatch):
-    import shutil
-
     from kb.backup import archive_checks
 
     real = shutil.disk_usage

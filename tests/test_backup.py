@@ -10,7 +10,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -387,33 +386,6 @@ def test_restore_refuses_a_manifest_path_or_id_that_is_not_plain(store, tmp_path
 
     with pytest.raises(BackupError, match=f"wiki {key}: .*{re.escape(why)}"):
         restore_backup(repacked(store["archive"], tmp_path, edit))
-    assert_nothing_restored(home, victim)
-
-
-def test_restore_writes_nothing_through_a_link_that_a_restored_commit_holds(store, tmp_path, target_home):
-    """The bundle holds a commit whose `raw` is a link out of the wiki; the
-    archive's wiki-raw/ files must not land behind it."""
-    home, victim = target_home
-    outside = tmp_path / "outside"
-    outside.mkdir()
-
-    def link_raw(top: Path, manifest: dict) -> None:
-        repo = tmp_path / "evil-wiki"
-        subprocess.run(["git", "clone", "-q", str(top / "wiki.bundle"), str(repo)], check=True)
-        git(repo, "config", "user.email", "a@b"), git(repo, "config", "user.name", "a")
-        (repo / "raw").symlink_to(outside)
-        (repo / ".gitignore").write_text("")
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", "raw is a link")
-        (top / "wiki.bundle").unlink()
-        git(repo, "bundle", "create", str(top / "wiki.bundle"), "--all")
-        manifest["wiki"]["head"] = git(repo, "rev-parse", "HEAD").strip()
-        manifest["wiki"]["uncommitted_files"] = []
-        shutil.rmtree(top / "wiki-worktree")
-
-    with pytest.raises(BackupError, match=r"its wiki bundle holds .*raw \(mode 120000\)"):
-        restore_backup(repacked(store["archive"], tmp_path, link_raw))
-    assert list(outside.iterdir()) == []
     assert_nothing_restored(home, victim)
 
 

@@ -223,8 +223,8 @@ def check_duckdb(path: Path, archive: Path) -> None:
                           f"({type(exc).__name__}: {str(exc)[:200]}). Nothing was restored.") from exc
     if foreign:
         raise BackupError(f"{archive} is refused: its member {DUCKDB_FILE} holds what a kb store does not hold "
-                          f"({'; '.join(foreign[:5])}). A kb store holds plain tables in schema main only. "
-                          "Nothing was restored.")
+                          f"({'; '.join(foreign[:5])}). A kb store holds kb's tables in schema main, with kb's "
+                          "columns only. Nothing was restored.")
 
 
 def lance_files_outside(folder: Path) -> list[str]:
