@@ -165,6 +165,7 @@ class Settings(BaseSettings):
     kb_backup_cron: str = Field("30 3 * * *", description="When the backup schedule writes an archive of KB_HOME (a cron line in TZ: minute hour day month weekday). The default: every day at 03:30. Empty: no scheduled backup.")
     kb_backup_dir: str = Field("", description="Folder of the scheduled backups. Empty: the folder <KB_HOME>-backups beside KB_HOME (for example ~/kb-backups). It must be outside KB_HOME.")
     kb_backup_keep: int = Field(7, ge=1, description="Scheduled backups to keep: after each new archive, the oldest ones go.")
+    kb_restore_max_gb: float = Field(50.0, gt=0, description="Largest size in GB (10^9 bytes) that `kb restore` unpacks. An archive that unpacks to more is refused before kb writes anything, and so is an archive that unpacks to more than the free disk. Set it larger for a larger KB_HOME.")
     kb_inbox_settle_s: float = Field(2.0, ge=0, description="Seconds that a file dropped in the inbox must stay unchanged (size, modification and change time) before the inbox sensor takes it: a file that another program still copies is not taken half written.")
     kb_inbox_sensor_interval_s: int = Field(15, ge=1, description="Seconds between two looks of the inbox sensors (new items, /override, /lint, /synthesize).")
     kb_notify_sensor_interval_s: int = Field(30, ge=1, description="Seconds between two looks of the sensors that send notices to the owner.")
@@ -329,6 +330,10 @@ class Settings(BaseSettings):
         """The Unix socket of the search service (mcp_server/service.py):
         kb web serves kb-mcp's tools there, and kb-mcp relays to it."""
         return self.home / "run" / "mcp.sock"
+
+    @property
+    def restore_max_bytes(self) -> int:
+        return int(self.kb_restore_max_gb * 1e9)
 
     @property
     def dagster_home(self) -> Path:

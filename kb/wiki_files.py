@@ -20,6 +20,8 @@ from typing import NamedTuple
 import yaml
 from frontmatter.default_handlers import YAMLHandler
 
+from kb.store.atomic_files import write_atomic
+
 # libyaml's loader when PyYAML has it: the same safe subset. The pure Python
 # loader, which python-frontmatter takes unless told otherwise, took about
 # half of a warm `kb wiki check` (benchmarks/wiki_check.md).
@@ -102,6 +104,36 @@ def is_wiki_page(root: Path, file: Path) -> bool:
     target = file.resolve()
     return (file.is_file() and not _hidden_or_not_a_page(file.relative_to(root))
             and target.is_relative_to(base) and not _hidden_or_not_a_page(target.relative_to(base)))
+
+
+class OutsideWiki(ValueError):
+    """A write of kb into the wiki whose path leads out of it. The message names the path."""
+
+
+def inside_wiki(root: Path, path: Path) -> Path:
+    """`path` when it resolves inside the wiki folder `root` and outside its
+    .git folder, else OutsideWiki. Every write of kb into the wiki (a file,
+    a folder, a move, a removal) checks its path here first. Why: a
+    symbolic link in the wiki (from a hand edit, or from an archive of an
+    earlier kb) leads a write through it: `raw -> /home/owner` made
+    Wiki.ensure() and the parsed-source writer write in the owner's home."""
+    base = Path(root).resolve()
+    real = Path(path).resolve()
+    if not real.is_relative_to(base) or real.is_relative_to(base / ".git"):
+        raise OutsideWiki(f"{path} leads out of the wiki {root} (it resolves to {real}). kb writes only inside "
+                          "the wiki, so it did not write there. Remove the symbolic link on the way.")
+    return Path(path)
+
+
+def write_wiki_file(root: Path, path: Path, data: bytes) -> None:
+    """Write the file `path` of the wiki `root` atomically, after inside_wiki."""
+    write_atomic(inside_wiki(root, path), data)
+
+
+def make_wiki_folder(root: Path, folder: Path) -> Path:
+    """Make the folder `folder` of the wiki `root` (and its parents), after inside_wiki."""
+    inside_wiki(root, folder).mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def wiki_page_files(root: Path) -> list[Path]:

@@ -23,6 +23,7 @@ import yaml
 from tests.loopback import free_port
 from tests.fake_anthropic import FakeAnthropic, ingest_turns
 from tests.fake_telegram import FakeTelegram, message_update, text_fields
+from tests.restore_checks import check_backups_of_a_kb_up_home
 
 pytestmark = pytest.mark.slow  # slow: kb or a server in another process
 
@@ -293,6 +294,8 @@ kb up's webserver and daemon."""
     for path in (kb_home / "logs").iterdir():
         content = path.read_text(errors="replace")
         assert "TEST-SECRET" not in content, path
+    # Every backup of this home restores, the daily one too (issue 56).
+    check_backups_of_a_kb_up_home(kb_home, tmp_path)
 
 
 def test_kb_up_with_bad_input_starts_nothing(kb_home, tmp_path, monkeypatch):

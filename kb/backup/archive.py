@@ -15,7 +15,8 @@ The archive is one tar.gz with one top folder:
     wiki-worktree/     wiki files that the owner changed and did not commit
     raw/               captured X pages, exactly as they came
     inbox/             inbox items and their attachments
-    dagster/           the Dagster home: dagster.yaml and its SQLite files
+    dagster/           the Dagster home: its SQLite files (no dagster.yaml:
+                       the restore writes kb's own)
 
 How each part is made consistent:
 - No writer runs: the backup refuses to start while a run of this home is
@@ -43,10 +44,15 @@ How each part is made consistent:
 Restore goes into an EMPTY KB_HOME only (`force` moves what is there aside
 into KB_HOME/.pre-restore-<time>/; nothing is deleted). An archive is
 hostile input until it is checked, so the restore first makes the checks
-of kb/backup/archive_checks.py (paths of members and of the manifest, classes of
-dagster.yaml, the objects of the DuckDB file and of the Dagster SQLite
-files, the files of the LanceDB tables). It opens each restored store as data only: DuckDB read-only with
-external access off, and no SQL is built from a name in the archive.
+of kb/backup/archive_checks.py (the size and paths of members, the paths of
+the manifest, the objects of the DuckDB file and of the Dagster SQLite
+files, the columns of the DuckDB tables, the files of the LanceDB tables,
+the trees of the wiki bundle). It opens each restored store as data only:
+DuckDB read-only with external access off, and no SQL is built from a name
+in the archive. It never takes the archive's dagster.yaml: Dagster imports
+each class that the file names, and its logging config follows attributes
+(`dagster._core.log_manager.logging.os.system` is os.system). The caller
+gives kb's own dagster.yaml for the settings (`dagster_yaml`).
 Then it:
 - builds the whole new home in KB_HOME/.kb-restore-<random>/ first (the
   same file system as its place, also when KB_HOME is a mount point such
@@ -80,10 +86,11 @@ from pathlib import Path
 import duckdb
 
 from kb.backup.archive_checks import (
-    DUCKDB_FILE, MANIFEST, BackupError, check_dagster_home, check_dagster_yaml, check_duckdb, check_lancedb, check_manifest,
-    check_members, open_duckdb_as_data, quote_identifier,
+    DAGSTER_YAML, DUCKDB_FILE, MANIFEST, BackupError, check_dagster_home, check_duckdb, check_lancedb, check_manifest,
+    check_members, check_unpacked_size, check_wiki_trees, open_duckdb_as_data, quote_identifier,
 )
 from kb.store.duckdb_store import LOCK_ATTEMPTS, retry_while_locked
+from kb.store.atomic_files import write_atomic
 from kb.store.private_files import FILE_MODE, make_private_folder, make_tree_private
 from kb.settings import Settings, get_settings
 from kb.wiki.git_env import git_command, git_env
@@ -290,7 +297,9 @@ def backup_wiki(wiki: Path, stage: Path) -> dict | None:
 
 
 def backup_dagster_home(home: Path, target: Path) -> dict:
-    """dagster.yaml and every SQLite database, each by the online backup API."""
+    """Every SQLite database, each by the online backup API. `*.db` takes
+    `history/runs/.db` too (the event log of the runless events). No
+    dagster.yaml: the restore writes kb's own."""
     databases = 0
     for path in sorted(home.rglob("*.db")):
         if "storage" in path.relative_to(home).parts[:1]:
@@ -305,9 +314,6 @@ def backup_dagster_home(home: Path, target: Path) -> dict:
             copy_db.close()
             source_db.close()
         databases += 1
-    for name in ("dagster.yaml",):
-        if (home / name).is_file():
-            shutil.copy2(home / name, target / name)
     return {"databases": databases}
 
 
@@ -432,10 +438,13 @@ def _make_parts(settings: Settings, stage: Path, include_dagster: bool) -> dict:
 # --- restore -------------------------------------------------------------------------------
 
 
-def restore_backup(archive: Path | str, *, force: bool = False, settings: Settings | None = None) -> RestoreResult:
+def restore_backup(archive: Path | str, *, force: bool = False, settings: Settings | None = None,
+                   dagster_yaml: Callable[[Settings], str] | None = None) -> RestoreResult:
     """Restore an archive of create_backup into KB_HOME, which must be empty
     (with `force`, what is there moves aside, after the new home is
-    complete and checked)."""
+    complete and checked). `dagster_yaml` gives the text of kb's own
+    dagster.yaml for the settings; None: the restored Dagster home gets none,
+    and kb writes it at its first use."""
     settings = settings or get_settings()
     archive = Path(archive).expanduser().resolve()
     home = settings.home
@@ -448,38 +457,83 @@ def restore_backup(archive: Path | str, *, force: bool = False, settings: Settin
     make_private_folder(home)
 
     with tempfile.TemporaryDirectory(dir=home, prefix=STAGE_PREFIX) as tmp:
-        root = _unpack(archive, Path(tmp) / "archive")
+        root = _unpack(archive, Path(tmp) / "archive", settings.restore_max_bytes)
         manifest = _read_manifest(root, archive)
         checked = _verify_checksums(root, manifest, archive)
-        check_dagster_yaml(root / "dagster" / "dagster.yaml", archive)
         check_duckdb(root / DUCKDB_FILE, archive)
         check_lancedb(root / "lancedb", archive)
         check_dagster_home(root / "dagster", archive)
         new_home = Path(tmp) / "home"
-        _build_home(root, manifest, new_home)
+        notes = []
+        if (root / "dagster" / DAGSTER_YAML).is_file():
+            notes.append("kb wrote its own dagster.yaml; the archive's file was not used (docs/security.md). "
+                         "If you edited yours by hand, edit the new file again.")
+        _build_home(root, manifest, new_home, archive)
+        if dagster_yaml is not None and (new_home / "dagster").is_dir():
+            write_atomic(new_home / "dagster" / DAGSTER_YAML, dagster_yaml(settings).encode())
         # The members carry the modes of the machine that wrote them (0644):
         # the restored home is the owner's only, whatever they say.
         make_tree_private(new_home)
         _verify_restored(new_home, manifest, home)
         moved = _move_aside(home, present) if present else None
         _move_in(new_home, home, moved)
-    return RestoreResult(home=home, manifest=manifest, moved_aside=moved, checked_files=checked)
+    return RestoreResult(home=home, manifest=manifest, moved_aside=moved, checked_files=checked, notes=notes)
 
 
-def _unpack(archive: Path, tmp: Path) -> Path:
+def _unpack(archive: Path, tmp: Path, limit: int) -> Path:
+    """Unpack into `tmp`: at most `limit` bytes, and no more than the free disk."""
     try:
         with tarfile.open(archive, "r:gz") as tar:
-            members = tar.getmembers()
+            members, declared = [], 0
+            # Member by member, so that an archive that declares too much
+            # stops at the first header past the limit, not after a read of all.
+            while (info := tar.next()) is not None:
+                members.append(info)
+                declared += info.size if info.isfile() else 0
+                if declared > limit:
+                    break
             check_members(members, archive)
-            # The "data" filter refuses absolute paths, `..`, links out of the
-            # folder and device files as well: a second wall.
-            tar.extractall(tmp, members=members, filter="data")
+            tmp.mkdir(parents=True, exist_ok=True)
+            check_unpacked_size(declared, limit, tmp, archive)
+            _extract(tar, members, tmp, limit, archive)
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise BackupError(f"{archive} is not a readable kb backup (tar.gz): {exc}") from exc
     tops = [p for p in tmp.iterdir() if p.is_dir()]
     if len(tops) != 1 or not (tops[0] / MANIFEST).is_file():
         raise BackupError(f"{archive} is not a kb backup: it has no single top folder with {MANIFEST}.")
     return tops[0]
+
+
+def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], tmp: Path, limit: int, archive: Path) -> None:
+    """Write each member and count the bytes written: a member can hold more
+    than its header declares, so the count stops the unpack at `limit`.
+    Each file is new (O_EXCL): a member that comes twice is refused."""
+    written = 0
+    for info in members:
+        # The "data" filter refuses absolute paths, `..`, links out of the
+        # folder and device files as well: a second wall after check_members.
+        info = tarfile.data_filter(info, str(tmp))
+        target = tmp / info.name
+        if info.isdir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source = tar.extractfile(info)
+        try:
+            with open(target, "xb") as out:
+                while block := source.read(CHUNK):
+                    written += len(block)
+                    if written > limit:
+                        raise BackupError(f"{archive} is refused: it unpacked to more than the limit of {limit:,} "
+                                          f"bytes (KB_RESTORE_MAX_GB), at the member {info.name!r}. Nothing was "
+                                          "restored.")
+                    out.write(block)
+            os.utime(target, (info.mtime, info.mtime))
+        except FileExistsError:
+            raise BackupError(f"{archive} is refused: the member {info.name!r} comes twice. Nothing was "
+                              "restored.") from None
+        finally:
+            source.close()
 
 
 def _read_manifest(root: Path, archive: Path) -> dict:
@@ -508,16 +562,17 @@ def _verify_checksums(root: Path, manifest: dict, archive: Path) -> int:
     return len(listed)
 
 
-def _build_home(root: Path, manifest: dict, new_home: Path) -> None:
+def _build_home(root: Path, manifest: dict, new_home: Path, archive: Path) -> None:
     """The restored home, complete, in the stage folder (same file system as KB_HOME)."""
     new_home.mkdir()
     if (root / DUCKDB_FILE).is_file():
         os.replace(root / DUCKDB_FILE, new_home / DUCKDB_FILE)
+    (root / "dagster" / DAGSTER_YAML).unlink(missing_ok=True)  # never the archive's: see the module's text
     for name in ("lancedb", "raw", "inbox", "dagster"):
         if (root / name).is_dir():
             os.replace(root / name, new_home / name)
     if manifest.get("wiki"):
-        _restore_wiki(root, manifest["wiki"], new_home / "wiki")
+        _restore_wiki(root, manifest["wiki"], new_home / "wiki", archive)
 
 
 def _move_aside(home: Path, names: list[str]) -> Path:
@@ -571,7 +626,7 @@ def move(source: Path, target: Path) -> None:
     shutil.rmtree(source) if source.is_dir() and not source.is_symlink() else source.unlink()
 
 
-def _restore_wiki(root: Path, facts: dict, wiki: Path) -> None:
+def _restore_wiki(root: Path, facts: dict, wiki: Path, archive: Path) -> None:
     # init and fetch every ref, not clone: a clone keeps only one local
     # branch and adds a remote that names the temp bundle. The paths, ids
     # and branch of `facts` were checked (check_manifest), so git cannot
@@ -580,6 +635,7 @@ def _restore_wiki(root: Path, facts: dict, wiki: Path) -> None:
     wiki.mkdir(parents=True)
     _git(wiki, "init", "--quiet", "--initial-branch", facts["branch"] or "main")
     _git(wiki, "fetch", "--quiet", "--update-head-ok", str(root / WIKI_BUNDLE), "refs/*:refs/*")
+    check_wiki_trees(wiki, archive)  # before the checkout writes a link
     if facts["branch"]:
         _git(wiki, "reset", "--quiet", "--hard", facts["head"])
     else:

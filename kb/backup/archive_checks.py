@@ -5,36 +5,51 @@ reads what the archive holds as data, and names what it refuses:
 
 - a member that is not a plain file or folder, or whose path is absolute,
   has `..` or a `.git` part;
+- an archive that unpacks to more than KB_RESTORE_MAX_GB, or to more than
+  the free disk;
 - a manifest whose paths, commit ids or branch name are not plain;
-- a dagster.yaml that names a class that is not kb's or Dagster's;
-- a DuckDB file that holds more than plain tables in schema main;
+- a DuckDB file that holds more than kb's tables, or a table whose columns
+  are not kb's (another type, a CHECK, a DEFAULT or a generated column);
 - a LanceDB table that reads data files from outside its folder;
-- a Dagster home that holds more than dagster.yaml and SQLite databases
-  of tables and indexes.
+- a Dagster home that holds more than SQLite databases of tables and
+  indexes (and a dagster.yaml, which the restore never uses: kb writes its
+  own);
+- a wiki bundle whose trees hold a symbolic link or a submodule.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import sqlite3
+import subprocess
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 
+from kb.store.duckdb_schema import TABLES
+from kb.wiki.git_env import git_command, git_env
+
 MANIFEST = "manifest.json"
 DUCKDB_FILE = "kb.duckdb"
-# Modules whose classes a restored dagster.yaml may name: Dagster's and kb's.
-DAGSTER_YAML_MODULES = ("dagster", "dagster_postgres", "kb_assets", "kb")
+# The restore never uses the archive's dagster.yaml (kb writes its own), so
+# this one name may be in the archive's dagster/ without being a database.
+DAGSTER_YAML = "dagster.yaml"
+# The first 16 bytes of every SQLite 3 database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
 COMMIT_ID = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
 # DuckDB settings for a file from an archive. External access off: no
 # COPY TO, ATTACH, read_csv or httpfs, so SQL cannot reach a file or the
 # network. No extension loads. lock_configuration: no SET turns it back on.
 DUCKDB_DATA_ONLY = {"enable_external_access": False, "autoinstall_known_extensions": False,
                     "autoload_known_extensions": False, "lock_configuration": True}
-# The table names that kb gives (kb/store/duckdb_schema.py). Anything else in a
-# restored file is refused by name.
-PLAIN_TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+# The git tree modes of the files and folders that kb's wiki holds: a
+# plain file, an executable file and a folder. A symbolic link (120000)
+# could lead a later write of kb out of the wiki; a submodule (160000) is
+# another repository.
+WIKI_TREE_MODES = (b"100644", b"100755", b"40000")
 
 
 class BackupError(RuntimeError):
@@ -54,11 +69,14 @@ def quote_identifier(name: str) -> str:
 
 
 def duckdb_foreign_objects(path: Path) -> list[str]:
-    """What the DuckDB file holds that is not a plain kb table: a table
-    outside schema main or with a name that is not plain, a schema, view,
-    macro, sequence, index or type. kb makes base tables in main only
-    (kb/store/duckdb_schema.py). A view or a macro is SQL that runs each time kb
-    reads it, so a restored file may hold none."""
+    """What the DuckDB file holds that is not a kb table: a table outside
+    schema main or with a name that kb does not give, a schema, view,
+    macro, sequence, index or type, and in kb's tables a column or a
+    constraint that kb's schema does not make (kb_table_shapes). A view or
+    a macro is SQL that runs each time kb reads it. A DEFAULT or a
+    generated column is SQL that runs each time kb writes a row, with
+    kb's rights: `DEFAULT (read_text('~/.config/kb/.env'))` would copy the
+    settings file into each new row. So a restored file may hold none."""
     this = "database_name = current_database()"
     queries = {
         "schema": f"SELECT schema_name FROM duckdb_schemas() WHERE {this} AND NOT internal",
@@ -67,17 +85,66 @@ def duckdb_foreign_objects(path: Path) -> list[str]:
         "sequence": f"SELECT schema_name || '.' || sequence_name FROM duckdb_sequences() WHERE {this}",
         "index": f"SELECT schema_name || '.' || index_name FROM duckdb_indexes() WHERE {this}",
         "type": f"SELECT schema_name || '.' || type_name FROM duckdb_types() WHERE {this} AND NOT internal",
-        "table": f"SELECT schema_name || '.' || table_name FROM duckdb_tables() WHERE {this} AND (schema_name <> "
-                 f"'main' OR NOT regexp_full_match(table_name, '{PLAIN_TABLE_NAME.pattern}'))",
     }
     conn = open_duckdb_as_data(path)
     try:
         found = []
         for kind, query in queries.items():
             found += [f"{kind} {name!r}" for (name,) in conn.execute(query + " ORDER BY 1").fetchall()]
+        tables = conn.execute(f"SELECT schema_name, table_name FROM duckdb_tables() WHERE {this} ORDER BY 1, 2")
+        found += [f"table {f'{schema}.{table}'!r}" for schema, table in tables.fetchall()
+                  if schema != "main" or table not in TABLES]
+        found += foreign_columns(conn, kb_table_shapes())
         return found
     finally:
         conn.close()
+
+
+# The columns and constraints of kb's tables, as DuckDB describes them.
+COLUMNS_QUERY = ("SELECT table_name, column_name, data_type, column_default, is_generated FROM duckdb_columns() "
+                 "WHERE database_name = current_database() AND schema_name = 'main' ORDER BY table_name, column_index")
+CONSTRAINTS_QUERY = ("SELECT table_name, constraint_type, constraint_text, constraint_column_names "
+                     "FROM duckdb_constraints() WHERE database_name = current_database() AND schema_name = 'main' "
+                     "ORDER BY table_name, constraint_index")
+_SHAPES: dict[str, set] = {}
+
+
+def kb_table_shapes() -> dict[str, set]:
+    """The columns (name, type, default, generated) and the constraints of
+    each kb table, read from an empty in-memory store made by the CREATE
+    TABLE statements of kb/store/duckdb_schema.py: one copy of the schema."""
+    if not _SHAPES:
+        conn = duckdb.connect(config=DUCKDB_DATA_ONLY)
+        try:
+            for statement in TABLES.values():
+                conn.execute(statement)
+            _SHAPES["columns"] = {tuple(row) for row in conn.execute(COLUMNS_QUERY).fetchall()}
+            _SHAPES["constraints"] = {_constraint(row) for row in conn.execute(CONSTRAINTS_QUERY).fetchall()}
+        finally:
+            conn.close()
+    return _SHAPES
+
+
+def _constraint(row: tuple) -> tuple:
+    table, kind, text, columns = row
+    return table, kind, text, tuple(columns or ())
+
+
+def foreign_columns(conn: duckdb.DuckDBPyConnection, shapes: dict[str, set]) -> list[str]:
+    """The columns and constraints of the file's kb tables that kb's schema
+    does not make. A column that kb's schema has and the file lacks is no
+    problem: it comes from a later migration, which kb applies."""
+    found = []
+    for table, column, data_type, default, generated in conn.execute(COLUMNS_QUERY).fetchall():
+        if table not in TABLES or (table, column, data_type, default, generated) in shapes["columns"]:
+            continue
+        what = "generated" if generated else f"DEFAULT {default}" if default is not None else data_type
+        found.append(f"column {f'{table}.{column}'!r} ({what[:80]})")
+    for row in conn.execute(CONSTRAINTS_QUERY).fetchall():
+        constraint = _constraint(row)
+        if constraint[0] in TABLES and constraint not in shapes["constraints"]:
+            found.append(f"constraint {constraint[1]} on {constraint[0]!r} ({str(constraint[2])[:80]})")
+    return found
 
 
 def check_members(members: list[tarfile.TarInfo], archive: Path) -> None:
@@ -143,24 +210,6 @@ def plain_branch(name) -> bool:
     return ".." not in name and not name.endswith((".lock", "/", ".")) and "//" not in name
 
 
-def check_dagster_yaml(path: Path, archive: Path) -> None:
-    """Dagster imports every class that its dagster.yaml names (storage, run
-    launcher, coordinator, compute logs, logging handlers). A restored file
-    may name kb's and Dagster's classes only."""
-    if not path.is_file():
-        return
-    import yaml
-
-    try:
-        config = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise BackupError(f"{archive} is refused: its dagster/dagster.yaml is not YAML ({exc}).") from exc
-    foreign = sorted(set(foreign_classes(config)))
-    if foreign:
-        raise BackupError(f"{archive} is refused: its dagster/dagster.yaml names code that is not kb's or "
-                          f"Dagster's ({', '.join(foreign[:5])}); Dagster would import it. Nothing was restored.")
-
-
 def check_duckdb(path: Path, archive: Path) -> None:
     """The archive's DuckDB file may hold kb's plain tables only. Its names
     are data: the check reads them through fixed queries, with the file
@@ -174,8 +223,8 @@ def check_duckdb(path: Path, archive: Path) -> None:
                           f"({type(exc).__name__}: {str(exc)[:200]}). Nothing was restored.") from exc
     if foreign:
         raise BackupError(f"{archive} is refused: its member {DUCKDB_FILE} holds what a kb store does not hold "
-                          f"({'; '.join(foreign[:5])}). A kb store holds plain tables in schema main only. "
-                          "Nothing was restored.")
+                          f"({'; '.join(foreign[:5])}). A kb store holds kb's tables in schema main, with kb's "
+                          "columns only. Nothing was restored.")
 
 
 def lance_files_outside(folder: Path) -> list[str]:
@@ -214,29 +263,6 @@ def check_lancedb(folder: Path, archive: Path) -> None:
                           f"({'; '.join(outside[:5])}). Nothing was restored.")
 
 
-def foreign_classes(node, key: str = "") -> list[str]:
-    found = []
-    if isinstance(node, dict):
-        module = node.get("module")
-        if module is not None and not own_module(module):
-            found.append(f"module {module}")
-        for name in ("class", "()"):
-            value = node.get(name)
-            if module is None and value is not None and not own_module(str(value).rsplit(".", 1)[0]):
-                found.append(f"{name} {value}")  # a dotted path, as logging's dictConfig takes it
-        for child_key, child in node.items():
-            found += foreign_classes(child, str(child_key))
-    elif isinstance(node, list):
-        for child in node:
-            found += foreign_classes(child, key)
-    return found
-
-
-def own_module(module) -> bool:
-    module = str(module)
-    return any(module == root or module.startswith(root + ".") for root in DAGSTER_YAML_MODULES)
-
-
 def sqlite_foreign_objects(path: Path) -> list[str]:
     """The objects of a SQLite file that are not tables or indexes. Dagster
     makes tables and indexes only. A trigger is SQL that runs when Dagster
@@ -252,18 +278,30 @@ def sqlite_foreign_objects(path: Path) -> list[str]:
         conn.close()
 
 
+def is_sqlite_file(path: Path) -> bool:
+    """A SQLite database by its name and its kind: the name ends in `.db`
+    (Dagster names the event log of the runless events `history/runs/.db`:
+    its suffix is empty to pathlib, so the name is read, not the suffix),
+    and the file starts with SQLite's header."""
+    if not path.name.endswith(".db"):
+        return False
+    with path.open("rb") as fh:
+        return fh.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+
+
 def check_dagster_home(folder: Path, archive: Path) -> None:
     """The archive's dagster/ holds what the backup writes there and nothing
-    else: dagster.yaml and SQLite databases of tables and indexes."""
+    else: SQLite databases of tables and indexes. A dagster.yaml (archives of
+    kb before issue 56 hold one) may be there: the restore never uses it."""
     if not folder.is_dir():
         return
     problems = []
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         name = f"dagster/{path.relative_to(folder)}"
-        if path == folder / "dagster.yaml":
+        if path == folder / DAGSTER_YAML:
             continue
-        if path.suffix != ".db":
-            problems.append(f"{name} is not a SQLite database (*.db)")
+        if not is_sqlite_file(path):
+            problems.append(f"{name} is not a SQLite database (a file named *.db with the SQLite header)")
             continue
         try:
             problems += [f"{name} holds a {found}" for found in sqlite_foreign_objects(path)]
@@ -272,3 +310,89 @@ def check_dagster_home(folder: Path, archive: Path) -> None:
     if problems:
         raise BackupError(f"{archive} is refused: its Dagster home holds what a kb backup does not hold "
                           f"({'; '.join(problems[:5])}). Nothing was restored.")
+
+
+# --- the wiki bundle --------------------------------------------------------------------
+
+
+def _git_bytes(repo: Path, *args: str, input: bytes | None = None) -> bytes:
+    proc = subprocess.run(git_command(*args), cwd=repo, input=input, capture_output=True, env=git_env(), timeout=600)
+    if proc.returncode != 0:
+        raise BackupError(f"git {args[0]} failed in {repo}: {proc.stderr.decode(errors='replace').strip()[:300]}")
+    return proc.stdout
+
+
+def _trees(repo: Path) -> Iterator[tuple[str, list[tuple[bytes, str, str]]]]:
+    """Each tree object of the repository: (its id, [(mode, name, child id)]),
+    read from git's raw format (`<mode> <name>\\0<id bytes>` per entry)."""
+    listing = _git_bytes(repo, "cat-file", "--batch-all-objects", "--batch-check=%(objecttype) %(objectname)")
+    ids = [line.split()[1] for line in listing.splitlines() if line.startswith(b"tree ")]
+    if not ids:
+        return
+    out = _git_bytes(repo, "cat-file", "--batch", input=b"\n".join(ids) + b"\n")
+    at = 0
+    while at < len(out):
+        header_end = out.index(b"\n", at)
+        tree_id, _, size = out[at:header_end].split()
+        body = out[header_end + 1: header_end + 1 + int(size)]
+        at = header_end + 1 + int(size) + 1
+        id_bytes = len(tree_id) // 2  # 20 for SHA-1, 32 for SHA-256
+        entries, pos = [], 0
+        while pos < len(body):
+            space = body.index(b" ", pos)
+            nul = body.index(b"\0", space)
+            entries.append((body[pos:space], body[space + 1:nul].decode(errors="replace"),
+                            body[nul + 1:nul + 1 + id_bytes].hex()))
+            pos = nul + 1 + id_bytes
+        yield tree_id.decode(), entries
+
+
+def wiki_tree_problems(repo: Path) -> list[str]:
+    """The entries of any tree in the repository (every commit of every
+    branch, and loose trees too) that are not a plain file or folder, each
+    named by its path: `raw (mode 120000)`."""
+    parent: dict[str, tuple[str, str]] = {}  # tree id -> (the tree that holds it, its name there)
+    bad: list[tuple[str, str, bytes]] = []
+    for tree_id, entries in _trees(repo):
+        for mode, name, child in entries:
+            if mode == b"40000":
+                parent.setdefault(child, (tree_id, name))
+            if mode not in WIKI_TREE_MODES:
+                bad.append((tree_id, name, mode))
+    problems = []
+    for tree_id, name, mode in bad:
+        parts, seen = [name], {tree_id}
+        while tree_id in parent and parent[tree_id][0] not in seen:
+            tree_id, folder = parent[tree_id]
+            seen.add(tree_id)
+            parts.insert(0, folder)
+        problems.append(f"{'/'.join(parts)} (mode {mode.decode(errors='replace')})")
+    return sorted(set(problems))
+
+
+def check_wiki_trees(repo: Path, archive: Path) -> None:
+    """Call after the fetch of the bundle and before the checkout: a
+    symbolic link in a restored commit would lead the checkout, and each
+    later write of kb (Wiki.ensure, the parsed files), out of the wiki."""
+    problems = wiki_tree_problems(repo)
+    if problems:
+        raise BackupError(f"{archive} is refused: its wiki bundle holds what a kb wiki does not hold: "
+                          f"{'; '.join(problems[:5])}. kb's wiki holds plain files and folders only (no "
+                          "symbolic link, no submodule). Nothing was restored.")
+
+
+# --- the size of an archive ---------------------------------------------------------------
+
+
+def check_unpacked_size(declared: int, limit: int, folder: Path, archive: Path) -> None:
+    """Before the restore unpacks: the sum of the sizes that the members
+    declare must not pass the limit (KB_RESTORE_MAX_GB), nor the free disk
+    of `folder` (the restore unpacks into KB_HOME)."""
+    if declared > limit:
+        raise BackupError(f"{archive} is refused: it unpacks to {declared:,} bytes, more than the limit of "
+                          f"{limit:,} bytes (KB_RESTORE_MAX_GB). Set a larger KB_RESTORE_MAX_GB if you trust the "
+                          "archive. Nothing was restored.")
+    free = shutil.disk_usage(folder).free
+    if declared > free:
+        raise BackupError(f"{archive} is refused: it unpacks to {declared:,} bytes, and {folder} has "
+                          f"{free:,} bytes free. Make room first. Nothing was restored.")

@@ -134,7 +134,20 @@ class Inbox:
         return self.root / "files" / item_id
 
     def attachment_path(self, item: InboxItem) -> Path | None:
-        return self.root / item.file if item.file else None
+        """The item's attachment. It must resolve inside files/<id>/, the
+        item's own folder: a manifest comes from the bot, from a dropped
+        file or from a restored archive, and an absolute `file` (or one
+        with `..` or a link) would feed any file of the owner, for example
+        ~/.config/kb/.env, to the gate, the index and the wiki."""
+        if not item.file:
+            return None
+        folder = self.files_dir(str(item.id))
+        plain = isinstance(item.file, str) and str(item.id).isalnum() and not os.path.isabs(item.file)
+        path = self.root / item.file if plain else None
+        if path is None or not path.resolve().is_relative_to(folder.resolve()) or path.resolve() == folder.resolve():
+            raise InboxError(f"inbox item {item.id}: its file {item.file!r} is not inside {folder}. kb reads an "
+                             "attachment only from the item's own folder; the item is not read.")
+        return path
 
     # --- names that only go up ---------------------------------------------------
     @contextlib.contextmanager

@@ -12,9 +12,8 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from kb.store.atomic_files import write_atomic
 from kb.settings import Settings
-from kb.telegram.inbox import Inbox, InboxItem
+from kb.telegram.inbox import Inbox, InboxError, InboxItem
 from kb.telegram.source_parsers import (
     ParsedSource,
     PermanentParseError,
@@ -32,7 +31,7 @@ from kb.telegram.source_parsers import (
 )
 from kb.wiki.repo import Wiki
 from kb.wiki.schema import ID_PREFIX_CHARS, NAME_MAX_CHARS, parsed_body, parsed_frontmatter, source_slug
-from kb.wiki_files import read_frontmatter
+from kb.wiki_files import inside_wiki, make_wiki_folder, read_frontmatter, write_wiki_file
 from kb.x.browser import Browser
 
 PARSED_DIR = Path("raw/parsed")
@@ -41,7 +40,10 @@ REJECTED_DIR = Path("raw/rejected")
 
 def parse_item(item: InboxItem, inbox: Inbox, settings: Settings, browser: Browser | None) -> ParsedSource:
     """The parser for the item's type. Raises PermanentParseError or TransientParseError."""
-    attachment = inbox.attachment_path(item)
+    try:
+        attachment = inbox.attachment_path(item)
+    except InboxError as exc:
+        raise PermanentParseError(str(exc)) from None  # a file outside the item's folder is never read
     if item.type in ("pdf", "md", "voice") and attachment is None:
         raise PermanentParseError(f"inbox item {item.id}: the {item.type} item has no attachment")
     if item.type in ("web", "youtube") and not item.url:
@@ -99,10 +101,12 @@ def write_parsed_file(wiki_dir: Path, item: InboxItem, parsed: ParsedSource, fet
         number += 1
     if latest is not None:
         frontmatter["supersedes"] = str(latest.relative_to(wiki_dir))
-    write_atomic(wiki_dir / relative, render_markdown(frontmatter, body).encode())
+    # inside_wiki: a link in the wiki (raw -> a folder outside) must not
+    # take the file, or a removal, out of the wiki.
+    write_wiki_file(wiki_dir, wiki_dir / relative, render_markdown(frontmatter, body).encode())
     for old in mine:
         if old not in ingested and old != wiki_dir / relative:
-            old.unlink(missing_ok=True)
+            inside_wiki(wiki_dir, old).unlink(missing_ok=True)
     return relative
 
 
@@ -123,6 +127,6 @@ def move_parsed_file(wiki_dir: Path, current: Path, rejected: bool, item_type: s
     target_dir = wiki_dir / (REJECTED_DIR if rejected else PARSED_DIR / item_type)
     target = target_dir / current.name
     if current != target:
-        target_dir.mkdir(parents=True, exist_ok=True)
-        os.replace(current, target)
+        make_wiki_folder(wiki_dir, target_dir)
+        os.replace(inside_wiki(wiki_dir, current), inside_wiki(wiki_dir, target))
     return target.relative_to(wiki_dir)

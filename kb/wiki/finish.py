@@ -15,11 +15,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kb.store.atomic_files import write_atomic
 from kb.wiki.change_rules import CITATION, link_target, redirects
 from kb.wiki.checks import findings_count
 from kb.wiki.schema import render_frontmatter, schema_for, with_frontmatter_key
-from kb.wiki_files import WIKILINK, parse_link, read_page, split_frontmatter, wiki_page_files
+from kb.wiki_files import WIKILINK, parse_link, read_page, split_frontmatter, wiki_page_files, write_wiki_file
 
 # The spec: a weekly synthesis of about 1,500 words. The prompt says 1,500;
 # kb refuses a page of more than WEEKLY_WORD_LIMIT ("about": a tenth more).
@@ -48,10 +47,10 @@ def add_to_index(root: Path, section: str, link: str) -> None:
     while at > 0 and not lines[at - 1].strip():
         at -= 1
     lines.insert(at, entry)
-    index.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_wiki_file(root, index, ("\n".join(lines) + "\n").encode())
 
 
-def add_section_line(path: Path, section: str, line: str) -> bool:
+def add_section_line(root: Path, path: Path, section: str, line: str) -> bool:
     """Add `line` under `## section` at the end of the page (the section is
     made when it is missing), once. True when the page changed."""
     text = path.read_text(encoding="utf-8")
@@ -68,7 +67,7 @@ def add_section_line(path: Path, section: str, line: str) -> bool:
         while at > 0 and not lines[at - 1].strip():
             at -= 1
         lines.insert(at, line)
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_wiki_file(root, path, ("\n".join(lines) + "\n").encode())
     return True
 
 
@@ -110,12 +109,12 @@ def finish_weekly(root: Path, label: str, slugs: list[str]) -> list[str]:
     listed = {parse_link(link).target for link in WIKILINK.findall(section_text(text, READING_LIST))}
     for slug in slugs:
         if f"sources/{slug}" not in listed and f"sources/{slug}" in pages:
-            add_section_line(page, READING_LIST, f"- [[sources/{slug}]]")
+            add_section_line(root, page, READING_LIST, f"- [[sources/{slug}]]")
     # The pages that the synthesis links where a reader sees it (not in a comment or a code block).
     named = {link.target for link in read_page(page.read_text(encoding="utf-8"), target).links}
     for name in sorted(named):
         if name.startswith(BACKLINK_FOLDERS) and name in pages:
-            add_section_line(pages[name], MENTIONED_IN, f"- [[{target}]]")
+            add_section_line(root, pages[name], MENTIONED_IN, f"- [[{target}]]")
     add_to_index(root, "Syntheses", target)
     return []
 
@@ -150,7 +149,7 @@ def finish_merges(root: Path) -> None:
             continue
         new = WIKILINK.sub(rewrite, text)
         if new != text:
-            write_atomic(files[path], new.encode())
+            write_wiki_file(root, files[path], new.encode())
             texts[path] = new
     for old, kept in moved.items():
         path = f"wiki/{kept}.md"
@@ -175,7 +174,7 @@ def finish_merges(root: Path) -> None:
             continue
         data["aliases"], data["sources"] = aliases + add, sources + more
         new = render_frontmatter(schema, data) + "\n" + "\n".join(page.body) + "\n"
-        write_atomic(files[path], new.encode())
+        write_wiki_file(root, files[path], new.encode())
         texts[path] = new
 
 
@@ -201,7 +200,7 @@ def finish_lint(root: Path, day: str, unsupported: list[dict]) -> list[str]:
             add_to_index(root, folder.title(), relative)
     if unsupported and f"## {UNSUPPORTED_SECTION}" not in page.read_text(encoding="utf-8"):
         for item in unsupported:
-            add_section_line(page, UNSUPPORTED_SECTION,
+            add_section_line(root, page, UNSUPPORTED_SECTION,
                              f"- `{item['page']}` line {item['line']}: {item['reason']}: {item['text']}")
     add_to_index(root, "Syntheses", target)
     return []
@@ -219,12 +218,12 @@ def finish_ingest(root: Path, parsed_path: str) -> list[str]:
     if not old.startswith("raw/parsed/") or ".." in old.split("/") or not old_file.is_file():
         return [f"{parsed_path}: supersedes {old!r}, which is not a parsed file of this wiki"]
     new_slug = Path(parsed_path).stem
-    old_file.write_text(with_frontmatter_key(old_file.read_text(encoding="utf-8"), "superseded_by", parsed_path),
-                        encoding="utf-8")
+    write_wiki_file(root, old_file, with_frontmatter_key(old_file.read_text(encoding="utf-8"), "superseded_by",
+                                                         parsed_path).encode())
     page = root / "wiki" / "sources" / f"{Path(old).stem}.md"
     if page.is_file() and not page.is_symlink():
-        page.write_text(with_frontmatter_key(page.read_text(encoding="utf-8"), "superseded_by", new_slug),
-                        encoding="utf-8")
+        write_wiki_file(root, page, with_frontmatter_key(page.read_text(encoding="utf-8"), "superseded_by",
+                                                         new_slug).encode())
     return []
 
 
@@ -240,13 +239,12 @@ def superseded_parse(root: Path, parsed_path: str) -> str | None:
 def append_log(root: Path, heading: str, lines: list[str]) -> None:
     log = root / "log.md"
     text = log.read_text(encoding="utf-8") if log.exists() else "# Log\n"
-    write_atomic(log, (text.rstrip("\n") + f"\n\n## {heading}\n"
-                       + "".join(f"- {line}\n" for line in lines)).encode())
+    write_wiki_file(root, log, (text.rstrip("\n") + f"\n\n## {heading}\n"
+                                + "".join(f"- {line}\n" for line in lines)).encode())
 
 
 def write_lint_report(root: Path, day: str, findings: dict) -> None:
     page = root / "wiki" / "syntheses" / "lint" / f"{day}.md"
-    page.parent.mkdir(parents=True, exist_ok=True)
     body = [f"---\ntype: synthesis\nkind: lint\nperiod: {day}\nsources: []\ncreated: {day}\n---",
             f"# Lint {day}", "",
             "The wiki agent has no endpoint, so nothing was fixed. These are the findings of the checks.", ""]
@@ -256,6 +254,6 @@ def write_lint_report(root: Path, day: str, findings: dict) -> None:
                  + "".join(f" {k}: {v}" for k, v in item.items() if k not in ("page", "line"))
                  for item in items] or ["- none"]
         body.append("")
-    page.write_text("\n".join(body), encoding="utf-8")
+    write_wiki_file(root, page, "\n".join(body).encode())
     add_to_index(root, "Syntheses", f"syntheses/lint/{day}")
     append_log(root, f"{day} lint", [f"{findings_count(findings)} findings, report [[syntheses/lint/{day}]]"])

@@ -22,14 +22,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kb.store.atomic_files import write_atomic
 from kb.wiki.change_rules import lost_cited_claims
 from kb.wiki.finish import append_log
 from kb.wiki.playbook import CLAUDE_MD, EARLIER_GITIGNORES, EARLIER_PLAYBOOK_SHA256, GITIGNORE
 from kb.wiki.repo import Wiki, raw_files_lock
 from kb.wiki.schema import (CONCEPT, ENTITY, MIGRATE_MESSAGE, SOURCE, SOURCE_NAME, WEEKLY, concept_name,
                             entity_name, render_frontmatter, render_page, source_slug)
-from kb.wiki_files import WIKILINK, split_frontmatter, wiki_page_files
+from kb.wiki_files import WIKILINK, inside_wiki, split_frontmatter, wiki_page_files, write_wiki_file
 
 # Sections of kb's earlier pages -> the specification's section.
 EARLIER_SECTIONS = {
@@ -249,17 +248,17 @@ def _migrate(wiki: Wiki, sha: str, today: str) -> MigrateResult:
                            f"nothing was changed")
     for rel in pages:
         if rel not in after:
-            (root / rel).unlink()
+            inside_wiki(root, root / rel).unlink()
     for rel, text in after.items():
-        write_atomic(root / rel, text.encode())
-    write_atomic(root / "index.md", _index(root).encode())
+        write_wiki_file(root, root / rel, text.encode())
+    write_wiki_file(root, root / "index.md", _index(root).encode())
     # kb's own earlier files; the owner's changes of them stay.
     gitignore = root / ".gitignore"
     if gitignore.is_file() and gitignore.read_text(encoding="utf-8") in EARLIER_GITIGNORES:
-        write_atomic(gitignore, GITIGNORE.encode())
+        write_wiki_file(root, gitignore, GITIGNORE.encode())
     playbook = root / "CLAUDE.md"
     if playbook.is_file() and hashlib.sha256(playbook.read_bytes()).hexdigest() in EARLIER_PLAYBOOK_SHA256:
-        write_atomic(playbook, CLAUDE_MD.encode())
+        write_wiki_file(root, playbook, CLAUDE_MD.encode())
     append_log(root, f"{today} migrate", [f"{len(todo)} pages to the specification's schema, "
                                           f"{len(renames)} renamed, index.md built again"])
     # The parsed files that the source pages name go into git with the

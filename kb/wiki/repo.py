@@ -45,7 +45,9 @@ def raw_files_lock(wiki_dir: Path):
 from kb.guards.secret_scan import guarded_secrets, secrets_in
 from kb.wiki.git_env import git_command, git_env
 from kb.wiki.change_rules import KeptLines, lost_cited_claims, owner_section_problem, redirects
-from kb.wiki_files import APPEND_ONLY_FILES, WIKILINK, agent_path_problem, wiki_page_files
+from kb.wiki_files import (
+    APPEND_ONLY_FILES, WIKILINK, agent_path_problem, make_wiki_folder, wiki_page_files, write_wiki_file,
+)
 from kb.wiki.schema import DISPUTED_MARK, MANUAL_PREFIX, UNSUPPORTED_MARK, name_problem, only_key_added
 from kb.wiki.playbook import CLAUDE_MD, GITIGNORE, INDEX_MD, LOG_MD, PURPOSE_MD
 
@@ -148,13 +150,15 @@ class Wiki(BaseModel):
         for name, text in (("CLAUDE.md", CLAUDE_MD), ("purpose.md", PURPOSE_MD), ("index.md", INDEX_MD),
                            ("log.md", LOG_MD), (".gitignore", GITIGNORE)):
             if not (root / name).exists():
-                write_atomic(root / name, text.encode())
+                write_wiki_file(root, root / name, text.encode())
+        # Each folder and file through inside_wiki: a link in the wiki
+        # (raw -> a folder outside) must not take these writes out of it.
         for folder in PAGE_DIRS:
-            (root / folder).mkdir(parents=True, exist_ok=True)
+            make_wiki_folder(root, root / folder)
             keep = root / folder / ".gitkeep"  # git keeps no empty folders
             if not any((root / folder).iterdir()):
-                keep.touch()
-        (root / "raw" / "parsed").mkdir(parents=True, exist_ok=True)
+                write_wiki_file(root, keep, b"")
+        make_wiki_folder(root, root / "raw" / "parsed")
         if new_repo:
             self._run("add", "-A")
             self._run("commit", "-q", "-m", "init: wiki")
@@ -209,7 +213,7 @@ class Wiki(BaseModel):
         self._run("clean", "-q", "-fdx", *keep)
         for path, data in kept_files.items():
             if not (root / path).exists():
-                write_atomic(root / path, data)
+                write_wiki_file(root, root / path, data)
 
     def ignored_files(self) -> dict[str, tuple[int, int]]:
         """Size and mtime of each file that the wiki's .gitignore hides,

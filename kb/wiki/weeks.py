@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 from kb.wiki.finish import add_to_index, append_log
 from kb.wiki.repo import Wiki
 from kb.wiki.schema import INGEST_PREFIX, SYNTHESIS_PREFIX, WEEKLY, render_page
+from kb.wiki_files import write_wiki_file
 
 
 def iso_week_label(day: date) -> str:
@@ -55,14 +56,13 @@ def ingested_slugs(commits: list[tuple[str, str]]) -> list[str]:
 
 def write_empty_week(root: Path, label: str, week_start: date) -> None:
     page = root / "wiki" / "syntheses" / "weekly" / f"{label}.md"
-    page.parent.mkdir(parents=True, exist_ok=True)
     week_end = (week_start + timedelta(days=6)).isoformat()
-    page.write_text(render_page(
+    write_wiki_file(root, page, render_page(
         WEEKLY, {"type": "synthesis", "kind": "weekly", "week": label, "source_count": 0, "themes": [],
                  "created": date.today().isoformat()},
         f"Weekly Synthesis · {label} · Thin week",
         {"Theme of the week": [f"Thin week: no new sources from {week_start.isoformat()} to {week_end}."],
          "Open questions": ["- none"], "Reading list": ["- none"]},
-    ), encoding="utf-8")
+    ).encode())
     add_to_index(root, "Syntheses", f"syntheses/weekly/{label}")
     append_log(root, f"{label} synthesis", [f"thin week: no new sources, [[syntheses/weekly/{label}]]"])
