@@ -36,6 +36,7 @@ LOCATION = "guarded"
 MUTATION = ('mutation { launchRun(executionParams: {selector: {repositoryLocationName: "guarded", '
             'repositoryName: "__repository__", jobName: "touch_job"}, runConfigData: {}}) { __typename } }')
 START_S = 90
+CANARY_KEY = "sk-ant-TEST-SECRET-control-plane-canary"
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +48,17 @@ def dagster_ui(tmp_path_factory):
     dagster_home = root / "dagster"
     dagster_home.mkdir()
     # Runs start at once, with no daemon: the owner's test waits for one.
+    # kb's run launcher, as kb's dagster.yaml names it: it refuses a run config.
     (dagster_home / "dagster.yaml").write_text(
-        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n")
+        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n"
+        "run_launcher:\n  module: kb_assets.run_launcher\n  class: LocalRunLauncher\n")
+    # The KB_HOME of the code location and its runs: its own, never the
+    # owner's. A canary key in the environment, where a run config's
+    # {env: ANTHROPIC_API_KEY} would find it.
+    kb_home = root / "kb_home"
+    kb_home.mkdir(mode=0o700)
+    (root / "backups").mkdir()
+    (root / "empty.env").write_text("")
     workspace = root / "workspace.yaml"
     workspace.write_text(f"load_from:\n  - python_file:\n      relative_path: {REPO / 'tests/guarded_location.py'}\n"
                          f"      location_name: {LOCATION}\n      working_directory: {REPO}\n")
@@ -59,7 +69,9 @@ def dagster_ui(tmp_path_factory):
     webserver = next(part for part in parts if part.name == "dagster-webserver")
     assert webserver.argv[1:3] == ["-m", "kb.apps.guarded_webserver"]
     log_path = root / "webserver.log"
-    env = {**os.environ, "DAGSTER_HOME": str(dagster_home)}
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "KB_HOME": str(kb_home), "KB_EMBED_BACKEND": "hash",
+           "KB_ENV_FILE": str(root / "empty.env"), "KB_BACKUP_DIR": str(root / "backups"),
+           "ANTHROPIC_API_KEY": CANARY_KEY}
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(webserver.argv, cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
@@ -76,7 +88,8 @@ def dagster_ui(tmp_path_factory):
             except httpx.HTTPError:
                 pass
             time.sleep(0.25)
-        yield SimpleNamespace(base=base, port=port, log=log_path, home=dagster_home)
+        yield SimpleNamespace(base=base, port=port, log=log_path, home=dagster_home, kb_home=kb_home,
+                              backups=root / "backups")
     finally:
         process.kill()
         process.wait(timeout=30)
@@ -361,6 +374,121 @@ def test_the_owner_uses_the_ui_and_the_graphql_client(dagster_ui, browser):
     finally:
         page.close()
     assert refusals(dagster_ui) == refused_before
+
+
+# --- run config cannot configure a resource or read the environment ------------------
+
+LAUNCH = """
+mutation Launch($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}
+"""
+
+
+def launch(ui, job: str, run_config: dict) -> dict:
+    """The launch of the launchpad (and of DagsterGraphQLClient): a JSON POST to /graphql."""
+    params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__", "jobName": job},
+              "runConfigData": run_config}
+    answer = httpx.post(f"{ui.base}/graphql", json={"query": LAUNCH, "variables": {"params": params}}, timeout=120)
+    # Dagster answers a PythonError with the status 500, and the error in the data.
+    assert answer.status_code in (200, 500), answer.text
+    return answer.json()["data"]["launchRun"]
+
+
+class Listener:
+    """A TCP listener on loopback that notes every connection (an S3
+    endpoint that an attacker names): a run that uses it connects here."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.hits: list[bytes] = []
+        self.done = False
+
+    def serve(self) -> None:
+        while not self.done:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(1)
+                try:
+                    self.hits.append(conn.recv(4096) or b"(connected)")
+                except OSError:
+                    self.hits.append(b"(connected)")
+
+    def __enter__(self):
+        import threading
+
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done = True
+        self.thread.join()
+        self.sock.close()
+
+
+@pytest.mark.slow  # a webserver in another process, and a run worker for the honest run
+def test_run_config_cannot_configure_a_resource_or_read_the_environment(dagster_ui, tmp_path):
+    """The attacks of issue 56 through the guarded webserver's GraphQL, as
+    a prefilled launchpad sends them: resources that send the index's S3
+    key (from {env: ANTHROPIC_API_KEY}) to a listener, a wiki and an index
+    outside KB_HOME, and {env: ...} in an op config. kb's run launcher
+    refuses each by the key's name; no step ran, no connection reached the
+    listener and no file was written. kb's own config still runs."""
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.md").write_text("# Not a page of kb\n")
+    with Listener() as listener:
+        attacks = [
+            ("wiki_index_job", {"resources": {"lance": {"config": {
+                "path": "s3://bucket/kb", "vector_index_min_rows": 256, "s3_endpoint": listener.url, "s3_allow_http": True,
+                "s3_access_key_id": {"env": "ANTHROPIC_API_KEY"}}}}}, "the key 'resources' (lance) is refused"),
+            ("wiki_index_job", {"resources": {"wiki": {"config": {"path": str(foreign)}},
+                                              "lance": {"config": {"path": str(foreign / "lancedb"),
+                                                                   "vector_index_min_rows": 256}}}},
+             "the key 'resources' (lance, wiki) is refused"),
+            ("backup_job", {"ops": {"kb_backup": {"config": {"archive_name": {"env": "ANTHROPIC_API_KEY"}}}}},
+             "the key 'ops.kb_backup.config.archive_name.env' is refused"),
+        ]
+        for job, run_config, named in attacks:
+            answer = launch(dagster_ui, job, run_config)
+            assert answer["__typename"] == "PythonError", answer
+            assert named in answer["message"] and "Nothing ran" in answer["message"], answer["message"]
+            assert CANARY_KEY not in json.dumps(answer)
+        time.sleep(1)  # a run worker that got through would connect by now
+        assert listener.hits == []
+    assert [p.name for p in foreign.iterdir()] == ["notes.md"]
+    assert list(dagster_ui.backups.iterdir()) == []
+    assert not (dagster_ui.kb_home / "lancedb").exists() and not (dagster_ui.kb_home / "wiki").exists()
+    with dg.DagsterInstance.from_config(str(dagster_ui.home)) as instance:
+        refused = [r.dagster_run for r in instance.get_run_records(
+            filters=dg.RunsFilter(job_name="wiki_index_job")) + instance.get_run_records(
+            filters=dg.RunsFilter(job_name="backup_job"))]
+        assert len(refused) == len(attacks)
+        for run in refused:
+            # Failed before a worker started: no step, and no automatic retry of the same config.
+            assert run.status == dg.DagsterRunStatus.FAILURE and run.tags["dagster/max_retries"] == "0"
+            assert not instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_START)
+        # The honest path: the config of kb's daily backup schedule launches and runs.
+        answer = launch(dagster_ui, "backup_job", {"ops": {"kb_backup": {"config": {"archive_name": "daily.tar.gz"}}}})
+        assert answer["__typename"] == "LaunchRunSuccess", answer
+        run_id = answer["run"]["runId"]
+        deadline = time.monotonic() + START_S
+        while not instance.get_run_by_id(run_id).is_finished:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS
+    assert [p.name for p in dagster_ui.backups.iterdir()] == ["daily.tar.gz"]
 
 
 # --- run config from the UI ---------------------------------------------------------
