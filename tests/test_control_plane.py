@@ -22,6 +22,7 @@ import os
 import socket
 import subprocess
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -64,7 +65,7 @@ def dagster_ui(tmp_path_factory):
                          f"      location_name: {LOCATION}\n      working_directory: {REPO}\n")
     port = free_port()
     parts, _ = plan_parts(SimpleNamespace(telegram_bot_token=None), host="127.0.0.1", dagster_port=port,
-                          code_server_port=free_port(), web_port=free_port(), bot=False, web=False,
+                          code_server=root / "code-server.sock", web_port=free_port(), bot=False, web=False,
                           workspace=workspace, logs=root)
     webserver = next(part for part in parts if part.name == "dagster-webserver")
     assert webserver.argv[1:3] == ["-m", "kb.apps.guarded_webserver"]
@@ -437,6 +438,72 @@ class Listener:
         self.sock.close()
 
 
+REFUSED_CONFIGS = [
+    ({"resources": {"lance": {"config": {"s3_access_key_id": {"env": "ANTHROPIC_API_KEY"}}}}},
+     "the key 'resources' (lance) is refused"),
+    ({"ops": {"x_raw_pages": {"config": {"files": []}}}, "resources": {}}, "the key 'resources' is refused"),
+    ({"execution": {"config": {"multiprocess": {"max_concurrent": 1000}}}}, "the key 'execution' is refused"),
+    ({"ops": {"kb_backup": {"config": {"archive_name": {"env": "HOME"}}}}},
+     "the key 'ops.kb_backup.config.archive_name.env' is refused"),
+    ({"ops": {"x_raw_pages": {"config": {"files": ["/a.json", {"env": "KB_X_STATE"}]}}}},
+     "the key 'ops.x_raw_pages.config.files[1].env' is refused"),
+    ({"loggers": {"console": {"config": {"log_level": {"env": "LEVEL"}}}}},
+     "the key 'loggers.console.config.log_level.env' is refused"),
+    ({"ops": {"captions": {"config": {"deep": [[{"a": {"env": "X", "b": 1}}]]}}}},
+     "the key 'ops.captions.config.deep[0][0].a.env' is refused"),
+    (["ops"], "the run config is not a mapping"),
+]
+
+
+@pytest.mark.parametrize("run_config,reason", REFUSED_CONFIGS)
+def test_the_run_config_rule_names_the_refused_key(run_config, reason):
+    from kb_assets.run_config_rules import RunRefused, check_run_config, run_config_refusal
+
+    assert run_config_refusal(run_config).startswith(reason)
+    with pytest.raises(RunRefused) as refused:
+        check_run_config(run_config, "run 1 of wiki_index_job")
+    assert str(refused.value).startswith(f"kb refuses run 1 of wiki_index_job: {reason}")
+    assert str(refused.value).endswith("Nothing ran.")
+
+
+def test_kbs_own_run_configs_pass_the_rule(kb_home):
+    """The honest path: the run configs of kb sync and import, the stage
+    commands, the captions command, the sensors and the backup schedule."""
+    from kb.apps.sync import QUIET_LOGS, sync_run_config
+    from kb_assets.run_config_rules import run_config_refusal
+    from sensors.backup_schedule import backup_schedule
+    from sensors.x_sync_sensor import full_sync_request
+
+    schedule = backup_schedule(dg.build_schedule_context(scheduled_execution_time=datetime(2026, 12, 6, 3)))
+    sensor = full_sync_request(datetime(2026, 12, 6, 3, tzinfo=timezone.utc)).run_requests[0]
+    configs = [None, {}, QUIET_LOGS, sync_run_config(), sync_run_config(full=True, files=["/tmp/a.json"]),
+               {**QUIET_LOGS, "ops": {"captions": {"config": {"limit": 5, "retry": True, "min_photos": 0}}}},
+               {"ops": {"captions": {"config": {"min_photos": 0}}}}, schedule.run_config, sensor.run_config]
+    for run_config in configs:
+        assert run_config_refusal(run_config) is None, run_config
+
+
+def test_a_kb_command_refuses_such_a_run_and_the_reexecution_of_one(kb_home, monkeypatch):
+    """A `kb` command without kb up executes its run in its own process
+    (kb/apps/run_paths.py): the same rule holds there, also for the
+    parent's config of a re-execution from failure. No run is made."""
+    from kb.apps.run_paths import execute_here
+    from kb_assets.instance_config import ensure_dagster_home
+    from kb_assets.run_config_rules import RunRefused
+
+    ensure_dagster_home()
+    with dg.DagsterInstance.get() as instance:
+        with pytest.raises(RunRefused, match="the key 'resources' \\(wiki\\) is refused"):
+            execute_here(instance, "wiki_index_job", "launch-1", tags={},
+                         run_config={"resources": {"wiki": {"config": {"path": "/tmp"}}}})
+        parent = SimpleNamespace(run_id="0123", job_name="wiki_index_job",
+                                 run_config={"ops": {"wiki_index": {"config": {"x": {"env": "ANTHROPIC_API_KEY"}}}}})
+        with pytest.raises(RunRefused, match="re-execution of run 0123 of wiki_index_job: the key "
+                                             "'ops.wiki_index.config.x.env' is refused"):
+            execute_here(instance, "wiki_index_job", "launch-2", tags={}, run_config=None, parent=parent)
+        assert instance.get_runs_count() == 0
+
+
 @pytest.mark.slow  # a webserver in another process, and a run worker for the honest run
 def test_run_config_cannot_configure_a_resource_or_read_the_environment(dagster_ui, tmp_path):
     """The attacks of issue 56 through the guarded webserver's GraphQL, as
@@ -467,18 +534,32 @@ def test_run_config_cannot_configure_a_resource_or_read_the_environment(dagster_
             assert CANARY_KEY not in json.dumps(answer)
         time.sleep(1)  # a run worker that got through would connect by now
         assert listener.hits == []
-    assert [p.name for p in foreign.iterdir()] == ["notes.md"]
-    assert list(dagster_ui.backups.iterdir()) == []
-    assert not (dagster_ui.kb_home / "lancedb").exists() and not (dagster_ui.kb_home / "wiki").exists()
+        assert [p.name for p in foreign.iterdir()] == ["notes.md"]
+        assert list(dagster_ui.backups.iterdir()) == []
+        assert not (dagster_ui.kb_home / "lancedb").exists() and not (dagster_ui.kb_home / "wiki").exists()
+        check_refused_runs_and_the_honest_path(dagster_ui, listener, len(attacks))
+
+
+def check_refused_runs_and_the_honest_path(dagster_ui, listener: Listener, attacks: int) -> None:
     with dg.DagsterInstance.from_config(str(dagster_ui.home)) as instance:
         refused = [r.dagster_run for r in instance.get_run_records(
             filters=dg.RunsFilter(job_name="wiki_index_job")) + instance.get_run_records(
             filters=dg.RunsFilter(job_name="backup_job"))]
-        assert len(refused) == len(attacks)
+        assert len(refused) == attacks
         for run in refused:
             # Failed before a worker started: no step, and no automatic retry of the same config.
             assert run.status == dg.DagsterRunStatus.FAILURE and run.tags["dagster/max_retries"] == "0"
             assert not instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_START)
+        # The UI's re-execution of such a run (an old run, made before this rule) takes its config: refused too.
+        from kb.apps.run_paths import REEXECUTE_MUTATION
+
+        for strategy in ("ALL_STEPS", "FROM_FAILURE"):
+            params = {"parentRunId": refused[0].run_id, "strategy": strategy}
+            answer = httpx.post(f"{dagster_ui.base}/graphql", timeout=120,
+                                json={"query": REEXECUTE_MUTATION, "variables": {"params": params}}).json()
+            message = answer["data"]["launchRunReexecution"].get("message", "")
+            assert "is refused" in message and "Nothing ran" in message, answer
+        assert listener.hits == [] and not (dagster_ui.kb_home / "lancedb").exists()
         # The honest path: the config of kb's daily backup schedule launches and runs.
         answer = launch(dagster_ui, "backup_job", {"ops": {"kb_backup": {"config": {"archive_name": "daily.tar.gz"}}}})
         assert answer["__typename"] == "LaunchRunSuccess", answer
