@@ -324,6 +324,22 @@ def test_a_rebinding_host_and_a_get_mutation_are_refused(dagster_ui):
     assert runs(dagster_ui) == before
 
 
+@pytest.mark.slow  # a webserver in another process
+def test_every_answer_of_the_dagster_ui_forbids_frames(dagster_ui):
+    """A browser without Sec-Fetch headers could frame a launchpad that a
+    hostile page filled in: every answer says that no page may frame it,
+    the UI's pages, its data and the guard's refusals."""
+    answers = [httpx.get(f"{dagster_ui.base}/locations/{LOCATION}/jobs/touch_job/playground"),
+               httpx.get(f"{dagster_ui.base}/graphql", headers={"accept": "text/html"}),
+               httpx.post(f"{dagster_ui.base}/graphql", json={"query": "{ version }"}),
+               httpx.get(f"{dagster_ui.base}/server_info"),
+               httpx.get(f"{dagster_ui.base}/runs", headers={"Host": "rebind.evil.example"})]
+    assert [a.status_code for a in answers] == [200, 200, 200, 200, 400]
+    for answer in answers:
+        assert answer.headers.get_list("x-frame-options") == ["DENY"], answer.request.url
+        assert "frame-ancestors 'none'" in answer.headers.get_list("content-security-policy"), answer.request.url
+
+
 @pytest.mark.browser
 def test_kb_web_refuses_other_origins_and_names(kb_web, browser, caplog):
     caplog.set_level(logging.WARNING, logger="kb.apps.owner_guard")
