@@ -191,11 +191,22 @@ def check_only_kbs_user_reaches_the_code_server(up: Up, code_socket) -> None:
     sockets = unix_listeners(processes)
     assert str(code_socket) in sockets, sockets
     assert not [c for p in processes for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
-    for path in sockets:
-        assert subprocess.run(["/usr/bin/python3", "-c", CONNECT, path], capture_output=True).returncode == 0
-        other = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3",
-                                "-c", CONNECT, path], capture_output=True, text=True)
-        assert other.returncode != 0 and "PermissionError" in other.stderr, (path, other.stderr)
+    # The test's KB_HOME is under pytest's folder of mode 0700, which would stop
+    # `nobody` by itself: it gets the socket's folder as an open descriptor
+    # (/proc/self/fd/N/...), so only the modes of kb's folder and socket count.
+    folder = os.open(code_socket.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for path in sorted(sockets):
+            if path == str(code_socket):
+                path = f"/proc/self/fd/{folder}/{code_socket.name}"
+            mine = subprocess.run(["/usr/bin/python3", "-c", CONNECT, path], capture_output=True, pass_fds=(folder,))
+            assert mine.returncode == 0, (path, mine.stderr)
+            other = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                                    "/usr/bin/python3", "-c", CONNECT, path], capture_output=True, text=True,
+                                   pass_fds=(folder,))
+            assert other.returncode != 0 and "PermissionError" in other.stderr, (path, other.stderr)
+    finally:
+        os.close(folder)
 
 
 def unix_listeners(processes: list[psutil.Process]) -> set[str]:
