@@ -174,7 +174,10 @@ def check_a_sync_under_kb_up(kb_home, page, port: int, up: Up) -> None:
     assert child.remote_job_origin.repository_origin.code_location_origin.location_name == "kb"
 
 
-CONNECT = "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(5)\ns.connect(sys.argv[1])\n"
+# Prints "connected", or "refused" (exit 3) when the socket's modes stop this user.
+CONNECT = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(5)\n"
+           "try:\n    s.connect(sys.argv[1])\nexcept PermissionError:\n    print('refused')\n    sys.exit(3)\n"
+           "print('connected')\n")
 
 
 def check_only_kbs_user_reaches_the_code_server(up: Up, code_socket) -> None:
@@ -199,12 +202,13 @@ def check_only_kbs_user_reaches_the_code_server(up: Up, code_socket) -> None:
         for path in sorted(sockets):
             if path == str(code_socket):
                 path = f"/proc/self/fd/{folder}/{code_socket.name}"
-            mine = subprocess.run(["/usr/bin/python3", "-c", CONNECT, path], capture_output=True, pass_fds=(folder,))
-            assert mine.returncode == 0, (path, mine.stderr)
+            mine = subprocess.run(["/usr/bin/python3", "-c", CONNECT, path], capture_output=True, text=True,
+                                  pass_fds=(folder,), cwd="/")
+            assert mine.stdout.strip() == "connected", (path, mine.stderr)
             other = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
                                     "/usr/bin/python3", "-c", CONNECT, path], capture_output=True, text=True,
-                                   pass_fds=(folder,))
-            assert other.returncode != 0 and "PermissionError" in other.stderr, (path, other.stderr)
+                                   pass_fds=(folder,), cwd="/")
+            assert (other.returncode, other.stdout.strip()) == (3, "refused"), (path, other.stdout, other.stderr)
     finally:
         os.close(folder)
 
