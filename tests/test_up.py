@@ -11,9 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import dagster as dg
 import psutil
@@ -405,6 +407,29 @@ def test_kb_up_makes_the_instance_storage_before_it_starts_a_part(kb_home):
     for db in (dagster_home / "schedules" / "schedules.db", dagster_home / "history" / "runs.db"):
         with sqlite3.connect(db) as conn:
             assert len(conn.execute("SELECT version_num FROM alembic_version").fetchall()) == 1, db
+
+
+def test_the_code_server_socket_is_in_a_private_folder(kb_home, monkeypatch, tmp_path):
+    """$KB_HOME/run, made 0700 when it was wider. A KB_HOME too long for a
+    Unix socket (107 bytes) gets a new 0700 folder in the temp folder."""
+    import stat
+
+    from kb.apps.up import code_server_socket
+    from kb.settings import get_settings
+
+    (kb_home / "run").mkdir(mode=0o755)
+    os.chmod(kb_home / "run", 0o755)
+    assert code_server_socket(get_settings()) == kb_home / "run" / "code-server.sock"
+    assert stat.S_IMODE((kb_home / "run").stat().st_mode) == 0o700
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True, mode=0o700)
+    monkeypatch.setenv("KB_HOME", str(deep))
+    path = code_server_socket(get_settings())
+    try:
+        assert len(os.fsencode(path)) <= 107 and path.name == "code-server.sock" and not path.is_relative_to(deep)
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700 and path.parent.parent == Path(tempfile.gettempdir())
+    finally:
+        shutil.rmtree(path.parent)
 
 
 def test_kb_up_stops_when_the_code_server_dies_before_it_answers(tmp_path):
