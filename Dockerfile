@@ -25,7 +25,10 @@ COPY sensors ./sensors
 COPY telegram_bridge ./telegram_bridge
 COPY mcp_server ./mcp_server
 RUN pip install --no-cache-dir .
-COPY workspace.yaml workspace-grpc.yaml ./
+COPY workspace.yaml workspace-grpc.yaml workspace-socket.yaml ./
+# The folder of the code server's gRPC socket (the compose volume kb-grpc
+# takes its mode 0700): Dagster's gRPC has no authentication, so no TCP port.
+RUN mkdir -m 0700 /run/kb-grpc
 
 # All data in one volume. The DuckDB file has one writer: only the
 # container that runs the code location (and its runs) writes it.
@@ -35,7 +38,7 @@ ENV KB_HOME=/data \
     HF_HUB_OFFLINE=1 \
     PYTHONUNBUFFERED=1
 VOLUME /data
-EXPOSE 3000 4000
+EXPOSE 3000
 
 # The code location. The compose file gives each other container its command.
-CMD ["sh", "-c", "python -m kb_assets.instance_config && exec dagster api grpc -m kb_assets.definitions -h 0.0.0.0 -p 4000"]
+CMD ["sh", "-c", "python -m kb_assets.instance_config && exec dagster api grpc -m kb_assets.definitions --socket /run/kb-grpc/code-server.sock"]

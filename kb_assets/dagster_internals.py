@@ -12,7 +12,8 @@ The private module paths, and what each keeps that no public name gives:
 
 1. `dagster._core.launcher`: the health of a run worker
    (`CheckRunHealthResult`, `WorkerStatus`; used by
-   kb_assets/run_launcher.py and kb_assets/backups.py). A run launcher
+   kb_assets/run_launcher.py and kb_assets/backups.py), and the argument of
+   `launch_run` (`LaunchRunContext`), where kb's launcher refuses a run config. A run launcher
    answers Dagster's run monitoring with these classes; `dagster` does not
    export them. Without the health check, a run whose worker was killed
    stays STARTED and holds its pool slot for ever (tests/test_crash_safety.py).
@@ -36,7 +37,7 @@ from __future__ import annotations
 import importlib
 import os
 
-from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
+from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, WorkerStatus
 
 # Names that load on first use: the SQLite storages bring in SQLAlchemy and
 # Alembic, which a process on PostgreSQL, or one that opens no instance,

@@ -13,12 +13,27 @@ topic_key() in kb/wiki/prompts.py, the bot's rule).
 Each check runs at the start of its step, before the step writes anything,
 and raises RunConfigRefused: a Dagster failure that no retry can fix, which
 names the field and the reason.
+
+One rule holds for the whole run config, before any step: run_config_refusal().
+Dagster lets run config set every field of every resource, and a string field
+can take `{env: NAME}`: a launch of wiki_index_job with
+`resources: {lance: {config: {s3_endpoint: <listener>, s3_access_key_id:
+{env: ANTHROPIC_API_KEY}}}}` sent the key to the listener, and a `wiki.path`
+outside KB_HOME read a foreign folder into the index. So a run config may have
+only the sections of RUN_CONFIG_SECTIONS, and no mapping with the key `env` at
+any depth. The owner changes settings in .env. The rule runs where every run
+starts: the run launcher of kb (kb_assets/run_launcher.py: each run of the UI,
+GraphQL, a sensor, a schedule, a re-execution, a retry and a `kb` command
+under kb up) and the one place where a `kb` command executes a run in its own
+process (kb/apps/run_paths.py execute_here, with the parent's config of a
+re-execution).
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -28,6 +43,14 @@ from kb.settings import CONFIG_DIR, Settings, get_settings
 from kb_assets.keys import OVERRIDE_VALUE, REQUESTED_BY_TAG
 
 log = logging.getLogger(__name__)
+
+# The sections of run config that a run may have: `ops` (the config of a
+# stage) and `loggers` (kb's commands make the console logs quiet). Not
+# `resources` (the settings of .env only), not `execution` (each job names its
+# executor in code), and no other key.
+RUN_CONFIG_SECTIONS = ("ops", "loggers")
+# Dagster reads the environment variable NAME for `{env: NAME}` in run config.
+ENV_KEY = "env"
 
 IMPORT_SUFFIX = ".json"
 DOT_FOLDER_REASON = "it is in the dot-folder"
@@ -43,6 +66,59 @@ class RunConfigRefused(dg.Failure):
 
     def __init__(self, description: str):
         super().__init__(description=description, allow_retries=False)
+
+
+class RunRefused(Exception):
+    """A run whose run config kb does not accept: it does not start."""
+
+
+def run_config_refusal(run_config: object) -> str | None:
+    """Why kb refuses a run with this run config, or None. The reason names
+    the refused key with its path, for example
+    `ops.wiki_index.config.remote.env`."""
+    if not run_config:
+        return None
+    if not isinstance(run_config, Mapping):
+        return "the run config is not a mapping"
+    for key, value in run_config.items():
+        if key == "resources":
+            names = ", ".join(map(str, value)) if isinstance(value, Mapping) else ""
+            return (f"the key 'resources'{f' ({names})' if names else ''} is refused: run config cannot "
+                    "configure a resource of kb. Change the settings in kb's .env file")
+        if key not in RUN_CONFIG_SECTIONS:
+            return (f"the key {str(key)!r} is refused: a run config of kb has only the sections "
+                    f"{', '.join(RUN_CONFIG_SECTIONS)}")
+    path = _env_path(run_config, ())
+    if path is not None:
+        return (f"the key {path!r} is refused: {{env: ...}} would read a variable of the environment of kb's "
+                "process (where the API keys are). Change the settings in kb's .env file")
+    return None
+
+
+def _env_path(value: object, path: tuple[str, ...]) -> str | None:
+    """The path of the first mapping in `value` that has the key `env`."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            here = (*path, str(key))
+            if key == ENV_KEY:
+                return ".".join(here)
+            found = _env_path(item, here)
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for number, item in enumerate(value):
+            found = _env_path(item, (*path[:-1], f"{path[-1] if path else ''}[{number}]"))
+            if found is not None:
+                return found
+    return None
+
+
+def check_run_config(run_config: object, what: str) -> None:
+    """Raise RunRefused, which names `what` (the run) and the refused key,
+    when run_config_refusal() refuses the config."""
+    reason = run_config_refusal(run_config)
+    if reason is not None:
+        raise RunRefused(f"kb refuses {what}: {reason}. Nothing ran.")
 
 
 def _config_dirs(settings: Settings) -> list[Path]:

@@ -28,6 +28,14 @@ machine stopped its worker.
 
 Without a daemon (a plain `kb sync`), `fail_runs_of_dead_workers` asks the
 same launcher, so one health rule serves both cases.
+
+Every run that a run worker executes passes launch_run() here: the runs of
+the UI and of GraphQL, of sensors, schedules and backfills, re-executions,
+run retries and the runs of `kb` commands under kb up. So the launcher also
+refuses a run whose run config kb does not accept (run_config_refusal() of
+kb_assets/run_config_rules.py: no `resources`, no `{env: ...}`), before a
+worker starts. The run fails with the reason, which names the key, and gets
+no automatic retry: the same config would be refused again.
 """
 
 from __future__ import annotations
@@ -39,7 +47,9 @@ import time
 import dagster as dg
 import psutil
 
-from kb_assets.dagster_internals import CheckRunHealthResult, WorkerStatus
+from kb_assets.dagster_internals import CheckRunHealthResult, LaunchRunContext, WorkerStatus
+from kb_assets.keys import MAX_RETRIES_TAG
+from kb_assets.run_config_rules import check_run_config
 
 from kb_resources.run_worker import BOOT_TAG, HOST_TAG, boot_id, worker_tags
 
@@ -108,6 +118,16 @@ def run_pids(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dict[int, floa
 class LocalRunLauncher(dg.DefaultRunLauncher):
     """The default launcher (a run worker process per run, started by the
     code server), with a health check of local run workers."""
+
+    def launch_run(self, context: LaunchRunContext) -> None:
+        run = context.dagster_run
+        try:
+            check_run_config(run.run_config, f"run {run.run_id} of {run.job_name}")
+        except Exception:
+            # Dagster marks the run failed; its retry would be refused too.
+            self._instance.add_run_tags(run.run_id, {MAX_RETRIES_TAG: "0"})
+            raise
+        super().launch_run(context)
 
     @property
     def supports_check_run_worker_health(self) -> bool:

@@ -22,6 +22,7 @@ import os
 import socket
 import subprocess
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -37,6 +38,7 @@ LOCATION = "guarded"
 MUTATION = ('mutation { launchRun(executionParams: {selector: {repositoryLocationName: "guarded", '
             'repositoryName: "__repository__", jobName: "touch_job"}, runConfigData: {}}) { __typename } }')
 START_S = 90
+CANARY_KEY = "sk-ant-TEST-SECRET-control-plane-canary"
 
 
 @pytest.fixture(scope="module")
@@ -48,19 +50,30 @@ def dagster_ui(tmp_path_factory):
     dagster_home = root / "dagster"
     dagster_home.mkdir()
     # Runs start at once, with no daemon: the owner's test waits for one.
+    # kb's run launcher, as kb's dagster.yaml names it: it refuses a run config.
     (dagster_home / "dagster.yaml").write_text(
-        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n")
+        "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n"
+        "run_launcher:\n  module: kb_assets.run_launcher\n  class: LocalRunLauncher\n")
+    # The KB_HOME of the code location and its runs: its own, never the
+    # owner's. A canary key in the environment, where a run config's
+    # {env: ANTHROPIC_API_KEY} would find it.
+    kb_home = root / "kb_home"
+    kb_home.mkdir(mode=0o700)
+    (root / "backups").mkdir()
+    (root / "empty.env").write_text("")
     workspace = root / "workspace.yaml"
     workspace.write_text(f"load_from:\n  - python_file:\n      relative_path: {REPO / 'tests/guarded_location.py'}\n"
                          f"      location_name: {LOCATION}\n      working_directory: {REPO}\n")
     port = free_port()
     parts, _ = plan_parts(SimpleNamespace(telegram_bot_token=None), host="127.0.0.1", dagster_port=port,
-                          code_server_port=free_port(), web_port=free_port(), bot=False, web=False,
+                          code_server=root / "code-server.sock", web_port=free_port(), bot=False, web=False,
                           workspace=workspace, logs=root)
     webserver = next(part for part in parts if part.name == "dagster-webserver")
     assert webserver.argv[1:3] == ["-m", "kb.apps.guarded_webserver"]
     log_path = root / "webserver.log"
-    env = {**os.environ, "DAGSTER_HOME": str(dagster_home)}
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "KB_HOME": str(kb_home), "KB_EMBED_BACKEND": "hash",
+           "KB_ENV_FILE": str(root / "empty.env"), "KB_BACKUP_DIR": str(root / "backups"),
+           "ANTHROPIC_API_KEY": CANARY_KEY}
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(webserver.argv, cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
@@ -77,7 +90,8 @@ def dagster_ui(tmp_path_factory):
             except httpx.HTTPError:
                 pass
             time.sleep(0.25)
-        yield SimpleNamespace(base=base, port=port, log=log_path, home=dagster_home)
+        yield SimpleNamespace(base=base, port=port, log=log_path, home=dagster_home, kb_home=kb_home,
+                              backups=root / "backups")
     finally:
         process.kill()
         process.wait(timeout=30)
@@ -311,6 +325,22 @@ def test_a_rebinding_host_and_a_get_mutation_are_refused(dagster_ui):
     assert runs(dagster_ui) == before
 
 
+@pytest.mark.slow  # a webserver in another process
+def test_every_answer_of_the_dagster_ui_forbids_frames(dagster_ui):
+    """A browser without Sec-Fetch headers could frame a launchpad that a
+    hostile page filled in: every answer says that no page may frame it,
+    the UI's pages, its data and the guard's refusals."""
+    answers = [httpx.get(f"{dagster_ui.base}/locations/{LOCATION}/jobs/touch_job/playground"),
+               httpx.get(f"{dagster_ui.base}/graphql", headers={"accept": "text/html"}),
+               httpx.post(f"{dagster_ui.base}/graphql", json={"query": "{ version }"}),
+               httpx.get(f"{dagster_ui.base}/server_info"),
+               httpx.get(f"{dagster_ui.base}/runs", headers={"Host": "rebind.evil.example"})]
+    assert [a.status_code for a in answers] == [200, 200, 200, 200, 400]
+    for answer in answers:
+        assert answer.headers.get_list("x-frame-options") == ["DENY"], answer.request.url
+        assert "frame-ancestors 'none'" in answer.headers.get_list("content-security-policy"), answer.request.url
+
+
 @pytest.mark.browser
 def test_kb_web_refuses_other_origins_and_names(kb_web, browser, caplog):
     caplog.set_level(logging.WARNING, logger="kb.apps.owner_guard")
@@ -362,6 +392,201 @@ def test_the_owner_uses_the_ui_and_the_graphql_client(dagster_ui, browser):
     finally:
         page.close()
     assert refusals(dagster_ui) == refused_before
+
+
+# --- run config cannot configure a resource or read the environment ------------------
+
+LAUNCH = """
+mutation Launch($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}
+"""
+
+
+def launch(ui, job: str, run_config: dict) -> dict:
+    """The launch of the launchpad (and of DagsterGraphQLClient): a JSON POST to /graphql."""
+    params = {"selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__", "jobName": job},
+              "runConfigData": run_config}
+    answer = httpx.post(f"{ui.base}/graphql", json={"query": LAUNCH, "variables": {"params": params}}, timeout=120)
+    # Dagster answers a PythonError with the status 500, and the error in the data.
+    assert answer.status_code in (200, 500), answer.text
+    return answer.json()["data"]["launchRun"]
+
+
+class Listener:
+    """A TCP listener on loopback that notes every connection (an S3
+    endpoint that an attacker names): a run that uses it connects here."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.hits: list[bytes] = []
+        self.done = False
+
+    def serve(self) -> None:
+        while not self.done:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(1)
+                try:
+                    self.hits.append(conn.recv(4096) or b"(connected)")
+                except OSError:
+                    self.hits.append(b"(connected)")
+
+    def __enter__(self):
+        import threading
+
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done = True
+        self.thread.join()
+        self.sock.close()
+
+
+REFUSED_CONFIGS = [
+    ({"resources": {"lance": {"config": {"s3_access_key_id": {"env": "ANTHROPIC_API_KEY"}}}}},
+     "the key 'resources' (lance) is refused"),
+    ({"ops": {"x_raw_pages": {"config": {"files": []}}}, "resources": {}}, "the key 'resources' is refused"),
+    ({"execution": {"config": {"multiprocess": {"max_concurrent": 1000}}}}, "the key 'execution' is refused"),
+    ({"ops": {"kb_backup": {"config": {"archive_name": {"env": "HOME"}}}}},
+     "the key 'ops.kb_backup.config.archive_name.env' is refused"),
+    ({"ops": {"x_raw_pages": {"config": {"files": ["/a.json", {"env": "KB_X_STATE"}]}}}},
+     "the key 'ops.x_raw_pages.config.files[1].env' is refused"),
+    ({"loggers": {"console": {"config": {"log_level": {"env": "LEVEL"}}}}},
+     "the key 'loggers.console.config.log_level.env' is refused"),
+    ({"ops": {"captions": {"config": {"deep": [[{"a": {"env": "X", "b": 1}}]]}}}},
+     "the key 'ops.captions.config.deep[0][0].a.env' is refused"),
+    (["ops"], "the run config is not a mapping"),
+]
+
+
+@pytest.mark.parametrize("run_config,reason", REFUSED_CONFIGS)
+def test_the_run_config_rule_names_the_refused_key(run_config, reason):
+    from kb_assets.run_config_rules import RunRefused, check_run_config, run_config_refusal
+
+    assert run_config_refusal(run_config).startswith(reason)
+    with pytest.raises(RunRefused) as refused:
+        check_run_config(run_config, "run 1 of wiki_index_job")
+    assert str(refused.value).startswith(f"kb refuses run 1 of wiki_index_job: {reason}")
+    assert str(refused.value).endswith("Nothing ran.")
+
+
+def test_kbs_own_run_configs_pass_the_rule(kb_home):
+    """The honest path: the run configs of kb sync and import, the stage
+    commands, the captions command, the sensors and the backup schedule."""
+    from kb.apps.sync import QUIET_LOGS, sync_run_config
+    from kb_assets.run_config_rules import run_config_refusal
+    from sensors.backup_schedule import backup_schedule
+    from sensors.x_sync_sensor import full_sync_request
+
+    schedule = backup_schedule(dg.build_schedule_context(scheduled_execution_time=datetime(2026, 12, 6, 3)))
+    sensor = full_sync_request(datetime(2026, 12, 6, 3, tzinfo=timezone.utc)).run_requests[0]
+    configs = [None, {}, QUIET_LOGS, sync_run_config(), sync_run_config(full=True, files=["/tmp/a.json"]),
+               {**QUIET_LOGS, "ops": {"captions": {"config": {"limit": 5, "retry": True, "min_photos": 0}}}},
+               {"ops": {"captions": {"config": {"min_photos": 0}}}}, schedule.run_config, sensor.run_config]
+    for run_config in configs:
+        assert run_config_refusal(run_config) is None, run_config
+
+
+def test_a_kb_command_refuses_such_a_run_and_the_reexecution_of_one(kb_home, monkeypatch):
+    """A `kb` command without kb up executes its run in its own process
+    (kb/apps/run_paths.py): the same rule holds there, also for the
+    parent's config of a re-execution from failure. No run is made."""
+    from kb.apps.run_paths import execute_here
+    from kb_assets.instance_config import ensure_dagster_home
+    from kb_assets.run_config_rules import RunRefused
+
+    ensure_dagster_home()
+    with dg.DagsterInstance.get() as instance:
+        with pytest.raises(RunRefused, match="the key 'resources' \\(wiki\\) is refused"):
+            execute_here(instance, "wiki_index_job", "launch-1", tags={},
+                         run_config={"resources": {"wiki": {"config": {"path": "/tmp"}}}})
+        parent = SimpleNamespace(run_id="0123", job_name="wiki_index_job",
+                                 run_config={"ops": {"wiki_index": {"config": {"x": {"env": "ANTHROPIC_API_KEY"}}}}})
+        with pytest.raises(RunRefused, match="re-execution of run 0123 of wiki_index_job: the key "
+                                             "'ops.wiki_index.config.x.env' is refused"):
+            execute_here(instance, "wiki_index_job", "launch-2", tags={}, run_config=None, parent=parent)
+        assert instance.get_runs_count() == 0
+
+
+@pytest.mark.slow  # a webserver in another process, and a run worker for the honest run
+def test_run_config_cannot_configure_a_resource_or_read_the_environment(dagster_ui, tmp_path):
+    """The attacks of issue 56 through the guarded webserver's GraphQL, as
+    a prefilled launchpad sends them: resources that send the index's S3
+    key (from {env: ANTHROPIC_API_KEY}) to a listener, a wiki and an index
+    outside KB_HOME, and {env: ...} in an op config. kb's run launcher
+    refuses each by the key's name; no step ran, no connection reached the
+    listener and no file was written. kb's own config still runs."""
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.md").write_text("# Not a page of kb\n")
+    with Listener() as listener:
+        attacks = [
+            ("wiki_index_job", {"resources": {"lance": {"config": {
+                "path": "s3://bucket/kb", "vector_index_min_rows": 256, "s3_endpoint": listener.url, "s3_allow_http": True,
+                "s3_access_key_id": {"env": "ANTHROPIC_API_KEY"}}}}}, "the key 'resources' (lance) is refused"),
+            ("wiki_index_job", {"resources": {"wiki": {"config": {"path": str(foreign)}},
+                                              "lance": {"config": {"path": str(foreign / "lancedb"),
+                                                                   "vector_index_min_rows": 256}}}},
+             "the key 'resources' (lance, wiki) is refused"),
+            ("backup_job", {"ops": {"kb_backup": {"config": {"archive_name": {"env": "ANTHROPIC_API_KEY"}}}}},
+             "the key 'ops.kb_backup.config.archive_name.env' is refused"),
+        ]
+        for job, run_config, named in attacks:
+            answer = launch(dagster_ui, job, run_config)
+            assert answer["__typename"] == "PythonError", answer
+            assert named in answer["message"] and "Nothing ran" in answer["message"], answer["message"]
+            assert CANARY_KEY not in json.dumps(answer)
+        time.sleep(1)  # a run worker that got through would connect by now
+        assert listener.hits == []
+        assert [p.name for p in foreign.iterdir()] == ["notes.md"]
+        assert list(dagster_ui.backups.iterdir()) == []
+        assert not (dagster_ui.kb_home / "lancedb").exists() and not (dagster_ui.kb_home / "wiki").exists()
+        check_refused_runs_and_the_honest_path(dagster_ui, listener, len(attacks))
+
+
+def check_refused_runs_and_the_honest_path(dagster_ui, listener: Listener, attacks: int) -> None:
+    with dg.DagsterInstance.from_config(str(dagster_ui.home)) as instance:
+        refused = [r.dagster_run for r in instance.get_run_records(
+            filters=dg.RunsFilter(job_name="wiki_index_job")) + instance.get_run_records(
+            filters=dg.RunsFilter(job_name="backup_job"))]
+        assert len(refused) == attacks
+        for run in refused:
+            # Failed before a worker started: no step, and no automatic retry of the same config.
+            assert run.status == dg.DagsterRunStatus.FAILURE and run.tags["dagster/max_retries"] == "0"
+            assert not instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_START)
+        # The UI's re-execution of such a run (an old run, made before this rule) takes its config: refused too.
+        from kb.apps.run_paths import REEXECUTE_MUTATION
+
+        for strategy in ("ALL_STEPS", "FROM_FAILURE"):
+            params = {"parentRunId": refused[0].run_id, "strategy": strategy}
+            answer = httpx.post(f"{dagster_ui.base}/graphql", timeout=120,
+                                json={"query": REEXECUTE_MUTATION, "variables": {"params": params}}).json()
+            message = answer["data"]["launchRunReexecution"].get("message", "")
+            assert "is refused" in message and "Nothing ran" in message, answer
+        assert listener.hits == [] and not (dagster_ui.kb_home / "lancedb").exists()
+        # The honest path: the config of kb's daily backup schedule launches and runs.
+        answer = launch(dagster_ui, "backup_job", {"ops": {"kb_backup": {"config": {"archive_name": "daily.tar.gz"}}}})
+        assert answer["__typename"] == "LaunchRunSuccess", answer
+        run_id = answer["run"]["runId"]
+        deadline = time.monotonic() + START_S
+        while not instance.get_run_by_id(run_id).is_finished:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS
+    assert [p.name for p in dagster_ui.backups.iterdir()] == ["daily.tar.gz"]
 
 
 # --- run config from the UI ---------------------------------------------------------

@@ -136,6 +136,7 @@ def _calls() -> dict:
         (internals.DagsterScheduleStorage, "connect"): set(),
         (internals.DagsterScheduleStorage, "from_local"): {"base_dir", "inst_data"},
         (dg.DefaultRunLauncher, "check_run_worker_health"): {"run"},
+        (dg.DefaultRunLauncher, "launch_run"): {"context"},
     }
 
 

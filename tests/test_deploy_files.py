@@ -85,7 +85,39 @@ def test_compose_and_dockerfile_refer_to_real_files_and_commands():
     # The image's default command is the code location's command.
     cmd = re.search(r"^CMD (.+)$", dockerfile, re.M).group(1)
     assert yaml.safe_load(cmd) == services["code"]["command"]
-    # The workspace file names the variables that compose sets.
-    workspace = yaml.safe_load((REPO / "workspace-grpc.yaml").read_text())
-    server = workspace["load_from"][0]["grpc_server"]
-    assert {server["host"]["env"], server["port"]["env"]} <= set(services["webserver"]["environment"])
+    # Dagster's gRPC has no authentication (issue 56): the code server serves on a
+    # Unix socket in a volume that only the code server, the webserver and the
+    # daemon mount, never on a TCP port. The workspace file names that socket.
+    code = _commands(services["code"]["command"])[-1]
+    assert "-h" not in code and "-p" not in code and "--port" not in code, code
+    socket = code[code.index("--socket") + 1]
+    assert "4000" not in re.search(r"^EXPOSE (.+)$", dockerfile, re.M).group(1)
+    workspace = yaml.safe_load((REPO / "workspace-socket.yaml").read_text())
+    assert workspace["load_from"] == [{"grpc_server": {"socket": socket, "location_name": "kb"}}]
+    for name in ("webserver", "daemon"):
+        assert "workspace-socket.yaml" in _commands(services[name]["command"])[-1], name
+    folder = socket.rsplit("/", 1)[0]
+    mounts = {name: {v.split(":")[1] for v in service.get("volumes", [])} for name, service in services.items()}
+    assert [name for name, paths in mounts.items() if folder in paths] == ["code", "webserver", "daemon"]
+    assert f"RUN mkdir -m 0700 {folder}" in dockerfile  # a new volume takes the mode of its folder in the image
+    assert services["code"]["healthcheck"]["test"][-2:] == ["--socket", socket]
+    # The cross-host workspace file names variables, and its note binds no 0.0.0.0.
+    text = (REPO / "workspace-grpc.yaml").read_text()
+    server = yaml.safe_load(text)["load_from"][0]["grpc_server"]
+    assert (server["host"], server["port"]) == ({"env": "KB_CODE_SERVER_HOST"}, {"env": "KB_CODE_SERVER_PORT"})
+    assert "-h 0.0.0.0 -p 4000" not in text
+
+
+def test_no_doc_starts_an_unguarded_webserver_or_binds_grpc_to_every_address():
+    """Issue 56: the docs started `dagster-webserver` without kb's guard and
+    bound gRPC to 0.0.0.0:4000. Each command of the docs and the deployment
+    files that starts the webserver goes through kb.apps.guarded_webserver."""
+    files = [*REPO.glob("docs/*.md"), REPO / "README.md", REPO / "Dockerfile", REPO / "docker-compose.yml",
+             *REPO.glob("workspace*.yaml")]
+    for path in files:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            where = f"{path.name}:{number}: {line.strip()}"
+            assert not re.search(r"(api grpc|code-server start).*(-h|--host) 0\.0\.0\.0", line), where
+            for match in re.finditer(r"(?<![\w\"/-])dagster-webserver\s+-", line):
+                assert "guarded_webserver" in line, where
+

@@ -11,9 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import dagster as dg
 import psutil
@@ -175,6 +177,55 @@ def check_a_sync_under_kb_up(kb_home, page, port: int, up: Up) -> None:
     assert child.remote_job_origin.repository_origin.code_location_origin.location_name == "kb"
 
 
+# Prints "connected", or "refused" (exit 3) when the socket's modes stop this user.
+CONNECT = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(5)\n"
+           "try:\n    s.connect(sys.argv[1])\nexcept PermissionError:\n    print('refused')\n    sys.exit(3)\n"
+           "print('connected')\n")
+
+
+def check_only_kbs_user_reaches_the_code_server(up: Up, code_socket) -> None:
+    """Dagster's gRPC has no authentication (issue 56): a process that
+    reaches it starts runs as kb's user. The code server and its child
+    listen on Unix sockets only, no TCP port, and another user (nobody)
+    cannot connect to any of them; this process (kb's user) can. The
+    daemon and the UI use the socket: the rest of the test runs through it."""
+    import stat
+
+    assert stat.S_IMODE(code_socket.parent.stat().st_mode) == 0o700
+    processes = [psutil.Process(pid) for pid in family([up.pid_of("dagster code server")])]
+    wait_until(lambda: len(unix_listeners(processes)) >= 2, "the sockets of the code server and its child", up)
+    sockets = unix_listeners(processes)
+    assert str(code_socket) in sockets, sockets
+    assert not [c for p in processes for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+    # The test's KB_HOME is under pytest's folder of mode 0700, which would stop
+    # `nobody` by itself: it gets the socket's folder as an open descriptor
+    # (/proc/self/fd/N/...), so only the modes of kb's folder and socket count.
+    folder = os.open(code_socket.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for path in sorted(sockets):
+            if path == str(code_socket):
+                path = f"/proc/self/fd/{folder}/{code_socket.name}"
+            mine = subprocess.run(["/usr/bin/python3", "-c", CONNECT, path], capture_output=True, text=True,
+                                  pass_fds=(folder,), cwd="/")
+            assert mine.stdout.strip() == "connected", (path, mine.stderr)
+            other = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                                    "/usr/bin/python3", "-c", CONNECT, path], capture_output=True, text=True,
+                                   pass_fds=(folder,), cwd="/")
+            assert (other.returncode, other.stdout.strip()) == (3, "refused"), (path, other.stdout, other.stderr)
+    finally:
+        os.close(folder)
+
+
+def unix_listeners(processes: list[psutil.Process]) -> set[str]:
+    found = set()
+    for process in processes:
+        try:
+            found |= {c.laddr for c in process.net_connections(kind="unix") if c.laddr}
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
 @pytest.mark.timeout(900)  # two kb up starts, each with a daemon, a code server and run workers
 def test_kb_up_runs_the_telegram_inflow_through_the_daemon(kb_home, tmp_path):
     """Empty KB_HOME, no keys. A message through the Bot API is queued,
@@ -200,7 +251,8 @@ kb up's webserver and daemon."""
     up = Up(env, *ports)
     with up.parts_ended():
         up.wait_for_line("kb up: running")
-        for part, where in (("dagster code server", "grpc://127.0.0.1:"), ("dagster-daemon", "sensors"),
+        code_socket = kb_home / "run" / "code-server.sock"
+        for part, where in (("dagster code server", f"unix:{code_socket}, location kb"), ("dagster-daemon", "sensors"),
                             ("dagster-webserver", f"http://127.0.0.1:{dagster_port}"),
                             ("kb-bot", "Telegram"), ("kb web", f"http://127.0.0.1:{web_port}")):
             assert any(line.startswith(part) and where in line for line in up.lines), up.output()
@@ -208,12 +260,10 @@ kb up's webserver and daemon."""
         assert {p.name for p in logs.iterdir()} >= {"dagster-code-server.log", "dagster-daemon.log",
                                                    "dagster-webserver.log", "kb-bot.log", "kb-web.log"}
         # The daemon and the webserver use the one code server that kb up
-        # printed, by the location name of workspace.yaml.
-        code_server_port = int(next(line for line in up.lines if line.startswith("dagster code server"))
-                               .split("grpc://127.0.0.1:")[1].split(",")[0])
+        # printed, by the location name of workspace.yaml, on its socket.
         workspace = yaml.safe_load((kb_home / "dagster" / "workspace.yaml").read_text())
-        assert workspace["load_from"] == [{"grpc_server": {"host": "127.0.0.1", "port": code_server_port,
-                                                           "location_name": "kb"}}]
+        assert workspace["load_from"] == [{"grpc_server": {"socket": str(code_socket), "location_name": "kb"}}]
+        check_only_kbs_user_reaches_the_code_server(up, code_socket)
         # kb up wrote dagster.yaml before it started the daemon: the daemon has the pools.
         dagster_yaml = yaml.safe_load((kb_home / "dagster" / "dagster.yaml").read_text())
         assert dagster_yaml["concurrency"]["pools"]["default_limit"] == 1
@@ -352,13 +402,37 @@ def test_kb_up_makes_the_instance_storage_before_it_starts_a_part(kb_home):
     from kb.apps.up import prepare_home
     from kb.settings import get_settings
 
-    logs, workspace = prepare_home(get_settings(), code_server_port=4123)
+    logs, workspace = prepare_home(get_settings(), kb_home / "run" / "code-server.sock")
     dagster_home = kb_home / "dagster"
     assert logs.is_dir() and workspace.parent == dagster_home
-    assert yaml.safe_load(workspace.read_text())["load_from"][0]["grpc_server"]["port"] == 4123
+    assert yaml.safe_load(workspace.read_text())["load_from"] == [
+        {"grpc_server": {"socket": str(kb_home / "run" / "code-server.sock"), "location_name": "kb"}}]
     for db in (dagster_home / "schedules" / "schedules.db", dagster_home / "history" / "runs.db"):
         with sqlite3.connect(db) as conn:
             assert len(conn.execute("SELECT version_num FROM alembic_version").fetchall()) == 1, db
+
+
+def test_the_code_server_socket_is_in_a_private_folder(kb_home, monkeypatch, tmp_path):
+    """$KB_HOME/run, made 0700 when it was wider. A KB_HOME too long for a
+    Unix socket (107 bytes) gets a new 0700 folder in the temp folder."""
+    import stat
+
+    from kb.apps.up import code_server_socket
+    from kb.settings import get_settings
+
+    (kb_home / "run").mkdir(mode=0o755)
+    os.chmod(kb_home / "run", 0o755)
+    assert code_server_socket(get_settings()) == kb_home / "run" / "code-server.sock"
+    assert stat.S_IMODE((kb_home / "run").stat().st_mode) == 0o700
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True, mode=0o700)
+    monkeypatch.setenv("KB_HOME", str(deep))
+    path = code_server_socket(get_settings())
+    try:
+        assert len(os.fsencode(path)) <= 107 and path.name == "code-server.sock" and not path.is_relative_to(deep)
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700 and path.parent.parent == Path(tempfile.gettempdir())
+    finally:
+        shutil.rmtree(path.parent)
 
 
 def test_kb_up_stops_when_the_code_server_dies_before_it_answers(tmp_path):

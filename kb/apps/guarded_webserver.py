@@ -10,8 +10,9 @@ command line ends in `uvicorn.run(app, host=..., port=...)`, and
 uvicorn.run builds a `uvicorn.Config` from the app. This module wraps
 `uvicorn.Config` before the console script runs, so each server that
 uvicorn builds in this process serves Dagster's own app through the guard.
-It uses no private part of Dagster. If a later Dagster builds its server
-in another way, uvicorn.Server refuses a config without the guard and the
+Each answer also carries the frame headers of NoFraming: no page may frame
+the UI. It uses no private part of Dagster. If a later Dagster builds its
+server in another way, uvicorn.Server refuses a config without the guard and the
 process stops: the webserver never runs without the guard.
 
 Like kb.apps.quick_exit, the process skips Python's last garbage collection.
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import sys
 
-from kb.apps.owner_guard import OwnerOnly
+from kb.apps.owner_guard import NoFraming, OwnerOnly
 from kb.apps.quick_exit import run_console_script
 
 
@@ -46,7 +47,8 @@ def install_guard() -> None:
             if isinstance(app, str):
                 # An import string loads the app later, around the guard: refuse it.
                 raise GuardMissing(f"uvicorn got the app {app!r} as an import string; kb cannot guard it.")
-            super().__init__(OwnerOnly(app, bound_host=host, port=port), host, port, *args, **kwargs)
+            # No page may frame the UI (its launchpad), and the guard's own refusals neither.
+            super().__init__(NoFraming(OwnerOnly(app, bound_host=host, port=port)), host, port, *args, **kwargs)
 
     # uvicorn.run looks up Config in the module uvicorn.main (the name
     # uvicorn.main is the function main: take the module from sys.modules);

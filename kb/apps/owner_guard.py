@@ -31,6 +31,12 @@ refused):
    preflight, which the servers do not answer. A GET of /graphql with no
    query string (the GraphiQL page) stays.
 
+Every HTTP answer behind the guard also says that no page may frame it
+(NoFraming): `X-Frame-Options: DENY` and `Content-Security-Policy:
+frame-ancestors 'none'`. Why: a browser without Sec-Fetch headers passes
+rule 3, and a hostile page could show the launchpad of the UI in a frame
+and make the owner click.
+
 Clients that send no Origin and no Sec-Fetch headers (the dagster CLI,
 DagsterGraphQLClient, curl, kb's own commands) pass when their Host is
 right. Each refusal is one warning line in the log and a plain-text answer
@@ -215,6 +221,32 @@ def _graphql_refusal(scope, method: str) -> tuple[int, str] | None:
         return 405, (f"{method} /graphql with a query string: Dagster would execute it, also a mutation. "
                      f"Send the query as a POST of {JSON_TYPE}.")
     return 405, f"{method} /graphql: kb lets through only a POST of {JSON_TYPE}."
+
+
+# The headers of NoFraming. A second Content-Security-Policy header adds its
+# rule to the app's own policy: the browser applies every policy it gets.
+FRAME_HEADERS = ((b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'"))
+
+
+class NoFraming:
+    """Pure ASGI middleware: each HTTP answer of `app` gets FRAME_HEADERS
+    (an X-Frame-Options of the app is replaced)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def framed(message):
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-frame-options"]
+                message = dict(message, headers=[*headers, *FRAME_HEADERS])
+            await send(message)
+
+        await self.app(scope, receive, framed)
 
 
 async def _answer(send, status: int, text: str) -> None:

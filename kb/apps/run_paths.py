@@ -29,6 +29,7 @@ from pathlib import Path
 import dagster as dg
 
 from kb.apps.up_record import LOCK_NAME, RECORD_NAME, is_recorded_process
+from kb_assets.run_config_rules import check_run_config
 
 DEFINITIONS_MODULE = "kb_assets.definitions"
 JOB_FUNCTION = "job_named"  # kb_assets.definitions.job_named(name, launch)
@@ -179,6 +180,11 @@ def execute_here(instance: dg.DagsterInstance, job_name: str, launch: str, *, ru
     `parent`: re-execute that run from failure (the steps that did not
     succeed, and the steps after them), with `run_config` None for the
     parent's config. A failed step does not raise: the run's record says it."""
+    # The launcher of kb checks each run of a run worker; a run here needs the same check (a
+    # re-execution takes its parent's config, which the UI may have set).
+    check_run_config(run_config, f"the run of {job_name}")
+    if parent is not None:
+        check_run_config(parent.run_config, f"the re-execution of run {parent.run_id} of {parent.job_name}")
     options = dg.ReexecutionOptions.from_failure(parent.run_id, instance) if parent is not None else None
     result = dg.execute_job(reconstructable_job(job_name, launch), instance, run_config=run_config, tags=tags,
                             reexecution_options=options, raise_on_error=False)

@@ -2,10 +2,17 @@
 
 It runs these parts, each as its own process:
 - dagster code server: the one process that loads kb's graph. The daemon
-  and the webserver reach it by gRPC on loopback; they do not load the
-  graph themselves. Why: each of them started its own code server before,
-  and each import of the graph costs seconds of CPU and hundreds of MB
-  (benchmarks/kb_up.md);
+  and the webserver reach it by gRPC on a Unix socket,
+  $KB_HOME/run/code-server.sock, in a folder of mode 0700; they do not load
+  the graph themselves. Why one: each of them started its own code server
+  before, and each import of the graph costs seconds of CPU and hundreds of
+  MB (benchmarks/kb_up.md). Why a socket: Dagster's gRPC has no
+  authentication. A process that reaches it can start a run with its own
+  instance settings, as kb's user (issue 56). A loopback port is open to
+  every local user, and a folder of mode 0700 is open only to kb's user.
+  The code server's own child (the process that loads the graph) serves on
+  a socket that Dagster makes in the temp folder; kb up's umask (0077)
+  makes that socket the owner's only;
 - dagster-daemon: sensors (the inbox, the bot's requests, the wiki ingest),
   schedules (the daily lint, the weekly synthesis), run queue, run
   monitoring and run retries. Without it, an item that the bot queues waits
@@ -30,12 +37,15 @@ that could not, from the record of the dead kb up (kb/apps/up_record.py).
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import signal
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -48,18 +58,21 @@ import click
 from kb.apps.lifeline import Lifeline, group_members
 from kb.apps.up_record import STOP_WAIT_S, RecordError, UpRecord, claim, leftovers, stop_leftovers
 from kb.settings import Settings, get_settings
+from kb.store.private_files import make_private_folder
 from kb.telegram.notifier import NotificationError, TelegramNotifier
 from kb.wiki.sandbox import sandbox_notice
 
 CODE_LOCATION = "kb"  # as in workspace.yaml: runs, schedules and sensors keep their names
-CODE_SERVER_HOST = "127.0.0.1"
+CODE_SERVER_SOCKET = "code-server.sock"  # in $KB_HOME/run, mode 0700
+# The longest path of a Unix socket on Linux (sun_path of 108 bytes, with its end byte).
+SOCKET_PATH_MAX = 107
 WORKSPACE_YAML = """\
 # Written by `kb up` at each start: the daemon and the UI use the code
-# location of the code server that kb up runs.
+# location of the code server that kb up runs, on a Unix socket in a
+# folder that only kb's user can open.
 load_from:
   - grpc_server:
-      host: {host}
-      port: {port}
+      socket: {socket}
       location_name: {location}
 """
 # The longest wait for a part's first answer. The code server imports the
@@ -99,8 +112,12 @@ class Part:
     loop_told: bool = False  # the owner has the notice of this restart loop
     restart_at: float | None = None
     log_file: object = field(default=None, repr=False)
+    # The Unix socket that the part serves on: a file that a dead part left is removed before a start.
+    socket: Path | None = None
 
     def start(self, env: dict[str, str], pass_fds: tuple[int, ...] = ()) -> None:
+        if self.socket is not None:
+            self.socket.unlink(missing_ok=True)
         self.log_file = open(self.log, "ab", buffering=0)
         stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.log_file.write(f"\n--- kb up: start {self.name} at {stamp}\n".encode())
@@ -164,22 +181,30 @@ def check_port(host: str, port: int, option: str) -> None:
                           f"Stop that program, or give another port with {option}.") from exc
 
 
-def free_loopback_port() -> int:
-    """A port on CODE_SERVER_HOST that no program uses now."""
-    with socket.socket() as probe:
-        probe.bind((CODE_SERVER_HOST, 0))
-        return probe.getsockname()[1]
+def code_server_socket(settings: Settings) -> Path:
+    """The Unix socket of the code server: $KB_HOME/run/code-server.sock, and
+    the folder made private (0700). A KB_HOME whose path is too long for a
+    socket gets a new private folder in the temp folder (mkdtemp makes it
+    0700); kb up removes it at its end."""
+    folder = settings.home / "run"
+    make_private_folder(folder)
+    path = folder / CODE_SERVER_SOCKET
+    if len(os.fsencode(path)) <= SOCKET_PATH_MAX:
+        return path
+    return Path(tempfile.mkdtemp(prefix="kb-up-")) / CODE_SERVER_SOCKET
 
 
-def code_server_answers(port: int) -> bool:
-    """True when the code server accepts a connection. The proxy of
-    `dagster code-server start` opens its port only after the load of the
-    code, or after a load error (the UI then shows the error, as it did when
-    the webserver loaded the code itself). A TCP connection, not a gRPC
-    call: the gRPC client of Dagster would stay in kb up's memory for all
-    its life (its size: benchmarks/kb_up.md)."""
+def code_server_answers(path: Path) -> bool:
+    """True when the code server accepts a connection on its socket. The
+    proxy of `dagster code-server start` opens its socket only after the
+    load of the code, or after a load error (the UI then shows the error, as
+    it did when the webserver loaded the code itself). A plain connection,
+    not a gRPC call: the gRPC client of Dagster would stay in kb up's memory
+    for all its life (its size: benchmarks/kb_up.md)."""
     try:
-        with socket.create_connection((CODE_SERVER_HOST, port), timeout=1):
+        with socket.socket(socket.AF_UNIX) as probe:
+            probe.settimeout(1)
+            probe.connect(str(path))
             return True
     except OSError:
         return False
@@ -221,18 +246,19 @@ def check_no_daemon(dagster_home: Path) -> None:
                       "launch every run twice.")
 
 
-def plan_parts(settings: Settings, *, host: str, dagster_port: int, code_server_port: int, web_port: int,
+def plan_parts(settings: Settings, *, host: str, dagster_port: int, code_server: Path, web_port: int,
                bot: bool, web: bool, workspace: Path, logs: Path) -> tuple[list[Part], list[str]]:
     """The parts to run, in the order of their start, and lines about the
     parts that stay off. The bot and the search page do not need the code
     server: they start while it loads."""
     # `code-server start`, not `api grpc`: its proxy loads the code in a
     # child process, so "Reload" in the UI loads changed code.
+    socket_path = code_server
     code_server = Part("dagster code server", [
-        *_tool("dagster"), "code-server", "start", "-h", CODE_SERVER_HOST, "-p", str(code_server_port),
+        *_tool("dagster"), "code-server", "start", "--socket", str(socket_path),
         "-m", "kb_assets.definitions", "--location-name", CODE_LOCATION],
-        f"grpc://{CODE_SERVER_HOST}:{code_server_port}, location {CODE_LOCATION}", logs / "dagster-code-server.log",
-        ready=lambda: code_server_answers(code_server_port))
+        f"unix:{socket_path}, location {CODE_LOCATION}", logs / "dagster-code-server.log",
+        ready=lambda: code_server_answers(socket_path), socket=socket_path)
     parts = [code_server]
     off = []
     token = settings.telegram_bot_token
@@ -287,9 +313,23 @@ def check_and_run(settings: Settings, record: UpRecord, lifeline: Lifeline, *, h
         check_port(host, web_port, "--web-port")
     dagster_home = settings.dagster_home
     check_no_daemon(dagster_home)
-    code_server_port = free_loopback_port()
-    logs, workspace = prepare_home(settings, code_server_port)
-    parts, off = plan_parts(settings, host=host, dagster_port=dagster_port, code_server_port=code_server_port,
+    try:
+        code_server = code_server_socket(settings)
+    except OSError as exc:
+        raise UpError(f"Cannot make the private folder of the code server's socket: {exc}") from exc
+    try:
+        return _run_parts(settings, record, lifeline, host=host, dagster_port=dagster_port, web_port=web_port,
+                          bot=bot, web=web, code_server=code_server)
+    finally:
+        if code_server.parent != settings.home / "run":  # a folder of mkdtemp
+            shutil.rmtree(code_server.parent, ignore_errors=True)
+
+
+def _run_parts(settings: Settings, record: UpRecord, lifeline: Lifeline, *, host: str, dagster_port: int,
+               web_port: int, bot: bool, web: bool, code_server: Path) -> int:
+    dagster_home = settings.dagster_home
+    logs, workspace = prepare_home(settings, code_server)
+    parts, off = plan_parts(settings, host=host, dagster_port=dagster_port, code_server=code_server,
                             web_port=web_port, bot=bot, web=web, workspace=workspace, logs=logs)
     env = {**os.environ, "KB_HOME": str(settings.home), "DAGSTER_HOME": str(dagster_home), **lifeline.env()}
     if notice := sandbox_notice(settings.kb_agent_sandbox):  # the agent would run without its room
@@ -328,9 +368,9 @@ def take_home(settings: Settings) -> UpRecord:
     return record
 
 
-def prepare_home(settings: Settings, code_server_port: int) -> tuple[Path, Path]:
-    """Write dagster.yaml, the workspace file (the code server on
-    code_server_port) and the logs folder, and make the instance's storage.
+def prepare_home(settings: Settings, code_server: Path) -> tuple[Path, Path]:
+    """Write dagster.yaml, the workspace file (the code server on the Unix
+    socket `code_server`) and the logs folder, and make the instance's storage.
     Returns (logs folder, workspace file)."""
     from kb_assets.instance_config import ensure_dagster_home
 
@@ -339,8 +379,8 @@ def prepare_home(settings: Settings, code_server_port: int) -> tuple[Path, Path]
         logs = settings.home / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         workspace = settings.dagster_home / "workspace.yaml"
-        workspace.write_text(WORKSPACE_YAML.format(host=CODE_SERVER_HOST, port=code_server_port,
-                                                   location=CODE_LOCATION))
+        # JSON is YAML: the path stays one string, whatever its characters.
+        workspace.write_text(WORKSPACE_YAML.format(socket=json.dumps(str(code_server)), location=CODE_LOCATION))
     except OSError as exc:
         raise UpError(f"Cannot write in {settings.home}: {exc}") from exc
     create_instance_storage(settings.dagster_home)
