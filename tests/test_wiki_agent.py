@@ -408,6 +408,8 @@ def test_wiki_pages_asset_commits_pushes_and_records(wiki, monkeypatch, tmp_path
     assert meta["commit_sha"] == head
     assert meta["pages_created"] == [f"wiki/sources/{SLUG}.md"]
     assert meta["summary"] == "One source page."
+    # The cost of the agent run, as the CLI counts it (the specification records it for each run).
+    assert isinstance(meta["agent_cost_usd"], float) and meta["agent_cost_usd"] >= 0
     pushed = subprocess.run(["git", "--git-dir", str(remote), "rev-parse", "main"], capture_output=True, text=True)
     assert pushed.stdout.strip() == head
     # The parsed file that the citations point to went into git and to the remote with the ingest.
