@@ -167,14 +167,14 @@ def wiki_ingest_states(instance: DagsterInstance, limit: int = 1000) -> dict[str
                 continue
             meta = {k: v.value for k, v in event.metadata.items()}
             state = State.DONE if entry.asset_materialization else str(meta.get("state", "unknown"))
-            if state == State.FAILED and meta.get("refusal"):
-                state = State.REFUSED
             events.append((record.storage_id, record.partition_key, state, meta, entry.timestamp))
     states: dict[str, dict] = {}
     for storage_id, partition, state, meta, timestamp in sorted(events):
         if state in (State.REFUSED, State.STUCK) and partition in states and \
                 states[partition]["state"] in (State.RETRYING, State.FAILED):
-            continue  # a note on a try whose end is already known
+            continue  # a note on a try of a source that is already retrying: the try's own end follows
+        if state == State.FAILED and meta.get("refusal"):
+            state = State.REFUSED  # the last try was refused, and no try is left
         states[partition] = {"state": str(state), "at": timestamp, "commit_sha": meta.get("commit_sha"),
                              "reason": meta.get("refusal") or meta.get("reason") or meta.get("error")}
     return states
