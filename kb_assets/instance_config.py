@@ -65,7 +65,9 @@ run_monitoring:
 
 # A run whose worker died, or that failed, runs once more. Jobs with GPU
 # stages (x_sync, captions) set dagster/max_retries to 0: they never retry by
-# themselves (kb_assets/jobs.py).
+# themselves (kb_assets/jobs.py). The item and wiki jobs run again only a run
+# whose worker died or whose try kb stopped as stuck: their assets count
+# their own retries (kb/retries.py).
 run_retries:
   enabled: true
   max_retries: 1
