@@ -86,3 +86,22 @@ def test_a_stopped_step_leaves_no_log_helper_and_its_output_is_in_its_log_files(
     assert any(b"the step speaks" in path.read_bytes() for path in logs), logs
     assert any(b"the step warns" in path.read_bytes() for path in (home / "storage").rglob("*.err"))
     assert b"the step speaks" in out and b"the step warns" in err
+
+
+def test_kb_s_dagster_yaml_of_an_earlier_version_gets_the_compute_log_manager(kb_home):
+    """An owner's home from before this change has kb's own dagster.yaml with
+    no compute_logs section: kb writes it again, so its helpers go too. A
+    file edited by hand stays as it is."""
+    from kb_assets.instance_config import DAGSTER_YAML, dagster_yaml
+
+    home = kb_home / "dagster"
+    home.mkdir()
+    earlier = {k: v for k, v in yaml.safe_load(dagster_yaml()).items() if k != "compute_logs"}
+    (home / "dagster.yaml").write_text(yaml.safe_dump(earlier))
+    ensure_dagster_home()
+    assert yaml.safe_load((home / "dagster.yaml").read_text())["compute_logs"]["class"] == "KbComputeLogManager"
+    edited = {**earlier, "retention": {"schedule": {"purge_after_days": 7}}}
+    (home / "dagster.yaml").write_text(yaml.safe_dump(edited))
+    ensure_dagster_home()
+    assert "compute_logs" not in yaml.safe_load((home / "dagster.yaml").read_text())
+    assert "compute_logs" in yaml.safe_load(DAGSTER_YAML)
