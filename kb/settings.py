@@ -153,7 +153,7 @@ class Settings(BaseSettings):
     kb_source_retry_waits_s: str = Field("60,120,240", description="Comma-separated waits in seconds before each retry of a transient parse error (timeout, HTTP 5xx), over the item's whole life. The number of waits is the number of retries.")
     kb_wiki_max_retries: int = Field(3, ge=0, description="Retries of one wiki change (ingest, lint, synthesis) after its first try, before it fails for good. A change that the agent reports as failed is tried again once only. Also read as RETRIES_MAX.")
     kb_wiki_retry_delay_s: int = Field(60, ge=0, description="Wait in seconds before the first retry of a wiki change; it doubles for each later retry (60, 120, 240). Also read as RETRY_BACKOFF_BASE_SECONDS.")
-    kb_stuck_minutes: int = Field(30, ge=1, description="Longest time, in minutes, of one step of a Telegram item (parse, gate, index, wiki ingest; sensors/stuck_steps.py), and longest run of a wiki lint or synthesis (Dagster's run tag dagster/max_runtime). kb stops longer work, and Dagster runs it again one time. Also read as SWEEPER_STUCK_MINUTES.")
+    kb_stuck_minutes: int = Field(30, ge=1, description="Longest time, in minutes, of one try of a step of a Telegram item (parse, gate, index, wiki ingest) or of a wiki lint, synthesis or topic (sensors/stuck_steps.py). kb stops a longer try; it uses one retry of the item, and Dagster runs it again. Also read as SWEEPER_STUCK_MINUTES.")
 
     # --- schedules -------------------------------------------------------------
     tz: str = Field("", description="Time zone of the schedules and of the dates in the wiki (for example Europe/Berlin). Empty: the machine's local time zone (TZ, else /etc/localtime), else UTC.")
@@ -162,9 +162,9 @@ class Settings(BaseSettings):
     kb_synthesis_time: str = Field("09:00", description="Time of day (HH:MM, in TZ) of the weekly synthesis. Also read as SYNTHESIS_HOUR and SYNTHESIS_MINUTE.")
     kb_full_sync_day: str = Field("sat", description="Day of the weekly full sync (mon ... sun; empty: no weekly full sync). It captures all bookmarks and marks the ones that you removed on X, so that they leave search within a week. It needs the X login (`kb login`).")
     kb_full_sync_time: str = Field("04:00", description="Time of day (HH:MM, in TZ) of the weekly full sync.")
-    kb_backup_cron: str = Field("30 3 * * *", description="When the backup schedule writes an archive of KB_HOME (a cron line in TZ: minute hour day month weekday). The default: every day at 03:30. Empty: no scheduled backup.")
+    kb_backup_cron: str = Field("0 3 * * *", description="When the backup schedule writes an archive of KB_HOME (a cron line in TZ: minute hour day month weekday). The default: every day at 03:00, as the specification says. Empty: no scheduled backup.")
     kb_backup_dir: str = Field("", description="Folder of the scheduled backups. Empty: the folder <KB_HOME>-backups beside KB_HOME (for example ~/kb-backups). It must be outside KB_HOME.")
-    kb_backup_keep: int = Field(7, ge=1, description="Scheduled backups to keep: after each new archive, the oldest ones go.")
+    kb_backup_keep: int = Field(30, ge=1, description="Scheduled backups to keep: after each new archive, the oldest ones go. The default: 30, as the specification says.")
     kb_restore_max_gb: float = Field(50.0, gt=0, description="Largest size in GB (10^9 bytes) that `kb restore` unpacks. An archive that unpacks to more is refused before kb writes anything, and so is an archive that unpacks to more than the free disk. Set it larger for a larger KB_HOME.")
     kb_inbox_settle_s: float = Field(2.0, ge=0, description="Seconds that a file dropped in the inbox must stay unchanged (size, modification and change time) before the inbox sensor takes it: a file that another program still copies is not taken half written.")
     kb_inbox_sensor_interval_s: int = Field(15, ge=1, description="Seconds between two looks of the inbox sensors (new items, /override, /lint, /synthesize).")

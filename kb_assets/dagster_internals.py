@@ -25,6 +25,12 @@ The private module paths, and what each keeps that no public name gives:
    more than half of the CPU time of a sync with nothing new. The subclasses
    override Dagster's `_connect`, `_initdb`, `connect` and `from_local`.
 
+5. `dagster._core.storage.local_compute_log_manager`: Dagster's local
+   compute logs (`LocalComputeLogManager`, and the `CapturedLogContext`
+   that its capture yields). kb_assets/compute_logs.py subclasses it to
+   capture a step's output with no `tail -F` helper: Dagster's helpers
+   outlive a stopped step (issue 55). No public name gives the class.
+
 Values that Dagster keeps in private modules are copied below, not
 imported: tests/test_dagster_internals.py compares each copy with Dagster's.
 
@@ -47,6 +53,8 @@ LAZY = {
     "SqlEventLogStorageMetadata": ("dagster._core.storage.event_log", "SqlEventLogStorageMetadata"),
     "DagsterRunStorage": ("dagster._core.storage.runs", "SqliteRunStorage"),
     "DagsterScheduleStorage": ("dagster._core.storage.schedules", "SqliteScheduleStorage"),
+    "LocalComputeLogManager": ("dagster._core.storage.local_compute_log_manager", "LocalComputeLogManager"),
+    "CapturedLogContext": ("dagster._core.storage.local_compute_log_manager", "CapturedLogContext"),
 }
 
 # --- copies of values of Dagster's private modules (each compared by a test) --------------
@@ -81,6 +89,6 @@ def __getattr__(name: str):
 
 __all__ = [
     "ALEMBIC_SCRIPTS_LOCATION", "ASSET_PARTITION_RANGE_END_TAG", "ASSET_PARTITION_RANGE_START_TAG",
-    "CheckRunHealthResult", "DagsterEventLog", "DagsterRunStorage", "DagsterScheduleStorage", "INDEX_SHARD_NAME",
-    "SQLITE_BUSY_TIMEOUT_SECONDS", "SqlEventLogStorageMetadata", "WorkerStatus", "create_db_conn_string",
+    "CapturedLogContext", "CheckRunHealthResult", "DagsterEventLog", "DagsterRunStorage", "DagsterScheduleStorage", "INDEX_SHARD_NAME",
+    "LocalComputeLogManager", "SQLITE_BUSY_TIMEOUT_SECONDS", "SqlEventLogStorageMetadata", "WorkerStatus", "create_db_conn_string",
 ]

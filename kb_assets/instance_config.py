@@ -40,6 +40,13 @@ run_launcher:
   module: kb_assets.run_launcher
   class: LocalRunLauncher
 
+# Each step's stdout and stderr in files (the UI shows them), as Dagster's
+# default does, but with no `tail -F` helper process: Dagster's helpers
+# outlive a stopped step (kb_assets/compute_logs.py).
+compute_logs:
+  module: kb_assets.compute_logs
+  class: KbComputeLogManager
+
 concurrency:
   pools:
     # wiki: one git tree, one ingest at a time. DuckDB writes take a file lock (kb/store/writer_lock.py).
@@ -58,7 +65,9 @@ run_monitoring:
 
 # A run whose worker died, or that failed, runs once more. Jobs with GPU
 # stages (x_sync, captions) set dagster/max_retries to 0: they never retry by
-# themselves (kb_assets/jobs.py).
+# themselves (kb_assets/jobs.py). The item and wiki jobs run again only a run
+# whose worker died or whose try kb stopped as stuck: their assets count
+# their own retries (kb/retries.py).
 run_retries:
   enabled: true
   max_retries: 1
@@ -161,15 +170,29 @@ def _update_storage(config: Path, wanted: str) -> None:
     except yaml.YAMLError:
         return  # Dagster itself names the bad file and line when it loads it.
     target = yaml.safe_load(wanted)
+    if isinstance(current, dict) and _before_compute_logs(current):
+        # kb's own file of a version before its compute log manager: the
+        # `tail -F` helpers of Dagster's default must go (issue 55).
+        write_atomic(config, wanted.encode())
+        return
     if not isinstance(current, dict) or all(current.get(k) == target.get(k) for k in STORAGE_KEYS):
         return
     rest = {k: v for k, v in current.items() if k not in STORAGE_KEYS}
-    if rest == yaml.safe_load(DAGSTER_YAML):
+    if rest == yaml.safe_load(DAGSTER_YAML) or _before_compute_logs(rest):
         write_atomic(config, wanted.encode())
         return
     log.warning("%s was edited by hand, so kb leaves it as it is. Its storage sections (%s) are not the ones "
                 "that kb writes for these settings (KB_DAGSTER_POSTGRES_URL set or not): put in it the sections "
                 "that docs/deploy.md shows, or delete the file and kb writes it again.", config, ", ".join(STORAGE_KEYS))
+
+
+def _before_compute_logs(sections: dict) -> bool:
+    """True for kb's own dagster.yaml of a version with no compute_logs
+    section: the file that kb wrote, the storage sections aside."""
+    if "compute_logs" in sections:
+        return False
+    ours = {k: v for k, v in yaml.safe_load(DAGSTER_YAML).items() if k != "compute_logs"}
+    return {k: v for k, v in sections.items() if k not in STORAGE_KEYS} == ours
 
 
 def ensure_on_load() -> None:

@@ -18,9 +18,15 @@ WIKI_TOPIC_SYNTHESIS = dg.AssetKey("wiki_topic_synthesis")
 # Every asset that changes the wiki pages.
 WIKI_WRITERS = [WIKI_PAGES, WIKI_LINT, WIKI_SYNTHESIS, WIKI_TOPIC_SYNTHESIS]
 
+# The jobs whose tries sensors/stuck_steps.py watches: one Telegram item, and the wiki's jobs.
+SOURCE_INTAKE_JOB = "source_intake"
+WIKI_JOB_NAMES = ("wiki_ingest_job", "wiki_lint_job", "wiki_synthesis_job", "wiki_topic_job")
+
 # --- run tags that Dagster defines ------------------------------------------------------
 PARTITION_TAG = "dagster/partition"
 WILL_RETRY_TAG = "dagster/will_retry"
+# The first run of a chain of run retries and re-executions.
+ROOT_RUN_TAG = "dagster/root_run_id"
 MAX_RETRIES_TAG = "dagster/max_retries"
 RETRY_ON_ASSET_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
 # Seconds after which Dagster's run monitoring stops the run (MAX_RUNTIME_SECONDS_TAG of Dagster).

@@ -18,7 +18,7 @@ import dagster as dg
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 
 from kb.telegram.gate import default_accept_note
-from kb.telegram.item_states import ItemState, StateReader
+from kb.telegram.item_states import ItemState, State, StateReader
 from kb.wiki.agent import WikiAgent
 from kb_assets.keys import GATED_SOURCES, PARTITION_TAG, WIKI_PAGES, WILL_RETRY_TAG
 from kb_assets.partitions import sources
@@ -26,7 +26,7 @@ from kb_assets.partitions import sources
 # The wiki asset names its commit with one of these metadata keys.
 COMMIT_KEYS = ("commit_sha", "commit", "sha")
 # Observations of wiki_pages that say where an accepted source stands.
-WIKI_STATES = ("waiting", "retrying", "failed")
+WIKI_STATES = (State.WAITING, State.RETRYING, State.FAILED)
 
 IN_PROGRESS = {
     DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.MANAGED,
@@ -89,7 +89,7 @@ def commit_of(metadata: dict) -> str | None:
 
 def read_item_state(instance: DagsterInstance | None, item_id: str) -> ItemState:
     if instance is None or not instance.has_dynamic_partition(sources.name, item_id):
-        return ItemState(item_id, "received")
+        return ItemState(item_id, State.RECEIVED)
     runs = instance.get_run_records(dg.RunsFilter(tags={PARTITION_TAG: item_id}), limit=1)
     latest = runs[0].dagster_run if runs else None
     gated = latest_materialization(instance, GATED_SOURCES, item_id)
@@ -104,13 +104,17 @@ def read_item_state(instance: DagsterInstance | None, item_id: str) -> ItemState
     if latest is not None and latest.status in IN_PROGRESS:
         selection = latest.asset_selection or set()
         wiki_only = WIKI_PAGES in selection and GATED_SOURCES not in selection
-        return ItemState(item_id, "ingesting" if wiki_only else "processing", title=title, score=score, gate_note=gate_note, gate=gate)
+        return ItemState(item_id, State.INGESTING if wiki_only else State.PROCESSING, title=title, score=score, gate_note=gate_note, gate=gate)
     if latest is not None and latest.status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED):
-        state = "retrying" if latest.tags.get(WILL_RETRY_TAG) == "true" else "failed"
+        state = State.RETRYING if latest.tags.get(WILL_RETRY_TAG) == "true" else State.FAILED
         error = failure_message(instance, latest.run_id) if latest.status == DagsterRunStatus.FAILURE else "the run was canceled"
+        refusal = refusal_of_last_try(instance, item_id, after=gated.storage_id if gated else None)
+        if state == State.FAILED and refusal:
+            # The last try was refused by a rule of the wiki, and no try is left: the rule is the reason.
+            state, error = State.REFUSED, refusal
         return ItemState(item_id, state, error=error, title=title, score=score, gate_note=gate_note, gate=gate)
     if wiki is not None and (gated is None or wiki.storage_id > gated.storage_id):
-        return ItemState(item_id, "done", commit=commit_of(wiki_meta), title=title, score=score, gate_note=gate_note, gate=gate)
+        return ItemState(item_id, State.DONE, commit=commit_of(wiki_meta), title=title, score=score, gate_note=gate_note, gate=gate)
     if gated is not None:
         status = gated_meta.get("status")
         if status == "accepted":
@@ -118,12 +122,24 @@ def read_item_state(instance: DagsterInstance | None, item_id: str) -> ItemState
             seen = latest_observation(instance, WIKI_PAGES, item_id)
             seen_meta = _metadata(seen)
             if seen is not None and seen.storage_id > gated.storage_id and seen_meta.get("state") in WIKI_STATES:
-                return ItemState(item_id, seen_meta["state"], title=title, score=score, gate_note=gate_note, gate=gate,
-                                 error=seen_meta.get("error") or seen_meta.get("reason"))
-            return ItemState(item_id, "approved", title=title, score=score, gate_note=gate_note, gate=gate)
-        if status in ("rejected", "duplicate"):
-            return ItemState(item_id, status, title=title, score=score, gate_note=gate_note, gate=gate, duplicate_of=gated_meta.get("duplicate_of"))
-    return ItemState(item_id, "queued" if latest is None else "parsed", title=title)
+                state, error = State(seen_meta["state"]), seen_meta.get("error") or seen_meta.get("reason")
+                if state == State.FAILED and seen_meta.get("refusal"):
+                    state, error = State.REFUSED, seen_meta["refusal"]
+                return ItemState(item_id, state, title=title, score=score, gate_note=gate_note, gate=gate, error=error)
+            return ItemState(item_id, State.APPROVED, title=title, score=score, gate_note=gate_note, gate=gate)
+        if status in (State.REJECTED, State.DUPLICATE):
+            return ItemState(item_id, State(status), title=title, score=score, gate_note=gate_note, gate=gate, duplicate_of=gated_meta.get("duplicate_of"))
+    return ItemState(item_id, State.QUEUED if latest is None else State.PARSED, title=title)
+
+
+def refusal_of_last_try(instance: DagsterInstance, item_id: str, after: int | None = None) -> str | None:
+    """The rule that refused the last wiki try of the item (its newest
+    failed-try observation names it), or None."""
+    seen = latest_observation(instance, WIKI_PAGES, item_id)
+    if seen is None or (after is not None and seen.storage_id < after):
+        return None
+    refusal = _metadata(seen).get("refusal")
+    return str(refusal) if refusal else None
 
 
 def state_reader(dagster_home: Path) -> StateReader:
@@ -150,12 +166,17 @@ def wiki_ingest_states(instance: DagsterInstance, limit: int = 1000) -> dict[str
             if event is None or record.partition_key is None:
                 continue
             meta = {k: v.value for k, v in event.metadata.items()}
-            state = "done" if entry.asset_materialization else str(meta.get("state", "unknown"))
+            state = State.DONE if entry.asset_materialization else str(meta.get("state", "unknown"))
             events.append((record.storage_id, record.partition_key, state, meta, entry.timestamp))
     states: dict[str, dict] = {}
     for storage_id, partition, state, meta, timestamp in sorted(events):
-        states[partition] = {"state": state, "at": timestamp, "commit_sha": meta.get("commit_sha"),
-                             "reason": meta.get("reason") or meta.get("error")}
+        if state in (State.REFUSED, State.STUCK) and partition in states and \
+                states[partition]["state"] in (State.RETRYING, State.FAILED):
+            continue  # a note on a try of a source that is already retrying: the try's own end follows
+        if state == State.FAILED and meta.get("refusal"):
+            state = State.REFUSED  # the last try was refused, and no try is left
+        states[partition] = {"state": str(state), "at": timestamp, "commit_sha": meta.get("commit_sha"),
+                             "reason": meta.get("refusal") or meta.get("reason") or meta.get("error")}
     return states
 
 
@@ -167,6 +188,6 @@ def wiki_status(instance: DagsterInstance, agent: WikiAgent) -> dict:
     return {
         "agent": {"ready": ready, "detail": detail},
         "sources": dict(Counter(s["state"] for s in states.values())),
-        "waiting": sorted(k for k, v in states.items() if v["state"] == "waiting"),
-        "failed": sorted(k for k, v in states.items() if v["state"] == "failed"),
+        "waiting": sorted(k for k, v in states.items() if v["state"] == State.WAITING),
+        "failed": sorted(k for k, v in states.items() if v["state"] in (State.FAILED, State.REFUSED)),
     }

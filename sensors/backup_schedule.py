@@ -9,7 +9,7 @@ from kb_assets.backups import backup_job
 
 @dg.schedule(
     job=backup_job,
-    cron_schedule=get_settings().kb_backup_cron or "30 3 * * *",
+    cron_schedule=get_settings().kb_backup_cron or "0 3 * * *",
     execution_timezone=get_settings().tz,
     # Empty KB_BACKUP_CRON: the schedule is there, stopped; the UI can start it.
     default_status=dg.DefaultScheduleStatus.RUNNING if get_settings().kb_backup_cron else dg.DefaultScheduleStatus.STOPPED,

@@ -39,6 +39,7 @@ from kb_assets.partitions import sources
 from kb_assets.run_config_rules import requester_chat
 from kb_resources.stores import InboxResource
 from kb.telegram.inbox import Inbox
+from kb.telegram.item_states import State
 from kb_assets.source_states import commit_of, failure_message
 from kb.telegram.notifier import (
     NO_GATE_KEY_NOTICE,
@@ -71,9 +72,9 @@ def notify_outcome(notifier: TelegramNotifier, inbox: Inbox, record, asset_key: 
     title = _value(metadata, "title") or gated.get("title") or None
     what = describe(item, item_id, title)
     if asset_key == WIKI_PAGES:
-        state = "done"
+        state = State.DONE
         values = {k: _value(metadata, k) for k in metadata}
-        text = notification_text("done", what, item_id=item_id, commit=commit_of(values),
+        text = notification_text(state, what, item_id=item_id, commit=commit_of(values),
                                  created=values.get("pages_created"),
                                  updated=values.get("pages_updated"), summary=values.get("summary"),
                                  warnings=values.get("warnings"),
@@ -82,7 +83,7 @@ def notify_outcome(notifier: TelegramNotifier, inbox: Inbox, record, asset_key: 
         state = _value(metadata, "status")
         if _value(metadata, "gate") == "skipped-no-key":
             _tell_no_gate_key(notifier, item)
-        if state not in ("rejected", "duplicate"):
+        if state not in (State.REJECTED, State.DUPLICATE):
             return False  # accepted: the wiki tells when it is done
         score = _value(metadata, "score")
         text = notification_text(
@@ -149,7 +150,7 @@ def _notify_waiting(context: dg.SensorEvaluationContext, telegram: TelegramNotif
         observation = record.event_log_entry.asset_observation
         item_id = record.partition_key
         state = _value(observation.metadata, "state") if observation is not None else None
-        if (state in ("waiting", "refused") and item_id
+        if (state in (State.WAITING, State.REFUSED) and item_id
                 and context.instance.has_dynamic_partition(sources.name, item_id)):
             gated = _gated_metadata(context.instance, item_id)
             what = describe(inbox.find(item_id), item_id, gated.get("title") or None)
@@ -227,10 +228,10 @@ def notify_ending(notifier: TelegramNotifier, inbox: Inbox, instance: dg.Dagster
     reason = ending_reason(instance, run)
     if item_id and run.job_name not in WIKI_JOBS and instance.has_dynamic_partition(sources.name, item_id):
         # A Telegram item: the reply to the message that brought it.
-        return notifier.notify(item_id, "failed", notification_text(
-            "failed", describe(inbox.find(item_id), item_id, _gated_metadata(instance, item_id).get("title")),
+        return notifier.notify(item_id, State.FAILED, notification_text(
+            State.FAILED, describe(inbox.find(item_id), item_id, _gated_metadata(instance, item_id).get("title")),
             item_id=item_id, error=reason))
-    state = "canceled" if run.status == dg.DagsterRunStatus.CANCELED else "failed"
+    state = "canceled" if run.status == dg.DagsterRunStatus.CANCELED else State.FAILED
     # /lint or /synthesize: the owner who asked hears of it; any other run: OWNER_CHAT_ID.
     return notifier.notify(f"run{run.run_id.replace('-', '')}", state,
                            run_ending_text(state, run.job_name, run_partition(run), reason, run.run_id),

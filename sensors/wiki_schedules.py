@@ -14,6 +14,7 @@ from datetime import timedelta
 
 import dagster as dg
 
+from kb.telegram.item_states import State
 from kb.wiki.weeks import iso_week_label
 from kb_assets.wiki.wiki_pages import (
     WIKI_PAGES,
@@ -71,7 +72,7 @@ def wiki_waiting_sensor(context: dg.SensorEvaluationContext, wiki_agent: WikiAge
         partition = record.partition_key
         if observation is None or partition is None:
             continue
-        if observation.metadata.get("state") is None or observation.metadata["state"].value != "waiting":
+        if observation.metadata.get("state") is None or observation.metadata["state"].value != State.WAITING:
             continue
         later = context.instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=WIKI_PAGES, asset_partitions=[partition],

@@ -37,7 +37,7 @@ from kb.enrich.voice_model import english_only_reason
 from kb.telegram import replies
 from kb.telegram.inbox import Inbox, InboxError, InboxItem, telegram_item_id, utc_now_iso
 from kb.telegram.intake import Accepted, Attachment, Refused, classify
-from kb.telegram.item_states import ItemState, StateReader
+from kb.telegram.item_states import ItemState, State, StateReader
 from kb.telegram.api import build_bot
 from kb.telegram.bot_token import bot_token, install_redaction, redact
 
@@ -51,7 +51,7 @@ MAX_REPLY_CHARS = 3500  # Telegram's limit is 4096; keep room for the rest of th
 MAX_ECHO_CHARS = 60
 MAX_TOPIC_CHARS = 200  # a topic is a few words; a longer one is a pasted text
 DOWNLOAD_TIMEOUT_S = 120
-OVERRIDABLE = ("rejected", "duplicate")
+OVERRIDABLE = (State.REJECTED, State.DUPLICATE)
 TOPIC_WORD = re.compile(r"[A-Za-z0-9]")
 
 COMMANDS = [
@@ -220,7 +220,7 @@ class BotApp:
             item, created = self.inbox.add(item)
         except (OSError, InboxError) as exc:
             log.error("item %s: cannot write the inbox manifest: %s", item_id, exc)
-            await message.reply(f"not queued: the inbox cannot be written ({type(exc).__name__}). Send it again later.")
+            await message.reply(replies.not_saved(type(exc).__name__))
             return
         reply = replies.queued(item.id) if created else replies.already_queued(item.id)
         if created and intake.type == "voice":

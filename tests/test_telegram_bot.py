@@ -338,3 +338,18 @@ def test_a_voice_note_reply_says_when_only_english_works_and_how_to_fix_it(fake)
     assert fake.replies_to(4) == [replies.queued(telegram_item_id(OWNER, 4))]  # a text note: no warning
     voice_model.clear_fallback()
     assert "Only English voice notes work now" not in voice_model.readiness()[1]
+
+
+def test_an_item_that_cannot_be_saved_gets_the_system_error_reply(fake, kb_home):
+    """The specification (11.2): when the item cannot be saved, the reply is
+    "system error, try again", and nothing is queued."""
+    from kb.settings import get_settings
+
+    items = get_settings().inbox_dir / "items"
+    items.parent.mkdir(parents=True, exist_ok=True)
+    items.write_text("a file where the inbox's folder of manifests goes")  # the manifest cannot be written
+    converse(fake, msg(fake, 1, **tg.text_fields(LONG_TEXT)))
+    [reply] = fake.replies_to(1)
+    assert reply == replies.not_saved("FileExistsError")
+    assert reply.startswith("system error, try again")
+    assert items.read_text().startswith("a file where")

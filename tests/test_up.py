@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from tests.loopback import free_port
+from tests.test_compute_logs import helpers_of as log_helpers_of
 from tests.fake_anthropic import FakeAnthropic, ingest_turns
 from tests.fake_telegram import FakeTelegram, message_update, text_fields
 from tests.restore_checks import check_backups_of_a_kb_up_home
@@ -332,6 +333,7 @@ kb up's webserver and daemon."""
             assert "kb up: every part stopped." in up.output()
             assert not [pid for pid in pids if running(pid)]
             assert not (kb_home / "run" / "kb-up.json").exists()
+            assert log_helpers_of(kb_home) == []  # no `tail -F` of Dagster's compute logs is left (issue 55)
         finally:
             if up.process.poll() is None:
                 up.stop()

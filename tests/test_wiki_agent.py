@@ -19,7 +19,7 @@ import pytest
 
 from kb.wiki.change import apply_agent_change
 from kb.wiki.prompts import GateDecision, ingest_prompt, topic_key
-from kb_assets.source_states import wiki_ingest_states, wiki_status
+from kb_assets.source_states import read_item_state, wiki_ingest_states, wiki_status
 from kb_assets.wiki.wiki_pages import change_metadata, wiki_lint, wiki_pages, wiki_synthesis, wiki_topic_synthesis
 from kb_assets.wiki.page_checks import wiki_quality
 from kb.store.duckdb_store import DuckDBStore
@@ -408,6 +408,8 @@ def test_wiki_pages_asset_commits_pushes_and_records(wiki, monkeypatch, tmp_path
     assert meta["commit_sha"] == head
     assert meta["pages_created"] == [f"wiki/sources/{SLUG}.md"]
     assert meta["summary"] == "One source page."
+    # The cost of the agent run, as the CLI counts it (the specification records it for each run).
+    assert isinstance(meta["agent_cost_usd"], float) and meta["agent_cost_usd"] >= 0
     pushed = subprocess.run(["git", "--git-dir", str(remote), "rev-parse", "main"], capture_output=True, text=True)
     assert pushed.stdout.strip() == head
     # The parsed file that the citations point to went into git and to the remote with the ingest.
@@ -637,10 +639,14 @@ def test_a_refused_change_keeps_the_source_approved_and_the_next_try_hears_the_r
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         result = materialize_source(instance, "src9")
         states = wiki_ingest_states(instance)
+        item = read_item_state(instance, "src9")  # what /status shows
         firsts = [r for r in fake.requests if len(r["messages"]) == 1]
     assert not result.success
     assert_unchanged(before, root)
-    assert states["src9"]["state"] == "failed"
+    # "refused" is a state: the last try was refused, and no try is left. The rule is the reason.
+    assert states["src9"]["state"] == "refused"
+    assert "the lines above <!-- llm:auto-section --> are the owner's" in states["src9"]["reason"]
+    assert item.state == "refused" and "the lines above <!-- llm:auto-section -->" in item.error
     with DuckDBStore.from_settings().connect() as conn:
         assert conn.execute("SELECT decision FROM gate_results WHERE item_id = 'src9'").fetchone() == ("accepted",)
     content = [r["messages"][0]["content"] for r in firsts]

@@ -56,6 +56,7 @@ from pathlib import Path
 import click
 
 from kb.apps.lifeline import Lifeline, group_members
+from kb.apps.watchdog import Watchdog
 from kb.apps.up_record import STOP_WAIT_S, RecordError, UpRecord, claim, leftovers, stop_leftovers
 from kb.settings import Settings, get_settings
 from kb.store.private_files import make_private_folder
@@ -334,8 +335,11 @@ def _run_parts(settings: Settings, record: UpRecord, lifeline: Lifeline, *, host
     env = {**os.environ, "KB_HOME": str(settings.home), "DAGSTER_HOME": str(dagster_home), **lifeline.env()}
     if notice := sandbox_notice(settings.kb_agent_sandbox):  # the agent would run without its room
         click.echo(f"kb up: {notice}", err=True)
-    return Supervisor(parts, off, env, dagster_home, TelegramNotifier.from_settings(settings),
-                      record=record, lifeline=lifeline).run()
+    supervisor = Supervisor(parts, off, env, dagster_home, TelegramNotifier.from_settings(settings),
+                            record=record, lifeline=lifeline)
+    # Tells the owner when the daemon or the stuck check stops while its process lives (kb/apps/watchdog.py).
+    supervisor.watchdog = Watchdog(lambda: daemon_heartbeat(dagster_home), settings.home, supervisor.tell_stop)
+    return supervisor.run()
 
 
 def take_home(settings: Settings) -> UpRecord:
@@ -410,6 +414,7 @@ class Supervisor:
         self.pass_fds = (lifeline.read_fd,) if lifeline is not None else ()
         self.stopping = False
         self.notices: list[threading.Thread] = []
+        self.watchdog: Watchdog | None = None
 
     def _on_signal(self, signum, _frame) -> None:
         self.stopping = True
@@ -431,6 +436,8 @@ class Supervisor:
                 click.echo("kb up: running. Stop with Ctrl-C.")
             while not self.stopping:
                 self.watch()
+                if self.watchdog is not None:
+                    self.watchdog.look()
                 time.sleep(0.2)
         finally:
             self.stop_all()
@@ -500,9 +507,16 @@ class Supervisor:
     def tell(self, part: Part, state: str, text: str) -> None:
         """One notice to the owner, in a thread: a slow Bot API must not hold
         up a restart. Without a bot token it goes to the log and to `kb status`."""
+        self._send(f"up-{re.sub(r'[^a-z0-9]+', '-', part.name.lower())}-{time.time_ns()}", state, text)
+
+    def tell_stop(self, what: str, text: str) -> None:
+        """The watchdog's notice: the daemon or the stuck check stopped."""
+        click.echo(f"kb up: {text}", err=True)
+        self._send(f"watchdog-{what}-{time.time_ns()}", "stopped", text)
+
+    def _send(self, key: str, state: str, text: str) -> None:
         if self.notifier is None:
             return
-        key = f"up-{re.sub(r'[^a-z0-9]+', '-', part.name.lower())}-{time.time_ns()}"
 
         def send() -> None:
             try:

@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, SecretStr
 
+from kb.retries import RetryBudget
 from kb.settings import Settings, get_settings, redact_secrets
 from kb.wiki.playbook import PURPOSE_PLACEHOLDER_MARK
 from kb.wiki.prompt_data import source_data_block
@@ -234,6 +234,7 @@ class QualityGate(BaseModel):
         # imports this module when it loads the graph, and openai's import
         # adds to each start (benchmarks/figures_from_comments.md).
         import openai
+        import tenacity
 
         model, threshold = self._model(), self._threshold()
         if not self.is_configured():
@@ -246,8 +247,10 @@ class QualityGate(BaseModel):
                                                        file_name=file_name, title=title)},
         ]
         errors: list[dict] = []
-        raw = ""
-        for attempt in range(1, self.tries + 1):
+        answers = [""]
+
+        def one_try() -> GateVerdict:
+            attempt = len(errors) + 1
             try:
                 response = client.chat.completions.create(
                     model=model,
@@ -257,22 +260,29 @@ class QualityGate(BaseModel):
                     response_format={"type": "json_object"},
                 )
                 content = response.choices[0].message.content if response.choices else None
-                raw = content or ""
+                answers[0] = content or ""
                 score, topics, reason = parse_answer(content)
-                return GateVerdict(score, topics, reason, "scored", attempt, model, threshold, errors, raw)
+                return GateVerdict(score, topics, reason, "scored", attempt, model, threshold, errors, answers[0])
             except (openai.OpenAIError, GateAnswerError) as exc:
                 # openai errors name the status and the endpoint's message.
                 # The message can quote the key (a careless server): redact it.
                 errors.append({"try": attempt, "error": f"{type(exc).__name__}: {redact_secrets(str(exc))[:200]}"})
-                if attempt < self.tries:
-                    wait = self.retry_waits_s[attempt - 1]
-                    if log is not None:
-                        log.warning(f"quality gate try {attempt} of {self.tries}: {errors[-1]['error']}. "
-                                    f"Next try in {wait:.0f} s.")
-                    if wait > 0:
-                        time.sleep(wait)
-                elif log is not None:
-                    log.warning(f"quality gate try {attempt} of {self.tries}: {errors[-1]['error']}. No try is left.")
+                raise
+
+        def tell(attempt: int, _error: BaseException, wait: float) -> None:
+            if log is not None:
+                log.warning(f"quality gate try {attempt} of {self.tries}: {errors[-1]['error']}. "
+                            f"Next try in {wait:.0f} s.")
+
+        # The one in-process retry rule of kb (kb/retries.py): tenacity, with the waits of KB_GATE_RETRY_WAITS_S.
+        try:
+            for attempt in RetryBudget(tuple(self.retry_waits_s)).retrying((openai.OpenAIError, GateAnswerError), tell):
+                with attempt:
+                    return one_try()
+        except tenacity.RetryError:
+            if log is not None:
+                log.warning(f"quality gate try {self.tries} of {self.tries}: {errors[-1]['error']}. No try is left.")
+        raw = answers[0]
         return GateVerdict(FALLBACK_SCORE, [], f"the gate failed {self.tries} tries: accepted with the default score "
                            f"{FALLBACK_SCORE}. Last error: {errors[-1]['error']}",
                            "skipped-errors", self.tries, model, threshold, errors, raw)

@@ -11,6 +11,10 @@ States:
     parsed      parsed, but the gate has not run yet
     retrying    the last run failed and Dagster will run it again
     failed      the last run failed for good (the error says why)
+    refused     the wiki change was refused by a rule of the wiki (the rule is
+                the error), and no try is left
+    stuck       (a try, not an item) kb stopped a try that ran longer than
+                KB_STUCK_MINUTES; it uses a retry
     rejected    the quality gate scored it below the threshold
     duplicate   an earlier item has the same URL or the same words
     approved    accepted by the gate; the wiki has not run yet
@@ -23,17 +27,42 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
-STATES = (
-    "received", "queued", "processing", "parsed", "retrying", "failed",
-    "rejected", "duplicate", "approved", "waiting", "ingesting", "done",
-)
+
+class State(StrEnum):
+    """The one list of states. A member equals its string (State.DONE ==
+    "done"), so the metadata of Dagster and the JSON of `kb status` hold the
+    plain words."""
+
+    RECEIVED = "received"
+    QUEUED = "queued"
+    PROCESSING = "processing"
+    PARSED = "parsed"
+    RETRYING = "retrying"
+    FAILED = "failed"
+    REFUSED = "refused"
+    REJECTED = "rejected"
+    DUPLICATE = "duplicate"
+    APPROVED = "approved"
+    WAITING = "waiting"
+    INGESTING = "ingesting"
+    DONE = "done"
+    STUCK = "stuck"
+
+
+STATES = tuple(State)
+# The states of an observation that records one failed try: each uses one
+# retry of the budget (kb/retries.py, kb_assets/retry_budget.py).
+FAILED_TRY_STATES = (State.RETRYING, State.FAILED, State.STUCK)
+# The states that end an item: each one is told to the owner once.
+FINAL_STATES = (State.DONE, State.FAILED, State.REFUSED, State.REJECTED, State.DUPLICATE)
 
 
 @dataclass(frozen=True)
 class ItemState:
     item_id: str
-    state: str
+    state: State
     error: str | None = None
     commit: str | None = None
     score: int | None = None

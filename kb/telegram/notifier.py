@@ -25,10 +25,11 @@ from pydantic import BaseModel, SecretStr
 
 from kb.settings import Settings, get_settings
 from kb.telegram.inbox import Inbox, InboxItem
+from kb.telegram.item_states import State
 
 log = logging.getLogger(__name__)
 
-NOTIFIED_STATES = ("done", "failed", "rejected", "duplicate", "waiting", "refused")
+NOTIFIED_STATES = (State.DONE, State.FAILED, State.REJECTED, State.DUPLICATE, State.WAITING, State.REFUSED)
 MAX_SUMMARY_CHARS = 300
 
 
@@ -54,7 +55,7 @@ def notification_text(state: str, title: str, *, item_id: str = "", error: str |
                          reason=reason, duplicate_of=duplicate_of, created=created, updated=updated,
                          summary=summary, warnings=warnings)
     # A source that the gate let in only because every try failed: the owner must know.
-    if gate_note and state in ("done", "waiting", "refused"):
+    if gate_note and state in (State.DONE, State.WAITING, State.REFUSED):
         lines.append(gate_note)
     return "\n".join(line for line in lines if line)
 
@@ -63,25 +64,25 @@ def _state_lines(state: str, quoted: str, item_id: str, *, error, commit, score,
                  updated, summary, warnings) -> list[str]:
     ident = f"ID: {item_id}" if item_id else ""
     override = f"Send /override {item_id} to ingest it anyway." if item_id else ""
-    if state == "done":
+    if state == State.DONE:
         lines = ["Ingested", quoted, f"+{len(created or [])} pages, {len(updated or [])} updates", ident]
         if warnings:
             lines.append(f"\u26a0 {len(warnings)} warning(s)")
             # A partial change is in the wiki; the owner reads what is missing.
             lines += [clip(w) for w in warnings if str(w).startswith("partial: ")]
         return lines + [clip(summary) if summary else "", f"Commit: {commit[:12]}" if commit else ""]
-    if state == "failed":
+    if state == State.FAILED:
         return ["Ingest failed", quoted, clip(error or "no error message", 600), ident]
-    if state == "rejected":
+    if state == State.REJECTED:
         scored = f"score {score}" if score is not None else "no score"
         return [f"Skipped (low quality, {scored})", quoted, reason or "no reason given", override]
-    if state == "duplicate":
+    if state == State.DUPLICATE:
         return [f"Skipped (duplicate of item {duplicate_of})", quoted, override]
-    if state == "waiting":
+    if state == State.WAITING:
         return ["Waiting for the wiki agent", quoted,
                 "It is approved and searchable now. The wiki agent has no endpoint (ANTHROPIC_BASE_URL), so the "
                 "wiki ingest waits. Nothing is lost: it starts when you set one.", ident]
-    if state == "refused":
+    if state == State.REFUSED:
         return ["Wiki change refused", quoted,
                 f"kb refused the wiki change: {reason or 'a rule of the wiki'}. Nothing of the change is in the "
                 "wiki. The source stays approved and searchable, and kb tries the ingest again.", ident]

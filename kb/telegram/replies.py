@@ -42,6 +42,13 @@ def several_urls(count: int) -> str:
     return f"Send one link per message please. This message has {count}."
 
 
+def not_saved(error_kind: str) -> str:
+    """The item could not be saved (the inbox cannot be written). The
+    specification's words first (11.2: "system error, try again"), then
+    the kind of the error: never its text, which can name paths."""
+    return f"system error, try again. The item is not queued: the inbox cannot be written ({error_kind})."
+
+
 def download_failed(reason: str) -> str:
     return f"Could not download attachment: {reason}"
 

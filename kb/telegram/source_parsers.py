@@ -6,7 +6,8 @@ raises one of two errors, and the difference matters:
   encrypted or empty file, text that is too short). A retry gives the same
   result, so the item fails at once.
 - `TransientParseError`: the way to the input failed (timeout, HTTP 5xx,
-  connection refused). The asset's retry policy tries again later.
+  connection refused). The asset asks Dagster for a retry, inside the item's
+  retry budget (kb/retries.py).
 Every message names the input and the reason.
 """
 

@@ -307,6 +307,8 @@ class AgentRun:
     report_problem: str | None = None
     result_subtype: str | None = None
     num_turns: int = 0
+    # What the endpoint's answers cost, as the CLI counts it (ResultMessage.total_cost_usd); None when not told.
+    cost_usd: float | None = None
     denied: list[str] = field(default_factory=list)
     timed_out: bool = False
     error: str | None = None
@@ -512,6 +514,7 @@ class WikiAgent(BaseModel):
                 elif isinstance(message, ResultMessage):
                     run.result_subtype = message.subtype
                     run.num_turns = message.num_turns
+                    run.cost_usd = message.total_cost_usd
                     if message.is_error and message.subtype != "success":
                         run.error = f"result {message.subtype}"
         if scope.cancelled_caught:

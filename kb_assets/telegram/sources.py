@@ -18,6 +18,7 @@ kb/telegram/source_table.py.
 
 import dagster as dg
 
+from kb.retries import RetryBudget
 from kb.settings import get_settings
 from kb.telegram.gate import GateVerdict, read_purpose
 from kb.telegram.inbox import Inbox, InboxError
@@ -29,21 +30,23 @@ from kb.telegram.source_table import (count_transient_failure, find_duplicate, r
 from kb.wiki.repo import raw_files_lock
 from kb_assets.keys import OVERRIDE_TAG, RETRY_ON_ASSET_FAILURE_TAG, SOURCE_PASSAGES, WIKI_PAGES
 from kb_assets.partitions import sources
+from kb_assets.retry_budget import source_retries_used
 from kb_assets.run_config_rules import check_override_tag
 from kb_resources.services import BrowserResource, QualityGateResource
 from kb_resources.stores import DuckDBResource, InboxResource, WikiResource
 
-# Transient errors that the parsers name (timeouts, HTTP 5xx) retry after
-# the waits of KB_SOURCE_RETRY_WAITS_S (default 60, 120 and 240 seconds: at
-# most 3 times) over the item's whole life. A
-# RetryPolicy cannot give these waits (Dagster's exponential backoff is
-# delay * (2^n - 1): 60, 180, 420), so the asset raises RetryRequested with
-# the wait. The count lives in sources.transient_failures, so a run that is
-# started again (run retry, backfill) does not reset it.
+# Transient errors that the parsers name (timeouts, HTTP 5xx), and errors
+# that no parser names (the specification: "treated as transient"), retry
+# after the waits of KB_SOURCE_RETRY_WAITS_S (default 60, 120 and 240
+# seconds: at most 3 times) over the item's whole life (kb/retries.py). The
+# parse failures live in sources.transient_failures, and the failed tries
+# of the item's other assets (a stuck try, a wiki change) count with them
+# (kb_assets/retry_budget.py), so a run that is started again (run retry,
+# backfill) does not reset the count. There is no RetryPolicy: its
+# exponential waits (60, 180, 420 s) were outside the budget.
 TRANSIENT_WAITS_S = get_settings().source_retry_waits
 MAX_TRANSIENT_RETRIES = len(TRANSIENT_WAITS_S)
-# Errors that no parser names (a bug, a locked file) retry by this policy.
-UNEXPECTED_ERROR_RETRY = dg.RetryPolicy(max_retries=3, delay=60, backoff=dg.Backoff.EXPONENTIAL)
+BUDGET = RetryBudget(TRANSIENT_WAITS_S)
 
 
 
@@ -70,7 +73,6 @@ def fail(description: str, item_id: str) -> dg.Failure:
 @dg.asset(
     partitions_def=sources,
     group_name="telegram",
-    retry_policy=UNEXPECTED_ERROR_RETRY,
     kinds={"duckdb"},
     description="Each inbox item parsed to Markdown with YAML frontmatter (raw/parsed/<type>/<slug>.md "
                 "in the wiki folder) and its row in the DuckDB table `sources`.",
@@ -84,13 +86,16 @@ def parsed_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, br
     except InboxError as exc:
         raise fail(str(exc), item_id) from None
 
-    if is_override(context, inbox, item_known=True):
+    override = is_override(context, inbox, item_known=True)
+    if override:
         # The owner asked for this source: give it its retries again.
         reset_transient_failures(duckdb, item_id)
+    run_id, tags = context.run_id, context.op_execution_context.run_tags
     failures = transient_failures_so_far(duckdb, item_id)
-    if failures > MAX_TRANSIENT_RETRIES:
-        raise fail(f"inbox item {item_id}: {failures} transient failures so far; the limit is "
-                   f"{MAX_TRANSIENT_RETRIES} retries over the item's life", item_id)
+    used = source_retries_used(context.instance, item_id, failures, run_id, tags, override=override)
+    if used > BUDGET.retries:
+        raise fail(f"inbox item {item_id}: {used} failed tries and transient failures so far ({failures} of the "
+                   f"parse); the limit is {BUDGET.retries} retries over the item's life", item_id)
 
     try:
         parsed = parse_item(item, inbox, get_settings(), browser)
@@ -98,14 +103,15 @@ def parsed_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, br
     except PermanentParseError as exc:
         record_failure(duckdb, item, str(exc))
         raise fail(str(exc), item_id) from None
-    except TransientParseError as exc:
-        count = count_transient_failure(duckdb, item, str(exc))
-        if count > MAX_TRANSIENT_RETRIES:
+    except Exception as exc:  # TransientParseError, and an error that no parser names: transient too (4.4)
+        count = count_transient_failure(duckdb, item, str(exc) if isinstance(exc, TransientParseError)
+                                        else f"{type(exc).__name__}: {exc}")
+        wait = BUDGET.wait_after(used)
+        if wait is None:
             message = f"{exc} (transient failure {count}; no retries are left)"
             record_failure(duckdb, item, message)
             raise fail(message, item_id) from None
-        wait = TRANSIENT_WAITS_S[count - 1]
-        context.log.warning(f"inbox item {item_id}: transient failure {count}: {exc}. Retry in {wait} s.")
+        context.log.warning(f"inbox item {item_id}: transient failure {count}: {exc}. Retry in {wait:g} s.")
         raise dg.RetryRequested(max_retries=MAX_TRANSIENT_RETRIES, seconds_to_wait=wait) from exc
 
     fetched_at = utc_now()

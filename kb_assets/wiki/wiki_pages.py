@@ -5,9 +5,11 @@ Each asset reads its resources and calls one function of kb/wiki/tasks.py;
 the change protocol (one verified commit, or the wiki as it was) is in
 kb/wiki/change.py, the prompts in kb/wiki/prompts.py. This module holds
 what is Dagster's: retries and their waits, and the state of each source
-partition. After a failed change (the wiki is rolled back), the asset asks
-Dagster for a retry (3 retries, after 60, 120 and 240 s; a `failed` report
-of the agent only one), or fails for good.
+partition. After a failed change (the wiki is rolled back), or an error
+outside the change, the asset asks Dagster for a retry (3 retries, after
+60, 120 and 240 s; a `failed` report of the agent only one), or fails for
+good. The count of used retries is persisted (kb_assets/retry_budget.py):
+a new run, also a run retry after kb stopped a stuck try, goes on with it.
 
 State of each source partition is kept in Dagster, not in a second store:
 a materialization holds the commit; an observation says `waiting`,
@@ -21,16 +23,19 @@ from zoneinfo import ZoneInfo
 
 import dagster as dg
 
+from kb.retries import RetryBudget
 from kb.settings import get_settings
+from kb.telegram.item_states import State
 from kb.telegram.notifier import NotificationError, TelegramNotifier
-from kb.telegram.source_table import read_gate_decision
+from kb.telegram.source_table import read_gate_decision, transient_failures_so_far
 from kb.wiki.agent import AgentRun
 from kb.wiki.change import ChangeOutcome
 from kb.wiki.checks import findings_count
 from kb.wiki.prompts import TOPIC_KEY_MAX, topic_key
 from kb.wiki.tasks import ingest_source, lint_wiki, topic_synthesis, weekly_synthesis
-from kb_assets.keys import GATED_SOURCES, MAX_RUNTIME_TAG, WIKI_PAGES
+from kb_assets.keys import GATED_SOURCES, OVERRIDE_TAG, RETRY_ON_ASSET_FAILURE_TAG, WIKI_PAGES
 from kb_assets.partitions import sources
+from kb_assets.retry_budget import request_retries_used, source_retries_used, try_metadata
 from kb_resources.services import TelegramNotifierResource, WikiAgentResource
 from kb_resources.stores import DuckDBResource, WikiResource
 
@@ -38,22 +43,25 @@ WIKI_POOL = "wiki"
 # A wiki change that kb rolled back is tried again KB_WIKI_MAX_RETRIES times
 # (RETRIES_MAX, 3), after 60, 120 and 240 s (KB_WIKI_RETRY_DELAY_S doubled
 # for each retry): the waits let a rate limit or a busy endpoint recover.
-# RetryPolicy cannot give these waits (Dagster's exponential backoff is
-# delay * (2^n - 1): 60, 180, 420), so _finish raises RetryRequested with
-# the wait. A change that the agent itself reports as failed is tried again
-# once only (the specification, 11.2): the agent said that it cannot do it.
+# The rule is kb/retries.py: _finish raises RetryRequested with the wait.
+# An error outside the checked change (a git error before the agent starts)
+# uses the same count and waits: no RetryPolicy of its own.
+# A change that the agent itself reports as failed is tried again once only
+# (the specification, 11.2): the agent said that it cannot do it.
 MAX_RETRIES = get_settings().kb_wiki_max_retries
 MAX_TRIES = MAX_RETRIES + 1
 RETRY_BASE_S = get_settings().kb_wiki_retry_delay_s
 FAILED_REPORT_RETRIES = 1
-# Errors outside the checked change (a locked DuckDB file, a git error before
-# the agent starts) retry by this policy, with the same count.
-WIKI_RETRY = dg.RetryPolicy(max_retries=MAX_RETRIES, delay=RETRY_BASE_S, backoff=dg.Backoff.EXPONENTIAL)
 
 
-def retry_wait_s(retry_number: int) -> int:
-    """The wait before retry `retry_number + 1`: 60, 120, 240 s by default."""
-    return RETRY_BASE_S * 2 ** retry_number
+def budget() -> RetryBudget:
+    """The wiki's retry budget: MAX_RETRIES waits from RETRY_BASE_S, doubled."""
+    return RetryBudget.doubling(RETRY_BASE_S, MAX_RETRIES)
+
+
+def retry_wait_s(retries_used: int) -> float:
+    """The wait before the next retry after `retries_used`: 60, 120, 240 s by default."""
+    return budget().wait_after(retries_used)
 
 
 # Lint and synthesis partitions start here; no backfill before it is useful.
@@ -88,6 +96,9 @@ def change_metadata(outcome: ChangeOutcome) -> dict:
     if outcome.agent is not None:
         meta["agent_turns"] = outcome.agent.num_turns
         meta["agent_seconds"] = outcome.agent.seconds
+        if outcome.agent.cost_usd is not None:
+            # The cost of each agent run (the specification, 5.4), as the Claude Code CLI counts it.
+            meta["agent_cost_usd"] = float(outcome.agent.cost_usd)
         meta["denied_tool_calls"] = dg.MetadataValue.json(outcome.agent.denied)
         meta["agent_sandbox"] = outcome.agent.sandbox
         if outcome.agent.sandbox_notice:
@@ -101,7 +112,7 @@ def change_metadata(outcome: ChangeOutcome) -> dict:
 def _observe(context: dg.AssetExecutionContext, state: str, **metadata) -> None:
     context.log_event(dg.AssetObservation(
         asset_key=context.asset_key, partition=context.partition_key,
-        metadata={"state": state, **metadata},
+        metadata={"state": str(state), **metadata},
     ))
 
 
@@ -113,17 +124,20 @@ def last_refusal(instance: dg.DagsterInstance, partition: str, asset_key: dg.Ass
     for record in sorted(records, key=lambda r: r.storage_id, reverse=True):
         observation = record.event_log_entry.asset_observation
         meta = {k: v.value for k, v in observation.metadata.items()} if observation else {}
-        if meta.get("state") == "refused":
+        if meta.get("state") == State.REFUSED:
             return str(meta.get("reason") or "")
-        if meta.get("state") not in ("retrying",):
+        if meta.get("state") != State.RETRYING:
             return None
+        if meta.get("refusal"):
+            return str(meta["refusal"])
     return None
 
 
-def refusal_for_retry(context: dg.AssetExecutionContext) -> str | None:
+def refusal_for_retry(context: dg.AssetExecutionContext, used: int) -> str | None:
     """For a retry of any wiki change (ingest, lint, synthesis, topic): the
-    rules that refused the try before, so that the agent keeps them."""
-    if not context.retry_number:
+    rules that refused the try before, so that the agent keeps them. `used`:
+    the retries of the partition so far (retries_used), in earlier runs too."""
+    if not used:
         return None
     return last_refusal(context.instance, context.partition_key, context.asset_key)
 
@@ -142,37 +156,70 @@ def tell_of_the_room(context: dg.AssetExecutionContext, run: AgentRun | None, te
         context.log.warning(str(exc))
 
 
+def retries_used(context: dg.AssetExecutionContext, parse_failures: int | None = None) -> int:
+    """The retries that this partition has used so far, in earlier runs too.
+    A source (`parse_failures` given: its transient parse failures) counts
+    over its life; a lint day, week or topic over one request."""
+    run_id, tags = context.run_id, context.op_execution_context.run_tags
+    if parse_failures is not None:
+        return source_retries_used(context.instance, context.partition_key, parse_failures, run_id, tags,
+                                   override=OVERRIDE_TAG in tags)
+    return request_retries_used(context.instance, context.asset_key, context.partition_key, run_id, tags)
+
+
+def check_budget(context: dg.AssetExecutionContext, used: int, subject: str) -> None:
+    """Fail for good, before any work, when no try is left: a run retry
+    after a stuck try, or a new run of a source whose retries are spent."""
+    if used <= budget().retries:
+        return
+    error = (f"{subject}: {used} failed tries so far, also in earlier runs; no retry is left "
+             f"(KB_WIKI_MAX_RETRIES {budget().retries}). Nothing was changed.")
+    _observe(context, State.FAILED, error=error, attempt=used + 1, budget_spent=True,
+             **try_metadata(context.run_id, context.op_execution_context.run_tags))
+    raise dg.Failure(description=error, allow_retries=False)
+
+
+def unexpected(exc: Exception) -> ChangeOutcome:
+    """An error outside the checked change, as a failed change: it uses the same retry count."""
+    return ChangeOutcome(ok=False, problems=[f"error outside the change: {type(exc).__name__}: {exc}"])
+
+
 def _finish(context: dg.AssetExecutionContext, outcome: ChangeOutcome, subject: str,
-            telegram: TelegramNotifierResource) -> None:
+            telegram: TelegramNotifierResource, used: int, cause: BaseException | None = None) -> None:
     """After a failed change (the wiki is rolled back), ask Dagster for a
-    retry after retry_wait_s(), or fail for good: after MAX_RETRIES retries,
-    or when the agent reported `failed` a second time. A `retrying` or
-    `failed` observation records each end."""
+    retry after the budget's wait, or fail for good: after the last retry
+    of the budget (`used`: the retries used before this try, in every run),
+    or when the agent reported `failed` a second time. One observation
+    (`retrying` or `failed`) records each failed try: it is the persisted
+    count."""
     tell_of_the_room(context, outcome.agent, telegram.get_client())
     if outcome.ok:
         return
-    attempt = context.retry_number + 1
+    attempt = used + 1
     error = "; ".join(outcome.problems)
     refused = [p.removeprefix("refused: ") for p in outcome.problems if p.startswith("refused: ")]
+    refusal = "; ".join(refused)[:1000]
     if refused:
         # The owner hears of a refused change (source_outcomes_sensor), with the rule.
-        _observe(context, "refused", reason="; ".join(refused)[:1000], attempt=attempt)
+        _observe(context, State.REFUSED, reason=refusal, attempt=attempt)
     failed_reports = _failed_reports_before(context) + (outcome.status == "failed")
-    retry = attempt <= MAX_RETRIES and failed_reports <= FAILED_REPORT_RETRIES
-    _observe(context, "retrying" if retry else "failed", error=error[:1000], attempt=attempt,
-             agent_status=outcome.status or "none", warnings=dg.MetadataValue.json(outcome.warnings))
+    wait = budget().wait_after(used)
+    retry = wait is not None and failed_reports <= FAILED_REPORT_RETRIES
+    _observe(context, State.RETRYING if retry else State.FAILED, error=error[:1000], attempt=attempt,
+             agent_status=outcome.status or "none", warnings=dg.MetadataValue.json(outcome.warnings),
+             **({"refusal": refusal} if refused else {}),
+             **try_metadata(context.run_id, context.op_execution_context.run_tags))
     description = f"{subject}: the wiki change was rolled back (try {attempt} of {MAX_TRIES}): {error}"
     metadata = {"problems": dg.MetadataValue.json(outcome.problems),
                 "warnings": dg.MetadataValue.json(outcome.warnings)}
     if retry:
-        wait = retry_wait_s(context.retry_number)
-        context.log.warning(f"{description}. Next try in {wait} s.")
-        raise dg.RetryRequested(max_retries=MAX_RETRIES, seconds_to_wait=wait) from dg.Failure(
-            description=description, metadata=metadata)
-    if attempt <= MAX_RETRIES:
+        context.log.warning(f"{description}. Next try in {wait:g} s.")
+        raise dg.RetryRequested(max_retries=MAX_RETRIES, seconds_to_wait=wait) from (
+            cause or dg.Failure(description=description, metadata=metadata))
+    if wait is not None:
         description += (f" The agent reported failed {failed_reports} times; such a change is tried again "
                         f"{FAILED_REPORT_RETRIES} time only.")
-    raise dg.Failure(description=description, metadata=metadata, allow_retries=False)
+    raise dg.Failure(description=description, metadata=metadata, allow_retries=False) from cause
 
 
 def _failed_reports_before(context: dg.AssetExecutionContext) -> int:
@@ -195,7 +242,6 @@ def _failed_reports_before(context: dg.AssetExecutionContext) -> int:
     partitions_def=sources,
     deps=[GATED_SOURCES],
     pool=WIKI_POOL,
-    retry_policy=WIKI_RETRY,
     output_required=False,
     group_name="wiki",
     description="The wiki pages that the agent made or updated for one approved source: one git commit.",
@@ -208,7 +254,7 @@ def wiki_pages(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent
     if decision is None:
         raise dg.Failure(f"source {source_id}: the gate has no decision for it yet", allow_retries=False)
     if not decision.approved:
-        _observe(context, decision.decision or "rejected", reason=f"the gate decided {decision.decision}")
+        _observe(context, decision.decision or State.REJECTED, reason=f"the gate decided {decision.decision}")
         return
     root = wiki.ensure()
     if not (root / decision.parsed_path).is_file():
@@ -218,32 +264,42 @@ def wiki_pages(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent
         # No endpoint: the source waits. Nothing is written; the partition
         # stays unmaterialized, and wiki_waiting_sensor starts it again
         # when an endpoint is set.
-        _observe(context, "waiting", reason="ANTHROPIC_BASE_URL is not set")
+        _observe(context, State.WAITING, reason="ANTHROPIC_BASE_URL is not set")
         context.log.info(f"source {source_id} waits: the wiki agent has no endpoint")
         return
+    subject = f"source {source_id}"
+    used = retries_used(context, parse_failures=transient_failures_so_far(duckdb, source_id))
+    check_budget(context, used, subject)
     now = datetime.now(ZoneInfo(get_settings().tz)).isoformat(timespec="seconds")
     # A refused change leaves the source approved; the next try hears the rule that refused it.
-    outcome = ingest_source(wiki, wiki_agent, decision, now=now, max_turns=wiki_agent.max_turns,
-                            refused=refusal_for_retry(context))
-    _finish(context, outcome, subject=f"source {source_id}", telegram=telegram)
-    yield dg.MaterializeResult(metadata={**change_metadata(outcome), "source_id": source_id,
-                                         "attempt": context.retry_number + 1})
+    try:
+        outcome = ingest_source(wiki, wiki_agent, decision, now=now, max_turns=wiki_agent.max_turns,
+                                refused=refusal_for_retry(context, used))
+    except Exception as exc:  # outside the checked change: the same count (kb/retries.py)
+        _finish(context, unexpected(exc), subject, telegram, used, cause=exc)
+    _finish(context, outcome, subject, telegram, used)
+    yield dg.MaterializeResult(metadata={**change_metadata(outcome), "source_id": source_id, "attempt": used + 1})
 
 
 @dg.asset(
     partitions_def=wiki_lint_days,
     deps=[dg.AssetDep(WIKI_PAGES, partition_mapping=dg.AllPartitionMapping())],
     pool=WIKI_POOL,
-    retry_policy=WIKI_RETRY,
     group_name="wiki",
     description="The daily lint: deterministic findings, fixed by the agent, and a report page. One commit.",
 )
 def wiki_lint(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent: WikiAgentResource,
               telegram: TelegramNotifierResource) -> dg.MaterializeResult:
     wiki, wiki_agent = wiki.get_client(), wiki_agent.get_client()
-    lint = lint_wiki(wiki, wiki_agent, context.partition_key, max_turns=wiki_agent.lint_max_turns,
-                     refused=refusal_for_retry(context))
-    _finish(context, lint.outcome, subject=f"lint {context.partition_key}", telegram=telegram)
+    subject = f"lint {context.partition_key}"
+    used = retries_used(context)
+    check_budget(context, used, subject)
+    try:
+        lint = lint_wiki(wiki, wiki_agent, context.partition_key, max_turns=wiki_agent.lint_max_turns,
+                         refused=refusal_for_retry(context, used))
+    except Exception as exc:  # outside the checked change: the same count (kb/retries.py)
+        _finish(context, unexpected(exc), subject, telegram, used, cause=exc)
+    _finish(context, lint.outcome, subject, telegram, used)
     return dg.MaterializeResult(metadata={
         **change_metadata(lint.outcome), "mode": lint.mode,
         "findings_before": findings_count(lint.findings), "findings_after": findings_count(lint.after),
@@ -257,7 +313,6 @@ def wiki_lint(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent:
     partitions_def=wiki_synthesis_weeks,
     deps=[dg.AssetDep(WIKI_PAGES, partition_mapping=dg.AllPartitionMapping())],
     pool=WIKI_POOL,
-    retry_policy=WIKI_RETRY,
     output_required=False,
     group_name="wiki",
     description="The weekly synthesis of every source since the last one. A thin week says so. One commit.",
@@ -266,13 +321,19 @@ def wiki_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_a
                    telegram: TelegramNotifierResource):
     wiki, wiki_agent = wiki.get_client(), wiki_agent.get_client()
     settings = get_settings()
-    week = weekly_synthesis(wiki, wiki_agent, date.fromisoformat(context.partition_key), tz=settings.tz,
-                            max_turns=wiki_agent.synthesis_max_turns, thin_week=settings.kb_synthesis_thin_week,
-                            refused=refusal_for_retry(context))
+    subject = f"synthesis {context.partition_key}"
+    used = retries_used(context)
+    check_budget(context, used, subject)
+    try:
+        week = weekly_synthesis(wiki, wiki_agent, date.fromisoformat(context.partition_key), tz=settings.tz,
+                                max_turns=wiki_agent.synthesis_max_turns, thin_week=settings.kb_synthesis_thin_week,
+                                refused=refusal_for_retry(context, used))
+    except Exception as exc:  # outside the checked change: the same count (kb/retries.py)
+        _finish(context, unexpected(exc), subject, telegram, used, cause=exc)
     if week.outcome is None:
-        _observe(context, "waiting", reason="ANTHROPIC_BASE_URL is not set", sources=len(week.slugs))
+        _observe(context, State.WAITING, reason="ANTHROPIC_BASE_URL is not set", sources=len(week.slugs))
         return
-    _finish(context, week.outcome, subject=f"synthesis {week.label}", telegram=telegram)
+    _finish(context, week.outcome, f"synthesis {week.label}", telegram, used)
     yield dg.MaterializeResult(metadata={**change_metadata(week.outcome), "week": week.label,
                                          "sources": len(week.slugs), "thin_week": week.thin, "mode": week.mode})
 
@@ -281,7 +342,6 @@ def wiki_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_a
     partitions_def=wiki_topics,
     deps=[dg.AssetDep(WIKI_PAGES, partition_mapping=dg.AllPartitionMapping())],
     pool=WIKI_POOL,
-    retry_policy=WIKI_RETRY,
     output_required=False,
     group_name="wiki",
     description="A synthesis page about one topic that the owner asked for. One commit.",
@@ -297,37 +357,40 @@ def wiki_topic_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, 
                          f"lower-case letters, digits and single hyphens, at most {TOPIC_KEY_MAX} characters "
                          "(as /synthesize <topic> in the bot makes it). Nothing was written.", allow_retries=False)
     if not wiki_agent.configured():
-        _observe(context, "waiting", reason="ANTHROPIC_BASE_URL is not set")
+        _observe(context, State.WAITING, reason="ANTHROPIC_BASE_URL is not set")
         return
+    subject = f"topic {topic}"
+    used = retries_used(context)
+    check_budget(context, used, subject)
     today = datetime.now(ZoneInfo(get_settings().tz)).date().isoformat()
-    outcome = topic_synthesis(wiki, wiki_agent, topic, today=today, max_turns=wiki_agent.synthesis_max_turns,
-                              refused=refusal_for_retry(context))
-    _finish(context, outcome, subject=f"topic {topic}", telegram=telegram)
+    try:
+        outcome = topic_synthesis(wiki, wiki_agent, topic, today=today, max_turns=wiki_agent.synthesis_max_turns,
+                                  refused=refusal_for_retry(context, used))
+    except Exception as exc:  # outside the checked change: the same count (kb/retries.py)
+        _finish(context, unexpected(exc), subject, telegram, used, cause=exc)
+    _finish(context, outcome, subject, telegram, used)
     yield dg.MaterializeResult(metadata={**change_metadata(outcome), "topic": topic})
 
 
 # --- jobs ---------------------------------------------------------------------------
 
-# A wiki run that runs longer than KB_STUCK_MINUTES (SWEEPER_STUCK_MINUTES,
-# 30) is stopped: Dagster's run monitoring reads the run tag
-# dagster/max_runtime, stops the run and marks it failed, and a run retry
-# (dagster.yaml) runs it again one time. The specification's sweeper takes
-# a stuck row back after 30 minutes in the same way. The root step of these
-# jobs waits for the pool slot `wiki` in the run queue, so the time counts
-# from the start of the change. The source_intake job does not carry the
-# tag: its wiki step waits for the pool inside a started run, after the
-# parse and the gate, and Dagster counts a run's time from its start, so a
-# queue of sources would be stopped for waiting. sensors/stuck_steps.py
-# watches the time of its running step instead.
-STUCK_LIMIT_TAGS = {MAX_RUNTIME_TAG: str(get_settings().kb_stuck_minutes * 60)}
+# A wiki try that runs longer than KB_STUCK_MINUTES (SWEEPER_STUCK_MINUTES,
+# 30) is stopped by sensors/stuck_steps.py, which counts the time of the
+# running try, not of the run: a run with its retries and their waits can
+# take longer. The stopped try uses a retry of the persisted count, and the
+# run retry of dagster.yaml goes on with that count.
+# A run whose asset failed for good is not run again: its asset has used
+# the budget already (kb/retries.py). Run retries are for a dead worker and
+# a stuck try, whose runs fail with no step failure.
+WIKI_RUN_TAGS = {RETRY_ON_ASSET_FAILURE_TAG: "false"}
 
 wiki_ingest_job = dg.define_asset_job(
-    "wiki_ingest_job", selection=[WIKI_PAGES], tags=STUCK_LIMIT_TAGS,
+    "wiki_ingest_job", selection=[WIKI_PAGES], tags=WIKI_RUN_TAGS,
     description="Ingest one approved source into the wiki (used for sources that waited for an endpoint).",
 )
-wiki_lint_job = dg.define_asset_job("wiki_lint_job", selection=["wiki_lint"], tags=STUCK_LIMIT_TAGS)
-wiki_synthesis_job = dg.define_asset_job("wiki_synthesis_job", selection=["wiki_synthesis"], tags=STUCK_LIMIT_TAGS)
+wiki_lint_job = dg.define_asset_job("wiki_lint_job", selection=["wiki_lint"], tags=WIKI_RUN_TAGS)
+wiki_synthesis_job = dg.define_asset_job("wiki_synthesis_job", selection=["wiki_synthesis"], tags=WIKI_RUN_TAGS)
 wiki_topic_job = dg.define_asset_job(
-    "wiki_topic_job", selection=["wiki_topic_synthesis"], tags=STUCK_LIMIT_TAGS,
+    "wiki_topic_job", selection=["wiki_topic_synthesis"], tags=WIKI_RUN_TAGS,
     description="Write or update the synthesis of one topic (the partition key is the topic).",
 )
