@@ -1,7 +1,8 @@
-"""The Dockerfile and docker-compose.yml, checked without Docker (there is
-none on the development machine): the services, the files that they name,
-and their commands must exist in this repository and its environment.
-docs/deploy.md says what stays untested."""
+"""The Dockerfile and docker-compose.yml, checked without a container engine:
+the services, the files that they name, and their commands must exist in
+this repository and its environment; each service keeps the isolation of
+section 13 of the specification. tests/test_containers.py builds and
+starts them with podman."""
 
 from __future__ import annotations
 
@@ -17,14 +18,26 @@ import yaml
 from kb.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
-EXTRA_VARIABLES = {"KB_CODE_SERVER_HOST", "KB_CODE_SERVER_PORT", "KB_POSTGRES_PASSWORD"}
+EXTRA_VARIABLES = {"KB_CODE_SERVER_SOCKET"}
+SERVICES = {"code", "daemon", "webserver", "bot", "web"}
+# The volumes that a part may write, and the parts that may mount each one.
+WRITERS = {"kb-wiki": {"code"}, "kb-raw": {"code"}, "kb-index": {"code"}, "kb-data": {"code"},
+           "kb-inbox": {"code", "bot"}, "kb-dagster": {"code", "daemon", "webserver", "bot"}, "kb-grpc": {"code"}}
+READERS = {"kb-wiki": {"web"}, "kb-index": {"web"}, "kb-grpc": {"daemon", "webserver"}}
 
 
 def _commands(command) -> list[list[str]]:
     """The argument lists of a compose command (a list, or `sh -c "a && b"`)."""
-    if command[:2] == ["sh", "-c"]:
-        return [[w for w in shlex.split(part) if w != "exec"] for part in command[2].split("&&")]
-    return [command]
+    if command[:2] != ["sh", "-c"]:
+        return [command]
+    commands = []
+    for part in command[2].split("&&"):
+        words = [w for w in shlex.split(part) if w != "exec"]
+        if words[0] == "until":  # `until CMD; do sleep N; done`: the wait for the code server
+            end = next(i for i, w in enumerate(words) if w.endswith(";"))
+            words = words[1:end] + [words[end].rstrip(";")]
+        commands.append(words)
+    return commands
 
 
 def _check_command(argv: list[str], copied: set[str]) -> None:
@@ -41,6 +54,9 @@ def _check_command(argv: list[str], copied: set[str]) -> None:
     elif program == "dagster":
         group = dagster_cli.commands[argv[1]]
         assert argv[2] in group.commands, argv
+    elif program == "rm":  # the code server's old socket
+        assert argv[1:] == ["-f", "/run/kb-grpc/code.sock"], argv
+        return
     elif program == "dagster-daemon":
         assert argv[1] in daemon_cli.commands, argv
     else:
@@ -57,7 +73,7 @@ def test_compose_and_dockerfile_refer_to_real_files_and_commands():
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     dockerfile = (REPO / "Dockerfile").read_text()
     services = compose["services"]
-    assert set(services) == {"postgres", "code", "webserver", "daemon", "bot"}
+    assert set(services) == SERVICES
 
     # Every package that pip installs is copied into the image, and every
     # copied path exists.
@@ -68,24 +84,50 @@ def test_compose_and_dockerfile_refer_to_real_files_and_commands():
     assert all((REPO / path).exists() for path in copied), copied
 
     fields = {name.upper() for name in Settings.model_fields}
-    password = "a-test-password"
     for name, service in services.items():
-        if service.get("image") != "kb:latest":
-            continue
+        assert service["image"] == "kb:latest", name
         for argv in _commands(service["command"]):
             _check_command(argv, copied)
-        for key in service["environment"]:
-            assert key in fields | EXTRA_VARIABLES | {"DAGSTER_HOME"}, f"{name}: {key} is not a kb setting"
-        for other in service.get("depends_on", {}):
+        for key in service.get("environment", {}):
+            assert key in fields | EXTRA_VARIABLES, f"{name}: {key} is not a kb setting"
+        for other in service.get("depends_on", []):
             assert other in services, f"{name} depends on {other}"
-        url = service["environment"]["KB_DAGSTER_POSTGRES_URL"]
-        url = re.sub(r"\$\{KB_POSTGRES_PASSWORD[^}]*\}", password, url)
-        assert Settings(kb_dagster_postgres_url=url).kb_dagster_postgres_url.get_secret_value() == url
-        assert url.split("@")[1].split(":")[0] in services  # the host is a service name
     # The image's default command is the code location's command.
     cmd = re.search(r"^CMD (.+)$", dockerfile, re.M).group(1)
     assert yaml.safe_load(cmd) == services["code"]["command"]
-    # The workspace file names the variables that compose sets.
+    # The workspace file names the variable that compose sets.
     workspace = yaml.safe_load((REPO / "workspace-grpc.yaml").read_text())
     server = workspace["load_from"][0]["grpc_server"]
-    assert {server["host"]["env"], server["port"]["env"]} <= set(services["webserver"]["environment"])
+    for name in ("daemon", "webserver"):
+        assert services[name]["environment"][server["socket"]["env"]] == "/run/kb-grpc/code.sock"
+
+
+def test_each_service_keeps_the_isolation_of_the_specification():
+    """Section 13: a read-only root, no capabilities, no new privileges, uid
+    1000, a tmpfs for scratch; the volumes that a part writes are the ones
+    it needs; ports on loopback only; each part its own secrets file."""
+    services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+    assert set(services) == SERVICES
+    secret_files = []
+    for name, service in services.items():
+        assert service["read_only"] is True, name
+        assert service["cap_drop"] == ["ALL"] and "cap_add" not in service, name
+        assert "no-new-privileges:true" in service["security_opt"], name
+        assert not any(o.startswith(("seccomp", "apparmor", "label")) for o in service["security_opt"]), name
+        assert service["user"] == "1000:1000" and "privileged" not in service, name
+        assert any(t.startswith("/tmp:") for t in service["tmpfs"]), name
+        for port in service.get("ports", []):
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+        for volume in service.get("volumes", []):
+            source, target, *mode = volume.split(":")
+            allowed = WRITERS.get(source, set()) if not mode else READERS.get(source, set()) | WRITERS.get(source, set())
+            assert name in allowed, f"{name} mounts {source} at {target} {'read-only' if mode else 'writable'}"
+            assert mode in ([], ["ro"]), volume
+        secret_files += [service["env_file"]] if "env_file" in service else []
+        assert "env_file" not in service or service["env_file"] == f"deploy/secrets/{name}.env", name
+    assert sorted(secret_files) == ["deploy/secrets/bot.env", "deploy/secrets/code.env"]
+    # Only the code location's room needs its own /proc (bubblewrap), and it
+    # runs the agent only in the room.
+    assert [n for n, s in services.items() if "systempaths=unconfined" in s["security_opt"]] == ["code"]
+    assert services["code"]["environment"]["KB_AGENT_SANDBOX"] == "bwrap"
+    assert services["daemon"]["network_mode"] == "none"
