@@ -43,6 +43,11 @@ RUN mkdir kb kb_assets kb_resources sensors telegram_bridge mcp_server \
  && pip install --no-cache-dir . && pip uninstall -y kb \
  && rm -rf kb kb_assets kb_resources sensors telegram_bridge mcp_server build *.egg-info
 
+# The folder of the search page's passage rows: the compose file mounts a
+# volume of its own there. (Here, not with the other folders above: a change
+# of an early layer builds every layer after it again.)
+RUN mkdir -p /data/cache && chown 1000:1000 /data/cache
+
 # The project: a layer of seconds.
 COPY kb ./kb
 COPY kb_assets ./kb_assets

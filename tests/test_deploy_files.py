@@ -21,9 +21,9 @@ REPO = Path(__file__).resolve().parent.parent
 EXTRA_VARIABLES = {"KB_CODE_SERVER_SOCKET"}
 SERVICES = {"code", "daemon", "webserver", "bot", "web"}
 # The volumes that a part may write, and the parts that may mount each one.
-WRITERS = {"kb-wiki": {"code"}, "kb-raw": {"code"}, "kb-index": {"code"}, "kb-data": {"code"},
+WRITERS = {"kb-wiki": {"code"}, "kb-raw": {"code"}, "kb-index": {"code"}, "kb-data": {"code"}, "kb-cache": {"code"},
            "kb-inbox": {"code", "bot"}, "kb-dagster": {"code", "daemon", "webserver", "bot"}, "kb-grpc": {"code"}}
-READERS = {"kb-wiki": {"web"}, "kb-index": {"web"}, "kb-grpc": {"daemon", "webserver"}}
+READERS = {"kb-wiki": {"web"}, "kb-index": {"web"}, "kb-cache": {"web"}, "kb-grpc": {"daemon", "webserver"}}
 
 
 def _commands(command) -> list[list[str]]:
@@ -123,9 +123,15 @@ def test_each_service_keeps_the_isolation_of_the_specification():
             allowed = WRITERS.get(source, set()) if not mode else READERS.get(source, set()) | WRITERS.get(source, set())
             assert name in allowed, f"{name} mounts {source} at {target} {'read-only' if mode else 'writable'}"
             assert mode in ([], ["ro"]), volume
-        secret_files += [service["env_file"]] if "env_file" in service else []
-        assert "env_file" not in service or service["env_file"] == f"deploy/secrets/{name}.env", name
+        files = service["env_file"] if isinstance(service["env_file"], list) else [service["env_file"]]
+        assert files[0] == "deploy/settings.env" and files[1:] in ([], [f"deploy/secrets/{name}.env"]), name
+        secret_files += files[1:]
     assert sorted(secret_files) == ["deploy/secrets/bot.env", "deploy/secrets/code.env"]
+    # The shared file holds no secret: every name in it is a kb setting of another type.
+    shared = (REPO / "deploy/settings.env").read_text()
+    names = {line.split("=", 1)[0] for line in shared.splitlines() if line.strip() and not line.startswith("#")}
+    secrets = {n.upper() for n, f in Settings.model_fields.items() if "Secret" in str(f.annotation)}
+    assert names and not names & secrets, names & secrets
     # Only the code location's room needs its own /proc (bubblewrap), and it
     # runs the agent only in the room.
     assert [n for n, s in services.items() if "systempaths=unconfined" in s["security_opt"]] == ["code"]

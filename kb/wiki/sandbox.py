@@ -140,8 +140,12 @@ class SandboxError(RuntimeError):
 @lru_cache(maxsize=1)
 def bubblewrap_works() -> tuple[bool, str]:
     """True when `bwrap` is installed and can make a room on this machine
-    (a container without user namespaces cannot). The reason says why not."""
-    return bwrap_probe(lambda bwrap: [bwrap, "--ro-bind", "/", "/", "--"])
+    (a container without user namespaces cannot). The reason says why not.
+    The probe asks for the room's own namespaces and its own /proc: in a
+    container with a masked /proc (the default of podman and Docker),
+    bubblewrap makes a user namespace, but not the /proc of the room."""
+    return bwrap_probe(lambda bwrap: [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net",
+                                      "--proc", "/proc", "--dev", "/dev", "--"])
 
 
 def container_refusal(setting: str) -> str | None:
