@@ -36,12 +36,13 @@ ENV VIRTUAL_ENV=/opt/kb PATH=/opt/kb/bin:/usr/local/sbin:/usr/local/bin:/usr/sbi
 RUN python3 -m venv /opt/kb && pip install --no-cache-dir $TORCH_INSTALL
 
 # The dependencies first, in their own layer: it stays in the build cache
-# until pyproject.toml changes. Empty package folders stand in for the code.
+# until pyproject.toml changes. Empty package folders and an empty README
+# stand in for the code and the README (the README changes often).
 WORKDIR /app
-COPY pyproject.toml README.md ./
-RUN mkdir kb kb_assets kb_resources sensors telegram_bridge mcp_server \
+COPY pyproject.toml ./
+RUN mkdir kb kb_assets kb_resources sensors telegram_bridge mcp_server && touch README.md \
  && pip install --no-cache-dir . && pip uninstall -y kb \
- && rm -rf kb kb_assets kb_resources sensors telegram_bridge mcp_server build *.egg-info
+ && rm -rf kb kb_assets kb_resources sensors telegram_bridge mcp_server build *.egg-info README.md
 
 # The folder of the search page's passage rows: the compose file mounts a
 # volume of its own there. (Here, not with the other folders above: a change
@@ -49,6 +50,7 @@ RUN mkdir kb kb_assets kb_resources sensors telegram_bridge mcp_server \
 RUN mkdir -p /data/cache && chown 1000:1000 /data/cache
 
 # The project: a layer of seconds.
+COPY README.md ./
 COPY kb ./kb
 COPY kb_assets ./kb_assets
 COPY kb_resources ./kb_resources
