@@ -136,4 +136,7 @@ def test_each_service_keeps_the_isolation_of_the_specification():
     # runs the agent only in the room.
     assert [n for n, s in services.items() if "systempaths=unconfined" in s["security_opt"]] == ["code"]
     assert services["code"]["environment"]["KB_AGENT_SANDBOX"] == "bwrap"
-    assert services["daemon"]["network_mode"] == "none"
+    # The daemon alone on an internal network: no way out, no other part.
+    networks = yaml.safe_load((REPO / "docker-compose.yml").read_text())["networks"]
+    assert services["daemon"]["networks"] == ["kb-daemon"] and networks["kb-daemon"] == {"internal": True}
+    assert [n for n, s in services.items() if "kb-daemon" in s.get("networks", [])] == ["daemon"]
