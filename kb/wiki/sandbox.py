@@ -161,8 +161,9 @@ def container_refusal(setting: str) -> str | None:
     if works or sign is None:
         return None
     return (f"KB_AGENT_SANDBOX=auto in a container ({sign}), but {detail}. In a container kb runs the wiki "
-            "agent only in its bubblewrap room. Start the container with the seccomp profile "
-            "deploy/podman/seccomp-userns.json (docs/deploy.md), which lets bubblewrap make its room")
+            "agent only in its bubblewrap room. Give the container the settings of the `code` service of "
+            "docker-compose.yml (security_opt systempaths=unconfined; docs/deploy.md), with which bubblewrap "
+            "makes its room")
 
 
 def sandbox_choice(setting: str) -> tuple[bool, str]:
