@@ -225,8 +225,11 @@ def deployment(tmp_path_factory):
         down = d.compose("down", "-v", timeout=300)
         d.figures["down_s"] = time.monotonic() - started
         left = d.running()
-        subprocess.run(["podman", "volume", "prune", "-f", "--filter", f"label=io.podman.compose.project={project}"],
-                       env=env, capture_output=True)
+        # podman-compose 1.0.3 leaves the project's networks: remove them.
+        networks = subprocess.run(["podman", "network", "ls", "-q", "--filter", f"label=io.podman.compose.project={project}"],
+                                  env=env, capture_output=True, text=True).stdout.split()
+        if networks:
+            subprocess.run(["podman", "network", "rm", *networks], env=env, capture_output=True)
         print(f"\ncontainer figures: {json.dumps({k: round(v, 1) for k, v in d.figures.items()})}")
         assert down.returncode == 0, down.stderr[-2000:]
         assert left == [], f"podman-compose down left {left}"
