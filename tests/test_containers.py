@@ -269,8 +269,8 @@ def test_each_part_is_walled_in(deployment, service):
     assert r["write /run/kb-grpc"] == {"code": "done", "daemon": "EROFS", "webserver": "EROFS"}.get(
         service, r["write /run/kb-grpc"])
     assert r["write /data/wiki"] in (("done",) if service == "code" else ("EROFS", "absent", "EACCES"))
-    # The code server's gRPC: a socket for the daemon and the webserver only; no TCP port anywhere.
-    assert (r["grpc socket"] == "done") == (service in ("daemon", "webserver")), r["grpc socket"]
+    # The code server's gRPC: its socket for the daemon and the webserver only; no TCP port anywhere.
+    assert (r["grpc socket"] == "done") == (service in ("code", "daemon", "webserver")), r["grpc socket"]
     assert r["grpc code:4000"] != "done"
     # The host's services off loopback: the UI is not there.
     assert r["reach the host's UI port off loopback"] != "done"
