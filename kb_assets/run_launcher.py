@@ -22,8 +22,8 @@ them when its first kb resource starts (kb_resources/run_worker.py),
 and `kb sync` when it creates the run. The launcher checks a process id
 only for a run of this host and this boot. A run of another host (in the
 compose deployment the daemon and the run workers are in two containers)
-is left to Dagster's own monitoring: the start timeout and the longest run
-time. A run of this host from an earlier boot is dead: the start of the
+counts as running (never UNKNOWN: Dagster's run monitoring fails such a
+run) and is left to Dagster's start timeout and longest run time. A run of this host from an earlier boot is dead: the start of the
 machine stopped its worker.
 
 Without a daemon (a plain `kb sync`), `fail_runs_of_dead_workers` asks the
@@ -134,21 +134,27 @@ class LocalRunLauncher(dg.DefaultRunLauncher):
         return True
 
     def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
+        # A worker that this launcher cannot check counts as RUNNING, not
+        # UNKNOWN. Why: the daemon's run monitoring marks a run failed for
+        # every status but RUNNING and SUCCESS, UNKNOWN too
+        # (dagster/_daemon/monitoring/run_monitoring.py). In the compose
+        # deployment every run was failed so, seconds after its start.
+        # Dagster's start timeout and longest run time still end such a run.
         place = worker_place(run)
         if place == "elsewhere":
             # A pid means something only on the machine that ran the process.
-            return CheckRunHealthResult(WorkerStatus.UNKNOWN, f"the run worker is on {run.tags[HOST_TAG]}")
+            return CheckRunHealthResult(WorkerStatus.RUNNING, f"the run worker is on {run.tags[HOST_TAG]}: "
+                                        "not checked from here")
         if place == "gone":
             return CheckRunHealthResult(
                 WorkerStatus.FAILED, "the run worker is gone: this host started again after the run began")
         if place == "unknown":
-            # Not tagged yet: the worker may be on another host. Dagster's
-            # start timeout and longest run time cover it.
-            return CheckRunHealthResult(WorkerStatus.UNKNOWN, "the run worker has not named its host yet")
+            # Not tagged yet: the worker may be on another host.
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "the run worker has not named its host yet")
         pids = run_pids(self._instance, run)
         if not pids:
-            # Not started yet: Dagster's start timeout covers it.
-            return CheckRunHealthResult(WorkerStatus.UNKNOWN, "the run names no worker process yet")
+            # Not started yet.
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "the run names no worker process yet")
         if any(process_alive(pid, recorded_at) for pid, recorded_at in pids.items()):
             return CheckRunHealthResult(WorkerStatus.RUNNING)
         listed = ", ".join(map(str, sorted(pids)))

@@ -1,7 +1,8 @@
-"""The Dockerfile and docker-compose.yml, checked without Docker (there is
-none on the development machine): the services, the files that they name,
-and their commands must exist in this repository and its environment.
-docs/deploy.md says what stays untested."""
+"""The Dockerfile and docker-compose.yml, checked without a container engine:
+the services, the files that they name, and their commands must exist in
+this repository and its environment; each service keeps the isolation of
+section 13 of the specification. tests/test_containers.py builds and
+starts them with podman."""
 
 from __future__ import annotations
 
@@ -17,14 +18,26 @@ import yaml
 from kb.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
-EXTRA_VARIABLES = {"KB_CODE_SERVER_HOST", "KB_CODE_SERVER_PORT", "KB_POSTGRES_PASSWORD"}
+EXTRA_VARIABLES = {"KB_CODE_SERVER_SOCKET"}
+SERVICES = {"code", "daemon", "webserver", "bot", "web"}
+# The volumes that a part may write, and the parts that may mount each one.
+WRITERS = {"kb-wiki": {"code"}, "kb-raw": {"code"}, "kb-index": {"code"}, "kb-data": {"code"}, "kb-cache": {"code"},
+           "kb-inbox": {"code", "bot"}, "kb-dagster": {"code", "daemon", "webserver", "bot"}, "kb-grpc": {"code"}}
+READERS = {"kb-wiki": {"web"}, "kb-index": {"web"}, "kb-cache": {"web"}, "kb-grpc": {"daemon", "webserver"}}
 
 
 def _commands(command) -> list[list[str]]:
     """The argument lists of a compose command (a list, or `sh -c "a && b"`)."""
-    if command[:2] == ["sh", "-c"]:
-        return [[w for w in shlex.split(part) if w != "exec"] for part in command[2].split("&&")]
-    return [command]
+    if command[:2] != ["sh", "-c"]:
+        return [command]
+    commands = []
+    for part in command[2].split("&&"):
+        words = [w for w in shlex.split(part) if w != "exec"]
+        if words[0] == "until":  # `until CMD; do sleep N; done`: the wait for the code server
+            end = next(i for i, w in enumerate(words) if w.endswith(";"))
+            words = words[1:end] + [words[end].rstrip(";")]
+        commands.append(words)
+    return commands
 
 
 def _check_command(argv: list[str], copied: set[str]) -> None:
@@ -41,6 +54,9 @@ def _check_command(argv: list[str], copied: set[str]) -> None:
     elif program == "dagster":
         group = dagster_cli.commands[argv[1]]
         assert argv[2] in group.commands, argv
+    elif program == "rm":  # the code server's old socket
+        assert argv[1:] == ["-f", "/run/kb-grpc/code.sock"], argv
+        return
     elif program == "dagster-daemon":
         assert argv[1] in daemon_cli.commands, argv
     else:
@@ -57,7 +73,7 @@ def test_compose_and_dockerfile_refer_to_real_files_and_commands():
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     dockerfile = (REPO / "Dockerfile").read_text()
     services = compose["services"]
-    assert set(services) == {"postgres", "code", "webserver", "daemon", "bot"}
+    assert set(services) == SERVICES
 
     # Every package that pip installs is copied into the image, and every
     # copied path exists.
@@ -68,44 +84,72 @@ def test_compose_and_dockerfile_refer_to_real_files_and_commands():
     assert all((REPO / path).exists() for path in copied), copied
 
     fields = {name.upper() for name in Settings.model_fields}
-    password = "a-test-password"
     for name, service in services.items():
-        if service.get("image") != "kb:latest":
-            continue
+        assert service["image"] == "kb:latest", name
         for argv in _commands(service["command"]):
             _check_command(argv, copied)
-        for key in service["environment"]:
-            assert key in fields | EXTRA_VARIABLES | {"DAGSTER_HOME"}, f"{name}: {key} is not a kb setting"
-        for other in service.get("depends_on", {}):
+        for key in service.get("environment", {}):
+            assert key in fields | EXTRA_VARIABLES, f"{name}: {key} is not a kb setting"
+        for other in service.get("depends_on", []):
             assert other in services, f"{name} depends on {other}"
-        url = service["environment"]["KB_DAGSTER_POSTGRES_URL"]
-        url = re.sub(r"\$\{KB_POSTGRES_PASSWORD[^}]*\}", password, url)
-        assert Settings(kb_dagster_postgres_url=url).kb_dagster_postgres_url.get_secret_value() == url
-        assert url.split("@")[1].split(":")[0] in services  # the host is a service name
     # The image's default command is the code location's command.
     cmd = re.search(r"^CMD (.+)$", dockerfile, re.M).group(1)
     assert yaml.safe_load(cmd) == services["code"]["command"]
+    # The workspace file names the variable that compose sets.
+    workspace = yaml.safe_load((REPO / "workspace-grpc.yaml").read_text())
+    server = workspace["load_from"][0]["grpc_server"]
+    for name in ("daemon", "webserver"):
+        assert services[name]["environment"][server["socket"]["env"]] == "/run/kb-grpc/code.sock"
     # Dagster's gRPC has no authentication (issue 56): the code server serves on a
     # Unix socket in a volume that only the code server, the webserver and the
-    # daemon mount, never on a TCP port. The workspace file names that socket.
+    # daemon mount, never on a TCP port.
     code = _commands(services["code"]["command"])[-1]
     assert "-h" not in code and "-p" not in code and "--port" not in code, code
     socket = code[code.index("--socket") + 1]
     assert "4000" not in re.search(r"^EXPOSE (.+)$", dockerfile, re.M).group(1)
-    workspace = yaml.safe_load((REPO / "workspace-socket.yaml").read_text())
-    assert workspace["load_from"] == [{"grpc_server": {"socket": socket, "location_name": "kb"}}]
-    for name in ("webserver", "daemon"):
-        assert "workspace-socket.yaml" in _commands(services[name]["command"])[-1], name
     folder = socket.rsplit("/", 1)[0]
     mounts = {name: {v.split(":")[1] for v in service.get("volumes", [])} for name, service in services.items()}
-    assert [name for name, paths in mounts.items() if folder in paths] == ["code", "webserver", "daemon"]
-    assert f"RUN mkdir -m 0700 {folder}" in dockerfile  # a new volume takes the mode of its folder in the image
-    assert services["code"]["healthcheck"]["test"][-2:] == ["--socket", socket]
-    # The cross-host workspace file names variables, and its note binds no 0.0.0.0.
-    text = (REPO / "workspace-grpc.yaml").read_text()
-    server = yaml.safe_load(text)["load_from"][0]["grpc_server"]
-    assert (server["host"], server["port"]) == ({"env": "KB_CODE_SERVER_HOST"}, {"env": "KB_CODE_SERVER_PORT"})
-    assert "-h 0.0.0.0 -p 4000" not in text
+    assert sorted(name for name, paths in mounts.items() if folder in paths) == ["code", "daemon", "webserver"]
+
+
+def test_each_service_keeps_the_isolation_of_the_specification():
+    """Section 13: a read-only root, no capabilities, no new privileges, uid
+    1000, a tmpfs for scratch; the volumes that a part writes are the ones
+    it needs; ports on loopback only; each part its own secrets file."""
+    services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+    assert set(services) == SERVICES
+    secret_files = []
+    for name, service in services.items():
+        assert service["read_only"] is True, name
+        assert service["cap_drop"] == ["ALL"] and "cap_add" not in service, name
+        assert "no-new-privileges:true" in service["security_opt"], name
+        assert not any(o.startswith(("seccomp", "apparmor", "label")) for o in service["security_opt"]), name
+        assert service["user"] == "1000:1000" and "privileged" not in service, name
+        assert any(t.startswith("/tmp:") for t in service["tmpfs"]), name
+        for port in service.get("ports", []):
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+        for volume in service.get("volumes", []):
+            source, target, *mode = volume.split(":")
+            allowed = WRITERS.get(source, set()) if not mode else READERS.get(source, set()) | WRITERS.get(source, set())
+            assert name in allowed, f"{name} mounts {source} at {target} {'read-only' if mode else 'writable'}"
+            assert mode in ([], ["ro"]), volume
+        files = service["env_file"] if isinstance(service["env_file"], list) else [service["env_file"]]
+        assert files[0] == "deploy/settings.env" and files[1:] in ([], [f"deploy/secrets/{name}.env"]), name
+        secret_files += files[1:]
+    assert sorted(secret_files) == ["deploy/secrets/bot.env", "deploy/secrets/code.env"]
+    # The shared file holds no secret: every name in it is a kb setting of another type.
+    shared = (REPO / "deploy/settings.env").read_text()
+    names = {line.split("=", 1)[0] for line in shared.splitlines() if line.strip() and not line.startswith("#")}
+    secrets = {n.upper() for n, f in Settings.model_fields.items() if "Secret" in str(f.annotation)}
+    assert names and not names & secrets, names & secrets
+    # Only the code location's room needs its own /proc (bubblewrap), and it
+    # runs the agent only in the room.
+    assert [n for n, s in services.items() if "systempaths=unconfined" in s["security_opt"]] == ["code"]
+    assert services["code"]["environment"]["KB_AGENT_SANDBOX"] == "bwrap"
+    # The daemon alone on an internal network: no way out, no other part.
+    networks = yaml.safe_load((REPO / "docker-compose.yml").read_text())["networks"]
+    assert services["daemon"]["networks"] == ["kb-daemon"] and networks["kb-daemon"] == {"internal": True}
+    assert [n for n, s in services.items() if "kb-daemon" in s.get("networks", [])] == ["daemon"]
 
 
 def test_no_doc_starts_an_unguarded_webserver_or_binds_grpc_to_every_address():
@@ -117,7 +161,7 @@ def test_no_doc_starts_an_unguarded_webserver_or_binds_grpc_to_every_address():
     for path in files:
         for number, line in enumerate(path.read_text().splitlines(), 1):
             where = f"{path.name}:{number}: {line.strip()}"
-            assert not re.search(r"(api grpc|code-server start).*(-h|--host) 0\.0\.0\.0", line), where
+            # One command: up to the next `;` or `&&` of a shell line.
+            assert not re.search(r"(api grpc |code-server start)[^;&]*(-h|--host) 0\.0\.0\.0", line), where
             for match in re.finditer(r"(?<![\w\"/-])dagster-webserver\s+-", line):
                 assert "guarded_webserver" in line, where
-

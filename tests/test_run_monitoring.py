@@ -72,14 +72,32 @@ def test_the_process_id_is_checked_only_for_a_worker_on_this_host(instance):
 
     assert launcher.check_run_worker_health(this_host).status == WorkerStatus.FAILED
     health = launcher.check_run_worker_health(other_host)
-    assert health.status == WorkerStatus.UNKNOWN and "kb-code-container" in health.msg
-    assert launcher.check_run_worker_health(untagged).status == WorkerStatus.UNKNOWN
+    # RUNNING, not UNKNOWN: Dagster's run monitoring fails a run of any other status.
+    assert health.status == WorkerStatus.RUNNING and "kb-code-container" in health.msg
+    assert launcher.check_run_worker_health(untagged).status == WorkerStatus.RUNNING
     assert launcher.check_run_worker_health(earlier_boot).status == WorkerStatus.FAILED
 
     failed = {run.run_id for run in fail_runs_of_dead_workers(instance)}
     assert failed == {"run-on-this-host", "run-of-an-earlier-boot"}
     assert instance.get_run_by_id("run-on-another-host").status == dg.DagsterRunStatus.STARTED
     assert instance.get_run_by_id("run-not-tagged-yet").status == dg.DagsterRunStatus.STARTED
+
+
+def test_the_daemons_run_monitoring_leaves_a_run_of_another_host_running(instance):
+    """Dagster's own monitor (the daemon's code) with kb's launcher: the run
+    of the code container is not failed by the daemon of another container."""
+    import logging
+
+    from dagster._daemon.monitoring.run_monitoring import monitor_started_run
+
+    here = worker_tags()
+    other_host = started_run(instance, "run-in-the-code-container", {PID_TAG: str(dead_pid()),
+                                                                     HOST_TAG: "kb-code-container",
+                                                                     BOOT_TAG: here[BOOT_TAG]})
+    untagged = started_run(instance, "run-not-tagged-yet", {})
+    for run in (other_host, untagged):
+        monitor_started_run(instance, None, instance.get_run_record_by_id(run.run_id), logging.getLogger("test"))
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED, run.run_id
 
 
 def test_a_live_worker_on_this_host_is_running(instance):

@@ -112,11 +112,15 @@ def _wait_for(what: str, check, procs: dict, timeout: float = 240):
 @pytest.mark.timeout(600)
 def test_instance_in_postgres_seen_by_every_process(postgres_url, kb_home, tmp_path):
     password = postgres_url.split(":")[2].split("@")[0]
-    code_port, web_port = _free_port(), _free_port()
+    web_port = _free_port()
+    # The code server's socket, in a 0700 folder as in the containers (workspace-grpc.yaml).
+    grpc_dir = tmp_path / "grpc"
+    grpc_dir.mkdir(mode=0o700)
+    code_socket = str(grpc_dir / "code.sock")
     env = {**os.environ, "KB_HOME": str(kb_home), "DAGSTER_HOME": str(kb_home / "dagster"),
            "KB_DAGSTER_POSTGRES_URL": postgres_url, "KB_EMBED_BACKEND": "hash", "KB_EXCLUDE": "link",
            "KB_INBOX_SENSOR_INTERVAL_S": "2",  # the test waits for a tick of inbox_sensor
-           "KB_CODE_SERVER_HOST": "127.0.0.1", "KB_CODE_SERVER_PORT": str(code_port),
+           "KB_CODE_SERVER_SOCKET": code_socket,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     # The processes of Dagster read the URL as it is, with the driver named
     # (docs/deploy.md); kb's own commands add the driver themselves.
@@ -124,7 +128,7 @@ def test_instance_in_postgres_seen_by_every_process(postgres_url, kb_home, tmp_p
     workspace = str(REPO / "workspace-grpc.yaml")
     commands = {
         "code server": [sys.executable, "-m", "dagster", "api", "grpc", "-m", "kb_assets.definitions",
-                        "-h", "127.0.0.1", "-p", str(code_port)],
+                        "--socket", code_socket],
         "daemon": [sys.executable, "-m", "dagster._daemon", "run", "-w", workspace],
         "webserver": [sys.executable, "-m", "dagster_webserver", "-w", workspace, "-h", "127.0.0.1",
                       "-p", str(web_port)],
@@ -140,7 +144,7 @@ def test_instance_in_postgres_seen_by_every_process(postgres_url, kb_home, tmp_p
         _make_the_schema(kb_home, postgres_url)
         # The code server loads the graph while kb imports: both take seconds.
         start("code server")
-        _shared_instance_checks(env, procs, outputs, postgres_url, kb_home, tmp_path, code_port, web_port, start)
+        _shared_instance_checks(env, procs, outputs, postgres_url, kb_home, tmp_path, code_socket, web_port, start)
     finally:
         for proc, _ in procs.values():
             proc.terminate()
@@ -170,17 +174,17 @@ def _make_the_schema(kb_home: Path, postgres_url: str) -> None:
     assert (kb_home / "dagster" / "dagster.yaml").exists()
 
 
-def _code_server_answers(port: int) -> bool:
+def _code_server_answers(socket_path: str) -> bool:
     from dagster._grpc.client import DagsterGrpcClient
 
     try:
-        DagsterGrpcClient(port=port, host="127.0.0.1").ping("kb")
+        DagsterGrpcClient(socket=socket_path).ping("kb")
         return True
     except Exception:  # noqa: BLE001 - not up yet
         return False
 
 
-def _shared_instance_checks(env, procs, outputs, postgres_url, kb_home, tmp_path, code_port, web_port, start) -> None:
+def _shared_instance_checks(env, procs, outputs, postgres_url, kb_home, tmp_path, code_socket, web_port, start) -> None:
     pages = [str(p) for p in sample_pages()[:2]]
     imported = subprocess.run([*KB, "import", *pages], env=env, capture_output=True, text=True, timeout=280)
     assert imported.returncode == 0, imported.stdout + imported.stderr
@@ -206,7 +210,7 @@ def _shared_instance_checks(env, procs, outputs, postgres_url, kb_home, tmp_path
     assert not list((kb_home / "dagster").glob("**/*.db")), "a SQLite file in the Dagster home"
 
     # The webserver loads a gRPC location once at its start: wait for the code server.
-    _wait_for("answer of the code server", lambda: _code_server_answers(code_port), procs)
+    _wait_for("answer of the code server", lambda: _code_server_answers(code_socket), procs)
     start("daemon")
     start("webserver")
 

@@ -61,7 +61,7 @@ from kb.apps.up_record import STOP_WAIT_S, RecordError, UpRecord, claim, leftove
 from kb.settings import Settings, get_settings
 from kb.store.private_files import make_private_folder
 from kb.telegram.notifier import NotificationError, TelegramNotifier
-from kb.wiki.sandbox import sandbox_notice
+from kb.wiki.sandbox import container_refusal, sandbox_notice
 
 CODE_LOCATION = "kb"  # as in workspace.yaml: runs, schedules and sensors keep their names
 CODE_SERVER_SOCKET = "code-server.sock"  # in $KB_HOME/run, mode 0700
@@ -333,7 +333,8 @@ def _run_parts(settings: Settings, record: UpRecord, lifeline: Lifeline, *, host
     parts, off = plan_parts(settings, host=host, dagster_port=dagster_port, code_server=code_server,
                             web_port=web_port, bot=bot, web=web, workspace=workspace, logs=logs)
     env = {**os.environ, "KB_HOME": str(settings.home), "DAGSTER_HOME": str(dagster_home), **lifeline.env()}
-    if notice := sandbox_notice(settings.kb_agent_sandbox):  # the agent would run without its room
+    # The agent would run without its room, or (in a container) not at all.
+    if notice := sandbox_notice(settings.kb_agent_sandbox) or container_refusal(settings.kb_agent_sandbox):
         click.echo(f"kb up: {notice}", err=True)
     supervisor = Supervisor(parts, off, env, dagster_home, TelegramNotifier.from_settings(settings),
                             record=record, lifeline=lifeline)

@@ -19,6 +19,29 @@ BWRAP_INSTALL = ("install it with `sudo apt-get install bubblewrap` (Debian, Ubu
 SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/sbin")
 
 
+# The signs of a container: the file that podman writes at each start, and
+# the variables that container managers set (`container`: podman,
+# systemd-nspawn, and kb's Dockerfile for Docker; Kubernetes sets its
+# service host). Not /.dockerenv: a VM made from a Docker image keeps it (the
+# development machine of kb has one), and the owner's machine must keep the
+# fallback of `auto`.
+CONTAINER_FILES = ("/run/.containerenv",)
+CONTAINER_VARIABLES = ("container", "KUBERNETES_SERVICE_HOST")
+
+
+def container_sign() -> str | None:
+    """What shows that this process runs in a container, or None. Why it
+    matters: in a container, the machine of the owner is not the last wall
+    around the agent, and the owner did not see the room fail (docs/deploy.md)."""
+    for path in CONTAINER_FILES:
+        if os.path.exists(path):
+            return f"{path} exists"
+    for name in CONTAINER_VARIABLES:
+        if os.environ.get(name):
+            return f"{name} is set"
+    return None
+
+
 def system_binds(files: tuple[str, ...]) -> list[str]:
     """bwrap arguments for the system folders (read-only; a folder that is a
     link, as /bin on a merged-/usr system, stays a link) and the named files,

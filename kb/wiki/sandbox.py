@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import shutil
 import socket
 import socketserver
@@ -45,7 +44,7 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from kb.guards.room_binds import BWRAP_INSTALL, BWRAP_MISSING, bwrap_probe, system_binds
+from kb.guards.room_binds import BWRAP_INSTALL, BWRAP_MISSING, bwrap_probe, container_sign, system_binds
 from kb.guards.room_relay import _pipe, relay_command, relay_program, relay_python, relay_python_binds
 
 # The only variables that the CLI gets. Each one is here for a reason:
@@ -106,18 +105,43 @@ class SandboxError(RuntimeError):
 @lru_cache(maxsize=1)
 def bubblewrap_works() -> tuple[bool, str]:
     """True when `bwrap` is installed and can make a room on this machine
-    (a container without user namespaces cannot). The reason says why not."""
-    return bwrap_probe(lambda bwrap: [bwrap, "--ro-bind", "/", "/", "--"])
+    (a container without user namespaces cannot). The reason says why not.
+    The probe asks for the room's own namespaces and its own /proc: in a
+    container with a masked /proc (the default of podman and Docker),
+    bubblewrap makes a user namespace, but not the /proc of the room."""
+    return bwrap_probe(lambda bwrap: [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net",
+                                      "--proc", "/proc", "--dev", "/dev", "--"])
+
+
+def container_refusal(setting: str) -> str | None:
+    """Why the agent must not run, when KB_AGENT_SANDBOX=auto finds no
+    working bubblewrap in a container; else None. In a container, `auto`
+    acts as `bwrap`: the agent runs in its room or not at all. Why: a
+    container without user namespaces is the usual place where the room
+    fails, and no owner sits at its terminal to read a notice."""
+    if setting != "auto":
+        return None
+    works, detail = bubblewrap_works()
+    sign = container_sign()
+    if works or sign is None:
+        return None
+    return (f"KB_AGENT_SANDBOX=auto in a container ({sign}), but {detail}. In a container kb runs the wiki "
+            "agent only in its bubblewrap room. Give the container the settings of the `code` service of "
+            "docker-compose.yml (security_opt systempaths=unconfined; docs/deploy.md), with which bubblewrap "
+            "makes its room")
 
 
 def sandbox_choice(setting: str) -> tuple[bool, str]:
     """Whether to use bubblewrap, from KB_AGENT_SANDBOX (auto, bwrap, none).
-    `bwrap` fails when bubblewrap does not work; `auto` uses it when it works."""
+    `bwrap` fails when bubblewrap does not work; `auto` uses it when it
+    works, and fails in a container where it does not (container_refusal)."""
     works, detail = bubblewrap_works()
     if setting == "none":
         return False, "KB_AGENT_SANDBOX=none: the agent's CLI runs without bubblewrap"
     if setting == "bwrap" and not works:
         raise SandboxError(f"KB_AGENT_SANDBOX=bwrap, but {detail}")
+    if refusal := container_refusal(setting):
+        raise SandboxError(refusal)
     if not works:
         return False, f"the agent's CLI runs without bubblewrap: {detail}"
     return True, "bubblewrap"
@@ -129,7 +153,7 @@ def sandbox_notice(setting: str) -> str | None:
     guard and the worker's check stand between it and KB_HOME. None when
     the room works, or when the owner chose `none` or `bwrap` (`bwrap`
     fails loudly by itself)."""
-    if setting != "auto":
+    if setting != "auto" or container_refusal(setting):  # a refusal fails each run loudly by itself
         return None
     works, detail = bubblewrap_works()
     if works:
@@ -143,6 +167,8 @@ def sandbox_status(setting: str) -> tuple[bool, str]:
     """(ready, detail) of the agent's room, for `kb status`."""
     if setting == "none":
         return False, "KB_AGENT_SANDBOX=none: the agent's CLI runs without a room (your setting)"
+    if refusal := container_refusal(setting):
+        return False, f"{refusal}: each agent run fails"
     notice = sandbox_notice(setting)
     if notice:
         return False, notice
