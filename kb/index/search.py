@@ -21,7 +21,10 @@ under a filter that leaves few rows is exact; under a wider filter it
 scans enough partitions to fill its list (_dense()). The stored vectors
 come from the passage rows (mapped files in the search service of `kb
 web`), not from reads through Lance (8 to 13 us a row). `folder` keeps to the bookmarks of one
-bookmark folder, by its current name or its id (kb/index/folders.py). The serving side reads LanceDB only and
+bookmark folder, by its current name or its id (kb/index/folders.py). A
+narrow filter (at most ROW_ALLOWLIST_MAX_ROWS rows) finds its rows once per
+table version; the full-text queries get them as Lance's row allowlist
+(kb/index/full_text.py), not the SQL. The serving side reads LanceDB only and
 never opens DuckDB, so search works while a sync writes.
 
 Speed: a search reads one table version, as a Lance dataset (pylance, not
