@@ -395,3 +395,21 @@ def test_unindexed_rows_keep_the_sql_filter(tmp_path, hasher_module):
     assert "BOB-new" in {h.tweet_id for h in search("borrow", index=index, embedder=hasher_module, author="bob").hits}
     index.maintain()
     assert allowlist() is not None
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_only_row_addresses_make_an_allowlist(tmp_path, stable):
+    """The allowlist holds row addresses. A table with stable row ids (kb
+    makes none) has row ids that are not addresses: it keeps the SQL filter."""
+    import lance
+    import pyarrow as pa
+
+    table = lance.write_dataset(pa.table({"tweet_id": ["a", "b", "c"], "text": ["one x", "two y", "three z"]}),
+                                str(tmp_path / "t.lance"), enable_stable_row_ids=stable)
+    table.create_scalar_index("text", "INVERTED")
+
+    class Rows:
+        identity = (str(tmp_path), stable)
+
+    allow = search_module._row_allowlist(table, Rows(), "tweet_id IN ('a', 'c')")
+    assert (allow is None) == stable

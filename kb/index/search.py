@@ -623,6 +623,8 @@ def _row_allowlist(table, rows: PassageRows, where: str) -> bytes | None:
     search, and there its BM25 statistics differ between the allowlist and
     the SQL filter (tried on lance 13: 18.9 against 19.7 for the same row).
     Over indexed rows both give the same rows and scores."""
+    if table.has_stable_row_ids:  # then a row id is not the row's address (kb's tables have none)
+        return None
     ids = _filter_rows(table, rows, where)
     if len(ids) > ROW_ALLOWLIST_MAX_ROWS or not _fts_covers_every_row(table, rows):
         return None
