@@ -319,3 +319,97 @@ def test_a_table_from_before_gets_the_author_column_and_its_index(tmp_path, hash
     assert _authors_found(index, hasher_module, "DAVE") == ["Dave"]
     plan = table.scanner(filter=f"{AUTHOR_KEY_COLUMN} = 'alice'", columns=[], with_row_id=True).explain_plan()
     assert "ScalarIndexQuery" in plan, plan
+
+
+# --- the full-text queries under a narrow filter (issue 58) --------------------
+NARROW_FILTERS = ({"author": "author3"}, {"author": "crowd"}, {"folder": "mixed"}, {"source": "video"},
+                  {"source": "post", "after": T0 + timedelta(days=430), "before": T0 + timedelta(days=520)},
+                  {"tweet_id": "author5-3"})
+TEXT_QUERIES = QUERIES + ("w17", '"w8 w9" w10', "w3 w30 w60 w90 w120 w240 w360", "w5 nothere")
+
+
+def _full_text_calls(monkeypatch) -> list[tuple]:
+    """(where, allow) of each full-text query that reaches Lance."""
+    import kb.index.full_text as full_text_module
+
+    calls, real = [], full_text_module._fts
+
+    def spy(table, query, where, depth, column="text", allow=None):
+        calls.append((where, allow))
+        return real(table, query, where, depth, column=column, allow=allow)
+
+    monkeypatch.setattr(full_text_module, "_fts", spy)
+    monkeypatch.setattr(search_module, "_fts", spy)
+    return calls
+
+
+def _filtered_hits(path, hasher, mode: str) -> list:
+    """The hits of each narrow filter and query, from a new reader (no look-up
+    kept from a search before)."""
+    index = ChunkIndex(path=path, vector_index_min_rows=1000)
+    return [[(h.tweet_id, h.chunk_id, h.score, h.exact_match)
+             for h in search(query, index=index, embedder=hasher, mode=mode, limit=20, **filters).hits]
+            for filters in NARROW_FILTERS for query in TEXT_QUERIES]
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "bm25"])
+def test_a_narrow_filter_gives_its_rows_to_lance_once_with_the_same_hits(store, hasher_module, monkeypatch, mode):
+    """Under a narrow filter (an author, a folder, a source, a date window, one
+    bookmark), the full-text queries (BM25 and the rare-word look-ups) get the
+    filter's rows as Lance's row allowlist, and Lance evaluates the SQL
+    filter no more. The hits are those of the SQL filter: the same bookmarks,
+    passages, scores and order."""
+    from kb.index.folders import folder_rows, replace_folders
+
+    index, rows = store
+    mixed = [f"c{i}" for i in range(0, CROWD, 6)] + [f"author{n}-{i}" for n in range(6) for i in range(0, 8, 2)]
+    replace_folders(index, folder_rows([("fm", "mixed")], [("fm", t) for t in mixed]))
+    path = str(index.path)
+    calls = _full_text_calls(monkeypatch)
+    new = _filtered_hits(path, hasher_module, mode)
+    assert calls and all(allow is not None for _, allow in calls)
+    calls.clear()
+    monkeypatch.setattr(search_module, "ROW_ALLOWLIST_MAX_ROWS", -1)  # the SQL filter, as before
+    old = _filtered_hits(path, hasher_module, mode)
+    assert calls and all(allow is None and where for where, allow in calls)
+    assert sum(map(len, new)) > 200  # the filters and queries find hits
+    assert new == old
+
+
+def test_unindexed_rows_keep_the_sql_filter(tmp_path, hasher_module):
+    """Lance scores the rows that no full-text index segment covers by a flat
+    search, and there its BM25 statistics differ between the allowlist and
+    the SQL filter. So a table with such rows (a sync's new rows before
+    maintain()) keeps the SQL filter, until maintain() folds the rows in."""
+    index = _authors_table(tmp_path / "lancedb", hasher_module)
+    where = search_module._where(author="bob", sources=[], after=None, before=None, tweet_id=None, ref=None)
+
+    def allowlist():
+        table = index.dataset(CHUNKS)
+        return search_module._row_allowlist(table, index.passage_rows(table), where)
+
+    assert allowlist() is not None
+    extra = [_row("BOB-new", "BOB", T0, "post", 0, "borrow checker note new")]
+    index.replace_chunks(["BOB-new"], extra, hasher_module)
+    assert allowlist() is None
+    assert "BOB-new" in {h.tweet_id for h in search("borrow", index=index, embedder=hasher_module, author="bob").hits}
+    index.maintain()
+    assert allowlist() is not None
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_only_row_addresses_make_an_allowlist(tmp_path, stable):
+    """The allowlist holds row addresses. A table with stable row ids (kb
+    makes none) has row ids that are not addresses: it keeps the SQL filter."""
+    import lance
+    import pyarrow as pa
+
+    table = lance.write_dataset(pa.table({"tweet_id": ["a", "b", "c"], "text": ["one x", "two y", "three z"]}),
+                                str(tmp_path / "t.lance"), enable_stable_row_ids=stable)
+    table.create_scalar_index("text", "INVERTED")
+
+    class Rows:
+        identity = (str(tmp_path), stable)
+
+    allow = search_module._row_allowlist(table, Rows(), "tweet_id IN ('a', 'c')")
+    assert (allow is None) == stable

@@ -399,17 +399,18 @@ def test_look_ups_started_early_give_the_answer_of_the_count(index, hasher):
 
 def full_text_words(monkeypatch) -> list[str]:
     """The words of each full-text query that a search sends to Lance (a spy
-    on the Lance dataset: it records the query and runs it)."""
+    on the Lance dataset's scanner, which its to_table() calls too: it
+    records the query and runs it)."""
     words: list[str] = []
-    to_table = lance.LanceDataset.to_table
+    scanner = lance.LanceDataset.scanner
 
     def spy(self, *args, **kwargs):
         text_query = kwargs.get("full_text_query")
         if isinstance(text_query, dict):
             words.append(text_query["query"])
-        return to_table(self, *args, **kwargs)
+        return scanner(self, *args, **kwargs)
 
-    monkeypatch.setattr(lance.LanceDataset, "to_table", spy)
+    monkeypatch.setattr(lance.LanceDataset, "scanner", spy)
     return words
 
 

@@ -21,7 +21,10 @@ under a filter that leaves few rows is exact; under a wider filter it
 scans enough partitions to fill its list (_dense()). The stored vectors
 come from the passage rows (mapped files in the search service of `kb
 web`), not from reads through Lance (8 to 13 us a row). `folder` keeps to the bookmarks of one
-bookmark folder, by its current name or its id (kb/index/folders.py). The serving side reads LanceDB only and
+bookmark folder, by its current name or its id (kb/index/folders.py). A
+narrow filter (at most ROW_ALLOWLIST_MAX_ROWS rows) finds its rows once per
+table version; the full-text queries get them as Lance's row allowlist
+(kb/index/full_text.py), not the SQL. The serving side reads LanceDB only and
 never opens DuckDB, so search works while a sync writes.
 
 Speed: a search reads one table version, as a Lance dataset (pylance, not
@@ -52,16 +55,16 @@ from datetime import timezone
 from typing import Any
 
 import numpy as np
-from lance.query import FullTextOperator, MatchQuery
+from lance.dataset import serialize_row_addrs
 
-from kb.index.chunking import unspaced_runs
 from kb.index.deep_search import reranked_by_model
 from kb.index.embedder import Embedder
-from kb.index.exact_words import (EARLY_PROBES, MAX_PROBES, QUOTED, TOKEN, WORD_CACHE_IDS, WORD_CACHE_WORDS,
+from kb.index.exact_words import (EARLY_PROBES, MAX_PROBES, WORD_CACHE_IDS, WORD_CACHE_WORDS,
                                   count_new_fragments, indexed_words, is_keyword_query, keep_rare_in_top,
                                   LowerTexts, query_phrases, PhraseTest, rare_candidates, rare_word_max, skip_common_words,
                                   lowered_words, words_to_look_up)
 from kb.index.folders import folder_members
+from kb.index.full_text import ROW_ID, _bm25, _fts, _has_index
 from kb.index.fusion import FUSION_METHODS, Candidate, score_candidates
 from kb.index.client import ChunkIndex
 from kb.index.maintenance import vector_index_name, vector_index_stats, vector_probes
@@ -91,6 +94,14 @@ FILTER_PROBE_SAFETY = 2
 # A dense query with this many partitions scans them all (Lance clips it).
 ALL_PARTITIONS = 1 << 20
 ROWS_LEFT_KEPT = 64  # filters whose rows are kept per table version (_kept(): at most 80 kB each)
+# A filter that leaves at most this many rows gives the full-text queries of
+# a search (BM25 and the rare-word look-ups) its row ids, as Lance's row
+# allowlist (_Scope.allow), not its SQL: Lance evaluated the SQL again for
+# each query. At 1,000,000 passages `tweet_id IN (2,000 values)` cost about
+# 15 ms of CPU per query, and a search of a folder makes 4 to 6 of them;
+# the allowlist of 6,000 rows costs about 3 ms per query, with the same
+# rows and scores (benchmarks/index_and_retrieval.md, "Issue 58").
+ROW_ALLOWLIST_MAX_ROWS = EXACT_FILTER_ROWS
 
 RESULT_COLUMNS = ["chunk_id", "tweet_id", "url", "author", "created_at", "source", "ref", "position",
                   "text", "source_text", "word_count", "lang", "bookmark_chunks", "bookmark_words"]
@@ -99,7 +110,6 @@ RESULT_COLUMNS = ["chunk_id", "tweet_id", "url", "author", "created_at", "source
 # position when one document is read), the rules read the text of the
 # candidates that they must look at, and the other result columns are read
 # only for the hits shown (benchmarks/index_and_retrieval.md).
-ROW_ID = "_rowid"
 # LanceDB runs a query in native code and releases the GIL, so the lexical
 # and the vector query (and the rare-word look-ups) run at the same time.
 # One worker for each query of a search: the lexical list, the dense list and
@@ -209,6 +219,9 @@ class _Scope:
     rows: PassageRows
     texts: LowerTexts
     table_rows: int
+    # The rows of a narrow filter as Lance's row allowlist, for the
+    # full-text queries (_row_allowlist()); None: they take `where`.
+    allow: bytes | None = None
 
 
 def _scope(request: SearchRequest, index: ChunkIndex, table) -> _Scope | None:
@@ -224,8 +237,9 @@ def _scope(request: SearchRequest, index: ChunkIndex, table) -> _Scope | None:
     index.check_schema(schema=schema)
     rows = index.passage_rows(table)
     count_new_fragments(rows)
+    allow = _row_allowlist(table, rows, where) if where and request.wants_lexical else None
     return _Scope(table=table, schema=schema, where=where, rows=rows, texts=LowerTexts(rows),
-                  table_rows=table.count_rows())
+                  table_rows=table.count_rows(), allow=allow)
 
 
 @dataclass
@@ -246,7 +260,7 @@ def _retrieve(request: SearchRequest, index: ChunkIndex, scope: _Scope, embedder
     if request.wants_dense and request.query_vector is not None:
         dense_rows = _start_dense(request, scope, request.query_vector)
     if request.wants_lexical:
-        lexical_rows = _POOL.submit(_bm25, scope.table, request.query, scope.where, request.depth)
+        lexical_rows = _POOL.submit(_bm25, scope.table, request.query, scope.where, request.depth, scope.allow)
         early_probes = _early_probes(request, scope)
     if request.wants_dense and dense_rows is None:
         dense_rows = _start_dense(request, scope, _embed_query(request.query, index, scope.schema, embedder))
@@ -263,7 +277,7 @@ def _retrieve(request: SearchRequest, index: ChunkIndex, scope: _Scope, embedder
         cand = candidates.setdefault(row_id, Candidate(row_id))
         cand.bm25, cand.bm25_rank = score, rank
     rare_ids = _rare_word_passages(scope.table, scope.rows, scope.table_rows, request.query, scope.where, lexical,
-                                   candidates, early_probes, scope.texts)
+                                   candidates, early_probes, scope.texts, scope.allow)
     return _Retrieved(candidates, lexical, rare_ids)
 
 
@@ -287,7 +301,7 @@ def _early_probes(request: SearchRequest, scope: _Scope) -> list[tuple] | None:
         # up (see _rare_word_passages), so the look-ups need not wait
         # for the lexical list. Of more than MAX_PROBES words, the count
         # then chooses the ones whose look-ups are used.
-        return _probe(scope.table, scope.rows, scope.table_rows, words, scope.where)
+        return _probe(scope.table, scope.rows, scope.table_rows, words, scope.where, scope.allow)
     return None
 
 
@@ -593,6 +607,42 @@ def _filter_rows(table, rows: PassageRows, where: str) -> np.ndarray:
         columns=[], with_row_id=True, filter=where, limit=EXACT_FILTER_ROWS + 1).column(ROW_ID).to_numpy())
 
 
+_ALLOWLISTS: dict[tuple, bytes] = {}
+_FTS_COVERS: dict[tuple, bool] = {}
+
+
+def _row_allowlist(table, rows: PassageRows, where: str) -> bytes | None:
+    """The rows that `where` leaves, as Lance's row allowlist (a serialized
+    bitmap of row ids: the table has no stable row ids, so a row id is the
+    row's address), when they are at most ROW_ALLOWLIST_MAX_ROWS and the
+    full-text indexes cover every row. Kept per table version, with the
+    filter's rows (_filter_rows()). None: the full-text queries take `where`.
+
+    Why only a covered table: Lance scores the rows that no index segment
+    covers yet (a sync's new rows before maintain() folds them in) by a flat
+    search, and there its BM25 statistics differ between the allowlist and
+    the SQL filter (tried on lance 13: 18.9 against 19.7 for the same row).
+    Over indexed rows both give the same rows and scores."""
+    if table.has_stable_row_ids:  # then a row id is not the row's address (kb's tables have none)
+        return None
+    ids = _filter_rows(table, rows, where)
+    if len(ids) > ROW_ALLOWLIST_MAX_ROWS or not _fts_covers_every_row(table, rows):
+        return None
+    return _kept(_ALLOWLISTS, (table.uri, rows.identity, where), lambda: serialize_row_addrs(ids.tolist()))
+
+
+def _fts_covers_every_row(table, rows: PassageRows) -> bool:
+    """True when each full-text index (words and n-grams) has a segment
+    that covers each data fragment of this table version."""
+    def count() -> bool:
+        fragments = {f.fragment_id for f in table.get_fragments()}
+        full_text = [ix for ix in table.describe_indices() if ix.field_names in (["text"], [NGRAM_COLUMN])]
+        return bool(full_text) and all(
+            fragments <= {f for segment in ix.segments for f in segment.fragment_ids} for ix in full_text)
+
+    return _kept(_FTS_COVERS, (table.uri, rows.identity), count)
+
+
 def _exact_dense(vectors: tuple[np.ndarray, np.ndarray, np.ndarray], vector: np.ndarray, depth: int,
                  sources: list[str] | None = None) -> list[tuple[int, float]]:
     """(row id, distance) of the nearest passages, nearest first, from the
@@ -619,66 +669,18 @@ class _Done:
         return self._value
 
 
-def _bm25(table, query: str, where: str | None, depth: int) -> list[tuple[int, float]]:
-    """(row id, BM25 score) of the best lexical matches, best first."""
-    plain = QUOTED.sub(lambda m: m.group(1), query)
-    if not TOKEN.search(plain):
-        return []
-    rows = _fts(table, plain, where, depth)
-    runs = unspaced_runs(plain)
-    if runs and _has_index(table, NGRAM_COLUMN):
-        # Chinese, Japanese, Korean or Thai words: the word index sees a
-        # whole run as one word, the n-gram index finds a word inside a run.
-        rows = _union(rows, _fts(table, runs, where, depth, column=NGRAM_COLUMN))
-    quoted = [p for p in QUOTED.findall(query) if len(TOKEN.findall(p)) > 1]
-    if quoted:
-        # Quoted phrases: also fetch the passages that hold all their words,
-        # which a long OR-query may rank below the depth. The phrase check
-        # on the text then finds the exact ones. (The index keeps no token
-        # positions, so it cannot match a phrase itself: positions made its
-        # build 4 times slower and each query 2 times slower.)
-        seen = {row_id for row_id, _ in rows}
-        for phrase in quoted:
-            for row_id, score in _fts(table, MatchQuery(phrase, "text", operator=FullTextOperator.AND), where, depth):
-                if row_id not in seen:
-                    seen.add(row_id)
-                    rows.append((row_id, score))
-        rows.sort(key=lambda r: r[1], reverse=True)
-    return rows
-
-
-def _union(first: list[tuple[int, float]], second: list[tuple[int, float]]) -> list[tuple[int, float]]:
-    """The rows of two lexical lists, each with its best score, best first."""
-    best = dict(first)
-    for row_id, score in second:
-        if score > best.get(row_id, -1.0):
-            best[row_id] = score
-    return sorted(best.items(), key=lambda r: r[1], reverse=True)
-
-
-def _has_index(table, column: str) -> bool:
-    # The dataset keeps its index list: about 7 us a call.
-    return any(ix.field_names == [column] for ix in table.describe_indices())
-
-
-def _fts(table, query: str | MatchQuery, where: str | None, depth: int,
-         column: str = "text") -> list[tuple[int, float]]:
-    """(row id, BM25 score) of a full-text query on one column, best first."""
-    text_query = query if isinstance(query, MatchQuery) else {"query": query, "columns": [column]}
-    result = table.to_table(columns=["_score"], with_row_id=True, full_text_query=text_query, limit=depth,
-                            filter=where, prefilter=bool(where), disable_scoring_autoprojection=True)
-    return list(zip(result.column(ROW_ID).to_pylist(), result.column("_score").to_pylist()))
-
-
-def _probe(table, rows: PassageRows, table_rows: int, words: list[str], where: str | None) -> list[tuple]:
+def _probe(table, rows: PassageRows, table_rows: int, words: list[str], where: str | None,
+           allow: bytes | None = None) -> list[tuple]:
     """One full-text look-up per word: at most rare_max + 1 passages each.
     A word that a search with the same filter looked up before on this
     table version needs no look-up: its result is in rows.word_holders, by
     filter and word (the same version and filter give the same result).
-    Each look-up costs about 1.6 ms of CPU."""
+    Each look-up costs about 1.6 ms of CPU. allow: the rows of `where` as a
+    row allowlist (_row_allowlist())."""
     known = rows.word_holders
     return [(word, known[(where, word)], None) if (where, word) in known
-            else (word, None, _POOL.submit(_fts, table, word, where, rare_word_max(table_rows) + 1)) for word in words]
+            else (word, None, _POOL.submit(_fts, table, word, where, rare_word_max(table_rows) + 1, allow=allow))
+            for word in words]
 
 
 def _holders(rows: PassageRows, probe: tuple, rare_max: int, where: str | None) -> list[int] | None:
@@ -701,7 +703,7 @@ def _holders(rows: PassageRows, probe: tuple, rare_max: int, where: str | None) 
 
 def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, where: str | None,
                         lexical: list[tuple[int, float]], candidates: dict[int, Candidate],
-                        probes: list[tuple] | None, texts: LowerTexts) -> set[int] | None:
+                        probes: list[tuple] | None, texts: LowerTexts, allow: bytes | None = None) -> set[int] | None:
     """Row ids of the passages that hold every rare word of the query, or
     None when the query has no rare word. Those passages join the candidates,
     so a rare word is found even when neither list ranked its passage.
@@ -722,7 +724,7 @@ def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, w
                 future.cancel()  # started early, but not one of the words chosen by the count
         if not maybe_rare:
             return None
-        new = iter(_probe(table, rows, table_rows, [w for w in maybe_rare if w not in started], where))
+        new = iter(_probe(table, rows, table_rows, [w for w in maybe_rare if w not in started], where, allow))
         probes = [started[w] if w in started else next(new) for w in maybe_rare]
     holders: set[int] | None = None
     for probe in probes:
