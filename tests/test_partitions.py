@@ -49,7 +49,8 @@ def test_a_catch_up_leaves_each_materialization_holding_only_its_own_partitions_
     assert [(r.job_name, r.tags["dagster/partition"]) for r in runs] == [
         ("x_sync", batch1), ("x_sync", batch2), ("x_catch_up", batch1)]
     assert runs[2].tags["kb/exclude"] == "link"  # the sync's choice for one run goes with its catch-up
-    # The report names the stages of the catch-up run with their batch.
+    # The report names the catch-up and its stages with their batch.
+    assert f"Caught up the work that waits in earlier batches, one run each: {batch1}." in out
     assert f"chunk_index (batch {batch1})" in out
 
     for asset in STAGES:

@@ -501,8 +501,9 @@ def catch_up(runs: Runs, report: SyncReport, exclude: list[str] | None, new_run:
     launched together (class Runs, run_together). A run of a partition
     takes only that partition's items, so each materialization says what
     its batch holds. A stage that failed, stopped or was off in the new
-    batch's run is left out of the plan: its service would refuse the
-    older items too, and the next sync tries them."""
+    batch's run, or off in its latest materialization, is left out of the
+    plan (sensors/capture_failed.py, stages_that_cannot_run): its service
+    would refuse the older items too, and the next sync tries them."""
     report.caught_up = catch_up_batches(runs.instance, report, exclude, new_run)
     tags = {CATCH_UP_TAG: "kb sync", **sync_tags(exclude)}
     for ran in runs.run_together(CATCH_UP_JOB, [(QUIET_LOGS, {PARTITION_TAG: batch, **tags})
@@ -524,7 +525,7 @@ def catch_up_batches(instance: dg.DagsterInstance, report: SyncReport, exclude: 
     settings = get_settings()
     skip = excluded_sources(for_this_run=",".join(exclude or []))
     stages = set(STAGES) - stages_that_cannot_run(instance, new_run)
-    batches = [b for b in known_batches() if b != report.batch]
+    batches = [b for b in sorted(instance.get_dynamic_partitions(sync_batches.name)) if b != report.batch]
     if not stages or not batches:
         return []
     stored = indexed_passages(ChunkIndex.from_settings(), skip)  # before DuckDB opens: see its text
