@@ -54,9 +54,10 @@ def partition_bookmarks(conn, batch: str) -> tuple[list[str], list[str]]:
 
 
 # Live bookmarks with an enrichment result that their chunks do not hold
-# yet: a document, a caption or a transcript that a run of another batch
-# made (a sync takes the waiting items of every batch). The refs are the
-# ones that the chunk sources of kb/index/chunk_sources.py give.
+# yet: a document, a caption or a transcript that came after the last
+# chunks run of the bookmark's batch. The catch-up (kb/index/waiting_work.py)
+# starts a run of that batch for them. The refs are the ones that the chunk
+# sources of kb/index/chunk_sources.py give.
 UNCHUNKED_SQL = """
     WITH results AS (
         SELECT DISTINCT l.tweet_id, d.url_norm AS ref FROM links l JOIN documents d ON d.url_norm = l.url_norm
@@ -74,9 +75,11 @@ UNCHUNKED_SQL = """
       AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.tweet_id = r.tweet_id AND c.ref = r.ref)
     UNION
     -- a bookmark with no chunk at all: `kb capture` stored it, and no run
-    -- of its batch cut it (a post with no text stays here; its cut is cheap)
+    -- of its batch cut it. A post with no text has no chunk after a cut
+    -- too: it is not counted, else it would start a run at every sync.
     SELECT b.tweet_id, b.batch FROM bookmarks b
-    WHERE b.removed_at IS NULL AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.tweet_id = b.tweet_id)
+    WHERE b.removed_at IS NULL AND trim(coalesce(b.text, '')) <> ''
+      AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.tweet_id = b.tweet_id)
     ORDER BY 2, 1
 """
 

@@ -36,7 +36,7 @@ from kb_resources.stores import ChunkIndexResource, DuckDBResource, InboxResourc
 from sensors.backup_schedule import backup_schedule
 from sensors.waiting_photos import captions_sensor, captions_to_index_sensor
 from sensors.inbox_folder import bot_requests_sensor, inbox_sensor, wiki_requests_sensor
-from sensors.capture_failed import x_catch_up_sensor
+from sensors.capture_failed import x_catch_up_sensor, x_sync_catch_up_sensor
 from sensors.x_sync_sensor import x_full_sync_sensor, x_sync_sensor
 from sensors.source_outcomes import run_endings_sensor, source_outcomes_sensor
 from sensors.wiki_results import wiki_results_sensor
@@ -103,7 +103,8 @@ def defs() -> dg.Definitions:
               wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job, backup_job],
         schedules=[wiki_lint_schedule, wiki_synthesis_schedule, backup_schedule],
         sensors=[
-            x_sync_sensor, x_full_sync_sensor, x_catch_up_sensor, captions_sensor, captions_to_index_sensor,
+            x_sync_sensor, x_full_sync_sensor, x_catch_up_sensor, x_sync_catch_up_sensor, captions_sensor,
+            captions_to_index_sensor,
             inbox_sensor, bot_requests_sensor, wiki_requests_sensor, source_outcomes_sensor, run_endings_sensor,
             wiki_waiting_sensor, wiki_results_sensor, stuck_steps_sensor,
         ],

@@ -20,8 +20,8 @@ x_sync_job = dg.define_asset_job(
 )
 
 # `kb capture`: the capture of new bookmarks and their tables, no other
-# stage. The next sync takes their enrichment and index: its stages take
-# the work that waits in every batch.
+# stage. The next sync takes their enrichment and index: its catch-up runs
+# the batch's partition (kb/apps/sync.py, catch_up).
 capture_job = dg.define_asset_job(
     "capture_job",
     selection=dg.AssetSelection.groups("x"),
@@ -30,13 +30,13 @@ capture_job = dg.define_asset_job(
 )
 
 # The stages after the capture, for one sync batch: the work that waits in
-# every batch. `kb sync` runs it when the capture failed (an expired X
-# login), because a failed step stops every later step of its run, and the
-# waiting work of earlier batches must still move.
+# that batch. A sync runs it for each earlier batch with waiting work (the
+# catch-up: kb/apps/sync.py, sensors/capture_failed.py); one run per batch,
+# so each partition's materialization holds only its own batch's items.
 x_catch_up_job = dg.define_asset_job(
     "x_catch_up",
     selection=dg.AssetSelection.groups("documents", "enrich", "index") - dg.AssetSelection.assets("wiki_index"),
-    description="Carry the work that waits in every sync batch to the index, with no capture.",
+    description="Carry the work that waits in one sync batch to the index, with no capture.",
     executor_def=dg.in_process_executor,
     tags=NO_RETRY,
 )

@@ -94,12 +94,14 @@ def test_photos_wait_below_the_threshold_then_get_captions(vision, photos, insta
     waiting = _materialize(instance, [captions])
     assert waiting.success
     metadata = waiting.asset_materializations_for_node("captions")[0].metadata
-    # The threshold counts the photos that wait in every batch, not the run's batch alone.
-    assert metadata["waiting"].value == 4 and "a caption run starts at 20" in metadata["skipped"].value
+    # The threshold counts the photos that wait in every batch, not the run's batch alone;
+    # the metadata of the partition counts what waits in it.
+    assert metadata["waiting"].value == 3 and metadata["skipped"].value.startswith("4 photo(s) wait")
+    assert "a caption run starts at 20" in metadata["skipped"].value
     assert vision.requests == [] and rows("SELECT count(*) FROM captions") == [(0,)]
 
-    # every_batch false: the run's own batch only (the UI can ask for it).
-    result = _materialize(instance, [captions], config={"min_photos": 0, "every_batch": False})
+    # A run of B1 (as a backfill of B1 in the UI) takes B1's photos only.
+    result = _materialize(instance, [captions], config={"min_photos": 0})
     assert result.success
     found = _caption_rows()
     assert found["red.png"] == ("ok", None, "A plain picture of 40 by 20 pixels.", "SALE 50%", "test-vl", 1)
@@ -118,9 +120,9 @@ def test_photos_wait_below_the_threshold_then_get_captions(vision, photos, insta
     assert _duckdb_counts(get_settings())["captions"] == {"photos": 4, "captioned": 2, "failed": 1, "waiting": 1}
 
     # A failure is tried again only on request.
-    assert _materialize(instance, [captions], config={"min_photos": 0, "every_batch": False}).success
+    assert _materialize(instance, [captions], config={"min_photos": 0}).success
     assert len(vision.requests) == 2
-    assert _materialize(instance, [captions], config={"min_photos": 0, "retry": True, "every_batch": False}).success
+    assert _materialize(instance, [captions], config={"min_photos": 0, "retry": True}).success
     assert _caption_rows()["gone.png"][:2] == ("failed", "http_404") and _caption_rows()["gone.png"][-1] == 2
     assert photos.hits["/media/gone.png"] == 2
 
@@ -254,9 +256,16 @@ def test_the_sync_and_the_sensor_count_every_waiting_photo_alike(vision, photos,
     monkeypatch.setenv("KB_CAPTION_MIN_PHOTOS", "4")
     assert isinstance(captions_sensor(sensor), dg.RunRequest)
     result = _materialize(instance, [captions], batch=B2)
-    assert result.success and rows("SELECT count(*) FROM captions") == [(4,)]
-    # The Dagster UI shows the batch that each photo came from.
-    assert result.asset_materializations_for_node("captions")[0].metadata["from_batches"].value == {B1: 3, B2: 1}
+    # Enough photos wait over every batch: the run of B2 captions B2's photo, and B1's wait for a run of B1.
+    assert result.success and rows("SELECT count(*) FROM captions") == [(1,)]
+    # The Dagster UI shows the batch that each photo came from: the partition's own.
+    assert result.asset_materializations_for_node("captions")[0].metadata["from_batches"].value == {B2: 1}
+    # B1's 3 photos are below the threshold of 4 now: they wait (each run counts every batch).
+    assert "3 photo(s) wait" in _materialize(instance, [captions], batch=B1).asset_materializations_for_node(
+        "captions")[0].metadata["skipped"].value
+    monkeypatch.setenv("KB_CAPTION_MIN_PHOTOS", "3")
+    assert _materialize(instance, [captions], batch=B1).success
+    assert rows("SELECT count(*) FROM captions") == [(4,)]
 
 
 def test_after_a_caption_run_each_batch_goes_on_to_the_index(vision, photos, instance):

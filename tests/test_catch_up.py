@@ -159,35 +159,47 @@ def test_a_model_that_comes_back_is_named_and_the_rebuild_keeps_search_working(m
         assert "now holds vectors of ollama:embeddinggemma" in out.err
 
 
-def test_the_daemon_catches_up_after_a_sync_whose_capture_failed(tmp_path):
-    """A sync that the daemon's sensor or the UI started fails at its
-    capture: x_catch_up_sensor asks for the stages after the capture for
-    the same batch. A `kb sync` run catches up itself: the sensor leaves it."""
-    from kb.apps.sync import SYNC_JOB, Runs, run_sync, sync_run_config
+def test_the_daemon_catches_up_each_earlier_batch_by_a_run_of_its_partition(tmp_path):
+    """Runs that the daemon's sensor or the UI started: after a sync that
+    succeeded (x_sync_catch_up_sensor) or whose capture failed
+    (x_catch_up_sensor), one x_catch_up run is asked for each earlier batch
+    with work that waits, with the run's kb/exclude. A `kb sync` run catches
+    up itself: the sensors leave it."""
+    from kb.apps.sync import CATCH_UP_TAG, SYNC_JOB, Runs, sync_run_config
     from kb_assets.partitions import sync_batches
-    from sensors.capture_failed import x_catch_up_sensor
+    from sensors.capture_failed import x_catch_up_sensor, x_sync_catch_up_sensor
 
+    page1, page2, *_ = (str(p) for p in sample_pages())
     missing = str(tmp_path / "not-there.json")
-    run_sync(files=[missing], exclude=["link"])  # kb sync: it caught up itself
     inst = instance()
-    batch = "20261203T000000000Z"
-    inst.add_dynamic_partitions(sync_batches.name, [batch])
-    Runs(inst).run(SYNC_JOB, run_config=sync_run_config(files=[missing]),
-                   tags={"dagster/partition": batch, "kb/exclude": "video"})
-    daemon_run, command_run = [r for r in inst.get_runs() if r.job_name == SYNC_JOB]
+    first, daemon_ok, daemon_failed, command = (f"2026120{n}T000000000Z" for n in range(1, 5))
+    inst.add_dynamic_partitions(sync_batches.name, [first, daemon_ok, daemon_failed, command])
+    runs = Runs(inst)
 
-    def evaluate(run: dg.DagsterRun):
-        [failure] = [r.event_log_entry.dagster_event for r in
-                     inst.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE).records]
+    def sync(batch: str, files: list[str], tags: dict[str, str]) -> dg.DagsterRun:
+        run_id, _ = runs.run(SYNC_JOB, run_config=sync_run_config(files=files),
+                             tags={"dagster/partition": batch, **tags})
+        return inst.get_run_by_id(run_id)
+
+    # The first batch's posts stay out of the index: they wait for a run of that batch.
+    sync(first, [page1], {CATCH_UP_TAG: "kb sync", "kb/exclude": "link,post"})
+    ok_run = sync(daemon_ok, [page2], {"kb/exclude": "link"})
+    failed_run = sync(daemon_failed, [missing], {"kb/exclude": "link,video"})
+    command_run = sync(command, [missing], {CATCH_UP_TAG: "kb sync"})
+    assert ok_run.status == dg.DagsterRunStatus.SUCCESS and failed_run.status == dg.DagsterRunStatus.FAILURE
+
+    def evaluate(sensor, run: dg.DagsterRun, event_type: dg.DagsterEventType):
+        [event] = [r.event_log_entry.dagster_event for r in
+                   inst.get_records_for_run(run.run_id, of_type=event_type).records]
         context = dg.build_run_status_sensor_context(
-            sensor_name=x_catch_up_sensor.name, dagster_instance=inst, dagster_run=run,
-            dagster_event=failure).for_run_failure()
-        return x_catch_up_sensor(context)
+            sensor_name=sensor.name, dagster_instance=inst, dagster_run=run, dagster_event=event)
+        return sensor(context.for_run_failure() if event_type == dg.DagsterEventType.RUN_FAILURE else context)
 
-    request = evaluate(daemon_run)
-    assert isinstance(request, dg.RunRequest)
-    assert request.partition_key == batch and request.tags == {"kb/exclude": "video"}
-    assert isinstance(evaluate(command_run), dg.SkipReason)
+    [request] = evaluate(x_sync_catch_up_sensor, ok_run, dg.DagsterEventType.RUN_SUCCESS)
+    assert request.partition_key == first and request.tags == {"kb/exclude": "link"}
+    [request] = evaluate(x_catch_up_sensor, failed_run, dg.DagsterEventType.RUN_FAILURE)
+    assert request.partition_key == first and request.tags == {"kb/exclude": "link,video"}
+    assert isinstance(evaluate(x_catch_up_sensor, command_run, dg.DagsterEventType.RUN_FAILURE), dg.SkipReason)
 
 
 def test_an_embedder_that_is_down_is_named_with_the_bookmarks_that_wait(monkeypatch, capsys):

@@ -117,7 +117,7 @@ def test_kb_extract_fetches_what_waits_indexes_it_and_names_failures(links_site,
     # --limit 1: one address in all, from the oldest batch.
     assert kb("extract", "--limit", "1") == 0
     [first] = runs_of("extract_job")
-    assert first.tags["dagster/partition"] == OLD and op_config(first, "documents") == {"limit": 1, "retry": False, "every_batch": False}
+    assert first.tags["dagster/partition"] == OLD and op_config(first, "documents") == {"limit": 1, "retry": False}
     assert rows("SELECT url, status FROM documents") == [(pdf, "ok")]
     assert "Documents fetched: 1\n" in capsys.readouterr().out
     # The document went on to the index of its batch.
@@ -162,7 +162,7 @@ def test_kb_transcribe_says_why_it_did_nothing_names_failures_and_retries_only_o
     assert kb("transcribe", "--limit", "1") == 1
     run = runs_of("transcribe_job")[0]  # the newest
     assert run.tags["dagster/max_retries"] == "0"  # a GPU stage never retries by itself
-    assert op_config(run, "transcripts") == {"limit": 1, "retry": False, "every_batch": False}
+    assert op_config(run, "transcripts") == {"limit": 1, "retry": False}
     assert "Problem: https://x.com/carol/status/10/video/1: no_mp4" in capsys.readouterr().err
     # --retry: the failed video again, and the video that still waits.
     assert kb("transcribe", "--retry") == 1

@@ -177,6 +177,18 @@ def check_a_sync_under_kb_up(kb_home, page, port: int, up: Up) -> None:
     assert child.tags["kb/exclude"] == "link" and child.tags.get("kb/pid") != str(os.getpid())
     assert child.remote_job_origin.repository_origin.code_location_origin.location_name == "kb"
 
+    # A catch-up: the runs of two partitions are submitted together, then followed.
+    # (Nothing waits in them: each run's stages take their own batch's items only.)
+    other = "20261204T000000000Z"
+    instance.add_dynamic_partitions(sync_batches.name, [other])
+    together = runs.run_together("x_catch_up", [({}, {PARTITION_TAG: b, CATCH_UP_TAG: "kb sync"})
+                                                for b in (other, batch)])
+    caught = [instance.get_run_record_by_id(run_id) for run_id, _ in together]
+    assert [r.dagster_run.status for r in caught] == [dg.DagsterRunStatus.SUCCESS] * 2, together
+    assert [r.dagster_run.tags[PARTITION_TAG] for r in caught] == [other, batch]
+    # The second was in the instance before the first ended: it did not wait for it to be launched.
+    assert caught[1].create_timestamp.timestamp() < caught[0].end_time
+
 
 # Prints "connected", or "refused" (exit 3) when the socket's modes stop this user.
 CONNECT = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(5)\n"

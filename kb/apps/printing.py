@@ -13,6 +13,8 @@ def print_sync_report(report) -> None:
                    "Their pool slots are free.")
     if report.resumed:
         click.echo(f"Re-executed from failure the runs of earlier batches: {', '.join(report.resumed)}.")
+    if report.caught_up:
+        click.echo(f"Caught up the work that waits in earlier batches, one run each: {', '.join(report.caught_up)}.")
     for stage in report.stages:
         mark = "ok" if stage.ok else "FAILED"
         earlier = f" (batch {stage.batch})" if stage.batch and stage.batch != report.batch else ""

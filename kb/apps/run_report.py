@@ -95,12 +95,16 @@ def waiting_for_services(report) -> list[str]:
     lines = []
     for asset, (items, service) in SERVICES.items():
         runs = _values(report, asset)
-        if not runs:
+        whys = [why for _, values in runs
+                if (why := values.get(STOPPED) or ("" if values.get("below_threshold") else values.get("skipped")))]
+        if not whys:
             continue
-        _, last = runs[-1]  # the last run of the stage counted every batch's items
-        why = last.get(STOPPED) or ("" if last.get("below_threshold") else last.get("skipped"))
-        if last.get("waiting") and why:
-            lines.append(f"{last['waiting']} {items} wait for {service}: {why}")
+        # Each run counts its own partition's items; the coverage check of
+        # the last run counts what waits in every batch after all of them.
+        checks = _values(report, f"{asset}_coverage")
+        waiting = checks[-1][1].get("waiting") if checks else sum(values.get("waiting") or 0 for _, values in runs)
+        if waiting:
+            lines.append(f"{waiting} {items} wait for {service}: {whys[-1]}")
     articles = _total(report, "documents", "articles_waiting_for_login")
     if articles:
         lines.append(f"{articles} X Articles wait for the X login.")

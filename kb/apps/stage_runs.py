@@ -22,9 +22,8 @@ from kb.store.duckdb_store import DuckDBStore
 from kb.settings import excluded_sources
 
 OnStage = Callable[[str, int, int], None] | None
-# The runs of a stage command take their own batch's items: the plan below
-# gives each run its share of --limit. (A sync's run takes every batch's.)
-OWN_BATCH = {"every_batch": False}
+# Each run takes its own batch's items (as every run of a partition does):
+# the plan below gives each run its share of --limit.
 
 
 def limited(waiting: dict[str, int], limit: int) -> list[tuple[str, int]]:
@@ -67,7 +66,7 @@ def run_extract(*, limit: int = 0, retry: bool = False, on_stage: OnStage = None
     waiting = Counter(target.batch for target in targets if target.batch in batches)
     if not waiting:
         return _nothing_waits("Extract", "link or X Article")
-    plan = [(batch, {"documents": {"config": {"limit": most, "retry": retry, **OWN_BATCH}}})
+    plan = [(batch, {"documents": {"config": {"limit": most, "retry": retry}}})
             for batch, most in limited(dict(waiting), limit)]
     return _item_problems(run_batches("extract_job", plan, title="Extract", on_stage=on_stage), "documents")
 
@@ -83,7 +82,7 @@ def run_transcribe(*, limit: int = 0, retry: bool = False, on_stage: OnStage = N
         waiting = Counter(video.batch for video in waiting_videos(conn, None, retry=retry) if video.batch in batches)
     if not waiting:
         return _nothing_waits("Transcribe", "video")
-    plan = [(batch, {"transcripts": {"config": {"limit": most, "retry": retry, **OWN_BATCH}}})
+    plan = [(batch, {"transcripts": {"config": {"limit": most, "retry": retry}}})
             for batch, most in limited(dict(waiting), limit)]
     return _item_problems(run_batches("transcribe_job", plan, title="Transcribe", on_stage=on_stage), "transcripts")
 
@@ -97,7 +96,7 @@ def run_translate(*, limit: int = 0, on_stage: OnStage = None) -> SyncReport:
         waiting = {b: n for b, n in waiting_by_batch(conn, excluded_sources()).items() if b in batches}
     if not waiting:
         return _nothing_waits("Translate", "foreign passage")
-    plan = [(batch, {"translations": {"config": {"limit": most, **OWN_BATCH}}}) for batch, most in limited(waiting, limit)]
+    plan = [(batch, {"translations": {"config": {"limit": most}}}) for batch, most in limited(waiting, limit)]
     return _item_problems(run_batches("translate_job", plan, title="Translate", on_stage=on_stage), "translations")
 
 

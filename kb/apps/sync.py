@@ -19,6 +19,9 @@ do after a crash (re-execution from failure). Before the new batch, a sync:
    finish, oldest batch first. The order matters: normalize lets the later
    batch win for a post that two batches hold. Every stage replaces its
    partition's rows, so a stage that runs again duplicates nothing.
+After the new batch's run, a sync catches up: one run of `x_catch_up` for
+each earlier batch with work that waits (catch_up). A run of a partition
+reads and writes only its own batch's items.
 """
 
 from __future__ import annotations
@@ -99,6 +102,8 @@ class SyncReport:
     gone_runs: list[str] = field(default_factory=list)
     # Earlier batches that this sync finished.
     resumed: list[str] = field(default_factory=list)
+    # Earlier batches whose waiting work this sync did, one run each (catch_up).
+    caught_up: list[str] = field(default_factory=list)
     # Earlier batches that were left as they are, and why.
     notes: list[str] = field(default_factory=list)
     # The Dagster runs of this sync, in order.
@@ -175,6 +180,10 @@ class StageWatcher:
             # ERROR (kb_assets/enrich/enrichment.py, stage_check_spec) is a
             # failed stage, shown red in the UI. No other channel says so.
             check = event.asset_check_evaluation_data
+            # The check's numbers, under its name: the coverage checks count
+            # what waits in every batch (kb/apps/run_report.py reads them).
+            self.metadata.setdefault(key, {})[check.check_name] = {
+                name: value.value for name, value in (check.metadata or {}).items()}
             if not check.passed and check.severity == dg.AssetCheckSeverity.ERROR:
                 why = check.description or f"the check {check.check_name} failed"
                 self.stopped[key] = why
@@ -234,6 +243,23 @@ class Runs:
                                                             tags=tags))
         return self._here(job_name, run_config, tags, None)
 
+    def run_together(self, job_name: str, launches: list[tuple[dict, dict[str, str]]]
+                     ) -> list[tuple[str, list[StageResult]]]:
+        """One run of `job_name` for each (run config, tags). At kb up's
+        webserver every run is submitted first, so the daemon has them all
+        at once, and then each is followed to its end. In this process they
+        execute one after another."""
+        if self.webserver is None:
+            return [self._here(job_name, run_config, tags, None) for run_config, tags in launches]
+        submitted: list[tuple[str, str]] = []  # (run id, why no run was made)
+        for run_config, tags in launches:
+            try:
+                submitted.append((submit(self.webserver, job_name, run_config=run_config, tags=tags), ""))
+            except LaunchError as exc:
+                submitted.append(("", str(exc)))
+        return [self._followed(run_id) if run_id else ("", [StageResult(job_name, False, 0.0, error, ran=False)])
+                for run_id, error in submitted]
+
     def reexecute(self, parent: dg.DagsterRun) -> tuple[str, list[StageResult]]:
         """Dagster's re-execution from failure of `parent`: the steps that did
         not succeed and the steps after them, with the parent's config."""
@@ -247,6 +273,10 @@ class Runs:
             run_id = launch()
         except LaunchError as exc:
             return "", [StageResult(job_name, False, 0.0, str(exc), ran=False)]
+        return self._followed(run_id)
+
+    def _followed(self, run_id: str) -> tuple[str, list[StageResult]]:
+        """Follow a submitted run to its end."""
         run = self.instance.get_run_by_id(run_id)
         watcher = self._follow(run, lambda: self.instance.get_run_by_id(run_id).is_finished)
         return run_id, watcher.report()
@@ -435,10 +465,10 @@ def run_sync(
     report.batch = new_batch_key()
     instance.add_dynamic_partitions(sync_batches.name, [report.batch])
     # The tag tells the daemon's x_catch_up_sensor that this command runs the catch-up itself.
-    report.add(runs.run(SYNC_JOB, run_config=sync_run_config(full=full, files=files),
-                        tags={PARTITION_TAG: report.batch, CATCH_UP_TAG: "kb sync", **sync_tags(exclude)}))
-    if capture_failed(report):
-        catch_up(runs, report, sync_tags(exclude))
+    new_run = runs.run(SYNC_JOB, run_config=sync_run_config(full=full, files=files),
+                       tags={PARTITION_TAG: report.batch, CATCH_UP_TAG: "kb sync", **sync_tags(exclude)})
+    report.add(new_run)
+    catch_up(runs, report, exclude, new_run[0])
     report.stages = without_stages_done_later(report.stages)
     # Pages that are not Bookmarks pages, and a capture that read none, fail
     # the command: else an import of the wrong file ends with "finished".
@@ -464,24 +494,52 @@ def model_notes(report: SyncReport) -> list[str]:
     return [f"Index model: {models[-1]}."] + ([note] if note else [])
 
 
-def capture_failed(report: SyncReport) -> bool:
-    """True when the capture of the new batch failed: the later stages of
-    its run did not run."""
-    return any(s.stage == CAPTURE_STAGE and not s.ok and s.batch == report.batch for s in report.stages)
+def catch_up(runs: Runs, report: SyncReport, exclude: list[str] | None, new_run: str) -> None:
+    """The work that waits in the earlier batches (an item that a stopped
+    service or a failed capture left; kb/index/waiting_work.py finds it):
+    one run of `x_catch_up` for each of those batches, oldest first, all
+    launched together (class Runs, run_together). A run of a partition
+    takes only that partition's items, so each materialization says what
+    its batch holds. A stage that failed, stopped or was off in the new
+    batch's run, or off in its latest materialization, is left out of the
+    plan (sensors/capture_failed.py, stages_that_cannot_run): its service
+    would refuse the older items too, and the next sync tries them."""
+    report.caught_up = catch_up_batches(runs.instance, report, exclude, new_run)
+    tags = {CATCH_UP_TAG: "kb sync", **sync_tags(exclude)}
+    for ran in runs.run_together(CATCH_UP_JOB, [(QUIET_LOGS, {PARTITION_TAG: batch, **tags})
+                                                for batch in report.caught_up]):
+        report.add(ran)
 
 
-def catch_up(runs: Runs, report: SyncReport, tags: dict[str, str]) -> None:
-    """The capture failed (an expired X login, X down): its failed step
-    stopped every later step of the run. One run of `x_catch_up` for the same
-    batch still carries the work that waits in every batch to the index."""
-    report.add(runs.run(CATCH_UP_JOB, run_config=QUIET_LOGS, tags={PARTITION_TAG: report.batch, **tags}))
+def catch_up_batches(instance: dg.DagsterInstance, report: SyncReport, exclude: list[str] | None,
+                     new_run: str) -> list[str]:
+    """The earlier batches with work that waits in a stage that can do it
+    now, oldest first. `new_run`: the new batch's run ("" when none was made)."""
+    from kb.index.batch_index import indexed_passages
+    from kb.index.client import ChunkIndex
+    from kb.index.waiting_work import STAGES, waiting_work
+    from kb.settings import excluded_sources
+    from kb.store.duckdb_store import DuckDBStore
+    from sensors.capture_failed import stages_that_cannot_run
+
+    settings = get_settings()
+    skip = excluded_sources(for_this_run=",".join(exclude or []))
+    stages = set(STAGES) - stages_that_cannot_run(instance, new_run)
+    batches = [b for b in sorted(instance.get_dynamic_partitions(sync_batches.name)) if b != report.batch]
+    if not stages or not batches:
+        return []
+    stored = indexed_passages(ChunkIndex.from_settings(), skip)  # before DuckDB opens: see its text
+    with DuckDBStore.from_settings().connect() as conn:
+        waiting = waiting_work(conn, stored, skip, stages=stages, x_login=settings.x_state_path.exists(),
+                               batches=batches)
+    return list(waiting)
 
 
 def without_stages_done_later(stages: list[StageResult]) -> list[StageResult]:
     """The results without the lines of the stages that did not run because
     their batch's capture failed: the capture's line says why, once, and
-    each stage that ran in another run of this sync took the work that
-    waits in every batch."""
+    a batch whose capture failed holds no new bookmark, so its later
+    stages have nothing to do."""
     cut_off = {s.batch for s in stages if s.stage == CAPTURE_STAGE and not s.ok}
     return [s for s in stages if s.ran or s.batch not in cut_off]
 

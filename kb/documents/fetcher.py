@@ -30,20 +30,21 @@ class FetchReport:
     errors: list[BaseException] = field(default_factory=list)
     articles_waiting_for_login: int = 0
     groups_written: int = 0
+    waiting: int = 0  # the addresses of the batch that still wait after the run (over `limit`, the X login)
 
 
-def fetch_documents(duckdb: DuckDBStore, browser: Browser, batch: str, *, every_batch: bool = True,
-                    retry: bool = False, limit: int = 0, workers: int = 4, skip: frozenset[str] | set[str] = frozenset(),
+def fetch_documents(duckdb: DuckDBStore, browser: Browser, batch: str, *, retry: bool = False, limit: int = 0, workers: int = 4, skip: frozenset[str] | set[str] = frozenset(),
                     settings: Settings | None = None, logger: logging.Logger | logging.LoggerAdapter = log
                     ) -> FetchReport:
-    """Fetch the addresses that wait: of every batch (`every_batch`) or of
-    `batch`, with the failed ones when `retry`, at most `limit` (0: all),
-    leaving out the source kinds in `skip`. The results go to DuckDB in
-    groups under `batch`."""
+    """Fetch the addresses of `batch` that wait, with the failed ones when
+    `retry`, at most `limit` (0: all), leaving out the source kinds in
+    `skip`. The results go to DuckDB in groups under `batch`. The addresses
+    of other batches wait for the runs of their own batches."""
     settings = settings or get_settings()
     with duckdb.connect() as conn:
-        targets = targets_for_batch(conn, None if every_batch else batch, retry=retry)
+        targets = targets_for_batch(conn, batch, retry=retry)
     targets = fetchable(targets, set(skip))
+    all_targets = len(targets)
     if limit > 0:
         targets = targets[:limit]
     from_state = [t for t in targets if t.is_article and t.article_text]
@@ -84,4 +85,5 @@ def fetch_documents(duckdb: DuckDBStore, browser: Browser, batch: str, *, every_
         logger.warning(f"{len(articles)} X Articles wait: {rendered['error']}")
     elif "error" in rendered:
         errors.append(rendered["error"])
+    report.waiting = all_targets - len(report.outcomes)
     return report

@@ -108,9 +108,8 @@ def unindexed_bookmarks(conn, stored: dict[str, list[str]], skip: set[str]) -> l
 class IndexedBatch:
     """What index_batch() did for one sync batch."""
 
-    live: list[str]  # the bookmarks indexed: the batch's, then `others`
-    removed: list[str]  # the batch's bookmarks that a full capture marked removed
-    others: list[tuple[str, str]]  # (tweet id, batch) of earlier batches whose passages changed
+    live: list[str]  # the bookmarks of the batch that were indexed
+    removed: list[str]  # the bookmarks that a full capture marked removed
     rows: int  # the passages of `live`
     written: dict  # the counts of replace_chunks
     folders_written: bool
@@ -125,13 +124,10 @@ def index_batch(store: DuckDBStore, lance: ChunkIndex, embedder, batch: str, ski
     index, and leave out the sources in `skip`. `warn` gets the lines of a
     failed batch and of each failed bookmark."""
     synced_at = datetime.now(timezone.utc)
-    stored = indexed_passages(lance, skip)
     with store.connect() as conn:
+        # The batch's own bookmarks only: a bookmark of another batch whose
+        # passages changed is indexed in a run of its own partition.
         live, removed = partition_bookmarks(conn, batch)
-        own = set(live)
-        others = [(tweet_id, origin) for tweet_id, origin in unindexed_bookmarks(conn, stored, skip)
-                  if tweet_id not in own]
-        live = live + [tweet_id for tweet_id, _ in others]
         rows = chunk_index_rows(conn, live, skip)
         cards = bookmark_cards(conn, live, synced_at)
         folders = stored_folders(conn)
@@ -147,7 +143,7 @@ def index_batch(store: DuckDBStore, lance: ChunkIndex, embedder, batch: str, ski
     # With nothing deleted and every row indexed, optimize() has nothing to
     # do, and its compaction would rewrite the whole table.
     maintained = lance.maintain(skip_if_current=not (deleted or written["deleted"]))
-    return IndexedBatch(live=live, removed=removed, others=others, rows=len(rows), written=written,
+    return IndexedBatch(live=live, removed=removed, rows=len(rows), written=written,
                         folders_written=folders_written, maintained=maintained, counts=lance.counts(),
                         failures=failures)
 

@@ -17,7 +17,7 @@ import duckdb
 
 from kb.store.duckdb_store import DuckDBStore, insert_rows
 from kb.index.chunking import chunk_text, word_count
-from kb.queries import owned_documents, partition_bookmarks, unchunked_bookmarks
+from kb.queries import owned_documents, partition_bookmarks
 
 
 @dataclass(frozen=True)
@@ -183,9 +183,8 @@ def _item_rows(item: SourceText, batch: str) -> list[dict]:
 class ChunkedBatch:
     """What chunk_batch() did for one sync batch."""
 
-    live: list[str]  # the bookmarks whose chunks were made: the batch's, then `others`
-    removed: list[str]  # the batch's bookmarks that a full capture marked removed
-    others: list[tuple[str, str]]  # (tweet id, batch) of earlier batches with new enrichment results
+    live: list[str]  # the bookmarks of the batch whose chunks were made
+    removed: list[str]  # the bookmarks that a full capture marked removed
     rows: list[dict]  # the chunk rows written
     failures: dict[str, tuple[str, str]] = field(default_factory=dict)  # {tweet_id: (item, error)}
 
@@ -199,12 +198,9 @@ def chunk_batch(store: DuckDBStore, batch: str) -> ChunkedBatch:
     (`--no-image`), or that the owner takes out of `exclude`, comes back
     at the next run from these rows, with no fetch and no model again."""
     with store.connect() as conn:
+        # The batch's own bookmarks only: the new results of another batch
+        # go into its chunks in a run of its own partition.
         live, removed = partition_bookmarks(conn, batch)
-        # The bookmarks of other batches whose new results this run (or an
-        # earlier one) made: the enrichment stages take every batch's items.
-        own = set(live)
-        others = [(tweet_id, origin) for tweet_id, origin in unchunked_bookmarks(conn) if tweet_id not in own]
-        live = live + [tweet_id for tweet_id, _ in others]
         texts = [t for source in CHUNK_SOURCES.values() for t in source(conn, live)]
     # The cut runs with no connection open: the writer lock is for the write only.
     failures: dict[str, tuple[str, str]] = {}
@@ -215,4 +211,4 @@ def chunk_batch(store: DuckDBStore, batch: str) -> ChunkedBatch:
         conn.execute("DELETE FROM chunks WHERE tweet_id IN (SELECT unnest(?))",
                      [[t for t in live + removed if t not in failures]])
         insert_rows(conn, "chunks", rows)
-    return ChunkedBatch(live=live, removed=removed, others=others, rows=rows, failures=failures)
+    return ChunkedBatch(live=live, removed=removed, rows=rows, failures=failures)

@@ -13,7 +13,7 @@ import dagster as dg
 
 from kb.documents.document_store import document_coverage
 from kb.documents.fetcher import fetch_documents
-from kb_assets.enrich.enrichment import (WaitingConfig, failure_line, failure_list, from_batches, goes_on_after_failure,
+from kb_assets.enrich.enrichment import (failure_line, failure_list, from_batches, goes_on_after_failure,
                                          service_stopped, stage_check_spec, with_checks)
 from kb_assets.partitions import sync_batches
 from kb_assets.run_choices import excluded_in_run
@@ -21,7 +21,7 @@ from kb_resources.services import BrowserResource
 from kb_resources.stores import DuckDBResource
 
 
-class DocumentsConfig(WaitingConfig):
+class DocumentsConfig(dg.Config):
     retry: bool = False  # fetch the failed addresses again
     limit: int = 0  # most addresses in this run; 0: every address that waits
     workers: int = 4  # clean-context pages at the same time
@@ -31,7 +31,7 @@ def fetch_batch(
     context: dg.AssetExecutionContext, config: DocumentsConfig, duckdb: DuckDBResource, browser: BrowserResource
 ) -> dg.MaterializeResult:
     report = fetch_documents(duckdb.get_client(), browser.get_client(), context.partition_key,
-                             every_batch=config.every_batch, retry=config.retry, limit=config.limit,
+                             retry=config.retry, limit=config.limit,
                              workers=config.workers, skip=excluded_in_run(context), logger=context.log)
     outcomes = report.outcomes
     for outcome in outcomes:
@@ -47,6 +47,7 @@ def fetch_batch(
         "read_at_networkidle": sum(o.wait == "networkidle" and o.ok for o in outcomes),
         "articles_waiting_for_login": report.articles_waiting_for_login,
         "from_batches": from_batches(t.batch for t in report.targets),
+        "waiting": report.waiting,
         "groups_written": report.groups_written,
         "retry": config.retry,
     }

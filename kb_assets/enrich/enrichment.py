@@ -1,5 +1,5 @@
 """What the enrichment assets (captions, transcripts, translations, and
-the documents) share in Dagster: the run config of the batches, the
+the documents) share in Dagster: the batches of a run, the
 metadata of failures, the result of a stage that stopped, and the checks
 that run in the stage's step. The items that wait and the writer of their
 results are in the core (kb/enrich/waiting_items.py)."""
@@ -12,21 +12,14 @@ import dagster as dg
 from kb_assets.keys import STOPPED
 
 
-class WaitingConfig(dg.Config):
-    """The choice that every enrichment stage shares: which batches it takes
-    items from."""
-
-    # True: what waits in every sync batch. A sync, the sensor and the UI
-    # run one partition, and an item that an earlier run could not do (a
-    # service was down, a key was missing) must not wait for a stage command.
-    # False: the run's own batch only; the stage commands plan one run per
-    # batch (kb/apps/stage_runs.py), and each run takes its batch's share.
-    every_batch: bool = True
-
-
-def batches_of_run(context, config: WaitingConfig) -> list[str] | None:
-    """The batches whose items the run takes: None for every batch."""
-    return None if config.every_batch else list(context.partition_keys)
+def batches_of_run(context) -> list[str]:
+    """The sync batches whose items the run takes: its own partition, or
+    the partitions of its range (captions runs a range in one run). Never
+    another batch's items: the materialization of a partition says what
+    that partition holds, and a backfill of it does its work. The items
+    of older batches get runs of their own partitions (the catch-up of
+    kb/apps/sync.py and sensors/capture_failed.py)."""
+    return list(context.partition_keys)
 
 
 def from_batches(batches) -> dg.MetadataValue:

@@ -2,9 +2,10 @@
 
 Photos wait until enough of them make a run worth its start: with the Modal
 backend a GPU start costs the same for 1 photo as for 600. So:
-- in a sync, the asset captions the photos of every batch only when at
-  least settings.kb_caption_min_photos wait, over all batches; else it
-  records that they wait (too_few_photos(): the sensor counts the same way);
+- in a sync, the run of a batch captions the photos of that batch only
+  when at least settings.kb_caption_min_photos wait, over all batches; else
+  it records that they wait (too_few_photos(): the sensor counts the same
+  way). The photos of older batches get the runs of their own partitions;
 - the sensor `captions_sensor` (sensors/waiting_photos.py) starts one run over
   every batch with waiting photos once there are enough of them;
 - `kb caption` (kb/apps/caption_run.py) starts that run at once, whatever the count.
@@ -29,7 +30,7 @@ A failed photo is stored with its reason and tried again only on request
 import dagster as dg
 
 from kb.enrich.photo_queue import SOURCE, caption_waiting, photo_coverage, too_few_photos, waiting_photos
-from kb_assets.enrich.enrichment import (WaitingConfig, backend_stopped, batches_of_run, coverage_check,
+from kb_assets.enrich.enrichment import (backend_stopped, batches_of_run, coverage_check,
                                          failure_reasons, from_batches, goes_on_after_failure, stage_check_spec,
                                          with_checks)
 from kb_assets.partitions import sync_batches
@@ -39,7 +40,7 @@ from kb_resources.services import CaptionerResource
 from kb_resources.stores import DuckDBResource
 
 
-class CaptionsConfig(WaitingConfig):
+class CaptionsConfig(dg.Config):
     limit: int = 0  # most photos in this run; 0: every photo that waits
     retry: bool = False  # caption the failed photos again
     min_photos: int = -1  # run only when this many photos wait; -1: settings.kb_caption_min_photos; 0: always
@@ -59,12 +60,15 @@ def caption_photos(
     if SOURCE in excluded_in_run(context):
         return _skipped(f"the owner excluded the source {SOURCE!r}", 0, context)
     with duckdb.connect() as conn:
-        photos = waiting_photos(conn, batches_of_run(context, config), retry=config.retry)
+        photos = waiting_photos(conn, batches_of_run(context), retry=config.retry)
+        # The threshold counts the photos that wait in every batch, as the
+        # sensor does; the run captions its own partitions' photos only.
+        everywhere = len(waiting_photos(conn, None, retry=config.retry)) if config.min_photos else len(photos)
     batches = sorted({photo.batch for photo in photos})
     off = captioner.off_reason()
     if off:
         return _skipped(f"captions are off: {off}", len(photos), context)
-    too_few = too_few_photos(len(photos), config.min_photos)
+    too_few = too_few_photos(everywhere, config.min_photos)
     if too_few:
         return _skipped(too_few, len(photos), context, below_threshold=True)
     all_waiting = len(photos)

@@ -16,7 +16,7 @@ so an interrupted run keeps what it did.
 import dagster as dg
 
 from kb.enrich.foreign_text import translate_waiting, translation_coverage, waiting_texts
-from kb_assets.enrich.enrichment import (WaitingConfig, coverage_check, failure_list, from_batches,
+from kb_assets.enrich.enrichment import (coverage_check, failure_list, from_batches,
                                          goes_on_after_failure, service_stopped, stage_check_spec, with_checks)
 from kb_assets.partitions import sync_batches
 from kb_assets.run_choices import excluded_in_run
@@ -25,7 +25,7 @@ from kb_resources.services import TranslatorResource
 from kb_resources.stores import DuckDBResource
 
 
-class TranslationsConfig(WaitingConfig):
+class TranslationsConfig(dg.Config):
     limit: int = 0  # most chunk texts in this run; 0: every one that waits
 
 
@@ -36,7 +36,7 @@ def translate_chunks(
     batch = context.partition_key
     skip = excluded_in_run(context)
     with duckdb.connect() as conn:
-        waiting = waiting_texts(conn, None if config.every_batch else batch, skip)
+        waiting = waiting_texts(conn, batch, skip)
     off = translator.off_reason()
     if off:
         context.log.info(f"No translations: {off}")
@@ -57,7 +57,8 @@ def translate_chunks(
         "failed": len(failures),
         "failures": failure_list(failures),
         "waiting": all_waiting - len(written),
-        "from_batches": from_batches(origin for _, _, origin in waiting),
+        # The texts of the partition's bookmarks (kb.queries.partition_bookmarks).
+        "from_batches": from_batches([batch] * len(waiting)),
         "model": model,
     }
     if stop or failures:

@@ -32,7 +32,7 @@ import dagster as dg
 from kb.enrich.video_queue import SOURCE, transcribe_waiting, video_coverage, waiting_videos
 from kb_assets.enrich.enrichment import (
     backend_stopped, coverage_check, failure_line, failure_list, failure_reasons, goes_on_after_failure, with_checks,
-    WaitingConfig, batches_of_run, from_batches, stage_check_spec)
+    batches_of_run, from_batches, stage_check_spec)
 from kb_assets.partitions import sync_batches
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
@@ -40,7 +40,7 @@ from kb_resources.services import TranscriberResource
 from kb_resources.stores import DuckDBResource
 
 
-class TranscriptsConfig(WaitingConfig):
+class TranscriptsConfig(dg.Config):
     limit: int = 0  # most videos in this run; 0: every video that waits
     retry: bool = False  # transcribe the failed videos again
 
@@ -53,7 +53,7 @@ def transcribe_videos(
         context.log.info(f"No transcripts: the owner excluded the source {SOURCE!r}")
         return dg.MaterializeResult(metadata={"transcribed": 0, "skipped": f"the source {SOURCE!r} is excluded"})
     with duckdb.connect() as conn:
-        videos = waiting_videos(conn, batches_of_run(context, config), retry=config.retry)
+        videos = waiting_videos(conn, batches_of_run(context), retry=config.retry)
     off = transcriber.off_reason()
     if off:
         context.log.info(f"No transcripts: {off}")

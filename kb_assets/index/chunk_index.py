@@ -27,8 +27,7 @@ def chunk_index(
                        excluded_in_run(context), context.log.warning)
     return dg.MaterializeResult(metadata={
         "bookmarks": len(done.live),
-        "from_batches": from_batches([batch] * (len(done.live) - len(done.others))
-                                     + [origin for _, origin in done.others]),
+        "from_batches": from_batches([batch] * len(done.live)),
         "chunks": done.rows,
         "chunks_written": done.written["written"],
         "chunks_embedded": done.written["embedded"],

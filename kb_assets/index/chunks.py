@@ -30,7 +30,6 @@ def chunks(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.Mate
         "chunks": len(done.rows),
         "by_source": dg.MetadataValue.json(by_source),
         "removed_bookmarks_dropped": len(done.removed),
-        "from_batches": from_batches([batch] * (len(done.live) - len(done.others))
-                                     + [origin for _, origin in done.others]),
+        "from_batches": from_batches([batch] * len(done.live)),
         "failures": failure_list(lines),
     })
