@@ -22,10 +22,8 @@ from kb.settings import excluded_sources
 from kb_assets.index.chunk_index import chunk_index
 from kb.apps.status import _duckdb_counts
 from kb.store.duckdb_store import DuckDBStore
-from kb.index.embedder import Embedder
 from kb.index.client import ChunkIndex
 from kb.settings import get_settings
-from kb.enrich.vision import Captioner
 from sensors.waiting_photos import captions_job, captions_sensor, captions_to_index_sensor
 from tests.enrich_rows import add_batches, bookmark, media, rows, write
 from tests.fake_media import FakeVisionServer, MediaServer, png

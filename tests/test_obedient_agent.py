@@ -32,12 +32,13 @@ OBEYED: dict[str, list[str]] = {}
 
 def obeys(*ids: str):
     """Mark a test as the obedient test of these instruction ids. Such a
-    test is slow (the agent's CLI); the test of the registry is not."""
+    test is slow (the agent's CLI): it carries its own slow mark (the rule of
+    tests/test_fast_loop.py); the test of the registry is not slow."""
     def mark(test):
         for instruction in ids:
             assert instruction in INSTRUCTIONS, instruction
             OBEYED.setdefault(instruction, []).append(test.__name__)
-        return pytest.mark.slow(test)
+        return test
     return mark
 
 
@@ -161,17 +162,23 @@ def new_source(wiki: Wiki) -> Path:
     return root
 
 
+@pytest.mark.slow
+
+
 @obeys("ingest.source-page", "ingest.new-page", "ingest.index-and-log")
 def test_ingest_of_a_new_entity(wiki, monkeypatch):
     root = new_source(wiki)
     outcome = ingest(wiki, monkeypatch, S2, P2, Hints(new_entities=("Charles Babbage",)))
-    assert sorted(outcome.created) == [f"wiki/entities/Charles-Babbage.md", f"wiki/sources/{S2}.md"]
+    assert sorted(outcome.created) == ["wiki/entities/Charles-Babbage.md", f"wiki/sources/{S2}.md"]
     assert "[[entities/Charles-Babbage]]" in (root / "index.md").read_text()
     assert f"ingest {S2}" in (root / "log.md").read_text()
     found = check_wiki(root)
     new = [item for kind in ("uncited", "unsupported", "dangling_links", "index_mismatch", "frontmatter", "schema",
                              "orphans") for item in found[kind] if item["page"] in outcome.created]
     assert new == []
+
+
+@pytest.mark.slow
 
 
 @obeys("ingest.update-page")
@@ -183,6 +190,9 @@ def test_ingest_that_updates_a_page_with_an_owners_section(wiki, monkeypatch):
     after = (root / ADA).read_text()
     assert f"{PARAS2[0]} {cite(S2, 1)}" in after
     assert [line for line in before.split("\n") if line not in after.split("\n")] == []
+
+
+@pytest.mark.slow
 
 
 @obeys("ingest.contradiction")
@@ -199,6 +209,9 @@ def test_ingest_of_a_source_that_contradicts_a_claim_of_the_owner(wiki, monkeypa
 # --- lint -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+
+
 @obeys("lint.uncited", "lint.report")
 def test_lint_adds_a_missing_citation_to_the_owners_line(wiki, monkeypatch):
     root = wiki.root()
@@ -208,6 +221,9 @@ def test_lint_adds_a_missing_citation_to_the_owners_line(wiki, monkeypatch):
     _, plan = lint(wiki, monkeypatch, kinds=("uncited",))
     assert f"- {PARAS1[2]} {cite(S1, 3)}" in (root / ENGINE).read_text()
     assert f"wiki/syntheses/lint/{DAY}.md" in plan.writes
+
+
+@pytest.mark.slow
 
 
 @obeys("lint.unsupported-mark")
@@ -221,6 +237,9 @@ def test_lint_marks_an_unsupported_claim_of_the_owner(wiki, monkeypatch):
     assert "Moon" in (root / f"wiki/syntheses/lint/{DAY}.md").read_text()  # kb's digest lists it
 
 
+@pytest.mark.slow
+
+
 @obeys("lint.unsupported-cite")
 def test_lint_cites_the_passage_that_holds_a_claim(wiki, monkeypatch):
     root = wiki.root()
@@ -229,6 +248,9 @@ def test_lint_cites_the_passage_that_holds_a_claim(wiki, monkeypatch):
     wiki.commit_all("manual: a claim that cites the wrong passage")
     lint(wiki, monkeypatch, kinds=("unsupported",))
     assert f"{wrong} {cite(S1, 3)}" in (root / ENGINE).read_text()
+
+
+@pytest.mark.slow
 
 
 @obeys("lint.stale")
@@ -248,6 +270,9 @@ def test_lint_cites_the_later_source_of_a_stale_claim(wiki, monkeypatch):
     result, _ = lint(wiki, monkeypatch, Hints(skip=("unsupported",)))
     assert f"{claim} {cite(S2, 1)}" in (root / ADA).read_text()
     assert not [s for s in result.after["stale_claims"] if s["page"] == ADA and "program" in s["text"]]
+
+
+@pytest.mark.slow
 
 
 @obeys("lint.merge")
@@ -273,6 +298,9 @@ def test_lint_merges_a_duplicate_page_and_kb_points_the_links(wiki, monkeypatch)
     assert "[[concepts/analytical-engines]]" in (root / "index.md").read_text()
 
 
+@pytest.mark.slow
+
+
 @obeys("lint.dangling-link")
 def test_lint_points_a_dangling_link_of_the_owner_at_its_page(wiki, monkeypatch):
     root = wiki.root()
@@ -283,6 +311,9 @@ def test_lint_points_a_dangling_link_of_the_owner_at_its_page(wiki, monkeypatch)
     assert "See [[entities/Ada-Lovelace|Ada Lovelace]]." in (root / ENGINE).read_text()
 
 
+@pytest.mark.slow
+
+
 @obeys("lint.dangling-link-plain")
 def test_lint_makes_a_dangling_link_plain_text(wiki, monkeypatch):
     root = wiki.root()
@@ -291,6 +322,9 @@ def test_lint_makes_a_dangling_link_plain_text(wiki, monkeypatch):
     wiki.commit_all("manual: a link by hand")
     lint(wiki, monkeypatch, kinds=("dangling_links",))
     assert f"{OWNER_NOTE} See Luigi Menabrea." in (root / ENGINE).read_text()
+
+
+@pytest.mark.slow
 
 
 @obeys("lint.orphans")
@@ -305,6 +339,9 @@ def test_lint_links_an_orphan_page(wiki, monkeypatch):
     assert {"page": page} not in result.after["orphans"]
 
 
+@pytest.mark.slow
+
+
 @obeys("lint.index")
 def test_lint_adds_a_missing_page_to_the_index(wiki, monkeypatch):
     root = wiki.root()
@@ -312,6 +349,9 @@ def test_lint_adds_a_missing_page_to_the_index(wiki, monkeypatch):
     wiki.commit_all("manual: the index lost a line")
     lint(wiki, monkeypatch, kinds=("index_mismatch",))
     assert "- [[entities/Ada-Lovelace]]" in (root / "index.md").read_text()
+
+
+@pytest.mark.slow
 
 
 @obeys("lint.frontmatter")
@@ -323,6 +363,9 @@ def test_lint_adds_a_missing_frontmatter_key(wiki, monkeypatch):
     assert "last_updated:" in (root / ADA).read_text()
 
 
+@pytest.mark.slow
+
+
 @obeys("lint.schema")
 def test_lint_adds_a_missing_section_above_the_marker(wiki, monkeypatch):
     root = wiki.root()
@@ -330,6 +373,9 @@ def test_lint_adds_a_missing_section_above_the_marker(wiki, monkeypatch):
     wiki.commit_all("manual: a heading lost")
     lint(wiki, monkeypatch, kinds=("schema",))
     assert "## Roles and affiliations" in (root / ADA).read_text()
+
+
+@pytest.mark.slow
 
 
 @obeys("lint.contradiction")
@@ -349,6 +395,9 @@ def test_lint_records_a_contradiction_on_both_pages(wiki, monkeypatch):
 # --- syntheses ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+
+
 @obeys("weekly.synthesis")
 def test_the_weekly_synthesis_lands(wiki, monkeypatch):
     root = new_source(wiki)
@@ -366,6 +415,9 @@ def test_the_weekly_synthesis_lands(wiki, monkeypatch):
     assert head_subject(root) == "synthesis: weekly 2026-W49" and len(model.plans) == 1
     page = (root / "wiki/syntheses/weekly/2026-W49.md").read_text()
     assert page.count("Thin week: only 1 new sources.") == 1 and f"[[sources/{S2}]]" in page
+
+
+@pytest.mark.slow
 
 
 @obeys("topic.synthesis")

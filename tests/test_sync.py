@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import socket
-import time
 from pathlib import Path
 
 import dagster as dg
