@@ -87,6 +87,10 @@ class Month:
     base: Path
     days: int = DAYS
     start: date = field(default_factory=month_start)
+    kill_day: int = KILL_DAY
+    backup_day: int = BACKUP_DAY
+    outage_day: int = OUTAGE_DAY
+    topic_day: int = TOPIC_DAY
     log: list[str] = field(default_factory=list)
     items: list[Item] = field(default_factory=list)
     lint_runs: dict[str, str] = field(default_factory=dict)  # day -> run id
@@ -95,6 +99,7 @@ class Month:
     home_sizes: dict[str, int] = field(default_factory=dict)
     stray: list[str] = field(default_factory=list)  # processes of kb left after a stop
     backup_archive: Path | None = None
+    imports: dict[int, int] = field(default_factory=dict)  # day -> exit code of kb import
 
     def __post_init__(self) -> None:
         self.base = Path(self.base)
@@ -360,26 +365,36 @@ class Month:
         return out.stdout.splitlines()
 
     def run_day(self, day: int, *, sent: list[Item] | None = None) -> None:
-        """One day: the X import beside the Telegram items, then the lint, then
-        (on Sunday) the weekly synthesis. `sent`: the items of a day that began
-        under the kb up before."""
+        """One day: the X import beside the Telegram items, the lint, and (on
+        Sunday) the weekly synthesis. The import may run on into the next day
+        (it needs no wiki). `sent`: the items of a day that began under the
+        kb up before."""
         started = time.monotonic()
-        importer = self.x_import(day)
-        if day == OUTAGE_DAY:
+        self.finish_import()
+        self.importer = (day, self.x_import(day))
+        if day == self.outage_day:
             self.agent.down = True
         items = sent if sent is not None else self.send_day(day)
         self.wait_for_items(items)
         self.agent.down = False
-        out, _ = importer.communicate(timeout=WAIT_S)
-        self.say(f"day {day}: kb import exit {importer.returncode}: {out.strip().splitlines()[-1:]}")
-        if importer.returncode != 0:
-            raise AssertionError(f"kb import of day {day} failed:\n{out}")
-        if day == TOPIC_DAY:
+        if day == self.topic_day:
             self.topic(day)
         self.lint(day)
         if self.day_date(day).weekday() == 6:
             self.weekly(day)
         self.say(f"day {day} took {time.monotonic() - started:.0f} s")
+
+    def finish_import(self) -> None:
+        """Wait for the X import that runs, and check that it ended well."""
+        if getattr(self, "importer", None) is None:
+            return
+        day, importer = self.importer
+        self.importer = None
+        out, _ = importer.communicate(timeout=WAIT_S)
+        self.say(f"day {day}: kb import exit {importer.returncode}: {out.strip().splitlines()[-1:]}")
+        self.imports[day] = importer.returncode
+        if importer.returncode != 0:
+            raise AssertionError(f"kb import of day {day} failed:\n{out}")
 
     # --- the month ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -388,8 +403,9 @@ class Month:
         started = time.monotonic()
         self.start_up()
         for day in range(1, self.days + 1):
-            if day == KILL_DAY:
+            if day == self.kill_day:
                 # SIGKILL while the day's sources are in their runs; a new kb up goes on.
+                self.finish_import()
                 sent = self.send_day(day)
                 wait_until(self._a_source_run_started, "a run of the day's sources", self.up)
                 self.kill_up()
@@ -398,8 +414,10 @@ class Month:
                 self.run_day(day, sent=sent)
             else:
                 self.run_day(day)
-            if day == BACKUP_DAY:
+            if day == self.backup_day:
+                self.finish_import()
                 self.backup_and_move()
+        self.finish_import()
         self.stop_up()
         self.home_sizes["at the end"] = du(self.home)
         self.wall_s = time.monotonic() - started
@@ -486,3 +504,64 @@ def tell_counts(counts: dict[str, dict[str, int]]) -> str:
 
 def cleanup(month: Month) -> None:
     shutil.rmtree(month.base, ignore_errors=True)
+
+
+# The kinds of finding that the lint prompt and the playbook's lint ask the agent to fix.
+ASKED_TO_FIX = ("dangling_links", "orphans", "index_mismatch", "frontmatter", "schema", "uncited", "duplicates",
+                "contradiction_candidates", "unsupported", "stale_claims")
+
+
+def month_findings(month: Month) -> dict[str, list]:
+    """What the end of the month must not show, one list per check of
+    issue 55 (empty lists: the check holds)."""
+    from kb.wiki.checks import check_wiki
+
+    subjects = month.subjects()
+    wiki = month.home / "wiki"
+    out: dict[str, list] = {}
+    # Every source is in the wiki, or the owner was told why.
+    sources = []
+    for item in month.items:
+        reply = month.final_reply(item)
+        if reply is None:
+            sources.append(f"day {item.day} {item.kind} (message {item.message_id}): no final reply: "
+                           f"{month.telegram.replies_to(item.message_id)}")
+        elif reply.startswith("Ingested"):
+            sha = reply.split("Commit: ")[-1].strip() if "Commit: " in reply else ""
+            known = sha and subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=wiki).returncode == 0
+            if not known:
+                sources.append(f"day {item.day} {item.kind}: 'Ingested' names no commit of the wiki: {reply!r}")
+        elif item.expect == "wiki" and not (item.day == month.outage_day and reply.startswith("Ingest failed")):
+            sources.append(f"day {item.day} {item.kind}: not in the wiki: {reply!r}")
+    stranger = [m for m in month.telegram.sent if m["chat_id"] == STRANGER]
+    sources += [f"the stranger got a reply: {m['text'][:100]!r}" for m in stranger]
+    out["sources"] = sources
+    # Every day has its lint commit, and every week its synthesis.
+    out["lint commits"] = [day for day in month.days_keys() if f"lint: {day}" not in subjects]
+    out["weekly syntheses"] = [week for week in month.week_labels() if f"synthesis: weekly {week}" not in subjects]
+    # kb wiki check finds nothing that the agent was asked to fix.
+    findings = check_wiki(wiki)
+    out["wiki check"] = [f"{kind}: {item}" for kind in ASKED_TO_FIX for item in findings.get(kind, [])]
+    # Search finds every source (the approved ones: ingested, or failed at the wiki on the outage day).
+    searched = [i for i in month.items if i.token and (month.final_reply(i) or "").startswith(("Ingested", "Ingest failed"))]
+    hits = month.search_tokens(sorted({i.token for i in searched}))
+    out["search"] = [f"day {i.day} {i.kind}: no hit holds {i.token!r}" for i in searched
+                     if not any(i.token in chunk.lower() for chunk in hits.get(i.token, []))]
+    # Every failure was told once: no text twice to one message, no notice twice.
+    seen: dict[tuple, int] = {}
+    for message in month.telegram.sent:
+        key = (message["chat_id"], message.get("reply_to_message_id"), message["text"])
+        seen[key] = seen.get(key, 0) + 1
+    out["told twice"] = [f"{n} times to message {key[1]}: {key[2][:160]!r}" for key, n in seen.items() if n > 1]
+    failures = [i for i in month.items if (month.final_reply(i) or "").startswith(("Ingest failed", "failed: "))]
+    out["told twice"] += [f"message {i.message_id}: {n} failure notices" for i in failures
+                          if (n := sum(r.startswith(("Ingest failed", "failed: ")) for r in
+                                       month.telegram.replies_to(i.message_id))) != 1]
+    # After the stop, no process of kb is left, Dagster's log helpers included.
+    out["processes left"] = list(month.stray) + [f"{p.pid} {' '.join(p.cmdline())[:200]}"
+                                                 for p in month.kb_processes()]
+    # KB_HOME grows within the stated bound.
+    end = month.home_sizes.get("at the end", 0)
+    out["home size"] = [f"KB_HOME holds {end / 1e6:.0f} MB; the bound is {HOME_BOUND_MB} MB"] \
+        if end > HOME_BOUND_MB * 1e6 else []
+    return out

@@ -157,7 +157,9 @@ class ObedientAgent(FakeAnthropic):
                    "parsed_path": parsed, "topics": list(data.get("topics") or []),
                    "quality_score": int(score) if score.isdigit() else None})
         return [
-            [tool_use("Read", file_path=parsed), tool_use("Read", file_path="index.md")],
+            # The CLI's Write tool refuses to replace a file that the session has not read.
+            [tool_use("Read", file_path=parsed), tool_use("Read", file_path="index.md"),
+             tool_use("Read", file_path="log.md")],
             [write(page, content),
              write("index.md", self._with_index_link("Sources", f"sources/{slug}")),
              write("log.md", self._appended("log.md", [f"## ingest {slug}", f"- [[sources/{slug}]]"]))],
@@ -179,6 +181,24 @@ class ObedientAgent(FakeAnthropic):
                 lines[line_no - 1] = lines[line_no - 1].rstrip() + " (unsupported)"
                 writes[relative] = "\n".join(lines)
                 fixed.append(f"- unsupported: marked {relative}:{line_no}")
+        # Orphans: "link orphan pages from related pages" (the playbook's
+        # lint, step 1): each orphan source page from the Connections of
+        # another source page.
+        orphans = [f["page"] for f in findings.get("orphans", [])]
+        others = sorted(str(p.relative_to(self.wiki_root).as_posix())
+                        for p in (self.wiki_root / "wiki" / "sources").glob("*.md"))
+        for orphan in orphans:
+            host = next((p for p in others if p != orphan), None)
+            if host is None:
+                continue
+            content = writes.get(host) or self._read(host)
+            link = f"- [[{Path(orphan).relative_to('wiki').with_suffix('').as_posix()}]]"
+            lines = content.split("\n")
+            if link in lines or "## Connections" not in lines:
+                continue
+            lines.insert(lines.index("## Connections") + 1, link)
+            writes[host] = "\n".join(lines)
+            fixed.append(f"- orphan: linked {orphan} from {host}")
         counts = [f"- {kind}: {len(items)}" for kind, items in findings.items() if items]
         report_path = f"wiki/syntheses/lint/{day}.md"
         report_page = render_page(LINT_REPORT, {"type": "synthesis", "kind": "lint", "period": day,
@@ -187,7 +207,7 @@ class ObedientAgent(FakeAnthropic):
                                                   "Fixes": fixed or ["- none"]})
         writes[report_path] = report_page
         return [
-            [tool_use("Read", file_path="index.md")],
+            [tool_use("Read", file_path=path) for path in ["index.md", *writes] if (self.wiki_root / path).is_file()],
             [write(path, content) for path, content in writes.items()],
             [report(status="done", commit_message=f"lint: {day}", pages_created=[report_path],
                     pages_updated=sorted(p for p in writes if p != report_path), log_entry="",

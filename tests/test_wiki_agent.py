@@ -545,6 +545,8 @@ def test_topic_synthesis_is_one_commit(wiki, monkeypatch):
     assert result.success
     assert subjects(root)[0] == "synthesis: topic computing"
     assert not [r for r in results if r.get("is_error")]  # Grep and Glob inside the wiki are allowed
+    # kb lists the page in index.md (the prompt does not ask the agent to).
+    assert "- [[syntheses/topics/computing]]" in (root / "index.md").read_text()
 
 
 def test_schedules_pick_the_partition_of_the_run():
