@@ -46,6 +46,7 @@ from pathlib import Path
 import click
 
 from kb.apps.lifeline import Lifeline, group_members
+from kb.apps.log_rotation import ROTATE_EVERY_S, keep_logs_small
 from kb.apps.up_record import STOP_WAIT_S, RecordError, UpRecord, claim, leftovers, stop_leftovers
 from kb.settings import Settings, get_settings
 from kb.telegram.notifier import NotificationError, TelegramNotifier
@@ -389,8 +390,12 @@ class Supervisor:
                 for line in self.off:
                     click.echo(line)
                 click.echo("kb up: running. Stop with Ctrl-C.")
+            rotated_at = 0.0
             while not self.stopping:
                 self.watch()
+                if time.monotonic() - rotated_at >= ROTATE_EVERY_S and self.parts:
+                    rotated_at = time.monotonic()
+                    self.keep_logs_small()
                 time.sleep(0.2)
         finally:
             self.stop_all()
@@ -398,6 +403,15 @@ class Supervisor:
                 signal.signal(sig, handler)
         click.echo("kb up: every part stopped.")
         return 0
+
+    def keep_logs_small(self) -> None:
+        """The logs of the parts and Dagster's compute logs stay within their
+        bounds (kb/apps/log_rotation.py). A file that cannot be rotated now
+        is tried again at the next pass."""
+        try:
+            keep_logs_small(self.parts[0].log.parent, self.dagster_home)
+        except OSError as exc:
+            click.echo(f"kb up: could not rotate the logs: {exc}", err=True)
 
     def start(self, part: Part) -> None:
         """Start the part, and write it in the record of this kb up: the
