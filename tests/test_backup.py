@@ -527,6 +527,29 @@ def test_restore_refuses_a_trigger_in_a_dagster_database(store, tmp_path, target
     assert_nothing_restored(home, victim)
 
 
+def test_the_event_log_of_the_empty_run_id_passes_and_a_dot_file_of_other_bytes_does_not(tmp_path):
+    """Dagster keeps the events of run id "" in history/runs/.db: a home
+    that ran `kb up` has it (issue 55's month). Its suffix is "", so the
+    check reads the name. A `.db` that is not SQLite stays refused."""
+    import sqlite3
+
+    from kb.backup.archive_checks import check_dagster_home
+
+    runs = tmp_path / "dagster" / "history" / "runs"
+    runs.mkdir(parents=True)
+    with sqlite3.connect(runs / ".db") as conn:
+        conn.execute("CREATE TABLE event_logs (id INTEGER PRIMARY KEY, event TEXT)")
+    conn.close()
+    check_dagster_home(tmp_path / "dagster", tmp_path / "a.tar.gz")  # no error
+    (runs / ".db").write_bytes(b"not SQLite at all, " * 100)
+    with pytest.raises(BackupError, match=r"dagster/history/runs/\.db does not open as SQLite"):
+        check_dagster_home(tmp_path / "dagster", tmp_path / "a.tar.gz")
+    (runs / ".db").unlink()
+    (runs / ".dbx").write_bytes(b"x")
+    with pytest.raises(BackupError, match=r"dagster/history/runs/\.dbx is not a SQLite database"):
+        check_dagster_home(tmp_path / "dagster", tmp_path / "a.tar.gz")
+
+
 def test_the_counts_of_a_restored_file_read_it_with_external_access_off(tmp_path):
     """The second wall: even a statement that gets into the SQL of a
     count cannot reach a file."""

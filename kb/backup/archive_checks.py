@@ -262,7 +262,9 @@ def check_dagster_home(folder: Path, archive: Path) -> None:
         name = f"dagster/{path.relative_to(folder)}"
         if path == folder / "dagster.yaml":
             continue
-        if path.suffix != ".db":
+        # The name, not Path.suffix: Dagster's event log of the run id ""
+        # is history/runs/.db, and the suffix of ".db" is "".
+        if not path.name.endswith(".db"):
             problems.append(f"{name} is not a SQLite database (*.db)")
             continue
         try:
