@@ -201,6 +201,28 @@ def test_a_restored_home_is_the_owners_only(store, tmp_path, monkeypatch):
     assert open_to_others(home) == []
 
 
+def test_the_first_kb_up_of_a_restored_home_starts_whatever_heartbeats_the_archive_holds(store, tmp_path,
+                                                                                         monkeypatch):
+    """A backup of a home whose kb up ran holds its daemon's heartbeats. That
+    daemon does not run for the restored home: its first kb up must start
+    (issue 55's month: "A Dagster daemon already runs for this KB_HOME")."""
+    import time
+
+    from dagster._daemon.types import DaemonHeartbeat
+
+    from kb.apps.up import check_no_daemon, daemon_heartbeat
+
+    home = tmp_path / "restored"
+    point_at(monkeypatch, home)
+    restore_backup(store["archive"])
+    dagster_home = home / "dagster"
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        # A heartbeat of the old home's daemon, from just before the restore.
+        instance.add_daemon_heartbeat(DaemonHeartbeat(time.time() - 5, "SENSOR", "daemon-of-the-old-home", []))
+    assert daemon_heartbeat(dagster_home) is None
+    check_no_daemon(dagster_home)  # no error: kb up starts
+
+
 def test_restore_refuses_a_home_that_is_not_empty(store, tmp_path, monkeypatch):
     home = tmp_path / "busy"
     home.mkdir()

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kb.backup.archive import BackupError, BackupResult, move, restore_backup, sha256_file
+from kb.backup.archive import BackupError, BackupResult, move, sha256_file
+from kb.backup.archive import restore_backup as restore_archive
 from kb.backup.archive import create_backup as create_archive
 from kb.settings import Settings, get_settings
 
@@ -30,3 +31,18 @@ def create_backup(dest: Path | str | None = None, *, include_dagster: bool = Tru
     """`kb backup`: one archive of KB_HOME, when no run writes."""
     return create_archive(dest, include_dagster=include_dagster, settings=settings or get_settings(),
                           check_no_run=refuse_if_runs_in_progress)
+
+
+def restore_backup(archive: Path, *, force: bool = False, settings: Settings | None = None):
+    """`kb restore`: the archive into KB_HOME. An archive of a home whose kb up
+    ran holds the heartbeats of that home's daemon. That daemon does not run
+    for this home, but its heartbeats made the first kb up of the restored
+    home refuse to start ("a Dagster daemon already runs", found by issue
+    55's month). The restore notes them as old, as kb up does after a stop."""
+    from kb.apps.up import note_daemon_stopped
+
+    settings = settings or get_settings()
+    result = restore_archive(archive, force=force, settings=settings)
+    if settings.dagster_home.is_dir():
+        note_daemon_stopped(settings.dagster_home)
+    return result
