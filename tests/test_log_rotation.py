@@ -63,3 +63,33 @@ def test_one_pass_rotates_every_part_log_and_prunes(tmp_path):
     keep_logs_small(logs, tmp_path / "dagster")  # no storage folder yet: nothing to prune
     assert (logs / "kb-bot.log").stat().st_size == 0 and (logs / "kb-bot.log.1").exists()
     assert (logs / "kb-web.log").read_bytes() == b"small" and not (logs / "kb-web.log.1").exists()
+
+
+def test_an_idle_wal_of_a_run_file_goes_into_its_file(tmp_path):
+    """A killed process leaves its run file's WAL; the next pass folds it
+    into the file, and leaves a WAL that was written just now."""
+    import sqlite3
+
+    from kb.apps.log_rotation import fold_idle_wals
+
+    runs = tmp_path / "history" / "runs"
+    runs.mkdir(parents=True)
+    keepers = []
+    for name in ("old-run", "new-run"):
+        conn = sqlite3.connect(runs / f"{name}.db")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE event_logs (id INTEGER PRIMARY KEY, event TEXT)")
+        conn.executemany("INSERT INTO event_logs (event) VALUES (?)", [("x" * 500,)] * 200)
+        conn.commit()
+        keepers.append(conn)  # as a killed process: the connection never closes cleanly
+    old_wal, new_wal = runs / "old-run.db-wal", runs / "new-run.db-wal"
+    assert old_wal.stat().st_size > 50_000 and new_wal.stat().st_size > 50_000
+    os.utime(old_wal, (time.time() - 3600, time.time() - 3600))
+    for conn in keepers:
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+    assert fold_idle_wals(runs, idle_s=600) == ["old-run.db"]
+    assert old_wal.stat().st_size == 0 and new_wal.stat().st_size > 50_000
+    with sqlite3.connect(f"file:{runs / 'old-run.db'}?mode=ro", uri=True) as reader:
+        assert reader.execute("SELECT count(*) FROM event_logs").fetchone()[0] == 200
+    for conn in keepers:
+        conn.close()
