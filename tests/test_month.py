@@ -6,6 +6,8 @@ the same month and prints its counts."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.month import Month, month_findings, tell_counts
@@ -15,7 +17,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("kb_home")]
 
 @pytest.mark.timeout(7200)  # 30 days of kb up; on two quiet cores the figure is in benchmarks/month.md
 def test_a_month_of_kb_up_keeps_every_source_and_the_wiki_coherent(tmp_path):
-    month = Month(tmp_path / "month")
+    # KB_MONTH_DAYS and KB_MONTH_EVENTS (outage, topic, kill, backup: 2,3,4,5) give
+    # a short month with every event, for a quick loop; the default is the month.
+    month = Month(tmp_path / "month", days=int(os.environ.get("KB_MONTH_DAYS", "30")))
+    if os.environ.get("KB_MONTH_EVENTS"):
+        month.outage_day, month.topic_day, month.kill_day, month.backup_day = map(
+            int, os.environ["KB_MONTH_EVENTS"].split(","))
     with month:
         month.run()
         findings = month_findings(month)
