@@ -268,7 +268,9 @@ class Month:
             data = self._speech(day)
             self.telegram.add_file(f"voice{day}", f"voice/file_{day}.oga", data)
             updates.append(self._message(number, tg.voice_fields(f"voice{day}", len(data))))
-            items.append(Item(day, number, kind, "fox", "wiki"))
+            # The same words each time: kb's gate calls a later note a duplicate, and says so.
+            first = not any(i.kind == "voice" for i in self.items)
+            items.append(Item(day, number, kind, "fox", "wiki" if first else "told"))
         elif kind == "again":  # the link of yesterday once more: a duplicate
             updates.append(self._message(number, tg.text_fields(self.site.url(f"/day{day - 1}/article"))))
             items.append(Item(day, number, kind, "", "told"))
