@@ -57,6 +57,9 @@ PID_TAG = "kb/pid"
 # psutil gives the start time of a process to about 10 ms; the run record's
 # create time comes from another clock read. Allow for both.
 CLOCK_SLACK_S = 2.0
+# The longest time for a run worker to tag its run with its host (it does so
+# when its first kb resource starts, after all its imports).
+UNTAGGED_GRACE_S = 600
 
 
 def this_process_tags() -> dict[str, str]:
@@ -141,6 +144,9 @@ class LocalRunLauncher(dg.DefaultRunLauncher):
         # deployment every run was failed so, seconds after its start.
         # Dagster's start timeout and longest run time still end such a run.
         place = worker_place(run)
+        # Dagster's run monitoring fails a started run for every answer but
+        # RUNNING and SUCCESS, UNKNOWN too. So a worker that kb cannot check
+        # here is RUNNING, and Dagster's longest run time covers it.
         if place == "elsewhere":
             # A pid means something only on the machine that ran the process.
             return CheckRunHealthResult(WorkerStatus.RUNNING, f"the run worker is on {run.tags[HOST_TAG]}: "
@@ -148,10 +154,23 @@ class LocalRunLauncher(dg.DefaultRunLauncher):
         if place == "gone":
             return CheckRunHealthResult(
                 WorkerStatus.FAILED, "the run worker is gone: this host started again after the run began")
-        if place == "unknown":
-            # Not tagged yet: the worker may be on another host.
-            return CheckRunHealthResult(WorkerStatus.RUNNING, "the run worker has not named its host yet")
         pids = run_pids(self._instance, run)
+        if place == "unknown":
+            # Not tagged yet: a run worker names its host when its first kb
+            # resource starts, after its imports (a minute and more on a busy
+            # machine). The month of issue 55 saw the daemon fail a lint run
+            # whose step was still importing. A live process of the run here,
+            # or a young run, is RUNNING; an untagged run older than
+            # UNTAGGED_GRACE_S with no live process here has failed.
+            if any(process_alive(pid, recorded_at) for pid, recorded_at in pids.items()):
+                return CheckRunHealthResult(WorkerStatus.RUNNING, "the run worker has not named its host yet")
+            record = self._instance.get_run_record_by_id(run.run_id)
+            started = (record.start_time or record.create_timestamp.timestamp()) if record else time.time()
+            if time.time() - started < UNTAGGED_GRACE_S:
+                return CheckRunHealthResult(WorkerStatus.RUNNING, "the run worker has not named its host yet")
+            return CheckRunHealthResult(
+                WorkerStatus.FAILED, f"the run worker has not named its host in {UNTAGGED_GRACE_S} s, and no "
+                "process of the run lives here")
         if not pids:
             # Not started yet.
             return CheckRunHealthResult(WorkerStatus.RUNNING, "the run names no worker process yet")

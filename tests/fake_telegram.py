@@ -156,7 +156,9 @@ class FakeTelegram:
             with self._lock:
                 if offset:
                     self.confirmed_offset = max(self.confirmed_offset, offset)
-                pending = [u for u in self.updates if u["update_id"] >= offset]
+                # As Telegram: a confirmed update is gone for good, also for a
+                # new bot process that asks with no offset (a restart of kb up).
+                pending = [u for u in self.updates if u["update_id"] >= max(offset, self.confirmed_offset)]
             if pending or time.monotonic() >= deadline:
                 return pending
             self._new_update.clear()

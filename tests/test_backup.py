@@ -201,6 +201,28 @@ def test_a_restored_home_is_the_owners_only(store, tmp_path, monkeypatch):
     assert open_to_others(home) == []
 
 
+def test_the_first_kb_up_of_a_restored_home_starts_whatever_heartbeats_the_archive_holds(store, tmp_path,
+                                                                                         monkeypatch):
+    """A backup of a home whose kb up ran holds its daemon's heartbeats. That
+    daemon does not run for the restored home: its first kb up must start
+    (issue 55's month: "A Dagster daemon already runs for this KB_HOME")."""
+    import time
+
+    from dagster._daemon.types import DaemonHeartbeat
+
+    from kb.apps.up import check_no_daemon, daemon_heartbeat
+
+    home = tmp_path / "restored"
+    point_at(monkeypatch, home)
+    restore_backup(store["archive"])
+    dagster_home = home / "dagster"
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        # A heartbeat of the old home's daemon, from just before the restore.
+        instance.add_daemon_heartbeat(DaemonHeartbeat(time.time() - 5, "SENSOR", "daemon-of-the-old-home", []))
+    assert daemon_heartbeat(dagster_home) is None
+    check_no_daemon(dagster_home)  # no error: kb up starts
+
+
 def test_restore_refuses_a_home_that_is_not_empty(store, tmp_path, monkeypatch):
     home = tmp_path / "busy"
     home.mkdir()
@@ -479,6 +501,29 @@ def test_restore_refuses_a_trigger_in_a_dagster_database(store, tmp_path, target
     with pytest.raises(BackupError, match="its Dagster home holds .*dagster/history/runs.db holds a trigger 'override'"):
         restore_backup(repacked(store["archive"], tmp_path, add_trigger))
     assert_nothing_restored(home, victim)
+
+
+def test_the_event_log_of_the_empty_run_id_passes_and_a_dot_file_of_other_bytes_does_not(tmp_path):
+    """Dagster keeps the events of run id "" in history/runs/.db: a home
+    that ran `kb up` has it (issue 55's month). Its suffix is "", so the
+    check reads the name. A `.db` that is not SQLite stays refused."""
+    import sqlite3
+
+    from kb.backup.archive_checks import check_dagster_home
+
+    runs = tmp_path / "dagster" / "history" / "runs"
+    runs.mkdir(parents=True)
+    with sqlite3.connect(runs / ".db") as conn:
+        conn.execute("CREATE TABLE event_logs (id INTEGER PRIMARY KEY, event TEXT)")
+    conn.close()
+    check_dagster_home(tmp_path / "dagster", tmp_path / "a.tar.gz")  # no error
+    (runs / ".db").write_bytes(b"not SQLite at all, " * 100)
+    with pytest.raises(BackupError, match=r"dagster/history/runs/\.db is not a SQLite database"):
+        check_dagster_home(tmp_path / "dagster", tmp_path / "a.tar.gz")
+    (runs / ".db").unlink()
+    (runs / ".dbx").write_bytes(b"x")
+    with pytest.raises(BackupError, match=r"dagster/history/runs/\.dbx is not a SQLite database"):
+        check_dagster_home(tmp_path / "dagster", tmp_path / "a.tar.gz")
 
 
 def test_the_counts_of_a_restored_file_read_it_with_external_access_off(tmp_path):

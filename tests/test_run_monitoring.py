@@ -71,6 +71,9 @@ def test_the_process_id_is_checked_only_for_a_worker_on_this_host(instance):
                                                                     HOST_TAG: here[HOST_TAG], BOOT_TAG: "0" * 32})
 
     assert launcher.check_run_worker_health(this_host).status == WorkerStatus.FAILED
+    # Dagster's run monitoring fails a started run for any answer but RUNNING
+    # and SUCCESS: a worker that kb cannot check is RUNNING (issue 55's month
+    # saw the daemon fail a lint run whose step was still importing).
     health = launcher.check_run_worker_health(other_host)
     # RUNNING, not UNKNOWN: Dagster's run monitoring fails a run of any other status.
     assert health.status == WorkerStatus.RUNNING and "kb-code-container" in health.msg
@@ -98,6 +101,19 @@ def test_the_daemons_run_monitoring_leaves_a_run_of_another_host_running(instanc
     for run in (other_host, untagged):
         monitor_started_run(instance, None, instance.get_run_record_by_id(run.run_id), logging.getLogger("test"))
         assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED, run.run_id
+
+
+def test_a_run_that_names_no_host_in_time_has_failed_unless_its_process_lives(instance, monkeypatch):
+    from kb_assets import run_launcher
+
+    launcher = instance.run_launcher
+    monkeypatch.setattr(run_launcher, "UNTAGGED_GRACE_S", 0)
+    dead = started_run(instance, "run-never-tagged", {PID_TAG: str(dead_pid())})
+    health = launcher.check_run_worker_health(dead)
+    assert health.status == WorkerStatus.FAILED and "has not named its host in 0 s" in health.msg
+    alive = started_run(instance, "run-importing", {PID_TAG: str(os.getpid())})
+    assert launcher.check_run_worker_health(alive).status == WorkerStatus.RUNNING
+    assert {run.run_id for run in fail_runs_of_dead_workers(instance)} == {"run-never-tagged"}
 
 
 def test_a_live_worker_on_this_host_is_running(instance):

@@ -82,6 +82,31 @@ def test_another_process_writes_the_same_run_while_the_keepers_are_open():
 
 
 @pytest.mark.slow
+def test_a_process_that_ends_leaves_no_wal_of_its_runs(kb_home):
+    """A run worker writes its run's file and ends. The WAL of that file goes
+    into the file at the exit: it does not stay as 2 to 3 MB per run in
+    KB_HOME (found by the month of issue 55)."""
+    home = ensure_dagster_home(Settings())
+    worker = textwrap.dedent("""
+        import dagster as dg
+
+        @dg.asset
+        def numbers() -> None:
+            pass
+
+        with dg.DagsterInstance.get() as instance:
+            print(dg.materialize([numbers], instance=instance).run_id)
+    """)
+    done = subprocess.run([sys.executable, "-c", worker], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run_file = home / "history" / "runs" / f"{done.stdout.split()[-1]}.db"
+    assert run_file.is_file()
+    assert not run_file.with_name(run_file.name + "-wal").exists()
+    with sqlite3.connect(run_file) as conn:  # the events are in the file itself
+        assert conn.execute("SELECT count(*) FROM event_logs").fetchone()[0] > 3
+
+
+@pytest.mark.slow
 def test_a_dagster_yaml_of_an_earlier_kb_gets_the_event_log_and_keeps_its_runs(kb_home):
     """A home made before kb had its own event log class: the runs that
     plain Dagster stored there stay, and kb's class reads them."""

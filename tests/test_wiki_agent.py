@@ -217,6 +217,28 @@ def test_good_ingest_is_one_commit_with_the_pages(wiki, monkeypatch):
     assert not [r for r in fake.tool_results() if r.get("is_error")]
 
 
+def test_an_overloaded_endpoint_ends_the_try_in_seconds_with_its_own_reason(wiki, monkeypatch):
+    """The CLI tries a failed request again 2 times only (CLAUDE_CODE_MAX_RETRIES):
+    with its default 10 tries and their waits, a 529 held the try until the
+    agent's timeout, and the owner read "timed out" (issue 55's month)."""
+    import time
+
+    from tests.month_agent import ObedientAgent
+
+    root = wiki.root()
+    before = snapshot(root)
+    with ObedientAgent(root) as agent:
+        agent.down = True
+        started = time.monotonic()
+        outcome = run_ingest(wiki, agent, monkeypatch)
+        seconds = time.monotonic() - started
+    problems = "; ".join(outcome.problems)
+    assert "API Error: 529" in problems, problems
+    assert agent.failed_requests == 3, agent.failed_requests
+    assert seconds < 45, seconds
+    assert_unchanged(before, root)
+
+
 def test_no_report_result_rolls_back(wiki, monkeypatch):
     root = wiki.root()
     before = snapshot(root)
@@ -547,6 +569,8 @@ def test_topic_synthesis_is_one_commit(wiki, monkeypatch):
     assert result.success
     assert subjects(root)[0] == "synthesis: topic computing"
     assert not [r for r in results if r.get("is_error")]  # Grep and Glob inside the wiki are allowed
+    # kb lists the page in index.md (the prompt does not ask the agent to).
+    assert "- [[syntheses/topics/computing]]" in (root / "index.md").read_text()
 
 
 def test_schedules_pick_the_partition_of_the_run():

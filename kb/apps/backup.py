@@ -41,7 +41,18 @@ def create_backup(dest: Path | str | None = None, *, include_dagster: bool = Tru
 
 
 def restore_backup(archive: Path | str, *, force: bool = False, settings: Settings | None = None) -> RestoreResult:
-    """`kb restore`: the archive into an empty KB_HOME, with kb's own dagster.yaml."""
+    """`kb restore`: the archive into an empty KB_HOME, with kb's own dagster.yaml.
+
+    An archive of a home whose kb up ran holds the heartbeats of that home's
+    daemon. That daemon does not run for this home, but its heartbeats made
+    the first kb up of the restored home refuse to start ("a Dagster daemon
+    already runs", found by issue 55's month). The restore notes them as
+    old, as kb up does after a stop."""
+    from kb.apps.up import note_daemon_stopped
     from kb_assets.instance_config import dagster_yaml
 
-    return restore_archive(archive, force=force, settings=settings or get_settings(), dagster_yaml=dagster_yaml)
+    settings = settings or get_settings()
+    result = restore_archive(archive, force=force, settings=settings, dagster_yaml=dagster_yaml)
+    if settings.dagster_home.is_dir():
+        note_daemon_stopped(settings.dagster_home)
+    return result

@@ -57,8 +57,10 @@ import click
 
 from kb.apps.lifeline import Lifeline, group_members
 from kb.apps.watchdog import Watchdog
+from kb.apps.log_rotation import ROTATE_EVERY_S, keep_logs_small
 from kb.apps.up_record import STOP_WAIT_S, RecordError, UpRecord, claim, leftovers, stop_leftovers
 from kb.settings import Settings, get_settings
+from kb.store.atomic_files import write_atomic
 from kb.store.private_files import make_private_folder
 from kb.telegram.notifier import NotificationError, TelegramNotifier
 from kb.wiki.sandbox import container_refusal, sandbox_notice
@@ -435,10 +437,14 @@ class Supervisor:
                 for line in self.off:
                     click.echo(line)
                 click.echo("kb up: running. Stop with Ctrl-C.")
+            rotated_at = 0.0
             while not self.stopping:
                 self.watch()
                 if self.watchdog is not None:
                     self.watchdog.look()
+                if time.monotonic() - rotated_at >= ROTATE_EVERY_S and self.parts:
+                    rotated_at = time.monotonic()
+                    self.keep_logs_small()
                 time.sleep(0.2)
         finally:
             self.stop_all()
@@ -446,6 +452,15 @@ class Supervisor:
                 signal.signal(sig, handler)
         click.echo("kb up: every part stopped.")
         return 0
+
+    def keep_logs_small(self) -> None:
+        """The logs of the parts and Dagster's compute logs stay within their
+        bounds (kb/apps/log_rotation.py). A file that cannot be rotated now
+        is tried again at the next pass."""
+        try:
+            keep_logs_small(self.parts[0].log.parent, self.dagster_home)
+        except OSError as exc:
+            click.echo(f"kb up: could not rotate the logs: {exc}", err=True)
 
     def start(self, part: Part) -> None:
         """Start the part, and write it in the record of this kb up: the
@@ -577,6 +592,7 @@ def note_daemon_stopped(dagster_home: Path) -> None:
     """Note the time: the daemon heartbeats in the instance up to now are of
     a daemon that kb up stopped (see daemon_heartbeat)."""
     try:
-        (dagster_home / STOPPED_MARKER).write_text(f"{time.time()}\n")
+        # Mode 0600 (write_atomic's temp file), as every file of KB_HOME.
+        write_atomic(dagster_home / STOPPED_MARKER, f"{time.time()}\n".encode())
     except OSError as exc:
         click.echo(f"kb up: could not note the stop in {dagster_home}: {exc}", err=True)

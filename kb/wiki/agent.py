@@ -63,6 +63,9 @@ from kb.wiki_files import APPEND_ONLY_FILES, agent_path_problem
 # The in-process MCP server of the agent's tools, by the specification's name (5.4):
 # the agent calls mcp__kb_ingest__report_result.
 AGENT_SERVER = "kb_ingest"
+# Tries of one model request after its first (a 5xx, a 529 overloaded, a
+# lost connection): a short outage passes, and a longer one ends the run.
+CLI_API_RETRIES = 2
 REPORT_TOOL = "report_result"
 REPORT_TOOL_FULL_NAME = f"mcp__{AGENT_SERVER}__{REPORT_TOOL}"
 CHANGE_TOOL = "show_change"
@@ -403,6 +406,11 @@ class WikiAgent(BaseModel):
             "DISABLE_ERROR_REPORTING": "1",
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_BUG_COMMAND": "1",
+            # The CLI's own retries of a failed request (10 by default, with
+            # waits of up to a minute) hid an endpoint that was down until the
+            # agent's timeout, and the owner read "timed out". kb retries a
+            # failed change itself, with its own waits (kb_assets/wiki).
+            "CLAUDE_CODE_MAX_RETRIES": str(CLI_API_RETRIES),
         }
 
     def run(self, prompt: str, *, cwd: Path, max_turns: int | None = None,

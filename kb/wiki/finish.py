@@ -178,6 +178,18 @@ def finish_merges(root: Path) -> None:
         texts[path] = new
 
 
+def finish_topic(root: Path, topic: str) -> list[str]:
+    """kb's part of a topic synthesis: the index lists the page. The topic
+    prompt does not ask the agent for it, and the lint's checks found the
+    page missing from index.md (found by the month of issue 55)."""
+    target = f"syntheses/topics/{topic}"
+    page = root / "wiki" / f"{target}.md"
+    if not page.is_file() or page.is_symlink():
+        return [f"the topic synthesis wiki/{target}.md is missing"]
+    add_to_index(root, "Syntheses", target)
+    return []
+
+
 def finish_lint(root: Path, day: str, unsupported: list[dict]) -> list[str]:
     """kb's part of the lint of `day`: the mechanical part of each merge
     (finish_merges), the report lists the claims that the check found

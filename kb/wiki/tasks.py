@@ -16,7 +16,8 @@ from datetime import date
 from kb.wiki.agent import WikiAgent
 from kb.wiki.change import ChangeOutcome, apply_agent_change, apply_own_change, guarded
 from kb.wiki.checks import check_wiki
-from kb.wiki.finish import finish_ingest, finish_lint, finish_weekly, superseded_parse, write_lint_report
+from kb.wiki.finish import (finish_ingest, finish_lint, finish_topic, finish_weekly, superseded_parse,
+                            write_lint_report)
 from kb.wiki.prompts import GateDecision, ingest_prompt, lint_prompt, synthesis_prompt, topic_prompt
 from kb.wiki.repo import Wiki
 from kb.wiki.schema import INGEST_PREFIX, LINT_PREFIX, SYNTHESIS_PREFIX
@@ -112,4 +113,5 @@ def topic_synthesis(wiki: Wiki, agent: WikiAgent, topic: str, *, today: str, max
         wiki, agent, topic_prompt(topic, today, refused),
         prefix=f"{SYNTHESIS_PREFIX} topic {topic}", max_turns=max_turns,
         must_exist=f"wiki/syntheses/topics/{topic}.md",
+        finish=lambda root: finish_topic(root, topic),
     ))
