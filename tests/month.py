@@ -33,7 +33,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import date, timedelta

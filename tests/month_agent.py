@@ -28,6 +28,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+from kb.wiki.agent import REPORT_TOOL_FULL_NAME
 from kb.wiki.schema import LINT_REPORT, TOPIC, WEEKLY, parsed_paragraphs, render_page
 from tests.fake_anthropic import FakeAnthropic, report, text, tool_use, write
 from tests.wiki_pages import source_page
@@ -88,7 +89,7 @@ class ObedientAgent(FakeAnthropic):
 
     # --- the script of one conversation -------------------------------------------------
     def _answer(self, body: dict) -> list[dict] | None:
-        if not any(t.get("name") == "mcp__kb__report_result" for t in body.get("tools", [])):
+        if not any(t.get("name") == REPORT_TOOL_FULL_NAME for t in body.get("tools", [])):
             return [text("ok")]
         messages = body.get("messages", [])
         prompt = _text_of(messages[0]) if messages else ""
