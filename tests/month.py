@@ -430,7 +430,18 @@ class Month:
         return bool(runs)
 
     def backup_and_move(self) -> None:
-        """`kb backup` while kb up runs, then the restore into a fresh home."""
+        """`kb backup` while kb up runs, then the restore into a fresh home.
+
+        The backup waits until the notice of the day's lint went out, as the
+        owner's nightly backup runs on a quiet system. A notice told after
+        the archive was made is told again by the restored home, which has
+        no record of it (found by the 30-day month of 6 December 2026): the
+        archive is the state of its moment."""
+        from tests.test_up import wait_until
+
+        lint = f"lint {self.day_date(self.backup_day).isoformat()}:"
+        wait_until(lambda: any(m["text"].startswith(lint) for m in self.telegram.sent),
+                   f"the notice of the {lint[:-1]}", self.up)
         archive_dir = self.base / "backups"
         archive_dir.mkdir(exist_ok=True)
         backup = subprocess.run([sys.executable, "-m", "kb.apps.cli", "backup", str(archive_dir)], env=self.env(),
