@@ -29,6 +29,7 @@ from collections import Counter
 from pathlib import Path
 
 from kb.wiki.agent import REPORT_TOOL_FULL_NAME
+from kb.wiki.finish import index_with_link
 from kb.wiki.schema import LINT_REPORT, TOPIC, WEEKLY, parsed_paragraphs, render_page
 from tests.fake_anthropic import FakeAnthropic, report, text, tool_use, write
 from tests.wiki_pages import source_page
@@ -124,20 +125,8 @@ class ObedientAgent(FakeAnthropic):
         return old.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
 
     def _with_index_link(self, section: str, link: str) -> str:
-        lines = self._read("index.md").splitlines() or ["# Index"]
-        entry = f"- [[{link}]]"
-        if entry in lines:
-            return "\n".join(lines) + "\n"
-        heading = f"## {section}"
-        if heading not in lines:
-            lines += ["", heading]
-        at = lines.index(heading) + 1
-        while at < len(lines) and not lines[at].startswith("## "):
-            at += 1
-        while at > 0 and not lines[at - 1].strip():
-            at -= 1
-        lines.insert(at, entry)
-        return "\n".join(lines) + "\n"
+        # The agent writes index.md as kb's own finishing step does (one rule).
+        return index_with_link(self._read("index.md"), section, link)
 
     def _ingest(self, prompt: str) -> list:
         parsed = re.search(r"The new source is at: (\S+)", prompt).group(1)

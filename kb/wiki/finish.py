@@ -31,13 +31,12 @@ UNSUPPORTED_SECTION = "Unsupported claims"
 BACKLINK_FOLDERS = ("sources/", "entities/", "concepts/")
 
 
-def add_to_index(root: Path, section: str, link: str) -> None:
-    """Add `- [[link]]` under `## section` of index.md, once."""
-    index = root / "index.md"
-    lines = index.read_text(encoding="utf-8").splitlines() if index.exists() else ["# Index"]
+def index_with_link(text: str, section: str, link: str) -> str:
+    """The text of index.md with `- [[link]]` under `## section`, once."""
+    lines = text.splitlines() or ["# Index"]
     entry = f"- [[{link}]]"
     if entry in lines:
-        return
+        return "\n".join(lines) + "\n"
     heading = f"## {section}"
     if heading not in lines:
         lines += ["", heading]
@@ -47,7 +46,16 @@ def add_to_index(root: Path, section: str, link: str) -> None:
     while at > 0 and not lines[at - 1].strip():
         at -= 1
     lines.insert(at, entry)
-    write_wiki_file(root, index, ("\n".join(lines) + "\n").encode())
+    return "\n".join(lines) + "\n"
+
+
+def add_to_index(root: Path, section: str, link: str) -> None:
+    """Add `- [[link]]` under `## section` of index.md, once."""
+    index = root / "index.md"
+    text = index.read_text(encoding="utf-8") if index.exists() else ""
+    new = index_with_link(text, section, link)
+    if new != text:
+        write_wiki_file(root, index, new.encode())
 
 
 def add_section_line(root: Path, path: Path, section: str, line: str) -> bool:

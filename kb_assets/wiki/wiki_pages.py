@@ -184,6 +184,17 @@ def unexpected(exc: Exception) -> ChangeOutcome:
     return ChangeOutcome(ok=False, problems=[f"error outside the change: {type(exc).__name__}: {exc}"])
 
 
+def _one_try(context: dg.AssetExecutionContext, subject: str, telegram: TelegramNotifierResource, used: int,
+             change):
+    """One try of a wiki change: change(refused) with the rules that refused
+    the try before. An error outside the checked change uses the same
+    retry count (kb/retries.py): _finish asks for the retry or fails."""
+    try:
+        return change(refusal_for_retry(context, used))
+    except Exception as exc:  # _finish raises: a retry after the wait, or the end
+        _finish(context, unexpected(exc), subject, telegram, used, cause=exc)
+
+
 def _finish(context: dg.AssetExecutionContext, outcome: ChangeOutcome, subject: str,
             telegram: TelegramNotifierResource, used: int, cause: BaseException | None = None) -> None:
     """After a failed change (the wiki is rolled back), ask Dagster for a
@@ -272,11 +283,8 @@ def wiki_pages(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent
     check_budget(context, used, subject)
     now = datetime.now(ZoneInfo(get_settings().tz)).isoformat(timespec="seconds")
     # A refused change leaves the source approved; the next try hears the rule that refused it.
-    try:
-        outcome = ingest_source(wiki, wiki_agent, decision, now=now, max_turns=wiki_agent.max_turns,
-                                refused=refusal_for_retry(context, used))
-    except Exception as exc:  # outside the checked change: the same count (kb/retries.py)
-        _finish(context, unexpected(exc), subject, telegram, used, cause=exc)
+    outcome = _one_try(context, subject, telegram, used, lambda refused: ingest_source(
+        wiki, wiki_agent, decision, now=now, max_turns=wiki_agent.max_turns, refused=refused))
     _finish(context, outcome, subject, telegram, used)
     yield dg.MaterializeResult(metadata={**change_metadata(outcome), "source_id": source_id, "attempt": used + 1})
 
@@ -294,11 +302,8 @@ def wiki_lint(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_agent:
     subject = f"lint {context.partition_key}"
     used = retries_used(context)
     check_budget(context, used, subject)
-    try:
-        lint = lint_wiki(wiki, wiki_agent, context.partition_key, max_turns=wiki_agent.lint_max_turns,
-                         refused=refusal_for_retry(context, used))
-    except Exception as exc:  # outside the checked change: the same count (kb/retries.py)
-        _finish(context, unexpected(exc), subject, telegram, used, cause=exc)
+    lint = _one_try(context, subject, telegram, used, lambda refused: lint_wiki(
+        wiki, wiki_agent, context.partition_key, max_turns=wiki_agent.lint_max_turns, refused=refused))
     _finish(context, lint.outcome, subject, telegram, used)
     return dg.MaterializeResult(metadata={
         **change_metadata(lint.outcome), "mode": lint.mode,
@@ -324,12 +329,9 @@ def wiki_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, wiki_a
     subject = f"synthesis {context.partition_key}"
     used = retries_used(context)
     check_budget(context, used, subject)
-    try:
-        week = weekly_synthesis(wiki, wiki_agent, date.fromisoformat(context.partition_key), tz=settings.tz,
-                                max_turns=wiki_agent.synthesis_max_turns, thin_week=settings.kb_synthesis_thin_week,
-                                refused=refusal_for_retry(context, used))
-    except Exception as exc:  # outside the checked change: the same count (kb/retries.py)
-        _finish(context, unexpected(exc), subject, telegram, used, cause=exc)
+    week = _one_try(context, subject, telegram, used, lambda refused: weekly_synthesis(
+        wiki, wiki_agent, date.fromisoformat(context.partition_key), tz=settings.tz,
+        max_turns=wiki_agent.synthesis_max_turns, thin_week=settings.kb_synthesis_thin_week, refused=refused))
     if week.outcome is None:
         _observe(context, State.WAITING, reason="ANTHROPIC_BASE_URL is not set", sources=len(week.slugs))
         return
@@ -363,11 +365,8 @@ def wiki_topic_synthesis(context: dg.AssetExecutionContext, wiki: WikiResource, 
     used = retries_used(context)
     check_budget(context, used, subject)
     today = datetime.now(ZoneInfo(get_settings().tz)).date().isoformat()
-    try:
-        outcome = topic_synthesis(wiki, wiki_agent, topic, today=today, max_turns=wiki_agent.synthesis_max_turns,
-                                  refused=refusal_for_retry(context, used))
-    except Exception as exc:  # outside the checked change: the same count (kb/retries.py)
-        _finish(context, unexpected(exc), subject, telegram, used, cause=exc)
+    outcome = _one_try(context, subject, telegram, used, lambda refused: topic_synthesis(
+        wiki, wiki_agent, topic, today=today, max_turns=wiki_agent.synthesis_max_turns, refused=refused))
     _finish(context, outcome, subject, telegram, used)
     yield dg.MaterializeResult(metadata={**change_metadata(outcome), "topic": topic})
 
