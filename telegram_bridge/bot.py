@@ -294,9 +294,43 @@ def build(settings: Settings, read_states: StateReader) -> tuple[Bot, Dispatcher
     return build_bot(settings), build_dispatcher(BotApp(settings, read_states))
 
 
+# The Bot API can be out of reach when the bot starts: the machine boots
+# before its network, or a container starts before its route out. aiogram's
+# polling loop waits out network errors, but its first call (getMe, in
+# start_polling) does not: the bot stopped, and a container that restarts it
+# was not running for part of each minute (found by tests/test_containers.py).
+# So the bot waits for getMe itself, with waits that double up to 60 s.
+BOT_API_FIRST_WAIT_S = 1.0
+BOT_API_MAX_WAIT_S = 60.0
+
+
+async def wait_for_bot_api(bot: Bot, token: str, first_wait_s: float = BOT_API_FIRST_WAIT_S) -> None:
+    """Call getMe until the Bot API answers. A network error or a server
+    error (5xx) waits and tries again; a refusal of the token
+    (TelegramUnauthorizedError) goes to the caller at once."""
+    import tenacity
+    from aiogram.exceptions import TelegramNetworkError, TelegramServerError
+
+    def told(state: tenacity.RetryCallState) -> None:
+        error = state.outcome.exception()
+        log.warning("the Bot API does not answer (%s); try %d again in %.0f s",
+                    redact(f"{type(error).__name__}: {error}", token), state.attempt_number + 1,
+                    state.next_action.sleep if state.next_action else 0)
+
+    retrying = tenacity.AsyncRetrying(
+        retry=tenacity.retry_if_exception_type((TelegramNetworkError, TelegramServerError, aiohttp.ClientError,
+                                                asyncio.TimeoutError)),
+        wait=tenacity.wait_exponential(multiplier=first_wait_s, max=BOT_API_MAX_WAIT_S),
+        before_sleep=told, reraise=True)
+    async for attempt in retrying:
+        with attempt:
+            await bot.me()  # aiogram keeps the answer: start_polling asks no second time
+
+
 async def run(settings: Settings, read_states: StateReader, *, polling_timeout: int = 30,
-              handle_signals: bool = True) -> None:
+              handle_signals: bool = True, first_wait_s: float = BOT_API_FIRST_WAIT_S) -> None:
     bot, dispatcher = build(settings, read_states)
+    await wait_for_bot_api(bot, bot_token(settings), first_wait_s)
     try:
         await bot.set_my_commands(COMMANDS)
     except (TelegramAPIError, aiohttp.ClientError) as exc:
@@ -318,5 +352,12 @@ def serve(settings: Settings, read_states: StateReader) -> int:
         log.warning("ALLOWED_USER_IDS is empty: the bot answers nobody. Add your Telegram user id.")
     Path(settings.inbox_dir).mkdir(parents=True, exist_ok=True)
     log.info("kb-bot: inbox %s, Bot API %s", settings.inbox_dir, settings.telegram_api_base)
-    asyncio.run(run(settings, read_states))
+    from aiogram.exceptions import TelegramUnauthorizedError
+
+    try:
+        asyncio.run(run(settings, read_states))
+    except TelegramUnauthorizedError:
+        print(f"The Bot API at {settings.telegram_api_base} refuses TELEGRAM_BOT_TOKEN (Unauthorized). "
+              "Get the token again from @BotFather.", file=sys.stderr)
+        return 2
     return 0

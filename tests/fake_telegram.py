@@ -63,7 +63,8 @@ class FakeTelegram:
         self.base_url = ""
 
     # --- life cycle -------------------------------------------------------------------
-    def start(self) -> FakeTelegram:
+    def start(self, port: int = 0) -> FakeTelegram:
+        self._port = port
         self._thread = threading.Thread(target=self._serve, daemon=True, name="fake-telegram")
         self._thread.start()
         if not self._started.wait(10):
@@ -85,7 +86,7 @@ class FakeTelegram:
         app.router.add_get("/file/bot{token}/{path:.+}", self._file)
         self._runner = web.AppRunner(app, access_log=None)
         self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", self._port)
         self._loop.run_until_complete(site.start())
         port = site._server.sockets[0].getsockname()[1]
         self.base_url = f"http://127.0.0.1:{port}"

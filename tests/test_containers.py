@@ -281,6 +281,18 @@ def test_each_part_is_walled_in(deployment, service):
     assert set(r["secrets found"]) <= own, r["secrets found"]
 
 
+def test_every_part_runs_and_none_restarted(deployment):
+    """A part that stops and is restarted is not there for part of the
+    time (the bot stopped when the Bot API was out of reach at its start)."""
+    states = {}
+    for service in SERVICES:
+        out = subprocess.run(["podman", "inspect", "--format", "{{.State.Status}} {{.RestartCount}}",
+                              deployment.container(service)], env=deployment.env, capture_output=True, text=True)
+        states[service] = out.stdout.strip()
+    print(f"\nstates: {states}")
+    assert states == {s: "running 0" for s in SERVICES}, f"{states}\n{deployment.logs()}"
+
+
 def test_the_code_server_fetch_guard_refuses_private_addresses(deployment):
     """code reaches the internet for links; kb's fetch guard refuses the
     private addresses, the metadata service and the machine's own UI."""

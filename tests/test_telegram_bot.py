@@ -5,6 +5,7 @@ Dagster instance."""
 import asyncio
 import contextlib
 import json
+import socket
 
 import pytest
 
@@ -249,6 +250,56 @@ def test_run_sets_the_command_menu_and_writes_the_manifest_with_the_telegram_ids
         "id": telegram_item_id(OWNER, 7), "type": "text", "origin": "telegram",
         "chat_id": OWNER, "message_id": 7, "user_id": OWNER}
     assert name.endswith(f"-{data['id']}.json")
+
+
+def test_the_bot_waits_for_a_bot_api_that_is_not_there_yet(monkeypatch, caplog, kb_home):
+    """A bot that starts before its network waits for the Bot API and then
+    serves: it does not stop (a container that restarts it is not running
+    part of the time)."""
+    from telegram_bridge.bot import run
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)
+    monkeypatch.setenv("ALLOWED_USER_IDS", str(OWNER))
+    monkeypatch.setenv("TELEGRAM_API_BASE", f"http://127.0.0.1:{port}")
+    server = FakeTelegram(TOKEN)
+
+    async def session():
+        settings = get_settings()
+        task = asyncio.create_task(run(settings, dagster_reader(settings), polling_timeout=1, handle_signals=False,
+                                       first_wait_s=0.1))
+        try:
+            await asyncio.sleep(1.5)  # the Bot API refuses each connection meanwhile
+            assert not task.done(), task.exception() if task.done() else None
+            await asyncio.to_thread(server.start, port)
+            server.push(tg.message_update(server.next_update_id(), 5, OWNER, **tg.text_fields(LONG_TEXT)))
+            await server.wait_until(lambda: server.replies_to(5))
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    try:
+        asyncio.run(session())
+    finally:
+        server.stop()
+    waits = [r.getMessage() for r in caplog.records if "the Bot API does not answer" in r.getMessage()]
+    assert len(waits) >= 2 and all("TelegramNetworkError" in w for w in waits), waits
+    assert TOKEN.split(":")[1] not in caplog.text
+
+
+def test_a_refused_token_stops_the_bot_with_a_clear_error(fake, monkeypatch, capsys, caplog, kb_home):
+    from telegram_bridge.bot import serve
+
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123456:TEST-SECRET-OTHER")
+    settings = get_settings()
+    assert serve(settings, dagster_reader(settings)) == 2
+    err = capsys.readouterr().err
+    assert "refuses TELEGRAM_BOT_TOKEN (Unauthorized)" in err and fake.base_url in err
+    assert fake.unauthorized == 1
+    assert "TEST-SECRET-OTHER" not in err + caplog.text
 
 
 def test_redaction_removes_the_token_from_text_and_log_records():
