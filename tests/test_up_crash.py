@@ -125,6 +125,44 @@ def test_the_next_kb_up_stops_only_the_recorded_processes_of_a_dead_kb_up(kb_hom
             process.wait()
 
 
+def test_the_next_kb_up_fails_the_runs_that_were_starting_when_kb_up_died(kb_home, capsys):
+    """A run that was STARTING when kb up got SIGKILL has no worker: the next
+    kb up fails it at once (Dagster's start timeout would wait 180 s), and
+    only it: a started run (run monitoring checks its worker) and a finished
+    run stay as they are."""
+    import json
+
+    import dagster as dg
+
+    from kb.apps.up import take_home
+    from kb.settings import get_settings
+    from kb_assets.instance_config import ensure_dagster_home
+
+    settings = get_settings()
+    ensure_dagster_home(settings)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (kb_home / "run").mkdir(exist_ok=True)
+    (kb_home / "run" / "kb-up.json").write_text(json.dumps({"pid": dead.pid, "started": 0.0, "parts": []}))
+    with dg.DagsterInstance.from_config(str(settings.dagster_home)) as instance:
+        runs = {status: instance.add_run(dg.DagsterRun(job_name="wiki_ingest_job", status=status)).run_id
+                for status in (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
+                               dg.DagsterRunStatus.SUCCESS)}
+
+    take_home(settings).release()
+    starting = runs[dg.DagsterRunStatus.STARTING]
+    assert capsys.readouterr().out == (f"kb up: run {starting} of wiki_ingest_job was starting when the earlier kb "
+                                       "up ended: it is failed now, and its run retry (if it has one left) starts "
+                                       "it again.\n")
+    with dg.DagsterInstance.from_config(str(settings.dagster_home)) as instance:
+        assert {s: instance.get_run_by_id(r).status for s, r in runs.items()} == {
+            dg.DagsterRunStatus.STARTING: dg.DagsterRunStatus.FAILURE,
+            dg.DagsterRunStatus.STARTED: dg.DagsterRunStatus.STARTED,
+            dg.DagsterRunStatus.SUCCESS: dg.DagsterRunStatus.SUCCESS}
+        [failure] = instance.get_records_for_run(starting, of_type=dg.DagsterEventType.RUN_FAILURE).records
+        assert "its worker never started" in failure.event_log_entry.dagster_event.message
+
+
 @pytest.mark.parametrize("failure", ["cannot start", "dies before it answers"])
 def test_a_kb_up_that_refuses_to_start_stops_the_parts_that_it_started(tmp_path, failure):
     """The search page (with a child) and the code server run; then the

@@ -566,11 +566,29 @@ def test_topic_synthesis_is_one_commit(wiki, monkeypatch):
         result = dg.materialize([wiki_topic_synthesis], partition_key=key, instance=instance,
                                 resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
         results = fake.tool_results()
+        first_requests = len(fake.requests)
     assert result.success
     assert subjects(root)[0] == "synthesis: topic computing"
     assert not [r for r in results if r.get("is_error")]  # Grep and Glob inside the wiki are allowed
     # kb lists the page in index.md (the prompt does not ask the agent to).
     assert "- [[syntheses/topics/computing]]" in (root / "index.md").read_text()
+
+    # The same topic again, with no new source: the agent writes the same
+    # page. Nothing new is no failure: no commit, one try, the run succeeds.
+    head = wiki.head()
+    with FakeAnthropic(turns=turns[1:]) as fake, ephemeral_instance() as instance:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        instance.add_dynamic_partitions("wiki_topics", [key])
+        again = dg.materialize([wiki_topic_synthesis], partition_key=key, instance=instance,
+                               resources={"wiki": WikiResource.from_settings(), "wiki_agent": WikiAgentResource.from_settings(), "telegram": TelegramNotifierResource.from_settings()})
+        tries = len(fake.requests)
+    assert again.success and wiki.head() == head
+    assert tries == first_requests - 1  # one try: the first run's requests without its search turn
+    [event] = again.get_asset_materialization_events()
+    warnings = event.materialization.metadata["warnings"].value
+    assert "nothing new" in str(warnings), warnings
+    notice = wiki_result_text("wiki_topic_synthesis", key, {k: v.value for k, v in event.materialization.metadata.items()})
+    assert notice.startswith(f"topic synthesis {key}: nothing new since the last version"), notice
 
 
 def test_schedules_pick_the_partition_of_the_run():

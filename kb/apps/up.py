@@ -372,7 +372,32 @@ def take_home(settings: Settings) -> UpRecord:
     if settings.dagster_home.is_dir():
         # Its daemon is stopped: its last heartbeats are no daemon that runs.
         note_daemon_stopped(settings.dagster_home)
+        for line in fail_orphaned_launches(settings.dagster_home):
+            click.echo(f"kb up: {line}")
     return record
+
+
+def fail_orphaned_launches(dagster_home: Path) -> list[str]:
+    """Fail the runs that were STARTING when the earlier kb up died: the
+    code server that was to start their worker is gone. Without this, such a
+    run waits for Dagster's start timeout (start_timeout_seconds, 180 s) and
+    the next monitoring poll, about 3.5 minutes, before its run retry starts
+    the item again (found by the 30-day month: day 10, kill -9 of kb up).
+    The failure is Dagster's own (a RUN_FAILURE event), so the run retry
+    daemon of the new kb up retries the run as usual."""
+    if not (dagster_home / "dagster.yaml").exists():
+        return []
+    import dagster as dg
+
+    os.environ["DAGSTER_HOME"] = str(dagster_home)  # kb's SQLite storage finds its files through it
+    lines = []
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTING])):
+            instance.report_run_failed(run, "The run was starting when kb up ended without its stop: its worker "
+                                            "never started. kb up failed it at its next start.")
+            lines.append(f"run {run.run_id} of {run.job_name} was starting when the earlier kb up ended: it is "
+                         "failed now, and its run retry (if it has one left) starts it again.")
+    return lines
 
 
 def prepare_home(settings: Settings, code_server: Path) -> tuple[Path, Path]:

@@ -60,12 +60,13 @@ def _apply_agent_change(
     must_contain: tuple[str, str] | None = None,
     finish=None,
     provenance: tuple[str, ...] = (),
+    nothing_new_ok: bool = False,
 ) -> ChangeOutcome:
     before = wiki.begin_change()
     try:
         run = agent.run(prompt, cwd=wiki.root(), max_turns=max_turns, show_change=wiki.pending_diff)
         verdict = commit_agent_change(wiki, before, run, prefix=prefix, may_delete_pages=may_delete_pages,
-                                      finish=finish, provenance=provenance)
+                                      finish=finish, provenance=provenance, nothing_new_ok=nothing_new_ok)
         problems = list(verdict.problems)
         if not problems and must_exist and wiki.show("HEAD", must_exist) is None:
             problems.append(f"the commit has no {must_exist}")
@@ -74,6 +75,8 @@ def _apply_agent_change(
             if text.lower() not in (wiki.show("HEAD", path) or "").lower():
                 problems.append(f"{path} does not say {text!r}")
         warnings = list((run.report or {}).get("warnings", []))
+        if not problems and verdict.sha == before.sha:
+            warnings.insert(0, "nothing new: the agent changed no file, and the wiki stays as it was")
         if run.status == "partial":
             # A partial change is committed; the owner hears of it as a warning.
             warnings.insert(0, "partial: the agent did only a part of the change: "
@@ -109,13 +112,16 @@ def _apply_agent_change(
 
 
 def commit_agent_change(wiki: Wiki, before: BeforeChange, run: AgentRun, *, prefix: str,
-                        may_delete_pages: bool, finish=None, provenance: tuple[str, ...] = ()) -> Verdict:
+                        may_delete_pages: bool, finish=None, provenance: tuple[str, ...] = (),
+                        nothing_new_ok: bool = False) -> Verdict:
     """kb's side of an agent change: check the working tree against the
     allowlist and the secrets, make the one commit with the agent's
     commit_message, then verify the commit. A verdict without problems means
     that the change is committed and good. `finish(root)`, when given, runs
     first: kb's own deterministic part of the change (back-links, the index)
-    on the agent's files; it returns the problems that refuse the change."""
+    on the agent's files; it returns the problems that refuse the change.
+    `nothing_new_ok`: a run that changed no file is a success (no commit):
+    the page to update exists, and nothing was new since its last version."""
     failure = run.failure()
     if failure:
         return Verdict(problems=[failure])
@@ -126,7 +132,7 @@ def commit_agent_change(wiki: Wiki, before: BeforeChange, run: AgentRun, *, pref
     if refused:
         return Verdict(problems=refused)
     if wiki.commit_pending(message, provenance) is None:
-        return Verdict(problems=["the agent changed no file"])
+        return Verdict(sha=before.sha) if nothing_new_ok else Verdict(problems=["the agent changed no file"])
     return wiki.verify_change(before, prefix, may_delete_pages=may_delete_pages, provenance=provenance)
 
 

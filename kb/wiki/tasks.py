@@ -109,9 +109,13 @@ def topic_synthesis(wiki: Wiki, agent: WikiAgent, topic: str, *, today: str, max
     """Write or update the synthesis page of one topic. `topic` is a topic
     key (kb.wiki.prompts.topic_key); `today` is the ISO date."""
     wiki.ensure()
+    page = f"wiki/syntheses/topics/{topic}.md"
     return guarded(lambda: apply_agent_change(
         wiki, agent, topic_prompt(topic, today, refused),
-        prefix=f"{SYNTHESIS_PREFIX} topic {topic}", max_turns=max_turns,
-        must_exist=f"wiki/syntheses/topics/{topic}.md",
+        prefix=f"{SYNTHESIS_PREFIX} topic {topic}", max_turns=max_turns, must_exist=page,
         finish=lambda root: finish_topic(root, topic),
+        # A second /synthesize of a topic with no new source: the agent writes
+        # the same page. That is no failure (the 30-day month found 8 tries of
+        # it, then a "failed" to the owner).
+        nothing_new_ok=wiki.show("HEAD", page) is not None,
     ))
