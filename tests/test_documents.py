@@ -477,7 +477,7 @@ def test_without_a_browser_the_stage_stops_and_keeps_what_it_fetched(sites, tmp_
     with store.connect() as conn:
         assert conn.execute("SELECT count(*) FROM documents").fetchone() == (1,)
     # The coverage check sees the page that waits.
-    check = documents_coverage(duckdb=DuckDBResource(path=store.path))
+    check = documents_coverage(duckdb=DuckDBResource(path=store.path), batches=[BATCH])
     assert not check.passed
     assert (check.metadata["links"].value, check.metadata["usable"].value, check.metadata["pending"].value) == (2, 1, 1)
 

@@ -63,6 +63,23 @@ def test_a_catch_up_leaves_each_materialization_holding_only_its_own_partitions_
     assert by_run[(runs[2].run_id, batch1)] == {batch1: per_batch[batch1]}
     assert (runs[1].run_id, batch1) not in by_run and (runs[2].run_id, batch2) not in by_run
 
+    # The stages' checks are per partition too: each evaluation of a run names
+    # the run's partition, and a coverage check counts that partition's items.
+    # (The bookmarks' checks hold for the whole table: they have no partition.)
+    photos = dict(duck("SELECT b.batch, count(DISTINCT m.url) FROM media m JOIN bookmarks b USING (tweet_id) "
+                       "WHERE m.kind = 'photo' GROUP BY b.batch"))
+    assert photos[batch1] and photos[batch2]
+    for run in runs:
+        partition = run.tags["dagster/partition"]
+        evaluations = {(e.asset_key.to_user_string(), e.check_name): e for e in (
+            r.event_log_entry.dagster_event.event_specific_data for r in inst.get_records_for_run(
+                run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION, limit=1000).records)}
+        stage_checks = [e for (asset, _), e in evaluations.items() if asset in STAGES]
+        assert stage_checks and {e.partition for e in stage_checks} == {partition}, run.job_name
+        assert ("captions", "captions_stage") in evaluations
+        coverage = evaluations[("captions", "captions_coverage")].metadata
+        assert coverage["photos"].value == photos[partition], (partition, coverage)
+
     # Search finds a post of batch 1: the catch-up indexed it.
     [(tweet_id, text)] = duck(f"SELECT tweet_id, text FROM bookmarks WHERE batch = '{batch1}' "
                               "AND length(text) > 80 ORDER BY tweet_id LIMIT 1")

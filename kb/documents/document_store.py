@@ -65,18 +65,22 @@ def fetchable(targets: list[Target], skip: set[str]) -> list[Target]:
     return targets
 
 
-def document_coverage(conn: duckdb.DuckDBPyConnection) -> tuple[dict[str, int], dict[str, int]]:
+def document_coverage(conn: duckdb.DuckDBPyConnection,
+                      batches: list[str] | None = None) -> tuple[dict[str, int], dict[str, int]]:
     """The addresses that can have a document: (links, usable, failed,
-    pending), and the failed ones per reason."""
+    pending), and the failed ones per reason; of the links of the given
+    batches (None: of every batch)."""
+    eligible = ELIGIBLE_LINKS.format(batch_filter="AND (? OR list_contains(?, l.batch))")
+    which = [batches is None, batches or []]
     total, usable, failed = conn.execute(
-        f"""WITH eligible AS ({ELIGIBLE_LINKS.format(batch_filter="")})
+        f"""WITH eligible AS ({eligible})
             SELECT count(*), count(*) FILTER (WHERE d.status = 'ok'), count(*) FILTER (WHERE d.status = 'failed')
-            FROM eligible e LEFT JOIN documents d ON d.url_norm = e.url_norm"""
+            FROM eligible e LEFT JOIN documents d ON d.url_norm = e.url_norm""", which
     ).fetchone()
     reasons = dict(conn.execute(
-        f"""WITH eligible AS ({ELIGIBLE_LINKS.format(batch_filter="")})
+        f"""WITH eligible AS ({eligible})
             SELECT d.reason, count(*) FROM eligible e JOIN documents d ON d.url_norm = e.url_norm
-            WHERE d.status = 'failed' GROUP BY d.reason ORDER BY d.reason"""
+            WHERE d.status = 'failed' GROUP BY d.reason ORDER BY d.reason""", which
     ).fetchall())
     numbers = {"links": total, "usable": usable, "failed": failed, "pending": total - usable - failed}
     return numbers, reasons

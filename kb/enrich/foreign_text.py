@@ -89,8 +89,11 @@ def waiting_by_batch(conn: duckdb.DuckDBPyConnection, skip: set[str]) -> dict[st
     ).fetchall())
 
 
-def translation_coverage(conn: duckdb.DuckDBPyConnection, skip: set[str]) -> dict[str, int]:
-    rows = foreign_chunks(conn, None, skip)
+def translation_coverage(conn: duckdb.DuckDBPyConnection, skip: set[str],
+                         batches: list[str] | None = None) -> dict[str, int]:
+    """Foreign texts: total, translated, already English, waiting; of the
+    given batches (None: of every batch)."""
+    rows = [row for row in foreign_chunks(conn, None, skip) if batches is None or row[4] in batches]
     done = [row for row in rows if row[2]]
     return {"foreign_texts": len(rows), "translated": sum(1 for row in done if row[3] is not None),
             "already_english": sum(1 for row in done if row[3] is None), "waiting": len(rows) - len(done)}

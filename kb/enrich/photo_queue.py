@@ -54,11 +54,12 @@ def waiting_by_batch(conn: duckdb.DuckDBPyConnection, *, retry: bool = False) ->
     return dict(Counter(photo.batch for photo in waiting_photos(conn, None, retry=retry)))
 
 
-def photo_coverage(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    """Photos of live bookmarks: total, captioned, failed, waiting."""
+def photo_coverage(conn: duckdb.DuckDBPyConnection, batches: list[str] | None = None) -> dict[str, int]:
+    """Photos of live bookmarks: total, captioned, failed, waiting; of the
+    given batches (None: of every batch)."""
     total, ok, failed = conn.execute(
         f"""SELECT count(*), count(*) FILTER (WHERE status = 'ok'), count(*) FILTER (WHERE status = 'failed')
-            FROM ({PHOTOS_SQL})""").fetchone()
+            FROM ({PHOTOS_SQL}) WHERE ? OR list_contains(?, batch)""", [batches is None, batches or []]).fetchone()
     return {"photos": total, "captioned": ok, "failed": failed, "waiting": total - ok - failed}
 
 

@@ -61,13 +61,14 @@ def waiting_videos(conn: duckdb.DuckDBPyConnection, batches: list[str] | None, *
     return [Video(*row) for row in rows]
 
 
-def video_coverage(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    """Videos of live bookmarks: total, transcribed (with or without speech), failed, waiting."""
+def video_coverage(conn: duckdb.DuckDBPyConnection, batches: list[str] | None = None) -> dict[str, int]:
+    """Videos of live bookmarks: total, transcribed (with or without speech),
+    failed, waiting; of the given batches (None: of every batch)."""
     total, ok, speech, failed = conn.execute(
         f"""SELECT count(*), count(*) FILTER (WHERE status = 'ok'),
                    count(*) FILTER (WHERE status = 'ok' AND word_count > 0),
                    count(*) FILTER (WHERE status = 'failed')
-            FROM ({VIDEOS_SQL})""").fetchone()
+            FROM ({VIDEOS_SQL}) WHERE ? OR list_contains(?, batch)""", [batches is None, batches or []]).fetchone()
     return {"videos": total, "transcribed": ok, "with_speech": speech, "failed": failed,
             "waiting": total - ok - failed}
 

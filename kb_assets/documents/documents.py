@@ -13,7 +13,8 @@ import dagster as dg
 
 from kb.documents.document_store import document_coverage
 from kb.documents.fetcher import fetch_documents
-from kb_assets.enrich.enrichment import (failure_line, failure_list, from_batches, goes_on_after_failure,
+from kb_assets.enrich.enrichment import (batches_of_run, coverage_spec, failure_line, failure_list, from_batches,
+                                         goes_on_after_failure,
                                          service_stopped, stage_check_spec, with_checks)
 from kb_assets.partitions import sync_batches
 from kb_assets.run_choices import excluded_in_run
@@ -57,9 +58,9 @@ def fetch_batch(
     return dg.MaterializeResult(metadata=metadata)
 
 
-def documents_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
+def documents_coverage(duckdb: DuckDBResource, batches: list[str]) -> dg.AssetCheckResult:
     with duckdb.get_client().connect() as conn:
-        numbers, reasons = document_coverage(conn)
+        numbers, reasons = document_coverage(conn, batches)
     coverage = numbers["usable"] / numbers["links"] if numbers["links"] else 1.0
     return dg.AssetCheckResult(
         check_name="documents_coverage",
@@ -73,8 +74,8 @@ def documents_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
     )
 
 
-DOCUMENTS_COVERAGE = dg.AssetCheckSpec(
-    "documents_coverage", asset="documents",
+DOCUMENTS_COVERAGE = coverage_spec(
+    "documents_coverage", "documents",
     description="Share of links with a usable document. It passes when every link has a fetch result: "
     "a dead link is a fault of the web, not of the stage.")
 
@@ -93,4 +94,4 @@ def documents(
     context: dg.AssetExecutionContext, config: DocumentsConfig, duckdb: DuckDBResource, browser: BrowserResource
 ) -> dg.MaterializeResult:
     result = goes_on_after_failure(context, "kb extract", fetch_batch, context, config, duckdb, browser)
-    return with_checks(context, result, documents_coverage(duckdb))
+    return with_checks(context, result, documents_coverage(duckdb, batches_of_run(context)))

@@ -4,12 +4,14 @@ metadata of failures, the result of a stage that stopped, and the checks
 that run in the stage's step. The items that wait and the writer of their
 results are in the core (kb/enrich/waiting_items.py)."""
 
+import warnings
 from collections import Counter
 from collections.abc import Callable
 
 import dagster as dg
 
 from kb_assets.keys import STOPPED
+from kb_assets.partitions import sync_batches
 
 
 def batches_of_run(context) -> list[str]:
@@ -62,10 +64,19 @@ def stage_check_name(asset: str) -> str:
 
 
 def stage_check_spec(asset: str) -> dg.AssetCheckSpec:
-    return dg.AssetCheckSpec(
-        stage_check_name(asset), asset=asset,
-        description="Fails (severity ERROR) when the stage's service failed or stopped. The results before "
+    return _partitioned_check(
+        stage_check_name(asset), asset,
+        "Fails (severity ERROR) when the stage's service failed or stopped. The results before "
         "the stop are stored; the other items wait for the next run.")
+
+
+def _partitioned_check(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
+    # A partitions_def on a check is a preview of Dagster 1.13 (a PreviewWarning
+    # at each load of the graph). pyproject.toml keeps Dagster below 1.14, and
+    # tests/test_partitions.py checks the partition of each evaluation.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        return dg.AssetCheckSpec(name, asset=asset, partitions_def=sync_batches, description=description)
 
 
 def _stage_result(context, error: str = "") -> dg.AssetCheckResult:
@@ -122,10 +133,19 @@ def with_checks(context, result: dg.MaterializeResult, *checks: dg.AssetCheckRes
     return result._replace(check_results=[*own, *checks])
 
 
+# The stage's checks are per partition (sync batch): the UI shows, for each
+# batch, whether its stage stopped and what of its items waits. A run of a
+# range of partitions (a backfill with a single-run policy) records its check
+# results for the range as a whole: Dagster gives them no partition then.
+def coverage_spec(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
+    return _partitioned_check(name, asset, description)
+
+
 def coverage_check(name: str, numbers: dict, *, done: int, total: int, off: bool, off_key: str) -> dg.AssetCheckResult:
-    """The coverage check of a stage: it passes when no item waits, or when
-    the stage is off (`off`, shown as `off_key`). Only a warning: the items
-    that wait get their turn in the next run."""
+    """The coverage check of a stage, for the items of the run's partitions:
+    it passes when no item waits, or when the stage is off (`off`, shown as
+    `off_key`). Only a warning: the items that wait get their turn in the
+    next run."""
     share = done / total if total else 1.0
     return dg.AssetCheckResult(
         check_name=name,

@@ -30,7 +30,7 @@ A failed photo is stored with its reason and tried again only on request
 import dagster as dg
 
 from kb.enrich.photo_queue import SOURCE, caption_waiting, photo_coverage, too_few_photos, waiting_photos
-from kb_assets.enrich.enrichment import (backend_stopped, batches_of_run, coverage_check,
+from kb_assets.enrich.enrichment import (backend_stopped, batches_of_run, coverage_check, coverage_spec,
                                          failure_reasons, from_batches, goes_on_after_failure, stage_check_spec,
                                          with_checks)
 from kb_assets.partitions import sync_batches
@@ -96,15 +96,15 @@ def caption_photos(
     return dg.MaterializeResult(metadata=metadata)
 
 
-def captions_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
+def captions_coverage(duckdb: DuckDBResource, batches: list[str]) -> dg.AssetCheckResult:
     with duckdb.get_client().connect() as conn:
-        numbers = photo_coverage(conn)
+        numbers = photo_coverage(conn, batches)
     return coverage_check(CAPTIONS_COVERAGE.name, numbers, done=numbers["captioned"], total=numbers["photos"],
                           off=SOURCE in excluded_sources(), off_key="excluded")
 
 
-CAPTIONS_COVERAGE = dg.AssetCheckSpec(
-    "captions_coverage", asset="captions",
+CAPTIONS_COVERAGE = coverage_spec(
+    "captions_coverage", "captions",
     description="Share of the photos that have a caption. Passes when no photo waits; a photo that is gone is a "
     "failure of the web, not of the stage.")
 
@@ -124,4 +124,4 @@ def captions(
     context: dg.AssetExecutionContext, config: CaptionsConfig, duckdb: DuckDBResource, captioner: CaptionerResource
 ) -> dg.MaterializeResult:
     result = goes_on_after_failure(context, "kb caption", caption_photos, context, config, duckdb, captioner)
-    return with_checks(context, result, captions_coverage(duckdb))
+    return with_checks(context, result, captions_coverage(duckdb, batches_of_run(context)))

@@ -16,7 +16,7 @@ so an interrupted run keeps what it did.
 import dagster as dg
 
 from kb.enrich.foreign_text import translate_waiting, translation_coverage, waiting_texts
-from kb_assets.enrich.enrichment import (coverage_check, failure_list, from_batches,
+from kb_assets.enrich.enrichment import (batches_of_run, coverage_check, coverage_spec, failure_list, from_batches,
                                          goes_on_after_failure, service_stopped, stage_check_spec, with_checks)
 from kb_assets.partitions import sync_batches
 from kb_assets.run_choices import excluded_in_run
@@ -69,17 +69,18 @@ def translate_chunks(
     return dg.MaterializeResult(metadata=metadata)
 
 
-def translations_coverage(duckdb: DuckDBResource, translator: TranslatorResource) -> dg.AssetCheckResult:
+def translations_coverage(duckdb: DuckDBResource, translator: TranslatorResource,
+                          batches: list[str]) -> dg.AssetCheckResult:
     with duckdb.get_client().connect() as conn:
-        numbers = translation_coverage(conn, excluded_sources())
+        numbers = translation_coverage(conn, excluded_sources(), batches)
     # The owner's `translate = false` (config.toml) reaches the translator as turned_off.
     turned_off = bool(translator.get_client().turned_off)
     return coverage_check(TRANSLATIONS_COVERAGE.name, numbers, done=numbers["translated"] + numbers["already_english"],
                           total=numbers["foreign_texts"], off=turned_off, off_key="translate_off")
 
 
-TRANSLATIONS_COVERAGE = dg.AssetCheckSpec(
-    "translations_coverage", asset="translations",
+TRANSLATIONS_COVERAGE = coverage_spec(
+    "translations_coverage", "translations",
     description="Share of the foreign chunk texts that have a cached translation (or were found English). "
     "Passes when none waits, or when the owner set translate = false.")
 
@@ -98,4 +99,4 @@ def translations(
     context: dg.AssetExecutionContext, config: TranslationsConfig, duckdb: DuckDBResource, translator: TranslatorResource
 ) -> dg.MaterializeResult:
     result = goes_on_after_failure(context, "kb translate", translate_chunks, context, config, duckdb, translator)
-    return with_checks(context, result, translations_coverage(duckdb, translator))
+    return with_checks(context, result, translations_coverage(duckdb, translator, batches_of_run(context)))

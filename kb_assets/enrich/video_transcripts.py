@@ -32,7 +32,7 @@ import dagster as dg
 from kb.enrich.video_queue import SOURCE, transcribe_waiting, video_coverage, waiting_videos
 from kb_assets.enrich.enrichment import (
     backend_stopped, coverage_check, failure_line, failure_list, failure_reasons, goes_on_after_failure, with_checks,
-    batches_of_run, from_batches, stage_check_spec)
+    batches_of_run, coverage_spec, from_batches, stage_check_spec)
 from kb_assets.partitions import sync_batches
 from kb_assets.run_choices import excluded_in_run
 from kb.settings import excluded_sources
@@ -85,15 +85,15 @@ def transcribe_videos(
     return dg.MaterializeResult(metadata=metadata)
 
 
-def transcripts_coverage(duckdb: DuckDBResource) -> dg.AssetCheckResult:
+def transcripts_coverage(duckdb: DuckDBResource, batches: list[str]) -> dg.AssetCheckResult:
     with duckdb.get_client().connect() as conn:
-        numbers = video_coverage(conn)
+        numbers = video_coverage(conn, batches)
     return coverage_check(TRANSCRIPTS_COVERAGE.name, numbers, done=numbers["transcribed"], total=numbers["videos"],
                           off=SOURCE in excluded_sources(), off_key="excluded")
 
 
-TRANSCRIPTS_COVERAGE = dg.AssetCheckSpec(
-    "transcripts_coverage", asset="transcripts",
+TRANSCRIPTS_COVERAGE = coverage_spec(
+    "transcripts_coverage", "transcripts",
     description="Share of the videos that have a transcript (a video with no speech counts as done). "
     "Passes when no video waits.")
 
@@ -112,4 +112,4 @@ def transcripts(
     context: dg.AssetExecutionContext, config: TranscriptsConfig, duckdb: DuckDBResource, transcriber: TranscriberResource
 ) -> dg.MaterializeResult:
     result = goes_on_after_failure(context, "kb transcribe", transcribe_videos, context, config, duckdb, transcriber)
-    return with_checks(context, result, transcripts_coverage(duckdb))
+    return with_checks(context, result, transcripts_coverage(duckdb, batches_of_run(context)))
