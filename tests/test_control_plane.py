@@ -488,10 +488,11 @@ def test_kbs_own_run_configs_pass_the_rule(kb_home):
     commands, the captions command, the sensors and the backup schedule."""
     from kb.apps.sync import QUIET_LOGS, sync_run_config
     from kb_assets.run_config_rules import run_config_refusal
-    from sensors.backup_schedule import backup_schedule
+    from kb.settings import get_settings
+    from sensors.backup_schedule import build_backup_schedule
     from sensors.x_sync_sensor import full_sync_request
 
-    schedule = backup_schedule(dg.build_schedule_context(scheduled_execution_time=datetime(2026, 12, 6, 3)))
+    schedule = build_backup_schedule(get_settings())(dg.build_schedule_context(scheduled_execution_time=datetime(2026, 12, 6, 3)))
     sensor = full_sync_request(datetime(2026, 12, 6, 3, tzinfo=timezone.utc)).run_requests[0]
     configs = [None, {}, QUIET_LOGS, sync_run_config(), sync_run_config(full=True, files=["/tmp/a.json"]),
                {**QUIET_LOGS, "ops": {"captions": {"config": {"limit": 5, "retry": True, "min_photos": 0}}}},
