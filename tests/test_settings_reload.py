@@ -9,6 +9,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from kb_resources.services import CaptionerResource, EmbedderResource
+
 REPO = Path(__file__).resolve().parents[1]
 # The packages of the Dagster graph: their modules must not read the settings at import.
 GRAPH_PACKAGES = ("kb_assets", "sensors", "kb_resources")
@@ -69,19 +71,48 @@ def test_a_new_load_of_the_definitions_takes_a_changed_env_file(kb_home):
 
     env_file = Path(os.environ["KB_ENV_FILE"])
     _write_env(env_file, TZ="UTC", KB_LINT_TIME="02:00", KB_INBOX_SENSOR_INTERVAL_S="15", KB_BACKUP_CRON="",
-               KB_EMBED_BATCH_SIZE="32")
+               KB_EMBED_BATCH="32")
     first = defs()
     assert first.resolve_schedule_def("wiki_lint_schedule").cron_schedule == "0 2 * * *"
     assert first.resolve_sensor_def("inbox_sensor").minimum_interval_seconds == 15
+    assert first.resources["embedder"].get_client().batch_size == 32
     backup = first.resolve_schedule_def("backup_schedule")
     assert backup.default_status == dg.DefaultScheduleStatus.STOPPED
 
     _write_env(env_file, TZ="Europe/Berlin", KB_LINT_TIME="03:30", KB_INBOX_SENSOR_INTERVAL_S="420",
-               KB_BACKUP_CRON="15 4 * * *", KB_EMBED_BATCH_SIZE="8")
+               KB_BACKUP_CRON="15 4 * * *", KB_EMBED_BATCH="8")
     second = defs()
     lint = second.resolve_schedule_def("wiki_lint_schedule")
     assert (lint.cron_schedule, lint.execution_timezone) == ("30 3 * * *", "Europe/Berlin")
     assert second.resolve_sensor_def("inbox_sensor").minimum_interval_seconds == 420
     backup = second.resolve_schedule_def("backup_schedule")
     assert (backup.cron_schedule, backup.default_status) == ("15 4 * * *", dg.DefaultScheduleStatus.RUNNING)
+    # The resources of the new load build their clients from the new file.
+    assert second.resources["embedder"].get_client().batch_size == 8
+
+
+def test_each_resource_builds_its_client_from_the_settings_but_for_its_overrides(kb_home, monkeypatch):
+    """The resource is the one path from the settings to the client: no
+    copy of the client's fields that could drift (the test that compared
+    the copies is gone). A run builds the resource again from its config
+    (overrides only), and the client still gets the settings."""
+    from kb_assets.definitions import build_resources
+
+    monkeypatch.setenv("KB_EMBED_BATCH", "24")
+    monkeypatch.setenv("KB_CAPTION_WORKERS", "7")
+    for name, resource in build_resources().items():
+        client = resource.get_client()
+        assert client is resource.get_client(), name  # one client per resource: a run shares it
+    embedder = EmbedderResource.from_settings(backend="hash")
+    assert (embedder.get_client().backend, embedder.get_client().batch_size) == ("hash", 24)
+
+    seen = {}
+
+    @dg.asset
+    def captions_probe(captioner: CaptionerResource) -> None:
+        client = captioner.get_client()
+        seen.update(workers=client.workers, max_retries=client.max_retries)
+
+    assert dg.materialize([captions_probe], resources={"captioner": CaptionerResource.from_settings(max_retries=0)}).success
+    assert seen == {"workers": 7, "max_retries": 0}
 
