@@ -11,6 +11,15 @@ another run writes.
 
 The lock is an flock(2) on a file beside the store. The kernel frees it when
 the process ends, also after SIGKILL: a killed run never leaves it held.
+
+Why not the `filelock` library (it takes the same flock(2)): measured in
+benchmarks/writer_lock.md, it is no faster with no other holder, and a
+second thread of the same process waits for its poll interval (about 40 ms
+after the release, against 0.3 ms here: the threads of one process take
+turns on an RLock, not on the file). And a child process after fork() keeps
+the parent's open lock file, which holds the flock until the child closes
+it: `_forget_locks_in_child` closes it, and filelock has no public way to
+do that.
 """
 
 from __future__ import annotations
@@ -48,6 +57,17 @@ def acquire(path: Path, *, what: str, wait_s: float | None = None) -> int:
     wait_s = default_wait_s() if wait_s is None else wait_s
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        # The usual case: no other holder. One flock(2) call; the wait loop
+        # below (a tenacity object for each call) cost about 0.4 ms more
+        # (benchmarks/writer_lock.md).
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except BlockingIOError:
+        pass
+    except BaseException:
+        os.close(fd)
+        raise
     # Imported here: the serving processes import this module but never write.
     import tenacity
 
