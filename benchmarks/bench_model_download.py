@@ -8,7 +8,7 @@ a 302 to another host name (the CDN), then the bytes. Each run downloads
 the file into a new folder and checks its sha256, as locate() does.
 `--before` names the commit whose kb/models/files.py is the "before"
 (kb's httpx code). Figures (median seconds and MB/s) go into
-benchmarks/model_download.md with the machine's load.
+benchmarks/libraries.md with the machine's load.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ second thread of the same process.
 
 Each figure is the median of 5 runs of `rounds` acquire/release pairs, in
 microseconds per pair, on a lock file in a temporary folder. Figures go into
-benchmarks/writer_lock.md with the machine's load.
+benchmarks/libraries.md with the machine's load.
 """
 
 from __future__ import annotations
