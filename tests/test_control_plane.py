@@ -513,7 +513,7 @@ def test_a_kb_command_refuses_such_a_run_and_the_reexecution_of_one(kb_home, mon
     with dg.DagsterInstance.get() as instance:
         with pytest.raises(RunRefused, match="the key 'resources' \\(wiki\\) is refused"):
             execute_here(instance, "wiki_index_job", "launch-1", tags={},
-                         run_config={"resources": {"wiki": {"config": {"path": "/tmp"}}}})
+                         run_config={"resources": {"wiki": {"config": {"overrides": {"path": "/tmp"}}}}})
         parent = SimpleNamespace(run_id="0123", job_name="wiki_index_job",
                                  run_config={"ops": {"wiki_index": {"config": {"x": {"env": "ANTHROPIC_API_KEY"}}}}})
         with pytest.raises(RunRefused, match="re-execution of run 0123 of wiki_index_job: the key "
@@ -535,12 +535,14 @@ def test_run_config_cannot_configure_a_resource_or_read_the_environment(dagster_
     (foreign / "notes.md").write_text("# Not a page of kb\n")
     with Listener() as listener:
         attacks = [
-            ("wiki_index_job", {"resources": {"lance": {"config": {
+            # A resource's only config is `overrides` (kb_resources/client_resource.py): Dagster
+            # takes these as valid config, so kb's run launcher is what refuses them.
+            ("wiki_index_job", {"resources": {"lance": {"config": {"overrides": {
                 "path": "s3://bucket/kb", "vector_index_min_rows": 256, "s3_endpoint": listener.url, "s3_allow_http": True,
-                "s3_access_key_id": {"env": "ANTHROPIC_API_KEY"}}}}}, "the key 'resources' (lance) is refused"),
-            ("wiki_index_job", {"resources": {"wiki": {"config": {"path": str(foreign)}},
-                                              "lance": {"config": {"path": str(foreign / "lancedb"),
-                                                                   "vector_index_min_rows": 256}}}},
+                "s3_access_key_id": {"env": "ANTHROPIC_API_KEY"}}}}}}, "the key 'resources' (lance) is refused"),
+            ("wiki_index_job", {"resources": {"wiki": {"config": {"overrides": {"path": str(foreign)}}},
+                                              "lance": {"config": {"overrides": {"path": str(foreign / "lancedb"),
+                                                                                 "vector_index_min_rows": 256}}}}},
              "the key 'resources' (lance, wiki) is refused"),
             ("backup_job", {"ops": {"kb_backup": {"config": {"archive_name": {"env": "ANTHROPIC_API_KEY"}}}}},
              "the key 'ops.kb_backup.config.archive_name.env' is refused"),
