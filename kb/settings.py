@@ -397,14 +397,29 @@ def settings_file() -> Path | None:
 
 
 @functools.cache
-def _cached_settings(env_key: tuple, env_file: Path | None) -> Settings:
+def _cached_settings(env_key: tuple, env_file: Path | None, file_stamp: tuple) -> Settings:
     return Settings(_env_file=env_file)
 
 
 def get_settings() -> Settings:
     """Settings from the settings file and the environment. Cached per
-    environment, so tests that change KB_HOME get fresh settings."""
-    return _cached_settings(_environment_key(), settings_file())
+    environment and per version of the settings file: tests that change
+    KB_HOME get fresh settings, and a "Reload" of the code location in the
+    Dagster UI reads a changed .env (kb_assets/definitions.py)."""
+    path = settings_file()
+    return _cached_settings(_environment_key(), path, _file_stamp(path))
+
+
+def _file_stamp(path: Path | None) -> tuple:
+    """The time of the last change and the size of the settings file: a
+    new stamp makes get_settings() read the file again. One stat() call."""
+    if path is None:
+        return ()
+    try:
+        stat = path.stat()
+    except OSError:
+        return ()
+    return (stat.st_mtime_ns, stat.st_size)
 
 
 def _environment_key() -> tuple:

@@ -33,15 +33,15 @@ from kb_resources.services import (
     WikiAgentResource,
 )
 from kb_resources.stores import ChunkIndexResource, DuckDBResource, InboxResource, RawStoreResource, WikiResource
-from sensors.backup_schedule import backup_schedule
+from sensors.backup_schedule import build_backup_schedule
 from sensors.waiting_photos import captions_sensor, captions_to_index_sensor
-from sensors.inbox_folder import bot_requests_sensor, inbox_sensor, wiki_requests_sensor
+from sensors.inbox_folder import build_bot_requests_sensor, build_inbox_sensor, build_wiki_requests_sensor
 from sensors.capture_failed import x_catch_up_sensor, x_sync_catch_up_sensor
-from sensors.x_sync_sensor import x_full_sync_sensor, x_sync_sensor
-from sensors.source_outcomes import run_endings_sensor, source_outcomes_sensor
-from sensors.wiki_results import wiki_results_sensor
+from sensors.x_sync_sensor import build_x_full_sync_sensor, x_sync_sensor
+from sensors.source_outcomes import build_run_endings_sensor, build_source_outcomes_sensor
+from sensors.wiki_results import build_wiki_results_sensor
 from sensors.stuck_steps import stuck_steps_sensor
-from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
+from sensors.wiki_schedules import build_wiki_lint_schedule, build_wiki_synthesis_schedule, build_wiki_waiting_sensor
 
 # One package per asset group, as the Dagster UI shows them.
 ASSET_GROUPS = [x, documents, enrich, index, telegram, wiki]
@@ -68,19 +68,35 @@ def build_resources(settings: Settings | None = None) -> dict:
     }
 
 
+def build_schedules(settings: Settings) -> list[dg.ScheduleDefinition]:
+    """The schedules at the times of `settings`."""
+    return [build_wiki_lint_schedule(settings), build_wiki_synthesis_schedule(settings), build_backup_schedule(settings)]
+
+
+def build_sensors(settings: Settings) -> list[dg.SensorDefinition]:
+    """The sensors; their intervals and default states come from `settings`."""
+    return [
+        x_sync_sensor, build_x_full_sync_sensor(settings), x_catch_up_sensor, x_sync_catch_up_sensor, captions_sensor,
+        captions_to_index_sensor,
+        build_inbox_sensor(settings), build_bot_requests_sensor(settings), build_wiki_requests_sensor(settings),
+        build_source_outcomes_sensor(settings), build_run_endings_sensor(settings),
+        build_wiki_waiting_sensor(settings), build_wiki_results_sensor(settings), stuck_steps_sensor,
+    ]
+
+
 all_assets = [a for group in ASSET_GROUPS for a in dg.load_assets_from_package_module(group)]
 all_checks = [c for group in ASSET_GROUPS for c in dg.load_asset_checks_from_package_module(group)]
 
 
 
-def on_load() -> None:
+def on_load(settings: Settings) -> None:
     """The set-up of a process that loads the code location: `dagster dev`,
     the daemon, a code server and each run worker that they start. They do
     not come through the kb CLI, which does the same set-up itself."""
     # Each file that a run writes is the owner's only (kb/store/private_files.py).
     private_process()
     # Each Dagster process finds kb's dagster.yaml (pools, run monitoring, retries).
-    ensure_on_load()
+    ensure_on_load(settings)
     # What the imports made (Dagster, pydantic, the clients: hundreds of
     # thousands of objects) lives as long as the process. A full garbage
     # collection scanned all of it, one to three times in a sync run. Frozen
@@ -90,24 +106,24 @@ def on_load() -> None:
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    """The Definitions, built at each load of the code location: the
-    resources take the settings of that moment. One process can change its
-    settings between two loads (kb demo sets KB_HOME; a test sets keys)."""
-    on_load()
+    """The Definitions, built at each load of the code location from one
+    read of the settings: the resources, the times of the schedules and the
+    intervals of the sensors take the settings of that moment. So "Reload"
+    of the code location in the UI takes a changed .env, and one process can
+    change its settings between two loads (kb demo sets KB_HOME; a test
+    sets keys). No module of kb_assets/ or sensors/ reads the settings at
+    import (tests/test_definitions.py)."""
+    settings = get_settings()
+    on_load(settings)
     return dg.Definitions(
         assets=all_assets,
         asset_checks=all_checks,
-        resources=build_resources(),
+        resources=build_resources(settings),
         jobs=[x_sync_job, x_catch_up_job, capture_job, captions_job, captions_to_index_job, index_rebuild_job, source_index_job, wiki_index_job,
               extract_job, transcribe_job, translate_job, normalize_job, source_intake_job,
               wiki_ingest_job, wiki_lint_job, wiki_synthesis_job, wiki_topic_job, backup_job],
-        schedules=[wiki_lint_schedule, wiki_synthesis_schedule, backup_schedule],
-        sensors=[
-            x_sync_sensor, x_full_sync_sensor, x_catch_up_sensor, x_sync_catch_up_sensor, captions_sensor,
-            captions_to_index_sensor,
-            inbox_sensor, bot_requests_sensor, wiki_requests_sensor, source_outcomes_sensor, run_endings_sensor,
-            wiki_waiting_sensor, wiki_results_sensor, stuck_steps_sensor,
-        ],
+        schedules=build_schedules(settings),
+        sensors=build_sensors(settings),
     )
 
 

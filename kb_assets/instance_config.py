@@ -195,7 +195,7 @@ def _before_compute_logs(sections: dict) -> bool:
     return {k: v for k, v in sections.items() if k not in STORAGE_KEYS} == ours
 
 
-def ensure_on_load() -> None:
+def ensure_on_load(settings: Settings | None = None) -> None:
     """Called when the code location loads. A Dagster process (dagster dev,
     the daemon, a code server) sets DAGSTER_HOME; kb's own commands set it
     to KB_HOME/dagster. Without DAGSTER_HOME (a test collection, a script)
@@ -207,7 +207,7 @@ def ensure_on_load() -> None:
         config = Path(home) / "dagster.yaml"
         if not config.exists():
             Path(home).mkdir(parents=True, exist_ok=True)
-            write_atomic(config, dagster_yaml().encode())
+            write_atomic(config, dagster_yaml(settings).encode())
     except OSError as exc:
         # The code location must still load; Dagster names the bad home itself.
         import warnings

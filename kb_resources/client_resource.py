@@ -2,66 +2,57 @@
 Dagster-free client from the core (kb/), the pattern of Dagster's own
 integrations.
 
-A resource owns its configuration: its fields are the client's fields, and
-definitions.py builds it from the settings once. The Dagster UI shows the
-fields, so a secret never goes into one: a secret that the environment
-holds is an `EnvVar` (the UI shows the variable's name), and a secret from
-the settings file is named in `secrets_from_settings` (the UI shows the
-field's name). The client gets the secret as a constructor argument, read
-from the settings of the process that builds it. A run worker reads the
-same settings file. Why not export the secret to `os.environ`: every
-process that kb starts then gets it (git, the agent's CLI, Chromium), and
-the environment of a process is readable in /proc by the same user.
-The MCP server, the web page and the bot build the same clients from the
-settings (`Client.from_settings()`) and never touch these classes.
+A resource is the one path from the settings to its client: get_client()
+builds the client with `Client.from_settings()` from the settings of the
+process, as the MCP server, the web page and the bot do. The resource
+holds no copy of the client's fields, so a setting has one place (its
+field in kb/settings.py) and no list of fields can drift. A run worker
+reads the same settings file as the code location that loaded the
+Definitions (kb_assets/definitions.py), and a Reload reads it again.
+
+`overrides` holds the values that differ from the settings: a test or a
+command gives them to from_settings(). An override names a field of the
+client, and never a secret: the client reads each secret from the
+settings, so a secret is never in the resource config that the Dagster UI
+shows, nor in `os.environ` (every process that kb starts gets that: git,
+the agent's CLI, Chromium, and /proc shows it to the same user). Run
+config cannot set a resource at all (kb_assets/run_config_rules.py).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any, ClassVar
 
 import dagster as dg
-from pydantic import BaseModel, PrivateAttr, SecretStr
+from pydantic import BaseModel, PrivateAttr
 
-from kb.settings import Settings, get_settings
+from kb.settings import Settings
 from kb_resources.run_worker import tag_run_with_worker
 
 
 class ClientResource(dg.ConfigurableResource):
-    """A subclass sets `client_class` and declares the client's fields.
-    SECRETS maps a secret field to the environment variable that holds it."""
+    """A subclass sets `client_class`: a pydantic model with from_settings()."""
 
     client_class: ClassVar[type[BaseModel]]
-    SECRETS: ClassVar[dict[str, str]] = {}
-    # The secret fields whose value the client reads from kb's settings
-    # when it is built (a secret of the settings file). Only names of
-    # SECRETS are allowed.
-    secrets_from_settings: list[str] = []
+    # Values that differ from the settings: client fields that hold no secret.
+    overrides: dict[str, Any] = {}
 
     # One client per resource instance: a run shares its model, its
     # connection cache and its counters between the steps of one process.
     _client: Any = PrivateAttr(default=None)
+    # The settings that from_settings() got, in the process that built the
+    # resource. Dagster builds the resource again in a run (a copy of its
+    # config, without this): that copy reads the settings of its process.
+    _settings: Settings | None = PrivateAttr(default=None)
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **overrides):
-        """The resource with the client's values from the settings."""
-        client = cls.client_class.from_settings(settings, **overrides)
-        values: dict[str, Any] = {"secrets_from_settings": []}
-        for name in cls.client_fields():
-            value = getattr(client, name)
-            if name in cls.SECRETS:
-                value = _secret_field(f"{cls.__name__}.{name}", cls.SECRETS[name], value)
-                if value is FROM_SETTINGS:
-                    values["secrets_from_settings"].append(name)
-                    value = ""
-            values[name] = value
-        return cls(**values)
-
-    @classmethod
-    def client_fields(cls) -> list[str]:
-        """The fields that the client has too: every field but secrets_from_settings."""
-        return [name for name in cls.model_fields if name != "secrets_from_settings"]
+        """The resource whose client takes its values from the settings, but
+        for `overrides`."""
+        check_overrides(cls, overrides)
+        resource = cls(overrides=overrides)
+        resource._settings = settings
+        return resource
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         # In a run worker: tag the run with the worker's host and boot, so
@@ -71,48 +62,26 @@ class ClientResource(dg.ConfigurableResource):
 
     def get_client(self):
         if self._client is None:
-            values = {name: _resolved(getattr(self, name)) for name in self.client_fields()}
-            values.update(self._secrets_from_settings())
-            self._client = self.client_class(**values)
+            # Again here: the UI's launchpad can edit resource config when a
+            # run does not go through kb's run launcher (a test, a script).
+            check_overrides(type(self), self.overrides)
+            self._client = self.client_class.from_settings(self._settings, **self.overrides)
         return self._client
 
-    def _secrets_from_settings(self) -> dict[str, Any]:
-        unknown = [name for name in self.secrets_from_settings if name not in self.SECRETS]
-        if unknown:
-            raise ValueError(f"{type(self).__name__}.secrets_from_settings={unknown}: these fields hold no "
-                             f"secret. Allowed: {sorted(self.SECRETS)}.")
-        return {name: _setting(self.SECRETS[name]) for name in self.secrets_from_settings}
+
+def secret_fields(client_class: type[BaseModel]) -> list[str]:
+    """The fields of the client that hold a secret (typed SecretStr)."""
+    return sorted(name for name, field in client_class.model_fields.items() if "SecretStr" in str(field.annotation))
 
 
-# The secret is in the settings file, not in the environment.
-FROM_SETTINGS = object()
-
-
-def _secret_field(field: str, name: str, value: SecretStr | None) -> str | dg.EnvVar | object:
-    """The field value of a secret: "" when none is set, an EnvVar when
-    the environment holds it, FROM_SETTINGS when kb's settings hold it.
-    Nothing is written to the environment."""
-    secret = value.get_secret_value() if value else ""
-    if not secret:
-        return ""
-    if os.environ.get(name) == secret:
-        return dg.EnvVar(name)
-    if _setting(name) == secret:
-        return FROM_SETTINGS
-    # A run worker builds the client again from its own settings, so a
-    # secret that neither they nor the environment hold cannot reach it.
-    raise ValueError(f"{field}: the secret is not the value of {name} in the environment or in kb's "
-                     "settings file. A resource carries no secret of its own: put it in the settings file "
-                     "or the environment.")
-
-
-def _setting(name: str) -> str:
-    """The secret of kb's settings for the variable `name` ("" when unset).
-    The settings field of a secret has the name of its variable (kb/settings.py)."""
-    secret = getattr(get_settings(), name.lower())
-    return secret.get_secret_value() if secret else ""
-
-
-def _resolved(value):
-    # Outside a run Dagster does not resolve an EnvVar: read it here.
-    return value.get_value() if isinstance(value, dg.EnvVar) else value
+def check_overrides(cls: type[ClientResource], overrides: dict[str, Any]) -> None:
+    """Refuse an override that names no field of the client, or a secret."""
+    fields = cls.client_class.model_fields
+    unknown = sorted(name for name in overrides if name not in fields)
+    if unknown:
+        raise ValueError(f"{cls.__name__}.overrides: {unknown} are not fields of {cls.client_class.__name__}. "
+                         f"Allowed: {sorted(set(fields) - set(secret_fields(cls.client_class)))}.")
+    secrets = sorted(name for name in overrides if name in secret_fields(cls.client_class))
+    if secrets:
+        raise ValueError(f"{cls.__name__}.overrides: {secrets} hold a secret. A resource carries no secret of its "
+                         "own: the client reads it from kb's settings file or the environment.")

@@ -21,8 +21,6 @@ is the request's file name, so each request gives one run.
 
 from __future__ import annotations
 
-from datetime import date
-
 import dagster as dg
 
 from kb_assets.keys import OVERRIDE_TAG, OVERRIDE_VALUE, REQUESTED_BY_TAG, TOPIC_TAG
@@ -31,14 +29,14 @@ from kb_assets.telegram.sources import source_intake_job
 from kb.wiki.weeks import iso_week_label
 from kb.wiki.prompts import topic_key
 from kb_assets.wiki.wiki_pages import (
-    wiki_lint_days,
+    monday_in_zone,
+    today_in_zone,
     wiki_lint_job,
     wiki_synthesis_job,
-    wiki_synthesis_weeks,
     wiki_topic_job,
     wiki_topics,
 )
-from kb.settings import get_settings
+from kb.settings import Settings, get_settings
 from kb_resources.stores import InboxResource
 from kb.telegram.inbox import FileStillChanging, Inbox, InboxError, item_id_of_manifest
 
@@ -66,14 +64,18 @@ def adopt_dropped_files(inbox: Inbox, log) -> None:
             log.info(f"inbox: the dropped file {path.name} is item {item.id} ({item.type})")
 
 
-@dg.sensor(
-    job=source_intake_job,
-    minimum_interval_seconds=get_settings().kb_inbox_sensor_interval_s,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Each new inbox item (from the bot, or a file dropped in the inbox) becomes a "
-                "partition of `sources` and a run keyed by the item id.",
-)
-def inbox_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult | dg.SkipReason:
+def build_inbox_sensor(settings: Settings) -> dg.SensorDefinition:
+    return dg.sensor(
+        name="inbox_sensor",
+        job=source_intake_job,
+        minimum_interval_seconds=settings.kb_inbox_sensor_interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Each new inbox item (from the bot, or a file dropped in the inbox) becomes a "
+                    "partition of `sources` and a run keyed by the item id.",
+    )(new_items)
+
+
+def new_items(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult | dg.SkipReason:
     inbox = inbox.get_client()
     adopt_dropped_files(inbox, context.log)
     names = inbox.manifest_names_after(context.cursor, limit=MAX_ITEMS_PER_TICK)
@@ -102,13 +104,17 @@ def _requests(inbox: Inbox, cursor: str | None, kinds: set[str], log) -> tuple[l
     return found, (names[-1] if names else cursor)
 
 
-@dg.sensor(
-    job=source_intake_job,
-    minimum_interval_seconds=get_settings().kb_inbox_sensor_interval_s,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="/override <id> from the bot: run the item again and accept it whatever the gate says.",
-)
-def bot_requests_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult | dg.SkipReason:
+def build_bot_requests_sensor(settings: Settings) -> dg.SensorDefinition:
+    return dg.sensor(
+        name="bot_requests_sensor",
+        job=source_intake_job,
+        minimum_interval_seconds=settings.kb_inbox_sensor_interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="/override <id> from the bot: run the item again and accept it whatever the gate says.",
+    )(override_requests)
+
+
+def override_requests(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult | dg.SkipReason:
     inbox = inbox.get_client()
     found, cursor = _requests(inbox, context.cursor, {"override"}, context.log)
     run_requests, item_ids = [], []
@@ -131,39 +137,45 @@ def bot_requests_sensor(context: dg.SensorEvaluationContext, inbox: InboxResourc
     )
 
 
-def wiki_run_request(name: str, request: dict) -> tuple[dg.RunRequest, str | None]:
+def wiki_run_request(name: str, request: dict, tz: str) -> tuple[dg.RunRequest, str | None]:
     """(run request, new wiki_topics partition or None) for a /lint or
-    /synthesize request. Raises ValueError for a topic with no words."""
+    /synthesize request. Raises ValueError for a topic with no words.
+    `tz`: the owner's zone, whose today and week the request names."""
     tags = {REQUESTED_BY_TAG: str(request.get("user_id", ""))}
     if request["kind"] == "lint":
-        # end_offset=1: the newest day partition is today.
         return dg.RunRequest(run_key=name, job_name=wiki_lint_job.name, tags=tags,
-                             partition_key=wiki_lint_days.get_last_partition_key()), None
+                             partition_key=today_in_zone(tz).isoformat()), None
     topic = str(request.get("topic") or "").strip()
     if topic:
         key = topic_key(topic)
         return dg.RunRequest(run_key=name, job_name=wiki_topic_job.name, partition_key=key,
                              tags={**tags, TOPIC_TAG: topic}), key
-    # No topic: the weekly synthesis of the week that is running (end_offset=1).
-    week = wiki_synthesis_weeks.get_last_partition_key()
-    return dg.RunRequest(run_key=name, job_name=wiki_synthesis_job.name, partition_key=week,
-                         tags={**tags, "week": iso_week_label(date.fromisoformat(week))}), None
+    # No topic: the weekly synthesis of the week that is running.
+    monday = monday_in_zone(tz)
+    return dg.RunRequest(run_key=name, job_name=wiki_synthesis_job.name, partition_key=monday.isoformat(),
+                         tags={**tags, "week": iso_week_label(monday)}), None
 
 
-@dg.sensor(
-    jobs=[wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
-    minimum_interval_seconds=get_settings().kb_inbox_sensor_interval_s,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="/lint and /synthesize [topic] from the bot: run the wiki lint (today), the synthesis of a "
-                "topic (a partition of wiki_topics), or the weekly synthesis (this week) now.",
-)
-def wiki_requests_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult | dg.SkipReason:
+def build_wiki_requests_sensor(settings: Settings) -> dg.SensorDefinition:
+    return dg.sensor(
+        name="wiki_requests_sensor",
+        jobs=[wiki_lint_job, wiki_synthesis_job, wiki_topic_job],
+        minimum_interval_seconds=settings.kb_inbox_sensor_interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="/lint and /synthesize [topic] from the bot: run the wiki lint (today), the synthesis of a "
+                    "topic (a partition of wiki_topics), or the weekly synthesis (this week) now.",
+    )(wiki_requests)
+
+
+def wiki_requests(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult | dg.SkipReason:
+    # Today and this week in TZ: read at each tick, as the schedules read it at each load.
+    tz = get_settings().tz
     inbox = inbox.get_client()
     found, cursor = _requests(inbox, context.cursor, {"lint", "synthesize"}, context.log)
     run_requests, topics = [], []
     for name, request in found:
         try:
-            run_request, topic = wiki_run_request(name, request)
+            run_request, topic = wiki_run_request(name, request, tz)
         except ValueError as exc:
             context.log.warning(f"request {name}: {exc}")
             continue

@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from kb.telegram.gate import default_accept_note
-from kb.settings import get_settings
+from kb.settings import Settings
 
 from kb_assets.dagster_internals import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
@@ -103,12 +103,16 @@ def _tell_no_gate_key(notifier: TelegramNotifier, item) -> bool:
     return notifier.notify(NO_GATE_KEY_NOTICE, "told", no_gate_key_text(), chat_id=chat_id)
 
 
-@dg.sensor(
-    minimum_interval_seconds=get_settings().kb_notify_sensor_interval_s,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Tells the owner when a source is rejected, a duplicate, waits for the wiki agent, or is done (in the wiki).",
-)
-def source_outcomes_sensor(context: dg.SensorEvaluationContext, telegram: TelegramNotifierResource, inbox: InboxResource) -> dg.SkipReason:
+def build_source_outcomes_sensor(settings: Settings) -> dg.SensorDefinition:
+    return dg.sensor(
+        name="source_outcomes_sensor",
+        minimum_interval_seconds=settings.kb_notify_sensor_interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Tells the owner when a source is rejected, a duplicate, waits for the wiki agent, or is done (in the wiki).",
+    )(told_outcomes)
+
+
+def told_outcomes(context: dg.SensorEvaluationContext, telegram: TelegramNotifierResource, inbox: InboxResource) -> dg.SkipReason:
     telegram = telegram.get_client()
     cursor = json.loads(context.cursor) if context.cursor else {}
     inbox = inbox.get_client()
@@ -178,12 +182,16 @@ def _gated_metadata(instance: dg.DagsterInstance, item_id: str) -> dict:
 ENDED = [dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 
 
-@dg.sensor(
-    minimum_interval_seconds=get_settings().kb_notify_sensor_interval_s,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Tells the owner once of each run that failed for good or was canceled, whatever its job.",
-)
-def run_endings_sensor(context: dg.SensorEvaluationContext, telegram: TelegramNotifierResource,
+def build_run_endings_sensor(settings: Settings) -> dg.SensorDefinition:
+    return dg.sensor(
+        name="run_endings_sensor",
+        minimum_interval_seconds=settings.kb_notify_sensor_interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Tells the owner once of each run that failed for good or was canceled, whatever its job.",
+    )(told_endings)
+
+
+def told_endings(context: dg.SensorEvaluationContext, telegram: TelegramNotifierResource,
                        inbox: InboxResource) -> dg.SkipReason:
     if context.cursor is None:
         # The first tick starts the record: endings from before the sensor ran are history.

@@ -16,7 +16,7 @@ import json
 
 import dagster as dg
 
-from kb.settings import get_settings
+from kb.settings import Settings
 
 from kb.telegram.notifier import NotificationError, TelegramNotifier, wiki_result_text
 from kb_assets.keys import WIKI_LINT, WIKI_SYNTHESIS, WIKI_TOPIC_SYNTHESIS
@@ -38,12 +38,16 @@ def notify_result(instance: dg.DagsterInstance, notifier: TelegramNotifier, reco
     return notifier.notify(key, asset, text, chat_id=requester)
 
 
-@dg.sensor(
-    minimum_interval_seconds=get_settings().kb_notify_sensor_interval_s,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Tells the owner the result of each wiki lint, weekly synthesis and topic synthesis.",
-)
-def wiki_results_sensor(context: dg.SensorEvaluationContext, telegram: TelegramNotifierResource) -> dg.SkipReason:
+def build_wiki_results_sensor(settings: Settings) -> dg.SensorDefinition:
+    return dg.sensor(
+        name="wiki_results_sensor",
+        minimum_interval_seconds=settings.kb_notify_sensor_interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Tells the owner the result of each wiki lint, weekly synthesis and topic synthesis.",
+    )(told_results)
+
+
+def told_results(context: dg.SensorEvaluationContext, telegram: TelegramNotifierResource) -> dg.SkipReason:
     telegram = telegram.get_client()
     cursor = json.loads(context.cursor) if context.cursor else {}
     sent = 0

@@ -22,43 +22,61 @@ from kb_assets.wiki.wiki_pages import (
     wiki_lint_job,
     wiki_synthesis_job,
 )
-from kb.settings import get_settings
+from kb.settings import Settings
 from kb_resources.services import WikiAgentResource
 
-@dg.schedule(
-    job=wiki_lint_job,
-    cron_schedule=get_settings().cron_at(get_settings().kb_lint_time),
-    execution_timezone=get_settings().tz,
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description=f"Every day at {get_settings().kb_lint_time}: lint the wiki; the partition is the day of the run.",
-)
-def wiki_lint_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+
+def lint_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
     key = context.scheduled_execution_time.date().isoformat()
     return dg.RunRequest(run_key=key, partition_key=key)
 
 
-@dg.schedule(
-    job=wiki_synthesis_job,
-    cron_schedule=get_settings().cron_at(get_settings().kb_synthesis_time, get_settings().kb_synthesis_day),
-    execution_timezone=get_settings().tz,
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description=f"{get_settings().kb_synthesis_day} {get_settings().kb_synthesis_time}: the weekly synthesis of "
-                "the ISO week of that day.",
-)
-def wiki_synthesis_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+def synthesis_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
     day = context.scheduled_execution_time.date()
     monday = day - timedelta(days=day.weekday())
     key = monday.isoformat()
     return dg.RunRequest(run_key=key, partition_key=key, tags={"week": iso_week_label(monday)})
 
 
-@dg.sensor(
-    job=wiki_ingest_job,
-    minimum_interval_seconds=get_settings().kb_waiting_sensor_interval_s,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="When an agent endpoint is set, ingest the sources that waited for one.",
-)
-def wiki_waiting_sensor(context: dg.SensorEvaluationContext, wiki_agent: WikiAgentResource):
+# defs() (kb_assets/definitions.py) builds each schedule and sensor from the
+# settings of one load of the code location, so a Reload in the UI takes a
+# changed .env.
+
+
+def build_wiki_lint_schedule(settings: Settings) -> dg.ScheduleDefinition:
+    return dg.schedule(
+        name="wiki_lint_schedule",
+        job=wiki_lint_job,
+        cron_schedule=settings.cron_at(settings.kb_lint_time),
+        execution_timezone=settings.tz,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description=f"Every day at {settings.kb_lint_time}: lint the wiki; the partition is the day of the run.",
+    )(lint_request)
+
+
+def build_wiki_synthesis_schedule(settings: Settings) -> dg.ScheduleDefinition:
+    return dg.schedule(
+        name="wiki_synthesis_schedule",
+        job=wiki_synthesis_job,
+        cron_schedule=settings.cron_at(settings.kb_synthesis_time, settings.kb_synthesis_day),
+        execution_timezone=settings.tz,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description=f"{settings.kb_synthesis_day} {settings.kb_synthesis_time}: the weekly synthesis of "
+                    "the ISO week of that day.",
+    )(synthesis_request)
+
+
+def build_wiki_waiting_sensor(settings: Settings) -> dg.SensorDefinition:
+    return dg.sensor(
+        name="wiki_waiting_sensor",
+        job=wiki_ingest_job,
+        minimum_interval_seconds=settings.kb_waiting_sensor_interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="When an agent endpoint is set, ingest the sources that waited for one.",
+    )(waiting_requests)
+
+
+def waiting_requests(context: dg.SensorEvaluationContext, wiki_agent: WikiAgentResource):
     if not wiki_agent.get_client().configured():
         # The cursor does not move: the waiting sources stay in the queue.
         return dg.SkipReason("No agent endpoint (ANTHROPIC_BASE_URL): approved sources wait.")

@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 
 import dagster as dg
 
-from kb.settings import WEEKDAYS, get_settings
+from kb.settings import WEEKDAYS, Settings
 from kb_assets.jobs import x_sync_job
 from kb_assets.partitions import new_batch_key, sync_batches
 
@@ -63,26 +63,31 @@ def full_sync_request(due: datetime, now: datetime | None = None) -> dg.SensorRe
     )
 
 
-@dg.sensor(
-    job=x_sync_job,
-    minimum_interval_seconds=FULL_SYNC_LOOK_SECONDS,
-    default_status=dg.DefaultSensorStatus.RUNNING if get_settings().kb_full_sync_day else dg.DefaultSensorStatus.STOPPED,
-    description=f"Each {get_settings().kb_full_sync_day or '(off)'} at {get_settings().kb_full_sync_time}: a full "
-                "sync, which marks the bookmarks that you removed on X, so they leave search.",
-)
-def x_full_sync_sensor(context: dg.SensorEvaluationContext):
-    settings = get_settings()
-    if not settings.kb_full_sync_day:
-        return dg.SkipReason("KB_FULL_SYNC_DAY is empty: no weekly full sync.")
-    now = datetime.now(timezone.utc)
-    due = last_weekly_time(now, settings.kb_full_sync_day, settings.kb_full_sync_time, settings.tz)
-    if context.cursor is None:
-        # The first look: the full sync starts at the next weekly time, not now.
-        context.update_cursor(due.isoformat())
-        return dg.SkipReason(f"started: the first full sync is after {due.isoformat()}, one week on")
-    if datetime.fromisoformat(context.cursor) >= due:
-        return dg.SkipReason(f"the full sync of {due.isoformat()} has started already")
-    if not settings.x_state_path.exists():
-        # The cursor stays: the full sync starts as soon as the login is there.
-        return dg.SkipReason(f"no X login ({settings.x_state_path}): run `kb login`; the full sync waits")
-    return full_sync_request(due, now)
+def build_x_full_sync_sensor(settings: Settings) -> dg.SensorDefinition:
+    """The weekly full sync at the day and time of `settings` (defs() builds
+    it at each load of the code location)."""
+
+    def full_sync_tick(context: dg.SensorEvaluationContext):
+        if not settings.kb_full_sync_day:
+            return dg.SkipReason("KB_FULL_SYNC_DAY is empty: no weekly full sync.")
+        now = datetime.now(timezone.utc)
+        due = last_weekly_time(now, settings.kb_full_sync_day, settings.kb_full_sync_time, settings.tz)
+        if context.cursor is None:
+            # The first look: the full sync starts at the next weekly time, not now.
+            context.update_cursor(due.isoformat())
+            return dg.SkipReason(f"started: the first full sync is after {due.isoformat()}, one week on")
+        if datetime.fromisoformat(context.cursor) >= due:
+            return dg.SkipReason(f"the full sync of {due.isoformat()} has started already")
+        if not settings.x_state_path.exists():
+            # The cursor stays: the full sync starts as soon as the login is there.
+            return dg.SkipReason(f"no X login ({settings.x_state_path}): run `kb login`; the full sync waits")
+        return full_sync_request(due, now)
+
+    return dg.sensor(
+        name="x_full_sync_sensor",
+        job=x_sync_job,
+        minimum_interval_seconds=FULL_SYNC_LOOK_SECONDS,
+        default_status=dg.DefaultSensorStatus.RUNNING if settings.kb_full_sync_day else dg.DefaultSensorStatus.STOPPED,
+        description=f"Each {settings.kb_full_sync_day or '(off)'} at {settings.kb_full_sync_time}: a full "
+                    "sync, which marks the bookmarks that you removed on X, so they leave search.",
+    )(full_sync_tick)

@@ -142,7 +142,7 @@ def test_the_backup_schedule_keeps_the_newest_archives_and_the_newest_restores_e
 
     from kb.apps.status import collect_status, format_status
     from kb_assets.backups import backup_job
-    from sensors.backup_schedule import backup_schedule
+    from sensors.backup_schedule import build_backup_schedule
 
     point_at(monkeypatch, store["home"])
     folder = tmp_path / "scheduled"
@@ -155,7 +155,7 @@ def test_the_backup_schedule_keeps_the_newest_archives_and_the_newest_restores_e
     names = []
     for day in (1, 2, 3):
         tick = datetime(2026, 12, day, 3, 30, tzinfo=timezone.utc)
-        request = backup_schedule(dg.build_schedule_context(instance=instance, scheduled_execution_time=tick))
+        request = build_backup_schedule(get_settings())(dg.build_schedule_context(instance=instance, scheduled_execution_time=tick))
         result = backup_job.execute_in_process(run_config=request.run_config, instance=instance, tags=request.tags)
         assert result.success  # its own run is in progress: the backup does not wait for it
         names.append(request.run_key)

@@ -488,10 +488,11 @@ def test_kbs_own_run_configs_pass_the_rule(kb_home):
     commands, the captions command, the sensors and the backup schedule."""
     from kb.apps.sync import QUIET_LOGS, sync_run_config
     from kb_assets.run_config_rules import run_config_refusal
-    from sensors.backup_schedule import backup_schedule
+    from kb.settings import get_settings
+    from sensors.backup_schedule import build_backup_schedule
     from sensors.x_sync_sensor import full_sync_request
 
-    schedule = backup_schedule(dg.build_schedule_context(scheduled_execution_time=datetime(2026, 12, 6, 3)))
+    schedule = build_backup_schedule(get_settings())(dg.build_schedule_context(scheduled_execution_time=datetime(2026, 12, 6, 3)))
     sensor = full_sync_request(datetime(2026, 12, 6, 3, tzinfo=timezone.utc)).run_requests[0]
     configs = [None, {}, QUIET_LOGS, sync_run_config(), sync_run_config(full=True, files=["/tmp/a.json"]),
                {**QUIET_LOGS, "ops": {"captions": {"config": {"limit": 5, "retry": True, "min_photos": 0}}}},
@@ -512,7 +513,7 @@ def test_a_kb_command_refuses_such_a_run_and_the_reexecution_of_one(kb_home, mon
     with dg.DagsterInstance.get() as instance:
         with pytest.raises(RunRefused, match="the key 'resources' \\(wiki\\) is refused"):
             execute_here(instance, "wiki_index_job", "launch-1", tags={},
-                         run_config={"resources": {"wiki": {"config": {"path": "/tmp"}}}})
+                         run_config={"resources": {"wiki": {"config": {"overrides": {"path": "/tmp"}}}}})
         parent = SimpleNamespace(run_id="0123", job_name="wiki_index_job",
                                  run_config={"ops": {"wiki_index": {"config": {"x": {"env": "ANTHROPIC_API_KEY"}}}}})
         with pytest.raises(RunRefused, match="re-execution of run 0123 of wiki_index_job: the key "
@@ -534,12 +535,14 @@ def test_run_config_cannot_configure_a_resource_or_read_the_environment(dagster_
     (foreign / "notes.md").write_text("# Not a page of kb\n")
     with Listener() as listener:
         attacks = [
-            ("wiki_index_job", {"resources": {"lance": {"config": {
+            # A resource's only config is `overrides` (kb_resources/client_resource.py): Dagster
+            # takes these as valid config, so kb's run launcher is what refuses them.
+            ("wiki_index_job", {"resources": {"lance": {"config": {"overrides": {
                 "path": "s3://bucket/kb", "vector_index_min_rows": 256, "s3_endpoint": listener.url, "s3_allow_http": True,
-                "s3_access_key_id": {"env": "ANTHROPIC_API_KEY"}}}}}, "the key 'resources' (lance) is refused"),
-            ("wiki_index_job", {"resources": {"wiki": {"config": {"path": str(foreign)}},
-                                              "lance": {"config": {"path": str(foreign / "lancedb"),
-                                                                   "vector_index_min_rows": 256}}}},
+                "s3_access_key_id": {"env": "ANTHROPIC_API_KEY"}}}}}}, "the key 'resources' (lance) is refused"),
+            ("wiki_index_job", {"resources": {"wiki": {"config": {"overrides": {"path": str(foreign)}}},
+                                              "lance": {"config": {"overrides": {"path": str(foreign / "lancedb"),
+                                                                                 "vector_index_min_rows": 256}}}}},
              "the key 'resources' (lance, wiki) is refused"),
             ("backup_job", {"ops": {"kb_backup": {"config": {"archive_name": {"env": "ANTHROPIC_API_KEY"}}}}},
              "the key 'ops.kb_backup.config.archive_name.env' is refused"),

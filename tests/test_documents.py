@@ -241,7 +241,7 @@ def run_documents(store: DuckDBStore, *, retry: bool = False, workers: int = 2) 
         [documents],
         partition_key=BATCH,
         instance=instance,
-        resources={"duckdb": DuckDBResource(path=store.path), "browser": BrowserResource.from_settings()},
+        resources={"duckdb": DuckDBResource.from_settings(path=store.path), "browser": BrowserResource.from_settings()},
         run_config=dg.RunConfig({"documents": DocumentsConfig(retry=retry, workers=workers)}),
     )
 
@@ -466,7 +466,7 @@ def test_without_a_browser_the_stage_stops_and_keeps_what_it_fetched(sites, tmp_
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(sync_batches.name, [BATCH])
     result = dg.materialize([documents], partition_key=BATCH, instance=instance, raise_on_error=False,
-                            resources={"duckdb": DuckDBResource(path=store.path), "browser": BrowserResource.from_settings()})
+                            resources={"duckdb": DuckDBResource.from_settings(path=store.path), "browser": BrowserResource.from_settings()})
     # The step does not fail: the stages after it in x_sync must still index
     # what exists. The materialization says why the stage stopped.
     assert result.success
@@ -477,7 +477,7 @@ def test_without_a_browser_the_stage_stops_and_keeps_what_it_fetched(sites, tmp_
     with store.connect() as conn:
         assert conn.execute("SELECT count(*) FROM documents").fetchone() == (1,)
     # The coverage check sees the page that waits.
-    check = documents_coverage(duckdb=DuckDBResource(path=store.path), batches=[BATCH])
+    check = documents_coverage(duckdb=DuckDBResource.from_settings(path=store.path), batches=[BATCH])
     assert not check.passed
     assert (check.metadata["links"].value, check.metadata["usable"].value, check.metadata["pending"].value) == (2, 1, 1)
 

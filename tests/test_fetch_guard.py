@@ -616,7 +616,7 @@ def _run_documents(store: DuckDBStore, urls: list[str]) -> dict[str, dict]:
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(sync_batches.name, [BATCH])
     result = dg.materialize([documents], partition_key=BATCH, instance=instance,
-                            resources={"duckdb": DuckDBResource(path=store.path),
+                            resources={"duckdb": DuckDBResource.from_settings(path=store.path),
                                        "browser": BrowserResource.from_settings()},
                             run_config=dg.RunConfig({"documents": DocumentsConfig(workers=2)}))
     assert result.success

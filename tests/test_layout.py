@@ -20,7 +20,6 @@ import kb_resources
 import mcp_server
 import sensors
 import telegram_bridge
-from kb_resources.client_resource import ClientResource
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = [kb, kb_assets, kb_resources, sensors, telegram_bridge, mcp_server]
@@ -145,35 +144,12 @@ def test_module_names_are_unique_and_no_standard_library_name():
     assert not shadows, f"modules named like a standard-library module: {shadows}"
 
 
-def resource_classes() -> list[type[ClientResource]]:
-    found, todo = [], list(ClientResource.__subclasses__())
-    while todo:
-        cls = todo.pop()
-        found.append(cls)
-        todo += cls.__subclasses__()
-    return found
-
-
-def test_every_resource_mirrors_its_client_and_builds_it_from_the_settings():
-    import kb_resources.services  # noqa: F401  (defines the subclasses)
-    import kb_resources.stores  # noqa: F401
-
-    classes = resource_classes()
-    assert len(classes) >= 12
-    for cls in classes:
-        # secrets_from_settings is the resource's own: the names of its secrets that the settings hold.
-        assert set(cls.model_fields) - {"secrets_from_settings"} == set(cls.client_fields()), cls.__name__
-        assert set(cls.client_fields()) == set(cls.client_class.model_fields), cls.__name__
-        client = cls.from_settings().get_client()
-        assert isinstance(client, cls.client_class)
-
-
-def test_a_secret_reaches_the_client_but_the_resource_shows_only_its_variable(monkeypatch):
+def test_a_secret_reaches_the_client_but_the_resource_shows_none(monkeypatch):
     from kb_resources.services import QualityGateResource
 
     monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-test-secret-0123")
     resource = QualityGateResource.from_settings()
-    assert resource.api_key == "DEEPSEEK_API_KEY"  # an EnvVar: the UI shows the name
+    assert "sk-test-secret-0123" not in repr(resource.get_resource_definition().config_schema.as_field().default_value)
     assert resource.get_client().api_key.get_secret_value() == "sk-test-secret-0123"
 
 

@@ -20,6 +20,7 @@ import base64
 import contextlib
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import modal
@@ -190,6 +191,13 @@ class StandInModal:
         finally:
             self.events.append("stop")
 
+    def with_options(self, **options):
+        self.events.append(f"options {sorted(options.items())}")
+        return self
+
+    def hydrate(self):
+        return self
+
     def map(self, inputs, *, kwargs, return_exceptions, wrap_returned_exceptions):
         assert return_exceptions and wrap_returned_exceptions is False
         for item in inputs:
@@ -249,6 +257,40 @@ def test_run_on_modal_reports_failed_calls_and_a_container_left(photos):
                                           count_containers=stand_in.count_containers):
             outputs = iter([*outputs, output])
     assert len(list(outputs)) == 1  # the good batch came through before the error
+
+
+def test_the_gpu_is_an_argument_of_each_run_not_of_the_import(photos, monkeypatch):
+    """Two GPU types in one process: each run gets its own (issue 57). Before,
+    the value went through os.environ into a decorator at import, and the
+    second value was ignored."""
+    from kb.enrich import modal_runner
+    from kb.enrich.transcriber import Transcriber
+
+    caption_app._engines[("org/vl-model", 1)] = StandInEngine()
+    stand_in = StandInModal(caption_app.caption_batch)
+    list(run_on_modal(stand_in, stand_in, [[photos.url("/red.png")]], options={"gpu": "H100"},
+                      kwargs={"model": "org/vl-model", "max_num_seqs": 1}, startup_marker=caption_app.STARTUP_FAILED,
+                      count_containers=stand_in.count_containers))
+    assert stand_in.events[:2] == ["start", "options [('gpu', 'H100')]"]
+
+    seen = []
+
+    def run(app, function, inputs, *, options, **_):
+        seen.append((app.name, options))
+        return iter([])
+
+    monkeypatch.setattr(modal_runner, "run_on_modal", run)
+    for gpu in ("A100", "L40S"):
+        list(Captioner(backend="modal", modal_gpu=gpu)._caption_on_modal(["https://pbs.example/1.jpg"]))
+    for gpu, containers in (("T4", 2), ("H100", 0)):
+        list(Transcriber(backend="modal", modal_gpu=gpu, modal_containers=containers)
+             ._transcribe_on_modal(["https://video.example/1.mp4"]))
+    assert seen == [("kb-captions", {"gpu": "A100"}), ("kb-captions", {"gpu": "L40S"}),
+                    ("kb-transcripts", {"gpu": "T4", "max_containers": 2}),
+                    ("kb-transcripts", {"gpu": "H100", "max_containers": 1})]
+    # Modal's own objects take these options (no network: the variant loads when a run hydrates it).
+    assert isinstance(transcribe_app.transcribe_video.with_options(gpu="T4", max_containers=2), modal.Function)
+    assert "KB_CAPTION_MODAL_GPU" not in os.environ and "KB_TRANSCRIBE_MODAL_GPU" not in os.environ
 
 
 def test_mapped_results_notices_missing_outputs():

@@ -14,7 +14,7 @@ import pytest
 from kb.models import catalog
 from kb.models.catalog import CROSS_ENCODER, EMBEDDER, WHISPER_SMALL, WHISPER_TINY_EN, Model, ModelFile
 from kb.models.files import ModelFileError, cache_folder, locate, wheel_folder
-from tests.loopback import LoopbackServer, QuietHandler
+from tests.fake_hf_hub import FakeHub
 
 
 def test_the_catalog_names_each_model_with_its_repo_revision_and_checksums():
@@ -98,30 +98,6 @@ def test_the_local_embedder_refuses_a_changed_weights_file(tmp_path, monkeypatch
         local_model_path("all-MiniLM-L6-v2")
 
 
-class FakeHub(LoopbackServer):
-    """The Hugging Face hub's file route: GET /<repo>/resolve/<revision>/<path>
-    answers the file, through a redirect as the hub does for large files."""
-
-    def __init__(self, files: dict[str, bytes]):
-        self.files, self.requests = files, []
-        hub = self
-
-        class Handler(QuietHandler):
-            def do_GET(self):
-                hub.requests.append(self.path)
-                if self.path.startswith("/cdn/"):
-                    self.send_body(200, hub.files["/" + self.path.removeprefix("/cdn/")], "application/octet-stream")
-                elif self.path in hub.files:
-                    self.send_response(302)
-                    self.send_header("Location", f"/cdn/{self.path}".replace("//", "/"))
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                else:
-                    self.send_body(404, b"Entry not found", "text/plain")
-
-        self.bind(Handler)
-
-
 def _hub_model(weights: bytes) -> Model:
     return Model(key="test-model", role="a test", repo="owner/test-model", revision="a" * 40,
                  files=(ModelFile("model.onnx", hashlib.sha256(weights).hexdigest(), len(weights),
@@ -129,6 +105,10 @@ def _hub_model(weights: bytes) -> Model:
 
 
 def test_a_download_keeps_only_files_with_the_pinned_checksum(tmp_path, monkeypatch):
+    """The real huggingface_hub client against a loopback hub: the pinned
+    revision and the published path, then kb's sha256 check."""
+    import huggingface_hub.constants
+
     good = b"the pinned weights"
     model = _hub_model(good)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -137,20 +117,29 @@ def test_a_download_keeps_only_files_with_the_pinned_checksum(tmp_path, monkeypa
     with pytest.raises(ModelFileError, match="downloads are off"):
         locate(model)
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    # huggingface_hub read HF_HUB_OFFLINE=1 of the suite when it was imported.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     route = f"/{model.repo}/resolve/{model.revision}/onnx/model_int8.onnx"
     with FakeHub({route: b"the weights of an attacker"}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
         with pytest.raises(ModelFileError) as refused:
             locate(model)
-        assert hub.requests[0] == route  # the published path at the pinned revision
+        assert hub.requests[0] == ("HEAD", route)  # the published path at the pinned revision
+        assert ("GET", "/cdn" + route) in hub.requests
         assert hashlib.sha256(b"the weights of an attacker").hexdigest() in str(refused.value)
         assert model.files[0].sha256 in str(refused.value) and "refused it and kept nothing" in str(refused.value)
-        assert not any(cache_folder(model).iterdir())  # no file, no partial file
+        assert not any(cache_folder(model).iterdir())  # no file, no partial file, no staging folder
 
         hub.files[route] = good
         found = locate(model)
+        del hub.files[route]
+        missing = Model(key="missing", role="a test", repo=model.repo, revision=model.revision,
+                        files=(ModelFile("other.onnx", None, 1, published="missing.onnx"),))
+        with pytest.raises(ModelFileError, match=r"The download of .*/missing.onnx failed: .*NotFound"):
+            locate(missing)
     assert found.source == "download cache" and found.weights.read_bytes() == good
     assert found.weights == cache_folder(model) / "model.onnx"
+    assert sorted(p.name for p in cache_folder(model).iterdir()) == ["model.onnx"]
     # Later loads need no hub.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert locate(model).weights == found.weights

@@ -5,8 +5,9 @@ state, and the two sensors that send them."""
 import dagster as dg
 import pytest
 
+from kb.settings import get_settings
 from kb_assets.partitions import sources
-from sensors.source_outcomes import run_endings_sensor, source_outcomes_sensor
+from sensors.source_outcomes import build_run_endings_sensor, build_source_outcomes_sensor
 from kb.telegram.notifier import NotificationError, TelegramNotifier, notification_text
 from tests import source_helpers as h
 from tests.fake_openai_chat import FakeOpenAIChat, chat
@@ -112,7 +113,7 @@ def test_outcomes_sensor_sends_rejected_duplicate_and_done_once_each(fake, monke
 
     def tick(cursor=None):
         context = dg.build_sensor_context(cursor=cursor, instance=dagster, resources={"telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
-        source_outcomes_sensor(context)
+        build_source_outcomes_sensor(get_settings())(context)
         return context.cursor
 
     cursor = tick()
@@ -158,7 +159,7 @@ def test_a_source_that_the_gate_let_in_by_default_is_marked_so_in_status_and_the
     assert len(gate.requests) == 4
     context = dg.build_sensor_context(instance=dagster, resources={
         "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
-    source_outcomes_sensor(context)
+    build_source_outcomes_sensor(get_settings())(context)
     [notice] = fake.sent
     assert notice["text"].startswith("Waiting for the wiki agent\n")
     assert notice["text"].endswith("The quality gate failed 4 tries, so kb accepted the source with the default "
@@ -181,10 +182,10 @@ def test_outcomes_sensor_tries_a_failed_send_again_next_tick(fake, monkeypatch):
         h.run_item(dagster, item.id, raise_on_error=True)
     fake.send_errors = [(502, "Bad Gateway")]
     context = dg.build_sensor_context(instance=dagster, resources={"telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
-    source_outcomes_sensor(context)
+    build_source_outcomes_sensor(get_settings())(context)
     assert fake.sent == []
     context = dg.build_sensor_context(cursor=context.cursor, instance=dagster, resources={"telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
-    source_outcomes_sensor(context)
+    build_source_outcomes_sensor(get_settings())(context)
     assert [m["text"].splitlines()[0] for m in fake.sent] == ["Skipped (low quality, score 5)"]
 
 
@@ -194,7 +195,7 @@ def test_failures_sensor_sends_a_final_failure_once_and_tries_a_failed_send_agai
     def tick(cursor: str | None) -> str | None:
         context = dg.build_sensor_context(cursor=cursor, instance=dagster, resources={
             "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
-        run_endings_sensor(context)
+        build_run_endings_sensor(get_settings())(context)
         return context.cursor
 
     started = tick(None)  # the first tick: failures from now on count
@@ -241,7 +242,7 @@ def test_wiki_results_reach_the_owner_once_and_a_failed_send_is_tried_again(fake
     from kb_assets.wiki.wiki_pages import wiki_lint
     from kb_resources.services import WikiAgentResource
     from kb_resources.stores import WikiResource
-    from sensors.wiki_results import wiki_results_sensor
+    from sensors.wiki_results import build_wiki_results_sensor
 
     dagster = h.ephemeral_instance()
     dg.materialize([wiki_lint], partition_key="2026-11-30", instance=dagster,
@@ -260,7 +261,7 @@ def test_wiki_results_reach_the_owner_once_and_a_failed_send_is_tried_again(fake
     def tick(cursor):
         context = dg.build_sensor_context(cursor=cursor, instance=dagster,
                                           resources={"telegram": TelegramNotifierResource.from_settings()})
-        wiki_results_sensor(context)
+        build_wiki_results_sensor(get_settings())(context)
         return context.cursor
 
     fake.send_errors = [(502, "Bad Gateway")]
@@ -294,7 +295,7 @@ def test_a_missing_gate_key_is_told_once_and_status_says_not_scored(fake):
     def tick(cursor=None):
         context = dg.build_sensor_context(cursor=cursor, instance=dagster, resources={
             "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
-        source_outcomes_sensor(context)
+        build_source_outcomes_sensor(get_settings())(context)
         return context.cursor
 
     tick(tick())

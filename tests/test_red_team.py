@@ -499,7 +499,7 @@ def test_a_refused_change_is_rolled_back_and_told_once_with_its_rule(stage, capf
     names the rule (no bot token here: the notice goes to the log)."""
 
     from kb_resources.stores import InboxResource
-    from sensors.source_outcomes import source_outcomes_sensor
+    from sensors.source_outcomes import build_source_outcomes_sensor
 
     root = stage["root"]
     turns = [[tool_use("Write", file_path=f"wiki/sources/{SLUG}.md", content=GOOD_PAGE + ENDPOINT_TOKEN + "\n")],
@@ -515,8 +515,8 @@ def test_a_refused_change_is_rolled_back_and_told_once_with_its_rule(stage, capf
     assert ENDPOINT_TOKEN not in git_history(root)
     context = dg.build_sensor_context(instance=instance, resources={
         "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
-    source_outcomes_sensor(context)
-    source_outcomes_sensor(dg.build_sensor_context(instance=instance, resources={
+    build_source_outcomes_sensor(get_settings())(context)
+    build_source_outcomes_sensor(get_settings())(dg.build_sensor_context(instance=instance, resources={
         "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()}))
     # Each notice is "[kb] " and its lines (the words of the specification's notices).
     told = [n for n in capfd.readouterr().out.split("[kb] ") if n.startswith("Wiki change refused\n")]

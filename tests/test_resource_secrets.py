@@ -1,6 +1,7 @@
 """The secrets of kb's resources (kb_resources/client_resource.py): a key
-from the settings file reaches the client, and never the environment of
-the process or the resource config that the Dagster UI shows."""
+from the settings file or the environment reaches the client, and never
+the environment of the process or the resource config that the Dagster
+UI shows. A resource carries no secret of its own."""
 
 from __future__ import annotations
 
@@ -56,11 +57,8 @@ def shown_config(resource: dg.ConfigurableResource) -> str:
 def test_a_key_of_the_settings_file_reaches_the_client_and_not_the_environment(settings_file):
     for resource_class, field, name in RESOURCES:
         resource = resource_class.from_settings()
-        assert field in resource.secrets_from_settings, (resource_class.__name__, field)
-        assert getattr(resource, field) == ""
         shown = shown_config(resource)
         assert not [s for s in FILE_SECRETS.values() if s in shown] and TOKEN not in shown
-        assert field in shown  # the UI names the field whose value the settings hold
         client = resource.get_client()
         assert getattr(client, field).get_secret_value() == FILE_SECRETS[name], (resource_class.__name__, field)
     assert leaked_into_environment() == []
@@ -82,26 +80,39 @@ def test_a_run_rebuilds_the_resource_and_its_client_gets_the_key(settings_file):
     assert leaked_into_environment() == []
 
 
-def test_a_key_of_the_environment_stays_a_variable_name(settings_file, monkeypatch):
+def test_a_key_of_the_environment_reaches_the_client_and_not_the_config(settings_file, monkeypatch):
     monkeypatch.setenv("GROQ_API_KEY", "gsk-TEST-SECRET-environment-9999")
     resource = TranslatorResource.from_settings()
-    assert resource.api_key == dg.EnvVar("GROQ_API_KEY") and resource.secrets_from_settings == []
     assert "gsk-TEST-SECRET-environment-9999" not in shown_config(resource)
     assert resource.get_client().api_key.get_secret_value() == "gsk-TEST-SECRET-environment-9999"
 
 
-def test_a_resource_cannot_read_a_setting_that_is_not_its_secret(settings_file):
-    """An attacker who can edit the resource config (the launchpad of the UI)
-    names a field that is no secret: the client is not built."""
-    resource = TranslatorResource.from_settings().model_copy(update={"secrets_from_settings": ["base_url"]})
-    with pytest.raises(ValueError, match=r"TranslatorResource.secrets_from_settings=\['base_url'\]: .* no secret"):
-        resource.get_client()
-
-
-def test_a_secret_that_is_in_neither_the_environment_nor_the_settings_is_refused(settings_file):
-    with pytest.raises(ValueError, match=r"TranslatorResource.api_key: the secret is not the value of GROQ_API_KEY"):
-        TranslatorResource.from_settings(api_key="gsk-TEST-SECRET-elsewhere-0000")
+def test_an_override_cannot_carry_a_secret(settings_file):
+    """A command or a test that gives a key as an override: refused, and the
+    message names the field, not the value."""
+    for resource_class, field, _ in RESOURCES:
+        with pytest.raises(ValueError, match=rf"{resource_class.__name__}.overrides: \['{field}'\] hold a secret") as refused:
+            resource_class.from_settings(**{field: "gsk-TEST-SECRET-elsewhere-0000"})
+        assert "gsk-TEST-SECRET-elsewhere-0000" not in str(refused.value)
     assert leaked_into_environment() == []
+
+
+def test_a_resource_config_edited_in_the_launchpad_cannot_point_a_secret_elsewhere(settings_file):
+    """An attacker who edits the resource config (the launchpad, when a run
+    does not pass kb's run launcher) sets the key or a field that the client
+    does not have: the client is not built, and nothing is sent."""
+    resource = ChunkIndexResource.from_settings()
+    for overrides, reason in (({"s3_access_key_id": "AKIA-TEST-attacker"}, "hold a secret"),
+                              ({"s3_endpoint": "http://127.0.0.1:9", "aws_key": "x"}, "are not fields of ChunkIndex")):
+        edited = resource.model_copy(update={"overrides": overrides})
+        with pytest.raises(ValueError, match=rf"ChunkIndexResource.overrides: .* {reason}"):
+            edited.get_client()
+
+
+def test_an_honest_override_reaches_the_client_with_the_key_of_the_settings(settings_file):
+    client = TranslatorResource.from_settings(model="llama-test", max_retries=0).get_client()
+    assert (client.model, client.max_retries) == ("llama-test", 0)
+    assert client.api_key.get_secret_value() == FILE_SECRETS["GROQ_API_KEY"]
 
 
 # --- a run worker: another process, which builds the resource from its own settings ----------

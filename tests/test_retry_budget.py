@@ -60,7 +60,7 @@ def test_an_unexpected_error_of_a_wiki_task_waits_the_budget_then_fails(wiki, mo
     Dagster's exponential backoff (0.1, 0.3, 0.7), and the same 3 retries."""
     from kb_assets.wiki import wiki_pages as stage
 
-    monkeypatch.setattr(stage, "RETRY_BASE_S", 0.1)
+    monkeypatch.setattr(stage, "budget", lambda: RetryBudget.doubling(0.1, 3))
     monkeypatch.setattr(stage, "lint_wiki", lambda *a, **k: (_ for _ in ()).throw(OSError("git is locked")))
     with ephemeral_instance() as instance:
         result = run_lint(instance)

@@ -10,12 +10,14 @@ import sys
 import time
 
 import dagster as dg
+
+from kb.settings import get_settings
 import pytest
 
 from kb_assets.instance_config import ensure_dagster_home
 from kb_resources.services import TelegramNotifierResource
 from kb_resources.stores import InboxResource
-from sensors.source_outcomes import run_endings_sensor
+from sensors.source_outcomes import build_run_endings_sensor
 from tests.fake_telegram import owner_bot
 
 TOKEN = "123456:TEST-SECRET-ENDINGS-TOKEN"
@@ -37,7 +39,7 @@ def open_instance() -> dg.DagsterInstance:
 def tick(instance: dg.DagsterInstance, cursor: str | None) -> str | None:
     context = dg.build_sensor_context(cursor=cursor, instance=instance, resources={
         "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
-    run_endings_sensor(context)
+    build_run_endings_sensor(get_settings())(context)
     return context.cursor
 
 

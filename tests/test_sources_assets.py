@@ -9,7 +9,7 @@ import pytest
 
 from kb.telegram.source_parsers import TransientParseError, split_frontmatter
 from kb.wiki.schema import PARSED_KEYS
-from kb_assets.telegram.sources import MAX_TRANSIENT_RETRIES, OVERRIDE_TAG, TRANSIENT_WAITS_S, parsed_sources
+from kb_assets.telegram.sources import OVERRIDE_TAG, budget, parsed_sources
 from kb.store.duckdb_store import DuckDBStore
 from kb.settings import get_settings
 from kb_assets.source_states import read_item_state
@@ -230,7 +230,7 @@ def test_transient_errors_retry_after_60_120_240_seconds_over_the_items_life(dag
 
         # Direct invocation does not retry, so each call is one attempt, and
         # the RetryRequested that it raises shows the wait.
-        for attempt, wait in enumerate(TRANSIENT_WAITS_S, start=1):
+        for attempt, wait in enumerate(budget().waits_s, start=1):
             with pytest.raises(dg.RetryRequested) as retry:
                 invoke()
             assert (retry.value.seconds_to_wait, retry.value.max_retries) == (wait, 3)
@@ -273,7 +273,7 @@ def test_an_error_that_no_parser_names_uses_the_same_count_and_waits(dagster, mo
         return parsed_sources(context, **{k: v for k, v in h.resources().items() if k in ("duckdb", "browser", "inbox", "wiki")})
 
     waits = []
-    for _ in TRANSIENT_WAITS_S:
+    for _ in budget().waits_s:
         with pytest.raises(dg.RetryRequested) as retry:
             invoke()
         waits.append(retry.value.seconds_to_wait)
@@ -310,8 +310,11 @@ def test_a_stuck_try_uses_a_retry_of_the_source(dagster):
         assert busy.hits["/busy"] == 2
 
 
-def test_the_waits_are_the_issue_s_60_120_240():
-    assert TRANSIENT_WAITS_S == (60, 120, 240) and MAX_TRANSIENT_RETRIES == 3
+def test_the_waits_are_the_issue_s_60_120_240(monkeypatch):
+    assert budget().waits_s == (60, 120, 240) and budget().retries == 3
+    # Read when a parse starts, not at import: a changed setting counts at once.
+    monkeypatch.setenv("KB_SOURCE_RETRY_WAITS_S", "5,10")
+    assert budget().waits_s == (5, 10)
     # No RetryPolicy: its exponential waits (60, 180, 420 s) were outside the budget (kb/retries.py).
     assert parsed_sources.op.retry_policy is None
 

@@ -231,7 +231,7 @@ def test_the_weekly_full_sync_starts_once_a_week_and_removed_bookmarks_leave_sea
 
     from kb.apps.sync import run_sync
     from kb.index.search import search
-    from sensors.x_sync_sensor import FULL_SYNC_TAG, x_full_sync_sensor
+    from sensors.x_sync_sensor import FULL_SYNC_TAG, build_x_full_sync_sensor
     from tests.x_fixtures import all_tweet_entries, paged_bookmarks
 
     before = datetime.now(timezone.utc) - timedelta(minutes=2)
@@ -242,7 +242,7 @@ def test_the_weekly_full_sync_starts_once_a_week_and_removed_bookmarks_leave_sea
 
     def tick(cursor: str | None):
         context = dg.build_sensor_context(cursor=cursor, instance=instance())
-        result = x_full_sync_sensor(context)
+        result = build_x_full_sync_sensor(get_settings())(context)
         return result, context.cursor
 
     result, cursor = tick(None)  # the first look: not now, one week on

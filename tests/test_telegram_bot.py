@@ -345,7 +345,7 @@ def test_a_link_sent_to_the_bot_is_searchable_and_the_owner_hears_that_it_waits(
     from kb_resources.services import TelegramNotifierResource
     from kb_resources.stores import InboxResource
     from mcp_server import server
-    from sensors.source_outcomes import source_outcomes_sensor
+    from sensors.source_outcomes import build_source_outcomes_sensor
     from tests.loopback_site import article_html, page
     from tests.test_parsers import PARAGRAPHS
 
@@ -362,7 +362,7 @@ def test_a_link_sent_to_the_bot_is_searchable_and_the_owner_hears_that_it_waits(
     for _ in range(2):  # a second tick (or a restart) sends nothing again
         context = dg.build_sensor_context(instance=dagster, resources={
             "telegram": TelegramNotifierResource.from_settings(), "inbox": InboxResource.from_settings()})
-        source_outcomes_sensor(context)
+        build_source_outcomes_sensor(get_settings())(context)
     dagster.dispose()
     assert fake.replies_to(40)[-1:] == [notification_text("waiting", "Write-ahead logging", item_id=item_id)]
     assert len([t for t in fake.replies_to(40) if t.startswith("Waiting for the wiki agent")]) == 1

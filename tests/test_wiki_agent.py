@@ -15,6 +15,8 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import dagster as dg
+
+from kb.settings import get_settings
 import pytest
 
 from kb.wiki.change import apply_agent_change
@@ -27,7 +29,7 @@ from kb.telegram.notifier import wiki_result_text
 from kb.wiki.checks import check_wiki
 from kb.wiki.repo import SNAPSHOT_MESSAGE, Wiki
 from kb.wiki.agent import WikiAgent, tool_deny_reason
-from sensors.wiki_schedules import wiki_lint_schedule, wiki_synthesis_schedule, wiki_waiting_sensor
+from sensors.wiki_schedules import build_wiki_lint_schedule, build_wiki_synthesis_schedule, build_wiki_waiting_sensor
 from tests.wiki_pages import concept_page, parsed_file, source_page, weekly_page
 from tests.fake_anthropic import FakeAnthropic, Stall, bash, report, result_text, text, tool_use, write
 from kb_resources.services import TelegramNotifierResource, WikiAgentResource
@@ -462,13 +464,13 @@ def test_without_an_endpoint_sources_wait_and_the_sensor_picks_them_up(wiki, mon
         def agent():  # built after each change of the settings, as Definitions would build it
             return {"wiki_agent": WikiAgentResource.from_settings()}
 
-        skipped = wiki_waiting_sensor(dg.build_sensor_context(instance=instance, resources=agent()))
+        skipped = build_wiki_waiting_sensor(get_settings())(dg.build_sensor_context(instance=instance, resources=agent()))
         assert isinstance(skipped, dg.SkipReason)
         monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
         context = dg.build_sensor_context(instance=instance, resources=agent())
-        requests = wiki_waiting_sensor(context)
+        requests = build_wiki_waiting_sensor(get_settings())(context)
         assert [r.partition_key for r in requests] == ["src1"]
-        assert wiki_waiting_sensor(dg.build_sensor_context(instance=instance, cursor=context.cursor, resources=agent())).__class__ \
+        assert build_wiki_waiting_sensor(get_settings())(dg.build_sensor_context(instance=instance, cursor=context.cursor, resources=agent())).__class__ \
             is dg.SkipReason
 
 
@@ -593,10 +595,10 @@ def test_topic_synthesis_is_one_commit(wiki, monkeypatch):
 
 def test_schedules_pick_the_partition_of_the_run():
     sunday = datetime(2026, 11, 29, 9, 0, tzinfo=ZoneInfo("UTC"))
-    request = wiki_synthesis_schedule(dg.build_schedule_context(scheduled_execution_time=sunday))
+    request = build_wiki_synthesis_schedule(get_settings())(dg.build_schedule_context(scheduled_execution_time=sunday))
     assert request.partition_key == "2026-11-23" and request.tags["week"] == "2026-W48"
     night = datetime(2026, 11, 29, 2, 0, tzinfo=ZoneInfo("UTC"))
-    assert wiki_lint_schedule(dg.build_schedule_context(scheduled_execution_time=night)).partition_key == "2026-11-29"
+    assert build_wiki_lint_schedule(get_settings())(dg.build_schedule_context(scheduled_execution_time=night)).partition_key == "2026-11-29"
 
 
 # --- contradictions ---------------------------------------------------------------------
@@ -941,9 +943,9 @@ def test_report_statuses_and_the_waits_between_tries():
     assert REPORT_SCHEMA["properties"]["status"]["enum"][:3] == ["success", "partial", "failed"]
     # 3 retries at 60, 120 and 240 s (the suite sets the base to 0; the rule is base * 2^n).
     monkeypatch = pytest.MonkeyPatch()
-    monkeypatch.setattr(stage, "RETRY_BASE_S", 60)
+    monkeypatch.setenv("KB_WIKI_RETRY_DELAY_S", "60")
     try:
-        assert stage.MAX_RETRIES == 3 and [stage.retry_wait_s(n) for n in range(3)] == [60, 120, 240]
+        assert stage.budget().retries == 3 and [stage.retry_wait_s(n) for n in range(3)] == [60, 120, 240]
     finally:
         monkeypatch.undo()
 

@@ -94,15 +94,22 @@ def containers_left(function_id: str, *, wait_s: float = CONTAINER_WAIT_S, poll_
     return wait_for_zero(running, wait_s=wait_s, poll_s=poll_s)
 
 
-def run_on_modal(app, function, inputs: list, *, kwargs: dict, startup_marker: str,
+def run_on_modal(app, function, inputs: list, *, kwargs: dict, startup_marker: str, options: dict | None = None,
                  count_containers: Callable[[str], int] = containers_left) -> Iterator[tuple[object, object]]:
     """(input, output) for each input, from one ephemeral run of `app`.
+    `options`: the GPU type and the container cap of this run (Modal's
+    public Function.with_options()). Why arguments and not the definition:
+    Modal fixes the decorator's values at import, and a second value in one
+    process (a test, a changed .env after a Reload) was ignored.
     `count_containers(function_id)` asks Modal how many containers are left."""
     function_id: str | None = None
     run_error: ModalRunError | None = None
     finished = False
     try:
         with app.run():
+            if options:
+                # A variant of the function with its own container pool; its id is known once it is hydrated.
+                function = function.with_options(**options).hydrate()
             function_id = function.object_id
             outputs = function.map(inputs, kwargs=kwargs, return_exceptions=True, wrap_returned_exceptions=False)
             try:

@@ -250,15 +250,14 @@ class Transcriber(ModelBackendClient):
     def _transcribe_on_modal(self, video_urls: list[str]) -> Iterator[TranscriptResult]:
         from kb.enrich.modal_runner import ModalRunError, run_on_modal
 
-        # Modal reads these when the module defines the function.
-        os.environ["KB_TRANSCRIBE_MODAL_GPU"] = self.modal_gpu
-        os.environ["KB_TRANSCRIBE_MODAL_CONTAINERS"] = str(max(1, self.modal_containers))
         from kb.enrich.modal_apps import transcribe_app
 
         try:
             for url, data in run_on_modal(transcribe_app.app, transcribe_app.transcribe_video, list(video_urls),
                                           kwargs={"model": self.model_name()},
-                                          startup_marker=transcribe_app.STARTUP_FAILED):
+                                          startup_marker=transcribe_app.STARTUP_FAILED,
+                                          options={"gpu": self.modal_gpu,
+                                                   "max_containers": max(1, self.modal_containers)}):
                 yield result_from(url, data)
         except ModalRunError as exc:
             raise TranscribeBackendError(str(exc)) from None

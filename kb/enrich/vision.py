@@ -18,7 +18,6 @@ JSON asked for fails alone, with a reason. An endpoint that does not answer
 photo failed would hide them until `kb caption --retry`.
 """
 
-import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -171,15 +170,14 @@ class Captioner(ModelBackendClient):
     def _caption_on_modal(self, urls: list[str]) -> Iterator[CaptionResult]:
         from kb.enrich.modal_runner import ModalRunError, run_on_modal
 
-        # Modal reads the GPU type when the module defines the function.
-        os.environ["KB_CAPTION_MODAL_GPU"] = self.modal_gpu
         from kb.enrich.modal_apps import caption_app
 
         size = max(1, self.max_num_seqs)
         kwargs = {"model": self.model_name(), "max_num_seqs": size, "max_tokens": self.max_tokens}
         try:
             for _batch, results in run_on_modal(caption_app.app, caption_app.caption_batch, photo_batches(urls, size),
-                                                kwargs=kwargs, startup_marker=caption_app.STARTUP_FAILED):
+                                                kwargs=kwargs, startup_marker=caption_app.STARTUP_FAILED,
+                                                options={"gpu": self.modal_gpu}):
                 for result in results:
                     yield CaptionResult.from_dict(result)
         except ModalRunError as exc:

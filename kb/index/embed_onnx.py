@@ -1,5 +1,16 @@
 """The local model on ONNX Runtime: the ONNX file exported once from the
-model's own weights, its int8 copy for queries, and the loaded session."""
+model's own weights, its int8 copy for queries, and the loaded session.
+
+Why kb's own code and not sentence-transformers' ONNX backend
+(`SentenceTransformer(..., backend="onnx")`): that backend needs the
+packages optimum and optimum-onnx, and the newest optimum-onnx (0.1.0)
+requires transformers<4.58; kb runs transformers 5. Installed all the same
+(--no-deps), it does not import: "cannot import name 'is_offline_mode'
+from 'transformers.utils'". So it cannot be measured on kb's stack
+(benchmarks/bench_embed_onnx.py says why each time it runs; figures in
+benchmarks/libraries.md). Measure again when optimum-onnx supports
+transformers 5.
+"""
 
 from __future__ import annotations
 

@@ -24,8 +24,6 @@ from kb.models.catalog import Model, ModelFile
 log = logging.getLogger(__name__)
 
 HUB = "https://huggingface.co"
-# A download that stalls this long fails. The weights are tens of MB.
-DOWNLOAD_TIMEOUT_S = 60.0
 # A machine with no route to the hub fails fast: tiny.en then stands in for `small`.
 CONNECT_TIMEOUT_S = 10.0
 _LOCK = threading.Lock()
@@ -221,45 +219,42 @@ def hub_url() -> str:
 
 
 def fetch(model: Model, folder: Path) -> None:
-    """Download each file of `model` at its pinned revision into `folder`.
-    A file goes into the folder only after its checksum matched: a refused
-    file leaves nothing behind."""
-    import httpx
-
-    with httpx.Client(timeout=httpx.Timeout(DOWNLOAD_TIMEOUT_S, connect=CONNECT_TIMEOUT_S), follow_redirects=True) as client:
-        for item in model.files:
-            target = folder / item.name
-            if target.is_file():
-                continue
-            url = f"{hub_url()}/{model.repo}/resolve/{model.revision}/{item.remote}"
-            _fetch_one(client, url, model, item, target)
+    """Download each file of `model` at its pinned revision into `folder`,
+    with huggingface_hub's hf_hub_download (the hub's own client: its
+    redirects, its size check, its resumable writes). A file goes into the
+    folder only after kb's sha256 check matched: a refused file leaves
+    nothing behind. huggingface_hub reads HF_HUB_OFFLINE and
+    HF_HUB_DOWNLOAD_TIMEOUT (10 s without a byte) when it is imported."""
+    for item in model.files:
+        target = folder / item.name
+        if not target.is_file():
+            _fetch_one(model, item, target)
 
 
-def _fetch_one(client, url: str, model: Model, item: ModelFile, target: Path) -> None:
-    import httpx
+def _fetch_one(model: Model, item: ModelFile, target: Path) -> None:
+    from huggingface_hub import hf_hub_download
 
+    url = f"{hub_url()}/{model.repo}/resolve/{model.revision}/{item.remote}"
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{Path(item.name).name}.", suffix=".part")
-    try:
+    # The client writes into a staging folder beside the target (one file
+    # system: os.replace() moves it), which goes away with all it holds.
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{Path(item.name).name}.") as staging:
+        try:
+            path = Path(hf_hub_download(model.repo, item.remote, revision=model.revision, local_dir=staging,
+                                        endpoint=hub_url(), etag_timeout=CONNECT_TIMEOUT_S))
+        except Exception as exc:  # the client's errors: HTTP, offline mode, a size that differs, OSError
+            raise ModelFileError(f"The download of {url} failed: {type(exc).__name__}: {exc}") from exc
         digest = hashlib.sha256()
-        with os.fdopen(fd, "wb") as handle:
-            try:
-                with client.stream("GET", url) as response:
-                    response.raise_for_status()
-                    for block in response.iter_bytes(1 << 20):
-                        digest.update(block)
-                        handle.write(block)
-            except httpx.HTTPError as exc:
-                raise ModelFileError(f"The download of {url} failed: {type(exc).__name__}: {exc}") from exc
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
         actual = digest.hexdigest()
         if item.sha256 is not None and actual != item.sha256:
             raise ModelFileError(
                 f"The downloaded file {item.remote} of {model.repo} has the sha256 {actual}, but kb pins "
                 f"{item.sha256} ({target.name}). kb refused it and kept nothing.")
-        os.replace(partial, target)
-        log.info("Downloaded %s of %s (%s)", item.remote, model.repo, model.revision[:12])
-    finally:
-        Path(partial).unlink(missing_ok=True)
+        os.replace(path, target)
+    log.info("Downloaded %s of %s (%s)", item.remote, model.repo, model.revision[:12])
 
 
 def where(name: str) -> dict:

@@ -44,9 +44,13 @@ from kb_resources.stores import DuckDBResource, InboxResource, WikiResource
 # (kb_assets/retry_budget.py), so a run that is started again (run retry,
 # backfill) does not reset the count. There is no RetryPolicy: its
 # exponential waits (60, 180, 420 s) were outside the budget.
-TRANSIENT_WAITS_S = get_settings().source_retry_waits
-MAX_TRANSIENT_RETRIES = len(TRANSIENT_WAITS_S)
-BUDGET = RetryBudget(TRANSIENT_WAITS_S)
+# The waits are read when a parse starts, not at import: a Reload of the code
+# location (or a new run worker) takes a changed .env.
+
+
+def budget() -> RetryBudget:
+    """The parse budget of the settings of this moment (KB_SOURCE_RETRY_WAITS_S)."""
+    return RetryBudget(get_settings().source_retry_waits)
 
 
 
@@ -93,9 +97,10 @@ def parsed_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, br
     run_id, tags = context.run_id, context.op_execution_context.run_tags
     failures = transient_failures_so_far(duckdb, item_id)
     used = source_retries_used(context.instance, item_id, failures, run_id, tags, override=override)
-    if used > BUDGET.retries:
+    parse_budget = budget()
+    if used > parse_budget.retries:
         raise fail(f"inbox item {item_id}: {used} failed tries and transient failures so far ({failures} of the "
-                   f"parse); the limit is {BUDGET.retries} retries over the item's life", item_id)
+                   f"parse); the limit is {parse_budget.retries} retries over the item's life", item_id)
 
     try:
         parsed = parse_item(item, inbox, get_settings(), browser)
@@ -106,13 +111,13 @@ def parsed_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, br
     except Exception as exc:  # TransientParseError, and an error that no parser names: transient too (4.4)
         count = count_transient_failure(duckdb, item, str(exc) if isinstance(exc, TransientParseError)
                                         else f"{type(exc).__name__}: {exc}")
-        wait = BUDGET.wait_after(used)
+        wait = parse_budget.wait_after(used)
         if wait is None:
             message = f"{exc} (transient failure {count}; no retries are left)"
             record_failure(duckdb, item, message)
             raise fail(message, item_id) from None
         context.log.warning(f"inbox item {item_id}: transient failure {count}: {exc}. Retry in {wait:g} s.")
-        raise dg.RetryRequested(max_retries=MAX_TRANSIENT_RETRIES, seconds_to_wait=wait) from exc
+        raise dg.RetryRequested(max_retries=parse_budget.retries, seconds_to_wait=wait) from exc
 
     fetched_at = utc_now()
     with raw_files_lock(wiki_dir):  # an ingest must not see raw/ change

@@ -18,7 +18,7 @@ for `kb status` and the bot's `/status`.
 """
 
 
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import dagster as dg
@@ -48,15 +48,15 @@ WIKI_POOL = "wiki"
 # uses the same count and waits: no RetryPolicy of its own.
 # A change that the agent itself reports as failed is tried again once only
 # (the specification, 11.2): the agent said that it cannot do it.
-MAX_RETRIES = get_settings().kb_wiki_max_retries
-MAX_TRIES = MAX_RETRIES + 1
-RETRY_BASE_S = get_settings().kb_wiki_retry_delay_s
 FAILED_REPORT_RETRIES = 1
 
 
 def budget() -> RetryBudget:
-    """The wiki's retry budget: MAX_RETRIES waits from RETRY_BASE_S, doubled."""
-    return RetryBudget.doubling(RETRY_BASE_S, MAX_RETRIES)
+    """The wiki's retry budget of the settings of this moment, read when a
+    try ends, not at import: KB_WIKI_MAX_RETRIES waits from
+    KB_WIKI_RETRY_DELAY_S, doubled."""
+    settings = get_settings()
+    return RetryBudget.doubling(settings.kb_wiki_retry_delay_s, settings.kb_wiki_max_retries)
 
 
 def retry_wait_s(retries_used: int) -> float:
@@ -66,18 +66,35 @@ def retry_wait_s(retries_used: int) -> float:
 
 # Lint and synthesis partitions start here; no backfill before it is useful.
 PARTITIONS_START = "2026-01-01"
-# end_offset=1: today is a partition too, so the schedule at 02:00 and the
-# bot's /lint can lint the wiki as it is now.
-wiki_lint_days = dg.DailyPartitionsDefinition(start_date=PARTITIONS_START, end_offset=1,
-                                              timezone=get_settings().tz)
+# A partition key is a date of the owner's zone (TZ): the schedules run in
+# TZ and name the day (sensors/wiki_schedules.py), and the bot's /lint names
+# today in TZ (today_in_zone()). The partitions are in UTC, not in TZ: they
+# are built at import, and TZ is a setting that a Reload of the code
+# location reads again (kb_assets/definitions.py). end_offset=2: the day
+# after today in UTC is a partition too, so today in every zone (UTC-12 to
+# UTC+14) is one, and the schedule at 02:00 and the bot's /lint can lint
+# the wiki as it is now.
+wiki_lint_days = dg.DailyPartitionsDefinition(start_date=PARTITIONS_START, end_offset=2, timezone="UTC")
 # One partition per topic that the owner asked for (/synthesize <topic>).
 wiki_topics = dg.DynamicPartitionsDefinition(name="wiki_topics")
 # Weeks start on Monday, as ISO weeks do, so a partition is one `YYYY-Www`.
-# end_offset=1: the week that is running is a partition too, because the
-# synthesis runs on Sunday morning, before the week ends.
+# end_offset=2, in UTC as above: the week that is running in TZ is a
+# partition too, because the synthesis runs on Sunday morning, before the
+# week ends.
 wiki_synthesis_weeks = dg.WeeklyPartitionsDefinition(
-    start_date="2025-12-29", day_offset=1, end_offset=1, timezone=get_settings().tz,  # a Monday: 2026-W01
+    start_date="2025-12-29", day_offset=1, end_offset=2, timezone="UTC",  # a Monday: 2026-W01
 )
+
+
+def today_in_zone(tz: str, now: datetime | None = None) -> date:
+    """The date of today in the zone `tz`: the lint partition of today."""
+    return (now or datetime.now(ZoneInfo(tz))).astimezone(ZoneInfo(tz)).date()
+
+
+def monday_in_zone(tz: str, now: datetime | None = None) -> date:
+    """The Monday of this week in the zone `tz`: the synthesis partition of this week."""
+    today = today_in_zone(tz, now)
+    return today - timedelta(days=today.weekday())
 
 
 def change_metadata(outcome: ChangeOutcome) -> dict:
@@ -214,18 +231,19 @@ def _finish(context: dg.AssetExecutionContext, outcome: ChangeOutcome, subject: 
         # The owner hears of a refused change (source_outcomes_sensor), with the rule.
         _observe(context, State.REFUSED, reason=refusal, attempt=attempt)
     failed_reports = _failed_reports_before(context) + (outcome.status == "failed")
-    wait = budget().wait_after(used)
+    wiki_budget = budget()
+    wait = wiki_budget.wait_after(used)
     retry = wait is not None and failed_reports <= FAILED_REPORT_RETRIES
     _observe(context, State.RETRYING if retry else State.FAILED, error=error[:1000], attempt=attempt,
              agent_status=outcome.status or "none", warnings=dg.MetadataValue.json(outcome.warnings),
              **({"refusal": refusal} if refused else {}),
              **try_metadata(context.run_id, context.op_execution_context.run_tags))
-    description = f"{subject}: the wiki change was rolled back (try {attempt} of {MAX_TRIES}): {error}"
+    description = f"{subject}: the wiki change was rolled back (try {attempt} of {wiki_budget.tries}): {error}"
     metadata = {"problems": dg.MetadataValue.json(outcome.problems),
                 "warnings": dg.MetadataValue.json(outcome.warnings)}
     if retry:
         context.log.warning(f"{description}. Next try in {wait:g} s.")
-        raise dg.RetryRequested(max_retries=MAX_RETRIES, seconds_to_wait=wait) from (
+        raise dg.RetryRequested(max_retries=wiki_budget.retries, seconds_to_wait=wait) from (
             cause or dg.Failure(description=description, metadata=metadata))
     if wait is not None:
         description += (f" The agent reported failed {failed_reports} times; such a change is tried again "

@@ -18,7 +18,6 @@ Rules, and why:
   captions.
 """
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import modal
@@ -27,10 +26,10 @@ from kb.enrich.modal_apps import shared
 
 APP_NAME = "kb-captions"
 VLLM_VERSION = "0.33.0"
-# Modal fixes the GPU type when the function is defined, that is when this
-# module is imported. kb.enrich.vision sets the variable from the
-# settings before the import.
-GPU = os.environ.get("KB_CAPTION_MODAL_GPU") or "L40S"
+# The GPU type of the definition. Each run takes the GPU of its Captioner
+# (KB_CAPTION_MODAL_GPU) as an argument: run_on_modal() calls
+# Function.with_options(gpu=...), so a second value in one process counts.
+GPU = "L40S"
 MODEL_CACHE = "/root/.cache/huggingface"
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 FETCH_THREADS = 16

@@ -10,7 +10,6 @@ As in caption_app.py: the model loads in the first call and not in
 loop; the weights stay in a Modal Volume between runs.
 """
 
-import os
 import tempfile
 
 import modal
@@ -19,10 +18,11 @@ from kb.enrich.modal_apps import shared
 
 APP_NAME = "kb-transcripts"
 FASTER_WHISPER_VERSION = "1.2.1"
-# Fixed when the function is defined (at import); kb.enrich.transcriber
-# sets these from the settings before the import.
-GPU = os.environ.get("KB_TRANSCRIBE_MODAL_GPU") or "L4"
-MAX_CONTAINERS = int(os.environ.get("KB_TRANSCRIBE_MODAL_CONTAINERS") or "4")
+# The GPU type and container cap of the definition. Each run takes the
+# values of its Transcriber (KB_TRANSCRIBE_MODAL_GPU and _CONTAINERS) as
+# arguments: run_on_modal() calls Function.with_options().
+GPU = "L4"
+MAX_CONTAINERS = 4
 MODEL_CACHE = "/root/.cache/huggingface"
 MAX_VIDEO_BYTES = 512 * 1024 * 1024
 STARTUP_FAILED = "The transcription model did not start: "
