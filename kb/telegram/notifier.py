@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 
 from pathlib import Path
 
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 
 from kb.settings import Settings, get_settings
 from kb.telegram.inbox import Inbox, InboxItem
@@ -137,7 +137,8 @@ def wiki_result_text(asset: str, partition: str, metadata: dict) -> str:
     raise ValueError(f"no wiki notice for asset {asset!r}")
 
 
-async def _send(api_base: str, token: str, chat_id: int | str, text: str, reply_to: int | None) -> None:
+async def _send(api_base: str, token: str, chat_id: int | str, text: str, reply_to: int | None,
+                egress_proxy: str = "") -> None:
     # aiogram is imported here, not at the top: every Dagster process imports
     # this module when it loads the graph, and aiogram's types are slow to
     # import (benchmarks/figures_from_comments.md).
@@ -145,7 +146,7 @@ async def _send(api_base: str, token: str, chat_id: int | str, text: str, reply_
 
     from kb.telegram.api import bot_at
 
-    bot = bot_at(api_base, token)
+    bot = bot_at(api_base, token, egress_proxy)
     try:
         reply = ReplyParameters(message_id=reply_to, allow_sending_without_reply=True) if reply_to else None
         await bot.send_message(chat_id=chat_id, text=text, reply_parameters=reply)
@@ -161,6 +162,9 @@ class TelegramNotifier(BaseModel):
     api_base: str
     bot_token: SecretStr | None = None
     owner_chat_id: str = ""
+    # KB_EGRESS_PROXY, from the settings of the process that sends: a
+    # setting of the place (a container), as HTTPS_PROXY is, not of a run.
+    egress_proxy: str = Field(default_factory=lambda: get_settings().kb_egress_proxy)
     # Where a notice goes when no bot can send it (`kb status` reads it).
     notices_log: str = ""
 
@@ -169,6 +173,7 @@ class TelegramNotifier(BaseModel):
         s = settings or get_settings()
         return cls(**{"inbox_dir": str(s.inbox_dir), "api_base": s.telegram_api_base,
                       "bot_token": s.telegram_bot_token, "owner_chat_id": s.owner_chat_id,
+                      "egress_proxy": s.kb_egress_proxy,
                       "notices_log": str(notices_log_path(s)), **overrides})
 
     def notify(self, item_id: str, state: str, text: str, *, chat_id: int | str | None = None) -> bool:
@@ -193,7 +198,7 @@ class TelegramNotifier(BaseModel):
             self._log_unsent(item_id, state, text, "no TELEGRAM_BOT_TOKEN" if not token else "no OWNER_CHAT_ID")
             return True
         try:
-            asyncio.run(_send(self.api_base, token, chat_id, text, reply_to))
+            asyncio.run(_send(self.api_base, token, chat_id, text, reply_to, self.egress_proxy))
         except Exception as exc:  # aiogram and aiohttp raise many kinds
             from kb.telegram.bot_token import redact
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import anyio
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 import jsonschema
 
 from kb.wiki.sandbox import (
@@ -363,6 +363,9 @@ class WikiAgent(BaseModel):
     timeout_s: float = 600.0
     agent_dir: str  # KB_HOME/agent: each run gets a new room (HOME, CLI config) here, removed after the run
     sandbox: str = "auto"  # auto, bwrap or none (kb.wiki.sandbox.sandbox_choice)
+    # KB_EGRESS_PROXY: the room's relay reaches the endpoint through it. From the
+    # settings of the process that runs the agent: a setting of the place (a container).
+    egress_proxy: str = Field(default_factory=lambda: get_settings().kb_egress_proxy)
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **overrides) -> WikiAgent:
@@ -370,7 +373,8 @@ class WikiAgent(BaseModel):
         return cls(**{"base_url": s.anthropic_base_url, "model": s.kb_agent_model, "auth_token": s.anthropic_auth_token,
                       "max_turns": s.kb_agent_max_turns, "lint_max_turns": s.kb_lint_max_turns,
                       "synthesis_max_turns": s.kb_synthesis_max_turns, "timeout_s": s.kb_agent_timeout_s,
-                      "agent_dir": str(s.home / "agent"), "sandbox": s.kb_agent_sandbox, **overrides})
+                      "agent_dir": str(s.home / "agent"), "sandbox": s.kb_agent_sandbox,
+                      "egress_proxy": s.kb_egress_proxy, **overrides})
 
     def _base_url(self) -> str:
         return self.base_url
@@ -452,7 +456,7 @@ class WikiAgent(BaseModel):
         prefix, network = [], None
         if use_bwrap:
             # The room has no network: the endpoint only, through a relay.
-            network = RoomNetwork.open(self._base_url())
+            network = RoomNetwork.open(self._base_url(), self.egress_proxy)
             prefix = bubblewrap_args(bubblewrap_works()[1], wiki=root, writable=[home],
                                      readable=[Path(cli).parent], relay=network)
         launcher = write_launcher(folder, cli=cli, home=home, prefix=prefix)
