@@ -364,8 +364,12 @@ def open_tunnel(proxy: tuple[str, int], host: str, port: int, timeout: float | N
 
 def connect_out(host: str, port: int, timeout: float | None, proxy: tuple[str, int] | None) -> socket.socket:
     """A TCP connection to a named endpoint (not a link: no address check
-    here), directly or through kb's egress proxy, which checks it."""
-    return open_tunnel(proxy, host, port, timeout) if proxy else socket.create_connection((host, port), timeout)
+    here), through kb's egress proxy, which checks it, or directly. A
+    loopback host is always direct: it is this machine or this container,
+    not a way out (NO_PROXY of docker-compose.yml says the same)."""
+    if proxy is None or is_loopback_host(host):
+        return socket.create_connection((host, port), timeout)
+    return open_tunnel(proxy, host, port, timeout)
 
 
 @dataclass(frozen=True)
