@@ -131,6 +131,7 @@ class WikiAgentResource(ClientResource):
     timeout_s: float = 600.0
     agent_dir: str
     sandbox: str = "auto"
+    egress_proxy: str = ""  # KB_EGRESS_PROXY
 
     def get_client(self) -> WikiAgent:
         return super().get_client()
@@ -145,6 +146,7 @@ class TelegramNotifierResource(ClientResource):
     api_base: str
     bot_token: str = ""
     owner_chat_id: str = ""
+    egress_proxy: str = ""  # KB_EGRESS_PROXY
     notices_log: str = ""
 
     def get_client(self) -> TelegramNotifier:

@@ -176,7 +176,7 @@ def test_the_bot_reaches_its_bot_api_through_its_proxy_and_nothing_else(sites, m
                                                      rf"\(TELEGRAM_API_BASE=bot.example:{port}\)"):
                 FetchGuard(proxy=address(proxy)).connect("site.example", site.port, 3)
             # The notices of `code` take the setting of their process.
-            assert TelegramNotifier(inbox_dir="inbox", api_base="x").egress_proxy == proxy.url
+            assert TelegramNotifier.from_settings().egress_proxy == proxy.url
     finally:
         fake.stop()
     assert site.hits == []
@@ -190,7 +190,7 @@ def test_without_the_setting_every_client_connects_directly(monkeypatch):
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     assert FetchGuard.from_settings().proxy is None
-    assert TelegramNotifier(inbox_dir="inbox", api_base="x").egress_proxy == ""
+    assert TelegramNotifier.from_settings().egress_proxy == ""
     assert bot_at("https://api.telegram.org", TOKEN).session.egress_proxy is None
 
 
@@ -215,3 +215,13 @@ def test_the_allowlist_names_the_endpoints_of_the_settings(monkeypatch, caplog):
         named_endpoints(get_settings(), ("KB_HOME",))
     assert main(["--only", "KB_HOME"]) == 2
     assert set(ENDPOINT_SETTINGS) <= set(type(get_settings()).model_fields)
+
+
+def test_the_resources_give_the_setting_to_the_notifier_and_the_agent(monkeypatch):
+    """In `code`, Dagster's runs build these clients from their resources."""
+    from kb_resources.services import TelegramNotifierResource, WikiAgentResource
+
+    monkeypatch.setenv("KB_EGRESS_PROXY", "http://egress:3128")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "https://api.anthropic.com")
+    assert TelegramNotifierResource.from_settings().get_client().egress_proxy == "http://egress:3128"
+    assert WikiAgentResource.from_settings().get_client().egress_proxy == "http://egress:3128"

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, SecretStr
 
 from kb.settings import Settings, get_settings
 from kb.telegram.inbox import Inbox, InboxItem
@@ -162,9 +162,7 @@ class TelegramNotifier(BaseModel):
     api_base: str
     bot_token: SecretStr | None = None
     owner_chat_id: str = ""
-    # KB_EGRESS_PROXY, from the settings of the process that sends: a
-    # setting of the place (a container), as HTTPS_PROXY is, not of a run.
-    egress_proxy: str = Field(default_factory=lambda: get_settings().kb_egress_proxy)
+    egress_proxy: str = ""  # KB_EGRESS_PROXY: the Bot API through kb's egress proxy
     # Where a notice goes when no bot can send it (`kb status` reads it).
     notices_log: str = ""
 

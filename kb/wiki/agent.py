@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import anyio
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, SecretStr
 import jsonschema
 
 from kb.wiki.sandbox import (
@@ -363,9 +363,7 @@ class WikiAgent(BaseModel):
     timeout_s: float = 600.0
     agent_dir: str  # KB_HOME/agent: each run gets a new room (HOME, CLI config) here, removed after the run
     sandbox: str = "auto"  # auto, bwrap or none (kb.wiki.sandbox.sandbox_choice)
-    # KB_EGRESS_PROXY: the room's relay reaches the endpoint through it. From the
-    # settings of the process that runs the agent: a setting of the place (a container).
-    egress_proxy: str = Field(default_factory=lambda: get_settings().kb_egress_proxy)
+    egress_proxy: str = ""  # KB_EGRESS_PROXY: the room's relay reaches the endpoint through it
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **overrides) -> WikiAgent:
