@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 
 import httpx
 import pytest
@@ -120,6 +121,35 @@ def test_the_browser_and_yt_dlp_proxy_goes_through_the_egress_proxy(sites):
             tunnel.sendall(f"CONNECT site.example:{site.port} HTTP/1.1\r\nHost: site.example\r\n\r\n".encode())
             assert tunnel.recv(100).startswith(b"HTTP/1.1 200")
     assert site.hits == ["/a"] and ui.hits == []
+
+
+def test_tls_goes_through_the_tunnel_and_checks_the_certificate_of_the_name(sites, monkeypatch, tmp_path):
+    """The proxy passes TLS bytes unchanged: the client checks the site's own
+    certificate for the name that it asked for."""
+    from tests.fake_youtube import _self_signed_certificate
+
+    cert, key = _self_signed_certificate(tmp_path, "site.example")
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    client_context = ssl.create_default_context(cafile=str(cert))
+    with Site() as site:
+        site.server.socket = server_context.wrap_socket(site.server.socket, server_side=True)
+        monkeypatch.setenv("KB_FETCH_RESOLVE", "site.example=127.0.0.1,other.example=127.0.0.1")
+        monkeypatch.setenv("KB_FETCH_ALLOW_HOSTS", f"site.example:{site.port},other.example:{site.port}")
+        with egress() as proxy:
+            client = FetchGuard(proxy=address(proxy))
+            with client_context.wrap_socket(client.connect("site.example", site.port, 5),
+                                            server_hostname="site.example") as tls:
+                tls.sendall(b"GET /tls HTTP/1.1\r\nHost: site.example\r\nConnection: close\r\n\r\n")
+                answer = b""
+                while block := tls.recv(65536):
+                    answer += block
+            assert answer.startswith(b"HTTP/1.0 200") and answer.endswith(PAGE)
+            # Another name of the same site: its certificate does not match that name.
+            with pytest.raises(ssl.SSLCertVerificationError):
+                client_context.wrap_socket(client.connect("other.example", site.port, 5),
+                                           server_hostname="other.example")
+    assert site.hits == ["/tls"]
 
 
 def test_the_agent_relay_reaches_its_endpoint_through_the_proxy_and_nothing_else(sites, tmp_path):
