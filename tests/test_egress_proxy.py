@@ -26,6 +26,7 @@ from kb.guards.fetch_guard import FetchGuard, GuardProxy, PrivateAddress, parse_
 from kb.settings import get_settings
 from kb.telegram.api import bot_at, build_bot
 from kb.telegram.notifier import TelegramNotifier
+from kb.wiki.agent import WikiAgent
 from kb.wiki.sandbox import EndpointRelay
 from tests.fake_telegram import BOT_USERNAME, FakeTelegram
 from tests.loopback import LoopbackServer, QuietHandler
@@ -255,3 +256,37 @@ def test_the_resources_give_the_setting_to_the_notifier_and_the_agent(monkeypatc
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "https://api.anthropic.com")
     assert TelegramNotifierResource.from_settings().get_client().egress_proxy == "http://egress:3128"
     assert WikiAgentResource.from_settings().get_client().egress_proxy == "http://egress:3128"
+
+
+@pytest.mark.slow  # the agent's real CLI, twice
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+def test_the_wiki_agent_reaches_its_endpoint_only_through_the_proxy(sandbox, tmp_path, monkeypatch):
+    """The real CLI against the Messages API stand-in, at a name that only
+    the proxy resolves: in its room through the relay, without a room
+    through HTTPS_PROXY and HTTP_PROXY that kb gives it."""
+    from kb.wiki.change import apply_agent_change
+    from kb.wiki.prompts import GateDecision, ingest_prompt
+    from kb.wiki.repo import Wiki
+    from kb.wiki.sandbox import bubblewrap_works
+    from tests.fake_anthropic import FakeAnthropic
+    from tests.test_wiki_agent import PARSED, SOURCE_TEXT, good_turns
+
+    if sandbox == "bwrap" and not bubblewrap_works()[0]:
+        pytest.skip(f"no bubblewrap room here: {bubblewrap_works()[1]}")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", "sk-TEST-egress-agent-0004")
+    monkeypatch.setenv("KB_AGENT_SANDBOX", sandbox)
+    wiki = Wiki.from_settings()
+    (wiki.ensure() / PARSED).parent.mkdir(parents=True, exist_ok=True)
+    (wiki.root() / PARSED).write_text(SOURCE_TEXT)
+    with FakeAnthropic(turns=good_turns()) as fake:
+        port = fake.server.server_port
+        monkeypatch.setenv("KB_FETCH_RESOLVE", "anthropic.example=127.0.0.1")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://anthropic.example:{port}")
+        with egress() as proxy:
+            monkeypatch.setenv("KB_EGRESS_PROXY", proxy.url)
+            decision = GateDecision(source_id="src1", approved=True, parsed_path=PARSED, topics=("computing",))
+            prompt = ingest_prompt(decision, {"title": "Notes on the Engine"}, "2026-11-29")
+            outcome = apply_agent_change(wiki, WikiAgent.from_settings(), prompt, prefix="ingest:", max_turns=20)
+    assert outcome.ok, outcome.problems
+    assert fake.requests and fake.unknown == []

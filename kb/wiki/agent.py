@@ -413,6 +413,12 @@ class WikiAgent(BaseModel):
             # agent's timeout, and the owner read "timed out". kb retries a
             # failed change itself, with its own waits (kb_assets/wiki).
             "CLAUDE_CODE_MAX_RETRIES": str(CLI_API_RETRIES),
+            # KB_EGRESS_PROXY for a CLI without a room (a room's one way out is
+            # its relay, which uses the proxy itself). Empty: no proxy at all,
+            # not the one of the owner's shell.
+            "HTTPS_PROXY": "" if room.network else self.egress_proxy,
+            "HTTP_PROXY": "" if room.network else self.egress_proxy,
+            "NO_PROXY": "localhost,127.0.0.1,::1",
         }
 
     def run(self, prompt: str, *, cwd: Path, max_turns: int | None = None,

@@ -65,6 +65,9 @@ AGENT_ENV_NAMES = (
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_TELEMETRY", "DISABLE_ERROR_REPORTING",
     "DISABLE_AUTOUPDATER", "DISABLE_BUG_COMMAND", "CLAUDE_CODE_MAX_RETRIES",
     "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_AGENT_SDK_VERSION", "CLAUDE_CODE_SDK_READS_SESSION_STATE",
+    # kb's egress proxy for a CLI without a room (kb sets them; empty in a room,
+    # whose one way out is the relay).
+    "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY",
 )
 # The PATH of the CLI: system folders only. The owner's PATH can name a
 # folder in which a stranger's program waits.
