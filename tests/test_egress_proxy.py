@@ -290,3 +290,20 @@ def test_the_wiki_agent_reaches_its_endpoint_only_through_the_proxy(sandbox, tmp
             outcome = apply_agent_change(wiki, WikiAgent.from_settings(), prompt, prefix="ingest:", max_turns=20)
     assert outcome.ok, outcome.problems
     assert fake.requests and fake.unknown == []
+
+
+def test_kb_status_tells_whether_the_proxy_answers(monkeypatch):
+    from kb.apps.status import _services
+
+    assert _services(get_settings())["egress_proxy"] == {
+        "ready": True, "detail": "not set: kb's clients connect directly"}
+    with egress() as proxy:
+        url = proxy.url
+        monkeypatch.setenv("KB_EGRESS_PROXY", url)
+        line = _services(get_settings())["egress_proxy"]
+        assert line["ready"] and line["detail"].startswith(f"{url} answers"), line
+    line = _services(get_settings())["egress_proxy"]  # the proxy is gone
+    assert not line["ready"] and f"KB_EGRESS_PROXY {url} does not answer" in line["detail"], line
+    monkeypatch.setenv("KB_EGRESS_PROXY", "https://egress:3128")
+    line = _services(get_settings())["egress_proxy"]
+    assert not line["ready"] and "'https://egress:3128' is not http://host:port" in line["detail"], line

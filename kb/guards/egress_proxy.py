@@ -47,6 +47,7 @@ from kb.guards.fetch_guard import (
     is_loopback_host,
     parse_allowed_hosts,
     parse_pins,
+    parse_proxy,
 )
 from kb.settings import Settings, get_settings
 
@@ -122,6 +123,22 @@ def describe(rule: FetchGuard | NamedOnly) -> str:
         return f"only {rule.names}"
     names = ", ".join(sorted(rule.allowed_hosts))
     return "public addresses" + (f" and {names}" if names else " only")
+
+
+def egress_readiness(settings: Settings, timeout_s: float = 2.0) -> tuple[bool, str]:
+    """For `kb status`: KB_EGRESS_PROXY, and whether the proxy answers."""
+    try:
+        proxy = parse_proxy(settings.kb_egress_proxy)
+    except ValueError as exc:
+        return False, f"{exc}. Until then, every link fetch, agent run and Bot API call fails."
+    if proxy is None:
+        return True, "not set: kb's clients connect directly"
+    try:
+        socket.create_connection(proxy, timeout_s).close()
+    except OSError as exc:
+        return False, (f"KB_EGRESS_PROXY {settings.kb_egress_proxy} does not answer ({exc}): link fetches, agent "
+                       "runs and Bot API calls fail until it does")
+    return True, f"{settings.kb_egress_proxy} answers: link fetches, the agent's relay and the bot go through it"
 
 
 def _listen_address(text: str) -> tuple[str, int]:
