@@ -63,8 +63,10 @@ class FakeTelegram:
         self.base_url = ""
 
     # --- life cycle -------------------------------------------------------------------
-    def start(self, port: int = 0) -> FakeTelegram:
-        self._port = port
+    def start(self, port: int = 0, host: str = "127.0.0.1") -> FakeTelegram:
+        """`host`: the address to listen on (the container test listens on the
+        machine's own address, which the containers' proxy reaches)."""
+        self._port, self._host = port, host
         self._thread = threading.Thread(target=self._serve, daemon=True, name="fake-telegram")
         self._thread.start()
         if not self._started.wait(10):
@@ -86,10 +88,10 @@ class FakeTelegram:
         app.router.add_get("/file/bot{token}/{path:.+}", self._file)
         self._runner = web.AppRunner(app, access_log=None)
         self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", self._port)
+        site = web.TCPSite(self._runner, self._host, self._port)
         self._loop.run_until_complete(site.start())
         port = site._server.sockets[0].getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}"
+        self.base_url = f"http://{self._host}:{port}"
         self._started.set()
         self._loop.run_forever()
 

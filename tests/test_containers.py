@@ -12,6 +12,14 @@ must not reach, and to find the secrets of another part. The honest path:
 the UI and the search page answer on loopback, a file dropped in the inbox
 becomes searchable, and the wiki agent's room starts in `code`.
 
+Egress: `code` and `bot` have no route out but their proxy (kb's fetch
+guard, kb/guards/egress_proxy.py). A stand-in of the Bot API runs in this
+process, on the machine's own address (the proxies reach it; it is
+TELEGRAM_API_BASE). This machine reaches no internet but package
+registries: deb.debian.org stands in for a public site. Its name resolves
+here to a documentation address (203.0.113.0/24), which the guard refuses
+as not public, so the test allows it by name (KB_FETCH_ALLOW_HOSTS).
+
 Without podman the test skips and says why; with CI=true it fails instead
 (.ci/run installs podman)."""
 
@@ -28,10 +36,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fake_telegram import FakeTelegram, command_fields, message_update
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parent.parent
-SERVICES = ("code", "daemon", "webserver", "bot", "web")
+SERVICES = ("code", "daemon", "webserver", "bot", "web", "egress", "egress-bot")
 CODE_SECRET = "sk-CODE-SECRET-containers-0001"  # only in deploy/secrets/code.env
 BOT_SECRET = "123456:BOT-SECRET-containers-0002"  # in bot.env and code.env (the code sends notices)
 WORD = "zorblattquen"  # the word of the source that the test drops in the inbox
@@ -99,6 +109,56 @@ result["secrets found"] = sorted(found)
 print(json.dumps(result))
 '''
 
+# From `code` or `bot`: a tunnel through the part's proxy (KB_EGRESS_PROXY) to
+# each target, with kb's own client (no check before the proxy), then one
+# request. "reached HTTP/1.1 ..." or "refused <the proxy's reason>".
+THROUGH_PROXY = r'''
+import json, os, sys
+from kb.guards.fetch_guard import PrivateAddress, open_tunnel, parse_proxy
+proxy = parse_proxy(os.environ["KB_EGRESS_PROXY"])
+result = {}
+for host, port in json.loads(sys.argv[1]):
+    try:
+        with open_tunnel(proxy, host, port, 10) as s:
+            s.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+            s.settimeout(10)
+            result[f"{host}:{port}"] = "reached " + s.recv(200).split(b"\r\n")[0].decode()
+    except PrivateAddress as exc:
+        result[f"{host}:{port}"] = "refused " + exc.why
+    except OSError as exc:
+        result[f"{host}:{port}"] = f"error {exc}"
+print(json.dumps(result))
+'''
+
+# In `code`: kb's link fetch (the guard's httpx client), a client that reads
+# HTTP_PROXY (httpx: the model endpoints), and the wiki agent's relay.
+CODE_CLIENTS = r'''
+import json, os, socket, sys, tempfile
+from pathlib import Path
+import httpx
+from kb.guards.fetch_guard import FetchGuard, PrivateAddress, parse_proxy
+from kb.wiki.sandbox import EndpointRelay
+bot_host, bot_port = sys.argv[1], int(sys.argv[2])
+result = {}
+with FetchGuard.from_settings().httpx_client(timeout=10) as http:
+    result["guard client deb.debian.org"] = http.get("http://deb.debian.org/debian/").status_code
+    try:
+        http.get("http://metadata.google.internal/")
+    except PrivateAddress as exc:
+        result["guard client metadata"] = "refused " + exc.why
+result["HTTP_PROXY client deb.debian.org"] = httpx.get("http://deb.debian.org/debian/", timeout=10).status_code
+result["HTTP_PROXY client 10.0.0.1"] = httpx.get("http://10.0.0.1/", timeout=10).status_code
+path = Path(tempfile.mkdtemp()) / "relay.sock"
+relay = EndpointRelay(path, bot_host, bot_port, parse_proxy(os.environ["KB_EGRESS_PROXY"]))
+with socket.socket(socket.AF_UNIX) as room:
+    room.settimeout(10)
+    room.connect(str(path))
+    room.sendall(f"GET / HTTP/1.1\r\nHost: {bot_host}\r\nConnection: close\r\n\r\n".encode())
+    result["agent relay to the Bot API"] = room.recv(200).split(b"\r\n")[0].decode()
+relay.close()
+print(json.dumps(result))
+'''
+
 ROOM = r'''
 from pathlib import Path
 import subprocess, sys
@@ -142,6 +202,7 @@ class Deployment:
         self.folder, self.project, self.env = folder, project, env
         self.ui_port, self.web_port = ui_port, web_port
         self.figures: dict[str, float] = {}
+        self.telegram: FakeTelegram | None = None
 
     def compose(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         return subprocess.run(["podman-compose", "-p", self.project, *args], cwd=self.folder, env=self.env,
@@ -158,6 +219,11 @@ class Deployment:
         out = subprocess.run(["podman", "ps", "-a", "--filter", f"label=io.podman.compose.project={self.project}",
                               "--format", "{{.Names}} {{.State}}"], env=self.env, capture_output=True, text=True)
         return out.stdout.split("\n")[:-1]
+
+    def log(self, service: str) -> str:
+        done = subprocess.run(["podman", "logs", self.container(service)], env=self.env, capture_output=True,
+                              text=True)
+        return done.stdout + done.stderr
 
     def logs(self) -> str:
         return "\n".join(f"--- {s}\n" + subprocess.run(["podman", "logs", "--tail", "30", self.container(s)],
@@ -181,7 +247,7 @@ def _wait(what: str, check, deployment: Deployment, timeout: float):
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
+def deployment(tmp_path_factory, request):
     missing = _podman_missing()
     if missing:
         if os.environ.get("CI") == "true":
@@ -194,12 +260,16 @@ def deployment(tmp_path_factory):
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     build_s = time.monotonic() - started
 
+    telegram = FakeTelegram(BOT_SECRET).start(host=_host_address())
+    request.addfinalizer(telegram.stop)
     folder = tmp_path_factory.mktemp("compose")
     shutil.copy(REPO / "docker-compose.yml", folder)
     (folder / "deploy/secrets").mkdir(parents=True)
     settings = (REPO / "deploy/settings.env").read_text()
     # Faster looks at the inbox; no link fetches (no internet here); no bot users.
     settings += "KB_INBOX_SENSOR_INTERVAL_S=2\nKB_EXCLUDE=link\nALLOWED_USER_IDS=1\n"
+    # The Bot API stand-in; deb.debian.org stands in for a public site (see the module's text).
+    settings += f"TELEGRAM_API_BASE={telegram.base_url}\nKB_FETCH_ALLOW_HOSTS=deb.debian.org:80\n"
     (folder / "deploy/settings.env").write_text(settings)
     (folder / "deploy/secrets/code.env").write_text(
         f"ANTHROPIC_AUTH_TOKEN={CODE_SECRET}\nANTHROPIC_BASE_URL=http://127.0.0.1:9\nTELEGRAM_BOT_TOKEN={BOT_SECRET}\n")
@@ -208,6 +278,7 @@ def deployment(tmp_path_factory):
     ui_port, web_port = _free_port(), _free_port()
     env.update(KB_UI_PORT=str(ui_port), KB_WEB_PORT=str(web_port))
     d = Deployment(folder, project, env, ui_port, web_port)
+    d.telegram = telegram
     d.figures["build_s"] = build_s
     try:
         started = time.monotonic()
@@ -237,7 +308,8 @@ def deployment(tmp_path_factory):
 
 def _attack(d: Deployment, service: str) -> dict:
     targets = {"the host's UI port off loopback": [_host_address(), d.ui_port],
-               "the internet (deb.debian.org)": [socket.gethostbyname("deb.debian.org"), 80]}
+               "the internet (deb.debian.org)": [socket.gethostbyname("deb.debian.org"), 80],
+               "the proxy of code": ["egress", 3128], "the proxy of bot": ["egress-bot", 3128]}
     done = subprocess.run(["podman", "exec", "-i", d.container(service), "python", "-c", ATTACK, json.dumps(targets)],
                           input=f"{CODE_SECRET},{BOT_SECRET}", env=d.env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -259,7 +331,7 @@ def test_each_part_is_walled_in(deployment, service):
     assert r["write /"] == "EROFS" and r["write /usr"] == "EROFS"
     writes = {"code": {"/data", "/data/wiki", "/data/raw", "/data/lancedb", "/data/inbox", "/data/dagster"},
               "daemon": {"/data/dagster"}, "webserver": {"/data/dagster"}, "bot": {"/data/inbox", "/data/dagster"},
-              "web": set()}[service]
+              "web": set(), "egress": set(), "egress-bot": set()}[service]
     for key, outcome in r.items():
         if key.startswith("write /data"):
             folder = key.removeprefix("write ")
@@ -274,8 +346,14 @@ def test_each_part_is_walled_in(deployment, service):
     assert r["grpc code:4000"] != "done"
     # The host's services off loopback: the UI is not there.
     assert r["reach the host's UI port off loopback"] != "done"
-    if service == "daemon":  # no network at all
+    # The way out: none for the daemon, `code` and `bot`; the proxies only for their own part.
+    if service in ("daemon", "code", "bot"):
         assert r["reach the internet (deb.debian.org)"] == "ENETUNREACH"
+    if service in ("egress", "egress-bot"):
+        assert r["reach the internet (deb.debian.org)"] == "done"
+    if service in ("code", "bot", "daemon", "webserver", "web"):
+        assert (r["reach the proxy of code"] == "done") == (service == "code"), r["reach the proxy of code"]
+        assert (r["reach the proxy of bot"] == "done") == (service == "bot"), r["reach the proxy of bot"]
     # No part finds another part's secret; the bot and code hold their own.
     own = {"code": {CODE_SECRET, BOT_SECRET}, "bot": {BOT_SECRET}}.get(service, set())
     assert set(r["secrets found"]) <= own, r["secrets found"]
@@ -345,3 +423,63 @@ def test_a_source_dropped_in_the_inbox_becomes_searchable(deployment):
     hits = _wait(f"hit for {WORD}", found, deployment, 900)
     deployment.figures["inbox_to_search_s"] = time.monotonic() - started
     assert WORD in json.dumps(hits)
+
+
+def _through_proxy(d: Deployment, service: str, targets: list) -> dict:
+    done = d.exec(service, "python", "-c", THROUGH_PROXY, json.dumps(targets))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"\nthrough the proxy of {service}: {json.dumps(result)}")
+    return result
+
+
+def test_code_and_bot_reach_out_only_through_their_proxy_and_it_refuses_the_rest(deployment):
+    """The proxy of `code` passes a public site and the named endpoints, and
+    refuses the host's UI, the metadata address and a private address; the
+    proxy of `bot` passes its Bot API only. Each refusal is in the proxy's log."""
+    bot = deployment.telegram.base_url.removeprefix("http://")
+    bot_host, bot_port = bot.rsplit(":", 1)
+    ui = f"{_host_address()}:{deployment.ui_port}"
+    targets = [["deb.debian.org", 80], [bot_host, int(bot_port)], [_host_address(), deployment.ui_port],
+               ["169.254.169.254", 80], ["10.0.0.1", 80], ["metadata.google.internal", 80]]
+    code = _through_proxy(deployment, "code", targets)
+    assert code["deb.debian.org:80"].startswith("reached HTTP/1.1 "), code
+    assert code[bot].startswith("reached HTTP/1.1 404"), code  # the stand-in answers GET / with 404
+    assert code[ui].startswith("refused "), code
+    assert code["169.254.169.254:80"].startswith("refused cloud metadata"), code
+    assert code["10.0.0.1:80"].startswith("refused private network"), code
+    assert code["metadata.google.internal:80"].startswith("refused a name of the local machine"), code
+    bot_part = _through_proxy(deployment, "bot", targets)
+    assert bot_part[bot].startswith("reached HTTP/1.1 404"), bot_part
+    for target in ("deb.debian.org:80", ui, "169.254.169.254:80", "10.0.0.1:80"):
+        assert bot_part[target].startswith("refused not an endpoint of this proxy's allowlist (TELEGRAM_API_BASE="), \
+            bot_part
+    # kb's clients in `code`: the guard's client, a client of HTTP_PROXY, the agent's relay.
+    done = deployment.exec("code", "python", "-c", CODE_CLIENTS, bot_host, bot_port)
+    assert done.returncode == 0, done.stderr[-3000:]
+    clients = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"\nkb's clients in code: {json.dumps(clients)}")
+    assert clients["guard client deb.debian.org"] == clients["HTTP_PROXY client deb.debian.org"] == 200, clients
+    assert clients["guard client metadata"].startswith("refused a name of the local machine"), clients
+    assert clients["HTTP_PROXY client 10.0.0.1"] == 403, clients
+    assert clients["agent relay to the Bot API"] == "HTTP/1.1 404 Not Found", clients
+    # The proxies' logs name each refusal and its reason, never a secret.
+    egress, egress_bot = deployment.log("egress"), deployment.log("egress-bot")
+    print(f"\nthe log of egress (end):\n{egress[-1500:]}\nthe log of egress-bot (end):\n{egress_bot[-1500:]}")
+    assert "refused CONNECT 169.254.169.254:80 for " in egress and ": cloud metadata" in egress
+    assert "refused CONNECT 10.0.0.1:80 for " in egress and ": private network" in egress
+    assert "allowed CONNECT deb.debian.org:80 for " in egress
+    assert "refused CONNECT deb.debian.org:80 for " in egress_bot
+    assert f"allowed POST {bot} for " in egress_bot  # the bot's own Bot API calls
+    assert BOT_SECRET not in egress + egress_bot and CODE_SECRET not in egress + egress_bot
+
+
+def test_the_bot_answers_a_message_through_its_proxy(deployment):
+    """The honest path: an owner's message reaches the bot and its answer
+    reaches the Bot API, through the proxy of `bot`."""
+    telegram = deployment.telegram
+    started = time.monotonic()
+    telegram.push(message_update(telegram.next_update_id(), 501, 1, **command_fields("/help")))
+    _wait("answer of the bot", lambda: telegram.replies_to(501), deployment, 180)
+    deployment.figures["bot_answer_s"] = time.monotonic() - started
+    assert "getme" in [method for method, _ in telegram.calls] and telegram.unauthorized == 0

@@ -18,8 +18,9 @@ import yaml
 from kb.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
-EXTRA_VARIABLES = {"KB_CODE_SERVER_SOCKET"}
-SERVICES = {"code", "daemon", "webserver", "bot", "web"}
+# Not kb settings: the proxy variables that httpx and Node read (the model endpoints' clients, the Claude CLI).
+EXTRA_VARIABLES = {"KB_CODE_SERVER_SOCKET", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"}
+SERVICES = {"code", "daemon", "webserver", "bot", "web", "egress", "egress-bot"}
 # The volumes that a part may write, and the parts that may mount each one.
 WRITERS = {"kb-wiki": {"code"}, "kb-raw": {"code"}, "kb-index": {"code"}, "kb-data": {"code"}, "kb-cache": {"code"},
            "kb-inbox": {"code", "bot"}, "kb-dagster": {"code", "daemon", "webserver", "bot"}, "kb-grpc": {"code"}}
@@ -150,6 +151,18 @@ def test_each_service_keeps_the_isolation_of_the_specification():
     networks = yaml.safe_load((REPO / "docker-compose.yml").read_text())["networks"]
     assert services["daemon"]["networks"] == ["kb-daemon"] and networks["kb-daemon"] == {"internal": True}
     assert [n for n, s in services.items() if "kb-daemon" in s.get("networks", [])] == ["daemon"]
+    # Egress: `code` and `bot` each on an internal network with its proxy, and on no other
+    # network; only the proxies are on kb-out. kb's clients and the others use the part's own proxy.
+    members = {net: sorted(n for n, s in services.items() if net in s.get("networks", [])) for net in networks}
+    assert members["kb-out"] == ["egress", "egress-bot"] and networks["kb-out"] == {}
+    for part, proxy, net in (("code", "egress", "kb-code-egress"), ("bot", "egress-bot", "kb-bot-egress")):
+        assert services[part]["networks"] == [net] and networks[net] == {"internal": True}, part
+        assert members[net] == sorted([part, proxy]), members[net]
+        env = services[part]["environment"]
+        assert env["KB_EGRESS_PROXY"] == env["HTTPS_PROXY"] == env["HTTP_PROXY"] == f"http://{proxy}:3128", part
+        assert services[proxy]["command"][:3] == ["python", "-m", "kb.guards.egress_proxy"], proxy
+    assert services["egress-bot"]["command"][-2:] == ["--only", "TELEGRAM_API_BASE"]
+    assert "--only" not in services["egress"]["command"]
 
 
 def test_no_doc_starts_an_unguarded_webserver_or_binds_grpc_to_every_address():

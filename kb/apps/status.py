@@ -162,6 +162,7 @@ def _services(settings: Settings) -> dict:
     from kb.wiki.agent import WikiAgent
     from kb.wiki.sandbox import sandbox_status
     from kb.telegram.bot_token import readiness as telegram_readiness
+    from kb.guards.egress_proxy import egress_readiness
     from kb.guards.fetch_guard import allowlist_readiness
 
     browser = Browser.from_settings(settings)
@@ -180,6 +181,7 @@ def _services(settings: Settings) -> dict:
         "agent_sandbox": lambda: sandbox_status(settings.kb_agent_sandbox),
         "telegram": lambda: telegram_readiness(settings),
         "fetch_allowlist": lambda: allowlist_readiness(settings),
+        "egress_proxy": lambda: egress_readiness(settings),
     }
     services = {}
     for name, check in checks.items():

@@ -30,6 +30,15 @@ How the rule holds:
   scripts, fetch() calls. For a browser in its room, which has no network,
   the proxy listens on a Unix socket instead (kb/x/browser_room.py).
 
+- Behind kb's egress proxy (KB_EGRESS_PROXY, kb/guards/egress_proxy.py):
+  the containers `code` and `bot` have no route out but that proxy, and
+  the proxy runs this same guard. Then the guard connects through the
+  proxy: a CONNECT tunnel to the host's name, and the proxy resolves the
+  name, checks each address and connects to the checked one. Here the
+  guard still refuses an address literal and a local name at once, before
+  the proxy sees them. A proxy that the owner's shell sets (HTTPS_PROXY)
+  is never used: it does not check the addresses.
+
 Settings (kb/settings.py):
 - KB_FETCH_ALLOW_HOSTS: hosts that may be fetched although their address
   is not public, as `host` or `host:port` (for example 127.0.0.1:8123 for
@@ -43,6 +52,8 @@ Settings (kb/settings.py):
 - KB_FETCH_RESOLVE: `name=address` pairs that the guard uses instead of
   DNS (as curl --resolve). The guard still checks the address. Tests use
   it to give a public-looking name a loopback address.
+- KB_EGRESS_PROXY: kb's egress proxy, http://host:port. Empty: the guard
+  connects directly.
 
 A refused fetch raises `PrivateAddress` (reason "private address"; the
 message names the host, the address and why) or `NotAWebAddress` (a
@@ -54,11 +65,13 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
 import os
 import selectors
 import socket
 import socketserver
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -70,6 +83,8 @@ import httpx
 
 if TYPE_CHECKING:
     from kb.settings import Settings
+
+log = logging.getLogger("kb.guards.proxy")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], list[str]]
@@ -286,6 +301,77 @@ def parse_pins(value: str) -> dict[str, tuple[str, ...]]:
     return {name: tuple(addresses) for name, addresses in pins.items()}
 
 
+def parse_proxy(value: str) -> tuple[str, int] | None:
+    """KB_EGRESS_PROXY as (host, port), or None when it is empty. kb's
+    egress proxy speaks plain HTTP (CONNECT): http://host:port, no user, no
+    path. Raises ValueError that names the setting for another form."""
+    value = value.strip()
+    if not value:
+        return None
+    parts = urlsplit(value)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or not parts.hostname or not port or parts.username or parts.path not in ("", "/"):
+        raise ValueError(f"KB_EGRESS_PROXY {value!r} is not http://host:port (for example http://egress:3128): "
+                         "kb's egress proxy speaks plain HTTP and takes no user and no path")
+    return parts.hostname, port
+
+
+def tunnel_handshake(write: Callable[[bytes], object], read: Callable[[], bytes], proxy: tuple[str, int],
+                     host: str, port: int) -> None:
+    """Ask kb's egress proxy for a tunnel to host:port over a connection to
+    it (`write` and `read` are the connection's). Returns when the tunnel is
+    open. Raises PrivateAddress when the proxy refuses the address (its
+    reason is in the X-Kb-Refused header), OSError for any other answer."""
+    name = host if host.isascii() else host.encode("idna").decode("ascii")
+    target = f"[{name}]:{port}" if ":" in name else f"{name}:{port}"
+    shown = f"kb's egress proxy {proxy[0]}:{proxy[1]}"
+    write(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode("ascii"))
+    data = b""
+    while b"\r\n\r\n" not in data:
+        block = read()
+        if not block:
+            raise OSError(f"{shown} closed the connection to {target} without an answer")
+        data += block
+        if len(data) > MAX_HEAD_BYTES:
+            raise OSError(f"{shown} sent an answer head of more than {MAX_HEAD_BYTES} bytes")
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    fields = status_line.split(" ", 2)
+    status = int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
+    if status == 200:
+        return
+    headers = {key.strip().lower(): value.strip() for key, _, value in (line.partition(":") for line in lines)}
+    if status == 403 and headers.get("x-kb-refused"):
+        raise PrivateAddress(host, headers.get("x-kb-address") or host, f"{headers['x-kb-refused']}; said {shown}",
+                             port=port)
+    text = body[:500].decode("utf-8", "replace").strip()
+    raise OSError(f"{shown} did not open a tunnel to {target}: {status_line.strip()[:100]}: {text}")
+
+
+def open_tunnel(proxy: tuple[str, int], host: str, port: int, timeout: float | None = None) -> socket.socket:
+    """A TCP connection to host:port through kb's egress proxy."""
+    sock = socket.create_connection(proxy, timeout)
+    try:
+        tunnel_handshake(sock.sendall, lambda: sock.recv(65536), proxy, host, port)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def connect_out(host: str, port: int, timeout: float | None, proxy: tuple[str, int] | None) -> socket.socket:
+    """A TCP connection to a named endpoint (not a link: no address check
+    here), through kb's egress proxy, which checks it, or directly. A
+    loopback host is always direct: it is this machine or this container,
+    not a way out (NO_PROXY of docker-compose.yml says the same)."""
+    if proxy is None or is_loopback_host(host):
+        return socket.create_connection((host, port), timeout)
+    return open_tunnel(proxy, host, port, timeout)
+
+
 @dataclass(frozen=True)
 class FetchGuard:
     """The rule for every connection that a link fetch makes."""
@@ -293,6 +379,8 @@ class FetchGuard:
     allowed_hosts: frozenset[str] = frozenset()  # canonical `host` or `host:port`
     pins: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> addresses, instead of DNS
     resolver: Resolver = _system_resolver
+    # kb's egress proxy (host, port): every connection is a CONNECT tunnel through it. None: direct.
+    proxy: tuple[str, int] | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> FetchGuard:
@@ -301,12 +389,13 @@ class FetchGuard:
 
         settings = settings or get_settings()
         return cls(allowed_hosts=parse_allowed_hosts(settings.kb_fetch_allow_hosts),
-                   pins=parse_pins(settings.kb_fetch_resolve))
+                   pins=parse_pins(settings.kb_fetch_resolve), proxy=parse_proxy(settings.kb_egress_proxy))
 
     def allowing(self, *entries: str) -> FetchGuard:
         """The same guard with more allowed `host` or `host:port` entries
         (the X origin for the X context)."""
-        return FetchGuard(self.allowed_hosts | parse_allowed_hosts(",".join(entries)), self.pins, self.resolver)
+        return FetchGuard(self.allowed_hosts | parse_allowed_hosts(",".join(entries)), self.pins, self.resolver,
+                          self.proxy)
 
     # --- the rule -----------------------------------------------------------------
 
@@ -315,11 +404,12 @@ class FetchGuard:
         name = canonical_host(host)
         return name in self.allowed_hosts or f"{name}:{port}" in self.allowed_hosts
 
-    def addresses(self, host: str, port: int) -> list[IPAddress]:
+    def addresses(self, host: str, port: int, *, resolve: bool = True) -> list[IPAddress]:
         """The addresses to connect to for host:port, all checked. Raises
         PrivateAddress when any of them is refused: a name with a public and
         a private address is refused as a whole. OSError when the name does
-        not resolve."""
+        not resolve. With resolve=False, a name is checked without DNS (the
+        egress proxy resolves it): the answer is [] for a name that passes."""
         written = host.strip().strip("[]").lower()
         name = canonical_host(host)
         allowed = self.is_allowed_host(name, port)
@@ -330,6 +420,8 @@ class FetchGuard:
             if not allowed and (name in METADATA_NAMES or name == "localhost" or name.endswith(LOCAL_NAME_SUFFIXES)):
                 raise PrivateAddress(written, written, "a name of the local machine, network or cloud metadata",
                                      port=port)
+            if not resolve:
+                return []
             pinned = self.pins.get(name)
             found = [ipaddress.ip_address(a.split("%", 1)[0]) for a in (pinned or self.resolver(name, port))]
             if not found:
@@ -351,7 +443,11 @@ class FetchGuard:
     def connect(self, host: str, port: int, timeout: float | None = None,
                 source_address: tuple[str, int] | None = None) -> socket.socket:
         """A TCP connection to a checked address of host:port. The socket
-        goes to the very address that was checked: no second DNS lookup."""
+        goes to the very address that was checked: no second DNS lookup.
+        Behind the egress proxy: a tunnel through it to host:port."""
+        if self.proxy is not None:
+            self.addresses(host, port, resolve=False)
+            return open_tunnel(self.proxy, host, port, timeout)
         last_error: OSError | None = None
         for ip in self.addresses(host, port):
             try:
@@ -375,7 +471,7 @@ class FetchGuard:
         if not parts.hostname:
             raise NotAWebAddress(f"not a web address: {url[:200]} (no host)")
         with contextlib.suppress(OSError):
-            self.addresses(parts.hostname, port)
+            self.addresses(parts.hostname, port, resolve=self.proxy is None)
 
     # --- clients ------------------------------------------------------------------
 
@@ -396,6 +492,18 @@ class _GuardedBackend(httpcore.SyncBackend):
         # The checked address goes to httpcore's own connect; TLS still
         # checks the certificate of the name (httpcore passes the URL's host
         # as server_hostname).
+        if self.guard.proxy is not None:
+            self.guard.addresses(host, port, resolve=False)
+            stream = super().connect_tcp(*self.guard.proxy, timeout, local_address, socket_options)
+            try:
+                tunnel_handshake(stream.write, lambda: stream.read(65536, timeout), self.guard.proxy, host, port)
+            except OSError as exc:
+                stream.close()
+                raise httpcore.ConnectError(str(exc)) from exc
+            except BaseException:
+                stream.close()
+                raise
+            return stream
         try:
             addresses = self.guard.addresses(host, port)
         except OSError as exc:  # the name does not resolve
@@ -435,24 +543,33 @@ class GuardProxy:
     """An HTTP proxy on 127.0.0.1 that connects only through the guard.
     With `unix_socket`, it listens on that Unix socket instead, and not on
     loopback: the browser's room (kb/x/browser_room.py) has no network, and
-    reaches the proxy through that socket only.
+    reaches the proxy through that socket only. `listen` (host, port) gives
+    another TCP address: kb's egress proxy listens on its container's
+    networks (kb/guards/egress_proxy.py). `guard` is a FetchGuard or another
+    object with its connect() (the egress proxy's NamedOnly).
 
     Use it as a context manager; `url` is the proxy's address. Refused
     connections are kept in `refused` (host, port, error), so the caller can
     name the reason of a page that did not load. Each plain http request
     gets its own upstream connection ("Connection: close"), so one client
-    connection cannot carry a second request to another host."""
+    connection cannot carry a second request to another host.
+
+    Each refusal goes to the log "kb.guards.proxy" (warning) with the host,
+    the port and the reason; each connection that passes too (info). Never
+    the path of a request: a Bot API path holds the bot's token."""
 
     def __init__(self, guard: FetchGuard, timeout_s: float = 60.0, idle_timeout_s: float = IDLE_TIMEOUT_S,
-                 unix_socket: str | None = None):
+                 unix_socket: str | None = None, listen: tuple[str, int] = ("127.0.0.1", 0)):
         self.guard = guard
         self.unix_socket = unix_socket
+        self.listen = listen
         self.timeout_s = timeout_s  # to connect
         # To wait for bytes. Longer than any timeout of the client: the
         # client decides when a slow server has failed (the X capture names
         # the page that did not answer), not the proxy.
         self.idle_timeout_s = max(idle_timeout_s, timeout_s)
-        self.refused: list[tuple[str, int, PrivateAddress]] = []
+        # The newest refusals (a long-running proxy keeps no more).
+        self.refused: deque[tuple[str, int, PrivateAddress]] = deque(maxlen=1000)
         self._lock = threading.Lock()
         self._server: socketserver.BaseServer | None = None
         self._thread: threading.Thread | None = None
@@ -482,7 +599,7 @@ class GuardProxy:
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(self):
-                proxy._handle(self.request)
+                proxy._handle(self.request, self.client_address)
 
         class Server(socketserver.ThreadingTCPServer):
             daemon_threads = True
@@ -492,7 +609,7 @@ class GuardProxy:
             daemon_threads = True
 
         if self.unix_socket is None:
-            self._server = Server(("127.0.0.1", 0), Handler)
+            self._server = Server(self.listen, Handler)
         else:
             self._server = UnixServer(self.unix_socket, Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="kb-guard-proxy", daemon=True)
@@ -510,7 +627,7 @@ class GuardProxy:
 
     # --- one client connection ----------------------------------------------------------
 
-    def _handle(self, client: socket.socket) -> None:
+    def _handle(self, client: socket.socket, peer=None) -> None:
         client.settimeout(self.idle_timeout_s)
         with contextlib.suppress(OSError), contextlib.closing(client):
             # h11 parses the request: a bad Content-Length, a bad chunk size or
@@ -522,32 +639,39 @@ class GuardProxy:
                 if not isinstance(request, h11.Request):
                     return  # the client closed before a whole request
                 if request.method.upper() == b"CONNECT":
-                    self._tunnel(client, request.target.decode("latin-1"), incoming.trailing_data[0])
+                    self._tunnel(client, request.target.decode("latin-1"), incoming.trailing_data[0], peer)
                 else:
-                    self._forward(client, incoming, request)
+                    self._forward(client, incoming, request, peer)
             except h11.RemoteProtocolError as exc:
                 # Before any answer of the upstream: the body is read whole first.
                 _answer(client, 400, f"kb's proxy refused a request that is not valid HTTP/1.1: {exc}")
 
-    def _open(self, client: socket.socket, host: str, port: int) -> socket.socket | None:
+    def _open(self, client: socket.socket, host: str, port: int, how: str, peer) -> socket.socket | None:
+        who = f"{peer[0]}" if isinstance(peer, tuple) else "a local client"
         try:
             upstream = self.guard.connect(host, port, self.timeout_s)
         except PrivateAddress as exc:
             with self._lock:
                 self.refused.append((canonical_host(host), port, exc))
-            _answer(client, 403, f"kb refused the connection: {exc}")
+            log.warning("refused %s %s:%d for %s: %s", how, host, port, who, exc.why)
+            # The reason in headers too: kb's clients behind this proxy raise
+            # PrivateAddress with it (tunnel_handshake).
+            _answer(client, 403, f"kb refused the connection: {exc}",
+                    [("X-Kb-Refused", exc.why), ("X-Kb-Address", exc.address)])
             return None
         except OSError as exc:
+            log.warning("could not connect %s %s:%d for %s: %s", how, host, port, who, exc)
             _answer(client, 502, f"kb could not connect to {host}:{port}: {exc}")
             return None
+        log.info("allowed %s %s:%d for %s", how, host, port, who)
         upstream.settimeout(self.idle_timeout_s)
         return upstream
 
-    def _tunnel(self, client: socket.socket, target: str, rest: bytes) -> None:
+    def _tunnel(self, client: socket.socket, target: str, rest: bytes, peer=None) -> None:
         host, port = _split_host_port(target)
         if not host or port is None:
             return _answer(client, 400, f"CONNECT needs host:port, not {target[:100]}")
-        upstream = self._open(client, host, port)
+        upstream = self._open(client, host, port, "CONNECT", peer)
         if upstream is None:
             return
         with contextlib.closing(upstream):
@@ -556,7 +680,7 @@ class GuardProxy:
                 upstream.sendall(rest)
             _pump(client, upstream, self.idle_timeout_s)
 
-    def _forward(self, client: socket.socket, incoming: h11.Connection, request: h11.Request) -> None:
+    def _forward(self, client: socket.socket, incoming: h11.Connection, request: h11.Request, peer=None) -> None:
         target = request.target.decode("latin-1")
         parts = urlsplit(target)
         if parts.scheme.lower() != "http" or not parts.hostname:
@@ -570,7 +694,7 @@ class GuardProxy:
             # One framing for the upstream: a Content-Length beside a
             # Transfer-Encoding is how one request hides a second one.
             headers = [(name, value) for name, value in headers if name != b"content-length"]
-        upstream = self._open(client, parts.hostname, port)
+        upstream = self._open(client, parts.hostname, port, request.method.decode("latin-1")[:10], peer)
         if upstream is None:
             return
         with contextlib.closing(upstream):
@@ -596,12 +720,14 @@ def _next_event(sock: socket.socket, connection: h11.Connection):
     return event
 
 
-def _answer(client: socket.socket, status: int, text: str) -> None:
+def _answer(client: socket.socket, status: int, text: str, headers: list[tuple[str, str]] = ()) -> None:
     body = text.encode("utf-8", "replace")
     phrase = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
+    extra = "".join(f"{name}: {' '.join(value.split())}\r\n" for name, value in headers)
     with contextlib.suppress(OSError):
-        client.sendall(f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                       f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+        client.sendall(f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n{extra}"
+                       f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("latin-1", "replace")
+                       + body)
 
 
 def _pump(a: socket.socket, b: socket.socket, timeout_s: float) -> None:

@@ -139,7 +139,8 @@ def wiki_result_text(asset: str, partition: str, metadata: dict) -> str:
     raise ValueError(f"no wiki notice for asset {asset!r}")
 
 
-async def _send(api_base: str, token: str, chat_id: int | str, text: str, reply_to: int | None) -> None:
+async def _send(api_base: str, token: str, chat_id: int | str, text: str, reply_to: int | None,
+                egress_proxy: str = "") -> None:
     # aiogram is imported here, not at the top: every Dagster process imports
     # this module when it loads the graph, and aiogram's types are slow to
     # import (benchmarks/figures_from_comments.md).
@@ -147,7 +148,7 @@ async def _send(api_base: str, token: str, chat_id: int | str, text: str, reply_
 
     from kb.telegram.api import bot_at
 
-    bot = bot_at(api_base, token)
+    bot = bot_at(api_base, token, egress_proxy)
     try:
         reply = ReplyParameters(message_id=reply_to, allow_sending_without_reply=True) if reply_to else None
         await bot.send_message(chat_id=chat_id, text=text, reply_parameters=reply)
@@ -163,6 +164,7 @@ class TelegramNotifier(BaseModel):
     api_base: str
     bot_token: SecretStr | None = None
     owner_chat_id: str = ""
+    egress_proxy: str = ""  # KB_EGRESS_PROXY: the Bot API through kb's egress proxy
     # Where a notice goes when no bot can send it (`kb status` reads it).
     notices_log: str = ""
 
@@ -171,6 +173,7 @@ class TelegramNotifier(BaseModel):
         s = settings or get_settings()
         return cls(**{"inbox_dir": str(s.inbox_dir), "api_base": s.telegram_api_base,
                       "bot_token": s.telegram_bot_token, "owner_chat_id": s.owner_chat_id,
+                      "egress_proxy": s.kb_egress_proxy,
                       "notices_log": str(notices_log_path(s)), **overrides})
 
     def notify(self, item_id: str, state: str, text: str, *, chat_id: int | str | None = None) -> bool:
@@ -195,7 +198,7 @@ class TelegramNotifier(BaseModel):
             self._log_unsent(item_id, state, text, "no TELEGRAM_BOT_TOKEN" if not token else "no OWNER_CHAT_ID")
             return True
         try:
-            asyncio.run(_send(self.api_base, token, chat_id, text, reply_to))
+            asyncio.run(_send(self.api_base, token, chat_id, text, reply_to, self.egress_proxy))
         except Exception as exc:  # aiogram and aiohttp raise many kinds
             from kb.telegram.bot_token import redact
 

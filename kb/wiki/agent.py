@@ -363,6 +363,7 @@ class WikiAgent(BaseModel):
     timeout_s: float = 600.0
     agent_dir: str  # KB_HOME/agent: each run gets a new room (HOME, CLI config) here, removed after the run
     sandbox: str = "auto"  # auto, bwrap or none (kb.wiki.sandbox.sandbox_choice)
+    egress_proxy: str = ""  # KB_EGRESS_PROXY: the room's relay reaches the endpoint through it
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **overrides) -> WikiAgent:
@@ -370,7 +371,8 @@ class WikiAgent(BaseModel):
         return cls(**{"base_url": s.anthropic_base_url, "model": s.kb_agent_model, "auth_token": s.anthropic_auth_token,
                       "max_turns": s.kb_agent_max_turns, "lint_max_turns": s.kb_lint_max_turns,
                       "synthesis_max_turns": s.kb_synthesis_max_turns, "timeout_s": s.kb_agent_timeout_s,
-                      "agent_dir": str(s.home / "agent"), "sandbox": s.kb_agent_sandbox, **overrides})
+                      "agent_dir": str(s.home / "agent"), "sandbox": s.kb_agent_sandbox,
+                      "egress_proxy": s.kb_egress_proxy, **overrides})
 
     def _base_url(self) -> str:
         return self.base_url
@@ -411,6 +413,12 @@ class WikiAgent(BaseModel):
             # agent's timeout, and the owner read "timed out". kb retries a
             # failed change itself, with its own waits (kb_assets/wiki).
             "CLAUDE_CODE_MAX_RETRIES": str(CLI_API_RETRIES),
+            # KB_EGRESS_PROXY for a CLI without a room (a room's one way out is
+            # its relay, which uses the proxy itself). Empty: no proxy at all,
+            # not the one of the owner's shell.
+            "HTTPS_PROXY": "" if room.network else self.egress_proxy,
+            "HTTP_PROXY": "" if room.network else self.egress_proxy,
+            "NO_PROXY": "localhost,127.0.0.1,::1",
         }
 
     def run(self, prompt: str, *, cwd: Path, max_turns: int | None = None,
@@ -452,7 +460,7 @@ class WikiAgent(BaseModel):
         prefix, network = [], None
         if use_bwrap:
             # The room has no network: the endpoint only, through a relay.
-            network = RoomNetwork.open(self._base_url())
+            network = RoomNetwork.open(self._base_url(), self.egress_proxy)
             prefix = bubblewrap_args(bubblewrap_works()[1], wiki=root, writable=[home],
                                      readable=[Path(cli).parent], relay=network)
         launcher = write_launcher(folder, cli=cli, home=home, prefix=prefix)

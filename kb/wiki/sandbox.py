@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import shutil
-import socket
 import socketserver
 import sys
 import tempfile
@@ -44,8 +44,11 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from kb.guards.fetch_guard import FetchRefused, connect_out, parse_proxy
 from kb.guards.room_binds import BWRAP_INSTALL, BWRAP_MISSING, bwrap_probe, container_sign, system_binds
 from kb.guards.room_relay import _pipe, relay_command, relay_program, relay_python, relay_python_binds
+
+log = logging.getLogger("kb.wiki.sandbox")
 
 # The only variables that the CLI gets. Each one is here for a reason:
 # - PATH, HOME, TMPDIR, LANG, LC_ALL, TZ: a process needs them to run.
@@ -62,6 +65,9 @@ AGENT_ENV_NAMES = (
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_TELEMETRY", "DISABLE_ERROR_REPORTING",
     "DISABLE_AUTOUPDATER", "DISABLE_BUG_COMMAND", "CLAUDE_CODE_MAX_RETRIES",
     "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_AGENT_SDK_VERSION", "CLAUDE_CODE_SDK_READS_SESSION_STATE",
+    # kb's egress proxy for a CLI without a room (kb sets them; empty in a room,
+    # whose one way out is the relay).
+    "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY",
 )
 # The PATH of the CLI: system folders only. The owner's PATH can name a
 # folder in which a stranger's program waits.
@@ -219,7 +225,13 @@ class RoomNetwork:
     relay: "EndpointRelay"
 
     @classmethod
-    def open(cls, base_url: str) -> "RoomNetwork":
+    def open(cls, base_url: str, egress_proxy: str = "") -> "RoomNetwork":
+        """`egress_proxy` (KB_EGRESS_PROXY): the relay connects to the
+        endpoint through kb's egress proxy (a container without a route out)."""
+        try:
+            proxy = parse_proxy(egress_proxy)
+        except ValueError as exc:
+            raise SandboxError(str(exc)) from None
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise SandboxError(f"ANTHROPIC_BASE_URL {base_url!r} is not an http or https URL with a host")
@@ -236,7 +248,7 @@ class RoomNetwork:
         folder = Path(tempfile.mkdtemp(prefix="kb-agent-net-"))
         (folder / RELAY_SCRIPT).write_text(relay_program())
         (folder / "hosts").write_text(f"127.0.0.1 localhost {room_host}\n")
-        relay = EndpointRelay(folder / RELAY_SOCKET, host, port)
+        relay = EndpointRelay(folder / RELAY_SOCKET, host, port, proxy)
         return cls(folder=folder, room_url=room_url, room_port=room_port,
                    python=relay_python(), relay=relay)
 
@@ -248,16 +260,17 @@ class RoomNetwork:
 class EndpointRelay:
     """kb's end of the relay: each connection on the Unix socket goes to the
     endpoint's host and port, byte for byte. It connects to that one address
-    and to no other, whatever the room sends."""
+    and to no other, whatever the room sends. With `proxy`, through kb's
+    egress proxy (a tunnel to the endpoint)."""
 
-    def __init__(self, socket_path: Path, host: str, port: int):
-        target = (host, port)
-
+    def __init__(self, socket_path: Path, host: str, port: int, proxy: tuple[str, int] | None = None):
         class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
                 try:
-                    upstream = socket.create_connection(target, timeout=30)
-                except OSError:
+                    upstream = connect_out(host, port, 30, proxy)
+                except (OSError, FetchRefused) as exc:
+                    # The CLI sees a closed connection and names the endpoint; the reason is here.
+                    log.warning("the wiki agent's endpoint %s:%d is out of reach: %s", host, port, exc)
                     return
                 upstream.settimeout(None)
                 back = threading.Thread(target=_pipe, args=(upstream, self.request), daemon=True)
