@@ -137,6 +137,9 @@ def key_check_job() -> dg.JobDefinition:
 def test_a_run_worker_process_gets_the_key_from_the_settings_file(settings_file, monkeypatch):
     repo = Path(__file__).resolve().parents[1]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")])))
+    # multiprocessing gives the worker this process's sys.path, not PYTHONPATH:
+    # the worker imports this module (tests.test_resource_secrets) from the repo.
+    monkeypatch.syspath_prepend(str(repo))
     assert "GROQ_API_KEY" not in os.environ
     with dg.instance_for_test() as instance:
         result = dg.execute_job(dg.reconstructable(key_check_job), instance=instance)
