@@ -476,3 +476,14 @@ def test_far_runs_are_dropped_on_article_pages_only(monkeypatch):
     assert block_choice.main_text(model, None, "article").sum() == 5
     # On a listing the runs of items are the content.
     assert block_choice.main_text(model, None, "listing").sum() == 8
+
+
+def test_a_short_figure_caption_is_boilerplate_and_a_long_one_is_not():
+    blocks = blocks_of(
+        "<html><body><article><p>The bridge stood for four hundred years.</p>"
+        "<figure><img src='a.jpg'><figcaption>The bridge in winter (Jane Doe)</figcaption></figure>"
+        "<figure><img src='b.jpg'><figcaption>The council met on the bridge in 1910 to decide that the town "
+        "would keep it as it was.</figcaption></figure><p>Short line.</p></article></body></html>")
+    assert block_choice.is_boilerplate(_block(blocks, "The bridge in winter"))
+    assert not block_choice.is_boilerplate(_block(blocks, "The council met"))
+    assert not block_choice.is_boilerplate(_block(blocks, "Short line."))
