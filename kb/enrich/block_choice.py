@@ -315,7 +315,8 @@ CAPTION_WORDS = 8
 
 
 def is_boilerplate(block: Block) -> bool:
-    """True for a block that no page has as main text (the rules above)."""
+    """True for a block that the development sets do not count as main
+    text (the rules above)."""
     if "pre" not in block.areas and _MARKUP_START.match(block.text):
         return True
     if block.element.tag == "figcaption" and len(block.text.split()) <= CAPTION_WORDS:
