@@ -396,3 +396,94 @@ def test_the_training_refuses_a_stored_table_of_other_numbers(tmp_path):
         train_block_choice._check_table(table, stale)
     table["wcxb/1"]["X"] = np.zeros((1, len(feature_names())), dtype=np.float32)
     train_block_choice._check_table(table, stale)
+
+
+# --- rules after the model (issue 58) ---------------------------------------------------
+
+def _block(blocks, start: str):
+    return next(b for b in blocks if b.text.startswith(start))
+
+
+def test_markup_shown_as_text_is_boilerplate_and_code_in_pre_is_not():
+    """A tracking pixel or an advertisement's code as text is not main
+    text; an HTML sample in <pre>, or prose that names a tag, is."""
+    blocks = blocks_of(
+        "<html><body><article>"
+        "<div>&lt;div style=\"position:absolute;\"&gt;&lt;img width=1 height=1 src=\"https://t.example/b\"&gt;</div>"
+        "<div> &lt;iframe src=\"https://ads.example/\"&gt;&lt;/iframe&gt;</div>"
+        "<pre>&lt;div class=\"box\"&gt;One&lt;/div&gt;</pre>"
+        "<p>Use the &lt;div&gt; element for a box.</p>"
+        "</article></body></html>")
+    assert block_choice.is_boilerplate(_block(blocks, '<div style='))
+    assert block_choice.is_boilerplate(_block(blocks, '<iframe'))
+    assert not block_choice.is_boilerplate(_block(blocks, '<div class="box">'))
+    assert not block_choice.is_boilerplate(_block(blocks, "Use the <div>"))
+
+
+def test_a_menu_item_of_the_site_is_boilerplate_and_a_list_in_the_text_is_not():
+    blocks = blocks_of(
+        "<html><body><header><nav><ul>"
+        "<li><a href='/uk'>UK</a></li><li><a href='/world'>World and more</a></li>"
+        "<li><a href='/long'>Four words of link</a></li><li>Not a link</li></ul></nav></header>"
+        "<div class='menu'><ul><li><a href='/sport'>Sport</a></li></ul></div>"
+        "<article><p>The budget passed.</p><ul><li><a href='/budget'>Budget</a></li></ul></article>"
+        "</body></html>")
+    assert block_choice.is_boilerplate(_block(blocks, "UK"))
+    assert block_choice.is_boilerplate(_block(blocks, "World and more"))
+    # Longer than MENU_ITEM_WORDS, not a link, outside <nav> and <header>, or in the text: kept.
+    for text in ("Four words of link", "Not a link", "Sport", "Budget", "The budget passed."):
+        assert not block_choice.is_boilerplate(_block(blocks, text)), text
+    kept = block_choice.without_boilerplate(blocks, np.array([True] * len(blocks)))
+    assert [b.text for b, keep in zip(blocks, kept) if keep] == [
+        "Four words of link", "Not a link", "Sport", "The budget passed.", "Budget"]
+    # A block that the model dropped stays dropped.
+    assert not block_choice.without_boilerplate(blocks, np.zeros(len(blocks), dtype=bool)).any()
+
+
+def _far_run_page(gap: int, far_score: float, far_first: bool = False):
+    """5 kept blocks of 100 words (score 0.95), `gap` dropped blocks, and a
+    run of 3 kept blocks of 50 words (score far_score); or the short run
+    first."""
+    main = ([True] * 5, [0.95] * 5, [100.0] * 5)
+    gap_part = ([False] * gap, [0.1] * gap, [20.0] * gap)
+    far = ([True] * 3, [far_score] * 3, [50.0] * 3)
+    parts = (far, gap_part, main) if far_first else (main, gap_part, far)
+    return tuple(np.array(sum((list(part[i]) for part in parts), [])) for i in range(3))
+
+
+def test_a_far_run_of_doubtful_blocks_after_the_main_text_is_dropped():
+    kept, scores, words = _far_run_page(gap=block_choice.FAR_BLOCKS, far_score=0.6)
+    result = block_choice.without_far_runs(kept, scores, words)
+    assert result[:5].all() and not result[5:].any()
+    assert kept[-3:].all()  # the caller's mask is not changed
+
+
+@pytest.mark.parametrize("gap, far_score, far_first", [
+    (9, 0.6, False),   # near the main text: a part of it
+    (10, 0.75, False),  # far, but the model is sure enough
+    (10, 0.6, True),  # before the main text: a lead or a summary
+])
+def test_a_run_near_the_main_text_sure_or_before_it_stays(gap, far_score, far_first):
+    kept, scores, words = _far_run_page(gap, far_score, far_first)
+    assert (block_choice.without_far_runs(kept, scores, words) == kept).all()
+
+
+def test_far_runs_are_dropped_on_article_pages_only(monkeypatch):
+    kept, scores, words = _far_run_page(gap=12, far_score=0.6)
+    monkeypatch.setattr(block_choice, "block_scores", lambda model, rows: scores)
+    monkeypatch.setattr(block_choice, "block_words", lambda rows: words)
+    model = {"selection": {str(kind): ("at_least", 0.5) for kind in PageType}}
+    assert block_choice.main_text(model, None, "article").sum() == 5
+    # On a listing the runs of items are the content.
+    assert block_choice.main_text(model, None, "listing").sum() == 8
+
+
+def test_a_short_figure_caption_is_boilerplate_and_a_long_one_is_not():
+    blocks = blocks_of(
+        "<html><body><article><p>The bridge stood for four hundred years.</p>"
+        "<figure><img src='a.jpg'><figcaption>The bridge in winter (Jane Doe)</figcaption></figure>"
+        "<figure><img src='b.jpg'><figcaption>The council met on the bridge in 1910 to decide that the town "
+        "would keep it as it was.</figcaption></figure><p>Short line.</p></article></body></html>")
+    assert block_choice.is_boilerplate(_block(blocks, "The bridge in winter"))
+    assert not block_choice.is_boilerplate(_block(blocks, "The council met"))
+    assert not block_choice.is_boilerplate(_block(blocks, "Short line."))
