@@ -3,9 +3,12 @@ no test reads the owner's ~/.config/kb."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -33,6 +36,30 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("KB_WIKI_RETRY_DELAY_S", "0")
 # The gate waits 60, 120 and 240 s between its tries: no test waits so long.
 os.environ.setdefault("KB_GATE_RETRY_WAITS_S", "0,0,0")
+# A module or session fixture runs before the test's own KB_HOME (kb_home
+# below). Without a KB_HOME it read the default ~/kb: e.g. the LanceDB lock
+# of ChunkIndex.from_settings(path=...) was ~/kb/lancedb.lock, one lock for
+# every module fixture of every worker and of every other pytest run on the
+# machine. Module fixtures of test_web.py and test_mcp_server.py waited on
+# it for more than 300 s (timeouts), test_search.py's for 180 s (6 December
+# 2026, load 13). Each process gets its own home; each module gets its own
+# (module_kb_home below).
+os.environ["KB_HOME"] = tempfile.mkdtemp(prefix="kb-tests-outside-a-test-")
+atexit.register(shutil.rmtree, os.environ["KB_HOME"], ignore_errors=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_kb_home(tmp_path_factory):
+    """The KB_HOME of the module fixtures: an autouse fixture is made before
+    the other fixtures of its scope, so a module fixture of one file never
+    shares a store or a lock file with another file's (see above)."""
+    saved = os.environ.get("KB_HOME")
+    os.environ["KB_HOME"] = str(tmp_path_factory.mktemp("module-kb-home"))
+    yield
+    if saved is None:
+        os.environ.pop("KB_HOME", None)
+    else:
+        os.environ["KB_HOME"] = saved
 
 
 @pytest.fixture(autouse=True)
