@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import os
 import shutil
 import sys
@@ -189,6 +190,15 @@ FILE_SECONDS = {
     "test_transcripts.py": 3, "test_inspect.py": 3, "test_page_types.py": 1, "test_scripts.py": 1,
     "test_wiki_remote.py": 1, "test_x_graphql.py": 1, "test_sync_kb_up.py": 1,
 }
+
+
+def pytest_collection_finish(session):
+    """What the imports of the test modules made (Dagster, pydantic, the
+    clients: millions of objects) lives as long as the worker. Python's full
+    garbage collection scanned all of it again and again during the tests;
+    frozen objects are not scanned (as kb_assets/definitions.py does for a
+    Dagster process)."""
+    gc.freeze()
 
 
 # --- the fast loop: `pytest -m "not slow"` -------------------------------------
