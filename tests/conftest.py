@@ -3,9 +3,13 @@ no test reads the owner's ~/.config/kb."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -33,6 +37,30 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("KB_WIKI_RETRY_DELAY_S", "0")
 # The gate waits 60, 120 and 240 s between its tries: no test waits so long.
 os.environ.setdefault("KB_GATE_RETRY_WAITS_S", "0,0,0")
+# A module or session fixture runs before the test's own KB_HOME (kb_home
+# below). Without a KB_HOME it read the default ~/kb: e.g. the LanceDB lock
+# of ChunkIndex.from_settings(path=...) was ~/kb/lancedb.lock, one lock for
+# every module fixture of every worker and of every other pytest run on the
+# machine. Module fixtures of test_web.py and test_mcp_server.py waited on
+# it for more than 300 s (timeouts), test_search.py's for 180 s (6 December
+# 2026, load 13). Each process gets its own home; each module gets its own
+# (module_kb_home below).
+os.environ["KB_HOME"] = tempfile.mkdtemp(prefix="kb-tests-outside-a-test-")
+atexit.register(shutil.rmtree, os.environ["KB_HOME"], ignore_errors=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_kb_home(tmp_path_factory):
+    """The KB_HOME of the module fixtures: an autouse fixture is made before
+    the other fixtures of its scope, so a module fixture of one file never
+    shares a store or a lock file with another file's (see above)."""
+    saved = os.environ.get("KB_HOME")
+    os.environ["KB_HOME"] = str(tmp_path_factory.mktemp("module-kb-home"))
+    yield
+    if saved is None:
+        os.environ.pop("KB_HOME", None)
+    else:
+        os.environ["KB_HOME"] = saved
 
 
 @pytest.fixture(autouse=True)
@@ -142,29 +170,35 @@ def hasher():
 # used (the date and load: benchmarks/figures_from_comments.md); a file not
 # named here counts as short.
 FILE_SECONDS = {
-    "test_crash_safety.py": 172, "test_up.py": 160, "test_sync.py": 96, "test_wiki_agent.py": 130, "test_obedient_agent.py": 120,
-    "test_extract.py": 87, "test_shared_instance.py": 71, "test_layout.py": 66, "test_bad_input.py": 66,
-    "test_demo.py": 95, "test_run_monitoring.py": 16, "test_run_endings.py": 36, "test_security.py": 55, "test_capture.py": 52, "test_sources_assets.py": 49,
-    "test_embedder.py": 29, "test_stage_commands.py": 47, "test_sqlite_instance.py": 46, "test_parsers.py": 44,
-    "test_captions.py": 39, "test_definitions.py": 35, "test_documents.py": 34, "test_normalize.py": 32,
-    "test_notifications.py": 24, "test_telegram_bot.py": 19, "test_web.py": 18, "test_mcp_server.py": 17,
-    "test_object_storage.py": 16, "test_backup.py": 30, "test_load.py": 14, "test_inbox_sensor.py": 10,
-    "test_translations.py": 9, "test_transcripts.py": 8, "test_search.py": 7, "test_inspect.py": 7,
-    "test_rerank.py": 12, "test_modal_apps.py": 7, "test_x_graphql.py": 6, "test_fetch_guard.py": 40,
-    "test_wiki_remote.py": 8, "test_folders_threads.py": 45, "test_first_hour.py": 10, "test_red_team.py": 75,
-    "test_writer_lock.py": 35,
-    "test_filtered_search.py": 6,
-    "test_wiki_coherence.py": 30,
-    "test_mcp_front.py": 30,
-    "test_rows_files.py": 40,
-    "test_scripts.py": 8,
-    "test_dagster_internals.py": 8, "test_fast_loop.py": 1, "test_sync_kb_up.py": 2,
-    "test_page_types.py": 8,
-    "test_control_plane.py": 65,
-    "test_agent_on_the_owner_machine.py": 20,
-    # Files with several seconds of work each, alone and at load 2.7 (5 December 2026): not last in the queue.
-    "test_catch_up.py": 30, "test_browser_room.py": 18, "test_up_crash.py": 12,
+    "test_control_plane.py": 113, "test_stage_commands.py": 98, "test_extract.py": 92,
+    "test_crash_safety.py": 91, "test_capture.py": 88, "test_up.py": 85, "test_bad_input.py": 82,
+    "test_wiki_agent.py": 74, "test_demo.py": 68, "test_security.py": 66, "test_sources_assets.py": 64,
+    "test_shared_instance.py": 62, "test_captions.py": 62, "test_catch_up.py": 57, "test_red_team.py": 51,
+    "test_obedient_agent.py": 51, "test_parsers.py": 48, "test_sync.py": 46, "test_sqlite_instance.py": 39,
+    "test_definitions.py": 39, "test_embedder.py": 38, "test_backup.py": 38, "test_mcp_front.py": 37,
+    "test_layout.py": 36, "test_writer_lock.py": 36, "test_documents.py": 29, "test_archive_attacks.py": 28,
+    "test_fetch_guard.py": 25, "test_rows_files.py": 23, "test_normalize.py": 23, "test_telegram_bot.py": 21,
+    "test_folders_threads.py": 21, "test_browser_room.py": 20, "test_web.py": 18, "test_mcp_server.py": 17,
+    "test_partitions.py": 16, "test_notifications.py": 15, "test_resource_secrets.py": 15,
+    "test_wiki_change_rules.py": 14, "test_first_hour.py": 12, "test_mcp_stdio_channel.py": 12,
+    "test_filtered_search.py": 10, "test_compute_logs.py": 10, "test_block_choice.py": 9,
+    "test_run_endings.py": 8, "test_duckdb_store.py": 8, "test_status.py": 8, "test_object_storage.py": 7,
+    "test_search.py": 7, "test_agent_on_the_owner_machine.py": 7, "test_retry_budget.py": 7,
+    "test_rerank.py": 6, "test_inbox_sensor.py": 6, "test_translations.py": 6, "test_fast_loop.py": 6,
+    "test_run_monitoring.py": 5, "test_load.py": 5, "test_private_files.py": 5, "test_wiki_coherence.py": 5,
+    "test_index_writes.py": 5, "test_up_crash.py": 4, "test_dagster_internals.py": 4, "test_modal_apps.py": 4,
+    "test_transcripts.py": 3, "test_inspect.py": 3, "test_page_types.py": 1, "test_scripts.py": 1,
+    "test_wiki_remote.py": 1, "test_x_graphql.py": 1, "test_sync_kb_up.py": 1,
 }
+
+
+def pytest_collection_finish(session):
+    """What the imports of the test modules made (Dagster, pydantic, the
+    clients: millions of objects) lives as long as the worker. Python's full
+    garbage collection scanned all of it again and again during the tests;
+    frozen objects are not scanned (as kb_assets/definitions.py does for a
+    Dagster process)."""
+    gc.freeze()
 
 
 # --- the fast loop: `pytest -m "not slow"` -------------------------------------
