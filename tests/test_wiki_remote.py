@@ -17,7 +17,6 @@ import os
 import subprocess
 from pathlib import Path
 
-import dagster as dg
 import pytest
 
 from kb.settings import get_settings, redact_secrets, secret_values
@@ -119,12 +118,14 @@ def test_the_push_gives_the_token_to_git_by_its_environment_only(remote, kb_home
     assert not store.exists() or TOKEN not in store.read_text()  # the owner's `store` helper never saw it
 
 
-def test_the_resource_config_shows_the_variable_name_not_the_url(remote):
+def test_the_resource_config_holds_no_url(remote):
+    """The resource holds no copy of the remote: its config (what the Dagster
+    UI shows) has only the overrides, and the client reads the URL from the
+    settings of the process."""
     resource = WikiResource.from_settings()
-    assert isinstance(resource.remote, dg.EnvVar) and resource.remote.env_var_name == "KB_WIKI_REMOTE"
     # The config values that the Dagster UI shows for the resource.
     shown = resource.get_resource_definition().config_schema.as_field().default_value
-    assert shown["remote"] == {"env": "KB_WIKI_REMOTE"}
+    assert "remote" not in shown and "wiki.git" not in json.dumps(shown)
     assert TOKEN not in json.dumps(shown) and TOKEN not in repr(resource)
     # The run worker resolves the variable and gets the whole URL.
     assert resource.get_client().remote.get_secret_value().endswith("/wiki.git")
