@@ -160,13 +160,20 @@ class IndexStore(BaseModel):
     @classmethod
     def from_settings(cls, settings: Settings | None = None, **overrides):
         settings = settings or get_settings()
+        path = overrides.get("path", settings.lance_uri)
+        # A local index locks the file beside its folder (see writing()), also
+        # when `path` names another folder than the settings' one: a lock in
+        # KB_HOME made every index of a process (each test fixture's, a
+        # benchmark's) wait for one file. A bucket has no folder beside it:
+        # its writers on this machine share the lock file in KB_HOME.
+        lock_path = str(settings.home / "lancedb.lock") if str(path).lower().startswith("s3://") else ""
         return cls(**{"path": settings.lance_uri,
                       "vector_index_min_rows": settings.kb_vector_index_min_rows,
                       "s3_endpoint": settings.kb_s3_endpoint, "s3_region": settings.kb_s3_region,
                       "s3_access_key_id": settings.kb_s3_access_key_id,
                       "s3_secret_access_key": settings.kb_s3_secret_access_key,
                       "s3_allow_http": settings.kb_s3_allow_http,
-                      "lock_path": str(settings.home / "lancedb.lock"), **overrides})
+                      "lock_path": lock_path, **overrides})
 
     @field_validator("path")
     @classmethod
