@@ -132,7 +132,10 @@ EMBEDDER = Model(
                   published="onnx/model_quantized.onnx"),
         ModelFile("tokenizer.json", "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66", 711396),
     ),
-    embedding=TextEmbedding(dim=384, pooling="cls", max_tokens=512,
+    # 256 tokens, as MiniLM: kb cuts passages at 200 words for that window
+    # (kb/index/chunking.py). At 512, a passage took 1.5 to 1.75 times the CPU
+    # of a MiniLM passage; at 256, 1.3 (benchmarks/embedding_model.md).
+    embedding=TextEmbedding(dim=384, pooling="cls", max_tokens=256,
                             query_prefix="Represent this sentence for searching relevant passages: ",
                             onnx_only=True),
 )
