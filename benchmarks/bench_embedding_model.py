@@ -93,7 +93,7 @@ def folder_bytes(folder: Path) -> int:
 
 
 def measure(model: str, cache: Path, variants: list[str], deep: bool, docs: int = 0,
-            deep_split: str | None = None) -> dict:
+            deep_split: str | None = None, modes: tuple[str, ...] = ("bm25", "dense", "hybrid")) -> dict:
     from kb.apps.eval_retrieval import _embed_queries, build_index, load_beir, ndcg_at
     from kb.index.client import ChunkIndex
     from kb.index.embed_onnx import load_onnx_model
@@ -128,9 +128,8 @@ def measure(model: str, cache: Path, variants: list[str], deep: bool, docs: int 
             else:  # no query prefix: the model's own encoder, as kb embeds a passage
                 encoder = load_onnx_model(model)
                 vectors = {q: encoder.encode([queries[q]])[0] for q in ids}
-            modes = ["bm25", "dense", "hybrid"] + (["deep"] if deep and variant == variants[0] else [])
             result = {}
-            for mode in modes:
+            for mode in [*modes, *(["deep"] if deep and variant == variants[0] else [])]:
                 if variant != variants[0] and mode == "bm25":
                     continue  # no vectors in it: the same for each variant
                 scores = {}
@@ -165,6 +164,8 @@ def main() -> None:
                         help="kb's embedding cache (keep it outside the repository)")
     parser.add_argument("--variants", nargs="*", default=["default"], choices=["default", "plain"])
     parser.add_argument("--deep", action="store_true", help="also the deep search (rerank=True), first variant")
+    parser.add_argument("--modes", nargs="*", default=["bm25", "dense", "hybrid"],
+                        choices=["bm25", "dense", "hybrid"], help="the fast modes to measure")
     parser.add_argument("--deep-split", choices=["choice", "dev"], default=None,
                         help="run the deep search on this split only")
     parser.add_argument("--docs", type=int, default=0, help="a smaller corpus of N documents (see above)")
@@ -177,7 +178,7 @@ def main() -> None:
         result = throughput(args.model, args.throughput)
     else:
         result = {"load_before": os.getloadavg(), **measure(args.model, args.cache, args.variants, args.deep, args.docs,
-                                                                 args.deep_split),
+                                                                 args.deep_split, tuple(args.modes)),
                   "load_after": os.getloadavg()}
     print(json.dumps(result, indent=2))
     if args.out:
