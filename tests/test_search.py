@@ -562,7 +562,7 @@ def test_a_phrase_is_whole_words_in_order(text, holds):
 def test_another_model_gives_a_clear_error(index, hasher):
     local = Embedder.from_settings(backend="local")
     index_rows(index, [chunk("n1", 0, SEMANTIC_NEIGHBOURS[1])], local)
-    with pytest.raises(IndexModelMismatch, match=r"local:all-MiniLM-L6-v2.*hash:bow-256.*kb index --rebuild"):
+    with pytest.raises(IndexModelMismatch, match=r"local:bge-small-en-v1.5.*hash:bow-256.*kb index --rebuild"):
         search("backdoor", index=index, embedder=hasher)
     with pytest.raises(IndexModelMismatch, match="kb index --rebuild"):
         index.replace_chunks(["x"], [chunk("x", 0, "text")], hasher)
@@ -583,3 +583,59 @@ def test_the_whole_word_test_is_that_of_a_regular_expression(text):
     from kb.index.exact_words import _holds_word
 
     assert _holds_word(text, "kalo") is bool(re.search(r"\bkalo\b", text))
+
+
+def test_an_index_of_the_old_local_model_keeps_working_until_the_rebuild_beside_it(index, monkeypatch):
+    """Issue 58: bge-small-en-v1.5 is the local model now. An index made
+    with all-MiniLM-L6-v2 (real models, real LanceDB files) keeps its model
+    for searches and writes, `kb status` names the rebuild, and the rebuild
+    beside the old table changes the model while searches go on."""
+    from kb.index import model_choice
+    from kb.index.model_choice import model_note, rebuild_beside
+
+    monkeypatch.setenv("KB_EMBED_BACKEND", "local")  # KB_LOCAL_MODEL unset: the default, bge-small-en-v1.5
+    old = Embedder.from_settings(local_model="all-MiniLM-L6-v2")
+    index_rows(index, [chunk(f"n{i}", 0, text) for i, text in enumerate(SEMANTIC_NEIGHBOURS[:6])], old)
+    index_rows(index, [chunk("bread", 0, "A beginner's guide to baking your own loaf in a home oven.")], old)
+    assert index.model_info() == ("local:all-MiniLM-L6-v2", 384)
+
+    # Searches and writes keep the model of the index (both models have 384 dimensions:
+    # a query of the new model would find nonsense, not an error).
+    default = Embedder.from_settings()
+    assert default.model_name == "local:bge-small-en-v1.5"
+    assert index.embedder_for(default).model_name == "local:all-MiniLM-L6-v2"
+    assert search("how do I make bread at home", limit=1, index=index).hits[0].tweet_id == "bread"
+    index_rows(index, [chunk("kiln", 0, "A kiln fires the glaze of a clay pot overnight.")], default)
+    assert index.model_info()[0] == "local:all-MiniLM-L6-v2"
+    assert "local:bge-small-en-v1.5 is ready" in model_note(index.model_info()[0]) and \
+        "kb index --rebuild" in model_note(index.model_info()[0])
+
+    # The rebuild embeds in parts beside the old table; a search between two parts reads the old one.
+    monkeypatch.setattr(model_choice, "REBUILD_PART", 3)
+    during = []
+
+    def between(done, total):
+        during.append((index.model_info()[0], search("pottery kiln glaze", limit=1, index=index).hits[0].tweet_id))
+
+    result = rebuild_beside(index, Embedder.from_settings(), on_progress=between)
+    assert result == {"passages": 8, "swapped": True, "model": "local:bge-small-en-v1.5"}
+    assert during and set(during) == {("local:all-MiniLM-L6-v2", "kiln")}
+    assert index.model_info() == ("local:bge-small-en-v1.5", 384)
+    assert search("how do I make bread at home", limit=1, index=index).hits[0].tweet_id == "bread"
+    assert search("pottery kiln glaze", limit=1, index=index).hits[0].tweet_id == "kiln"
+    assert model_note(index.model_info()[0]) == ""
+
+
+def test_a_local_model_that_the_owner_names_is_not_replaced_by_the_index_model(monkeypatch):
+    """keeping_to changes the local model only while the setting is the
+    default: a model that the owner names stays, and the index refuses it
+    with the rebuild hint (test_another_model_gives_a_clear_error)."""
+    owner = Embedder(backend="local", ollama_url="", ollama_model="", local_model="all-MiniLM-L6-v2",
+                     batch_size=8, cache_dir="")
+    assert owner.keeping_to("local:bge-small-en-v1.5") is owner
+    default = Embedder(backend="auto", ollama_url="", ollama_model="", local_model="bge-small-en-v1.5",
+                       batch_size=8, cache_dir="")
+    assert default.keeping_to("local:all-MiniLM-L6-v2").local_model == "all-MiniLM-L6-v2"
+    assert default.keeping_to("local:some-folder-model").local_model == "bge-small-en-v1.5"
+    assert Embedder(backend="ollama", ollama_url="", ollama_model="", local_model="bge-small-en-v1.5",
+                    batch_size=8, cache_dir="").keeping_to("local:all-MiniLM-L6-v2").backend == "ollama"

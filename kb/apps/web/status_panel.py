@@ -168,7 +168,11 @@ def _query_embedder(settings: Settings, index: ChunkIndex) -> dict:
         return {"ready": True, "detail": f"{info[0]} (test embedder)"}
     if backend == "local":
         try:
-            return {"ready": True, "detail": f"{info[0]} at {local_model_path(settings.kb_local_model, download=False)}"}
+            # The model of the index: an index of all-MiniLM-L6-v2 keeps it (Embedder.keeping_to).
+            from kb.index.search import embedder_for_index
+
+            name = embedder_for_index(info).local_model
+            return {"ready": True, "detail": f"{info[0]} at {local_model_path(name, download=False)}"}
         except EmbedderError as exc:
             return {"ready": False, "detail": str(exc)}
     if backend == "ollama":
