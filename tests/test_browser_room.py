@@ -422,7 +422,8 @@ def test_a_process_in_the_room_reaches_no_host_port_and_pages_through_the_guard(
             FetchGuard().allowing(urlsplit(site.base_url).netloc), timeout_s=10) as (proxy, server):
         room = browser_room.room_args(shutil.which("bwrap"), room_chromium)[:-1]
         proxy_host, proxy_port = urlsplit(server).hostname, urlsplit(server).port
-        assert proxy.unix_socket and not proxy_host.startswith("127.0.0.1")  # not on the host's loopback
+        # Not on the host's 127.0.0.1: the room's own loopback address (127.0.0.10 is one too).
+        assert proxy.unix_socket and proxy_host != "127.0.0.1"
         ui_url = f"http://127.0.0.1:{ui.server_port}/graphql"
         probe = subprocess.run([*room, relay_python(), "-IS", "-c", NETWORK_PROBE, str(ui.server_port), proxy_host,
                                 str(proxy_port), site.base_url + "/", ui_url, *host_addresses()],
