@@ -757,3 +757,28 @@ def test_kb_import_never_copies_the_x_login_or_a_file_of_kb_settings_past_the_ru
     assert files_for_import([str(state), str(notes)]) == [str(state), str(notes)]
     assert import_file_refusal(str(state)) == "it is the X login state of `kb login`"
     assert not (kb_home / "imports").exists()
+
+
+def test_the_frame_headers_replace_the_apps_own_and_add_to_its_policy():
+    """An X-Frame-Options of the app is replaced (one DENY, not two
+    answers that browsers read differently); the app's own
+    Content-Security-Policy stays, and frame-ancestors is added to it."""
+    import asyncio
+
+    from kb.apps.owner_guard import NoFraming
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"X-Frame-Options", b"SAMEORIGIN"), (b"content-security-policy", b"script-src 'self'")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(NoFraming(app)({"type": "http", "path": "/"}, None, send))
+    headers = sent[0]["headers"]
+    assert [v for k, v in headers if k.lower() == b"x-frame-options"] == [b"DENY"]
+    assert [v for k, v in headers if k == b"content-security-policy"] == [b"script-src 'self'", b"frame-ancestors 'none'"]
+    assert sent[1]["body"] == b"ok"

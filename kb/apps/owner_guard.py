@@ -223,30 +223,42 @@ def _graphql_refusal(scope, method: str) -> tuple[int, str] | None:
     return 405, f"{method} /graphql: kb lets through only a POST of {JSON_TYPE}."
 
 
-# The headers of NoFraming. A second Content-Security-Policy header adds its
-# rule to the app's own policy: the browser applies every policy it gets.
-FRAME_HEADERS = ((b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'"))
+class ResponseHeaders:
+    """Pure ASGI middleware: each HTTP answer of `app` gets the headers
+    `headers_for(path)`. A header of the app with the same name is replaced,
+    except Content-Security-Policy: a second policy adds its rule to the
+    app's own (the browser applies every policy it gets). One middleware for
+    the headers of both servers: the guarded Dagster UI (NoFraming) and the
+    search page (kb/apps/web/app.py)."""
 
-
-class NoFraming:
-    """Pure ASGI middleware: each HTTP answer of `app` gets FRAME_HEADERS
-    (an X-Frame-Options of the app is replaced)."""
-
-    def __init__(self, app):
+    def __init__(self, app, headers_for):
         self.app = app
+        self.headers_for = headers_for
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        added = self.headers_for(scope["path"])
+        replaced = {name for name, _ in added if name != b"content-security-policy"}
 
-        async def framed(message):
+        async def with_headers(message):
             if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-frame-options"]
-                message = dict(message, headers=[*headers, *FRAME_HEADERS])
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() not in replaced]
+                message = dict(message, headers=[*kept, *added])
             await send(message)
 
-        await self.app(scope, receive, framed)
+        await self.app(scope, receive, with_headers)
+
+
+FRAME_HEADERS = ((b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'"))
+
+
+class NoFraming(ResponseHeaders):
+    """No page of another origin may frame the app: FRAME_HEADERS on each answer."""
+
+    def __init__(self, app):
+        super().__init__(app, lambda path: FRAME_HEADERS)
 
 
 async def _answer(send, status: int, text: str) -> None:

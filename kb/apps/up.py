@@ -36,6 +36,7 @@ that could not, from the record of the dead kb up (kb/apps/up_record.py).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -213,18 +214,24 @@ def code_server_answers(path: Path) -> bool:
         return False
 
 
-def daemon_heartbeat(dagster_home: Path) -> datetime | None:
-    """The time of the newest daemon heartbeat in the instance, or None."""
-    if not (dagster_home / "dagster.yaml").exists():
-        return None
+@contextlib.contextmanager
+def _instance(dagster_home: Path):
+    """The Dagster instance of a home that kb made (it has a dagster.yaml)."""
     import dagster as dg
 
     # kb's SQLite storage finds its files through DAGSTER_HOME. A home that
     # kb made earlier (`kb demo`, an earlier `kb up`) has a dagster.yaml, and
     # the owner need not set DAGSTER_HOME: kb up sets it for every part anyway.
     os.environ["DAGSTER_HOME"] = str(dagster_home)
-
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        yield instance
+
+
+def daemon_heartbeat(dagster_home: Path) -> datetime | None:
+    """The time of the newest daemon heartbeat in the instance, or None."""
+    if not (dagster_home / "dagster.yaml").exists():
+        return None
+    with _instance(dagster_home) as instance:
         beats = instance.get_daemon_heartbeats()
     if not beats:
         return None
@@ -389,9 +396,8 @@ def fail_orphaned_launches(dagster_home: Path) -> list[str]:
         return []
     import dagster as dg
 
-    os.environ["DAGSTER_HOME"] = str(dagster_home)  # kb's SQLite storage finds its files through it
     lines = []
-    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+    with _instance(dagster_home) as instance:
         for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTING])):
             instance.report_run_failed(run, "The run was starting when kb up ended without its stop: its worker "
                                             "never started. kb up failed it at its next start.")

@@ -50,7 +50,7 @@ from starlette.staticfiles import StaticFiles
 
 from kb.index.reading import (DocumentNotFound, SourceKinds, WikiPageNotFound, bookmark_documents, bookmark_sources,
                                media_with_captions, source_list)
-from kb.apps.owner_guard import OwnerOnly
+from kb.apps.owner_guard import OwnerOnly, ResponseHeaders
 from kb.apps.web.reader import WikiReader, highlight_spans, page_path, query_terms, read_document, snippet
 from kb.apps.web.status_panel import collect_web_status
 from kb.apps.web.wiki_html import render_page
@@ -85,29 +85,20 @@ def _error(status: int, message: str) -> KbJSON:
     return KbJSON({"error": message}, status_code=status)
 
 
-class SecurityHeaders:
+class SecurityHeaders(ResponseHeaders):
     """Headers on every answer: no inline script, no framing, no sniffing
     of a JSON answer as HTML, no caching of data."""
 
     def __init__(self, app):
-        self.app = app
+        super().__init__(app, _security_headers)
 
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
 
-        async def with_headers(message):
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                headers += [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
-                            (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
-                if scope["path"].startswith("/api/"):
-                    headers.append((b"cache-control", b"no-store"))
-                message = dict(message, headers=headers)
-            await send(message)
-
-        await self.app(scope, receive, with_headers)
+def _security_headers(path: str) -> list[tuple[bytes, bytes]]:
+    headers = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
+               (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
+    if path.startswith("/api/"):
+        headers.append((b"cache-control", b"no-store"))
+    return headers
 
 
 def _param(request: Request, name: str) -> str | None:
