@@ -163,8 +163,6 @@ def new_source(wiki: Wiki) -> Path:
 
 
 @pytest.mark.slow
-
-
 @obeys("ingest.source-page", "ingest.new-page", "ingest.index-and-log")
 def test_ingest_of_a_new_entity(wiki, monkeypatch):
     root = new_source(wiki)
@@ -179,8 +177,6 @@ def test_ingest_of_a_new_entity(wiki, monkeypatch):
 
 
 @pytest.mark.slow
-
-
 @obeys("ingest.update-page")
 def test_ingest_that_updates_a_page_with_an_owners_section(wiki, monkeypatch):
     root = new_source(wiki)
@@ -193,8 +189,6 @@ def test_ingest_that_updates_a_page_with_an_owners_section(wiki, monkeypatch):
 
 
 @pytest.mark.slow
-
-
 @obeys("ingest.contradiction")
 def test_ingest_of_a_source_that_contradicts_a_claim_of_the_owner(wiki, monkeypatch):
     root = new_source(wiki)
@@ -210,8 +204,6 @@ def test_ingest_of_a_source_that_contradicts_a_claim_of_the_owner(wiki, monkeypa
 
 
 @pytest.mark.slow
-
-
 @obeys("lint.uncited", "lint.report")
 def test_lint_adds_a_missing_citation_to_the_owners_line(wiki, monkeypatch):
     root = wiki.root()
@@ -224,8 +216,6 @@ def test_lint_adds_a_missing_citation_to_the_owners_line(wiki, monkeypatch):
 
 
 @pytest.mark.slow
-
-
 @obeys("lint.unsupported-mark")
 def test_lint_marks_an_unsupported_claim_of_the_owner(wiki, monkeypatch):
     root = wiki.root()
@@ -238,8 +228,6 @@ def test_lint_marks_an_unsupported_claim_of_the_owner(wiki, monkeypatch):
 
 
 @pytest.mark.slow
-
-
 @obeys("lint.unsupported-cite")
 def test_lint_cites_the_passage_that_holds_a_claim(wiki, monkeypatch):
     root = wiki.root()
@@ -251,8 +239,6 @@ def test_lint_cites_the_passage_that_holds_a_claim(wiki, monkeypatch):
 
 
 @pytest.mark.slow
-
-
 @obeys("lint.stale")
 def test_lint_cites_the_later_source_of_a_stale_claim(wiki, monkeypatch):
     root = new_source(wiki)
@@ -273,8 +259,6 @@ def test_lint_cites_the_later_source_of_a_stale_claim(wiki, monkeypatch):
 
 
 @pytest.mark.slow
-
-
 @obeys("lint.merge")
 def test_lint_merges_a_duplicate_page_and_kb_points_the_links(wiki, monkeypatch):
     root = wiki.root()
@@ -299,8 +283,6 @@ def test_lint_merges_a_duplicate_page_and_kb_points_the_links(wiki, monkeypatch)
 
 
 @pytest.mark.slow
-
-
 @obeys("lint.dangling-link")
 def test_lint_points_a_dangling_link_of_the_owner_at_its_page(wiki, monkeypatch):
     root = wiki.root()
@@ -312,8 +294,6 @@ def test_lint_points_a_dangling_link_of_the_owner_at_its_page(wiki, monkeypatch)
 
 
 @pytest.mark.slow
-
-
 @obeys("lint.dangling-link-plain")
 def test_lint_makes_a_dangling_link_plain_text(wiki, monkeypatch):
     root = wiki.root()
@@ -325,8 +305,6 @@ def test_lint_makes_a_dangling_link_plain_text(wiki, monkeypatch):
 
 
 @pytest.mark.slow
-
-
 @obeys("lint.orphans")
 def test_lint_links_an_orphan_page(wiki, monkeypatch):
     root = wiki.root()
@@ -340,8 +318,6 @@ def test_lint_links_an_orphan_page(wiki, monkeypatch):
 
 
 @pytest.mark.slow
-
-
 @obeys("lint.index")
 def test_lint_adds_a_missing_page_to_the_index(wiki, monkeypatch):
     root = wiki.root()
@@ -352,8 +328,6 @@ def test_lint_adds_a_missing_page_to_the_index(wiki, monkeypatch):
 
 
 @pytest.mark.slow
-
-
 @obeys("lint.frontmatter")
 def test_lint_adds_a_missing_frontmatter_key(wiki, monkeypatch):
     root = wiki.root()
@@ -364,8 +338,6 @@ def test_lint_adds_a_missing_frontmatter_key(wiki, monkeypatch):
 
 
 @pytest.mark.slow
-
-
 @obeys("lint.schema")
 def test_lint_adds_a_missing_section_above_the_marker(wiki, monkeypatch):
     root = wiki.root()
@@ -376,8 +348,6 @@ def test_lint_adds_a_missing_section_above_the_marker(wiki, monkeypatch):
 
 
 @pytest.mark.slow
-
-
 @obeys("lint.contradiction")
 def test_lint_records_a_contradiction_on_both_pages(wiki, monkeypatch):
     root = new_source(wiki)
@@ -396,8 +366,6 @@ def test_lint_records_a_contradiction_on_both_pages(wiki, monkeypatch):
 
 
 @pytest.mark.slow
-
-
 @obeys("weekly.synthesis")
 def test_the_weekly_synthesis_lands(wiki, monkeypatch):
     root = new_source(wiki)
@@ -418,8 +386,6 @@ def test_the_weekly_synthesis_lands(wiki, monkeypatch):
 
 
 @pytest.mark.slow
-
-
 @obeys("topic.synthesis")
 def test_a_topic_synthesis_lands(wiki, monkeypatch):
     root = wiki.root()
