@@ -764,6 +764,7 @@ def test_the_frame_headers_replace_the_apps_own_and_add_to_its_policy():
     answers that browsers read differently); the app's own
     Content-Security-Policy stays, and frame-ancestors is added to it."""
     import asyncio
+    import threading
 
     from kb.apps.owner_guard import NoFraming
 
@@ -777,7 +778,10 @@ def test_the_frame_headers_replace_the_apps_own_and_add_to_its_policy():
     async def send(message):
         sent.append(message)
 
-    asyncio.run(NoFraming(app)({"type": "http", "path": "/"}, None, send))
+    # On a thread of its own: an event loop of an earlier test can run in this one.
+    worker = threading.Thread(target=asyncio.run, args=(NoFraming(app)({"type": "http", "path": "/"}, None, send),))
+    worker.start()
+    worker.join(10)
     headers = sent[0]["headers"]
     assert [v for k, v in headers if k.lower() == b"x-frame-options"] == [b"DENY"]
     assert [v for k, v in headers if k == b"content-security-policy"] == [b"script-src 'self'", b"frame-ancestors 'none'"]
