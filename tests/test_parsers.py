@@ -32,6 +32,7 @@ from kb.telegram.source_parsers import (
 )
 from kb.telegram.intake import extract_urls, youtube_video_id
 from tests.fake_youtube import FakeVideo, FakeYouTube
+from tests.fake_hf_hub import FakeHub
 from tests.loopback_site import LoopbackSite, article_html, page
 
 # The loopback sites stand in for the web: let the fetch guard reach them.
@@ -309,8 +310,8 @@ def test_a_voice_note_in_another_language_fails_instead_of_making_nonsense(tmp_p
 def test_only_the_models_that_kb_ships_are_offline(tmp_path):
     """kb forced HF_HUB_OFFLINE on every process, so faster-whisper `small`
     never downloaded. Now a kb process with the local embedder loaded still
-    asks the hub for `small` (here the network has no route to it: a
-    connection error, not offline mode), and a model that loads clears the note."""
+    asks the hub for `small` (here a hub on loopback that has no such file:
+    a refusal, not offline mode), and a model that loads clears the note."""
     script = (
         "import json, os\n"
         "import kb.apps.cli\n"
@@ -325,8 +326,14 @@ def test_only_the_models_that_kb_ships_are_offline(tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env["KB_HOME"] = str(tmp_path / "home")
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    # The hub of the test answers 404 at once. The real hub is out of reach
+    # on this machine, and huggingface_hub retries a connection error 5 times
+    # (23 s, 6 December 2026); a machine with internet access would download.
+    with FakeHub({}) as hub:
+        env["HF_ENDPOINT"] = hub.base_url
+        run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
+    assert any("/Systran/faster-whisper-small/resolve/" in path for _, path in hub.requests), hub.requests
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert (report["env"], report["hub_offline"]) == (None, False)
     assert report["name"] == "tiny.en"  # no route to the hub here: tiny.en stands in
