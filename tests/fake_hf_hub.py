@@ -22,10 +22,11 @@ CDN = "/cdn"
 
 class FakeHub(LoopbackServer):
     """`files` maps a route /<repo>/resolve/<revision>/<path> to its bytes;
-    a test may change them. `requests` lists (method, path) in order."""
+    a test may change them. `requests` lists (method, path) in order. A
+    `status` (for example 503) answers every request with it."""
 
-    def __init__(self, files: dict[str, bytes]):
-        self.files, self.requests = files, []
+    def __init__(self, files: dict[str, bytes], status: int = 0):
+        self.files, self.requests, self.status = files, [], status
         hub = self
 
         class Handler(QuietHandler):
@@ -33,6 +34,9 @@ class FakeHub(LoopbackServer):
 
             def _answer(self, head: bool) -> None:
                 hub.requests.append(("HEAD" if head else "GET", self.path))
+                if hub.status:  # a hub in trouble: this status for every request
+                    self.send_body(hub.status, b"", "text/plain")
+                    return
                 if self.path.startswith(CDN + "/"):
                     body = hub.files.get(self.path.removeprefix(CDN))
                     if body is None:

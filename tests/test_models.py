@@ -146,6 +146,24 @@ def test_a_download_keeps_only_files_with_the_pinned_checksum(tmp_path, monkeypa
     assert locate(model).weights == found.weights
 
 
+def test_a_hub_in_trouble_is_asked_once(tmp_path, monkeypatch):
+    """huggingface_hub retries a 5xx answer or a connection error 5 times
+    (23 s) when no copy is local; kb asks once and fails, so tiny.en stands
+    in for `small` at once on a machine with no route to the hub."""
+    import huggingface_hub.constants
+
+    model = _hub_model(b"weights")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    with FakeHub({}, status=503) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
+        with pytest.raises(ModelFileError, match=r"The download of .*/onnx/model_int8.onnx failed"):
+            locate(model)
+    assert hub.requests == [("HEAD", f"/{model.repo}/resolve/{model.revision}/onnx/model_int8.onnx")]
+
+
 def test_a_whisper_name_outside_the_catalog_is_refused():
     from kb.enrich.transcriber import whisper_folder
 

@@ -24,7 +24,8 @@ from kb.models.catalog import Model, ModelFile
 log = logging.getLogger(__name__)
 
 HUB = "https://huggingface.co"
-# A machine with no route to the hub fails fast: tiny.en then stands in for `small`.
+# A machine with no route to the hub fails fast: tiny.en then stands in for
+# `small` (_fetch_one asks the hub once before the download).
 CONNECT_TIMEOUT_S = 10.0
 _LOCK = threading.Lock()
 _SUMS: dict[str, tuple[tuple[int, int, int, int], str]] = {}  # path -> (stat key, sha256)
@@ -232,14 +233,20 @@ def fetch(model: Model, folder: Path) -> None:
 
 
 def _fetch_one(model: Model, item: ModelFile, target: Path) -> None:
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
 
-    url = f"{hub_url()}/{model.repo}/resolve/{model.revision}/{item.remote}"
+    url = hf_hub_url(model.repo, item.remote, revision=model.revision, endpoint=hub_url())
     target.parent.mkdir(parents=True, exist_ok=True)
     # The client writes into a staging folder beside the target (one file
     # system: os.replace() moves it), which goes away with all it holds.
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{Path(item.name).name}.") as staging:
         try:
+            # One question to the hub first, with no retry. With no local copy,
+            # hf_hub_download retries a connection error or a 5xx answer 5
+            # times (1 + 2 + 4 + 8 + 8 s): a machine with no route to the hub
+            # waited 23 s in each process (each run of a voice note) before
+            # tiny.en stood in (huggingface_hub 2.4, 6 December 2026).
+            get_hf_file_metadata(url, timeout=CONNECT_TIMEOUT_S, retry_on_errors=False)
             path = Path(hf_hub_download(model.repo, item.remote, revision=model.revision, local_dir=staging,
                                         endpoint=hub_url(), etag_timeout=CONNECT_TIMEOUT_S))
         except Exception as exc:  # the client's errors: HTTP, offline mode, a size that differs, OSError
