@@ -487,3 +487,43 @@ def test_a_short_figure_caption_is_boilerplate_and_a_long_one_is_not():
     assert block_choice.is_boilerplate(_block(blocks, "The bridge in winter"))
     assert not block_choice.is_boilerplate(_block(blocks, "The council met"))
     assert not block_choice.is_boilerplate(_block(blocks, "Short line."))
+
+
+_GALLERY_PAGE = (
+    "<html><body><article class='full-article'><div class='text-wrapper'>"
+    "<p>Most people go to hotels for the clean sheets and the fresh towels in the morning.</p>"
+    "<div class='dnd-widget-wrapper'><div class='full-gallery'><h2 class='gallery-title'>Business news in pictures</h2>"
+    "<ul class='legends'><li><h2>1/50 United going down</h2>"
+    "<p>Manchester United's absence from the Champions League hurt more than the pride of the fans.</p>"
+    "<p class='credits'>GETTY IMAGES</p></li>"
+    "<li><h2>2/50 Star Wars boosts the economy</h2>"
+    "<p>Production of the next Star Wars film brought an economic impact of some 150 million pounds.</p></li>"
+    "</ul></div></div>"
+    "<div class='slider-content'><p>Beware the wall-mounted hairdryer: it holds the most germs in the room.</p></div>"
+    "<p>Mini bars almost always lose money, the hotel owners said.</p>"
+    "</div></article></body></html>")
+
+
+def test_a_gallery_in_an_article_is_dropped_and_the_text_around_it_stays():
+    """The blocks of an element named as a gallery (a photo gallery of
+    other stories in the article) go on article pages; the article's
+    paragraphs, and a slider's text, stay."""
+    blocks = blocks_of(_GALLERY_PAGE)
+    kept = block_choice.without_boilerplate(blocks, np.ones(len(blocks), dtype=bool), str(PageType.ARTICLE))
+    assert [b.text for b, keep in zip(blocks, kept) if keep] == [
+        "Most people go to hotels for the clean sheets and the fresh towels in the morning.",
+        "Beware the wall-mounted hairdryer: it holds the most germs in the room.",
+        "Mini bars almost always lose money, the hotel owners said."]
+    # A block that the model dropped stays dropped.
+    assert not block_choice.without_boilerplate(blocks, np.zeros(len(blocks), dtype=bool),
+                                                str(PageType.ARTICLE)).any()
+
+
+@pytest.mark.parametrize("kind", [PageType.PRODUCT, PageType.COLLECTION, PageType.LISTING, None])
+def test_a_gallery_stays_on_other_pages(kind):
+    """On a product or a collection page the gallery shows the items: its
+    text stays."""
+    blocks = blocks_of(_GALLERY_PAGE)
+    kept = block_choice.without_boilerplate(blocks, np.ones(len(blocks), dtype=bool),
+                                            None if kind is None else str(kind))
+    assert kept.all()
