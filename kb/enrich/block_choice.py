@@ -333,24 +333,32 @@ def without_boilerplate(blocks: list[Block], kept: np.ndarray, kind: str | None 
     (in_gallery())."""
     result = np.array([keep and not is_boilerplate(block) for block, keep in zip(blocks, kept)], dtype=bool)
     if kind == PageType.ARTICLE:
-        result &= ~in_gallery(blocks, result)
+        gallery = in_gallery(blocks, result)
+        outside = sum(len(block.text.split()) for block, keep, inside in zip(blocks, result, gallery)
+                      if keep and not inside)
+        if outside >= GALLERY_LEAVES_WORDS:
+            result &= ~gallery
     return result
 
 
 # A news site puts a gallery of photos into the article: often other
 # stories ("Business news in pictures", 50 photos with a title and a lead
 # each), which the model scores as text (0.99). The site names the part:
-# an element whose class or id holds one of these words, on an article
-# page. "carousel", "slider" and "swiper" are not here: marketing and
-# product pages put their main text into carousels, and those names cut
-# 0.01 of WCXB's listing and service pages (issue 58,
-# benchmarks/extraction.md).
+# an element whose class or id holds one of these words, inside the
+# page's <article>, on an article page. "carousel", "slider" and "swiper"
+# are not here: marketing and product pages put their main text into
+# carousels, and those names cut 0.01 of WCXB's listing and service pages.
+# Outside <article>, product pages (Apple's) name their feature lists
+# "gallery". A gallery that holds nearly all the kept text is the page's
+# text, not an insert: the rule needs GALLERY_LEAVES_WORDS outside it (the
+# words of a page that is not thin). Issue 58, benchmarks/extraction.md.
 _GALLERY_NAME = re.compile(r"gallery|slideshow", re.IGNORECASE)
+GALLERY_LEAVES_WORDS = 60
 
 
 def in_gallery(blocks: list[Block], kept: np.ndarray) -> np.ndarray:
     """Which of the kept blocks stand in an element named as a gallery
-    (_GALLERY_NAME), up to <body>. Each element is judged once: the walk
+    (_GALLERY_NAME), up to <body>, inside <article>. Each element is judged once: the walk
     stops at an element judged before."""
     inside: dict[lxml.html.HtmlElement, bool] = {}  # holds the elements, so that lxml keeps their proxies
     result = np.zeros(len(blocks), dtype=bool)
@@ -367,7 +375,7 @@ def in_gallery(blocks: list[Block], kept: np.ndarray) -> np.ndarray:
         for element in reversed(chain):
             found = found or bool(_GALLERY_NAME.search(f"{element.get('class') or ''} {element.get('id') or ''}"))
             inside[element] = found
-        result[index] = found
+        result[index] = found and "article" in block.areas
     return result
 
 
