@@ -358,8 +358,8 @@ GALLERY_LEAVES_WORDS = 60
 
 def in_gallery(blocks: list[Block], kept: np.ndarray) -> np.ndarray:
     """Which of the kept blocks stand in an element named as a gallery
-    (_GALLERY_NAME), up to <body>, inside <article>. Each element is judged once: the walk
-    stops at an element judged before."""
+    (_GALLERY_NAME), up to <body>, and inside <article>. Each element is
+    judged once: the walk up stops at an element judged before."""
     inside: dict[lxml.html.HtmlElement, bool] = {}  # holds the elements, so that lxml keeps their proxies
     result = np.zeros(len(blocks), dtype=bool)
     for index, (block, keep) in enumerate(zip(blocks, kept)):
