@@ -487,3 +487,55 @@ def test_a_short_figure_caption_is_boilerplate_and_a_long_one_is_not():
     assert block_choice.is_boilerplate(_block(blocks, "The bridge in winter"))
     assert not block_choice.is_boilerplate(_block(blocks, "The council met"))
     assert not block_choice.is_boilerplate(_block(blocks, "Short line."))
+
+
+
+_STORY = ("<p>Most people go to hotels for the pleasure of sleeping in a giant bed with clean white sheets and "
+          "waking up to fresh towels in the morning. But those towels and sheets might not be as clean as they "
+          "look, according to the hotel owners that answered an online thread about the things they do not "
+          "tell their guests. The owners said that a guest should look at the sheets, the towels and the cups "
+          "before using them.</p>")
+_GALLERY = ("<div class='dnd-widget-wrapper'><div class='full-gallery'><h2 class='gallery-title'>Business news in "
+            "pictures</h2><ul class='legends'><li><h2>1/50 United going down</h2>"
+            "<p>Manchester United's absence from the Champions League hurt more than the pride of the fans.</p>"
+            "<p class='credits'>GETTY IMAGES</p></li><li><h2>2/50 Star Wars boosts the economy</h2>"
+            "<p>Production of the next Star Wars film brought an economic impact of some 150 million pounds.</p>"
+            "</li></ul></div></div>")
+_AFTER = ("<div class='slider-content'><p>Beware the wall-mounted hairdryer: it holds the most germs in the "
+          "room.</p></div><p>Mini bars almost always lose money, the hotel owners said.</p>")
+
+
+def _kept_texts(html: str, kind: str | None) -> list[str]:
+    blocks = blocks_of(html)
+    kept = block_choice.without_boilerplate(blocks, np.ones(len(blocks), dtype=bool), kind)
+    return [b.text for b, keep in zip(blocks, kept) if keep]
+
+
+def test_a_gallery_in_an_article_is_dropped_and_the_text_around_it_stays():
+    """The blocks of an element named as a gallery inside <article> (a
+    photo gallery of other stories) go on article pages; the article's
+    paragraphs, and a slider's text, stay."""
+    page = f"<html><body><article class='full-article'>{_STORY}{_GALLERY}{_AFTER}</article></body></html>"
+    assert _kept_texts(page, str(PageType.ARTICLE)) == [
+        " ".join(lxml.html.fragment_fromstring(_STORY).text_content().split()),
+        "Beware the wall-mounted hairdryer: it holds the most germs in the room.",
+        "Mini bars almost always lose money, the hotel owners said."]
+    # A block that the model dropped stays dropped.
+    blocks = blocks_of(page)
+    assert not block_choice.without_boilerplate(blocks, np.zeros(len(blocks), dtype=bool),
+                                                str(PageType.ARTICLE)).any()
+
+
+@pytest.mark.parametrize("page, kind", [
+    # Another type of page: the gallery shows the items.
+    (f"<html><body><article>{_STORY}{_GALLERY}</article></body></html>", PageType.PRODUCT),
+    (f"<html><body><article>{_STORY}{_GALLERY}</article></body></html>", PageType.COLLECTION),
+    (f"<html><body><article>{_STORY}{_GALLERY}</article></body></html>", None),
+    # Outside <article>: a product's features, named "gallery" by the site.
+    (f"<html><body><main>{_STORY}{_GALLERY}</main></body></html>", PageType.ARTICLE),
+    # The gallery holds nearly all the text: it is the page's text.
+    (f"<html><body><article>{_GALLERY}{_AFTER}</article></body></html>", PageType.ARTICLE),
+])
+def test_a_gallery_stays_on_other_pages_outside_the_article_or_when_it_is_the_text(page, kind):
+    blocks = blocks_of(page)
+    assert _kept_texts(page, None if kind is None else str(kind)) == [b.text for b in blocks]

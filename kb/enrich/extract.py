@@ -180,7 +180,8 @@ def count_words(text: str) -> int:
 #    then a learned choice of strategy per page) stopped at 0.83 word F1 on
 #    WCXB: the blocks of one page need different answers.
 #    Rules after the model drop blocks that are never main text
-#    (block_choice.is_boilerplate(): markup as text, the site's menu items).
+#    (block_choice.without_boilerplate(): markup as text, the site's menu
+#    items, short captions; galleries on article pages).
 # 4. A result that is still thin is read again with favor_recall, which finds
 #    the body on some pages where the other settings find almost nothing.
 # Images are not extracted: with include_images trafilatura chooses other
@@ -238,7 +239,7 @@ def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
     blocks = page_blocks(tree)
     model = block_choice.load_model()
     rows = block_features(tree, blocks, kept_texts(run), str(kind))
-    kept = block_choice.without_boilerplate(blocks, block_choice.main_text(model, rows, str(kind)))
+    kept = block_choice.without_boilerplate(blocks, block_choice.main_text(model, rows, str(kind)), str(kind))
     fragment = block_choice.kept_fragment(blocks, kept, url)
     fragment, text = recall_when_thin(fragment, html_to_text(fragment), lambda: clean_fragment(run("recall")))
     title = _trafilatura_title(tree) or _page_title(html)
