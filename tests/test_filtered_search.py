@@ -413,3 +413,19 @@ def test_only_row_addresses_make_an_allowlist(tmp_path, stable):
 
     allow = search_module._row_allowlist(table, Rows(), "tweet_id IN ('a', 'c')")
     assert (allow is None) == stable
+
+
+def test_the_one_thread_product_gives_numpys_values_bit_for_bit():
+    """The dense search compares the stored vectors of a filter's rows in
+    one BLAS thread (_dot()): the same distances, bit for bit, as numpy's
+    product in its usual threads, so the same order and ties. The limit
+    ends with the product."""
+    from threadpoolctl import threadpool_info
+
+    rng = np.random.default_rng(58)
+    matrix = rng.standard_normal((6000, 384)).astype(np.float32)  # OpenBLAS splits this product
+    threads = [i["num_threads"] for i in threadpool_info()]
+    for _ in range(5):
+        vector = rng.standard_normal(384).astype(np.float32)
+        assert np.array_equal(search_module._dot(matrix, vector), matrix @ vector)
+    assert [i["num_threads"] for i in threadpool_info()] == threads
