@@ -429,3 +429,73 @@ def test_the_one_thread_product_gives_numpys_values_bit_for_bit():
         vector = rng.standard_normal(384).astype(np.float32)
         assert np.array_equal(search_module._dot(matrix, vector), matrix @ vector)
     assert [i["num_threads"] for i in threadpool_info()] == threads
+
+
+# --- the dense search under a wide filter of source kinds (issue 58) ----------
+KINDS = ("post", "link", "article", "video")
+WIDE_FILTERS = ({"source": ["post", "link", "article"]}, {"source": ["post", "video"]}, {"source": "video"},
+                {"source": "note"})
+
+
+@pytest.fixture(scope="module")
+def kinds_store(tmp_path_factory, few_probes):
+    """1,600 passages with random vectors and their IVF index, of four
+    source kinds in turn (as bench_index.py's corpus)."""
+    rows = [_row(f"k{i}", "crowd", T0 + timedelta(hours=i), KINDS[i % 4], 0, f"text {i} w{i % 7}")
+            for i in range(1600)]
+    embedder = _RandomVectors([r["text"] for r in rows])
+    index = ChunkIndex(path=str(tmp_path_factory.mktemp("kinds") / "lancedb"), vector_index_min_rows=1000)
+    index.replace_chunks([r["tweet_id"] for r in rows], rows, embedder)
+    index.maintain(skip_if_current=True)
+    assert index.counts()["vector_index"]
+    return index, embedder
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "dense"])
+def test_a_wide_source_filter_takes_the_index_rows_without_the_filter_with_the_same_hits(
+        kinds_store, monkeypatch, mode):
+    """Under a filter of source kinds that leaves at least half the rows,
+    the index query runs without the filter for more rows, and the rows of
+    other kinds are left out (_coarse()). The hits are those of the query
+    with the filter: the same bookmarks, passages, scores and order. A
+    filter that leaves fewer rows ("video"; "note": none) keeps the query
+    with the filter."""
+    index, embedder = kinds_store
+    monkeypatch.setattr(search_module, "EXACT_FILTER_ROWS", 20)  # each filter here is wide (no exact search)
+    search_module._FILTER_ROWS.clear()
+    calls, real = [], search_module._nearest
+
+    def spy(table, vector, where, depth, probes, refine=None, use_index=True):
+        calls.append(where)
+        return real(table, vector, where, depth, probes, refine=refine, use_index=use_index)
+
+    monkeypatch.setattr(search_module, "_nearest", spy)
+    rng = np.random.default_rng(58)
+    vectors = rng.standard_normal((6, embedder.dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    def hits() -> list:
+        return [[(h.tweet_id, h.chunk_id, h.score, h.best_source)
+                 for h in search(f"w{n} text", index=index, mode=mode, limit=20, query_vector=vector,
+                                 **filters).hits]
+                for filters in WIDE_FILTERS for n, vector in enumerate(vectors)]
+
+    new = hits()
+    assert None in calls  # the query without the filter ran
+    monkeypatch.setattr(search_module, "WIDE_OVERFETCH", 1.0)  # more often too few rows of the kinds
+    assert hits() == new
+    # The coarse rows themselves: those of the query with the filter, in its order.
+    table = index.dataset(CHUNKS)
+    rows, probes = index.passage_rows(table), vector_probes(table.count_rows())
+    for filters in WIDE_FILTERS[:2]:
+        where = search_module._where(author=None, sources=filters["source"], after=None, before=None,
+                                     tweet_id=None, ref=None)
+        for vector in vectors:
+            coarse = search_module._coarse(table, rows, vector, where, 400, probes, filters["source"])
+            assert coarse == real(table, vector, where, 400, probes)
+    calls.clear()
+    monkeypatch.setattr(search_module, "WIDE_MAX_OVERFETCH", 0)  # the query with the filter, as before
+    old = hits()
+    assert calls and None not in calls
+    assert sum(map(len, new)) >= 20 * 6 * 3
+    assert new == old

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kb.index.chunk_schema import CHUNK_FIELDS
 
@@ -298,6 +299,27 @@ class PassageRows:
                 out[j] = value
         return out
 
+    def is_in(self, name: str, row_ids: list[int], values: list[str]) -> list[bool]:
+        """For each of these rows, in their order: True when its value of
+        the string column `name` is one of `values`. Why not column(): the
+        dense search under a filter of source kinds tests about 2,000 rows,
+        and a Python string per row cost 2 to 3 ms at 1,000,000 passages;
+        a mapped part tests its Arrow array in native code."""
+        if not row_ids:
+            return []
+        _, part, local = self._locate(row_ids)
+        out = np.zeros(len(row_ids), dtype=bool)
+        wanted = set(values)
+        for p in np.unique(part).tolist():
+            at = np.flatnonzero(part == p)
+            column = self._columns[name][p]
+            if isinstance(column, _MappedStrings):
+                taken = column.arrow().take(pa.array(local[at]))
+                out[at] = pc.is_in(taken, value_set=pa.array(values, type=taken.type)).to_numpy(zero_copy_only=False)
+            else:
+                out[at] = [column[i] in wanted for i in local[at].tolist()]
+        return out.tolist()
+
     def vectors_of(self, row_ids) -> np.ndarray | None:
         """The stored vectors of these rows (float32, one row each, in their
         order), or None when a part that holds one of them keeps no vectors
@@ -411,6 +433,9 @@ class _MappedStrings:
     def __getitem__(self, i: int) -> str:
         offsets = self._offsets
         return str(self._data[offsets[i]:offsets[i + 1]], "utf-8")
+
+    def arrow(self) -> pa.Array:
+        return self._array
 
     def take(self, indices: np.ndarray) -> list[str]:
         """The values at these indices, in their order. Why: one numpy
