@@ -370,9 +370,46 @@ def test_a_narrow_filter_gives_its_rows_to_lance_once_with_the_same_hits(store, 
     assert calls and all(allow is not None for _, allow in calls)
     calls.clear()
     monkeypatch.setattr(search_module, "ROW_ALLOWLIST_MAX_ROWS", -1)  # the SQL filter, as before
+    monkeypatch.setattr(search_module, "WIDE_SOURCE_ALLOWLIST", False)
     old = _filtered_hits(path, hasher_module, mode)
     assert calls and all(allow is None and where for where, allow in calls)
     assert sum(map(len, new)) > 200  # the filters and queries find hits
+    assert new == old
+
+
+WIDE_TEXT_FILTERS = ({"source": "post"}, {"source": ["post", "video"]}, {"author": "crowd"},
+                     {"source": "post", "after": T0, "before": T0 + timedelta(days=60)})
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "bm25"])
+def test_a_wide_source_filter_gives_its_rows_to_lance_once_with_the_same_hits(store, hasher_module, monkeypatch,
+                                                                              mode):
+    """A filter of source kinds alone gets its rows as Lance's row allowlist
+    also when it is wide (the MCP server gives each search the same kinds).
+    Another wide filter (an author, a date window) changes from search to
+    search: it keeps the SQL filter. The hits are those of the SQL filter."""
+    index, _ = store
+    monkeypatch.setattr(search_module, "ROW_ALLOWLIST_MAX_ROWS", 100)  # each filter here is wide
+    path = str(index.path)
+    calls = _full_text_calls(monkeypatch)
+
+    def hits() -> list:
+        index = ChunkIndex(path=path, vector_index_min_rows=1000)
+        return [[(h.tweet_id, h.chunk_id, h.score, h.exact_match)
+                 for h in search(query, index=index, embedder=hasher_module, mode=mode, limit=20, **filters).hits]
+                for filters in WIDE_TEXT_FILTERS for query in TEXT_QUERIES]
+
+    new = hits()
+    by_where = {}
+    for where, allow in calls:
+        by_where.setdefault(where, set()).add(allow is not None)
+    assert by_where["source IN ('post')"] == by_where["source IN ('post', 'video')"] == {True}
+    assert all(allowed == {False} for where, allowed in by_where.items() if "author" in where or "created_at" in where)
+    calls.clear()
+    monkeypatch.setattr(search_module, "WIDE_SOURCE_ALLOWLIST", False)  # the SQL filter, as before
+    old = hits()
+    assert calls and all(allow is None and where for where, allow in calls)
+    assert sum(map(len, new)) > 200
     assert new == old
 
 
