@@ -493,18 +493,18 @@ def test_a_wide_source_filter_takes_the_index_rows_without_the_filter_with_the_s
         kinds_store, monkeypatch, mode):
     """Under a filter of source kinds that leaves at least half the rows,
     the index query runs without the filter for more rows, and the rows of
-    other kinds are left out (_coarse()). The hits are those of the query
-    with the filter: the same bookmarks, passages, scores and order. A
-    filter that leaves fewer rows ("video"; "note": none) keeps the query
-    with the filter."""
+    other kinds are left out (_coarse()). A filter that leaves fewer rows
+    ("video"; "note": none) keeps the query with the filter, as the row
+    allowlist of the search. The hits are those of the query with the SQL
+    filter: the same bookmarks, passages, scores and order."""
     index, embedder = kinds_store
     monkeypatch.setattr(search_module, "EXACT_FILTER_ROWS", 20)  # each filter here is wide (no exact search)
     search_module._FILTER_ROWS.clear()
     calls, real = [], search_module._nearest
 
-    def spy(table, vector, where, depth, probes, refine=None, use_index=True):
-        calls.append(where)
-        return real(table, vector, where, depth, probes, refine=refine, use_index=use_index)
+    def spy(table, vector, where, depth, probes, refine=None, use_index=True, allow=None):
+        calls.append(where if allow is None else "allowlist")
+        return real(table, vector, where, depth, probes, refine=refine, use_index=use_index, allow=allow)
 
     monkeypatch.setattr(search_module, "_nearest", spy)
     rng = np.random.default_rng(58)
@@ -519,6 +519,7 @@ def test_a_wide_source_filter_takes_the_index_rows_without_the_filter_with_the_s
 
     new = hits()
     assert None in calls  # the query without the filter ran
+    assert ("allowlist" in calls) == (mode == "hybrid")  # a search with a full-text query has the allowlist
     monkeypatch.setattr(search_module, "WIDE_OVERFETCH", 1.0)  # more often too few rows of the kinds
     assert hits() == new
     # The coarse rows themselves: those of the query with the filter, in its order.
@@ -531,8 +532,10 @@ def test_a_wide_source_filter_takes_the_index_rows_without_the_filter_with_the_s
             coarse = search_module._coarse(table, rows, vector, where, 400, probes, filters["source"])
             assert coarse == real(table, vector, where, 400, probes)
     calls.clear()
-    monkeypatch.setattr(search_module, "WIDE_MAX_OVERFETCH", 0)  # the query with the filter, as before
+    monkeypatch.setattr(search_module, "WIDE_MAX_OVERFETCH", 0)  # the query with the SQL filter, as before
+    monkeypatch.setattr(search_module, "ROW_ALLOWLIST_MAX_ROWS", -1)
+    monkeypatch.setattr(search_module, "WIDE_SOURCE_ALLOWLIST", False)
     old = hits()
-    assert calls and None not in calls
+    assert calls and None not in calls and "allowlist" not in calls
     assert sum(map(len, new)) >= 20 * 6 * 3
     assert new == old

@@ -298,7 +298,8 @@ def _start_dense(request: SearchRequest, scope: _Scope, vector: np.ndarray):
     if scope.rows.vectors is not None and request.only_sources:
         return _Done(_exact_dense(scope.rows.vectors, vector, request.depth, request.sources or None))
     kinds = request.sources if request.only_sources and request.sources else None
-    return _POOL.submit(_dense, scope.table, scope.rows, vector, scope.where, request.depth, scope.table_rows, kinds)
+    return _POOL.submit(_dense, scope.table, scope.rows, vector, scope.where, request.depth, scope.table_rows, kinds,
+                        scope.allow)
 
 
 def _early_probes(request: SearchRequest, scope: _Scope) -> list[tuple] | None:
@@ -466,7 +467,7 @@ def embedder_for_index(info: tuple[str, int] | None) -> Embedder:
 
 
 def _dense(table, rows: PassageRows, vector: np.ndarray, where: str | None, depth: int,
-           table_rows: int, kinds: list[str] | None = None) -> list[tuple[int, float]]:
+           table_rows: int, kinds: list[str] | None = None, allow: bytes | None = None) -> list[tuple[int, float]]:
     """(row id, distance) of the nearest passages, nearest first.
 
     Without a vector index, Lance compares every vector (of the rows that the
@@ -482,7 +483,10 @@ def _dense(table, rows: PassageRows, vector: np.ndarray, where: str | None, dept
       `depth` rows of the filter, and every partition when they still hold
       fewer than `depth`. So a filter never loses a hit that it leaves.
     kinds: the source kinds of `where` when they are its only test (then a
-    wide filter can take the index's rows without the filter, _coarse())."""
+    wide filter can take the index's rows without the filter, _coarse()).
+    allow: the rows of `where` as Lance's row allowlist (_row_allowlist()),
+    when the search has it: the index query takes it in place of the SQL
+    (at 1,000,000 passages, 1 kind of 4: 10.7 ms of CPU, not 12.0)."""
     probes = vector_probes(table_rows)
     if not _has_index(table, "vector"):
         return _nearest(table, vector, where, depth, probes)
@@ -499,28 +503,29 @@ def _dense(table, rows: PassageRows, vector: np.ndarray, where: str | None, dept
     ids = _filter_rows(table, rows, where)
     if len(ids) <= EXACT_FILTER_ROWS:
         return _exact_rows(table, rows, vector, where, ids, depth)
-    found = _refined(table, rows, vector, where, depth, _filter_probes(partitions, table_rows, len(ids), depth), kinds)
+    found = _refined(table, rows, vector, where, depth, _filter_probes(partitions, table_rows, len(ids), depth), kinds,
+                     allow)
     if len(found) < depth:
-        found = _refined(table, rows, vector, where, depth, ALL_PARTITIONS, kinds)
+        found = _refined(table, rows, vector, where, depth, ALL_PARTITIONS, kinds, allow)
     return found
 
 
 def _refined(table, rows: PassageRows, vector: np.ndarray, where: str | None, depth: int,
-             probes: int, kinds: list[str] | None = None) -> list[tuple[int, float]]:
+             probes: int, kinds: list[str] | None = None, allow: bytes | None = None) -> list[tuple[int, float]]:
     """The nearest `depth` rows of the partitions that the index query
     scans: the index's coarse distances choose VECTOR_REFINE x depth rows,
     and their stored vectors order them. From the passage rows' vectors
     when they keep them (about 0.1 us a row); else Lance reads them
     (refine_factor: 8 to 13 us a row)."""
     if not rows.keeps_vectors:
-        return _nearest(table, vector, where, depth, probes, refine=VECTOR_REFINE)
-    coarse = _coarse(table, rows, vector, where, depth * VECTOR_REFINE, probes, kinds)
+        return _nearest(table, vector, where, depth, probes, refine=VECTOR_REFINE, allow=allow)
+    coarse = _coarse(table, rows, vector, where, depth * VECTOR_REFINE, probes, kinds, allow)
     return _nearest_of(rows, vector, np.fromiter((r for r, _ in coarse), dtype=np.uint64, count=len(coarse)),
                        depth)
 
 
 def _coarse(table, rows: PassageRows, vector: np.ndarray, where: str | None, count: int, probes: int,
-            kinds: list[str] | None) -> list[tuple[int, float]]:
+            kinds: list[str] | None, allow: bytes | None = None) -> list[tuple[int, float]]:
     """The nearest `count` rows of `where` by the index's coarse distances,
     in the partitions that the query scans. kinds: the source kinds of
     `where`, when they are its only test. Then the index query runs without
@@ -541,7 +546,7 @@ def _coarse(table, rows: PassageRows, vector: np.ndarray, where: str | None, cou
                     if keep][:count]
             if len(kept) == count:
                 return kept
-    return _nearest(table, vector, where, count, probes)
+    return _nearest(table, vector, where, count, probes, allow=allow)
 
 
 _SHARES: dict[tuple, float] = {}
@@ -586,7 +591,7 @@ def _nearest_first(ids: np.ndarray, distance: np.ndarray, depth: int) -> list[tu
 
 
 def _nearest(table, vector: np.ndarray, where: str | None, depth: int, probes: int,
-             refine: int | None = None, use_index: bool = True) -> list[tuple[int, float]]:
+             refine: int | None = None, use_index: bool = True, allow: bytes | None = None) -> list[tuple[int, float]]:
     """One vector query: (row id, distance), nearest first. refine: Lance
     takes the best refine x depth rows by the index's coarse distances and
     orders them by the stored vectors (a read of each: 8 to 13 us of CPU)."""
@@ -600,8 +605,12 @@ def _nearest(table, vector: np.ndarray, where: str | None, depth: int, probes: i
         nearest["refine_factor"] = refine
     if not use_index:  # every stored vector that the filter leaves: exact
         nearest["use_index"] = False
-    result = table.to_table(columns=["_distance"], with_row_id=True, nearest=nearest, filter=where,
-                            prefilter=bool(where), disable_scoring_autoprojection=True)
+    if allow is not None:  # the rows of `where` (_row_allowlist()): Lance does not evaluate it again
+        result = table.scanner(columns=["_distance"], with_row_id=True, nearest=nearest, prefilter=True,
+                               row_addr_allowlist=allow, disable_scoring_autoprojection=True).to_table()
+    else:
+        result = table.to_table(columns=["_distance"], with_row_id=True, nearest=nearest, filter=where,
+                                prefilter=bool(where), disable_scoring_autoprojection=True)
     return list(zip(result.column(ROW_ID).to_pylist(), result.column("_distance").to_pylist()))
 
 
@@ -682,7 +691,8 @@ def _row_allowlist(table, rows: PassageRows, where: str, only_sources: bool = Fa
     if table.has_stable_row_ids:  # then a row id is not the row's address (kb's tables have none)
         return None
     ids = _filter_rows(table, rows, where)
-    wide = len(ids) > ROW_ALLOWLIST_MAX_ROWS
+    # _filter_rows() gives at most EXACT_FILTER_ROWS + 1 rows: more means a wide filter too.
+    wide = len(ids) > min(ROW_ALLOWLIST_MAX_ROWS, EXACT_FILTER_ROWS)
     if (wide and not (only_sources and WIDE_SOURCE_ALLOWLIST)) or not _fts_covers_every_row(table, rows):
         return None
     if wide:
