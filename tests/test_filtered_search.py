@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
+import kb.index.dense as dense_module
 import kb.index.maintenance as maintenance_module
 import kb.index.passage_rows as passage_rows_module
 import kb.index.search as search_module
@@ -147,9 +148,9 @@ def test_a_wide_filter_fills_the_list(store, hasher_module, monkeypatch):
     (here the threshold and the margin are lowered to reach these branches
     on a small table)."""
     index, rows = store
-    monkeypatch.setattr(search_module, "EXACT_FILTER_ROWS", 20)
-    monkeypatch.setattr(search_module, "FILTER_PROBE_SAFETY", 0.01)
-    search_module._FILTER_ROWS.clear()
+    monkeypatch.setattr(dense_module, "EXACT_FILTER_ROWS", 20)
+    monkeypatch.setattr(dense_module, "FILTER_PROBE_SAFETY", 0.01)
+    dense_module._FILTER_ROWS.clear()
     hits = search("w1 w2 w3 w4", index=index, embedder=hasher_module, mode="dense", limit=100,
                   after=T0, before=T0 + timedelta(days=40)).hits
     assert len(hits) == 100
@@ -203,7 +204,7 @@ def test_an_exact_filtered_search_orders_by_the_stored_vectors(random_store):
     """The vector index keeps PQ codes. A filter that leaves more rows
     than the search keeps (300 rows of one author, 200 kept) must still give
     the exact nearest rows in the exact order: the stored vectors re-rank
-    them (search.VECTOR_REFINE)."""
+    them (dense.VECTOR_REFINE)."""
     index, rows, embedder = random_store
     _check_exact(index, rows, embedder, lambda r: r["author"] == "near", author="near")
 
@@ -233,11 +234,11 @@ def test_the_re_rank_of_kept_vectors_is_lances_refine(store, hasher_module, monk
     none_kept = fresh.passage_rows(fresh.dataset(CHUNKS))
     assert not none_kept.keeps_vectors
     probes = vector_probes(table.count_rows())
-    assert search_module._vector_partitions_of(table) > probes  # the index, not every vector
+    assert dense_module._vector_partitions_of(table) > probes  # the index, not every vector
     for query in QUERIES:
         vector = hasher_module.embed_query(query)
-        ours = search_module._refined(table, kept, vector, None, 30, probes)
-        lances = search_module._refined(table, none_kept, vector, None, 30, probes)
+        ours = dense_module._refined(table, kept, vector, None, 30, probes)
+        lances = dense_module._refined(table, none_kept, vector, None, 30, probes)
         assert [r for r, _ in ours] == [r for r, _ in lances]
         assert np.allclose([d for _, d in ours], [d for _, d in lances], atol=1e-5)
         # The re-rank orders by the stored vectors: the distances rise.
@@ -464,7 +465,7 @@ def test_the_one_thread_product_gives_numpys_values_bit_for_bit():
     threads = [i["num_threads"] for i in threadpool_info()]
     for _ in range(5):
         vector = rng.standard_normal(384).astype(np.float32)
-        assert np.array_equal(search_module._dot(matrix, vector), matrix @ vector)
+        assert np.array_equal(dense_module._dot(matrix, vector), matrix @ vector)
     assert [i["num_threads"] for i in threadpool_info()] == threads
 
 
@@ -498,15 +499,15 @@ def test_a_wide_source_filter_takes_the_index_rows_without_the_filter_with_the_s
     allowlist of the search. The hits are those of the query with the SQL
     filter: the same bookmarks, passages, scores and order."""
     index, embedder = kinds_store
-    monkeypatch.setattr(search_module, "EXACT_FILTER_ROWS", 20)  # each filter here is wide (no exact search)
-    search_module._FILTER_ROWS.clear()
-    calls, real = [], search_module._nearest
+    monkeypatch.setattr(dense_module, "EXACT_FILTER_ROWS", 20)  # each filter here is wide (no exact search)
+    dense_module._FILTER_ROWS.clear()
+    calls, real = [], dense_module._nearest
 
     def spy(table, vector, where, depth, probes, refine=None, use_index=True, allow=None):
         calls.append(where if allow is None else "allowlist")
         return real(table, vector, where, depth, probes, refine=refine, use_index=use_index, allow=allow)
 
-    monkeypatch.setattr(search_module, "_nearest", spy)
+    monkeypatch.setattr(dense_module, "_nearest", spy)
     rng = np.random.default_rng(58)
     vectors = rng.standard_normal((6, embedder.dim)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -520,7 +521,7 @@ def test_a_wide_source_filter_takes_the_index_rows_without_the_filter_with_the_s
     new = hits()
     assert None in calls  # the query without the filter ran
     assert ("allowlist" in calls) == (mode == "hybrid")  # a search with a full-text query has the allowlist
-    monkeypatch.setattr(search_module, "WIDE_OVERFETCH", 1.0)  # more often too few rows of the kinds
+    monkeypatch.setattr(dense_module, "WIDE_OVERFETCH", 1.0)  # more often too few rows of the kinds
     assert hits() == new
     # The coarse rows themselves: those of the query with the filter, in its order.
     table = index.dataset(CHUNKS)
@@ -529,10 +530,10 @@ def test_a_wide_source_filter_takes_the_index_rows_without_the_filter_with_the_s
         where = search_module._where(author=None, sources=filters["source"], after=None, before=None,
                                      tweet_id=None, ref=None)
         for vector in vectors:
-            coarse = search_module._coarse(table, rows, vector, where, 400, probes, filters["source"])
+            coarse = dense_module._coarse(table, rows, vector, where, 400, probes, filters["source"])
             assert coarse == real(table, vector, where, 400, probes)
     calls.clear()
-    monkeypatch.setattr(search_module, "WIDE_MAX_OVERFETCH", 0)  # the query with the SQL filter, as before
+    monkeypatch.setattr(dense_module, "WIDE_MAX_OVERFETCH", 0)  # the query with the SQL filter, as before
     monkeypatch.setattr(search_module, "ROW_ALLOWLIST_MAX_ROWS", -1)
     monkeypatch.setattr(search_module, "WIDE_SOURCE_ALLOWLIST", False)
     old = hits()
