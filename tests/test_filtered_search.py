@@ -469,6 +469,22 @@ def test_the_one_thread_product_gives_numpys_values_bit_for_bit():
     assert [i["num_threads"] for i in threadpool_info()] == threads
 
 
+def test_products_of_many_threads_give_back_the_blas_threads_of_before():
+    """The searches of a server run their products at the same time: when
+    the last one ends, numpy's BLAS has its threads of before, not one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import threadpool_info
+
+    matrix = np.random.default_rng(5).standard_normal((3000, 384)).astype(np.float32)
+    vector = matrix[0]
+    threads = [i["num_threads"] for i in threadpool_info()]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for _ in range(10):
+            list(pool.map(lambda _: dense_module._dot(matrix, vector), range(32)))
+            assert [i["num_threads"] for i in threadpool_info()] == threads
+
+
 # --- the dense search under a wide filter of source kinds (issue 58) ----------
 KINDS = ("post", "link", "article", "video")
 WIDE_FILTERS = ({"source": ["post", "link", "article"]}, {"source": ["post", "video"]}, {"source": "video"},
