@@ -469,9 +469,12 @@ def test_the_one_thread_product_gives_numpys_values_bit_for_bit():
     assert [i["num_threads"] for i in threadpool_info()] == threads
 
 
-def test_products_of_many_threads_give_back_the_blas_threads_of_before():
-    """The searches of a server run their products at the same time: when
-    the last one ends, numpy's BLAS has its threads of before, not one."""
+def test_products_of_many_threads_run_in_one_blas_thread_and_give_back_its_threads():
+    """The searches of a server run their products in their worker threads,
+    at the same time. Each product runs in one BLAS thread, also in a
+    thread other than the first; when the last one ends, numpy's BLAS has
+    its threads of before, not one."""
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
     from threadpoolctl import threadpool_info
@@ -483,6 +486,35 @@ def test_products_of_many_threads_give_back_the_blas_threads_of_before():
         for _ in range(10):
             list(pool.map(lambda _: dense_module._dot(matrix, vector), range(32)))
             assert [i["num_threads"] for i in threadpool_info()] == threads
+
+    class Probe(np.ndarray):
+        """A matrix that notes the BLAS threads when it is multiplied."""
+
+        def __matmul__(self, other):
+            seen.append([i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"])
+            return np.asarray(self) @ other
+
+    seen: list = []
+    probe = matrix.view(Probe)
+    # Two threads that live on (as the workers of the search), one product
+    # after the other: each runs in one BLAS thread.
+    first_done, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        dense_module._dot(probe, vector)
+        first_done.set()
+        release.wait(10)
+
+    worker = threading.Thread(target=first)
+    worker.start()
+    assert first_done.wait(10)
+    second = threading.Thread(target=dense_module._dot, args=(probe, vector))
+    second.start()
+    second.join(10)
+    release.set()
+    worker.join(10)
+    assert seen == [[1], [1]]
+    assert [i["num_threads"] for i in threadpool_info()] == threads
 
 
 # --- the dense search under a wide filter of source kinds (issue 58) ----------

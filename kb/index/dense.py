@@ -252,38 +252,11 @@ def _filter_rows(table, rows: PassageRows, where: str) -> np.ndarray:
         columns=[], with_row_id=True, filter=where, limit=EXACT_FILTER_ROWS + 1).column(ROW_ID).to_numpy())
 
 
-class _OneBlasThread:
-    """numpy's BLAS in one thread while at least one product of _dot() runs
-    (in any thread); the first one in sets the limit, the last one out
-    gives back the limit of before. A limit per product (threadpoolctl's
-    context) could give back the limit that another thread had set, and
-    leave the process in one thread for good."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._running = 0
-        self._limiter = None
-        self._controller = None
-
-    def __enter__(self):
-        with self._lock:
-            if self._running == 0:
-                if self._controller is None:
-                    from threadpoolctl import ThreadpoolController
-
-                    self._controller = ThreadpoolController()
-                self._limiter = self._controller.limit(limits=1, user_api="blas")
-            self._running += 1
-
-    def __exit__(self, *exc):
-        with self._lock:
-            self._running -= 1
-            if self._running == 0:
-                self._limiter.restore_original_limits()
-                self._limiter = None
-
-
-_ONE_BLAS_THREAD = _OneBlasThread()
+_BLAS: list = []  # threadpoolctl's controller of numpy's BLAS, made at the first _dot()
+# One product at a time sets and gives back the limit. threadpoolctl lets one
+# thread control OpenBLAS at a time: two products that overlap could give
+# back the limit that the other had set, and leave one thread for good.
+_BLAS_LOCK = threading.Lock()
 
 
 def _dot(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
@@ -294,10 +267,15 @@ def _dot(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
     threads, 1.3 ms in one, with the same values bit for bit (the threads
     share the rows, not a sum). numpy's own loop (einsum) costs less but
     sums in another order: other last bits, and so other ties. The limit
-    holds for the process while a product runs: a product of another
-    thread then also runs in one thread."""
-    with _ONE_BLAS_THREAD:
-        return matrix @ np.asarray(vector, dtype=np.float32)
+    holds for the process while the product runs; the products of other
+    threads wait for it (each takes at most a few ms)."""
+    with _BLAS_LOCK:
+        if not _BLAS:
+            from threadpoolctl import ThreadpoolController
+
+            _BLAS.append(ThreadpoolController())
+        with _BLAS[0].limit(limits=1, user_api="blas"):
+            return matrix @ np.asarray(vector, dtype=np.float32)
 
 
 def _exact_dense(vectors: tuple[np.ndarray, np.ndarray, np.ndarray], vector: np.ndarray, depth: int,
