@@ -100,8 +100,9 @@ def test_a_rows_file_maps_the_stored_vectors_of_its_rows(store, tmp_path, hasher
 def test_a_rows_file_gives_the_columns_of_rows_in_memory_in_any_order(store, tmp_path, hasher):
     """The rules read the text and the tweet id of each candidate through
     column(): from a mapped file they are read many at a time
-    (_MappedStrings.take()). They must be the values of the rows in memory,
-    in the order asked, across two data fragments."""
+    (_MappedStrings.take()), and is_in() tests a column in Arrow. They must
+    give the values of the rows in memory, in the order asked, across two
+    data fragments."""
     import numpy as np
 
     write(ChunkIndex.from_settings(path=str(store)), rows_of(30, 12), hasher)  # a second fragment
@@ -117,6 +118,10 @@ def test_a_rows_file_gives_the_columns_of_rows_in_memory_in_any_order(store, tmp
     first = [i for i in order if i < (1 << 32)]  # the rows of one fragment only
     assert rows.column("text", first) == plain.column("text", first)
     assert {t.split(" ")[-1] for t in rows.column("text", order)} == {str(n) for n in range(42)}
+    # The test of the source kinds (dense._coarse()) reads the mapped Arrow array.
+    kinds = [kind == "post" for kind in plain.column("source", order)]
+    assert rows.is_in("source", order, ["post"]) == plain.is_in("source", order, ["post"]) == kinds
+    assert any(kinds) and not all(kinds)
 
 
 def test_rows_in_memory_read_no_vectors_that_the_search_cannot_use(store, hasher, monkeypatch):
