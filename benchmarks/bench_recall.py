@@ -122,10 +122,10 @@ def build(rows: list[dict], vectors: np.ndarray, folder: Path):
 def top(table, rows, vector: np.ndarray, k: int, probes: int | None, refine: int | None = None) -> list[int]:
     """Row ids of the k nearest: through the index (probes partitions) or,
     with probes None, exact (every vector, no index). refine: as kb's
-    search (kb.index.search._refined()): the best refine x k of the index's
+    search (kb.index.dense._refined()): the best refine x k of the index's
     coarse distances, ordered by the stored vectors; without it, the order
     of the coarse distances."""
-    from kb.index.search import _nearest, _nearest_of
+    from kb.index.dense import _nearest, _nearest_of
 
     if probes is None:
         nearest = {"column": "vector", "q": vector, "k": k, "metric": "dot", "use_index": False}
@@ -181,7 +181,7 @@ def curve(index, rows_written: list[dict], vectors: np.ndarray, queries: np.ndar
           refines=None) -> dict:
     from kb.index.maintenance import vector_index_stats, vector_probes
     from kb.index.store import CHUNKS
-    from kb.index.search import VECTOR_REFINE
+    from kb.index.dense import VECTOR_REFINE
 
     table = index.dataset(CHUNKS)
     rows = index.passage_rows(table)

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 
+import kb.index.dense as dense_module
 import kb.index.maintenance as maintenance_module
 import kb.index.passage_rows as passage_rows_module
 import kb.index.search as search_module
@@ -147,9 +148,9 @@ def test_a_wide_filter_fills_the_list(store, hasher_module, monkeypatch):
     (here the threshold and the margin are lowered to reach these branches
     on a small table)."""
     index, rows = store
-    monkeypatch.setattr(search_module, "EXACT_FILTER_ROWS", 20)
-    monkeypatch.setattr(search_module, "FILTER_PROBE_SAFETY", 0.01)
-    search_module._FILTER_ROWS.clear()
+    monkeypatch.setattr(dense_module, "EXACT_FILTER_ROWS", 20)
+    monkeypatch.setattr(dense_module, "FILTER_PROBE_SAFETY", 0.01)
+    dense_module._FILTER_ROWS.clear()
     hits = search("w1 w2 w3 w4", index=index, embedder=hasher_module, mode="dense", limit=100,
                   after=T0, before=T0 + timedelta(days=40)).hits
     assert len(hits) == 100
@@ -203,7 +204,7 @@ def test_an_exact_filtered_search_orders_by_the_stored_vectors(random_store):
     """The vector index keeps PQ codes. A filter that leaves more rows
     than the search keeps (300 rows of one author, 200 kept) must still give
     the exact nearest rows in the exact order: the stored vectors re-rank
-    them (search.VECTOR_REFINE)."""
+    them (dense.VECTOR_REFINE)."""
     index, rows, embedder = random_store
     _check_exact(index, rows, embedder, lambda r: r["author"] == "near", author="near")
 
@@ -233,11 +234,11 @@ def test_the_re_rank_of_kept_vectors_is_lances_refine(store, hasher_module, monk
     none_kept = fresh.passage_rows(fresh.dataset(CHUNKS))
     assert not none_kept.keeps_vectors
     probes = vector_probes(table.count_rows())
-    assert search_module._vector_partitions_of(table) > probes  # the index, not every vector
+    assert dense_module._vector_partitions_of(table) > probes  # the index, not every vector
     for query in QUERIES:
         vector = hasher_module.embed_query(query)
-        ours = search_module._refined(table, kept, vector, None, 30, probes)
-        lances = search_module._refined(table, none_kept, vector, None, 30, probes)
+        ours = dense_module._refined(table, kept, vector, None, 30, probes)
+        lances = dense_module._refined(table, none_kept, vector, None, 30, probes)
         assert [r for r, _ in ours] == [r for r, _ in lances]
         assert np.allclose([d for _, d in ours], [d for _, d in lances], atol=1e-5)
         # The re-rank orders by the stored vectors: the distances rise.
@@ -370,9 +371,46 @@ def test_a_narrow_filter_gives_its_rows_to_lance_once_with_the_same_hits(store, 
     assert calls and all(allow is not None for _, allow in calls)
     calls.clear()
     monkeypatch.setattr(search_module, "ROW_ALLOWLIST_MAX_ROWS", -1)  # the SQL filter, as before
+    monkeypatch.setattr(search_module, "WIDE_SOURCE_ALLOWLIST", False)
     old = _filtered_hits(path, hasher_module, mode)
     assert calls and all(allow is None and where for where, allow in calls)
     assert sum(map(len, new)) > 200  # the filters and queries find hits
+    assert new == old
+
+
+WIDE_TEXT_FILTERS = ({"source": "post"}, {"source": ["post", "video"]}, {"author": "crowd"},
+                     {"source": "post", "after": T0, "before": T0 + timedelta(days=60)})
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "bm25"])
+def test_a_wide_source_filter_gives_its_rows_to_lance_once_with_the_same_hits(store, hasher_module, monkeypatch,
+                                                                              mode):
+    """A filter of source kinds alone gets its rows as Lance's row allowlist
+    also when it is wide (the MCP server gives each search the same kinds).
+    Another wide filter (an author, a date window) changes from search to
+    search: it keeps the SQL filter. The hits are those of the SQL filter."""
+    index, _ = store
+    monkeypatch.setattr(search_module, "ROW_ALLOWLIST_MAX_ROWS", 100)  # each filter here is wide
+    path = str(index.path)
+    calls = _full_text_calls(monkeypatch)
+
+    def hits() -> list:
+        index = ChunkIndex(path=path, vector_index_min_rows=1000)
+        return [[(h.tweet_id, h.chunk_id, h.score, h.exact_match)
+                 for h in search(query, index=index, embedder=hasher_module, mode=mode, limit=20, **filters).hits]
+                for filters in WIDE_TEXT_FILTERS for query in TEXT_QUERIES]
+
+    new = hits()
+    by_where = {}
+    for where, allow in calls:
+        by_where.setdefault(where, set()).add(allow is not None)
+    assert by_where["source IN ('post')"] == by_where["source IN ('post', 'video')"] == {True}
+    assert all(allowed == {False} for where, allowed in by_where.items() if "author" in where or "created_at" in where)
+    calls.clear()
+    monkeypatch.setattr(search_module, "WIDE_SOURCE_ALLOWLIST", False)  # the SQL filter, as before
+    old = hits()
+    assert calls and all(allow is None and where for where, allow in calls)
+    assert sum(map(len, new)) > 200
     assert new == old
 
 
@@ -413,3 +451,142 @@ def test_only_row_addresses_make_an_allowlist(tmp_path, stable):
 
     allow = search_module._row_allowlist(table, Rows(), "tweet_id IN ('a', 'c')")
     assert (allow is None) == stable
+
+
+def test_the_one_thread_product_gives_numpys_values_bit_for_bit():
+    """The dense search compares the stored vectors of a filter's rows in
+    one BLAS thread (_dot()): the same distances, bit for bit, as numpy's
+    product in its usual threads, so the same order and ties. The limit
+    ends with the product."""
+    from threadpoolctl import threadpool_info
+
+    rng = np.random.default_rng(58)
+    matrix = rng.standard_normal((6000, 384)).astype(np.float32)  # OpenBLAS splits this product
+    threads = [i["num_threads"] for i in threadpool_info()]
+    for _ in range(5):
+        vector = rng.standard_normal(384).astype(np.float32)
+        assert np.array_equal(dense_module._dot(matrix, vector), matrix @ vector)
+    assert [i["num_threads"] for i in threadpool_info()] == threads
+
+
+def test_products_of_many_threads_run_in_one_blas_thread_and_give_back_its_threads():
+    """The searches of a server run their products in their worker threads,
+    at the same time. Each product runs in one BLAS thread, also in a
+    thread other than the first; when the last one ends, numpy's BLAS has
+    its threads of before, not one."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import threadpool_info
+
+    matrix = np.random.default_rng(5).standard_normal((3000, 384)).astype(np.float32)
+    vector = matrix[0]
+    threads = [i["num_threads"] for i in threadpool_info()]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for _ in range(10):
+            list(pool.map(lambda _: dense_module._dot(matrix, vector), range(32)))
+            assert [i["num_threads"] for i in threadpool_info()] == threads
+
+    class Probe(np.ndarray):
+        """A matrix that notes the BLAS threads when it is multiplied."""
+
+        def __matmul__(self, other):
+            seen.append([i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"])
+            return np.asarray(self) @ other
+
+    seen: list = []
+    probe = matrix.view(Probe)
+    # Two threads that live on (as the workers of the search), one product
+    # after the other: each runs in one BLAS thread.
+    first_done, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        dense_module._dot(probe, vector)
+        first_done.set()
+        release.wait(10)
+
+    worker = threading.Thread(target=first)
+    worker.start()
+    assert first_done.wait(10)
+    second = threading.Thread(target=dense_module._dot, args=(probe, vector))
+    second.start()
+    second.join(10)
+    release.set()
+    worker.join(10)
+    assert seen == [[1], [1]]
+    assert [i["num_threads"] for i in threadpool_info()] == threads
+
+
+# --- the dense search under a wide filter of source kinds (issue 58) ----------
+KINDS = ("post", "link", "article", "video")
+WIDE_FILTERS = ({"source": ["post", "link", "article"]}, {"source": ["post", "video"]}, {"source": "video"},
+                {"source": "note"})
+
+
+@pytest.fixture(scope="module")
+def kinds_store(tmp_path_factory, few_probes):
+    """1,600 passages with random vectors and their IVF index, of four
+    source kinds in turn (as bench_index.py's corpus)."""
+    rows = [_row(f"k{i}", "crowd", T0 + timedelta(hours=i), KINDS[i % 4], 0, f"text {i} w{i % 7}")
+            for i in range(1600)]
+    embedder = _RandomVectors([r["text"] for r in rows])
+    index = ChunkIndex(path=str(tmp_path_factory.mktemp("kinds") / "lancedb"), vector_index_min_rows=1000)
+    index.replace_chunks([r["tweet_id"] for r in rows], rows, embedder)
+    index.maintain(skip_if_current=True)
+    assert index.counts()["vector_index"]
+    return index, embedder
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "dense"])
+def test_a_wide_source_filter_takes_the_index_rows_without_the_filter_with_the_same_hits(
+        kinds_store, monkeypatch, mode):
+    """Under a filter of source kinds that leaves at least half the rows,
+    the index query runs without the filter for more rows, and the rows of
+    other kinds are left out (_coarse()). A filter that leaves fewer rows
+    ("video"; "note": none) keeps the query with the filter, as the row
+    allowlist of the search. The hits are those of the query with the SQL
+    filter: the same bookmarks, passages, scores and order."""
+    index, embedder = kinds_store
+    monkeypatch.setattr(dense_module, "EXACT_FILTER_ROWS", 20)  # each filter here is wide (no exact search)
+    dense_module._FILTER_ROWS.clear()
+    calls, real = [], dense_module._nearest
+
+    def spy(table, vector, where, depth, probes, refine=None, use_index=True, allow=None):
+        calls.append(where if allow is None else "allowlist")
+        return real(table, vector, where, depth, probes, refine=refine, use_index=use_index, allow=allow)
+
+    monkeypatch.setattr(dense_module, "_nearest", spy)
+    rng = np.random.default_rng(58)
+    vectors = rng.standard_normal((6, embedder.dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    def hits() -> list:
+        # A query word that no passage holds: no equal BM25 scores, whose
+        # order Lance does not fix; the full-text queries still run.
+        return [[(h.tweet_id, h.chunk_id, h.score, h.best_source)
+                 for h in search(f"absent{n}", index=index, mode=mode, limit=20, query_vector=vector,
+                                 **filters).hits]
+                for filters in WIDE_FILTERS for n, vector in enumerate(vectors)]
+
+    new = hits()
+    assert None in calls  # the query without the filter ran
+    assert ("allowlist" in calls) == (mode == "hybrid")  # a search with a full-text query has the allowlist
+    monkeypatch.setattr(dense_module, "WIDE_OVERFETCH", 1.0)  # more often too few rows of the kinds
+    assert hits() == new
+    # The coarse rows themselves: those of the query with the filter, in its order.
+    table = index.dataset(CHUNKS)
+    rows, probes = index.passage_rows(table), vector_probes(table.count_rows())
+    for filters in WIDE_FILTERS[:2]:
+        where = search_module._where(author=None, sources=filters["source"], after=None, before=None,
+                                     tweet_id=None, ref=None)
+        for vector in vectors:
+            coarse = dense_module._coarse(table, rows, vector, where, 400, probes, filters["source"])
+            assert coarse == real(table, vector, where, 400, probes)
+    calls.clear()
+    monkeypatch.setattr(dense_module, "WIDE_MAX_OVERFETCH", 0)  # the query with the SQL filter, as before
+    monkeypatch.setattr(search_module, "ROW_ALLOWLIST_MAX_ROWS", -1)
+    monkeypatch.setattr(search_module, "WIDE_SOURCE_ALLOWLIST", False)
+    old = hits()
+    assert calls and None not in calls and "allowlist" not in calls
+    assert sum(map(len, new)) >= 20 * 6 * 3
+    assert new == old

@@ -97,6 +97,33 @@ def test_a_rows_file_maps_the_stored_vectors_of_its_rows(store, tmp_path, hasher
         rows.vectors_of(np.array([ids.max() + 1], dtype=np.uint64))
 
 
+def test_a_rows_file_gives_the_columns_of_rows_in_memory_in_any_order(store, tmp_path, hasher):
+    """The rules read the text and the tweet id of each candidate through
+    column(): from a mapped file they are read many at a time
+    (_MappedStrings.take()), and is_in() tests a column in Arrow. They must
+    give the values of the rows in memory, in the order asked, across two
+    data fragments."""
+    import numpy as np
+
+    write(ChunkIndex.from_settings(path=str(store)), rows_of(30, 12), hasher)  # a second fragment
+    mapped = ChunkIndex.from_settings(path=str(store), rows_dir=str(tmp_path / "rows"), rows_file_min_rows=0)
+    in_memory = ChunkIndex.from_settings(path=str(store))
+    table = mapped.dataset(CHUNKS)
+    rows, plain = mapped.passage_rows(table), in_memory.passage_rows(in_memory.dataset(CHUNKS))
+    assert type(rows._columns["text"][1]).__name__ == "_MappedStrings"
+    ids = table.to_table(columns=[], with_row_id=True).column("_rowid").to_numpy()
+    order = ids[np.random.default_rng(5).permutation(len(ids))].tolist() + ids[:3].tolist()  # mixed, some twice
+    for name in ("text", "tweet_id", "chunk_id", "source", "ref", "position"):
+        assert rows.column(name, order) == plain.column(name, order), name
+    first = [i for i in order if i < (1 << 32)]  # the rows of one fragment only
+    assert rows.column("text", first) == plain.column("text", first)
+    assert {t.split(" ")[-1] for t in rows.column("text", order)} == {str(n) for n in range(42)}
+    # The test of the source kinds (dense._coarse()) reads the mapped Arrow array.
+    kinds = [kind == "post" for kind in plain.column("source", order)]
+    assert rows.is_in("source", order, ["post"]) == plain.is_in("source", order, ["post"]) == kinds
+    assert any(kinds) and not all(kinds)
+
+
 def test_rows_in_memory_read_no_vectors_that_the_search_cannot_use(store, hasher, monkeypatch):
     """Without rows files, a large fragment keeps no vectors, and the search
     then asks Lance for all of them: a sync's small fragment must not read

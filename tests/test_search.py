@@ -20,7 +20,8 @@ import numpy as np
 from kb.index.exact_words import (EARLY_PROBES, MAX_PROBES, _holds_phrases, LowerTexts, query_phrases, rare_word_max,
                                   wait_for_word_counts)
 from kb.index.fusion import Candidate
-from kb.index.search import _bm25, _dense, _exact_dense, _probe, _rare_word_passages, search, warm_up
+from kb.index.dense import _dense, _exact_dense
+from kb.index.search import _bm25, _probe, _rare_word_passages, search, warm_up
 from kb.index.embedder import Embedder
 from kb.index.client import ChunkIndex
 from kb.index.store import CHUNKS, IndexModelMismatch

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kb.index.chunk_schema import CHUNK_FIELDS
 
@@ -277,7 +278,17 @@ class PassageRows:
         _, part, local = self._locate(row_ids)
         values = self._columns[name]
         if name in self.LISTED:
-            return [values[p][i] for p, i in zip(part.tolist(), local.tolist())]
+            if not any(isinstance(v, _MappedStrings) for v in values):
+                return [values[p][i] for p, i in zip(part.tolist(), local.tolist())]
+            parts = np.unique(part)
+            if len(parts) == 1:
+                return _values_at(values[int(parts[0])], local)
+            out = [None] * len(row_ids)
+            for p in parts.tolist():
+                at = np.flatnonzero(part == p)
+                for j, value in zip(at.tolist(), _values_at(values[p], local[at])):
+                    out[j] = value
+            return out
         parts = np.unique(part)
         if len(parts) == 1:
             return values[int(parts[0])].take(pa.array(local)).to_pylist()
@@ -287,6 +298,27 @@ class PassageRows:
             for j, value in zip(at.tolist(), values[p].take(pa.array(local[at])).to_pylist()):
                 out[j] = value
         return out
+
+    def is_in(self, name: str, row_ids: list[int], values: list[str]) -> list[bool]:
+        """For each of these rows, in their order: True when its value of
+        the string column `name` is one of `values`. Why not column(): the
+        dense search under a filter of source kinds tests about 2,000 rows,
+        and a Python string per row cost 2 to 3 ms at 1,000,000 passages;
+        a mapped part tests its Arrow array in native code."""
+        if not row_ids:
+            return []
+        _, part, local = self._locate(row_ids)
+        out = np.zeros(len(row_ids), dtype=bool)
+        wanted = set(values)
+        for p in np.unique(part).tolist():
+            at = np.flatnonzero(part == p)
+            column = self._columns[name][p]
+            if isinstance(column, _MappedStrings):
+                taken = column.arrow().take(pa.array(local[at]))
+                out[at] = pc.is_in(taken, value_set=pa.array(values, type=taken.type)).to_numpy(zero_copy_only=False)
+            else:
+                out[at] = [column[i] in wanted for i in local[at].tolist()]
+        return out.tolist()
 
     def vectors_of(self, row_ids) -> np.ndarray | None:
         """The stored vectors of these rows (float32, one row each, in their
@@ -402,10 +434,29 @@ class _MappedStrings:
         offsets = self._offsets
         return str(self._data[offsets[i]:offsets[i + 1]], "utf-8")
 
+    def arrow(self) -> pa.Array:
+        return self._array
+
+    def take(self, indices: np.ndarray) -> list[str]:
+        """The values at these indices, in their order. Why: one numpy
+        look-up for all the offsets; __getitem__ makes two numpy scalars per
+        value (at 1,000,000 passages a search of one source read the text
+        and the tweet id of about 1,150 candidates: 2.6 ms)."""
+        data = self._data
+        return [str(data[start:end], "utf-8")
+                for start, end in zip(self._offsets[indices].tolist(), self._offsets[indices + 1].tolist())]
+
     def __iter__(self):
         data, offsets = self._data, self._offsets.tolist()
         for start, end in zip(offsets, offsets[1:]):
             yield str(data[start:end], "utf-8")
+
+
+def _values_at(values: "list | _MappedStrings", local: np.ndarray) -> list:
+    """The values of one part's listed column at these indices, in their order."""
+    if isinstance(values, _MappedStrings):
+        return values.take(local)
+    return [values[i] for i in local.tolist()]
 
 
 # The columns of a rows file: the passage rows and their stored vectors.

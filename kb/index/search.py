@@ -22,9 +22,12 @@ scans enough partitions to fill its list (_dense()). The stored vectors
 come from the passage rows (mapped files in the search service of `kb
 web`), not from reads through Lance (8 to 13 us a row). `folder` keeps to the bookmarks of one
 bookmark folder, by its current name or its id (kb/index/folders.py). A
-narrow filter (at most ROW_ALLOWLIST_MAX_ROWS rows) finds its rows once per
-table version; the full-text queries get them as Lance's row allowlist
-(kb/index/full_text.py), not the SQL. The serving side reads LanceDB only and
+narrow filter (at most ROW_ALLOWLIST_MAX_ROWS rows), and a filter of source
+kinds alone, finds its rows once per table version; the full-text queries
+and the vector query get them as Lance's row allowlist
+(kb/index/full_text.py), not the SQL. Under a filter of source kinds that
+leaves at least half the rows, the vector query runs without the filter
+and leaves out the other kinds (kb/index/dense.py). The serving side reads LanceDB only and
 never opens DuckDB, so search works while a sync writes.
 
 Speed: a search reads one table version, as a Lance dataset (pylance, not
@@ -45,55 +48,34 @@ benchmarks/index_and_retrieval.md.
 
 from __future__ import annotations
 
-import math
 import time
 from array import array
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import timezone
-from typing import Any
 
 import numpy as np
 from lance.dataset import serialize_row_addrs
 
+from kb.index import dense
 from kb.index.deep_search import reranked_by_model
+from kb.index.dense import EXACT_FILTER_ROWS, _dense, _exact_dense, _filter_rows, _kept
 from kb.index.embedder import Embedder
 from kb.index.exact_words import (EARLY_PROBES, MAX_PROBES, WORD_CACHE_IDS, WORD_CACHE_WORDS,
                                   count_new_fragments, indexed_words, is_keyword_query, keep_rare_in_top,
                                   LowerTexts, query_phrases, PhraseTest, rare_candidates, rare_word_max, skip_common_words,
                                   lowered_words, words_to_look_up)
 from kb.index.folders import folder_members
-from kb.index.full_text import ROW_ID, _bm25, _fts, _has_index
+from kb.index.full_text import ROW_ID, _bm25, _fts
 from kb.index.fusion import FUSION_METHODS, Candidate, score_candidates
 from kb.index.client import ChunkIndex
-from kb.index.maintenance import vector_index_name, vector_index_stats, vector_probes
+from kb.index.maintenance import vector_index_name
 from kb.index.store import CHUNKS, IndexModelMismatch, empty_index_note, sql_in, sql_str
 from kb.index.chunk_schema import AUTHOR_KEY_COLUMN, NGRAM_COLUMN, author_key
 from kb.index.passage_rows import PassageRows
 from kb.index.search_request import SearchRequest
 from kb.settings import get_settings
 
-# A dense search with a filter, on a table with a vector index (_dense()):
-# when the filter leaves at most this many rows, the search compares the
-# stored vectors of those rows, without the index: an exact search. At
-# 100,000 passages that cost at most 2 times the CPU of the usual 20
-# partitions (11 ms against 6 ms for 10,000 rows left, then through every
-# partition; benchmarks/filters_and_scripts.md), and 20 partitions found
-# only 65% of the exact top 200 there.
-EXACT_FILTER_ROWS = 10_000
-# A dense search through the vector index: the index's coarse distances (PQ
-# codes, kb.index.maintenance.vector_index_config()) choose this many times
-# k rows of the partitions that it scans, and the stored vectors order them
-# (the passage rows' vectors, else Lance's refine). See
-# benchmarks/index_and_retrieval.md, "Issue 49, third session".
-VECTOR_REFINE = 4
-# Above it: the partitions that hold about this many times k rows of the
-# filter, if its rows lie evenly in them.
-FILTER_PROBE_SAFETY = 2
-# A dense query with this many partitions scans them all (Lance clips it).
-ALL_PARTITIONS = 1 << 20
-ROWS_LEFT_KEPT = 64  # filters whose rows are kept per table version (_kept(): at most 80 kB each)
 # A filter that leaves at most this many rows gives the full-text queries of
 # a search (BM25 and the rare-word look-ups) its row ids, as Lance's row
 # allowlist (_Scope.allow), not its SQL: Lance evaluated the SQL again for
@@ -102,6 +84,8 @@ ROWS_LEFT_KEPT = 64  # filters whose rows are kept per table version (_kept(): a
 # the allowlist of 6,000 rows costs about 3 ms per query, with the same
 # rows and scores (benchmarks/index_and_retrieval.md, "Issue 58").
 ROW_ALLOWLIST_MAX_ROWS = EXACT_FILTER_ROWS
+# A wider filter of source kinds only gets its row allowlist too (_row_allowlist()).
+WIDE_SOURCE_ALLOWLIST = True
 
 RESULT_COLUMNS = ["chunk_id", "tweet_id", "url", "author", "created_at", "source", "ref", "position",
                   "text", "source_text", "word_count", "lang", "bookmark_chunks", "bookmark_words"]
@@ -237,7 +221,7 @@ def _scope(request: SearchRequest, index: ChunkIndex, table) -> _Scope | None:
     index.check_schema(schema=schema)
     rows = index.passage_rows(table)
     count_new_fragments(rows)
-    allow = _row_allowlist(table, rows, where) if where and request.wants_lexical else None
+    allow = _row_allowlist(table, rows, where, request.only_sources) if where and request.wants_lexical else None
     return _Scope(table=table, schema=schema, where=where, rows=rows, texts=LowerTexts(rows),
                   table_rows=table.count_rows(), allow=allow)
 
@@ -287,7 +271,9 @@ def _start_dense(request: SearchRequest, scope: _Scope, vector: np.ndarray):
     else a Lance query on a worker thread."""
     if scope.rows.vectors is not None and request.only_sources:
         return _Done(_exact_dense(scope.rows.vectors, vector, request.depth, request.sources or None))
-    return _POOL.submit(_dense, scope.table, scope.rows, vector, scope.where, request.depth, scope.table_rows)
+    kinds = request.sources if request.only_sources and request.sources else None
+    return _POOL.submit(_dense, scope.table, scope.rows, vector, scope.where, request.depth, scope.table_rows, kinds,
+                        scope.allow)
 
 
 def _early_probes(request: SearchRequest, scope: _Scope) -> list[tuple] | None:
@@ -454,169 +440,24 @@ def embedder_for_index(info: tuple[str, int] | None) -> Embedder:
     return Embedder.from_settings().keeping_to(info[0] if info else None)
 
 
-def _dense(table, rows: PassageRows, vector: np.ndarray, where: str | None, depth: int,
-           table_rows: int) -> list[tuple[int, float]]:
-    """(row id, distance) of the nearest passages, nearest first.
-
-    Without a vector index, Lance compares every vector (of the rows that the
-    filter leaves): the search is exact. With the IVF index, a search without
-    a filter scans the nearest vector_probes() partitions (_refined()). A
-    filter applies first (prefilter), so the nearest partitions can hold too
-    few of its rows: with 20 of 141 partitions and 200 rows of one author
-    among 20,000, a search found 29 of them (benchmarks/filters_and_scripts.md). So:
-    - when the filter leaves at most EXACT_FILTER_ROWS rows: no vector index,
-      the stored vectors of those rows only (the scalar indexes find them):
-      an exact search (_exact_rows());
-    - above that: enough partitions to hold about FILTER_PROBE_SAFETY times
-      `depth` rows of the filter, and every partition when they still hold
-      fewer than `depth`. So a filter never loses a hit that it leaves."""
-    probes = vector_probes(table_rows)
-    if not _has_index(table, "vector"):
-        return _nearest(table, vector, where, depth, probes)
-    partitions = _vector_partitions_of(table)
-    if not where:
-        if partitions <= probes:
-            # Every partition: every vector is read anyway, so the search
-            # compares the stored vectors (at most about
-            # MIN_COMPARED_VECTORS of them): exact, as without the index
-            # (SciFact's 8,219 passages: dense nDCG@10 0.6533 through an
-            # index of 8-bit vectors, 0.6550 exact).
-            return _nearest(table, vector, None, depth, probes, use_index=False)
-        return _refined(table, rows, vector, None, depth, probes)
-    ids = _filter_rows(table, rows, where)
-    if len(ids) <= EXACT_FILTER_ROWS:
-        return _exact_rows(table, rows, vector, where, ids, depth)
-    found = _refined(table, rows, vector, where, depth, _filter_probes(partitions, table_rows, len(ids), depth))
-    if len(found) < depth:
-        found = _refined(table, rows, vector, where, depth, ALL_PARTITIONS)
-    return found
-
-
-def _refined(table, rows: PassageRows, vector: np.ndarray, where: str | None, depth: int,
-             probes: int) -> list[tuple[int, float]]:
-    """The nearest `depth` rows of the partitions that the index query
-    scans: the index's coarse distances choose VECTOR_REFINE x depth rows,
-    and their stored vectors order them. From the passage rows' vectors
-    when they keep them (about 0.1 us a row); else Lance reads them
-    (refine_factor: 8 to 13 us a row)."""
-    if not rows.keeps_vectors:
-        return _nearest(table, vector, where, depth, probes, refine=VECTOR_REFINE)
-    coarse = _nearest(table, vector, where, depth * VECTOR_REFINE, probes)
-    return _nearest_of(rows, vector, np.fromiter((r for r, _ in coarse), dtype=np.uint64, count=len(coarse)),
-                       depth)
-
-
-def _exact_rows(table, rows: PassageRows, vector: np.ndarray, where: str, ids: np.ndarray,
-                depth: int) -> list[tuple[int, float]]:
-    """The exact nearest `depth` of the rows `ids` (all the rows of the
-    filter `where`): from the passage rows' vectors, else Lance compares
-    the stored vectors of the rows that the filter leaves."""
-    if rows.keeps_vectors:
-        return _nearest_of(rows, vector, ids, depth)
-    return _nearest(table, vector, where, depth, ALL_PARTITIONS, use_index=False)
-
-
-def _nearest_of(rows: PassageRows, vector: np.ndarray, ids: np.ndarray, depth: int) -> list[tuple[int, float]]:
-    """The nearest `depth` of the rows `ids` by their stored vectors, with
-    Lance's dot distance (1 - dot product); equal distances in row id order,
-    as Lance gives them."""
-    if not len(ids):
-        return []
-    return _nearest_first(ids, 1.0 - rows.vectors_of(ids) @ np.asarray(vector, dtype=np.float32), depth)
-
-
-def _nearest_first(ids: np.ndarray, distance: np.ndarray, depth: int) -> list[tuple[int, float]]:
-    """(row id, distance) of the `depth` nearest rows, nearest first; equal
-    distances in row id order, as Lance gives them. Only the rows up to the
-    depth-th distance (ties included) are sorted: a sort of 5,000 rows cost
-    more than their distances."""
-    if len(ids) > depth > 0:
-        within = np.flatnonzero(distance <= np.partition(distance, depth - 1)[depth - 1])
-        ids, distance = ids[within], distance[within]
-    nearest = np.lexsort((ids, distance))[:depth]
-    return list(zip(ids[nearest].tolist(), distance[nearest].tolist()))
-
-
-def _nearest(table, vector: np.ndarray, where: str | None, depth: int, probes: int,
-             refine: int | None = None, use_index: bool = True) -> list[tuple[int, float]]:
-    """One vector query: (row id, distance), nearest first. refine: Lance
-    takes the best refine x depth rows by the index's coarse distances and
-    orders them by the stored vectors (a read of each: 8 to 13 us of CPU)."""
-    # Unit vectors: dot distance (1 - dot product) is cosine distance, cheaper.
-    # probes: used only when the IVF index exists. Minimum and maximum
-    # equal: Lance 13 raises any lower minimum to every partition when k > 10
-    # (its heuristic for an open maximum).
-    nearest = {"column": "vector", "q": np.asarray(vector, dtype=np.float32), "k": depth, "metric": "dot",
-               "minimum_nprobes": probes, "maximum_nprobes": probes}
-    if refine:
-        nearest["refine_factor"] = refine
-    if not use_index:  # every stored vector that the filter leaves: exact
-        nearest["use_index"] = False
-    result = table.to_table(columns=["_distance"], with_row_id=True, nearest=nearest, filter=where,
-                            prefilter=bool(where), disable_scoring_autoprojection=True)
-    return list(zip(result.column(ROW_ID).to_pylist(), result.column("_distance").to_pylist()))
-
-
-def _filter_probes(partitions: int, table_rows: int, left: int, depth: int) -> int:
-    """Partitions that hold about FILTER_PROBE_SAFETY x depth of the `left`
-    rows of a filter, when they lie evenly in the partitions; at least
-    vector_probes()."""
-    wanted = math.ceil(partitions * depth * FILTER_PROBE_SAFETY / max(left, 1))
-    return max(vector_probes(table_rows), min(partitions, wanted))
-
-
-_PARTITIONS: dict[tuple, int] = {}
-
-
-def _vector_partitions_of(table) -> int:
-    """The most partitions of a segment of the vector index of this table
-    version (an index made on fewer rows has fewer than vector_partitions()
-    gives for the rows of now). Kept per table version (6 ms of CPU)."""
-    def count() -> int:
-        return max(int(s.get("num_partitions") or 0) for s in vector_index_stats(table)["indices"])
-
-    return _kept(_PARTITIONS, (table.uri, table.version), count)
-
-
-def _kept(kept: dict, key: tuple, count: Callable[[], Any]) -> Any:
-    """count() once per key (a table, its version, and what is counted),
-    with at most ROWS_LEFT_KEPT keys kept."""
-    value = kept.get(key)
-    if value is None:
-        value = count()
-        if len(kept) >= ROWS_LEFT_KEPT:
-            kept.clear()
-        kept[key] = value
-    return value
-
-
-_FILTER_ROWS: dict[tuple, np.ndarray] = {}
-
-
-def _filter_rows(table, rows: PassageRows, where: str) -> np.ndarray:
-    """The row ids that `where` leaves in this table version, at most
-    EXACT_FILTER_ROWS + 1 of them (more: the filter is wide). A scan of row
-    ids: the scalar indexes serve tweet_id, created_at, source and
-    AUTHOR_KEY_COLUMN (before that column, the author test read the author
-    of every row: at 1,000,000 passages about 17 ms of CPU). Kept per
-    table and version (_kept()): the MCP server gives each search the same
-    source filter. The key holds the version's identity (its first data
-    file too), not only its number: a table made again counts its versions
-    from 1 again, and its row ids must never come from the old table."""
-    return _kept(_FILTER_ROWS, (table.uri, rows.identity, where), lambda: table.to_table(
-        columns=[], with_row_id=True, filter=where, limit=EXACT_FILTER_ROWS + 1).column(ROW_ID).to_numpy())
-
-
 _ALLOWLISTS: dict[tuple, bytes] = {}
 _FTS_COVERS: dict[tuple, bool] = {}
 
 
-def _row_allowlist(table, rows: PassageRows, where: str) -> bytes | None:
+def _row_allowlist(table, rows: PassageRows, where: str, only_sources: bool = False) -> bytes | None:
     """The rows that `where` leaves, as Lance's row allowlist (a serialized
     bitmap of row ids: the table has no stable row ids, so a row id is the
-    row's address), when they are at most ROW_ALLOWLIST_MAX_ROWS and the
+    row's address), when they are at most ROW_ALLOWLIST_MAX_ROWS, or when
+    only source kinds filter (only_sources, WIDE_SOURCE_ALLOWLIST), and the
     full-text indexes cover every row. Kept per table version, with the
     filter's rows (_filter_rows()). None: the full-text queries take `where`.
+
+    A wide filter of source kinds: the MCP server and kb web give each
+    search the same kinds, so the list is made once per table version (at
+    1,000,000 passages, 3 kinds of 4: 750,000 rows, 0.11 s and 139 kB).
+    Under it Lance's BM25 query cost 3.0 ms of CPU, under the SQL filter
+    7.6 ms. Other wide filters (a long date window, a large author) change
+    from search to search: they keep the SQL filter.
 
     Why only a covered table: Lance scores the rows that no index segment
     covers yet (a sync's new rows before maintain() folds them in) by a flat
@@ -626,8 +467,16 @@ def _row_allowlist(table, rows: PassageRows, where: str) -> bytes | None:
     if table.has_stable_row_ids:  # then a row id is not the row's address (kb's tables have none)
         return None
     ids = _filter_rows(table, rows, where)
-    if len(ids) > ROW_ALLOWLIST_MAX_ROWS or not _fts_covers_every_row(table, rows):
+    # _filter_rows() gives at most EXACT_FILTER_ROWS + 1 rows: more means a wide filter too.
+    wide = len(ids) > min(ROW_ALLOWLIST_MAX_ROWS, dense.EXACT_FILTER_ROWS)
+    if (wide and not (only_sources and WIDE_SOURCE_ALLOWLIST)) or not _fts_covers_every_row(table, rows):
         return None
+    if wide:
+        def every_row() -> bytes:
+            found = table.to_table(columns=[], with_row_id=True, filter=where).column(ROW_ID).to_numpy()
+            return serialize_row_addrs(found.tolist())
+
+        return _kept(_ALLOWLISTS, (table.uri, rows.identity, where), every_row)
     return _kept(_ALLOWLISTS, (table.uri, rows.identity, where), lambda: serialize_row_addrs(ids.tolist()))
 
 
@@ -641,22 +490,6 @@ def _fts_covers_every_row(table, rows: PassageRows) -> bool:
             fragments <= {f for segment in ix.segments for f in segment.fragment_ids} for ix in full_text)
 
     return _kept(_FTS_COVERS, (table.uri, rows.identity), count)
-
-
-def _exact_dense(vectors: tuple[np.ndarray, np.ndarray, np.ndarray], vector: np.ndarray, depth: int,
-                 sources: list[str] | None = None) -> list[tuple[int, float]]:
-    """(row id, distance) of the nearest passages, nearest first, from the
-    vectors in memory: the exact search that Lance makes on a table without
-    a vector index, with the same dot distance (1 - dot product), without
-    the fixed cost of a Lance query (1 to 2 ms, also on 43 rows). sources:
-    only the passages of these kinds, as the filter `source IN (...)` (the
-    MCP server sets it when the index holds wiki pages)."""
-    row_ids, matrix, kinds = vectors
-    distance = 1.0 - matrix @ np.asarray(vector, dtype=np.float32)
-    if sources is not None:
-        keep = np.flatnonzero(np.isin(kinds, np.asarray(sources, dtype=object)))
-        row_ids, distance = row_ids[keep], distance[keep]
-    return _nearest_first(row_ids, distance, depth)
 
 
 class _Done:
