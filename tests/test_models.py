@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kb.models import catalog
+from kb.models import files as files_module
 from kb.models.catalog import CROSS_ENCODER, EMBEDDER, MINILM, WHISPER_SMALL, WHISPER_TINY_EN, Model, ModelFile
 from kb.models.files import ModelFileError, cache_folder, locate, wheel_folder
 from tests.fake_hf_hub import FakeHub
@@ -132,7 +133,11 @@ def test_a_download_keeps_only_files_with_the_pinned_checksum(tmp_path, monkeypa
         assert not any(cache_folder(model).iterdir())  # no file, no partial file, no staging folder
 
         hub.files[route] = good
+        hashed: list[str] = []
+        real_hash = files_module._hash_file
+        monkeypatch.setattr(files_module, "_hash_file", lambda path: hashed.append(Path(path).name) or real_hash(path))
         found = locate(model)
+        assert len(hashed) == 1  # the download is hashed once: verify() takes its sum
         del hub.files[route]
         missing = Model(key="missing", role="a test", repo=model.repo, revision=model.revision,
                         files=(ModelFile("other.onnx", None, 1, published="missing.onnx"),))

@@ -97,15 +97,24 @@ def sha256_of(path: Path) -> str:
             # file of a model at each load check, and must not parse the file again.
             _SUMS[str(path)] = known
             return known[1]
+    value = _hash_file(path)
+    _remember(path, key, value)
+    return value
+
+
+def _hash_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    value = digest.hexdigest()
+    return digest.hexdigest()
+
+
+def _remember(path: Path, key: tuple[int, int, int, int], value: str) -> None:
+    """Keep the sha256 of a file (by its stat key) for sha256_of()."""
     with _LOCK:
         _SUMS[str(path)] = (key, value)
         _NEW.add(str(path))
-    return value
 
 
 def _keep_new_sums() -> None:
@@ -251,16 +260,15 @@ def _fetch_one(model: Model, item: ModelFile, target: Path) -> None:
                                         endpoint=hub_url(), etag_timeout=CONNECT_TIMEOUT_S))
         except Exception as exc:  # the client's errors: HTTP, offline mode, a size that differs, OSError
             raise ModelFileError(f"The download of {url} failed: {type(exc).__name__}: {exc}") from exc
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        actual = digest.hexdigest()
+        actual = _hash_file(path)
         if item.sha256 is not None and actual != item.sha256:
             raise ModelFileError(
                 f"The downloaded file {item.remote} of {model.repo} has the sha256 {actual}, but kb pins "
                 f"{item.sha256} ({target.name}). kb refused it and kept nothing.")
         os.replace(path, target)
+        # verify() after fetch() takes this sum: the file is not read again
+        # (the rename gave it a new ctime, so the stat key is the target's).
+        _remember(target, _stat_key(target), actual)
     log.info("Downloaded %s of %s (%s)", item.remote, model.repo, model.revision[:12])
 
 
