@@ -242,10 +242,31 @@ def test_the_allowlist_names_the_endpoints_of_the_settings(monkeypatch, caplog):
                      "KB_GATE_BASE_URL": "api.deepseek.com:443", "GROQ_BASE_URL": "api.groq.com:443"}
     assert "KB_CAPTION_BASE_URL=http://localhost:8000/v1 is a loopback address" in caplog.text
     assert named_endpoints(get_settings(), ("telegram_api_base",)) == {"TELEGRAM_API_BASE": "api.telegram.org:443"}
+    # An endpoint at an IPv6 address passes: the guard's entry has no brackets.
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://[fd00::5]:8080/v1")
+    assert named_endpoints(get_settings(), ("anthropic_base_url",)) == {"ANTHROPIC_BASE_URL": "[fd00::5]:8080"}
+    for public in (True, False):
+        rule = egress_guard(get_settings(), public=public, only=() if public else ("anthropic_base_url",))
+        guard = rule if public else rule.guard
+        assert guard.is_allowed_host("fd00::5", 8080) and guard.is_allowed_host("[FD00::5]", 8080)
+        assert not guard.is_allowed_host("fd00::5", 8081)
     with pytest.raises(ValueError, match="not an endpoint setting: KB_HOME"):
         named_endpoints(get_settings(), ("KB_HOME",))
     assert main(["--only", "KB_HOME"]) == 2
     assert set(ENDPOINT_SETTINGS) <= set(type(get_settings()).model_fields)
+
+
+def test_the_listen_address_takes_ipv4_ipv6_and_a_port_alone():
+    import argparse
+
+    from kb.guards.egress_proxy import _listen_address
+
+    assert _listen_address("0.0.0.0:3128") == ("0.0.0.0", 3128)
+    assert _listen_address("[::]:3129") == ("::", 3129)
+    assert _listen_address(":3130") == ("0.0.0.0", 3130)
+    for bad in ("3128", "[::]", "host:port"):
+        with pytest.raises(argparse.ArgumentTypeError, match="write host:port"):
+            _listen_address(bad)
 
 
 def test_the_resources_give_the_setting_to_the_notifier_and_the_agent(monkeypatch):

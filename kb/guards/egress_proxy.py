@@ -44,10 +44,12 @@ from kb.guards.fetch_guard import (
     GuardProxy,
     PrivateAddress,
     canonical_host,
+    host_port,
     is_loopback_host,
     parse_allowed_hosts,
     parse_pins,
     parse_proxy,
+    split_host_port,
 )
 from kb.settings import Settings, get_settings
 
@@ -85,7 +87,7 @@ def named_endpoints(settings: Settings, only: tuple[str, ...] = ()) -> dict[str,
                         name.upper(), value)
             continue
         host = canonical_host(parts.hostname)
-        found[name.upper()] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        found[name.upper()] = host_port(host, port)
     return found
 
 
@@ -108,7 +110,9 @@ class NamedOnly:
 def egress_guard(settings: Settings, *, public: bool, only: tuple[str, ...] = ()) -> FetchGuard | NamedOnly:
     """The rule of one egress proxy (see the module's text)."""
     endpoints = named_endpoints(settings, only)
-    allowed = frozenset(endpoints.values())
+    # The guard's own form of each entry (an IPv6 address without its
+    # brackets): parse_allowed_hosts() makes it, as for KB_FETCH_ALLOW_HOSTS.
+    allowed = parse_allowed_hosts(",".join(endpoints.values()))
     if public:
         allowed |= parse_allowed_hosts(settings.kb_fetch_allow_hosts)
     # proxy=None: the proxy connects directly, whatever KB_EGRESS_PROXY says.
@@ -142,10 +146,10 @@ def egress_readiness(settings: Settings, timeout_s: float = 2.0) -> tuple[bool, 
 
 
 def _listen_address(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not port.isdigit():
+    host, port = split_host_port(text.strip())
+    if port is None:
         raise argparse.ArgumentTypeError(f"--listen {text!r}: write host:port, for example 0.0.0.0:3128")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    return host or "0.0.0.0", port
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -278,7 +278,13 @@ def _allowed_entry(raw: str) -> tuple[str, int | None]:
     return host, int(port_text) if port_text else None
 
 
-def _split_host_port(text: str) -> tuple[str, int | None]:
+def host_port(host: str, port: int) -> str:
+    """host:port as a URL and a CONNECT line write it: an IPv6 address in
+    brackets ([fd00::5]:8080)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def split_host_port(text: str) -> tuple[str, int | None]:
     if text.startswith("["):
         host, _, rest = text[1:].partition("]")
         return host, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
@@ -326,7 +332,7 @@ def tunnel_handshake(write: Callable[[bytes], object], read: Callable[[], bytes]
     open. Raises PrivateAddress when the proxy refuses the address (its
     reason is in the X-Kb-Refused header), OSError for any other answer."""
     name = host if host.isascii() else host.encode("idna").decode("ascii")
-    target = f"[{name}]:{port}" if ":" in name else f"{name}:{port}"
+    target = host_port(name, port)
     shown = f"kb's egress proxy {proxy[0]}:{proxy[1]}"
     write(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode("ascii"))
     data = b""
@@ -668,7 +674,7 @@ class GuardProxy:
         return upstream
 
     def _tunnel(self, client: socket.socket, target: str, rest: bytes, peer=None) -> None:
-        host, port = _split_host_port(target)
+        host, port = split_host_port(target)
         if not host or port is None:
             return _answer(client, 400, f"CONNECT needs host:port, not {target[:100]}")
         upstream = self._open(client, host, port, "CONNECT", peer)
