@@ -167,6 +167,19 @@ def test_a_hub_in_trouble_is_asked_once(tmp_path, monkeypatch):
         with pytest.raises(ModelFileError, match=r"The download of .*/onnx/model_int8.onnx failed"):
             locate(model)
     assert hub.requests == [("HEAD", f"/{model.repo}/resolve/{model.revision}/onnx/model_int8.onnx")]
+    # A hub that answers: one question for the whole model, then the client's own requests per file.
+    first, second = b"first weights", b"second weights"
+    two = Model(key="two-files", role="a test", repo="owner/two-files", revision="b" * 40,
+                files=tuple(ModelFile(name, hashlib.sha256(body).hexdigest(), len(body), published=name)
+                            for name, body in (("a.onnx", first), ("b.onnx", second))))
+    routes = {f"/{two.repo}/resolve/{two.revision}/{name}": body for name, body in (("a.onnx", first),
+                                                                                     ("b.onnx", second))}
+    with FakeHub(dict(routes)) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.base_url)
+        assert locate(two).weights.read_bytes() == first
+    heads = [path for method, path in hub.requests if method == "HEAD"]
+    route_a, route_b = routes
+    assert heads.count(route_a) == heads.count(route_b) + 1, hub.requests
 
 
 def test_a_whisper_name_outside_the_catalog_is_refused():

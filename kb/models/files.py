@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 HUB = "https://huggingface.co"
 # A machine with no route to the hub fails fast: tiny.en then stands in for
-# `small` (_fetch_one asks the hub once before the download).
+# `small` (fetch() asks the hub once, with no retry, before a download).
 CONNECT_TIMEOUT_S = 10.0
 _LOCK = threading.Lock()
 _SUMS: dict[str, tuple[tuple[int, int, int, int], str]] = {}  # path -> (stat key, sha256)
@@ -235,27 +235,44 @@ def fetch(model: Model, folder: Path) -> None:
     folder only after kb's sha256 check matched: a refused file leaves
     nothing behind. huggingface_hub reads HF_HUB_OFFLINE and
     HF_HUB_DOWNLOAD_TIMEOUT (10 s without a byte) when it is imported."""
-    for item in model.files:
-        target = folder / item.name
-        if not target.is_file():
-            _fetch_one(model, item, target)
+    missing = [item for item in model.files if not (folder / item.name).is_file()]
+    if missing:
+        _ask_the_hub(model, missing[0])
+    for item in missing:
+        _fetch_one(model, item, folder / item.name)
+
+
+def _url(model: Model, item: ModelFile) -> str:
+    from huggingface_hub import hf_hub_url
+
+    return hf_hub_url(model.repo, item.remote, revision=model.revision, endpoint=hub_url())
+
+
+def _ask_the_hub(model: Model, item: ModelFile) -> None:
+    """One question to the hub before a download, with no retry. With no
+    local copy, hf_hub_download retries a connection error or a 5xx answer
+    5 times (1 + 2 + 4 + 8 + 8 s): a machine with no route to the hub waited
+    23 s in each process (each run of a voice note) before tiny.en stood in
+    (huggingface_hub 2.4, 6 December 2026). retry_on_errors: huggingface_hub
+    1.2 and later (pyproject.toml)."""
+    from huggingface_hub import get_hf_file_metadata
+
+    url = _url(model, item)
+    try:
+        get_hf_file_metadata(url, timeout=CONNECT_TIMEOUT_S, retry_on_errors=False)
+    except Exception as exc:  # the client's errors: HTTP, offline mode, OSError
+        raise ModelFileError(f"The download of {url} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _fetch_one(model: Model, item: ModelFile, target: Path) -> None:
-    from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+    from huggingface_hub import hf_hub_download
 
-    url = hf_hub_url(model.repo, item.remote, revision=model.revision, endpoint=hub_url())
+    url = _url(model, item)
     target.parent.mkdir(parents=True, exist_ok=True)
     # The client writes into a staging folder beside the target (one file
     # system: os.replace() moves it), which goes away with all it holds.
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{Path(item.name).name}.") as staging:
         try:
-            # One question to the hub first, with no retry. With no local copy,
-            # hf_hub_download retries a connection error or a 5xx answer 5
-            # times (1 + 2 + 4 + 8 + 8 s): a machine with no route to the hub
-            # waited 23 s in each process (each run of a voice note) before
-            # tiny.en stood in (huggingface_hub 2.4, 6 December 2026).
-            get_hf_file_metadata(url, timeout=CONNECT_TIMEOUT_S, retry_on_errors=False)
             path = Path(hf_hub_download(model.repo, item.remote, revision=model.revision, local_dir=staging,
                                         endpoint=hub_url(), etag_timeout=CONNECT_TIMEOUT_S))
         except Exception as exc:  # the client's errors: HTTP, offline mode, a size that differs, OSError
