@@ -122,6 +122,10 @@ def test_a_rows_file_gives_the_columns_of_rows_in_memory_in_any_order(store, tmp
     kinds = [kind == "post" for kind in plain.column("source", order)]
     assert rows.is_in("source", order, ["post"]) == plain.is_in("source", order, ["post"]) == kinds
     assert any(kinds) and not all(kinds)
+    # A column that is not LISTED (an Arrow array in both forms) answers too.
+    langs = plain.column("lang", order)
+    assert rows.is_in("lang", order, [langs[0]]) == plain.is_in("lang", order, [langs[0]]) == [
+        lang == langs[0] for lang in langs]
 
 
 def test_rows_in_memory_read_no_vectors_that_the_search_cannot_use(store, hasher, monkeypatch):

@@ -278,26 +278,8 @@ class PassageRows:
         _, part, local = self._locate(row_ids)
         values = self._columns[name]
         if name in self.LISTED:
-            if not any(isinstance(v, _MappedStrings) for v in values):
-                return [values[p][i] for p, i in zip(part.tolist(), local.tolist())]
-            parts = np.unique(part)
-            if len(parts) == 1:
-                return _values_at(values[int(parts[0])], local)
-            out = [None] * len(row_ids)
-            for p in parts.tolist():
-                at = np.flatnonzero(part == p)
-                for j, value in zip(at.tolist(), _values_at(values[p], local[at])):
-                    out[j] = value
-            return out
-        parts = np.unique(part)
-        if len(parts) == 1:
-            return values[int(parts[0])].take(pa.array(local)).to_pylist()
-        out: list = [None] * len(row_ids)
-        for p in parts.tolist():
-            at = np.flatnonzero(part == p)
-            for j, value in zip(at.tolist(), values[p].take(pa.array(local[at])).to_pylist()):
-                out[j] = value
-        return out
+            return _by_part(part, local, lambda p, at: _values_at(values[p], at))
+        return _by_part(part, local, lambda p, at: values[p].take(pa.array(at)).to_pylist())
 
     def is_in(self, name: str, row_ids: list[int], values: list[str]) -> list[bool]:
         """For each of these rows, in their order: True when its value of
@@ -314,9 +296,11 @@ class PassageRows:
             at = np.flatnonzero(part == p)
             column = self._columns[name][p]
             if isinstance(column, _MappedStrings):
-                taken = column.arrow().take(pa.array(local[at]))
+                column = column.arrow()
+            if isinstance(column, pa.Array):  # a mapped part, or a column that is not LISTED
+                taken = column.take(pa.array(local[at]))
                 out[at] = pc.is_in(taken, value_set=pa.array(values, type=taken.type)).to_numpy(zero_copy_only=False)
-            else:
+            else:  # a LISTED column of rows in memory: a Python list
                 out[at] = [column[i] in wanted for i in local[at].tolist()]
         return out.tolist()
 
@@ -450,6 +434,20 @@ class _MappedStrings:
         data, offsets = self._data, self._offsets.tolist()
         for start, end in zip(offsets, offsets[1:]):
             yield str(data[start:end], "utf-8")
+
+
+def _by_part(part: np.ndarray, local: np.ndarray, read) -> list:
+    """The values of rows that lie in several parts, in the rows' order:
+    read(part, positions in that part) gives one part's values."""
+    parts = np.unique(part)
+    if len(parts) == 1:
+        return read(int(parts[0]), local)
+    out: list = [None] * len(part)
+    for p in parts.tolist():
+        at = np.flatnonzero(part == p)
+        for j, value in zip(at.tolist(), read(p, local[at])):
+            out[j] = value
+    return out
 
 
 def _values_at(values: "list | _MappedStrings", local: np.ndarray) -> list:
