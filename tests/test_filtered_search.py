@@ -182,12 +182,18 @@ def random_store(tmp_path_factory):
     author "near", the others of "crowd"."""
     rows = [_row(f"r{i}", "crowd" if i >= 300 else "near", T0 + timedelta(hours=i), "post", 0, f"text {i}")
             for i in range(1500)]
+    index, embedder = _vector_indexed(tmp_path_factory, "random", rows)
+    return index, rows, embedder
+
+
+def _vector_indexed(tmp_path_factory, name: str, rows: list[dict]) -> tuple:
+    """(index, embedder): `rows` with random vectors in a new index with its IVF index."""
     embedder = _RandomVectors([r["text"] for r in rows])
-    index = ChunkIndex(path=str(tmp_path_factory.mktemp("random") / "lancedb"), vector_index_min_rows=1000)
+    index = ChunkIndex(path=str(tmp_path_factory.mktemp(name) / "lancedb"), vector_index_min_rows=1000)
     index.replace_chunks([r["tweet_id"] for r in rows], rows, embedder)
     index.maintain(skip_if_current=True)
     assert index.counts()["vector_index"]
-    return index, rows, embedder
+    return index, embedder
 
 
 def _check_exact(index, rows, embedder, keep, **filters) -> None:
@@ -344,13 +350,13 @@ def _full_text_calls(monkeypatch) -> list[tuple]:
     return calls
 
 
-def _filtered_hits(path, hasher, mode: str) -> list:
-    """The hits of each narrow filter and query, from a new reader (no look-up
-    kept from a search before)."""
+def _filtered_hits(path, hasher, mode: str, filters_to_try=None) -> list:
+    """The hits of each filter (NARROW_FILTERS unless given) and query, from
+    a new reader (no look-up kept from a search before)."""
     index = ChunkIndex(path=path, vector_index_min_rows=1000)
     return [[(h.tweet_id, h.chunk_id, h.score, h.exact_match)
              for h in search(query, index=index, embedder=hasher, mode=mode, limit=20, **filters).hits]
-            for filters in NARROW_FILTERS for query in TEXT_QUERIES]
+            for filters in filters_to_try or NARROW_FILTERS for query in TEXT_QUERIES]
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "bm25"])
@@ -393,14 +399,7 @@ def test_a_wide_source_filter_gives_its_rows_to_lance_once_with_the_same_hits(st
     monkeypatch.setattr(search_module, "ROW_ALLOWLIST_MAX_ROWS", 100)  # each filter here is wide
     path = str(index.path)
     calls = _full_text_calls(monkeypatch)
-
-    def hits() -> list:
-        index = ChunkIndex(path=path, vector_index_min_rows=1000)
-        return [[(h.tweet_id, h.chunk_id, h.score, h.exact_match)
-                 for h in search(query, index=index, embedder=hasher_module, mode=mode, limit=20, **filters).hits]
-                for filters in WIDE_TEXT_FILTERS for query in TEXT_QUERIES]
-
-    new = hits()
+    new = _filtered_hits(path, hasher_module, mode, WIDE_TEXT_FILTERS)
     by_where = {}
     for where, allow in calls:
         by_where.setdefault(where, set()).add(allow is not None)
@@ -408,7 +407,7 @@ def test_a_wide_source_filter_gives_its_rows_to_lance_once_with_the_same_hits(st
     assert all(allowed == {False} for where, allowed in by_where.items() if "author" in where or "created_at" in where)
     calls.clear()
     monkeypatch.setattr(search_module, "WIDE_SOURCE_ALLOWLIST", False)  # the SQL filter, as before
-    old = hits()
+    old = _filtered_hits(path, hasher_module, mode, WIDE_TEXT_FILTERS)
     assert calls and all(allow is None and where for where, allow in calls)
     assert sum(map(len, new)) > 200
     assert new == old
@@ -529,12 +528,7 @@ def kinds_store(tmp_path_factory, few_probes):
     source kinds in turn (as bench_index.py's corpus)."""
     rows = [_row(f"k{i}", "crowd", T0 + timedelta(hours=i), KINDS[i % 4], 0, f"text {i} w{i % 7}")
             for i in range(1600)]
-    embedder = _RandomVectors([r["text"] for r in rows])
-    index = ChunkIndex(path=str(tmp_path_factory.mktemp("kinds") / "lancedb"), vector_index_min_rows=1000)
-    index.replace_chunks([r["tweet_id"] for r in rows], rows, embedder)
-    index.maintain(skip_if_current=True)
-    assert index.counts()["vector_index"]
-    return index, embedder
+    return _vector_indexed(tmp_path_factory, "kinds", rows)
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "dense"])
