@@ -76,12 +76,12 @@ def secret_fields(client_class: type[BaseModel]) -> list[str]:
 
 def check_overrides(cls: type[ClientResource], overrides: dict[str, Any]) -> None:
     """Refuse an override that names no field of the client, or a secret."""
-    fields = cls.client_class.model_fields
+    fields, secret = cls.client_class.model_fields, set(secret_fields(cls.client_class))
     unknown = sorted(name for name in overrides if name not in fields)
     if unknown:
         raise ValueError(f"{cls.__name__}.overrides: {unknown} are not fields of {cls.client_class.__name__}. "
-                         f"Allowed: {sorted(set(fields) - set(secret_fields(cls.client_class)))}.")
-    secrets = sorted(name for name in overrides if name in secret_fields(cls.client_class))
+                         f"Allowed: {sorted(set(fields) - secret)}.")
+    secrets = sorted(name for name in overrides if name in secret)
     if secrets:
         raise ValueError(f"{cls.__name__}.overrides: {secrets} hold a secret. A resource carries no secret of its "
                          "own: the client reads it from kb's settings file or the environment.")

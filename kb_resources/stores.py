@@ -57,14 +57,16 @@ class InboxResource(dg.ConfigurableResource):
     (as ClientResource; Inbox is a plain class)."""
 
     _client: Inbox | None = PrivateAttr(default=None)
+    _settings: Settings | None = PrivateAttr(default=None)  # as ClientResource._settings
 
     def get_client(self) -> Inbox:
         if self._client is None:
-            settings = get_settings()
+            settings = self._settings or get_settings()
             self._client = Inbox(settings.inbox_dir, settle_s=settings.kb_inbox_settle_s)
         return self._client
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> InboxResource:
-        del settings  # the client reads the settings of its process
-        return cls()
+        resource = cls()
+        resource._settings = settings
+        return resource

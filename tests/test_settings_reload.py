@@ -103,6 +103,15 @@ def test_each_resource_builds_its_client_from_the_settings_but_for_its_overrides
     for name, resource in build_resources().items():
         client = resource.get_client()
         assert client is resource.get_client(), name  # one client per resource: a run shares it
+    # The settings that build_resources() got reach the clients, the inbox's too,
+    # also when the process's settings changed since.
+    from kb.settings import get_settings
+
+    settings = get_settings()
+    monkeypatch.setenv("KB_HOME", str(kb_home / "elsewhere"))
+    resources = build_resources(settings)
+    assert resources["inbox"].get_client().root == settings.inbox_dir
+    assert resources["duckdb"].get_client().path == str(settings.duckdb_path)
     embedder = EmbedderResource.from_settings(backend="hash")
     assert (embedder.get_client().backend, embedder.get_client().batch_size) == ("hash", 24)
 
