@@ -112,7 +112,7 @@ def defs() -> dg.Definitions:
     of the code location in the UI takes a changed .env, and one process can
     change its settings between two loads (kb demo sets KB_HOME; a test
     sets keys). No module of kb_assets/ or sensors/ reads the settings at
-    import (tests/test_definitions.py)."""
+    import (tests/test_settings_reload.py)."""
     settings = get_settings()
     on_load(settings)
     return dg.Definitions(

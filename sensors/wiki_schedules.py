@@ -10,12 +10,10 @@
 """
 
 
-from datetime import timedelta
-
 import dagster as dg
 
 from kb.telegram.item_states import State
-from kb.wiki.weeks import iso_week_label
+from kb.wiki.weeks import iso_week_label, monday_of
 from kb_assets.wiki.wiki_pages import (
     WIKI_PAGES,
     wiki_ingest_job,
@@ -32,8 +30,7 @@ def lint_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
 
 
 def synthesis_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-    day = context.scheduled_execution_time.date()
-    monday = day - timedelta(days=day.weekday())
+    monday = monday_of(context.scheduled_execution_time.date())
     key = monday.isoformat()
     return dg.RunRequest(run_key=key, partition_key=key, tags={"week": iso_week_label(monday)})
 

@@ -140,7 +140,7 @@ class IndexStore(BaseModel):
     s3_secret_access_key: SecretStr | None = None
     s3_allow_http: bool = False
     # The writer lock file (kb/store/writer_lock.py). Empty: a file beside a local
-    # index folder; no lock for a bucket.
+    # index folder. from_settings() gives a bucket the lock file in KB_HOME.
     lock_path: str = ""
     # A folder for the passage rows as memory-mapped Arrow files (see
     # PassageRows.read()); empty: the rows are read into memory. Only for a

@@ -26,6 +26,7 @@ from pydantic import BaseModel, SecretStr
 from kb.settings import Settings, get_settings
 from kb.telegram.inbox import Inbox, InboxItem
 from kb.telegram.item_states import State
+from kb.wiki.schema import NOTHING_NEW
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ def wiki_result_text(asset: str, partition: str, metadata: dict) -> str:
     if asset == "wiki_topic_synthesis":
         topic = metadata.get("topic") or partition
         summary = clip(metadata.get("summary") or "") or "no summary"
-        if any(str(w).startswith("nothing new") for w in warnings):
+        if any(str(w).startswith(NOTHING_NEW) for w in warnings):
             summary = "nothing new since the last version: the page stays as it was."
         return f"topic synthesis {topic}: {summary} Page: wiki/syntheses/topics/{topic}.md.{tail}"
     raise ValueError(f"no wiki notice for asset {asset!r}")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from kb.settings import redact_secrets
 from kb.wiki.agent import AgentRun, WikiAgent
 from kb.wiki.repo import BeforeChange, Verdict, Wiki, raw_files_lock
+from kb.wiki.schema import NOTHING_NEW
 
 
 @dataclass
@@ -76,7 +77,7 @@ def _apply_agent_change(
                 problems.append(f"{path} does not say {text!r}")
         warnings = list((run.report or {}).get("warnings", []))
         if not problems and verdict.sha == before.sha:
-            warnings.insert(0, "nothing new: the agent changed no file, and the wiki stays as it was")
+            warnings.insert(0, f"{NOTHING_NEW}: the agent changed no file, and the wiki stays as it was")
         if run.status == "partial":
             # A partial change is committed; the owner hears of it as a warning.
             warnings.insert(0, "partial: the agent did only a part of the change: "

@@ -36,6 +36,10 @@ UNSUPPORTED_MARK = "(unsupported)"
 # The marks that the playbook asks for, at the end of a line: a claim with a
 # mark is the same claim (kb.wiki.change_rules).
 CLAIM_MARKS = (DISPUTED_MARK, UNSUPPORTED_MARK)
+# The first words of the warning of a change that changed no file
+# (kb/wiki/change.py): the owner's notice says "nothing new" for it
+# (kb/telegram/notifier.py).
+NOTHING_NEW = "nothing new"
 
 # Commit prefixes (specification 3.4). kb verifies that each commit of the
 # agent starts with the prefix of its task.

@@ -18,6 +18,11 @@ def iso_week_label(day: date) -> str:
     return f"{year}-W{week:02d}"
 
 
+def monday_of(day: date) -> date:
+    """The Monday of the week of `day`: the key of its synthesis partition."""
+    return day - timedelta(days=day.weekday())
+
+
 WEEKLY_PREFIX = f"{SYNTHESIS_PREFIX} weekly"  # the commit of each weekly synthesis
 
 

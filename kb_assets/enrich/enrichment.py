@@ -64,13 +64,18 @@ def stage_check_name(asset: str) -> str:
 
 
 def stage_check_spec(asset: str) -> dg.AssetCheckSpec:
-    return _partitioned_check(
+    return coverage_spec(
         stage_check_name(asset), asset,
         "Fails (severity ERROR) when the stage's service failed or stopped. The results before "
         "the stop are stored; the other items wait for the next run.")
 
 
-def _partitioned_check(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
+# The stage's checks are per partition (sync batch): the UI shows, for each
+# batch, whether its stage stopped and what of its items waits. A run of a
+# range of partitions (a backfill with a single-run policy) records its check
+# results for the range as a whole: Dagster gives them no partition then.
+def coverage_spec(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
+    """A check of a stage, per sync batch (the stage check and the coverage checks)."""
     # A partitions_def on a check is a preview of Dagster 1.13 (a PreviewWarning
     # at each load of the graph). pyproject.toml keeps Dagster below 1.14, and
     # tests/test_partitions.py checks the partition of each evaluation.
@@ -131,14 +136,6 @@ def with_checks(context, result: dg.MaterializeResult, *checks: dg.AssetCheckRes
     if not any(check.check_name == stage_check_name(context.asset_key.to_user_string()) for check in own):
         own.append(_stage_result(context))
     return result._replace(check_results=[*own, *checks])
-
-
-# The stage's checks are per partition (sync batch): the UI shows, for each
-# batch, whether its stage stopped and what of its items waits. A run of a
-# range of partitions (a backfill with a single-run policy) records its check
-# results for the range as a whole: Dagster gives them no partition then.
-def coverage_spec(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
-    return _partitioned_check(name, asset, description)
 
 
 def coverage_check(name: str, numbers: dict, *, done: int, total: int, off: bool, off_key: str) -> dg.AssetCheckResult:

@@ -18,7 +18,7 @@ for `kb status` and the bot's `/status`.
 """
 
 
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
 import dagster as dg
@@ -33,6 +33,7 @@ from kb.wiki.change import ChangeOutcome
 from kb.wiki.checks import findings_count
 from kb.wiki.prompts import TOPIC_KEY_MAX, topic_key
 from kb.wiki.tasks import ingest_source, lint_wiki, topic_synthesis, weekly_synthesis
+from kb.wiki.weeks import monday_of
 from kb_assets.keys import GATED_SOURCES, OVERRIDE_TAG, RETRY_ON_ASSET_FAILURE_TAG, WIKI_PAGES
 from kb_assets.partitions import sources
 from kb_assets.retry_budget import request_retries_used, source_retries_used, try_metadata
@@ -86,15 +87,14 @@ wiki_synthesis_weeks = dg.WeeklyPartitionsDefinition(
 )
 
 
-def today_in_zone(tz: str, now: datetime | None = None) -> date:
+def today_in_zone(tz: str) -> date:
     """The date of today in the zone `tz`: the lint partition of today."""
-    return (now or datetime.now(ZoneInfo(tz))).astimezone(ZoneInfo(tz)).date()
+    return datetime.now(ZoneInfo(tz)).date()
 
 
-def monday_in_zone(tz: str, now: datetime | None = None) -> date:
+def monday_in_zone(tz: str) -> date:
     """The Monday of this week in the zone `tz`: the synthesis partition of this week."""
-    today = today_in_zone(tz, now)
-    return today - timedelta(days=today.weekday())
+    return monday_of(today_in_zone(tz))
 
 
 def change_metadata(outcome: ChangeOutcome) -> dict:
