@@ -21,7 +21,7 @@ import ssl
 import httpx
 import pytest
 
-from kb.guards.egress_proxy import ENDPOINT_SETTINGS, egress_guard, main, named_endpoints
+from kb.guards.egress_proxy import ENDPOINT_SETTINGS, describe, egress_guard, main, named_endpoints
 from kb.guards.fetch_guard import FetchGuard, GuardProxy, PrivateAddress, parse_proxy
 from kb.settings import get_settings
 from kb.telegram.api import bot_at, build_bot
@@ -250,6 +250,8 @@ def test_the_allowlist_names_the_endpoints_of_the_settings(monkeypatch, caplog):
         guard = rule if public else rule.guard
         assert guard.is_allowed_host("fd00::5", 8080) and guard.is_allowed_host("[FD00::5]", 8080)
         assert not guard.is_allowed_host("fd00::5", 8081)
+        assert describe(rule).startswith("public addresses and ") and "fd00::5:8080" in describe(rule) if public \
+            else describe(rule) == "only ANTHROPIC_BASE_URL=[fd00::5]:8080"
     with pytest.raises(ValueError, match="not an endpoint setting: KB_HOME"):
         named_endpoints(get_settings(), ("KB_HOME",))
     assert main(["--only", "KB_HOME"]) == 2

@@ -50,6 +50,7 @@ from kb.guards.fetch_guard import (
     parse_pins,
     parse_proxy,
     split_host_port,
+    what_passes,
 )
 from kb.settings import Settings, get_settings
 
@@ -125,8 +126,7 @@ def egress_guard(settings: Settings, *, public: bool, only: tuple[str, ...] = ()
 def describe(rule: FetchGuard | NamedOnly) -> str:
     if isinstance(rule, NamedOnly):
         return f"only {rule.names}"
-    names = ", ".join(sorted(rule.allowed_hosts))
-    return "public addresses" + (f" and {names}" if names else " only")
+    return what_passes(rule.allowed_hosts)
 
 
 def egress_readiness(settings: Settings, timeout_s: float = 2.0) -> tuple[bool, str]:

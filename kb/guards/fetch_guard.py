@@ -257,7 +257,12 @@ def allowlist_readiness(settings: Settings) -> tuple[bool, str]:
         entries = parse_allowed_hosts(settings.kb_fetch_allow_hosts)
     except AllowListError as exc:
         return False, f"{exc} Until then, every link fetch fails."
-    return True, "public addresses" + (f" and {', '.join(sorted(entries))}" if entries else " only")
+    return True, what_passes(entries)
+
+
+def what_passes(entries) -> str:
+    """What a guard lets through, for `kb status` and the egress proxy's log."""
+    return "public addresses" + (f" and {', '.join(sorted(entries))}" if entries else " only")
 
 
 def _allowed_entry(raw: str) -> tuple[str, int | None]:
