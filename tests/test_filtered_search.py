@@ -512,7 +512,9 @@ def test_products_of_many_threads_run_in_one_blas_thread_and_give_back_its_threa
     second.join(10)
     release.set()
     worker.join(10)
-    assert seen == [[1], [1]]
+    # Each BLAS library in the process (numpy's; scipy's and others when a
+    # test before loaded them) ran the product in one thread.
+    assert len(seen) == 2 and all(counts and set(counts) == {1} for counts in seen), seen
     assert [i["num_threads"] for i in threadpool_info()] == threads
 
 
