@@ -24,7 +24,6 @@ import pytest
 from kb.guards.egress_proxy import ENDPOINT_SETTINGS, describe, egress_guard, main, named_endpoints
 from kb.guards.fetch_guard import FetchGuard, GuardProxy, PrivateAddress, parse_proxy
 from kb.settings import get_settings
-from kb.telegram.api import bot_at, build_bot
 from kb.telegram.notifier import TelegramNotifier
 from kb.wiki.agent import WikiAgent
 from kb.wiki.sandbox import EndpointRelay
@@ -194,6 +193,8 @@ def test_the_bot_reaches_its_bot_api_through_its_proxy_and_nothing_else(sites, m
             monkeypatch.setenv("KB_EGRESS_PROXY", proxy.url)
 
             async def me() -> str:
+                from kb.telegram.api import build_bot
+
                 bot = build_bot(get_settings())
                 try:
                     return (await bot.me()).username
@@ -222,6 +223,8 @@ def test_without_the_setting_every_client_connects_directly(monkeypatch):
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     assert FetchGuard.from_settings().proxy is None
     assert TelegramNotifier.from_settings().egress_proxy == ""
+    from kb.telegram.api import bot_at  # aiogram: 3.8 s of CPU at import, in the tests that use it only
+
     assert bot_at("https://api.telegram.org", TOKEN).session.egress_proxy is None
 
 

@@ -647,3 +647,53 @@ def test_the_documents_stage_fails_private_links_by_name(browser_servers, guarde
         assert (row["status"], row["reason"]) == ("failed", "private address"), (url, row)
         assert named in row["detail"] and SECRET_TEXT not in (row["text"] or ""), (url, row)
     assert secret.hits == []
+
+
+# --- one TLS context per process (kb/guards/tls.py) -----------------------------------
+
+
+def test_http_clients_share_one_tls_context_that_still_checks_certificates(tmp_path, monkeypatch):
+    """A guarded client and an Ollama client take the process's TLS context:
+    no client loads the CA file again. The shared context still refuses a
+    server whose certificate no trusted authority signed."""
+    import ssl
+    import threading
+
+    from kb.guards.tls import tls_context
+    from kb.index.embed_ollama import ollama_client
+    from tests.fake_youtube import _self_signed_certificate
+
+    import importlib
+
+    importlib.import_module("ollama")  # its import makes a default client of its own, once
+
+    made = []
+    real = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda *a, **k: made.append(k) or real(*a, **k))
+    tls_context.cache_clear()
+    guard = FetchGuard()
+    for _ in range(3):
+        guard.httpx_client().close()
+        ollama_client("http://127.0.0.1:11434", 3.0).close()
+    assert len(made) == 2  # one context for trust_env False (the guard), one for True (Ollama)
+    shared = tls_context(trust_env=False)
+    assert shared.verify_mode == ssl.CERT_REQUIRED and shared.check_hostname
+
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(*_self_signed_certificate(tmp_path, "127.0.0.1"))
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with contextlib.suppress(OSError), server_context.wrap_socket(connection, server_side=True) as tls:
+            tls.recv(1024)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    with guard.allowing(f"127.0.0.1:{port}").httpx_client(timeout=10) as client:
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            client.get(f"https://127.0.0.1:{port}/")
+    thread.join(10)
+    listener.close()
+    assert len(made) == 2

@@ -81,6 +81,8 @@ import h11
 import httpcore
 import httpx
 
+from kb.guards.tls import tls_context
+
 if TYPE_CHECKING:
     from kb.settings import Settings
 
@@ -533,11 +535,14 @@ class GuardedTransport(httpx.HTTPTransport):
     connects through the guard. httpx has no parameter for the backend, so
     the pool is built here (httpcore's public API) with httpx's defaults."""
 
-    def __init__(self, guard: FetchGuard, verify: bool = True):
-        super().__init__(verify=verify, trust_env=False)
+    def __init__(self, guard: FetchGuard):
+        # One TLS context of the process for the transport and its pool (kb/guards/tls.py):
+        # httpx made one for each, 26 ms of CPU each.
+        context = tls_context(trust_env=False)
+        super().__init__(verify=context, trust_env=False)
         limits = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
         self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
+            ssl_context=context,
             max_connections=limits.max_connections, max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry, network_backend=_GuardedBackend(guard))
 
