@@ -640,3 +640,58 @@ def test_a_local_model_that_the_owner_names_is_not_replaced_by_the_index_model(m
     assert default.keeping_to("local:some-folder-model").local_model == "bge-small-en-v1.5"
     assert Embedder(backend="ollama", ollama_url="", ollama_model="", local_model="bge-small-en-v1.5",
                     batch_size=8, cache_dir="").keeping_to("local:all-MiniLM-L6-v2").backend == "ollama"
+
+
+@pytest.mark.parametrize("read", [{}, {"tweet_id": "doc"}])
+def test_the_choice_reads_the_keys_of_the_candidates_that_it_looks_at(index, hasher, monkeypatch, read):
+    # A search of many candidates (here about 150: the dense and the lexical
+    # list) reads the key of a candidate (its tweet id; when one document is
+    # read, source, ref and position) only when the choice of the hits comes
+    # to it: one block of PICK_BLOCK for 5 hits. The hits must be those of a
+    # choice that reads every key first (a block larger than the list).
+    from kb.index import passage_rows, search as search_module
+
+    rows = [chunk(f"b{i // 3}", i % 3, f"kettle and pot number {i} of the kitchen") for i in range(150)]
+    rows += [chunk("doc", i, f"a kitchen kettle, part {i} of a long page") for i in range(120)]
+    index_rows(index, rows, hasher)
+    asked: list[tuple[str, int]] = []
+    column = passage_rows.PassageRows.column
+
+    def spy(self, name, row_ids):
+        asked.append((name, len(row_ids)))
+        return column(self, name, row_ids)
+
+    monkeypatch.setattr(passage_rows.PassageRows, "column", spy)
+    found = [(h.tweet_id, h.best_position, h.score) for h in
+             search("kettle kitchen", index=index, embedder=hasher, limit=5, **read).hits]
+    keys = [n for name, n in asked if name in ("tweet_id", "source", "ref", "position")]
+    assert len(found) == 5 and keys and max(keys) <= search_module.PICK_BLOCK
+    block = search_module.PICK_BLOCK
+    monkeypatch.setattr(search_module, "PICK_BLOCK", 10_000)
+    asked.clear()
+    assert [(h.tweet_id, h.best_position, h.score) for h in
+            search("kettle kitchen", index=index, embedder=hasher, limit=5, **read).hits] == found
+    assert max(n for name, n in asked if name in ("tweet_id", "position")) > block  # every key at once
+
+
+def test_the_rare_passage_moved_into_the_top_gets_its_key():
+    # keep_rare_in_top() moves the best passage with every rare word into
+    # the first RARE_SLOT hits, and leaves out the other passage of its
+    # bookmark. The choice did not read that passage's key: the rule must
+    # read it, else the bookmark shows twice.
+    from kb.index.exact_words import RARE_SLOT, keep_rare_in_top
+
+    ranked = [Candidate(i, key=f"t{i}") for i in range(10)] + [Candidate(i) for i in range(10, 80)]
+    best = ranked[70]
+    best.rare = True
+    chosen = ranked[:10]
+    keys = {70: "t6"}  # the bookmark of the 7th hit
+
+    def with_keys(cands):
+        for cand in cands:
+            if cand.key is None:
+                cand.key = keys.get(cand.row_id, f"t{cand.row_id}")
+
+    top = keep_rare_in_top(ranked, chosen, 10, with_keys)
+    assert top[RARE_SLOT - 1] is best
+    assert [c.key for c in top] == ["t0", "t1", "t6", "t2", "t3", "t4", "t5", "t7", "t8", "t9"]

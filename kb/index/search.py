@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import time
 from array import array
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import timezone
@@ -98,6 +99,8 @@ RESULT_COLUMNS = ["chunk_id", "tweet_id", "url", "author", "created_at", "source
 # and the vector query (and the rare-word look-ups) run at the same time.
 # One worker for each query of a search: the lexical list, the dense list and
 # the rare-word look-ups; none waits for a free worker.
+# _pick() reads the keys of the ranked candidates in blocks of this many.
+PICK_BLOCK = 64
 _POOL = ThreadPoolExecutor(max_workers=2 + EARLY_PROBES, thread_name_prefix="kb-search")
 
 
@@ -295,15 +298,8 @@ def _ranked(request: SearchRequest, scope: _Scope, retrieved: _Retrieved) -> lis
     """Step 3: fuse the scores, put the exact phrase and the rare words
     first, and choose one passage per bookmark (or per position of the
     document that is read): request.picked of them."""
-    candidates, rows = retrieved.candidates, scope.rows
+    candidates = retrieved.candidates
     cands = list(candidates.values())
-    ids = [c.row_id for c in cands]
-    if request.per_document:
-        keys = zip(*(rows.column(name, ids) for name in ("source", "ref", "position")))
-    else:
-        keys = rows.column("tweet_id", ids)
-    for cand, key in zip(cands, keys):
-        cand.key = key
     _mark_exact(request, scope, retrieved, cands)
     score_candidates(cands, request.mode, request.fusion)
     keyword_query = is_keyword_query(request.query)
@@ -311,11 +307,34 @@ def _ranked(request: SearchRequest, scope: _Scope, retrieved: _Retrieved) -> lis
         for cand in cands:
             cand.rare = cand.row_id in retrieved.rare_ids
     picked = request.picked
+    with_keys = _key_reader(scope.rows, request.per_document)
     if keyword_query:
         ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.rare, c.score), reverse=True)
-        return _pick(ranked, picked)
+        return _pick(ranked, picked, with_keys)
     ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.score), reverse=True)
-    return keep_rare_in_top(ranked, _pick(ranked, picked), picked)
+    return keep_rare_in_top(ranked, _pick(ranked, picked, with_keys), picked, with_keys)
+
+
+def _key_reader(rows: PassageRows, per_document: bool) -> Callable[[list[Candidate]], None]:
+    """A function that sets the key of the candidates that have none: the
+    tweet id, or (source, ref, position) when one document is read. Only the
+    candidates that the choice looks at get a key (_pick()): under one
+    source kind at 1,000,000 passages a search has about 1,100 candidates
+    (most of them from the look-ups of rare words), and it looks at a few
+    dozen (benchmarks/index_and_retrieval.md)."""
+    names = ("source", "ref", "position") if per_document else ("tweet_id",)
+
+    def with_keys(cands: list[Candidate]) -> None:
+        missing = [c for c in cands if c.key is None]
+        if not missing:
+            return
+        ids = [c.row_id for c in missing]
+        columns = [rows.column(name, ids) for name in names]
+        keys = zip(*columns) if per_document else columns[0]
+        for cand, key in zip(missing, keys):
+            cand.key = key
+
+    return with_keys
 
 
 def _mark_exact(request: SearchRequest, scope: _Scope, retrieved: _Retrieved, cands: list[Candidate]) -> None:
@@ -571,19 +590,24 @@ def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, w
     return holders
 
 
-def _pick(ranked: list[Candidate], limit: int) -> list[Candidate]:
-    # One document read: its passages (key: source, ref, position). Else:
-    # one passage per bookmark (key: tweet id).
+def _pick(ranked: list[Candidate], limit: int, with_keys: Callable[[list[Candidate]], None]) -> list[Candidate]:
+    """The first `limit` candidates with distinct keys. One document read:
+    its passages (key: source, ref, position). Else: one passage per
+    bookmark (key: tweet id). with_keys() reads the keys of the candidates
+    in blocks of PICK_BLOCK, as the choice comes to them (_key_reader())."""
     chosen: list[Candidate] = []
     seen: set = set()
-    for cand in ranked:
-        key = cand.key
-        if key in seen:
-            continue
-        seen.add(key)
-        chosen.append(cand)
-        if len(chosen) == limit:
-            break
+    for start in range(0, len(ranked), PICK_BLOCK):
+        block = ranked[start:start + PICK_BLOCK]
+        with_keys(block)
+        for cand in block:
+            key = cand.key
+            if key in seen:
+                continue
+            seen.add(key)
+            chosen.append(cand)
+            if len(chosen) == limit:
+                return chosen
     return chosen
 
 
