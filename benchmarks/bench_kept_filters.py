@@ -80,13 +80,14 @@ def open_index(folder: Path, cache: Path) -> ChunkIndex:
     search_module.prewarm_indexes(table)
     rows = index.passage_rows(table)
     assert os.environ.get("PYTHONHASHSEED") == HASH_SEED, "kept word counts need the same hash of str"
-    counts = cache / f"word-counts-{folder.name}-{table.version}-hashseed{HASH_SEED}.pkl"
+    # With the ASCII flags of the texts, which count_words() makes with the counts.
+    counts = cache / f"word-counts-ascii-{folder.name}-{table.version}-hashseed{HASH_SEED}.pkl"
     if counts.exists():
-        rows.word_counts = pickle.loads(counts.read_bytes())
+        rows.word_counts, rows.ascii_rows = pickle.loads(counts.read_bytes())
         rows.words_of, rows.counting_started = lowered_words, True
     else:
         rows.count_words(lowered_words)
-        counts.write_bytes(pickle.dumps(rows.word_counts))
+        counts.write_bytes(pickle.dumps((rows.word_counts, rows.ascii_rows)))
     assert not rows.uncounted()
     return index
 

@@ -236,6 +236,9 @@ class _Retrieved:
     candidates: dict[int, Candidate]
     lexical: list[tuple[int, float]] | None  # None: no lexical query (mode dense)
     rare_ids: set[int] | None  # the passages that hold the rare query words
+    # The passages that hold each rare query word, of the look-ups that found
+    # them all (at most rare_max): {word: row ids} (_mark_exact()).
+    word_rows: dict[str, set[int]] = field(default_factory=dict)
 
 
 def _retrieve(request: SearchRequest, index: ChunkIndex, scope: _Scope, embedder: Embedder | None) -> _Retrieved:
@@ -263,9 +266,10 @@ def _retrieve(request: SearchRequest, index: ChunkIndex, scope: _Scope, embedder
     for rank, (row_id, score) in enumerate(lexical):
         cand = candidates.setdefault(row_id, Candidate(row_id))
         cand.bm25, cand.bm25_rank = score, rank
+    word_rows: dict[str, set[int]] = {}
     rare_ids = _rare_word_passages(scope.table, scope.rows, scope.table_rows, request.query, scope.where, lexical,
-                                   candidates, early_probes, scope.texts, scope.allow)
-    return _Retrieved(candidates, lexical, rare_ids)
+                                   candidates, early_probes, scope.texts, scope.allow, word_rows)
+    return _Retrieved(candidates, lexical, rare_ids, word_rows)
 
 
 def _start_dense(request: SearchRequest, scope: _Scope, vector: np.ndarray):
@@ -351,9 +355,34 @@ def _mark_exact(request: SearchRequest, scope: _Scope, retrieved: _Retrieved, ca
     else:
         lexical_ids = {row_id for row_id, _ in lexical}
         looked_at = [c for c in cands if c.row_id in lexical_ids]
+    looked_at = _may_hold_phrases(scope.rows, phrases, retrieved.word_rows, looked_at)
     holds_phrases = PhraseTest(phrases)
     for cand, text in zip(looked_at, scope.texts.lowered([c.row_id for c in looked_at])):
         cand.exact = holds_phrases(text)
+
+
+def _may_hold_phrases(rows: PassageRows, phrases: list[str], word_rows: dict[str, set[int]],
+                      cands: list[Candidate]) -> list[Candidate]:
+    """The candidates that can hold the phrases, by the look-ups of rare
+    words: a passage with an ASCII-only text that holds an ASCII phrase
+    word is one of the passages that the look-up of that word found (when
+    it found them all). Why: in Python and in Lance's tokenizer a word of
+    ASCII letters and digits between characters that are not letters, digits
+    or "_" is the same word, lowered and stemmed alike. Under one source kind
+    at 1,000,000 passages a search has about 1,100 candidates (the rows of
+    the rare words), of which about 300 remain: the phrase test read 6 MB
+    of text per search. A text with other characters keeps the test (in
+    Python a combining mark, or the "i" of "İ" lowered, can end a word that
+    Lance's tokenizer does not end there). The ASCII flags come with the
+    word counts (PassageRows.count_words()); without them, each candidate
+    keeps the test."""
+    sets = [word_rows[w] for w in {w for p in phrases for w in p.split(" ")} if w.isascii() and w in word_rows]
+    if not sets or not cands:
+        return cands
+    ascii_texts = rows.ascii_texts([c.row_id for c in cands])
+    if ascii_texts is None:
+        return cands
+    return [c for c, plain in zip(cands, ascii_texts) if not plain or all(c.row_id in s for s in sets)]
 
 
 def warm_up(index: ChunkIndex | None = None, *, mode: str = "hybrid") -> float | None:
@@ -555,11 +584,13 @@ def _holders(rows: PassageRows, probe: tuple, rare_max: int, where: str | None) 
 
 def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, where: str | None,
                         lexical: list[tuple[int, float]], candidates: dict[int, Candidate],
-                        probes: list[tuple] | None, texts: LowerTexts, allow: bytes | None = None) -> set[int] | None:
+                        probes: list[tuple] | None, texts: LowerTexts, allow: bytes | None = None,
+                        word_rows: dict[str, set[int]] | None = None) -> set[int] | None:
     """Row ids of the passages that hold every rare word of the query, or
     None when the query has no rare word. Those passages join the candidates,
     so a rare word is found even when neither list ranked its passage.
-    probes: the look-ups of every query word, when they already started."""
+    probes: the look-ups of every query word, when they already started.
+    word_rows: gets {word: row ids} of each rare word (_mark_exact())."""
     rare_max = rare_word_max(table_rows)
     held_by = dict.fromkeys(rare_candidates(query), 0)
     known = rows.word_holders
@@ -586,7 +617,10 @@ def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, w
         for row_id in ids:
             if row_id not in candidates:
                 candidates[row_id] = Candidate(row_id)
-        holders = set(ids) if holders is None else holders & set(ids)
+        found = set(ids)
+        if word_rows is not None:
+            word_rows[probe[0]] = found
+        holders = found if holders is None else holders & found
     return holders
 
 
