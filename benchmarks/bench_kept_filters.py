@@ -64,25 +64,37 @@ def queries_of(size: int, cache: Path) -> tuple[list[str], np.ndarray]:
     return queries, query_vectors
 
 
+# The word counts (WordCounts) keep the hash of each word, and Python gives
+# str another hash in each process unless PYTHONHASHSEED is set: counts
+# kept from an earlier process found no word (least_holders() gave 0), so
+# each search looked up words that a server skips. main() runs the script
+# with this seed, and the file of the counts holds it in its name.
+HASH_SEED = "0"
+
+
 def open_index(folder: Path, cache: Path) -> ChunkIndex:
     """The kept index, with its vector index in the cache and the word counts
-    of a server (from --cache after the first run)."""
+    of a server (from --cache after the first run, made with HASH_SEED)."""
     index = ChunkIndex.from_settings(path=str(folder / "lancedb"), rows_dir=str(folder / "rows"))
     table = index.dataset(CHUNKS)
     search_module.prewarm_indexes(table)
     rows = index.passage_rows(table)
-    counts = cache / f"word-counts-{folder.name}-{table.version}.pkl"
+    assert os.environ.get("PYTHONHASHSEED") == HASH_SEED, "kept word counts need the same hash of str"
+    # With the ASCII flags of the texts, which count_words() makes with the counts.
+    counts = cache / f"word-counts-ascii-{folder.name}-{table.version}-hashseed{HASH_SEED}.pkl"
     if counts.exists():
-        rows.word_counts = pickle.loads(counts.read_bytes())
+        rows.word_counts, rows.ascii_rows = pickle.loads(counts.read_bytes())
         rows.words_of, rows.counting_started = lowered_words, True
     else:
         rows.count_words(lowered_words)
-        counts.write_bytes(pickle.dumps(rows.word_counts))
+        counts.write_bytes(pickle.dumps((rows.word_counts, rows.ascii_rows)))
     assert not rows.uncounted()
     return index
 
 
 def main() -> None:
+    if os.environ.get("PYTHONHASHSEED") != HASH_SEED:  # the same hash of str in each run (open_index())
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": HASH_SEED})
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--index", type=Path, required=True, help="KEEP/SIZE of bench_index.py --keep")
     parser.add_argument("--cache", type=Path, required=True, help="a folder for the queries and the word counts")

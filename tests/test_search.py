@@ -640,3 +640,136 @@ def test_a_local_model_that_the_owner_names_is_not_replaced_by_the_index_model(m
     assert default.keeping_to("local:some-folder-model").local_model == "bge-small-en-v1.5"
     assert Embedder(backend="ollama", ollama_url="", ollama_model="", local_model="bge-small-en-v1.5",
                     batch_size=8, cache_dir="").keeping_to("local:all-MiniLM-L6-v2").backend == "ollama"
+
+
+@pytest.mark.parametrize("read", [{}, {"tweet_id": "doc"}])
+def test_the_choice_reads_the_keys_of_the_candidates_that_it_looks_at(index, hasher, monkeypatch, read):
+    # A search of many candidates (here about 150: the dense and the lexical
+    # list) reads the key of a candidate (its tweet id; when one document is
+    # read, source, ref and position) only when the choice of the hits comes
+    # to it: one block of PICK_BLOCK for 5 hits. The hits must be those of a
+    # choice that reads every key first (a block larger than the list).
+    from kb.index import passage_rows, search as search_module
+
+    rows = [chunk(f"b{i // 3}", i % 3, f"kettle and pot number {i} of the kitchen") for i in range(150)]
+    rows += [chunk("doc", i, f"a kitchen kettle, part {i} of a long page") for i in range(120)]
+    index_rows(index, rows, hasher)
+    asked: list[tuple[str, int]] = []
+    column = passage_rows.PassageRows.column
+
+    def spy(self, name, row_ids):
+        asked.append((name, len(row_ids)))
+        return column(self, name, row_ids)
+
+    monkeypatch.setattr(passage_rows.PassageRows, "column", spy)
+    found = [(h.tweet_id, h.best_position, h.score) for h in
+             search("kettle kitchen", index=index, embedder=hasher, limit=5, **read).hits]
+    keys = [n for name, n in asked if name in ("tweet_id", "source", "ref", "position")]
+    assert len(found) == 5 and keys and max(keys) <= search_module.PICK_BLOCK
+    block = search_module.PICK_BLOCK
+    monkeypatch.setattr(search_module, "PICK_BLOCK", 10_000)
+    asked.clear()
+    assert [(h.tweet_id, h.best_position, h.score) for h in
+            search("kettle kitchen", index=index, embedder=hasher, limit=5, **read).hits] == found
+    assert max(n for name, n in asked if name in ("tweet_id", "position")) > block  # every key at once
+
+
+def test_the_rare_passage_moved_into_the_top_gets_its_key():
+    # keep_rare_in_top() moves the best passage with every rare word into
+    # the first RARE_SLOT hits, and leaves out the other passage of its
+    # bookmark. The choice did not read that passage's key: the rule must
+    # read it, else the bookmark shows twice.
+    from kb.index.exact_words import RARE_SLOT, keep_rare_in_top
+
+    ranked = [Candidate(i, key=f"t{i}") for i in range(10)] + [Candidate(i) for i in range(10, 80)]
+    best = ranked[70]
+    best.rare = True
+    chosen = ranked[:10]
+    keys = {70: "t6"}  # the bookmark of the 7th hit
+
+    def with_keys(cands):
+        for cand in cands:
+            if cand.key is None:
+                cand.key = keys.get(cand.row_id, f"t{cand.row_id}")
+
+    top = keep_rare_in_top(ranked, chosen, 10, with_keys)
+    assert top[RARE_SLOT - 1] is best
+    assert [c.key for c in top] == ["t0", "t1", "t6", "t2", "t3", "t4", "t5", "t7", "t8", "t9"]
+
+
+def test_the_phrase_test_leaves_out_the_ascii_passages_that_a_look_up_of_a_phrase_word_did_not_find(
+        index, hasher, monkeypatch):
+    # A passage with an ASCII text that holds the phrase "kiwi mango" holds
+    # the words "kiwi" and "mango", and Lance's look-up of each rare word
+    # finds it. So the phrase test leaves out the candidates with an ASCII
+    # text that a look-up of a phrase word did not find. A text with other
+    # characters keeps the test: "İkiwi" is "i̇kiwi" in Python (the dot is
+    # no word character, so "kiwi" is a word there), and one word to
+    # Lance's tokenizer (its look-up of "kiwi" does not find it). The marks
+    # must be those of the test of each candidate. A depth of 3 cuts the
+    # lists (each candidate is looked at); RARE_MIN 20 makes both words rare.
+    from kb.index import exact_words, search as search_module, search_request
+
+    monkeypatch.setattr(search_request, "MIN_DEPTH", 3)
+    monkeypatch.setattr(search_request, "DEPTH_PER_HIT", 1)
+    monkeypatch.setattr(exact_words, "RARE_MIN", 20)
+    rows = [chunk(f"k{i}", 0, f"a kiwi tart, number {i}") for i in range(8)]
+    rows += [chunk(f"m{i}", 0, f"a mango pie, number {i}") for i in range(8)]
+    rows += [chunk("both", 0, "we ate kiwi, mango and more"), chunk("dot", 0, "İkiwi mango tart"),
+             chunk("other", 0, "a plain text without the words")]
+    index_rows(index, rows, hasher)
+    tested: list[int] = []
+    lowered = exact_words.LowerTexts.lowered
+    seen: dict = {}
+    ranked = search_module._ranked
+
+    def spy_lowered(self, row_ids):
+        tested.extend(row_ids)
+        return lowered(self, row_ids)
+
+    def spy_ranked(request, scope, retrieved):
+        chosen = ranked(request, scope, retrieved)
+        seen["exact"] = {c.row_id: c.exact for c in retrieved.candidates.values()}
+        return chosen
+
+    monkeypatch.setattr(exact_words.LowerTexts, "lowered", spy_lowered)
+    monkeypatch.setattr(search_module, "_ranked", spy_ranked)
+
+    def marks(reader: ChunkIndex) -> tuple[dict, dict, set]:
+        tested.clear()
+        hits = search("kiwi mango", index=reader, embedder=hasher, limit=3).hits
+        rows_in_memory = reader.passage_rows(reader.dataset(CHUNKS))
+        ids = list(seen["exact"])
+        tweet = dict(zip(ids, rows_in_memory.column("tweet_id", ids)))
+        texts = dict(zip(ids, rows_in_memory.column("text", ids)))
+        assert seen["exact"] == {r: _holds_phrases(texts[r], ["kiwi mango"]) for r in ids}
+        return ({tweet[r]: e for r, e in seen["exact"].items()}, {h.tweet_id: h.exact_match for h in hits},
+                {tweet[r] for r in tested})
+
+    # Without the word counts (no ASCII flags), each candidate is tested.
+    exact, hits, looked_at = marks(ChunkIndex.from_settings())
+    assert exact["both"] and exact["dot"] and {"k0", "m0"} <= set(exact) and looked_at == set(exact)
+    # With them (a server counts the words), the passages of one word are not.
+    reader = ChunkIndex.from_settings()
+    reader.passage_rows(reader.dataset(CHUNKS)).count_words(exact_words.lowered_words)
+    exact_counted, hits_counted, looked_at = marks(reader)
+    assert exact_counted == exact and hits_counted == hits
+    assert looked_at == {"both", "dot"}
+
+
+def test_the_word_counts_flag_the_ascii_texts_and_a_new_version_keeps_them(index, hasher):
+    from kb.index.exact_words import lowered_words
+
+    index_rows(index, [chunk("a", 0, "plain words"), chunk("b", 0, "café au lait")], hasher)
+    rows = index.passage_rows(index.dataset(CHUNKS))
+    ids = sorted(rows.rows_of_bookmarks(["a"])["a"] + rows.rows_of_bookmarks(["b"])["b"])
+    assert rows.ascii_texts(ids) is None  # no counts yet
+    rows.count_words(lowered_words)
+    by_tweet = dict(zip(rows.column("tweet_id", ids), rows.ascii_texts(ids)))
+    assert by_tweet == {"a": True, "b": False}
+    index_rows(index, [chunk("c", 0, "more plain words")], hasher)
+    newer = index.passage_rows(index.dataset(CHUNKS))
+    held = newer.rows_of_bookmarks(["a", "b", "c"])
+    ids = sorted(held["a"] + held["b"])
+    assert dict(zip(newer.column("tweet_id", ids), newer.ascii_texts(ids))) == {"a": True, "b": False}
+    assert newer.ascii_texts(held["c"]) is None  # the new fragment: not counted yet

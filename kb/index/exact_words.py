@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Callable
 from functools import lru_cache
 
 from kb.index.chunking import UNSPACED
@@ -300,12 +301,15 @@ def is_keyword_query(query: str) -> bool:
     return len(_content_words(query)) <= KEYWORD_QUERY_WORDS
 
 
-def keep_rare_in_top(ranked: list[Candidate], chosen: list[Candidate], limit: int) -> list[Candidate]:
+def keep_rare_in_top(ranked: list[Candidate], chosen: list[Candidate], limit: int,
+                     with_keys: Callable[[list[Candidate]], None]) -> list[Candidate]:
     """Put the best passage that holds every rare query word among the first
-    RARE_SLOT hits, when it is not there yet."""
+    RARE_SLOT hits, when it is not there yet. with_keys(): sets the key of
+    candidates that have none (the chosen ones have theirs)."""
     best = next((c for c in ranked if c.rare), None)
     if best is None:
         return chosen
+    with_keys([best])
     position = next((i for i, c in enumerate(chosen) if c.key == best.key), None)
     if position is not None and position < RARE_SLOT:
         return chosen

@@ -103,6 +103,9 @@ class PassageRows:
         # A fragment keeps its counts from version to version, as its rows.
         # words_of: the rule that gives the words of a text (kb.index.exact_words.lowered_words).
         self.word_counts: dict[tuple, dict[str, WordCounts]] = {}
+        # Per data fragment, made with its word counts: True for each row
+        # whose text is ASCII only (ascii_texts()).
+        self.ascii_rows: dict[tuple, np.ndarray] = {}
         self.words_of: Callable[[str], set[str]] | None = None
         self.counting_started = False
         # Per data fragment: its rows in memory that this version deleted.
@@ -165,6 +168,7 @@ class PassageRows:
         if previous is not None and previous.words_of is not None:
             rows.words_of = previous.words_of
             rows.word_counts = {key: previous.word_counts[key] for key in parts if key in previous.word_counts}
+            rows.ascii_rows = {key: previous.ascii_rows[key] for key in parts if key in previous.ascii_rows}
         if exact_vectors:
             rows.vectors = _live_vectors(dataset)
         return rows
@@ -234,8 +238,11 @@ class PassageRows:
         for key, (_, columns) in self._parts.items():
             if key not in self.word_counts:
                 texts_by_source: dict[str, list[str]] = {}
+                ascii_rows = []
                 for source, text in zip(columns["source"], columns["text"]):
                     texts_by_source.setdefault(source, []).append(text)
+                    ascii_rows.append(text.isascii())  # a flag of the str: no pass over the text
+                self.ascii_rows[key] = np.array(ascii_rows, dtype=bool)
                 self.word_counts[key] = {source: _passages_per_word(texts, self.words_of)
                                          for source, texts in texts_by_source.items()}
 
@@ -256,6 +263,23 @@ class PassageRows:
                            if sources is None or source in sources)
                 total += max(0, held - deleted)
         return total
+
+    def ascii_texts(self, row_ids: list[int]) -> list[bool] | None:
+        """For each of these rows, in their order: True when its text is
+        ASCII only. None when a data fragment of these rows has no word
+        counts yet (count_words() makes the flags with them)."""
+        if not row_ids:
+            return []
+        _, part, local = self._locate(row_ids)
+        keys = list(self._parts)
+        out = np.zeros(len(row_ids), dtype=bool)
+        for p in np.unique(part).tolist():
+            flags = self.ascii_rows.get(keys[p])
+            if flags is None:
+                return None
+            at = np.flatnonzero(part == p)
+            out[at] = flags[local[at]]
+        return out.tolist()
 
     def _locate(self, row_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(row ids, part, index in the part) of these rows. KeyError for a

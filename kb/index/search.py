@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import time
 from array import array
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import timezone
@@ -98,6 +99,8 @@ RESULT_COLUMNS = ["chunk_id", "tweet_id", "url", "author", "created_at", "source
 # and the vector query (and the rare-word look-ups) run at the same time.
 # One worker for each query of a search: the lexical list, the dense list and
 # the rare-word look-ups; none waits for a free worker.
+# _pick() reads the keys of the ranked candidates in blocks of this many.
+PICK_BLOCK = 64
 _POOL = ThreadPoolExecutor(max_workers=2 + EARLY_PROBES, thread_name_prefix="kb-search")
 
 
@@ -233,6 +236,9 @@ class _Retrieved:
     candidates: dict[int, Candidate]
     lexical: list[tuple[int, float]] | None  # None: no lexical query (mode dense)
     rare_ids: set[int] | None  # the passages that hold the rare query words
+    # The passages that hold each rare query word, of the look-ups that found
+    # them all (at most rare_max): {word: row ids} (_mark_exact()).
+    word_rows: dict[str, set[int]] = field(default_factory=dict)
 
 
 def _retrieve(request: SearchRequest, index: ChunkIndex, scope: _Scope, embedder: Embedder | None) -> _Retrieved:
@@ -260,9 +266,10 @@ def _retrieve(request: SearchRequest, index: ChunkIndex, scope: _Scope, embedder
     for rank, (row_id, score) in enumerate(lexical):
         cand = candidates.setdefault(row_id, Candidate(row_id))
         cand.bm25, cand.bm25_rank = score, rank
+    word_rows: dict[str, set[int]] = {}
     rare_ids = _rare_word_passages(scope.table, scope.rows, scope.table_rows, request.query, scope.where, lexical,
-                                   candidates, early_probes, scope.texts, scope.allow)
-    return _Retrieved(candidates, lexical, rare_ids)
+                                   candidates, early_probes, scope.texts, scope.allow, word_rows)
+    return _Retrieved(candidates, lexical, rare_ids, word_rows)
 
 
 def _start_dense(request: SearchRequest, scope: _Scope, vector: np.ndarray):
@@ -295,15 +302,8 @@ def _ranked(request: SearchRequest, scope: _Scope, retrieved: _Retrieved) -> lis
     """Step 3: fuse the scores, put the exact phrase and the rare words
     first, and choose one passage per bookmark (or per position of the
     document that is read): request.picked of them."""
-    candidates, rows = retrieved.candidates, scope.rows
+    candidates = retrieved.candidates
     cands = list(candidates.values())
-    ids = [c.row_id for c in cands]
-    if request.per_document:
-        keys = zip(*(rows.column(name, ids) for name in ("source", "ref", "position")))
-    else:
-        keys = rows.column("tweet_id", ids)
-    for cand, key in zip(cands, keys):
-        cand.key = key
     _mark_exact(request, scope, retrieved, cands)
     score_candidates(cands, request.mode, request.fusion)
     keyword_query = is_keyword_query(request.query)
@@ -311,11 +311,34 @@ def _ranked(request: SearchRequest, scope: _Scope, retrieved: _Retrieved) -> lis
         for cand in cands:
             cand.rare = cand.row_id in retrieved.rare_ids
     picked = request.picked
+    with_keys = _key_reader(scope.rows, request.per_document)
     if keyword_query:
         ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.rare, c.score), reverse=True)
-        return _pick(ranked, picked)
+        return _pick(ranked, picked, with_keys)
     ranked = sorted(candidates.values(), key=lambda c: (c.exact, c.score), reverse=True)
-    return keep_rare_in_top(ranked, _pick(ranked, picked), picked)
+    return keep_rare_in_top(ranked, _pick(ranked, picked, with_keys), picked, with_keys)
+
+
+def _key_reader(rows: PassageRows, per_document: bool) -> Callable[[list[Candidate]], None]:
+    """A function that sets the key of the candidates that have none: the
+    tweet id, or (source, ref, position) when one document is read. Only the
+    candidates that the choice looks at get a key (_pick()): under one
+    source kind at 1,000,000 passages a search has about 1,100 candidates
+    (most of them from the look-ups of rare words), and it looks at a few
+    dozen (benchmarks/index_and_retrieval.md)."""
+    names = ("source", "ref", "position") if per_document else ("tweet_id",)
+
+    def with_keys(cands: list[Candidate]) -> None:
+        missing = [c for c in cands if c.key is None]
+        if not missing:
+            return
+        ids = [c.row_id for c in missing]
+        columns = [rows.column(name, ids) for name in names]
+        keys = zip(*columns) if per_document else columns[0]
+        for cand, key in zip(missing, keys):
+            cand.key = key
+
+    return with_keys
 
 
 def _mark_exact(request: SearchRequest, scope: _Scope, retrieved: _Retrieved, cands: list[Candidate]) -> None:
@@ -332,9 +355,34 @@ def _mark_exact(request: SearchRequest, scope: _Scope, retrieved: _Retrieved, ca
     else:
         lexical_ids = {row_id for row_id, _ in lexical}
         looked_at = [c for c in cands if c.row_id in lexical_ids]
+    looked_at = _may_hold_phrases(scope.rows, phrases, retrieved.word_rows, looked_at)
     holds_phrases = PhraseTest(phrases)
     for cand, text in zip(looked_at, scope.texts.lowered([c.row_id for c in looked_at])):
         cand.exact = holds_phrases(text)
+
+
+def _may_hold_phrases(rows: PassageRows, phrases: list[str], word_rows: dict[str, set[int]],
+                      cands: list[Candidate]) -> list[Candidate]:
+    """The candidates that can hold the phrases, by the look-ups of rare
+    words: a passage with an ASCII-only text that holds an ASCII phrase
+    word is one of the passages that the look-up of that word found (when
+    it found them all). Why: in Python and in Lance's tokenizer a word of
+    ASCII letters and digits between characters that are not letters, digits
+    or "_" is the same word, lowered and stemmed alike. Under one source kind
+    at 1,000,000 passages a search has about 1,100 candidates (the rows of
+    the rare words), of which about 300 remain: the phrase test read 6 MB
+    of text per search. A text with other characters keeps the test (in
+    Python a combining mark, or the "i" of "İ" lowered, can end a word that
+    Lance's tokenizer does not end there). The ASCII flags come with the
+    word counts (PassageRows.count_words()); without them, each candidate
+    keeps the test."""
+    sets = [word_rows[w] for w in {w for p in phrases for w in p.split(" ")} if w.isascii() and w in word_rows]
+    if not sets or not cands:
+        return cands
+    ascii_texts = rows.ascii_texts([c.row_id for c in cands])
+    if ascii_texts is None:
+        return cands
+    return [c for c, plain in zip(cands, ascii_texts) if not plain or all(c.row_id in s for s in sets)]
 
 
 def warm_up(index: ChunkIndex | None = None, *, mode: str = "hybrid") -> float | None:
@@ -536,11 +584,13 @@ def _holders(rows: PassageRows, probe: tuple, rare_max: int, where: str | None) 
 
 def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, where: str | None,
                         lexical: list[tuple[int, float]], candidates: dict[int, Candidate],
-                        probes: list[tuple] | None, texts: LowerTexts, allow: bytes | None = None) -> set[int] | None:
+                        probes: list[tuple] | None, texts: LowerTexts, allow: bytes | None = None,
+                        word_rows: dict[str, set[int]] | None = None) -> set[int] | None:
     """Row ids of the passages that hold every rare word of the query, or
     None when the query has no rare word. Those passages join the candidates,
     so a rare word is found even when neither list ranked its passage.
-    probes: the look-ups of every query word, when they already started."""
+    probes: the look-ups of every query word, when they already started.
+    word_rows: gets {word: row ids} of each rare word (_mark_exact())."""
     rare_max = rare_word_max(table_rows)
     held_by = dict.fromkeys(rare_candidates(query), 0)
     known = rows.word_holders
@@ -567,23 +617,31 @@ def _rare_word_passages(table, rows: PassageRows, table_rows: int, query: str, w
         for row_id in ids:
             if row_id not in candidates:
                 candidates[row_id] = Candidate(row_id)
-        holders = set(ids) if holders is None else holders & set(ids)
+        found = set(ids)
+        if word_rows is not None:
+            word_rows[probe[0]] = found
+        holders = found if holders is None else holders & found
     return holders
 
 
-def _pick(ranked: list[Candidate], limit: int) -> list[Candidate]:
-    # One document read: its passages (key: source, ref, position). Else:
-    # one passage per bookmark (key: tweet id).
+def _pick(ranked: list[Candidate], limit: int, with_keys: Callable[[list[Candidate]], None]) -> list[Candidate]:
+    """The first `limit` candidates with distinct keys. One document read:
+    its passages (key: source, ref, position). Else: one passage per
+    bookmark (key: tweet id). with_keys() reads the keys of the candidates
+    in blocks of PICK_BLOCK, as the choice comes to them (_key_reader())."""
     chosen: list[Candidate] = []
     seen: set = set()
-    for cand in ranked:
-        key = cand.key
-        if key in seen:
-            continue
-        seen.add(key)
-        chosen.append(cand)
-        if len(chosen) == limit:
-            break
+    for start in range(0, len(ranked), PICK_BLOCK):
+        block = ranked[start:start + PICK_BLOCK]
+        with_keys(block)
+        for cand in block:
+            key = cand.key
+            if key in seen:
+                continue
+            seen.add(key)
+            chosen.append(cand)
+            if len(chosen) == limit:
+                return chosen
     return chosen
 
 
