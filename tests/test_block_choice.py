@@ -539,3 +539,44 @@ def test_a_gallery_in_an_article_is_dropped_and_the_text_around_it_stays():
 def test_a_gallery_stays_on_other_pages_outside_the_article_or_when_it_is_the_text(page, kind):
     blocks = blocks_of(page)
     assert _kept_texts(page, None if kind is None else str(kind)) == [b.text for b in blocks]
+
+
+_LABELS_PAGE = (
+    "<html><body><div class='module navigation-module'><ul><li><a href='/news'>News</a></li>"
+    "<li><a href='/local'>Local</a></li><li><a href='/opinion'>Opinion columns today</a></li></ul></div>"
+    "<div class='kicker'><a href='/videos'>Videos</a></div>"
+    "<div><a href='/deals'>$ 99 deals</a></div>"
+    "<div><a href='/long'>Four words of link</a></div>"
+    "<div>Opinion</div>"
+    "<h1>The bridge stays open for another year</h1>"
+    f"{_STORY}"
+    "<p>Mini bars almost always lose money, the hotel owners said.</p>"
+    "<ul class='tags'><li><a href='/tag/hotels'>Hotels</a></li></ul>"
+    "</body></html>")
+
+
+def test_links_above_the_story_are_dropped_on_an_article_page():
+    """The site's menu and section links above the first paragraph of prose
+    go, outside <nav> too; a price, a longer link, plain text, the headline
+    and every block from the story on stay (a tag link below it too)."""
+    story = " ".join(lxml.html.fragment_fromstring(_STORY).text_content().split())
+    assert _kept_texts(_LABELS_PAGE, str(PageType.ARTICLE)) == [
+        "$ 99 deals", "Four words of link", "Opinion", "The bridge stays open for another year", story,
+        "Mini bars almost always lose money, the hotel owners said.", "Hotels"]
+    blocks = blocks_of(_LABELS_PAGE)
+    assert not block_choice.without_boilerplate(blocks, np.zeros(len(blocks), dtype=bool),
+                                                str(PageType.ARTICLE)).any()
+
+
+@pytest.mark.parametrize("page, kind", [
+    # Another type of page: the links are the items of a listing or a shop.
+    (_LABELS_PAGE, PageType.LISTING),
+    (_LABELS_PAGE, PageType.COLLECTION),
+    (_LABELS_PAGE, None),
+    # No prose on the page: no story for the links to stand above.
+    ("<html><body><div><a href='/news'>News</a></div><div><a href='/local'>Local</a></div>"
+     "<p>Short line.</p></body></html>", PageType.ARTICLE),
+])
+def test_links_above_the_story_stay_on_other_pages_or_without_prose(page, kind):
+    blocks = blocks_of(page)
+    assert _kept_texts(page, None if kind is None else str(kind)) == [b.text for b in blocks]
