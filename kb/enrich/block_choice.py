@@ -322,8 +322,13 @@ def is_boilerplate(block: Block) -> bool:
         return True
     if block.element.tag == "figcaption" and len(block.text.split()) <= CAPTION_WORDS:
         return True
-    return (block.element.tag == "li" and bool(block.areas & {"nav", "header"})
-            and len(block.text.split()) <= MENU_ITEM_WORDS
+    return block.element.tag == "li" and bool(block.areas & {"nav", "header"}) and is_link_label(block)
+
+
+def is_link_label(block: Block) -> bool:
+    """A block of at most MENU_ITEM_WORDS words, nearly all link text
+    (MENU_ITEM_LINK_SHARE): the label of a menu, a section or a crumb."""
+    return (len(block.text.split()) <= MENU_ITEM_WORDS
             and block.link_chars >= MENU_ITEM_LINK_SHARE * max(1, len(block.text)))
 
 
@@ -383,10 +388,10 @@ def in_gallery(blocks: list[Block], kept: np.ndarray) -> np.ndarray:
 # Above the story, news sites put the site's menu, its sections and a
 # breadcrumb ("News", "Local", "Opinion", "Videos"), often outside <nav>
 # and <header> (a div of class "navigation-module", a table of links): the
-# rule of MENU_ITEM_WORDS does not see them, and the model keeps them. On
-# an article page, a kept block of at most LABEL_WORDS words, nearly all
-# link text (MENU_ITEM_LINK_SHARE), before the first kept block of prose
-# (PROSE_WORDS words or more, less than half link text), goes. Only above
+# menu-item rule of is_boilerplate() does not see them, and the model keeps
+# them. On an article page, a kept link label (is_link_label()) before the
+# first kept block of prose (PROSE_WORDS words or more, less than half link
+# text) goes. Only above
 # the story: below it the same blocks are the names of a grid's items on
 # a shop's page that kb calls an article (WCXB's collection and listing
 # pages lost 0.0017 and 0.0013 when the rule acted below the story too).
@@ -394,7 +399,6 @@ def in_gallery(blocks: list[Block], kept: np.ndarray) -> np.ndarray:
 # a label holds no digit. News development set 0.9661 to 0.9673 (precision
 # 0.9676 to 0.9700), WCXB 0.9032 to 0.9035, the snippet set the same; no
 # WCXB type lower to 4 decimals (issue 58, benchmarks/extraction.md).
-LABEL_WORDS = 3
 PROSE_WORDS = 10
 _DIGIT = re.compile(r"\d")
 
@@ -408,8 +412,7 @@ def labels_above(blocks: list[Block], kept: np.ndarray) -> np.ndarray:
         words = len(block.text.split())
         if words >= PROSE_WORDS and block.link_chars < 0.5 * len(block.text):
             return result  # the first block of prose: the story starts here
-        if (words <= LABEL_WORDS and block.link_chars >= MENU_ITEM_LINK_SHARE * max(1, len(block.text))
-                and not _DIGIT.search(block.text)):
+        if is_link_label(block) and not _DIGIT.search(block.text):
             result[index] = True
     return np.zeros(len(blocks), dtype=bool)  # no prose: no story to stand above
 

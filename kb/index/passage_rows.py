@@ -271,15 +271,10 @@ class PassageRows:
         if not row_ids:
             return []
         _, part, local = self._locate(row_ids)
-        keys = list(self._parts)
-        out = np.zeros(len(row_ids), dtype=bool)
-        for p in np.unique(part).tolist():
-            flags = self.ascii_rows.get(keys[p])
-            if flags is None:
-                return None
-            at = np.flatnonzero(part == p)
-            out[at] = flags[local[at]]
-        return out.tolist()
+        flags = [self.ascii_rows.get(key) for key in self._parts]
+        if any(flags[p] is None for p in np.unique(part).tolist()):
+            return None
+        return _by_part(part, local, lambda p, at: flags[p][at].tolist())
 
     def _locate(self, row_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(row ids, part, index in the part) of these rows. KeyError for a
