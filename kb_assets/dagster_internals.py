@@ -51,6 +51,8 @@ from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, Worke
 LAZY = {
     "DagsterEventLog": ("dagster._core.storage.event_log", "SqliteEventLogStorage"),
     "SqlEventLogStorageMetadata": ("dagster._core.storage.event_log", "SqlEventLogStorageMetadata"),
+    "RunStorageSqlMetadata": ("dagster._core.storage.runs", "RunStorageSqlMetadata"),
+    "ScheduleStorageSqlMetadata": ("dagster._core.storage.schedules", "ScheduleStorageSqlMetadata"),
     "DagsterRunStorage": ("dagster._core.storage.runs", "SqliteRunStorage"),
     "DagsterScheduleStorage": ("dagster._core.storage.schedules", "SqliteScheduleStorage"),
     "LocalComputeLogManager": ("dagster._core.storage.local_compute_log_manager", "LocalComputeLogManager"),
@@ -90,5 +92,6 @@ def __getattr__(name: str):
 __all__ = [
     "ALEMBIC_SCRIPTS_LOCATION", "ASSET_PARTITION_RANGE_END_TAG", "ASSET_PARTITION_RANGE_START_TAG",
     "CapturedLogContext", "CheckRunHealthResult", "DagsterEventLog", "DagsterRunStorage", "DagsterScheduleStorage", "INDEX_SHARD_NAME",
-    "LocalComputeLogManager", "SQLITE_BUSY_TIMEOUT_SECONDS", "SqlEventLogStorageMetadata", "WorkerStatus", "create_db_conn_string",
+    "LocalComputeLogManager", "RunStorageSqlMetadata", "SQLITE_BUSY_TIMEOUT_SECONDS", "ScheduleStorageSqlMetadata",
+    "SqlEventLogStorageMetadata", "WorkerStatus", "create_db_conn_string",
 ]

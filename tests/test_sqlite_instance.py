@@ -170,6 +170,73 @@ def _schema(path) -> list[tuple[str, str]]:
     return sorted(rows, key=str) + [("alembic_version", str(version))]
 
 
+def _contents(path) -> dict[str, object]:
+    """The rows of a file that a new Dagster home holds: the count of each
+    table, and the names of the data migrations marked as done."""
+    with sqlite3.connect(path) as conn:
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        contents: dict[str, object] = {table: conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+                                       for table in tables}
+        if "secondary_indexes" in tables:
+            contents["migrations done"] = sorted(row[0] for row in conn.execute(
+                "SELECT name FROM secondary_indexes WHERE migration_completed IS NOT NULL"))
+    return contents
+
+
+def test_a_new_dagster_home_made_by_kb_holds_the_files_that_dagster_makes(tmp_path):
+    """kb makes the new runs.db, schedules.db and index.db itself, as it
+    makes a run's file (a new home cost 216 ms of CPU with Dagster's code,
+    76 ms so). Each file must be the one that Dagster's own code makes: the
+    same tables, version and data migrations marked as done."""
+    home = ensure_dagster_home(Settings())
+    instance = dg.DagsterInstance.get()
+    assert instance.get_runs() == [] and instance.all_instigator_state() == []
+    plain = tmp_path / "plain"
+    DagsterRunStorage.from_local(str(plain / "history")).dispose()
+    DagsterScheduleStorage.from_local(str(plain / "schedules")).dispose()
+    DagsterEventLog(str(plain / "history" / "runs")).dispose()
+    for part in ("history/runs.db", "schedules/schedules.db", "history/runs/index.db"):
+        made_by_kb, made_by_dagster = home / part, plain / part
+        assert _schema(made_by_kb) == _schema(made_by_dagster), part
+        assert _contents(made_by_kb) == _contents(made_by_dagster), part
+    assert _contents(home / "history" / "runs.db")["migrations done"]  # the test compares marks
+
+
+def test_two_makers_of_one_new_file_stamp_one_version(tmp_path):
+    """Two processes open a new Dagster home at once. The first makes the
+    file; the second waits for its write, finds the tables and leaves the
+    file to Dagster's checks. The file holds one version, not two heads."""
+    import threading
+    import time
+
+    from sqlalchemy import create_engine
+
+    from kb_assets.dagster_internals import RunStorageSqlMetadata
+    from kb_assets.sqlite_instance import _made_at_head
+
+    inside = threading.Event()
+
+    class SlowMaker:  # the first maker pauses between its check and its tables
+        def create_all(self, conn):
+            inside.set()
+            time.sleep(0.5)
+            RunStorageSqlMetadata.create_all(conn)
+
+    path = tmp_path / "runs.db"
+    engines = [create_engine(f"sqlite:///{path}", connect_args={"timeout": 30}) for _ in range(2)]
+    made: list[bool] = []
+    first = threading.Thread(target=lambda: made.append(_made_at_head(engines[0], SlowMaker())))
+    first.start()
+    assert inside.wait(10)
+    second = _made_at_head(engines[1], RunStorageSqlMetadata)
+    first.join(10)
+    assert made == [True] and second is False
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM alembic_version").fetchone() == (1,)
+    for engine in engines:
+        engine.dispose()
+
+
 @pytest.mark.slow
 def test_a_new_run_file_made_by_kb_equals_the_one_that_dagster_makes(tmp_path):
     """kb makes the tables of a new run's file and stamps the version itself
