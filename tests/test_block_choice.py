@@ -625,3 +625,24 @@ def test_links_above_the_story_are_dropped_on_an_article_page():
 def test_links_above_the_story_stay_on_other_pages_or_without_prose(page, kind):
     blocks = blocks_of(page)
     assert _kept_texts(page, None if kind is None else str(kind)) == [b.text for b in blocks]
+
+
+_PLAYER = ("<div id='player' class='video-js vjs-default-skin'><div class='vjs-control-bar'>"
+           "<div class='vjs-subtitles-button vjs-menu-button'>Subtitles</div>"
+           "<ul class='vjs-menu-content'><li>Chapters</li>"
+           "<li class='vjs-menu-item vjs-selected'>subtitles off, selected</li></ul></div>"
+           "<div class='vjs-text-track-settings'><label class='vjs-label'>Background</label>"
+           "<div class='vjs-close-button vjs-control'>Close</div></div></div>")
+_NEAR_PLAYER = ("<p class='video-caption'>The hotel owners talk about towels on the video.</p>"
+                "<div class='novjs-box'><p>Not a control of the player.</p></div>")
+
+
+@pytest.mark.parametrize("kind", [None, *(str(kind) for kind in PageType)])
+def test_the_controls_of_a_video_player_are_dropped_and_the_text_around_them_stays(kind):
+    """The menus and settings of a video.js player (its "vjs-" names) go on
+    every page; the story, the video's caption outside the player, and a
+    name that only holds "vjs-" inside a word stay."""
+    page = f"<html><body><article>{_STORY}{_PLAYER}{_NEAR_PLAYER}</article></body></html>"
+    assert _kept_texts(page, kind) == [
+        " ".join(lxml.html.fragment_fromstring(_STORY).text_content().split()),
+        "The hotel owners talk about towels on the video.", "Not a control of the player."]
