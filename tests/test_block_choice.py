@@ -468,14 +468,59 @@ def test_a_run_near_the_main_text_sure_or_before_it_stays(gap, far_score, far_fi
     assert (block_choice.without_far_runs(kept, scores, words) == kept).all()
 
 
-def test_far_runs_are_dropped_on_article_pages_only(monkeypatch):
+def _rows_with_links(links: list[float]) -> np.ndarray:
+    """Rows of block_features() that hold only each block's link share."""
+    rows = np.zeros((len(links), len(feature_names())), dtype=np.float32)
+    rows[:, feature_names().index("link_share")] = links
+    return rows
+
+
+def _far_run_main_text(monkeypatch, kind: str, far_links: float, far_words: float = 10.0) -> int:
+    """How many of the 20 blocks of _far_run_page() (gap 12) main_text()
+    keeps on a page of this type: 5 in the main text, 3 in the far run,
+    whose blocks hold far_words words each and far_links link text."""
     kept, scores, words = _far_run_page(gap=12, far_score=0.6)
+    words[-3:] = far_words
     monkeypatch.setattr(block_choice, "block_scores", lambda model, rows: scores)
     monkeypatch.setattr(block_choice, "block_words", lambda rows: words)
     model = {"selection": {str(kind): ("at_least", 0.5) for kind in PageType}}
-    assert block_choice.main_text(model, None, "article").sum() == 5
-    # On a listing the runs of items are the content.
-    assert block_choice.main_text(model, None, "listing").sum() == 8
+    return int(block_choice.main_text(model, _rows_with_links([0.0] * 17 + [far_links] * 3), kind).sum())
+
+
+def test_on_an_article_page_every_far_run_is_dropped(monkeypatch):
+    assert _far_run_main_text(monkeypatch, "article", far_links=0.0, far_words=50.0) == 5
+
+
+@pytest.mark.parametrize("kind", [str(kind) for kind in PageType if kind not in (PageType.ARTICLE, PageType.FORUM)])
+def test_on_other_pages_a_far_run_of_link_titles_is_dropped_and_other_far_runs_stay(monkeypatch, kind):
+    # The titles of other stories beside the page's text go ...
+    assert _far_run_main_text(monkeypatch, kind, far_links=1.0) == 5
+    # ... a far run of text, and a row of cards each of one long link, stay.
+    assert _far_run_main_text(monkeypatch, kind, far_links=0.0) == 8
+    assert _far_run_main_text(monkeypatch, kind, far_links=1.0, far_words=block_choice.TITLE_WORDS) == 8
+
+
+def test_on_a_forum_page_no_far_run_is_dropped(monkeypatch):
+    # The later posts of a thread: their user names are link titles.
+    assert _far_run_main_text(monkeypatch, "forum", far_links=1.0) == 8
+
+
+def test_a_link_title_is_short_and_half_link_text():
+    rows = _rows_with_links([0.5, 0.5, 0.49, 1.0])
+    words = np.array([block_choice.TITLE_WORDS - 1, block_choice.TITLE_WORDS, 5, 0], dtype=float)
+    assert block_choice.link_titles(rows, words).tolist() == [True, False, False, True]
+
+
+def test_the_titles_of_a_far_run_are_counted_by_their_words():
+    kept, scores, words = _far_run_page(gap=12, far_score=0.6)
+    titles = np.zeros(len(kept), dtype=bool)
+    titles[-3] = True  # 1 block of 3 is a title ...
+    words[-3:] = [10.0, 45.0, 45.0]  # ... with 0.1 of the run's words: the run stays
+    assert (block_choice.without_far_runs(kept, scores, words, titles) == kept).all()
+    words[-3] = 40.0  # 40 of 130 words: 0.31
+    assert not block_choice.without_far_runs(kept, scores, words, titles)[-3:].any()
+    # A run of titles that the model is sure of stays, as on an article page.
+    assert (block_choice.without_far_runs(kept, np.where(kept, 0.95, 0.1), words, titles) == kept).all()
 
 
 def test_a_short_figure_caption_is_boilerplate_and_a_long_one_is_not():
@@ -580,3 +625,24 @@ def test_links_above_the_story_are_dropped_on_an_article_page():
 def test_links_above_the_story_stay_on_other_pages_or_without_prose(page, kind):
     blocks = blocks_of(page)
     assert _kept_texts(page, None if kind is None else str(kind)) == [b.text for b in blocks]
+
+
+_PLAYER = ("<div id='player' class='video-js vjs-default-skin'><div class='vjs-control-bar'>"
+           "<div class='vjs-subtitles-button vjs-menu-button'>Subtitles</div>"
+           "<ul class='vjs-menu-content'><li>Chapters</li>"
+           "<li class='vjs-menu-item vjs-selected'>subtitles off, selected</li></ul></div>"
+           "<div class='vjs-text-track-settings'><label class='vjs-label'>Background</label>"
+           "<div class='vjs-close-button vjs-control'>Close</div></div></div>")
+_NEAR_PLAYER = ("<p class='video-caption'>The hotel owners talk about towels on the video.</p>"
+                "<div class='novjs-box'><p>Not a control of the player.</p></div>")
+
+
+@pytest.mark.parametrize("kind", [None, *(str(kind) for kind in PageType)])
+def test_the_controls_of_a_video_player_are_dropped_and_the_text_around_them_stays(kind):
+    """The menus and settings of a video.js player (its "vjs-" names) go on
+    every page; the story, the video's caption outside the player, and a
+    name that only holds "vjs-" inside a word stay."""
+    page = f"<html><body><article>{_STORY}{_PLAYER}{_NEAR_PLAYER}</article></body></html>"
+    assert _kept_texts(page, kind) == [
+        " ".join(lxml.html.fragment_fromstring(_STORY).text_content().split()),
+        "The hotel owners talk about towels on the video.", "Not a control of the player."]

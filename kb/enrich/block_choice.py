@@ -250,6 +250,7 @@ def _sigmoid(values: np.ndarray) -> np.ndarray:
 
 
 _LOG_WORDS = feature_names().index("log_words")
+_LINK_SHARE = feature_names().index("link_share")
 
 
 def block_words(rows: np.ndarray) -> np.ndarray:
@@ -259,11 +260,17 @@ def block_words(rows: np.ndarray) -> np.ndarray:
 
 def main_text(model: dict, rows: np.ndarray, kind: str) -> np.ndarray:
     """Which blocks of a page (its rows of block_features()) are main text:
-    the model's scores, cut by the selection of the page's type; on an
-    article page without the far runs of doubtful blocks (without_far_runs())."""
+    the model's scores, cut by the selection of the page's type, without
+    the far runs of doubtful blocks (without_far_runs()): on an article
+    page all of them, on a forum page none, on the other pages the runs of
+    link titles (link_titles())."""
     scores, words = block_scores(model, rows), block_words(rows)
     kept = kept_blocks(scores, words, model["selection"][kind])
-    return without_far_runs(kept, scores, words) if kind == PageType.ARTICLE else kept
+    if kind == PageType.ARTICLE:
+        return without_far_runs(kept, scores, words)
+    if kind == PageType.FORUM:
+        return kept
+    return without_far_runs(kept, scores, words, link_titles(rows, words))
 
 
 # The main text of an article is one run of blocks. After it, news sites
@@ -277,10 +284,37 @@ def main_text(model: dict, rows: np.ndarray, kind: str) -> np.ndarray:
 # benchmarks/extraction.md).
 FAR_BLOCKS = 10
 FAR_RUN_SCORE = 0.7
+# On the other page types a far run can be the page's text, and a rule
+# for it needs a sign of what the run is. A list of other pages is a run
+# of link titles: the titles of other stories beside a story that kb calls
+# a listing (buzzfeed-1: 25 titles in a sidebar, scored 0.43 to 0.58). A
+# far run goes there only when its link titles (link_titles(): fewer than
+# TITLE_WORDS words, at least half link text) hold FAR_RUN_TITLE_SHARE or
+# more of its words. Measured (issue 58, benchmarks/extraction.md): any
+# link text in place of titles lost a marketing page whose far run is a
+# row of cards, each card one long link (service -0.0009); forum pages lost
+# 0.0003 (the later posts of a thread, whose user names are links), so the
+# rule does not act there; far runs before the main run (a menu) lowered
+# WCXB's listing pages by 0.0014. News development set 0.9673 to 0.9699
+# (precision 0.9700 to 0.9753), WCXB 0.90354 to 0.90370, the snippet set
+# the same, no WCXB type lower.
+TITLE_WORDS = 20
+TITLE_LINK_SHARE = 0.5
+FAR_RUN_TITLE_SHARE = 0.3
 
 
-def without_far_runs(kept: np.ndarray, scores: np.ndarray, words: np.ndarray) -> np.ndarray:
-    """The mask `kept` without the far runs of doubtful blocks (above)."""
+def link_titles(rows: np.ndarray, words: np.ndarray) -> np.ndarray:
+    """Which blocks (rows of block_features(), their words) are link
+    titles: fewer than TITLE_WORDS words, at least TITLE_LINK_SHARE link
+    text."""
+    return (rows[:, _LINK_SHARE] >= TITLE_LINK_SHARE) & (words < TITLE_WORDS)
+
+
+def without_far_runs(kept: np.ndarray, scores: np.ndarray, words: np.ndarray,
+                     titles: np.ndarray | None = None) -> np.ndarray:
+    """The mask `kept` without the far runs of doubtful blocks (above).
+    With `titles` (link_titles()) a run goes only when it is a run of link
+    titles (FAR_RUN_TITLE_SHARE)."""
     index = np.flatnonzero(kept)
     runs = np.split(index, np.flatnonzero(np.diff(index) > FAR_BLOCKS) + 1) if len(index) else []
     if len(runs) < 2:
@@ -288,7 +322,9 @@ def without_far_runs(kept: np.ndarray, scores: np.ndarray, words: np.ndarray) ->
     main = int(np.argmax([words[run].sum() for run in runs]))
     result = kept.copy()
     for run in runs[main + 1:]:
-        if scores[run].mean() < FAR_RUN_SCORE:
+        if scores[run].mean() >= FAR_RUN_SCORE:
+            continue
+        if titles is None or words[run][titles[run]].sum() >= FAR_RUN_TITLE_SHARE * words[run].sum():
             result[run] = False
     return result
 
@@ -333,10 +369,12 @@ def is_link_label(block: Block) -> bool:
 
 
 def without_boilerplate(blocks: list[Block], kept: np.ndarray, kind: str | None = None) -> np.ndarray:
-    """The mask `kept` without the blocks that is_boilerplate() names, and
-    on an article page (`kind`) without the blocks of a gallery
-    (in_gallery()) and the links above the story (labels_above())."""
+    """The mask `kept` without the blocks that is_boilerplate() names and
+    the controls of a video player (in_player()), and on an article page
+    (`kind`) without the blocks of a gallery (in_gallery()) and the links
+    above the story (labels_above())."""
     result = np.array([keep and not is_boilerplate(block) for block, keep in zip(blocks, kept)], dtype=bool)
+    result &= ~in_player(blocks, result)
     if kind == PageType.ARTICLE:
         gallery = in_gallery(blocks, result)
         outside = sum(len(block.text.split()) for block, keep, inside in zip(blocks, result, gallery)
@@ -364,8 +402,31 @@ GALLERY_LEAVES_WORDS = 60
 
 def in_gallery(blocks: list[Block], kept: np.ndarray) -> np.ndarray:
     """Which of the kept blocks stand in an element named as a gallery
-    (_GALLERY_NAME), up to <body>, and inside <article>. Each element is
-    judged once: the walk up stops at an element judged before."""
+    (_GALLERY_NAME), up to <body>, and inside <article>."""
+    return _in_named(blocks, kept, _GALLERY_NAME) & np.array(["article" in block.areas for block in blocks], dtype=bool)
+
+
+# The controls of a video player inside the story: video.js (the "vjs-"
+# names of its elements) writes its menus and its caption settings as
+# text ("Chapters", "Subtitles", "descriptions off, selected",
+# "Background", "Window", "Close"), and the model keeps them (0.67 to
+# 0.83). They are never main text. News development set 0.96993 to
+# 0.97006 (one page of 1,972 changes: bug-1255978); WCXB and the snippet
+# set the same (issue 58, benchmarks/extraction.md). The walk up from the
+# kept blocks costs 0.42 ms CPU p50, 1.35 ms p95 a page.
+_PLAYER_NAME = re.compile(r"(?:^|\s)vjs-")
+
+
+def in_player(blocks: list[Block], kept: np.ndarray) -> np.ndarray:
+    """Which of the kept blocks stand in an element of a video player
+    (_PLAYER_NAME), up to <body>."""
+    return _in_named(blocks, kept, _PLAYER_NAME)
+
+
+def _in_named(blocks: list[Block], kept: np.ndarray, name: re.Pattern) -> np.ndarray:
+    """Which of the kept blocks stand in an element whose class or id
+    `name` finds, up to <body>. Each element is judged once: the walk up
+    stops at an element judged before."""
     inside: dict[lxml.html.HtmlElement, bool] = {}  # holds the elements, so that lxml keeps their proxies
     result = np.zeros(len(blocks), dtype=bool)
     for index, (block, keep) in enumerate(zip(blocks, kept)):
@@ -379,9 +440,9 @@ def in_gallery(blocks: list[Block], kept: np.ndarray) -> np.ndarray:
             chain.append(element)
             element = element.getparent()
         for element in reversed(chain):
-            found = found or bool(_GALLERY_NAME.search(f"{element.get('class') or ''} {element.get('id') or ''}"))
+            found = found or bool(name.search(f"{element.get('class') or ''} {element.get('id') or ''}"))
             inside[element] = found
-        result[index] = found and "article" in block.areas
+        result[index] = found
     return result
 
 

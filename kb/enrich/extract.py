@@ -180,8 +180,10 @@ def count_words(text: str) -> int:
 #    then a learned choice of strategy per page) stopped at 0.83 word F1 on
 #    WCXB: the blocks of one page need different answers.
 #    Rules after the model drop blocks that are never main text
-#    (block_choice.without_boilerplate(): markup as text, the site's menu
-#    items, short captions; galleries on article pages).
+#    (block_choice.main_text(): far runs of doubtful blocks after the text;
+#    block_choice.without_boilerplate(): markup as text, the site's menu
+#    items, short captions, a video player's controls; galleries and the
+#    links above the story on article pages).
 # 4. A result that is still thin is read again with favor_recall, which finds
 #    the body on some pages where the other settings find almost nothing.
 # Images are not extracted: with include_images trafilatura chooses other
