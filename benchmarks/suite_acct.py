@@ -63,8 +63,9 @@ def report(path: str, leave_out: set[int]) -> None:
     kept = [row for row in rows if row["pid"] not in left_out]
     by_kind: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
     for row in kept:
-        by_kind[kind(row["name"])][0] += row["cpu"]
-        by_kind[kind(row["name"])][1] += 1
+        total = by_kind[kind(row["name"])]
+        total[0] += row["cpu"]
+        total[1] += 1
     orphans = sum(row["cpu"] for row in kept if row["ppid"] == 1)
     print(f"{len(kept)} processes, {sum(row['cpu'] for row in kept):.1f} s of CPU "
           f"({orphans:.1f} s in processes whose parent had ended); left out {len(left_out)} processes")

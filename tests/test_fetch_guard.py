@@ -653,19 +653,29 @@ def test_the_documents_stage_fails_private_links_by_name(browser_servers, guarde
 
 
 def test_http_clients_share_one_tls_context_that_still_checks_certificates(tmp_path, monkeypatch):
-    """A guarded client and an Ollama client take the process's TLS context:
-    no client loads the CA file again. The shared context still refuses a
-    server whose certificate no trusted authority signed."""
+    """A guarded client, an Ollama client and the clients of the model APIs
+    (the gate's, the translator's, the captioner's) take the process's TLS
+    context: no client loads the CA file again. The shared context still
+    refuses a server whose certificate no trusted authority signed."""
     import ssl
     import threading
 
+    from kb.enrich.translator import Translator
+    from kb.enrich.vision import Captioner
     from kb.guards.tls import tls_context
     from kb.index.embed_ollama import ollama_client
+    from kb.telegram.gate import QualityGate
     from tests.fake_youtube import _self_signed_certificate
 
     import importlib
 
-    importlib.import_module("ollama")  # its import makes a default client of its own, once
+    for library in ("ollama", "openai", "groq"):
+        importlib.import_module(library)  # an import can make a default context of its own, once
+    from pydantic import SecretStr
+
+    key = SecretStr("TEST-SECRET-key")
+    model_api_clients = (QualityGate.from_settings(api_key=key)._client, Translator.from_settings(api_key=key).client,
+                         Captioner.from_settings(api_key=key).openai_client)
 
     made = []
     real = ssl.create_default_context
@@ -675,7 +685,9 @@ def test_http_clients_share_one_tls_context_that_still_checks_certificates(tmp_p
     for _ in range(3):
         guard.httpx_client().close()
         ollama_client("http://127.0.0.1:11434", 3.0).close()
-    assert len(made) == 2  # one context for trust_env False (the guard), one for True (Ollama)
+        for make in model_api_clients:
+            make().close()
+    assert len(made) == 2  # one context for trust_env False (the guard), one for True (the others)
     shared = tls_context(trust_env=False)
     assert shared.verify_mode == ssl.CERT_REQUIRED and shared.check_hostname
 

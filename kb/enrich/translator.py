@@ -144,8 +144,11 @@ class Translator(BaseModel):
         # process imports this module when it loads the graph.
         import groq
 
+        from kb.guards.tls import tls_context
+
         return groq.Groq(base_url=self._base_url(), api_key=self.api_key.get_secret_value(),
-                         timeout=self.timeout_s, max_retries=self.max_retries)
+                         timeout=self.timeout_s, max_retries=self.max_retries,
+                         http_client=groq.DefaultHttpxClient(verify=tls_context()))  # kb/guards/tls.py
 
     def translate(self, text: str, client: groq.Groq | None = None) -> str | None:
         """The English of `text`, or None when it is English already."""

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kb.guards.fetch_guard import FetchGuard, FetchRefused
+from kb.guards.tls import tls_context
 from kb.enrich.modal_apps import shared
 from pydantic import SecretStr
 
@@ -116,19 +117,28 @@ class Captioner(ModelBackendClient):
         else:
             yield from self._caption_with_openai(urls)
 
-    def _caption_with_openai(self, urls: list[str]) -> Iterator[CaptionResult]:
+    def openai_client(self):
+        """The client of an OpenAI-compatible vision endpoint."""
         # openai is imported here, not at the top: every Dagster process
         # imports this module when it loads the graph (about 1 s each start).
         import openai
 
         key = self.api_key
-        client = openai.OpenAI(
+        return openai.OpenAI(
             base_url=self._base_url(),
             # Local servers need no key, but the client needs a value.
             api_key=key.get_secret_value() if key and key.get_secret_value() else "no-key",
             timeout=self.timeout_s,
             max_retries=self.max_retries,
+            http_client=openai.DefaultHttpxClient(verify=tls_context()),  # kb/guards/tls.py
         )
+
+    def _caption_with_openai(self, urls: list[str]) -> Iterator[CaptionResult]:
+        # openai is imported here, not at the top: every Dagster process
+        # imports this module when it loads the graph (about 1 s each start).
+        import openai
+
+        client = self.openai_client()
         model = self.model_name()
         # Photo addresses come from X's answers; the guard keeps them (and
         # their redirects) on public addresses all the same.

@@ -3,8 +3,11 @@
 httpx makes a new ssl.SSLContext for each client and loads the whole CA
 file into it: 26 to 33 ms of CPU each time on this machine (httpx 0.29,
 certifi). kb made a client for each Ollama call (each embedding batch, each
-look at its models) and two contexts for each guarded fetch client. With
-one context per process, a new Ollama client costs 0.2 ms.
+look at its models), two contexts for each guarded fetch client, and one
+for each client of the gate, the translator and the captioner (the openai
+and groq SDKs take an httpx client: `http_client=DefaultHttpxClient(verify=
+tls_context())` keeps the SDK's defaults). With one context per process, a
+new Ollama, gate or translator client costs 0.2 ms, not 26 to 33 ms.
 
 The context is the one that httpx makes by default: the same trust store
 (certifi, or SSL_CERT_FILE and SSL_CERT_DIR with trust_env), the same

@@ -217,6 +217,8 @@ class QualityGate(BaseModel):
     def _client(self) -> openai.OpenAI:
         import openai  # see judge()
 
+        from kb.guards.tls import tls_context
+
         return openai.OpenAI(
             base_url=self.base_url,
             api_key=self.api_key.get_secret_value(),
@@ -224,6 +226,7 @@ class QualityGate(BaseModel):
             # The gate counts its own tries (then it accepts); the client
             # must not multiply them.
             max_retries=0,
+            http_client=openai.DefaultHttpxClient(verify=tls_context()),  # kb/guards/tls.py
         )
 
     def judge(self, source_text: str, purpose: str, log=None, *, source_type: str | None = None,
