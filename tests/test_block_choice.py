@@ -646,3 +646,72 @@ def test_the_controls_of_a_video_player_are_dropped_and_the_text_around_them_sta
     assert _kept_texts(page, kind) == [
         " ".join(lxml.html.fragment_fromstring(_STORY).text_content().split()),
         "The hotel owners talk about towels on the video.", "Not a control of the player."]
+
+
+_DEK_PAGE = ("<html><body><article><h1>The bridge stays open for another year</h1>"
+             "<p class='article-dek'>The council kept the old bridge open, and the town pays for the repairs.</p>"
+             "<div class='styles_articleDek__Icz5H'>A summary of the story in one long sentence for readers.</div>"
+             f"{_STORY}"
+             "<div class='story-block'><p class='standfirst'>JANE DOE The town has other bridges, and they need "
+             "repairs too.</p></div>"
+             "<p class='dekor-note'>The paint of the bridge is red, as it was in 1910.</p>"
+             "<div class='dek'><p>A paragraph inside a box that the site named dek.</p></div>"
+             "</article></body></html>")
+
+
+def test_a_dek_is_dropped_on_an_article_page():
+    """On an article page a block whose own class or id names it a dek
+    ("article-dek", "...Dek__...", "standfirst") goes; the headline, the
+    story, a name that holds "dek" inside a word ("dekor-note") and a block
+    inside an element named "dek" stay."""
+    story = " ".join(lxml.html.fragment_fromstring(_STORY).text_content().split())
+    assert _kept_texts(_DEK_PAGE, str(PageType.ARTICLE)) == [
+        "The bridge stays open for another year", story,
+        "The paint of the bridge is red, as it was in 1910.",
+        "A paragraph inside a box that the site named dek."]
+    blocks = blocks_of(_DEK_PAGE)
+    assert block_choice.is_dek(_block(blocks, "The council kept"))
+    assert not block_choice.is_dek(_block(blocks, "The paint"))
+
+
+@pytest.mark.parametrize("kind", [None, *(str(kind) for kind in PageType if kind != PageType.ARTICLE)])
+def test_a_dek_stays_on_other_pages(kind):
+    """On a shop's or a listing's page, a "subtitle" named dek is the text
+    of an item."""
+    assert _kept_texts(_DEK_PAGE, kind) == [b.text for b in blocks_of(_DEK_PAGE)]
+
+
+_BOXES = ("<aside class='related-stories'><h3>Related stories</h3><ul><li><a href='/a'>The old ferry returns to "
+          "the river after ten years</a></li></ul></aside>"
+          "<div class='newsletter-box'><p>Get the best stories of the week in your inbox every Friday.</p>"
+          "<form><button>Sign up</button></form></div>"
+          "<div class='c-signup'><p>Sign up for our morning briefing and read it with your coffee.</p></div>")
+_BOX_NEIGHBOURS = ("<h2 id='which-is-the-best-subscribe-service'>Which is the best service?</h2>"
+                   "<p>Mini bars almost always lose money, the hotel owners said.</p>")
+
+
+def test_boxes_of_related_stories_and_newsletters_are_dropped_on_an_article_page():
+    """On an article page the blocks of an element whose class names a box
+    of related stories or of a newsletter go; the story, and a heading
+    whose id (made from its words) holds such a name, stay."""
+    page = f"<html><body><article>{_STORY}{_BOXES}{_BOX_NEIGHBOURS}</article></body></html>"
+    story = " ".join(lxml.html.fragment_fromstring(_STORY).text_content().split())
+    assert _kept_texts(page, str(PageType.ARTICLE)) == [
+        story, "Which is the best service?", "Mini bars almost always lose money, the hotel owners said."]
+    blocks = blocks_of(page)
+    assert not block_choice.without_boilerplate(blocks, np.zeros(len(blocks), dtype=bool),
+                                                str(PageType.ARTICLE)).any()
+
+
+@pytest.mark.parametrize("page, kind", [
+    # Another type of page: a shop's "related products" are its items.
+    (f"<html><body><article>{_STORY}{_BOXES}</article></body></html>", PageType.PRODUCT),
+    (f"<html><body><article>{_STORY}{_BOXES}</article></body></html>", PageType.LISTING),
+    (f"<html><body><article>{_STORY}{_BOXES}</article></body></html>", None),
+    # The box holds nearly all the text: a newsletter's issue in "newsletter-email".
+    (f"<html><body><div class='newsletter-email'>{_STORY}</div><p>Short line.</p></body></html>",
+     PageType.ARTICLE),
+])
+def test_a_box_stays_on_other_pages_or_when_it_is_the_text(page, kind):
+    blocks = blocks_of(page)
+    assert _kept_texts(page, None if kind is None else str(kind)) == [b.text for b in blocks]

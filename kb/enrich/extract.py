@@ -182,8 +182,9 @@ def count_words(text: str) -> int:
 #    Rules after the model drop blocks that are never main text
 #    (block_choice.main_text(): far runs of doubtful blocks after the text;
 #    block_choice.without_boilerplate(): markup as text, the site's menu
-#    items, short captions, a video player's controls; galleries and the
-#    links above the story on article pages).
+#    items, short captions, a video player's controls; galleries, the
+#    links above the story, the dek and the boxes of related stories and
+#    newsletters on article pages).
 # 4. A result that is still thin is read again with favor_recall, which finds
 #    the body on some pages where the other settings find almost nothing.
 # Images are not extracted: with include_images trafilatura chooses other
