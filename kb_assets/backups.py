@@ -60,7 +60,7 @@ def kb_backup(context: dg.OpExecutionContext, config: BackupConfig) -> dg.Output
     target = folder / (config.archive_name or default_archive_name())
     try:
         result = create_backup(target, settings=settings, check_no_run=lambda s: refuse_if_runs_in_progress(
-            context.instance, s, own_run_id=context.run_id))
+            context.instance, s, own_run_id=context.op_execution_context.run_id))
     except BackupError as exc:
         raise dg.Failure(description=str(exc)) from None
     removed = prune_archives(folder, settings.kb_backup_keep)

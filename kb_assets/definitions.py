@@ -147,4 +147,4 @@ def job_named(name: str, launch: str = "") -> dg.JobDefinition:
     of equal arguments, and a new launch must take the settings of its own
     moment (kb demo changes KB_HOME in the same process)."""
     del launch
-    return defs().get_job_def(name)
+    return defs().resolve_job_def(name)

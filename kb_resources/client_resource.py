@@ -57,8 +57,8 @@ class ClientResource(dg.ConfigurableResource):
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         # In a run worker: tag the run with the worker's host and boot, so
         # that run monitoring checks its process ids only on that host.
-        if context.dagster_run is not None and context.instance is not None:
-            tag_run_with_worker(context.instance, context.dagster_run)
+        if context.run is not None and context.instance is not None:
+            tag_run_with_worker(context.instance, context.run)
 
     def get_client(self):
         if self._client is None:

@@ -218,14 +218,14 @@ def test_a_run_executed_here_has_the_job_of_the_code_location(monkeypatch):
     from kb_assets.definitions import defs
 
     monkeypatch.setenv("TZ", "UTC")
-    loaded = defs().get_job_def("x_sync")
+    loaded = defs().resolve_job_def("x_sync")
     first, second = (reconstructable_job("x_sync", launch).get_definition() for launch in ("a", "b"))
     assert first.get_job_snapshot_id() == loaded.get_job_snapshot_id() == second.get_job_snapshot_id()
     assert first is second is loaded
     assert first.tags["dagster/max_retries"] == "0"
     monkeypatch.setenv("TZ", "Europe/Berlin")  # the owner changes a setting
     third = reconstructable_job("x_sync", "c").get_definition()
-    assert third is not first and third is defs().get_job_def("x_sync")
+    assert third is not first and third is defs().resolve_job_def("x_sync")
     assert defs().resources["embedder"]._settings.tz == "Europe/Berlin"
 
 

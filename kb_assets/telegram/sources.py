@@ -94,7 +94,7 @@ def parsed_sources(context: dg.AssetExecutionContext, duckdb: DuckDBResource, br
     if override:
         # The owner asked for this source: give it its retries again.
         reset_transient_failures(duckdb, item_id)
-    run_id, tags = context.run_id, context.op_execution_context.run_tags
+    run_id, tags = context.op_execution_context.run_id, context.op_execution_context.run_tags
     failures = transient_failures_so_far(duckdb, item_id)
     used = source_retries_used(context.instance, item_id, failures, run_id, tags, override=override)
     parse_budget = budget()

@@ -177,7 +177,7 @@ def retries_used(context: dg.AssetExecutionContext, parse_failures: int | None =
     """The retries that this partition has used so far, in earlier runs too.
     A source (`parse_failures` given: its transient parse failures) counts
     over its life; a lint day, week or topic over one request."""
-    run_id, tags = context.run_id, context.op_execution_context.run_tags
+    run_id, tags = context.op_execution_context.run_id, context.op_execution_context.run_tags
     if parse_failures is not None:
         return source_retries_used(context.instance, context.partition_key, parse_failures, run_id, tags,
                                    override=OVERRIDE_TAG in tags)
@@ -192,7 +192,7 @@ def check_budget(context: dg.AssetExecutionContext, used: int, subject: str) -> 
     error = (f"{subject}: {used} failed tries so far, also in earlier runs; no retry is left "
              f"(KB_WIKI_MAX_RETRIES {budget().retries}). Nothing was changed.")
     _observe(context, State.FAILED, error=error, attempt=used + 1, budget_spent=True,
-             **try_metadata(context.run_id, context.op_execution_context.run_tags))
+             **try_metadata(context.op_execution_context.run_id, context.op_execution_context.run_tags))
     raise dg.Failure(description=error, allow_retries=False)
 
 
@@ -237,7 +237,7 @@ def _finish(context: dg.AssetExecutionContext, outcome: ChangeOutcome, subject: 
     _observe(context, State.RETRYING if retry else State.FAILED, error=error[:1000], attempt=attempt,
              agent_status=outcome.status or "none", warnings=dg.MetadataValue.json(outcome.warnings),
              **({"refusal": refusal} if refused else {}),
-             **try_metadata(context.run_id, context.op_execution_context.run_tags))
+             **try_metadata(context.op_execution_context.run_id, context.op_execution_context.run_tags))
     description = f"{subject}: the wiki change was rolled back (try {attempt} of {wiki_budget.tries}): {error}"
     metadata = {"problems": dg.MetadataValue.json(outcome.problems),
                 "warnings": dg.MetadataValue.json(outcome.warnings)}
@@ -260,7 +260,7 @@ def _failed_reports_before(context: dg.AssetExecutionContext) -> int:
     for record in records:
         observation = record.event_log_entry.asset_observation
         status = observation.metadata.get("agent_status") if observation else None
-        count += record.run_id == context.run.run_id and getattr(status, "value", status) == "failed"
+        count += record.run_id == context.op_execution_context.run_id and getattr(status, "value", status) == "failed"
     return count
 
 
