@@ -545,7 +545,9 @@ _GALLERY = ("<div class='dnd-widget-wrapper'><div class='full-gallery'><h2 class
             "<p>Manchester United's absence from the Champions League hurt more than the pride of the fans.</p>"
             "<p class='credits'>GETTY IMAGES</p></li><li><h2>2/50 Star Wars boosts the economy</h2>"
             "<p>Production of the next Star Wars film brought an economic impact of some 150 million pounds.</p>"
-            "</li></ul></div></div>")
+            "</li></ul></div></div>"
+            # A gallery that the site names by its id, not its class.
+            "<div id='photo-slideshow'><p>3/50 The pound falls against the dollar after the vote.</p></div>")
 _AFTER = ("<div class='slider-content'><p>Beware the wall-mounted hairdryer: it holds the most germs in the "
           "room.</p></div><p>Mini bars almost always lose money, the hotel owners said.</p>")
 
@@ -656,6 +658,7 @@ _DEK_PAGE = ("<html><body><article><h1>The bridge stays open for another year</h
              "repairs too.</p></div>"
              "<p class='dekor-note'>The paint of the bridge is red, as it was in 1910.</p>"
              "<div class='dek'><p>A paragraph inside a box that the site named dek.</p></div>"
+             "<p id='story-standfirst'>A second summary that the site names by its id, not its class.</p>"
              "</article></body></html>")
 
 
@@ -671,6 +674,7 @@ def test_a_dek_is_dropped_on_an_article_page():
         "A paragraph inside a box that the site named dek."]
     blocks = blocks_of(_DEK_PAGE)
     assert block_choice.is_dek(_block(blocks, "The council kept"))
+    assert block_choice.is_dek(_block(blocks, "A second summary"))
     assert not block_choice.is_dek(_block(blocks, "The paint"))
 
 

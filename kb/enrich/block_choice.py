@@ -454,8 +454,7 @@ _DEK_NAME = re.compile(r"dek(?![a-z])|standfirst", re.IGNORECASE)
 
 def is_dek(block: Block) -> bool:
     """True when the block's own class or id names it a dek (_DEK_NAME)."""
-    element = block.element
-    return bool(_DEK_NAME.search(f"{element.get('class') or ''} {element.get('id') or ''}"))
+    return bool(_DEK_NAME.search(_names(block.element)))
 
 
 # Boxes of related stories and of a newsletter's sign-up inside the story:
@@ -500,11 +499,17 @@ def _in_named(blocks: list[Block], kept: np.ndarray, name: re.Pattern, ids: bool
             chain.append(element)
             element = element.getparent()
         for element in reversed(chain):
-            names = f"{element.get('class') or ''} {element.get('id') or ''}" if ids else element.get("class") or ""
-            found = found or bool(name.search(names))
+            found = found or bool(name.search(_names(element, ids)))
             inside[element] = found
         result[index] = found
     return result
+
+
+def _names(element: lxml.html.HtmlElement, ids: bool = True) -> str:
+    """The class names of an element, and its id when `ids`: what the rules
+    that go by a site's names (_in_named(), is_dek()) read."""
+    names = element.get("class") or ""
+    return f"{names} {element.get('id') or ''}" if ids else names
 
 
 # Above the story, news sites put the site's menu, its sections and a

@@ -134,9 +134,7 @@ class Captioner(ModelBackendClient):
         )
 
     def _caption_with_openai(self, urls: list[str]) -> Iterator[CaptionResult]:
-        # openai is imported here, not at the top: every Dagster process
-        # imports this module when it loads the graph (about 1 s each start).
-        import openai
+        import openai  # for its errors; not at the top, as in openai_client()
 
         client = self.openai_client()
         model = self.model_name()
