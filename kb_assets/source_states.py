@@ -63,6 +63,22 @@ def latest_observation(instance: DagsterInstance, asset_key: dg.AssetKey, item_i
     return result.records[0] if result.records else None
 
 
+def step_error_line(error) -> str:
+    """What went wrong in a failed step, on one line. Dagster wraps an error
+    that the asset raises (DagsterExecutionStepExecutionError), and its own
+    message names only the op: the cause says what went wrong, for example
+    the model that the index holds. Without the cause the owner's notice said
+    only 'Error occurred while executing op "parsed_sources"' (the month test
+    of 6 December 2026)."""
+    while error.cls_name == "DagsterExecutionStepExecutionError" and error.cause is not None:
+        error = error.cause
+    message = error.message.strip()
+    line = message.splitlines()[0][:300] if message else "the step failed"
+    prefix, _, rest = line.partition(": ")
+    # "kb.index.store.IndexModelMismatch: The index ...": the owner needs the sentence only.
+    return rest if rest and prefix.split(".")[-1] == error.cls_name else line
+
+
 def failure_message(instance: DagsterInstance, run_id: str) -> str:
     """What made the run fail, in the words of the asset that failed."""
     connection = instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_FAILURE)
@@ -71,7 +87,7 @@ def failure_message(instance: DagsterInstance, run_id: str) -> str:
         if data.user_failure_data and data.user_failure_data.description:
             return data.user_failure_data.description
         if data.error:
-            return data.error.message.strip().splitlines()[-1]
+            return step_error_line(data.error)
     connection = instance.get_records_for_run(run_id, of_type=DagsterEventType.RUN_FAILURE)
     for record in reversed(connection.records):
         message = record.event_log_entry.dagster_event.message

@@ -4,6 +4,9 @@ the end, so the file lock lasts only as long as the `with` block."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -86,6 +89,63 @@ def test_a_failed_transaction_leaves_no_row_and_no_lock(tmp_path):
     assert _other_process_writes(store.db_path()) == "written"
     with store.connect() as conn:
         assert conn.execute("SELECT text FROM notes").fetchall() == [("from the other process",)]
+
+
+
+# --- a signal in the middle of a query -------------------------------------------------
+# Dagster's run worker raises its interrupt error on SIGTERM (the lifeline of
+# a killed kb up sends it); DuckDB turns any error of a signal handler into a
+# plain RuntimeError "Query interrupted". The store gives the interruption back.
+
+LONG_QUERY = "SELECT count(*) FROM range(3000000000)"  # reads only (an insert fills the disk), and DuckDB checks for a signal in it
+
+
+@contextlib.contextmanager
+def interrupt_in(seconds: float):
+    """SIGUSR1 to this process after `seconds`; its handler raises as Dagster's
+    does. Not SIGALRM: pytest-timeout uses it."""
+    def raise_interrupt(signum, frame):
+        raise KeyboardInterrupt("the signal of the test")
+    previous = signal.signal(signal.SIGUSR1, raise_interrupt)
+    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGUSR1))
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_a_signal_during_a_query_reaches_the_caller_as_an_interruption(tmp_path):
+    store = DuckDBStore(path=str(tmp_path / "kb.duckdb"))
+    with store.connect() as conn:
+        conn.execute("CREATE TABLE notes (text VARCHAR)")
+    with pytest.raises(KeyboardInterrupt) as raised, store.transaction() as conn, interrupt_in(0.3):
+        conn.execute(LONG_QUERY)
+    # The signal came while DuckDB ran the query, not in Python between two calls.
+    assert str(raised.value.__cause__) == "Query interrupted"
+    assert _other_process_writes(store.db_path()) == "written"  # rolled back, no lock held
+
+
+def test_a_run_that_a_signal_stops_in_a_query_ends_as_an_interruption_that_run_retries_take(tmp_path):
+    """A step error (STEP_FAILURE) is final for kb's runs (no run retry on a
+    step's failure); an interrupted run is not (UNEXPECTED_TERMINATION)."""
+    import dagster as dg
+
+    store = DuckDBStore(path=str(tmp_path / "kb.duckdb"))
+    with store.connect() as conn:
+        conn.execute("CREATE TABLE notes (text VARCHAR)")
+
+    @dg.asset
+    def notes() -> None:
+        with store.transaction() as conn, interrupt_in(0.3):
+            conn.execute(LONG_QUERY)
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = dg.materialize([notes], instance=instance, raise_on_error=False)
+        run = instance.get_run_by_id(result.run_id)
+    assert not result.success
+    assert run.tags.get("dagster/failure_reason") == "UNEXPECTED_TERMINATION", run.tags
 
 
 # --- DuckDB's own lock: a process outside kb holds the file ------------------------

@@ -220,6 +220,19 @@ def test_missing_inbox_item_fails_with_a_clear_error(dagster):
     assert "inbox item 'abcdef1234': no manifest" in read_item_state(dagster, "abcdef1234").error
 
 
+
+def test_an_unexpected_error_of_a_stage_reaches_the_owner_by_its_cause(dagster, monkeypatch):
+    """Dagster's own message of such an error names the op only ('Error
+    occurred while executing op "parsed_sources"'): the owner's notice and
+    `kb status` give the error that the stage raised."""
+    def save_fails(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr("kb_assets.telegram.sources.save_parsed_row", save_fails)
+    item = h.add_item("text", 19, text=NOTE)
+    assert not h.run_item(dagster, item.id).success
+    state = read_item_state(dagster, item.id)
+    assert (state.state, state.error) == ("failed", "[Errno 28] No space left on device")
+
 def test_transient_errors_retry_after_60_120_240_seconds_over_the_items_life(dagster):
     with LoopbackSite({"/busy": page("busy", status=503)}) as busy:
         item = h.add_item("web", 11, url=busy.url("/busy"))

@@ -51,6 +51,7 @@ from kb_assets.keys import CATCH_UP_TAG, SOURCE_PASSAGES, STOPPED, X_RAW_PAGES
 from kb_assets.partitions import new_batch_key, sync_batches
 from kb_assets.run_launcher import PID_TAG, fail_runs_of_dead_workers, this_process_tags
 from kb_assets.run_config_rules import files_for_import
+from kb_assets.source_states import step_error_line
 from kb_resources.run_worker import BOOT_TAG, HOST_TAG
 
 SYNC_JOB = "x_sync"
@@ -193,7 +194,7 @@ class StageWatcher:
             self._end(key, at, key not in self.stopped, self.stopped.get(key, ""))
         elif kind == dg.DagsterEventType.STEP_FAILURE:
             error = event.step_failure_data.error if event.step_failure_data else None
-            self._end(key, at, False, stage_error(error) if error else "the stage failed")
+            self._end(key, at, False, step_error_line(error) if error else "the stage failed")
 
     def _end(self, key: str, at: float, ok: bool, error: str) -> None:
         seconds = at - self.started.get(key, at)
@@ -206,18 +207,6 @@ class StageWatcher:
         ordered = self.order + [key for key in self.stages if key not in self.order]
         return [self.results.get(key) or StageResult(key, False, 0.0, why, batch=self.batch, ran=False)
                 for key in ordered]
-
-
-def stage_error(error) -> str:
-    """What went wrong in a failed step, on one line. Dagster wraps an error
-    that the stage raises (DagsterExecutionStepExecutionError): its cause
-    says what went wrong, for example the model that the index holds."""
-    while error.cls_name == "DagsterExecutionStepExecutionError" and error.cause is not None:
-        error = error.cause
-    line = _first_line(error.message)
-    prefix, _, rest = line.partition(": ")
-    # "kb.index.store.IndexModelMismatch: The index ...": the owner needs the sentence only.
-    return rest if rest and prefix.split(".")[-1] == error.cls_name else line
 
 
 def _first_line(message: str) -> str:

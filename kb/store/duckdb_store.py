@@ -137,6 +137,20 @@ def _detach(key: str, entry: list) -> None:
             writer_lock.note_hold(f"DuckDB {key}", time.monotonic() - entry[3])
 
 
+def is_interruption(exc: BaseException) -> bool:
+    """DuckDB's error for a query that a signal stopped.
+
+    Why: a signal handler that raises during a query (Dagster's run worker
+    raises its interrupt error on SIGTERM, Python raises KeyboardInterrupt on
+    SIGINT) does not reach the caller: DuckDB (2.0) ends the query and
+    raises a plain RuntimeError "Query interrupted" in its place. Dagster then
+    saw an error of the asset, not an interruption: the run failed for good
+    (STEP_FAILURE, no run retry). Found by the month test of 6 December 2026:
+    the SIGKILL of kb up came while parsed_sources committed its row, and the
+    source failed instead of its run retry."""
+    return type(exc) is RuntimeError and str(exc).startswith("Query interrupted")
+
+
 @contextlib.contextmanager
 def attached_duckdb(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection whose default database is the file at `path`."""
@@ -152,6 +166,10 @@ def attached_duckdb(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     try:
         conn.execute(f"USE {entry[0]}")
         yield conn
+    except RuntimeError as exc:
+        if is_interruption(exc):
+            raise KeyboardInterrupt(f"DuckDB {key}: the query was interrupted by a signal") from exc
+        raise
     finally:
         conn.close()
         _detach(key, entry)
