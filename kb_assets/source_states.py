@@ -63,6 +63,11 @@ def latest_observation(instance: DagsterInstance, asset_key: dg.AssetKey, item_i
     return result.records[0] if result.records else None
 
 
+def first_line(message: str, empty: str) -> str:
+    """The first line of an error message (at most 300 characters), or `empty`."""
+    return message.strip().splitlines()[0][:300] if message.strip() else empty
+
+
 def step_error_line(error) -> str:
     """What went wrong in a failed step, on one line. Dagster wraps an error
     that the asset raises (DagsterExecutionStepExecutionError), and its own
@@ -72,8 +77,7 @@ def step_error_line(error) -> str:
     of 6 December 2026)."""
     while error.cls_name == "DagsterExecutionStepExecutionError" and error.cause is not None:
         error = error.cause
-    message = error.message.strip()
-    line = message.splitlines()[0][:300] if message else "the step failed"
+    line = first_line(error.message, "the step failed")
     prefix, _, rest = line.partition(": ")
     # "kb.index.store.IndexModelMismatch: The index ...": the owner needs the sentence only.
     return rest if rest and prefix.split(".")[-1] == error.cls_name else line

@@ -540,6 +540,7 @@ _STORY = ("<p>Most people go to hotels for the pleasure of sleeping in a giant b
           "look, according to the hotel owners that answered an online thread about the things they do not "
           "tell their guests. The owners said that a guest should look at the sheets, the towels and the cups "
           "before using them.</p>")
+_STORY_TEXT = " ".join(lxml.html.fragment_fromstring(_STORY).text_content().split())
 _GALLERY = ("<div class='dnd-widget-wrapper'><div class='full-gallery'><h2 class='gallery-title'>Business news in "
             "pictures</h2><ul class='legends'><li><h2>1/50 United going down</h2>"
             "<p>Manchester United's absence from the Champions League hurt more than the pride of the fans.</p>"
@@ -558,19 +559,22 @@ def _kept_texts(html: str, kind: str | None) -> list[str]:
     return [b.text for b, keep in zip(blocks, kept) if keep]
 
 
+def _keeps_no_block_that_the_model_dropped(html: str, kind: str | None) -> bool:
+    blocks = blocks_of(html)
+    return not block_choice.without_boilerplate(blocks, np.zeros(len(blocks), dtype=bool), kind).any()
+
+
 def test_a_gallery_in_an_article_is_dropped_and_the_text_around_it_stays():
     """The blocks of an element named as a gallery inside <article> (a
     photo gallery of other stories) go on article pages; the article's
     paragraphs, and a slider's text, stay."""
     page = f"<html><body><article class='full-article'>{_STORY}{_GALLERY}{_AFTER}</article></body></html>"
     assert _kept_texts(page, str(PageType.ARTICLE)) == [
-        " ".join(lxml.html.fragment_fromstring(_STORY).text_content().split()),
+        _STORY_TEXT,
         "Beware the wall-mounted hairdryer: it holds the most germs in the room.",
         "Mini bars almost always lose money, the hotel owners said."]
     # A block that the model dropped stays dropped.
-    blocks = blocks_of(page)
-    assert not block_choice.without_boilerplate(blocks, np.zeros(len(blocks), dtype=bool),
-                                                str(PageType.ARTICLE)).any()
+    assert _keeps_no_block_that_the_model_dropped(page, str(PageType.ARTICLE))
 
 
 @pytest.mark.parametrize("page, kind", [
@@ -606,13 +610,10 @@ def test_links_above_the_story_are_dropped_on_an_article_page():
     """The site's menu and section links above the first paragraph of prose
     go, outside <nav> too; a price, a longer link, plain text, the headline
     and every block from the story on stay (a tag link below it too)."""
-    story = " ".join(lxml.html.fragment_fromstring(_STORY).text_content().split())
     assert _kept_texts(_LABELS_PAGE, str(PageType.ARTICLE)) == [
-        "$ 99 deals", "Four words of link", "Opinion", "The bridge stays open for another year", story,
+        "$ 99 deals", "Four words of link", "Opinion", "The bridge stays open for another year", _STORY_TEXT,
         "Mini bars almost always lose money, the hotel owners said.", "Hotels"]
-    blocks = blocks_of(_LABELS_PAGE)
-    assert not block_choice.without_boilerplate(blocks, np.zeros(len(blocks), dtype=bool),
-                                                str(PageType.ARTICLE)).any()
+    assert _keeps_no_block_that_the_model_dropped(_LABELS_PAGE, str(PageType.ARTICLE))
 
 
 @pytest.mark.parametrize("page, kind", [
@@ -646,7 +647,7 @@ def test_the_controls_of_a_video_player_are_dropped_and_the_text_around_them_sta
     name that only holds "vjs-" inside a word stay."""
     page = f"<html><body><article>{_STORY}{_PLAYER}{_NEAR_PLAYER}</article></body></html>"
     assert _kept_texts(page, kind) == [
-        " ".join(lxml.html.fragment_fromstring(_STORY).text_content().split()),
+        _STORY_TEXT,
         "The hotel owners talk about towels on the video.", "Not a control of the player."]
 
 
@@ -667,9 +668,8 @@ def test_a_dek_is_dropped_on_an_article_page():
     ("article-dek", "...Dek__...", "standfirst") goes; the headline, the
     story, a name that holds "dek" inside a word ("dekor-note") and a block
     inside an element named "dek" stay."""
-    story = " ".join(lxml.html.fragment_fromstring(_STORY).text_content().split())
     assert _kept_texts(_DEK_PAGE, str(PageType.ARTICLE)) == [
-        "The bridge stays open for another year", story,
+        "The bridge stays open for another year", _STORY_TEXT,
         "The paint of the bridge is red, as it was in 1910.",
         "A paragraph inside a box that the site named dek."]
     blocks = blocks_of(_DEK_PAGE)
@@ -699,12 +699,9 @@ def test_boxes_of_related_stories_and_newsletters_are_dropped_on_an_article_page
     of related stories or of a newsletter go; the story, and a heading
     whose id (made from its words) holds such a name, stay."""
     page = f"<html><body><article>{_STORY}{_BOXES}{_BOX_NEIGHBOURS}</article></body></html>"
-    story = " ".join(lxml.html.fragment_fromstring(_STORY).text_content().split())
     assert _kept_texts(page, str(PageType.ARTICLE)) == [
-        story, "Which is the best service?", "Mini bars almost always lose money, the hotel owners said."]
-    blocks = blocks_of(page)
-    assert not block_choice.without_boilerplate(blocks, np.zeros(len(blocks), dtype=bool),
-                                                str(PageType.ARTICLE)).any()
+        _STORY_TEXT, "Which is the best service?", "Mini bars almost always lose money, the hotel owners said."]
+    assert _keeps_no_block_that_the_model_dropped(page, str(PageType.ARTICLE))
 
 
 @pytest.mark.parametrize("page, kind", [

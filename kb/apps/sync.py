@@ -51,7 +51,7 @@ from kb_assets.keys import CATCH_UP_TAG, SOURCE_PASSAGES, STOPPED, X_RAW_PAGES
 from kb_assets.partitions import new_batch_key, sync_batches
 from kb_assets.run_launcher import PID_TAG, fail_runs_of_dead_workers, this_process_tags
 from kb_assets.run_config_rules import files_for_import
-from kb_assets.source_states import step_error_line
+from kb_assets.source_states import first_line, step_error_line
 from kb_resources.run_worker import BOOT_TAG, HOST_TAG
 
 SYNC_JOB = "x_sync"
@@ -163,7 +163,7 @@ class StageWatcher:
         """One event of the run; `at`: its time (Unix seconds)."""
         kind = event.event_type
         if kind == dg.DagsterEventType.RUN_FAILURE and not self.results:
-            self.run_error = _first_line(event.message or "")
+            self.run_error = first_line(event.message or "", "the stage failed")
         key = event.step_key
         if key not in self.stages:
             return
@@ -207,10 +207,6 @@ class StageWatcher:
         ordered = self.order + [key for key in self.stages if key not in self.order]
         return [self.results.get(key) or StageResult(key, False, 0.0, why, batch=self.batch, ran=False)
                 for key in ordered]
-
-
-def _first_line(message: str) -> str:
-    return message.strip().splitlines()[0][:300] if message.strip() else "the stage failed"
 
 
 class Runs:
