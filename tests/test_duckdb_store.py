@@ -127,6 +127,19 @@ def test_a_signal_during_a_query_reaches_the_caller_as_an_interruption(tmp_path)
     assert _other_process_writes(store.db_path()) == "written"  # rolled back, no lock held
 
 
+def test_a_signal_during_the_backups_copy_reaches_the_caller_as_an_interruption(tmp_path):
+    """The backup copies the DuckDB file with its own connection (not
+    attached_duckdb): kb up stopped during the nightly backup must end the
+    backup's run as interrupted too."""
+    source = tmp_path / "kb.duckdb"
+    conn = duckdb.connect(str(source))
+    conn.execute("CREATE TABLE numbers AS SELECT range AS n FROM range(30000000)")  # its copy takes about 0.4 s
+    conn.close()
+    with pytest.raises(KeyboardInterrupt) as raised, interrupt_in(0.1):
+        backup_duckdb(source, tmp_path / "copy.duckdb")
+    assert str(raised.value.__cause__) == "Query interrupted"  # the signal came in the copy
+
+
 def test_a_run_that_a_signal_stops_in_a_query_ends_as_an_interruption_that_run_retries_take(tmp_path):
     """A step error (STEP_FAILURE) is final for kb's runs (no run retry on a
     step's failure); an interrupted run is not (UNEXPECTED_TERMINATION)."""

@@ -89,7 +89,7 @@ from kb.backup.archive_checks import (
     DAGSTER_YAML, DUCKDB_FILE, MANIFEST, BackupError, check_dagster_home, check_duckdb, check_lancedb, check_manifest,
     check_members, check_unpacked_size, check_wiki_trees, open_duckdb_as_data, quote_identifier,
 )
-from kb.store.duckdb_store import LOCK_ATTEMPTS, retry_while_locked
+from kb.store.duckdb_store import LOCK_ATTEMPTS, retry_while_locked, signals_reach_caller
 from kb.store.atomic_files import write_atomic
 from kb.store.private_files import FILE_MODE, make_private_folder, make_tree_private
 from kb.settings import Settings, get_settings
@@ -188,11 +188,14 @@ def backup_duckdb(source: Path, target: Path, attempts: int = LOCK_ATTEMPTS) -> 
     def copy() -> None:
         conn = duckdb.connect()
         try:
-            conn.execute(f"ATTACH '{_sql_path(source)}' AS src (READ_ONLY)")
-            conn.execute(f"ATTACH '{_sql_path(target)}' AS dst")
-            conn.execute("COPY FROM DATABASE src TO dst")
-            conn.execute("DETACH dst")
-            conn.execute("DETACH src")
+            # A signal in the copy (kb up stopped during the nightly backup)
+            # must end the run as interrupted, so that its run retry takes it.
+            with signals_reach_caller(f"backup of {source}"):
+                conn.execute(f"ATTACH '{_sql_path(source)}' AS src (READ_ONLY)")
+                conn.execute(f"ATTACH '{_sql_path(target)}' AS dst")
+                conn.execute("COPY FROM DATABASE src TO dst")
+                conn.execute("DETACH dst")
+                conn.execute("DETACH src")
         finally:
             conn.close()
 

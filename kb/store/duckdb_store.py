@@ -152,6 +152,22 @@ def is_interruption(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
+def signals_reach_caller(what: str) -> Iterator[None]:
+    """Inside the block, DuckDB's "Query interrupted" error (is_interruption)
+    reaches the caller as KeyboardInterrupt, with DuckDB's error as its cause:
+    Dagster then ends the run as interrupted, and its run retry takes it.
+    `what` names the file or the work in the message. Every DuckDB connection
+    of kb runs its queries in such a block: attached_duckdb() below, and the
+    backup's own connections (kb/backup/archive.py)."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if is_interruption(exc):
+            raise KeyboardInterrupt(f"DuckDB {what}: the query was interrupted by a signal") from exc
+        raise
+
+
+@contextlib.contextmanager
 def attached_duckdb(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection whose default database is the file at `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -164,12 +180,9 @@ def attached_duckdb(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
         _detach(key, entry)
         raise
     try:
-        conn.execute(f"USE {entry[0]}")
-        yield conn
-    except RuntimeError as exc:
-        if is_interruption(exc):
-            raise KeyboardInterrupt(f"DuckDB {key}: the query was interrupted by a signal") from exc
-        raise
+        with signals_reach_caller(key):
+            conn.execute(f"USE {entry[0]}")
+            yield conn
     finally:
         conn.close()
         _detach(key, entry)
