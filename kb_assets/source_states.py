@@ -17,6 +17,7 @@ from pathlib import Path
 import dagster as dg
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus
 
+from kb.error_lines import first_line
 from kb.telegram.gate import default_accept_note
 from kb.telegram.item_states import ItemState, State, StateReader
 from kb.wiki.agent import WikiAgent
@@ -61,11 +62,6 @@ def latest_observation(instance: DagsterInstance, asset_key: dg.AssetKey, item_i
         dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[item_id]), limit=1
     )
     return result.records[0] if result.records else None
-
-
-def first_line(message: str, empty: str) -> str:
-    """The first line of an error message (at most 300 characters), or `empty`."""
-    return message.strip().splitlines()[0][:300] if message.strip() else empty
 
 
 def step_error_line(error) -> str:

@@ -44,6 +44,7 @@ from kb.apps.run_paths import (
     submit_reexecution,
 )
 from kb.apps.run_report import failed_items, index_failures, unreadable_pages, waiting_for_services
+from kb.error_lines import first_line
 from kb.settings import get_settings
 from kb_assets.dagster_internals import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from kb_assets.instance_config import ensure_dagster_home
@@ -51,7 +52,7 @@ from kb_assets.keys import CATCH_UP_TAG, SOURCE_PASSAGES, STOPPED, X_RAW_PAGES
 from kb_assets.partitions import new_batch_key, sync_batches
 from kb_assets.run_launcher import PID_TAG, fail_runs_of_dead_workers, this_process_tags
 from kb_assets.run_config_rules import files_for_import
-from kb_assets.source_states import first_line, step_error_line
+from kb_assets.source_states import step_error_line
 from kb_resources.run_worker import BOOT_TAG, HOST_TAG
 
 SYNC_JOB = "x_sync"

@@ -188,23 +188,23 @@ def backup_duckdb(source: Path, target: Path, attempts: int = LOCK_ATTEMPTS) -> 
     def copy() -> None:
         conn = duckdb.connect()
         try:
-            # A signal in the copy (kb up stopped during the nightly backup)
-            # must end the run as interrupted, so that its run retry takes it.
-            with signals_reach_caller(f"backup of {source}"):
-                conn.execute(f"ATTACH '{_sql_path(source)}' AS src (READ_ONLY)")
-                conn.execute(f"ATTACH '{_sql_path(target)}' AS dst")
-                conn.execute("COPY FROM DATABASE src TO dst")
-                conn.execute("DETACH dst")
-                conn.execute("DETACH src")
+            conn.execute(f"ATTACH '{_sql_path(source)}' AS src (READ_ONLY)")
+            conn.execute(f"ATTACH '{_sql_path(target)}' AS dst")
+            conn.execute("COPY FROM DATABASE src TO dst")
+            conn.execute("DETACH dst")
+            conn.execute("DETACH src")
         finally:
             conn.close()
 
-    try:
-        copy()
-    except duckdb.IOException as exc:
-        raise BackupError(f"Cannot read {source}: {exc}. Another process writes it; "
-                          "run the backup again when it ends.") from exc
-    return duckdb_counts(target)
+    # A signal in the copy or the count (kb up stopped during the nightly
+    # backup) must end the run as interrupted, so that its run retry takes it.
+    with signals_reach_caller(f"backup of {source}"):
+        try:
+            copy()
+        except duckdb.IOException as exc:
+            raise BackupError(f"Cannot read {source}: {exc}. Another process writes it; "
+                              "run the backup again when it ends.") from exc
+        return duckdb_counts(target)
 
 
 def _sql_path(path: Path) -> str:

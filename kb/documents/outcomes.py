@@ -14,6 +14,7 @@ from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from kb.enrich.extract import Extracted, Reason, extract_html, http_reason, looks_blocked
+from kb.error_lines import error_line
 from kb.guards.fetch_guard import FetchRefused
 
 
@@ -100,7 +101,7 @@ def refused(outcome: Outcome, exc: FetchRefused) -> Outcome:
 
 
 def failure_from_error(outcome: Outcome, exc: Exception) -> Outcome:
-    message = str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__
+    message = error_line(exc, 500)
     if isinstance(exc, PlaywrightTimeout):
         outcome.reason = Reason.TIMEOUT.value
     elif "ERR_BLOCKED_BY" in message:

@@ -7,6 +7,7 @@ import httpx
 import numpy as np
 from pydantic import ValidationError
 
+from kb.error_lines import error_line
 from kb.guards.tls import tls_context
 from kb.index.embed_vectors import EmbedderError, normalize
 
@@ -41,7 +42,7 @@ def ollama_models(url: str, timeout: float = 3.0) -> list[str]:
         with ollama_client(url, timeout) as client:
             return [m.model or "" for m in client.list().models]
     except ollama_errors() as exc:
-        raise EmbedderError(f"Ollama at {url} does not answer: {_first_line(exc)}") from exc
+        raise EmbedderError(f"Ollama at {url} does not answer: {error_line(exc, 200)}") from exc
 
 
 def same_model(available: str, wanted: str) -> bool:
@@ -65,14 +66,9 @@ def ollama_embed(url: str, model: str, inputs: list[str], timeout: float) -> np.
     except ollama.ResponseError as exc:
         if exc.status_code == 404:
             raise EmbedderError(f"Ollama at {url} has no model {model!r}. Run `ollama pull {model}`.") from exc
-        raise EmbedderError(f"Ollama at {url} refused to embed with {model!r}: {_first_line(exc)}") from exc
+        raise EmbedderError(f"Ollama at {url} refused to embed with {model!r}: {error_line(exc, 200)}") from exc
     except ollama_errors() as exc:
-        raise EmbedderError(f"Ollama at {url} does not answer: {_first_line(exc)}") from exc
+        raise EmbedderError(f"Ollama at {url} does not answer: {error_line(exc, 200)}") from exc
     if len(embeddings) != len(inputs):
         raise EmbedderError(f"Ollama at {url} returned {len(embeddings)} embeddings for {len(inputs)} inputs.")
     return normalize(np.asarray(embeddings, dtype=np.float32))
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0][:200]

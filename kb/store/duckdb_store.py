@@ -137,8 +137,13 @@ def _detach(key: str, entry: list) -> None:
             writer_lock.note_hold(f"DuckDB {key}", time.monotonic() - entry[3])
 
 
-def is_interruption(exc: BaseException) -> bool:
-    """DuckDB's error for a query that a signal stopped.
+@contextlib.contextmanager
+def signals_reach_caller(what: str) -> Iterator[None]:
+    """Inside the block, a query that a signal stopped reaches the caller as
+    KeyboardInterrupt, with DuckDB's error as its cause: Dagster then ends the
+    run as interrupted, and its run retry takes it. `what` names the file or
+    the work in the message. Used by attached_duckdb() below (every
+    connection of the store) and by the backup's copy (kb/backup/archive.py).
 
     Why: a signal handler that raises during a query (Dagster's run worker
     raises its interrupt error on SIGTERM, Python raises KeyboardInterrupt on
@@ -148,21 +153,10 @@ def is_interruption(exc: BaseException) -> bool:
     (STEP_FAILURE, no run retry). Found by the month test of 6 December 2026:
     the SIGKILL of kb up came while parsed_sources committed its row, and the
     source failed instead of its run retry."""
-    return type(exc) is RuntimeError and str(exc).startswith("Query interrupted")
-
-
-@contextlib.contextmanager
-def signals_reach_caller(what: str) -> Iterator[None]:
-    """Inside the block, DuckDB's "Query interrupted" error (is_interruption)
-    reaches the caller as KeyboardInterrupt, with DuckDB's error as its cause:
-    Dagster then ends the run as interrupted, and its run retry takes it.
-    `what` names the file or the work in the message. Every DuckDB connection
-    of kb runs its queries in such a block: attached_duckdb() below, and the
-    backup's own connections (kb/backup/archive.py)."""
     try:
         yield
     except RuntimeError as exc:
-        if is_interruption(exc):
+        if type(exc) is RuntimeError and str(exc).startswith("Query interrupted"):
             raise KeyboardInterrupt(f"DuckDB {what}: the query was interrupted by a signal") from exc
         raise
 

@@ -56,6 +56,7 @@ from kb.wiki.sandbox import (
     sandbox_notice,
     write_launcher,
 )
+from kb.error_lines import first_line
 from kb.settings import Settings, get_settings
 from kb.wiki.schema import name_problem
 from kb.wiki_files import APPEND_ONLY_FILES, agent_path_problem
@@ -437,9 +438,9 @@ class WikiAgent(BaseModel):
             anyio.run(self._run, prompt, Path(cwd), max_turns or self.max_turns, self.timeout_s, run,
                       room, show_change or (lambda: "no change tool"))
         except Exception as exc:  # the CLI died or could not start: the worker rolls back
-            run.error = f"{type(exc).__name__}: {_first_line(str(exc))}"
+            run.error = f"{type(exc).__name__}: {first_line(str(exc))}"
             if run.stderr_tail:
-                run.error += f" (CLI: {_first_line(run.stderr_tail[-1])})"
+                run.error += f" (CLI: {first_line(run.stderr_tail[-1])})"
         finally:
             if room is not None:
                 room.close()
@@ -570,7 +571,3 @@ def _describe(hook_input: dict) -> str:
     tool_input = hook_input.get("tool_input") or {}
     value = tool_input.get("command") or tool_input.get("file_path") or tool_input.get("path") or ""
     return str(value)[:200]
-
-
-def _first_line(text: str) -> str:
-    return (text.strip().splitlines() or [""])[0][:300]
