@@ -48,7 +48,10 @@ WIKI_AUTHOR = "wiki"
 # A link between pages: [[target]], [[target|text]], [[target#anchor]], and
 # the embed ![[target]]. Group 1 is the text between the brackets.
 WIKILINK = re.compile(r"!?\[\[([^\]\n]+?)\]\]")
-HTML_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+# What a reader of a page does not see: an HTML comment, and Obsidian's own
+# comment (%%...%%, on one line or over several). A line that a source
+# talked the agent into hiding there keeps no claim of the owner's.
+COMMENT = re.compile(r"<!--.*?-->|%%.*?%%", re.DOTALL)
 # The first line of a fenced code block, and its last.
 FENCE = re.compile(r"^(```|~~~)")
 
@@ -182,17 +185,17 @@ def split_frontmatter(text: str) -> Frontmatter:
 
 
 def blank_comments(text: str) -> str:
-    """The text with each HTML comment replaced by spaces, line for line,
+    """The text with each comment (COMMENT) replaced by spaces, line for line,
     so that line numbers stay. A reader does not see a comment, so the
     checks of what a page says do not read it."""
-    return HTML_COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+    return COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
 
 
 def without_comments(text: str) -> str:
-    """The text without its HTML comments: what a reader of the page sees
+    """The text without its comments (COMMENT): what a reader of the page sees
     (Obsidian hides them). The web page shows this text; the checks and
     read_page blank the same comments (blank_comments)."""
-    return HTML_COMMENT.sub("", text)
+    return COMMENT.sub("", text)
 
 
 def read_frontmatter(path: Path) -> dict:

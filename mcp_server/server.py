@@ -44,7 +44,7 @@ from kb.index.folders import folders_of
 from kb.index.rerank import RerankError, load_model
 from kb.index.cards import served_card
 from kb.index.search import SearchResponse, search, warm_up
-from kb.index.search_request import MAX_LIMIT
+from kb.index.search_request import MAX_LIMIT, check_query
 from kb.wiki_files import WIKI_ID_PREFIX, WIKI_SOURCE
 from kb.index.embed_local import use_cpu_threads
 from kb.index.embed_vectors import EmbedderError
@@ -112,8 +112,10 @@ def _run_search(index: ChunkIndex, query: str, **kwargs) -> SearchResponse:
 
 
 def _check_query(query: str) -> None:
-    if not isinstance(query, str) or not query.strip():
-        raise ToolError("query is empty: give words to search for")
+    try:
+        check_query(query)
+    except ValueError as exc:
+        raise ToolError(str(exc)) from exc
 
 
 # --- search_bookmarks ------------------------------------------------------------

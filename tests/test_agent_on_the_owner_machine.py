@@ -82,7 +82,7 @@ def test_grep_and_glob_stay_out_of_a_folder_that_holds_a_dot_entry(tmp_path):
 
 @pytest.mark.slow  # the agent's CLI
 def test_the_owner_git_settings_hide_no_page_and_an_ignored_page_is_refused(wiki, monkeypatch, tmp_path):
-    """The owner's global excludes file (node_modules/ is common) must not
+    """The owner's global excludes file (scratch files, node_modules/) must not
     hide a page from the check of the change, and a page that the wiki's own
     .gitignore hides is refused by name. The rollback removes both, and the
     search index never holds the token of the hidden page."""
@@ -90,23 +90,25 @@ def test_the_owner_git_settings_hide_no_page_and_an_ignored_page_is_refused(wiki
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     (xdg / "git").mkdir(parents=True)
-    (xdg / "git" / "ignore").write_text("node_modules/\n")
-    (home / "global-ignore").write_text("node_modules/\n")
+    (xdg / "git" / "ignore").write_text("node_modules/\nscratch-*\n")
+    (home / "global-ignore").write_text("node_modules/\nscratch-*\n")
     (home / ".gitconfig").write_text(f"[core]\n\texcludesFile = {home / 'global-ignore'}\n")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
     # A shell that points git at another repository must not move kb's git either.
     monkeypatch.setenv("GIT_DIR", str(tmp_path / "elsewhere.git"))
     monkeypatch.setenv("GIT_INDEX_FILE", str(tmp_path / "elsewhere.index"))
     root = wiki.root()
-    (root / ".gitignore").write_text((root / ".gitignore").read_text() + "/wiki/concepts/drafts/\n")
+    # A new page goes into a page folder itself (not a folder below it): the
+    # patterns name files there.
+    (root / ".gitignore").write_text((root / ".gitignore").read_text() + "/wiki/concepts/draft-*\n")
     subprocess.run(["git", "--git-dir", str(root / ".git"), "--work-tree", str(root), "commit", "-qam",
                     "manual: drafts are mine"], check=True, env={**os.environ, "GIT_INDEX_FILE": str(root / ".git/index")})
     # The owner's git does not see the page: this is the door.
     owner = subprocess.run(["git", "--git-dir", str(root / ".git"), "--work-tree", str(root), "check-ignore", "-q",
-                            "wiki/concepts/node_modules/x.md"], env={**os.environ, "GIT_INDEX_FILE": str(root / ".git/index")})
+                            "wiki/concepts/scratch-x.md"], env={**os.environ, "GIT_INDEX_FILE": str(root / ".git/index")})
     assert owner.returncode == 0
     before = snapshot(root)
-    hidden, drafted = "wiki/concepts/node_modules/x.md", "wiki/concepts/drafts/y.md"
+    hidden, drafted = "wiki/concepts/scratch-x.md", "wiki/concepts/draft-y.md"
     turns = good_turns()
     turns.insert(1, [write(hidden, f"# x\n\nThe token is {TOKEN}.\n"), write(drafted, "# y\n\nA draft.\n")])
     with FakeAnthropic(turns=turns) as fake:
@@ -115,7 +117,6 @@ def test_the_owner_git_settings_hide_no_page_and_an_ignored_page_is_refused(wiki
     assert f"refused: {hidden} holds the value of ANTHROPIC_AUTH_TOKEN" in outcome.problems
     assert f"refused: {drafted} is a file that the wiki's .gitignore hides" in outcome.problems
     assert not (root / hidden).exists() and not (root / drafted).exists()
-    assert not (root / "wiki/concepts/node_modules").exists()
     assert_unchanged(before, root)
     assert not (tmp_path / "elsewhere.git").exists() and not (tmp_path / "elsewhere.index").exists()
     # The token never reaches the history or the search index (this check

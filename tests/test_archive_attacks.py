@@ -19,6 +19,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import dagster as dg
@@ -353,3 +354,181 @@ def test_kbs_own_default_passes(base, empty_home, tmp_path):
     with duckdb.connect(str(empty_home / "kb.duckdb"), read_only=True) as conn:
         assert conn.execute("SELECT column_default FROM duckdb_columns() WHERE table_name = 'sources' "
                             "AND column_name = 'transient_failures'").fetchone() == ("0",)
+
+
+# --- 9. What the check reads is what the restore keeps; tar headers that cost memory ----------------
+
+
+def store_with_a_hiding_wal(view: str):
+    """An edit for repacked(): the store holds a view `authors` (its SQL:
+    `view`) in place of kb's table, and a WAL beside it drops the view and
+    makes the table again. DuckDB reads the WAL when it opens the store."""
+    import duckdb
+
+    from kb.store.duckdb_schema import TABLES
+
+    def forge(top, manifest):
+        conn = duckdb.connect(str(top / "kb.duckdb"))
+        conn.execute("DROP TABLE authors")
+        conn.execute(f"CREATE VIEW authors AS {view}")
+        conn.execute("CHECKPOINT")
+        conn.execute("PRAGMA disable_checkpoint_on_shutdown")
+        conn.execute("SET wal_autocheckpoint='1TB'")
+        conn.execute("DROP VIEW authors")
+        conn.execute(TABLES["authors"])
+        conn.close()
+        assert (top / "kb.duckdb.wal").is_file()
+
+    return forge
+
+
+def test_a_wal_beside_the_store_is_refused_and_cannot_hide_a_view(base, empty_home, tmp_path):
+    """The archive's store holds a view `authors` that reads a file of the
+    owner; its WAL drops the view. The check read the store with the WAL
+    (clean tables), and the restore moved the store without it: kb then
+    read the owner's file through its own table name."""
+    secret = tmp_path / "owner.env"
+    secret.write_text("TELEGRAM_BOT_TOKEN=123:SECRET-OF-THE-OWNER\n")
+    forge = store_with_a_hiding_wal(f"SELECT content AS handle FROM read_text('{secret}')")
+    with pytest.raises(BackupError, match=r"the member '[^']+/kb\.duckdb\.wal' is not a part of a kb backup"):
+        restore_backup(repacked(base["archive"], tmp_path, forge))
+    assert_empty(empty_home)
+
+
+def test_the_check_reads_the_store_where_the_restore_keeps_it(base, empty_home, tmp_path, monkeypatch):
+    """The second wall: with the allowlist of parts gone, the WAL comes
+    along into the stage, and the check of the kept file still finds the view."""
+    from kb.backup import archive_checks
+
+    monkeypatch.setattr(archive_checks, "ARCHIVE_PARTS", archive_checks.ARCHIVE_PARTS | {"kb.duckdb.wal"})
+    forge = store_with_a_hiding_wal("SELECT 'x' AS handle")
+    with pytest.raises(BackupError, match=r"holds what a kb store does not hold \(view 'main.authors'"):
+        restore_backup(repacked(base["archive"], tmp_path, forge))
+    assert_empty(empty_home)
+
+
+def tar_header(name: bytes, size_field: bytes, kind: bytes = b"0") -> bytes:
+    """One ustar header, as a forger writes it (the size field as given)."""
+    block = bytearray(512)
+    block[0:len(name)] = name
+    block[100:108], block[108:116], block[116:124] = b"0000644\0", b"0000000\0", b"0000000\0"
+    block[124:136], block[136:148], block[156:157] = size_field, b"00000000000\0", kind
+    block[257:263], block[263:265] = b"ustar\0", b"00"
+    block[148:156] = b" " * 8
+    block[148:156] = b"%06o\0 " % sum(block)
+    return bytes(block)
+
+
+def test_a_header_with_a_negative_size_is_refused_at_once(empty_home, tmp_path):
+    """A size of -512 (base-256) sends Python 3.11.7's tarfile back onto the
+    same header for ever (CVE-2025-8194): the restore read 534,553 members
+    in 20 s, with its memory growing."""
+    import gzip
+
+    negative = b"\xff" * 10 + (-512 & 0xFFFF).to_bytes(2, "big")
+    archive = tmp_path / "loop.tar.gz"
+    archive.write_bytes(gzip.compress(tar_header(b"top/", b"00000000000\0", b"5")
+                                      + tar_header(b"top/x", negative) + b"\0" * 1024))
+    with pytest.raises(BackupError, match=r"a header declares a negative size \(-512\)"):
+        restore_backup(archive)
+    assert_empty(empty_home)
+
+
+def test_a_pax_header_larger_than_any_name_is_refused_before_it_is_read(empty_home, tmp_path):
+    """tarfile reads a pax header into memory whole, before any member is
+    checked: 1 MiB of zeros made 1.1 GB of memory. Here 64 MiB (an archive
+    of 65 kB) is refused from its header alone."""
+    import gzip
+    import resource
+
+    size = 64 << 20
+    data = tar_header(b"././@PaxHeader", b"%011o\0" % size, b"x") + b"\0" * size
+    archive = tmp_path / "pax.tar.gz"
+    archive.write_bytes(gzip.compress(data))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(BackupError, match=r"a header declares 67,108,864 bytes of meta data"):
+        restore_backup(archive)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 32 << 10  # kB: no 64 MiB read
+    assert_empty(empty_home)
+
+
+def test_each_member_counts_against_the_limit_and_the_members_are_counted(base, empty_home, tmp_path, monkeypatch):
+    """Folders and empty files declare no bytes, and each takes disk: 100,000
+    empty folders (an archive of 470 kB) took 392 MiB of disk under a limit of 1 MB."""
+    from kb.backup import archive_checks
+    from tests.test_backup import member, top_of
+
+    top = top_of(base["archive"])
+    folders = [member(f"{top}/raw/f{i}", type=tarfile.DIRTYPE) for i in range(300)]
+    monkeypatch.setenv("KB_RESTORE_MAX_GB", "0.001")  # 1,000,000 bytes: 245 members of 4,096 bytes
+    with pytest.raises(BackupError, match=r"it unpacks to [\d,]+ bytes, more than the limit of 1,000,000 bytes"):
+        restore_backup(repacked(base["archive"], tmp_path / "a", members=folders))
+    monkeypatch.delenv("KB_RESTORE_MAX_GB")
+    monkeypatch.setattr(archive_checks, "MAX_MEMBERS", 100)
+    from kb.backup import archive
+    monkeypatch.setattr(archive, "MAX_MEMBERS", 100)
+    with pytest.raises(BackupError, match=r"it has more than 100 members"):
+        restore_backup(repacked(base["archive"], tmp_path / "b", members=folders))
+    assert_empty(empty_home)
+
+
+@pytest.mark.parametrize("name, edit, refused", [
+    ("a file without its checksum", lambda m: m["files"].update({"kb.duckdb": "0" * 64}),
+     r"files: 'kb.duckdb' has no SHA-256"),
+    ("counts that are no mapping", lambda m: m.update(counts=[]), r"`counts` is not a mapping"),
+    ("DuckDB counts that are no numbers", lambda m: m["counts"].update(duckdb={"sources": "3"}),
+     r"counts: `duckdb` is not a mapping of tables to numbers"),
+    ("a wiki without its branch", lambda m: m["wiki"].pop("branch"), r"wiki branch: missing"),
+])
+def test_a_manifest_of_another_shape_is_refused_by_name(base, empty_home, tmp_path, name, edit, refused):
+    """The manifest is the archive's too: a shape that kb does not write gave
+    a TypeError or a KeyError, or (counts = []) skipped the comparison of
+    the restored stores with it."""
+    out = tmp_path / "edited.tar.gz"
+    source = repacked(base["archive"], tmp_path)
+    unpacked = tmp_path / "again"
+    with tarfile.open(source) as tar:
+        tar.extractall(unpacked, filter="data")
+    [top] = list(unpacked.iterdir())
+    manifest = json.loads((top / "manifest.json").read_text())
+    edit(manifest)
+    (top / "manifest.json").write_text(json.dumps(manifest))
+    with tarfile.open(out, "w:gz") as tar:
+        tar.add(top, arcname=top.name)
+    with pytest.raises(BackupError, match=refused):
+        restore_backup(out)
+    assert_empty(empty_home)
+
+
+def test_a_store_without_its_counts_in_the_manifest_is_not_restored(base, empty_home, tmp_path):
+    def drop_counts(top, manifest):
+        manifest["counts"].pop("duckdb")
+
+    with pytest.raises(BackupError, match=r"the DuckDB row counts differ from the manifest"):
+        restore_backup(repacked(base["archive"], tmp_path, drop_counts))
+    assert_empty(empty_home)
+
+
+def test_a_failed_move_aside_puts_every_part_back(base, tmp_path, monkeypatch):
+    """`--force` moves the old home aside part by part. When one part does
+    not move (a mount point: EBUSY), the parts moved so far come back, and
+    the error names the part."""
+    import errno
+
+    from kb.backup import archive
+
+    home = tmp_path / "old"
+    point_at(monkeypatch, home)
+    restore_backup(base["archive"])
+    before = sorted(p.name for p in home.iterdir())
+    real_move = archive.move
+
+    def move(source: Path, target: Path) -> None:
+        if source.name == "wiki" and archive.ASIDE_PREFIX in target.parent.name:
+            raise OSError(errno.EBUSY, "Device or resource busy", str(source))
+        real_move(source, target)
+
+    monkeypatch.setattr(archive, "move", move)
+    with pytest.raises(BackupError, match=r"could not move wiki aside .*KB_HOME is as it was before the restore"):
+        restore_backup(base["archive"], force=True)
+    assert sorted(p.name for p in home.iterdir()) == before

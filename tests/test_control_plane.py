@@ -786,3 +786,43 @@ def test_the_frame_headers_replace_the_apps_own_and_add_to_its_policy():
     assert [v for k, v in headers if k.lower() == b"x-frame-options"] == [b"DENY"]
     assert [v for k, v in headers if k == b"content-security-policy"] == [b"script-src 'self'", b"frame-ancestors 'none'"]
     assert sent[1]["body"] == b"ok"
+
+
+# The request of another user of the machine, with every header right:
+# only the user of the process tells it from the owner's.
+OTHER_USER_REQUEST = """
+import json, sys, urllib.error, urllib.request
+request = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode() or None,
+                                 headers={"Content-Type": "application/json"})
+try:
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        print(answer.status, answer.read()[:200].decode(errors="replace"))
+except urllib.error.HTTPError as error:
+    print(error.code, error.read()[:300].decode(errors="replace"))
+"""
+LAUNCH_BODY = json.dumps({"query": MUTATION})
+
+
+def as_user(user: str | None, url: str, body: str = "") -> str:
+    prefix = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups"] if user else []
+    done = subprocess.run([*prefix, "/usr/bin/python3", "-c", OTHER_USER_REQUEST, url, body], capture_output=True,
+                          text=True, cwd="/", timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="setpriv needs root to act as another user")
+def test_another_user_of_the_machine_gets_neither_the_ui_nor_the_search(dagster_ui, kb_web):
+    """Loopback is open to every user of the machine, and both servers have
+    no login: as `nobody`, the red team searched the whole knowledge base
+    through kb web and launched a run, which ran as the owner, through the
+    Dagster UI. The guard asks the kernel whose the client's socket is."""
+    before = runs(dagster_ui)
+    refused = as_user("nobody", f"{dagster_ui.base}/graphql", LAUNCH_BODY)
+    assert refused.startswith("403 ") and "another user of this machine (uid 65534)" in refused, refused
+    assert runs(dagster_ui) == before
+    searched = as_user("nobody", f"{kb_web}/api/status")
+    assert searched.startswith("403 ") and "kb answers only its owner (uid 0)" in searched, searched
+    # The owner's own process, with the same request, is answered.
+    assert as_user(None, f"{kb_web}/api/status").startswith("200 ")
+    assert as_user(None, f"{dagster_ui.base}/server_info").startswith("200 ")

@@ -552,6 +552,13 @@ def test_the_worker_refuses_each_forbidden_change_without_the_agent(stage, tmp_p
     planted["wiki/entities/link.md"] = "symbolic link"
     (root / "log.md").write_text("# Log changed\n")
     planted["log.md"] = "append-only"
+    # Edit with replace_all made 360 kB of 1.2 kB of tool input.
+    (root / "wiki/entities/Huge.md").write_text("# a page\n" + "Z" * 300_000 + "\n")
+    planted["wiki/entities/Huge.md"] = "grows by 300,010 bytes; a change adds at most 262,144 bytes"
+    # A folder below a page folder had no name rule: any name passed.
+    (root / "wiki/concepts/x").mkdir()
+    (root / "wiki/concepts/x/-- --force <img src=x>.md").write_text("# a page\n")
+    planted["wiki/concepts/x/-- --force <img src=x>.md"] = "a new page goes into wiki/sources/,"
     problems = wiki.refusals(before, "ingest: x")
     missed = [f"{path} ({rule})" for path, rule in planted.items()
               if not any(path in p and rule in p for p in problems)]
@@ -648,3 +655,24 @@ def test_a_pdf_title_with_new_lines_reaches_the_model_as_one_line_of_data(kb_hom
         data = json.loads(text.split(DATA_NOTE + "\n```json\n")[1].split("\n```")[0])
         assert data["title"] == f"Merkle trees {order} And more"
     assert "\u202e" not in task and "\u2028" not in task
+
+
+def test_the_launcher_ends_a_cli_that_writes_a_file_past_the_limit(tmp_path):
+    """The room's launcher sets RLIMIT_FSIZE before it starts the CLI: a
+    source talked an agent into a page of 100 MB in the room (Edit with
+    replace_all), which kb's check of the change sees only after the run.
+    Here the "CLI" is a shell that writes 65 MiB and then 1 MiB."""
+    import signal
+
+    from kb.wiki.sandbox import AGENT_FILE_BYTES, write_launcher
+
+    cli = tmp_path / "fake-cli"
+    cli.write_text("#!/bin/sh\nhead -c $1 /dev/zero > \"$2\"\n")
+    cli.chmod(0o700)
+    launcher = write_launcher(tmp_path / "run", cli=str(cli), home=tmp_path, prefix=[])
+    big = subprocess.run([str(launcher), str(AGENT_FILE_BYTES + (1 << 20)), str(tmp_path / "big.md")])
+    # The shell reports the child's end by SIGXFSZ as 128 + the signal.
+    assert big.returncode in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ), big.returncode
+    assert (tmp_path / "big.md").stat().st_size == AGENT_FILE_BYTES
+    small = subprocess.run([str(launcher), str(1 << 20), str(tmp_path / "small.md")])
+    assert small.returncode == 0 and (tmp_path / "small.md").stat().st_size == 1 << 20

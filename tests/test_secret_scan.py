@@ -43,6 +43,17 @@ FORMS = {
     "percent-encoded, lower-case hex": lambda s: percent_all(s).lower(),
     "percent-encoded, some characters": lambda s: s.replace("~", "%7E").replace("?", "%3F").replace("-", "%2d"),
     "percent-encoded twice": lambda s: percent_all(s).replace("%", "%25"),
+    # As a reader reads it (the red team's forms, 7 December 2026):
+    "split by a new line": lambda s: s[:9] + "\n" + s[9:],
+    "split by a soft line break of Markdown": lambda s: s[:9] + "  \n  " + s[9:],
+    "a zero-width space inside": lambda s: s[:5] + "\u200b" + s[5:],
+    "a soft hyphen inside": lambda s: s[:5] + "\u00ad" + s[5:],
+    "HTML entities, every character": lambda s: "".join(f"&#{ord(c)};" for c in s),
+    "one HTML entity": lambda s: s[:3] + f"&#x{ord(s[3]):x};" + s[4:],
+    "Markdown escapes": lambda s: "".join("\\" + c if c in "~?>-" else c for c in s),
+    "full-width characters": lambda s: "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in s),
+    "reversed": lambda s: s[::-1],
+    "two parts far apart": lambda s: s[:16] + " and, much later in the text, " + s[8:],
 }
 
 
@@ -67,7 +78,8 @@ def test_base64_finds_the_secret_at_every_byte_offset(before, after):
 
 
 def test_a_text_without_the_secret_is_clean():
-    near = SECRET[:-1] + "X"
+    # No 16 characters in a row of the secret (a longer part is a leak).
+    near = SECRET[:10] + "X" + SECRET[11:20]
     text = " ".join([
         "A page about keys.", near, FORMS["base64 at offset 0"](near), near.encode().hex(), percent_all(near),
         base64.b64encode(b"some other text of the same length as a key").decode(), "%zz %", "",
@@ -88,7 +100,8 @@ def test_the_forms_are_made_once_for_a_set_of_secrets():
         secrets_in("some text", SECRETS)
     assert encoded_forms.cache_info().misses == 1
     # Each base64 form decodes back to bytes of the secret.
-    [(_, forms, hexes)] = encoded_forms((("K", SECRET),))
+    [(_, forms, hexes, parts)] = encoded_forms((("K", SECRET),))
+    assert SECRET[:16] in parts and SECRET[-16:][::-1] in parts and len(parts) == 2 * (len(SECRET) - 15)
     assert hexes == (SECRET.encode().hex(),)
     assert SECRET.encode().startswith(base64.b64decode(forms[0][:len(forms[0]) // 4 * 4]))
 

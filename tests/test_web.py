@@ -542,7 +542,11 @@ def test_folder_filter_and_folder_list(client):
 
 def test_only_loopback_host_names_are_answered(client):
     # A site that points its own name at 127.0.0.1 (DNS rebinding) gets nothing.
-    assert client.get("/api/search", params={"q": "rust"}, headers={"host": "evil.example:8765"}).status_code == 400
+    refused = client.get("/api/search", params={"q": "rust"}, headers={"host": "evil.example:8765"})
+    assert refused.status_code == 400
+    # The refusal carries kb web's headers too (it repeats the Host back).
+    assert refused.headers["x-content-type-options"] == "nosniff"
+    assert "script-src 'self'" in refused.headers["content-security-policy"]
     # The TestClient serves port 80: a Host without a port names it.
     answer = client.get("/", headers={"host": "localhost"})
     assert answer.status_code == 200
@@ -602,3 +606,22 @@ def test_wiki_search_ranks_title_and_phrase(settings):
     assert reader.resolve("Graydon Hoare") == "entities/Graydon Hoare"
     assert reader.resolve("sources/rust-book#para3|book") == "sources/rust-book"
     assert reader.resolve("concepts/missing-page") is None
+
+
+def test_a_query_of_a_stranger_that_is_too_long_is_refused_by_its_length(client):
+    """A page in the owner's browser may open kb web with a query of 60 kB
+    (a top-level navigation passes the guard): 15,000 words took 38 s of
+    CPU of kb web, because each word was looked for in a list of the words
+    before it, once per hit. Both searches refuse it, and name the limit."""
+    from kb.apps.web.reader import query_terms
+
+    words = [f"w{i:04d}" for i in range(9_000)]  # 54 kB: the client's longest query part is 64 kB
+    query = " ".join(words)
+    for path in ("/api/search", "/api/wiki/search"):
+        answer = client.get(path, params={"q": query})
+        assert answer.status_code == 400, path
+        assert answer.json()["error"] == f"query has {len(query):,} characters: a query has at most 1,000", path
+    # The words of a query, once each and in their order (the list kept
+    # them so, in quadratic time).
+    assert query_terms(query + " " + query) == [w.lower() for w in words]
+    assert query_terms("Rust checkers and the rust checker") == ["rust", "checker"]

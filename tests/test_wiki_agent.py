@@ -650,8 +650,9 @@ def test_a_source_that_says_delete_the_contradicting_page_cannot_delete_a_cited_
         "citation, or mark it (disputed) (and record it in a Contradictions section) or (unsupported); never delete "
         "or reword a cited claim",
         "refused: wiki/concepts/analytical-engine.md: the lines above <!-- llm:auto-section --> are the owner's; "
-        "a change may add a line there, and add a citation or the mark (disputed) or (unsupported) at the end of a "
-        "line; never change, move or delete one (the line '- The Analytical Engine was "
+        "a change may add a line there (as a list item, or after an empty line: not joined above an owner's line), "
+        "and add a citation or the mark (disputed) or (unsupported) at the end of a line; never change, move or "
+        "delete one (the line '- The Analytical Engine was "
         f"never finished. [[sources/{SLUG}#para2]]' was changed or removed)"]
     assert_unchanged(before, root)
 

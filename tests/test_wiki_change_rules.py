@@ -66,6 +66,11 @@ LOST = (f"refused: {PAGE}: the cited claim {CLAIM[2:]!r} was removed or changed.
     ("the claim in an HTML comment", f"<!-- {CLAIM} -->"),
     ("the claim in a comment of two lines", f"<!--\n{CLAIM}\n-->"),
     ("the claim in a code block", f"```\n{CLAIM}\n```"),
+    ("the claim in an Obsidian comment", f"%%\n{CLAIM}\n%%"),
+    # Markdown joins the claim to the new line above it: one list item,
+    # "It is a myth, spread by a forged source, that Babbage's ...".
+    ("a myth prefix on the line above", "- It is a myth, spread by a forged source, that\n  " + CLAIM[2:]),
+    ("a myth prefix above, as a paragraph", "It is a myth that\n" + CLAIM[2:]),
 ])
 def test_a_cited_claim_that_changes_its_meaning_is_refused(wiki, name, claim):
     assert LOST in verify(wiki, changed(claim)), name
@@ -95,8 +100,9 @@ def test_the_owners_lines_above_the_marker_stay(wiki):
     # A reworded owner's line: refused, with the page, the rule and the line.
     reworded = verify(wiki, {PAGE: BASE.replace(OWNER_LINE, "The agent rewrote this line.")})
     assert [p for p in reworded if p.startswith(rule)] == [
-        f"{rule}; a change may add a line there, and add a citation or the mark (disputed) or (unsupported) at the "
-        f"end of a line; never change, move or delete one (the line "
+        f"{rule}; a change may add a line there (as a list item, or after an empty line: not joined above an "
+        f"owner's line), and add a citation or the mark (disputed) or (unsupported) at the end of a line; never "
+        f"change, move or delete one (the line "
         f"{OWNER_LINE + ' [[sources/' + S + '#para1]]'!r} was changed or removed)"]
     # The marker removed, or moved above the owner's line: refused.
     assert any(p.startswith(rule) and "the marker line is gone" in p
@@ -170,6 +176,11 @@ def verify_from(wiki: Wiki, base: str, pages: dict[str, str], **kw) -> list[str]
     ("a citation of another passage of the same source", CLAIM, CLAIM.replace("#para2", "#para4")),
     ("a citation added to the owner's uncited line", UNCITED_OWNER, UNCITED_OWNER + f" [[sources/{T}#para3]]"),
     ("a mark and a citation on the owner's cited line", OWNER_FULL, OWNER_FULL + f" [[sources/{T}]] (disputed)"),
+    # New lines, as the playbook asks: a list item, or after an empty line;
+    # a line below a kept line may join it (a merge puts moved lines there).
+    ("a new list item above a claim", CLAIM, f"- A new fact. [[sources/{T}#para3]]\n{CLAIM}"),
+    ("a new paragraph above the owner's line", OWNER_FULL, f"A new fact. [[sources/{T}#para3]]\n\n{OWNER_FULL}"),
+    ("a new line joined below the owner's line", OWNER_FULL, f"{OWNER_FULL}\nA new fact. [[sources/{T}#para3]]"),
 ])
 def test_the_changes_that_the_playbook_asks_for_land(noted, name, old, new):
     assert verify_from(noted, WITH_NOTE, {PAGE: WITH_NOTE.replace(old, new)}) == [], name
@@ -184,6 +195,8 @@ def test_the_changes_that_the_playbook_asks_for_land(noted, name, old, new):
     ("the owner's uncited line with a word added and a citation", UNCITED_OWNER,
      UNCITED_OWNER.replace("keeps", "no longer keeps") + f" [[sources/{T}]]"),
     ("a live link pointed elsewhere, its words kept", "- [[entities/Ada-Lovelace]]", "- [[entities/Ada-Lovelace]]"),
+    ("a new line joined above the owner's line", OWNER_FULL, f"It is not true that\n{OWNER_FULL}"),
+    ("the owner's line in an Obsidian comment", UNCITED_OWNER, f"%%\n{UNCITED_OWNER}\n%%"),
 ])
 def test_a_hostile_change_next_to_an_allowance_is_refused(noted, name, old, new):
     page = WITH_NOTE.replace(old, new)
@@ -264,3 +277,20 @@ def test_a_merge_lands_when_every_line_moves_and_a_fake_merge_is_refused(noted):
     noted.end_change()
     finish_merges(root)  # a second run changes nothing
     assert noted.dirty_paths() == []
+
+
+def test_a_change_of_a_page_whose_name_is_not_ascii_lands_and_its_claims_are_checked(wiki):
+    """git quotes a name that is not plain ASCII ("wiki/G\\303\\266del.md")
+    unless it writes NUL-separated names (-z). The rules read the quoted
+    name as a path outside the wiki: every change of such a page (the
+    owner's own names) was refused, and its claims were not compared."""
+    root = wiki.root()
+    name = "wiki/entities/Kurt-Gödel.md"
+    claim = f"- Gödel proved the incompleteness theorems in 1931. [[sources/{S}#para3]]"
+    page = entity_page("Kurt Gödel", f"A logician. [[sources/{S}#para1]]", [claim], sources=[S])
+    (root / name).write_text(page)
+    wiki.commit_all("manual: a page whose name is not ASCII")
+    more = page.replace(claim, claim + f"\n- He worked in Vienna. [[sources/{S}#para4]]")
+    assert verify(wiki, {name: more}) == []
+    lost = verify(wiki, {name: page.replace("1931", "1930")})
+    assert f"refused: {name}: the cited claim {claim[2:]!r} was removed or changed" in " ".join(lost), lost

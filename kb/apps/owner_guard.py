@@ -12,6 +12,8 @@ at 127.0.0.1 (DNS rebinding) read the run logs. docs/security.md tells more.
 The rule, in the order of the checks (an allowlist: what is not named is
 refused):
 
+0. A loopback client is a process of the owner's user (kb/apps/peer_user.py):
+   another user of the machine reaches loopback too.
 1. Host is a name of the served address: 127.0.0.1, localhost, [::1] or
    the host that the owner bound, with the port that the request came in
    on. A wildcard bind (0.0.0.0, ::; the owner opened the server to the
@@ -48,7 +50,10 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import socket
+
+from kb.apps.peer_user import peer_uid
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +168,11 @@ class OwnerOnly:
 
     def refusal(self, scope) -> tuple[int, str] | None:
         """(status, reason) when the request is refused, None when it may pass."""
+        client, server = scope.get("client"), scope.get("server")
+        uid = peer_uid(tuple(client), tuple(server)) if client and server else None
+        if uid is not None and uid != os.getuid():
+            return 403, (f"the connection comes from another user of this machine (uid {uid}). kb answers only "
+                         f"its owner (uid {os.getuid()}).")
         host = _header(scope, b"host")
         reason = self._host_refusal(scope, host)
         if reason is not None:

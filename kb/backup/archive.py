@@ -86,8 +86,9 @@ from pathlib import Path
 import duckdb
 
 from kb.backup.archive_checks import (
-    DAGSTER_YAML, DUCKDB_FILE, MANIFEST, BackupError, check_dagster_home, check_duckdb, check_lancedb, check_manifest,
-    check_members, check_unpacked_size, check_wiki_trees, open_duckdb_as_data, quote_identifier,
+    DAGSTER_YAML, DUCKDB_FILE, MANIFEST, MAX_MEMBERS, MEMBER_BYTES, BackupError, CheckedTarInfo, check_dagster_home,
+    check_duckdb, check_lancedb, check_manifest, check_members, check_unpacked_size, check_wiki_trees,
+    member_bytes, open_duckdb_as_data, quote_identifier,
 )
 from kb.store.duckdb_store import LOCK_ATTEMPTS, retry_while_locked, signals_reach_caller
 from kb.store.atomic_files import write_atomic
@@ -463,7 +464,6 @@ def restore_backup(archive: Path | str, *, force: bool = False, settings: Settin
         root = _unpack(archive, Path(tmp) / "archive", settings.restore_max_bytes)
         manifest = _read_manifest(root, archive)
         checked = _verify_checksums(root, manifest, archive)
-        check_duckdb(root / DUCKDB_FILE, archive)
         check_lancedb(root / "lancedb", archive)
         check_dagster_home(root / "dagster", archive)
         new_home = Path(tmp) / "home"
@@ -472,6 +472,9 @@ def restore_backup(archive: Path | str, *, force: bool = False, settings: Settin
             notes.append("kb wrote its own dagster.yaml; the archive's file was not used (docs/security.md). "
                          "If you edited yours by hand, edit the new file again.")
         _build_home(root, manifest, new_home, archive)
+        # The check reads the file where the restore keeps it: only the
+        # bytes that KB_HOME gets, and no file beside it.
+        check_duckdb(new_home / DUCKDB_FILE, archive)
         if dagster_yaml is not None and (new_home / "dagster").is_dir():
             write_atomic(new_home / "dagster" / DAGSTER_YAML, dagster_yaml(settings).encode())
         # The members carry the modes of the machine that wrote them (0644):
@@ -486,15 +489,18 @@ def restore_backup(archive: Path | str, *, force: bool = False, settings: Settin
 def _unpack(archive: Path, tmp: Path, limit: int) -> Path:
     """Unpack into `tmp`: at most `limit` bytes, and no more than the free disk."""
     try:
-        with tarfile.open(archive, "r:gz") as tar:
+        with tarfile.open(archive, "r:gz", tarinfo=CheckedTarInfo) as tar:
             members, declared = [], 0
             # Member by member, so that an archive that declares too much
             # stops at the first header past the limit, not after a read of all.
             while (info := tar.next()) is not None:
                 members.append(info)
-                declared += info.size if info.isfile() else 0
+                declared += member_bytes(info)
                 if declared > limit:
                     break
+                if len(members) > MAX_MEMBERS:
+                    raise BackupError(f"{archive} is refused: it has more than {MAX_MEMBERS:,} members; a kb "
+                                      "backup has fewer. Nothing was restored.")
             check_members(members, archive)
             tmp.mkdir(parents=True, exist_ok=True)
             check_unpacked_size(declared, limit, tmp, archive)
@@ -517,6 +523,10 @@ def _extract(tar: tarfile.TarFile, members: list[tarfile.TarInfo], tmp: Path, li
         # folder and device files as well: a second wall after check_members.
         info = tarfile.data_filter(info, str(tmp))
         target = tmp / info.name
+        written += MEMBER_BYTES  # the entry's block, as member_bytes() counts it
+        if written > limit:
+            raise BackupError(f"{archive} is refused: it unpacked to more than the limit of {limit:,} bytes "
+                              f"(KB_RESTORE_MAX_GB), at the member {info.name!r}. Nothing was restored.")
         if info.isdir():
             target.mkdir(parents=True, exist_ok=True)
             continue
@@ -579,11 +589,20 @@ def _build_home(root: Path, manifest: dict, new_home: Path, archive: Path) -> No
 
 
 def _move_aside(home: Path, names: list[str]) -> Path:
+    """Move the parts of the old home into a folder beside them. When one
+    move fails (a mount point, a signal), the parts moved so far come back."""
     aside = home / f"{ASIDE_PREFIX}{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%fZ')}"
     aside.mkdir()
-    for name in names:
-        if not name.startswith(ASIDE_PREFIX):
-            move(home / name, aside / name)
+    try:
+        for name in names:
+            if not name.startswith(ASIDE_PREFIX):
+                move(home / name, aside / name)
+    except BaseException as exc:
+        _bring_back(aside, home)
+        if isinstance(exc, OSError):
+            raise BackupError(f"The restore into {home} could not move {name} aside ({exc}); KB_HOME is as it was "
+                              "before the restore.") from exc
+        raise
     return aside
 
 
@@ -595,15 +614,21 @@ def _move_in(new_home: Path, home: Path, aside: Path | None) -> None:
         for part in sorted(new_home.iterdir()):
             move(part, home / part.name)
             placed.append(home / part.name)
-    except OSError as exc:
+    except BaseException as exc:
         for path in placed:
             shutil.rmtree(path) if path.is_dir() else path.unlink()
         if aside is not None:
-            for old in sorted(aside.iterdir()):
-                move(old, home / old.name)
-            aside.rmdir()
-        raise BackupError(f"The restore into {home} could not move {part.name} into place ({exc}); "
-                          "KB_HOME is as it was before the restore.") from exc
+            _bring_back(aside, home)
+        if isinstance(exc, OSError):
+            raise BackupError(f"The restore into {home} could not move {part.name} into place ({exc}); "
+                              "KB_HOME is as it was before the restore.") from exc
+        raise
+
+
+def _bring_back(aside: Path, home: Path) -> None:
+    for old in sorted(aside.iterdir()):
+        move(old, home / old.name)
+    aside.rmdir()
 
 
 def move(source: Path, target: Path) -> None:
@@ -636,10 +661,10 @@ def _restore_wiki(root: Path, facts: dict, wiki: Path, archive: Path) -> None:
     # read them as options; the checks below and in _copy_tree keep them
     # from leaving the wiki through a link that a restored commit holds.
     wiki.mkdir(parents=True)
-    _git(wiki, "init", "--quiet", "--initial-branch", facts["branch"] or "main")
+    _git(wiki, "init", "--quiet", "--initial-branch", facts.get("branch") or "main")
     _git(wiki, "fetch", "--quiet", "--update-head-ok", str(root / WIKI_BUNDLE), "refs/*:refs/*")
     check_wiki_trees(wiki, archive)  # before the checkout writes a link
-    if facts["branch"]:
+    if facts.get("branch"):
         _git(wiki, "reset", "--quiet", "--hard", facts["head"])
     else:
         _git(wiki, "checkout", "--quiet", "--detach", facts["head"])
@@ -663,11 +688,14 @@ def _verify_restored(new_home: Path, manifest: dict, home: Path) -> None:
     counts = manifest.get("counts", {})
     problems = []
     try:
-        if "duckdb" in counts and duckdb_counts(new_home / DUCKDB_FILE) != counts["duckdb"]:
+        # A store that the archive holds is compared always: a manifest
+        # without its counts is a manifest that does not match.
+        if (new_home / DUCKDB_FILE).is_file() and duckdb_counts(new_home / DUCKDB_FILE) != counts.get("duckdb"):
             problems.append("the DuckDB row counts differ from the manifest")
-        if "lancedb" in counts:
+        if (new_home / "lancedb").is_dir():
             restored = {name: {"rows": f["rows"]} for name, f in lancedb_facts(new_home / "lancedb").items()}
-            if restored != {name: {"rows": f["rows"]} for name, f in counts["lancedb"].items()}:
+            if restored != {name: {"rows": f["rows"]} for name, f in counts.get("lancedb", {}).items()} \
+                    or "lancedb" not in counts:
                 problems.append("the LanceDB row counts differ from the manifest")
     except Exception as exc:  # a store that does not open: the same answer as a wrong count
         problems.append(f"a store does not open ({type(exc).__name__}: {str(exc)[:200]})")

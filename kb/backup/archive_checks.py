@@ -4,10 +4,14 @@ checked: anyone can forge one and send it to the owner. So each check
 reads what the archive holds as data, and names what it refuses:
 
 - a member that is not a plain file or folder, or whose path is absolute,
-  has `..` or a `.git` part;
+  has `..` or a `.git` part, or is not one of the parts that a kb backup
+  writes (ARCHIVE_PARTS);
+- a tar header that declares a negative size or meta data larger than
+  MAX_META_BYTES, and an archive of more than MAX_MEMBERS members;
 - an archive that unpacks to more than KB_RESTORE_MAX_GB, or to more than
-  the free disk;
-- a manifest whose paths, commit ids or branch name are not plain;
+  the free disk (each member counts at least MEMBER_BYTES);
+- a manifest whose paths, commit ids, branch name, checksums or counts are
+  not plain;
 - a DuckDB file that holds more than kb's tables, or a table whose columns
   are not kb's (another type, a CHECK, a DEFAULT or a generated column);
 - a LanceDB table that reads data files from outside its folder;
@@ -34,12 +38,31 @@ from kb.wiki.git_env import git_command, git_env
 
 MANIFEST = "manifest.json"
 DUCKDB_FILE = "kb.duckdb"
+# What a kb backup holds under its top folder, by allowlist (create_backup
+# writes these). Why: DuckDB reads a file "kb.duckdb.wal" beside the store
+# when it opens the store, also read-only. With such a file in an archive,
+# the check read the store with the WAL's changes, and the restore moved the
+# store alone: the bytes that kb kept were not the bytes that it checked.
+ARCHIVE_PARTS = frozenset({MANIFEST, DUCKDB_FILE, "lancedb", "wiki.bundle", "wiki-raw", "wiki-worktree", "raw",
+                           "inbox", "dagster"})
+# Tar meta data (a pax header, a GNU long name) is read into memory whole,
+# before any member is checked: a header of 1 GB took 1.1 GB of memory.
+# kb's backups write names of a few hundred bytes.
+MAX_META_BYTES = 1 << 20
+META_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
+# Each member costs memory while the restore reads the headers, and disk
+# (a folder or an empty file takes a block): 100,000 empty folders in an
+# archive of 470 kB took 392 MiB of disk. A home of a year holds some
+# ten thousand files.
+MAX_MEMBERS = 1_000_000
+MEMBER_BYTES = 4096
 # The restore never uses the archive's dagster.yaml (kb writes its own), so
 # this one name may be in the archive's dagster/ without being a database.
 DAGSTER_YAML = "dagster.yaml"
 # The first 16 bytes of every SQLite 3 database file.
 SQLITE_HEADER = b"SQLite format 3\x00"
 COMMIT_ID = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
+SHA256 = re.compile(r"[0-9a-f]{64}")
 # DuckDB settings for a file from an archive. External access off: no
 # COPY TO, ATTACH, read_csv or httpfs, so SQL cannot reach a file or the
 # network. No extension loads. lock_configuration: no SET turns it back on.
@@ -147,8 +170,33 @@ def foreign_columns(conn: duckdb.DuckDBPyConnection, shapes: dict[str, set]) -> 
     return found
 
 
+class CheckedTarInfo(tarfile.TarInfo):
+    """A tar header that the restore reads (tarfile.open(tarinfo=...)): each
+    header is checked when it is read, before tarfile acts on its size."""
+
+    @classmethod
+    def frombuf(cls, buf, encoding, errors):
+        info = super().frombuf(buf, encoding, errors)
+        # A negative size (base-256) sends Python's tarfile (3.11.7) back to
+        # the same header for ever, with its memory growing (CVE-2025-8194).
+        if info.size < 0:
+            raise tarfile.TarError(f"a header declares a negative size ({info.size})")
+        if info.type in META_TYPES and info.size > MAX_META_BYTES:
+            raise tarfile.TarError(f"a header declares {info.size:,} bytes of meta data (pax header or long "
+                                   f"name); a kb backup has at most {MAX_META_BYTES:,}")
+        return info
+
+
+def member_bytes(member: tarfile.TarInfo) -> int:
+    """What a member costs against the size limit: its data, and one block
+    for its entry (archive._extract counts the same while it writes)."""
+    return (member.size if member.isfile() else 0) + MEMBER_BYTES
+
+
 def check_members(members: list[tarfile.TarInfo], archive: Path) -> None:
-    """Plain files and folders with plain relative paths only."""
+    """Plain files and folders with plain relative paths only, under one top
+    folder, each in one of the parts that a kb backup writes."""
+    tops = set()
     for member in members:
         if not (member.isfile() or member.isdir()):
             raise BackupError(f"{archive} is refused: the member {member.name!r} is a link or a special file. "
@@ -156,6 +204,14 @@ def check_members(members: list[tarfile.TarInfo], archive: Path) -> None:
         problem = unsafe_path(member.name)
         if problem:
             raise BackupError(f"{archive} is refused: the member {member.name!r} {problem}; nothing was restored.")
+        parts = member.name.rstrip("/").split("/")
+        tops.add(parts[0])
+        if len(parts) > 1 and parts[1] not in ARCHIVE_PARTS:
+            raise BackupError(f"{archive} is refused: the member {member.name!r} is not a part of a kb backup "
+                              f"(a kb backup holds {', '.join(sorted(ARCHIVE_PARTS))}); nothing was restored.")
+    if len(tops) > 1:
+        raise BackupError(f"{archive} is refused: its members are in {len(tops)} top folders; a kb backup has one. "
+                          "Nothing was restored.")
 
 
 def unsafe_path(path: str) -> str | None:
@@ -180,9 +236,13 @@ def check_manifest(manifest: dict, archive: Path) -> None:
     if not isinstance(files, dict):
         problems.append("`files` is not a mapping")
         files = {}
-    for name in files:
+    for name, facts in files.items():
         if why := unsafe_path(name):
             problems.append(f"files: {name!r} {why}")
+        elif not (isinstance(facts, dict) and isinstance(facts.get("sha256"), str)
+                  and SHA256.fullmatch(facts["sha256"])):
+            problems.append(f"files: {name!r} has no SHA-256")
+    problems += count_problems(manifest.get("counts", {}))
     wiki = manifest.get("wiki")
     if wiki is not None:
         if not isinstance(wiki, dict):
@@ -197,11 +257,29 @@ def check_manifest(manifest: dict, archive: Path) -> None:
             if (key == "head" or value is not None) and not (isinstance(value, str) and COMMIT_ID.fullmatch(value)):
                 problems.append(f"wiki {key}: {str(value)[:80]!r} is not a commit id")
         branch = wiki.get("branch")
-        if branch is not None and not plain_branch(branch):
+        if "branch" not in wiki:
+            problems.append("wiki branch: missing")
+        elif branch is not None and not plain_branch(branch):
             problems.append(f"wiki branch: {str(branch)[:80]!r} is not a plain branch name")
     if problems:
         raise BackupError(f"{archive} is refused: its {MANIFEST} names what a restore must not touch; nothing "
                           f"was restored. {len(problems)} problem(s), for example: " + "; ".join(problems[:5]))
+
+
+def count_problems(counts) -> list[str]:
+    """The counts that the restore compares with the restored stores
+    (archive._verify_restored): numbers, in the shapes that create_backup writes."""
+    if not isinstance(counts, dict):
+        return ["`counts` is not a mapping"]
+    problems = []
+    duckdb_rows = counts.get("duckdb", {})
+    if not (isinstance(duckdb_rows, dict) and all(isinstance(n, int) for n in duckdb_rows.values())):
+        problems.append("counts: `duckdb` is not a mapping of tables to numbers")
+    tables = counts.get("lancedb", {})
+    if not (isinstance(tables, dict) and all(isinstance(t, dict) and isinstance(t.get("rows"), int)
+                                             for t in tables.values())):
+        problems.append("counts: `lancedb` is not a mapping of tables to their rows")
+    return problems
 
 
 def plain_branch(name) -> bool:

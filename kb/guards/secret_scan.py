@@ -16,14 +16,23 @@ a page can give it without a change of one bit:
   base64 into lines).
 - hex, in any case (lower, upper, or mixed), also broken into lines;
 - percent-encoding (URL encoding) of any of its characters, also encoded
-  twice or three times.
+  twice or three times;
+- a part of it (PIECE_CHARS characters, or all of a shorter secret), also
+  reversed, in the text as a reader sees it: HTML entities read, Unicode
+  in its NFKC form, no format characters (zero-width space, soft hyphen),
+  no Markdown escapes, no white space. Why: a page may split a secret
+  over two lines, put a zero-width space in it, or write it as `&#49;`;
+  a reader (and a model that reads the page) still reads the secret.
 The forms are made once for each set of secrets (encoded_forms).
 """
 
 from __future__ import annotations
 
 import base64
+import html
 import json
+import re
+import unicodedata
 from functools import lru_cache
 from pathlib import Path
 from urllib.parse import unquote
@@ -66,6 +75,25 @@ URL_SAFE = str.maketrans("+/", "-_")
 # A text can encode a secret twice or more (%2541 is %41 is "A").
 URL_DECODE_ROUNDS = 3
 WHITESPACE = str.maketrans("", "", " \t\r\n\f\v")
+# A part of a secret that a text may not hold: long enough that no text
+# holds it by chance (a key of 40 random characters has 25 such parts).
+PIECE_CHARS = 16
+MARKDOWN_ESCAPE = re.compile(r"\\(?=[!-/:-@\[-`{-~])")
+
+
+def as_read(text: str) -> str:
+    """The text as a reader reads it, without white space (see the module's text)."""
+    read = unicodedata.normalize("NFKC", html.unescape(text))
+    read = "".join(char for char in read if unicodedata.category(char) != "Cf")
+    return MARKDOWN_ESCAPE.sub("", read).translate(WHITESPACE)
+
+
+def pieces(value: str) -> tuple[str, ...]:
+    """The parts of a secret that as_read() text may not hold, also reversed."""
+    value = value.translate(WHITESPACE)
+    size = min(PIECE_CHARS, len(value))
+    parts = {value[at:at + size] for at in range(len(value) - size + 1)}
+    return tuple(sorted(parts | {part[::-1] for part in parts}))
 
 
 def base64_cores(raw: bytes) -> list[str]:
@@ -80,16 +108,17 @@ def base64_cores(raw: bytes) -> list[str]:
 
 
 @lru_cache(maxsize=8)
-def encoded_forms(secrets: tuple[tuple[str, str], ...]) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
+def encoded_forms(secrets: tuple[tuple[str, str], ...]) -> tuple[tuple[str, tuple[str, ...], ...], ...]:
     """For each (name, value): the name, the base64 forms (standard and
-    URL-safe, three alignments) and the hex form (lower case). Made once
+    URL-safe, three alignments), the hex form (lower case) and the pieces
+    (pieces(): parts, also reversed). Made once
     for each set of secrets: the scan runs for each wiki change."""
     forms = []
     for name, value in secrets:
         raw = value.encode("utf-8")
         cores = base64_cores(raw)
         b64 = tuple(dict.fromkeys(cores + [core.translate(URL_SAFE) for core in cores]))
-        forms.append((name, b64, (raw.hex(),)))
+        forms.append((name, b64, (raw.hex(),), pieces(value)))
     return tuple(forms)
 
 
@@ -105,11 +134,13 @@ def _found(text: str, secrets: dict[str, str]) -> set[tuple[str, str]]:
         if once == decoded[-1]:
             break
         decoded.append(once)
+    read = as_read(text)
     found = set()
-    for name, b64, hexes in encoded_forms(tuple(sorted(secrets.items()))):
+    for name, b64, hexes, parts in encoded_forms(tuple(sorted(secrets.items()))):
         value = secrets[name]
         if any(value in view for view in decoded):
             found.add((name, "text"))
+        found.update((name, f"piece {part}") for part in parts if part in read)
         found.update((name, f"base64 {form}") for form in b64 if form in squeezed)
         found.update((name, f"hex {form}") for form in hexes if form in lowered)
     return found

@@ -17,6 +17,11 @@ from kb.index.store import to_utc
 
 MODES = ("bm25", "dense", "hybrid")
 MAX_LIMIT = 100
+# The longest query, in characters. A query comes from a stranger too: a page
+# in the owner's browser can open `kb web` with ?q= of 60 kB (15,000 words),
+# and that query took 38 s of CPU of kb web (7 December 2026). A question of
+# a person is far shorter.
+MAX_QUERY_CHARS = 1000
 # Passages fetched from each retriever before grouping by bookmark. Several
 # passages of one bookmark can fill the list, so it is deeper than `limit`.
 MIN_DEPTH = 100
@@ -55,7 +60,7 @@ class SearchRequest:
     sources: list[str] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.query = _check_query(self.query)
+        self.query = check_query(self.query)
         self.limit = _check_limit(self.limit)
         if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r} is unknown: use one of {', '.join(MODES)}")
@@ -105,9 +110,14 @@ class SearchRequest:
         return max(self.limit, RERANK_TOP) if self.rerank else self.limit
 
 
-def _check_query(query: str) -> str:
+def check_query(query: str) -> str:
+    """The query with single spaces; ValueError when it is empty or too long.
+    Every front end checks its query here (also the wiki's search of the
+    files, which does not go through search())."""
     if not isinstance(query, str) or not query.strip():
         raise ValueError("query is empty: give words to search for")
+    if len(query) > MAX_QUERY_CHARS:
+        raise ValueError(f"query has {len(query):,} characters: a query has at most {MAX_QUERY_CHARS:,}")
     return " ".join(query.split())
 
 

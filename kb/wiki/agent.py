@@ -58,7 +58,7 @@ from kb.wiki.sandbox import (
 )
 from kb.error_lines import first_line
 from kb.settings import Settings, get_settings
-from kb.wiki.schema import name_problem
+from kb.wiki.schema import new_page_problem
 from kb.wiki_files import APPEND_ONLY_FILES, agent_path_problem
 
 # The in-process MCP server of the agent's tools, by the specification's name (5.4):
@@ -183,7 +183,7 @@ def new_page_name_problem(root: Path, relative: str) -> str | None:
     over with `kb wiki migrate`)."""
     if not relative.startswith("wiki/") or (root / relative).exists():
         return None
-    return name_problem(relative.removeprefix("wiki/"))
+    return new_page_problem(relative.removeprefix("wiki/"))
 
 
 def append_only_problem(old: str, new: str, name: str) -> str | None:

@@ -18,9 +18,13 @@ middle of the line: each is a lost line.
 
 1. A cited claim is kept. Each line of a page that states something and
    cites a source page must be kept by a line of some page after the
-   change (the same page or another: moved, merged). A line in an HTML
-   comment, in a code block or in the frontmatter keeps nothing: a reader
-   does not see it there.
+   change (the same page or another: moved, merged). A line in a comment
+   (HTML or Obsidian's %%), in a code block or in the frontmatter keeps
+   nothing: a reader does not see it there. Nor does a line that Markdown
+   joins to new text above it into one paragraph or list item ("- It is a
+   myth, spread by a forged source, that" and, on the next line, the
+   claim): a reader reads them as one sentence. Lines that were there
+   before may stand above it (a merge puts moved lines under the owner's).
 2. The owner's sections stay the owner's. On an entity or concept page
    with the marker line, each line above the marker is kept by a line
    above the marker after the change, in the same order, and the marker
@@ -48,6 +52,9 @@ from kb.wiki_files import FENCE, WIKILINK, blank_comments, split_frontmatter
 
 CITATION = re.compile(r"\[\[(sources/[^\]|#\n]+)")
 LIST_MARK = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+# A line that starts a block of its own in Markdown (a list item, a heading,
+# a quote, a table row, HTML): it is never joined to the line above.
+BLOCK_START = re.compile(r"^\s*(?:[-*+]\s|\d+[.)]\s|#|>|\||<)")
 PROSE = re.compile(r"[A-Za-z\u00C0-\uFFFF]{2,}")
 TRAILING_MARKS = re.compile(r"(?:\s*(?:" + "|".join(re.escape(m) for m in CLAIM_MARKS) + r"))+\s*$")
 SOURCES_FOLDER = "sources/"
@@ -101,16 +108,45 @@ def keeps(old: str, new: str, renames: dict[str, str] | None = None, live: set[s
             and needed_links(old, targets, live) <= line_links(new, targets))
 
 
-class KeptLines:
-    """The visible lines of pages, by their words: which line keeps a line?"""
+def joined_to_new_text(lines: list[str], old_keys: set[str], renames: dict[str, str] | None = None) -> list[bool]:
+    """For each line: True when Markdown joins it to text above it in one
+    paragraph or list item (no empty line between, and the line starts no
+    block of its own), and some of that text is new (its key is not in
+    `old_keys`, the keys of the lines before the change). Such a line keeps
+    nothing (rule 1 of the module's text)."""
+    out, new_above, joinable = [], False, False
+    for line in lines:
+        stripped = line.strip()
+        joined = bool(stripped) and joinable and not BLOCK_START.match(line)
+        if not joined:
+            new_above = False
+        out.append(joined and new_above)
+        if stripped:
+            new_above = new_above or claim_key(line, renames) not in old_keys
+        joinable = bool(stripped) and not stripped.startswith("#")  # a heading is a block of one line
+    return out
 
-    def __init__(self, texts, renames: dict[str, str] | None = None, merged: dict[str, str] | None = None) -> None:
+
+def old_line_keys(texts, renames: dict[str, str] | None = None) -> set[str]:
+    """The keys of the visible lines of pages before a change."""
+    return {claim_key(line, renames) for text in texts for line in visible_body(text) if line.strip()}
+
+
+class KeptLines:
+    """The visible lines of pages, by their words: which line keeps a line?
+    `old`: the pages before the change; a line joined to new text above it
+    keeps nothing (joined_to_new_text)."""
+
+    def __init__(self, texts, renames: dict[str, str] | None = None, merged: dict[str, str] | None = None,
+                 old=()) -> None:
         self.renames = renames
         self.targets = {**(renames or {}), **(merged or {})}
         self.links: dict[str, list[set[str]]] = {}
+        old_keys = old_line_keys(old, renames)
         for text in texts:
-            for line in visible_body(text):
-                if line.strip():
+            lines = visible_body(text)
+            for line, joined in zip(lines, joined_to_new_text(lines, old_keys, renames)):
+                if line.strip() and not joined:
                     self.links.setdefault(claim_key(line, renames), []).append(line_links(line, self.targets))
 
     def keep(self, old: str, live: set[str] | None = None) -> bool:
@@ -157,7 +193,7 @@ def lost_cited_claims(before: dict[str, str], after: dict[str, str],
     `merged`: a merged page -> the page that holds its lines now (a lint).
     `live`: the link targets of the pages before the change (None: every
     link counts as live)."""
-    kept = KeptLines(after.values(), renames, merged)
+    kept = KeptLines(after.values(), renames, merged, old=before.values())
     lost = []
     for path, text in before.items():
         for claim in cited_claims(text):
@@ -176,9 +212,9 @@ def owner_lines(text: str) -> list[str] | None:
     return None
 
 
-OWNER_RULE = (f"the lines above {AUTO_SECTION_MARKER} are the owner's; a change may add a line there, and add a "
-              f"citation or the mark {DISPUTED_MARK} or {UNSUPPORTED_MARK} at the end of a line; never change, move "
-              f"or delete one")
+OWNER_RULE = (f"the lines above {AUTO_SECTION_MARKER} are the owner's; a change may add a line there (as a list "
+              f"item, or after an empty line: not joined above an owner's line), and add a citation or the mark "
+              f"{DISPUTED_MARK} or {UNSUPPORTED_MARK} at the end of a line; never change, move or delete one")
 
 
 def owner_section_problem(path: str, before: str, after: str | None, *, may_merge: bool = False,
@@ -204,12 +240,14 @@ def owner_section_problem(path: str, before: str, after: str | None, *, may_merg
     new = owner_lines(after)
     if new is None:
         return f"{rule} (the marker line is gone)"
-    # Each old line, in order, must be kept by a new line (new ones may come between).
+    # Each old line, in order, must be kept by a new line (new ones may come
+    # between, but not joined above it: joined_to_new_text).
+    joined = joined_to_new_text(new, {claim_key(line) for line in old if line.strip()})
     at = 0
     for line in old:
         if not line.strip():
             continue
-        while at < len(new) and not keeps(line, new[at], live=live, merged=merged):
+        while at < len(new) and (joined[at] or not keeps(line, new[at], live=live, merged=merged)):
             at += 1
         if at == len(new):
             return f"{rule} (the line {line.strip()[:120]!r} was changed or removed)"

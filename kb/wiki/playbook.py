@@ -67,7 +67,9 @@ The owner reads it in Obsidian or in any Markdown viewer.
 
 Entity and concept pages carry the line `{marker}`. The lines above it are the owner's:
 on a page that exists, keep each line above the marker, in its place, and keep the marker.
-You may add a new line above it (a new fact with its citation). On a line that is there,
+You may add a new line above it (a new fact with its citation): as a list item (`- `), or after
+an empty line. A line right above a line that is there, with no empty line between, joins it into
+one paragraph: kb counts that as a change of the line. On a line that is there,
 you may do only these changes, and keep every word of it:
 - add a citation at the end of the line;
 - put `(disputed)` or `(unsupported)` at the end of the line;

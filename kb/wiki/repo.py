@@ -48,7 +48,7 @@ from kb.wiki.change_rules import KeptLines, lost_cited_claims, owner_section_pro
 from kb.wiki_files import (
     APPEND_ONLY_FILES, WIKILINK, agent_path_problem, make_wiki_folder, wiki_page_files, write_wiki_file,
 )
-from kb.wiki.schema import DISPUTED_MARK, MANUAL_PREFIX, UNSUPPORTED_MARK, name_problem, only_key_added
+from kb.wiki.schema import DISPUTED_MARK, MANUAL_PREFIX, UNSUPPORTED_MARK, new_page_problem, only_key_added
 from kb.wiki.playbook import CLAUDE_MD, GITIGNORE, INDEX_MD, LOG_MD, PURPOSE_MD
 
 BRANCH = "main"
@@ -69,6 +69,11 @@ PAGE_DIRS = (
 PUSHED_REF = "refs/kb/pushed"
 # The largest diff that the agent's show_change tool returns.
 MAX_DIFF_CHARS = 60_000
+# The most bytes that one change may add to one file. An agent that a source
+# talked into it turned 1.2 kB of tool input into a page of 360 kB (Edit
+# with replace_all), and a page of 100 MB in the room. A page of an honest
+# change has a few kB; index.md gains a line a page.
+MAX_ADDED_BYTES = 256 * 1024
 SNAPSHOT_MESSAGE = f"{MANUAL_PREFIX} pre-ingest snapshot"
 RAW_FOLDER = "raw"
 # A pathspec for git: every path but raw/. Snapshots, the agent's change
@@ -184,8 +189,9 @@ class Wiki(BaseModel):
     def dirty_paths(self) -> list[str]:
         """Tracked changes and untracked files outside raw/ (ignored files do
         not count). raw/ goes into git only with the ingest that uses a file."""
-        out = self._run("status", "--porcelain", "--untracked-files=all", "--", ".", RAW_EXCLUDE).stdout
-        return [line[3:] for line in out.splitlines() if line.strip()]
+        out = self._run("status", "--porcelain", "-z", "--no-renames", "--untracked-files=all", "--", ".",
+                        RAW_EXCLUDE).stdout
+        return [entry[3:] for entry in out.split("\0") if entry.strip()]
 
     def commit_all(self, message: str) -> str | None:
         """Commit everything that is dirty outside raw/. Returns the new SHA, or None when clean."""
@@ -204,8 +210,8 @@ class Wiki(BaseModel):
         untracked file, because its source still waits for its ingest; the
         other files of raw/ are not the agent's."""
         root = self.root()
-        committed = self._run("diff", "--name-only", "--no-renames", "--diff-filter=A", sha, "HEAD", "--",
-                              RAW_FOLDER, check=False).stdout.split("\n")
+        committed = self._run("diff", "-z", "--name-only", "--no-renames", "--diff-filter=A", sha, "HEAD", "--",
+                              RAW_FOLDER, check=False).stdout.split("\0")
         kept_files = {path: (root / path).read_bytes() for path in committed
                       if path and (root / path).is_file() and not (root / path).is_symlink()}
         self._run("reset", "-q", "--hard", sha)
@@ -244,18 +250,16 @@ class Wiki(BaseModel):
 
     def changes_since(self, sha: str) -> list[Change]:
         # --no-renames: a rename is a delete and an add, so a moved source
-        # page counts as a deleted one.
-        out = self.git("diff", "--name-status", "--no-renames", f"{sha}..HEAD")
-        changes = []
-        for line in out.splitlines():
-            status, _, path = line.partition("\t")
-            changes.append(Change(status[:1], path))
-        return changes
+        # page counts as a deleted one. -z: without it git quotes a name
+        # that is not plain ASCII ("wiki/G\303\266del.md"), and the rules
+        # refused every change of such a page.
+        fields = self.git("diff", "-z", "--name-status", "--no-renames", f"{sha}..HEAD").split("\0")
+        return [Change(status[:1], path) for status, path in zip(fields[0::2], fields[1::2]) if status]
 
     def paths_changed_in(self, sha: str) -> list[str]:
         """The paths that one commit added or changed (not the deleted ones)."""
-        out = self.git("show", "--name-only", "--no-renames", "--diff-filter=AM", "--format=", sha)
-        return [line for line in out.splitlines() if line]
+        out = self.git("show", "-z", "--name-only", "--no-renames", "--diff-filter=AM", "--format=", sha)
+        return [path for path in out.split("\0") if path]
 
     def show(self, sha: str, path: str) -> str | None:
         proc = self._run("show", f"{sha}:{path}", check=False)
@@ -403,7 +407,7 @@ class Wiki(BaseModel):
         # it is a link to the other page (kb.wiki.finish.finish_merges).
         merged = redirects(after) if may_delete_pages else {}
         live = self.page_targets(sha)
-        kept = KeptLines(after.values(), merged=merged)
+        kept = KeptLines(after.values(), merged=merged, old=before.values())
         problems = [f"refused: {item['page']}: the cited claim {item['claim']!r} was removed or changed. Keep its "
                     f"words and its citations: move it, add a citation, or mark it {DISPUTED_MARK} (and record it "
                     f"in a Contradictions section) or {UNSUPPORTED_MARK}; never delete or reword a cited claim"
@@ -418,8 +422,8 @@ class Wiki(BaseModel):
     def page_targets(self, sha: str) -> set[str]:
         """How links name the pages of commit `sha`: `entities/Ada-Lovelace`,
         and the bare name `Ada-Lovelace` (Obsidian resolves it too)."""
-        out = self._run("ls-tree", "-r", "--name-only", sha, "--", "wiki/").stdout
-        targets = {path.removeprefix("wiki/").removesuffix(".md") for path in out.splitlines()
+        out = self._run("ls-tree", "-z", "-r", "--name-only", sha, "--", "wiki/").stdout
+        targets = {path.removeprefix("wiki/").removesuffix(".md") for path in out.split("\0")
                    if path.endswith(".md")}
         return targets | {target.rsplit("/", 1)[-1] for target in targets}
 
@@ -461,7 +465,7 @@ class Wiki(BaseModel):
                 problems.append(f"refused: {rule}")
                 continue
             if change.status == "A" and change.path.startswith("wiki/") \
-                    and (name_rule := name_problem(change.path.removeprefix("wiki/"))) is not None:
+                    and (name_rule := new_page_problem(change.path.removeprefix("wiki/"))) is not None:
                 problems.append(f"refused: {name_rule}")
             if change.status != "D":
                 problems += self._file_refusals(before.sha, change.path, secrets)
@@ -480,6 +484,10 @@ class Wiki(BaseModel):
         if "\0" in new:
             return [f"refused: {path} holds a NUL byte: it is not Markdown"]
         old = self.show(sha, path) or ""
+        added = len(new.encode()) - len(old.encode())
+        if added > MAX_ADDED_BYTES:
+            return [f"refused: {path} grows by {added:,} bytes; a change adds at most {MAX_ADDED_BYTES:,} bytes "
+                    "to one file"]
         problems = [f"refused: {path} holds the value of {name}" for name in secrets_in(new, secrets, already=old)]
         if path in APPEND_ONLY_FILES and not new.startswith(old):
             problems.append(f"refused: {path} is append-only, and the change alters an earlier line")

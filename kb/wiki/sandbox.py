@@ -84,12 +84,24 @@ READ_ONLY_IN_WIKI = ("raw", "purpose.md", "CLAUDE.md")
 # Inside the wiki: what the agent never sees.
 HIDDEN_IN_WIKI = (".git",)
 
+# The largest file that the CLI and its children may write (RLIMIT_FSIZE):
+# a write past it ends the CLI (SIGXFSZ), and the run rolls back. A source
+# talked an agent into a page of 100 MB in the room (Edit with replace_all
+# of a few kB of tool input); kb's check of the change (repo.py,
+# MAX_ADDED_BYTES) sees it only after the run. The CLI's own session file
+# of a long run has a few MB.
+AGENT_FILE_BYTES = 64 << 20
+
 LAUNCHER = '''#!{python} -IS
 # Written by kb (kb/wiki/sandbox.py) for each agent run. It keeps only the
 # named variables, then replaces itself with the CLI: no secret of the run
-# worker reaches the CLI's process.
-import json, os, sys
+# worker reaches the CLI's process. Files larger than file_bytes end it.
+import json, os, resource, signal, sys
 config = json.loads({config!r})
+resource.setrlimit(resource.RLIMIT_FSIZE, (config["file_bytes"], config["file_bytes"]))
+# Python ignores SIGXFSZ, and an exec keeps that: the CLI would only see
+# its write fail, and go on.
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
 env = {{name: os.environ[name] for name in config["names"] if name in os.environ}}
 env.update(config["fixed"])
 argv = config["prefix"] + [config["cli"]] + sys.argv[1:]
@@ -295,7 +307,7 @@ def write_launcher(folder: Path, *, cli: str, home: Path, prefix: list[str]) -> 
     """Write the launcher for one run into `folder` (mode 0700) and return
     its path. It holds no secret: the token comes through the environment."""
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    config = {"names": list(AGENT_ENV_NAMES), "cli": cli, "prefix": prefix,
+    config = {"names": list(AGENT_ENV_NAMES), "cli": cli, "prefix": prefix, "file_bytes": AGENT_FILE_BYTES,
               "fixed": {"PATH": AGENT_PATH, "HOME": str(home), "TMPDIR": "/tmp"}}
     path = folder / "launch-cli"
     path.write_text(LAUNCHER.format(python=sys.executable, config=json.dumps(config)))

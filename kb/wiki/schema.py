@@ -217,6 +217,17 @@ _NAME_RULES = {
 }
 
 
+def new_page_problem(relative: str) -> str | None:
+    """None when the agent may make a new page at `relative` (a path under
+    wiki/, with `.md`): in one of the specification's folders itself, not
+    in a folder below it, and with a name of its rule (name_problem). A
+    folder below had no rule, so any name passed there ("-- --force <img>.md")."""
+    folder = relative.rpartition("/")[0]
+    if folder not in _NAME_RULES:
+        return f"wiki/{relative}: a new page goes into {', '.join(f'wiki/{f}/' for f in _NAME_RULES)} itself"
+    return name_problem(relative)
+
+
 def name_problem(relative: str) -> str | None:
     """None when a page at `relative` (a path under wiki/, with `.md`) has a
     name of the specification (3.3), else the rule that it breaks."""

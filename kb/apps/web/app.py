@@ -59,6 +59,7 @@ from kb.index.folders import folders, folders_of
 from kb.index.embed_vectors import EmbedderError
 from kb.index.client import ChunkIndex
 from kb.index.store import IndexModelMismatch, empty_index_note
+from kb.index.search_request import check_query
 from kb.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -213,6 +214,11 @@ def api_wiki_search(request: Request) -> KbJSON:
         limit = max(1, min(100, int(_param(request, "limit") or WIKI_LIMIT)))
     except ValueError:
         return _error(400, f"limit={_param(request, 'limit')!r} is not a whole number")
+    if query.strip():
+        try:
+            check_query(query)  # the files' search reads each word: a long query costs much
+        except ValueError as exc:
+            return _error(400, str(exc))
     if not query_terms(query):
         return KbJSON({"query": query, "exists": wiki.exists(), "searched": "nothing", "hits": []})
     if WIKI_SOURCE in _source_kinds(request):
@@ -285,8 +291,9 @@ def create_app(settings: Settings | None = None, *, bound_host: str = DEFAULT_HO
         Route("/api/status", api_status),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    middleware = [Middleware(OwnerOnly, bound_host=bound_host),
-                  Middleware(SecurityHeaders)]
+    # SecurityHeaders outside the guard: the guard's refusals get the headers too.
+    middleware = [Middleware(SecurityHeaders),
+                  Middleware(OwnerOnly, bound_host=bound_host)]
     app = Starlette(routes=routes, middleware=middleware, lifespan=_lifespan)
     app.state.settings = settings
     app.state.search_service = None

@@ -209,12 +209,13 @@ def light_stem(word: str) -> str:
 
 def query_terms(query: str) -> list[str]:
     """The stems of the query words that carry meaning, in query order."""
-    terms: list[str] = []
+    # A dict keeps the order and finds a stem at once: a list made this
+    # quadratic in the number of words.
+    terms: dict[str, None] = {}
     for word in TOKEN.findall(query or ""):
-        stem = light_stem(word)
-        if word.lower() not in STOP_WORDS and stem not in terms:
-            terms.append(stem)
-    return terms
+        if word.lower() not in STOP_WORDS:
+            terms.setdefault(light_stem(word))
+    return list(terms)
 
 
 def highlight_spans(text: str, query: str) -> list[list[int]]:
