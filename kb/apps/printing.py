@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from kb.readable import readable_text
+
 
 def print_sync_report(report) -> None:
     if report.gone_runs:
@@ -50,9 +52,11 @@ def print_hits(response) -> None:
     if not hits:
         click.echo("No results.")
         return
+    # Strangers wrote the text of a hit: a control character in it (ESC of
+    # a terminal's escape sequence) must not reach the owner's terminal.
     for n, hit in enumerate(hits, start=1):
         date = str(hit.created_at)[:10] if hit.created_at else "?"
         reranked = f"  rerank {hit.rerank_score:.2f}" if hit.rerank_score is not None else ""
-        click.echo(f"{n}. @{hit.author}  {date}  score {hit.score:.3f}{reranked}  [{hit.best_source}]")
-        click.echo("   " + " ".join(hit.best_chunk.split())[:400])
-        click.echo(f"   from {hit.best_ref}")
+        click.echo(readable_text(f"{n}. @{hit.author}  {date}  score {hit.score:.3f}{reranked}  [{hit.best_source}]"))
+        click.echo("   " + readable_text(" ".join(hit.best_chunk.split()))[:400])
+        click.echo(readable_text(f"   from {hit.best_ref}"))

@@ -18,6 +18,7 @@ from playwright.sync_api import Error as PlaywrightError
 from kb.documents.outcomes import Outcome, Target, failure_from_error, judged, read_rendered, refused
 from kb.enrich.extract import Reason, extract_pdf, http_reason, is_pdf, rewrite_arxiv
 from kb.guards.fetch_guard import FetchGuard, FetchRefused
+from kb.guards.response_body import BodyRefused, read_body
 from kb.settings import Settings
 from kb.x.browser import Browser, navigation_refusal, watch_navigation
 
@@ -75,13 +76,11 @@ def fetch_file(client: httpx.Client, outcome: Outcome) -> Outcome:
             if response.status_code >= 400:
                 outcome.reason = http_reason(response.status_code)
                 return outcome
-            data = bytearray()
-            for block in response.iter_bytes():
-                data += block
-                if len(data) > MAX_FILE_BYTES:
-                    outcome.reason = Reason.ERROR.value
-                    outcome.detail = f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB"
-                    return outcome
+            data = read_body(response, limit=MAX_FILE_BYTES, what="the file")
+    except BodyRefused as exc:
+        outcome.reason = (Reason.TIMEOUT if exc.reason == "too_slow" else Reason.ERROR).value
+        outcome.detail = str(exc)
+        return outcome
     except httpx.TimeoutException as exc:
         outcome.reason, outcome.detail = Reason.TIMEOUT.value, str(exc)[:500] or "timed out"
         return outcome
@@ -90,13 +89,13 @@ def fetch_file(client: httpx.Client, outcome: Outcome) -> Outcome:
         return outcome
     except FetchRefused as exc:  # a redirect to a private address
         return refused(outcome, exc)
-    if not is_pdf(bytes(data)):
+    if not is_pdf(data):
         outcome.reason = Reason.BINARY.value
         outcome.detail = f"not a PDF: {response.headers.get('content-type', 'no content type')}"
         return outcome
     outcome.kind = "pdf"
     try:
-        outcome.extracted = extract_pdf(bytes(data), outcome.url)
+        outcome.extracted = extract_pdf(data, outcome.url)
     except ValueError as exc:
         outcome.reason, outcome.detail = Reason.BINARY.value, str(exc)[:500]
         return outcome

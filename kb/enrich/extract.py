@@ -37,6 +37,16 @@ THIN_WORDS = 60
 # while the documents run held its DuckDB pool slot. A longer PDF is read
 # as plain text, page by page: all the words, in some milliseconds per page.
 MAX_LAYOUT_PAGES = 40
+# The layout analysis also grows with the square of the text operators of a
+# page: a PDF of 1 KiB whose page shows 5,000 strings took 3.8 s, 20,000
+# took 39 s, 100,000 did not end in 300 s (the red team, 7 December 2026).
+# A real page shows some hundreds to a few thousand. Past either limit the
+# PDF is read as plain text, as a long one is.
+MAX_LAYOUT_TEXT_SHOWS_PAGE = 5_000
+MAX_LAYOUT_TEXT_SHOWS = 40_000
+# A string, an array of strings or a hex string, and then an operator that
+# shows it: Tj, TJ, ' or ".
+TEXT_SHOW = re.compile(rb"[)>\]]\s*(?:Tj|TJ|'|\")")
 
 
 class Reason(StrEnum):
@@ -412,12 +422,28 @@ def is_pdf(data: bytes) -> bool:
     return data[:1024].lstrip().startswith(b"%PDF-")
 
 
+def layout_affordable(doc) -> bool:
+    """True when the layout analysis (pymupdf4llm) of an open PyMuPDF
+    document is affordable: at most MAX_LAYOUT_PAGES pages, and at most
+    MAX_LAYOUT_TEXT_SHOWS_PAGE text operators on a page and
+    MAX_LAYOUT_TEXT_SHOWS in all. Else kb reads it as plain text (pdf_paragraphs)."""
+    if doc.page_count > MAX_LAYOUT_PAGES:
+        return False
+    shows = 0
+    for page in doc:
+        on_page = sum(len(TEXT_SHOW.findall(doc.xref_stream(xref) or b"")) for xref in page.get_contents())
+        shows += on_page
+        if on_page > MAX_LAYOUT_TEXT_SHOWS_PAGE or shows > MAX_LAYOUT_TEXT_SHOWS:
+            return False
+    return True
+
+
 def extract_pdf(data: bytes, url: str | None = None) -> Extracted:
     """The text of a PDF through pymupdf4llm (Markdown), kept as HTML like
     every other document. Page headers and footers are left out: they repeat
     on every page and are not the content.
 
-    A PDF of more than MAX_LAYOUT_PAGES pages is read as plain text.
+    A PDF whose layout costs too much (layout_affordable()) is read as plain text.
     Raises ValueError (naming the URL) when the bytes are not a PDF that
     PyMuPDF can open, when the PDF needs a password, or when its text
     cannot be read."""
@@ -435,7 +461,7 @@ def extract_pdf(data: bytes, url: str | None = None) -> Extracted:
             # Without this check pymupdf4llm fails with a TypeError that says
             # nothing of the cause.
             raise ValueError(f"{where} is an encrypted PDF: it needs a password")
-        if doc.page_count > MAX_LAYOUT_PAGES:
+        if not layout_affordable(doc):
             fragment = _plain_pdf_html(doc)
         else:
             try:
@@ -455,7 +481,7 @@ def extract_pdf(data: bytes, url: str | None = None) -> Extracted:
 def pdf_paragraphs(doc) -> list[str]:
     """The text of every page of an open PyMuPDF document: one paragraph
     per text block, in reading order. No headings or tables, but fast: the
-    reading of a PDF of more than MAX_LAYOUT_PAGES pages."""
+    reading of a PDF whose layout costs too much (layout_affordable())."""
     paragraphs = []
     for page in doc:
         for block in page.get_text("blocks", sort=True):

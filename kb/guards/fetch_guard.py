@@ -81,6 +81,7 @@ import h11
 import httpcore
 import httpx
 
+from kb.guards.response_body import ACCEPT_ENCODING
 from kb.guards.tls import tls_context
 
 if TYPE_CHECKING:
@@ -492,7 +493,10 @@ class FetchGuard:
         """An httpx.Client that connects only through the guard, redirects
         included. `options` go to httpx.Client (timeout, headers,
         follow_redirects ...)."""
-        return httpx.Client(transport=GuardedTransport(self), trust_env=False, **options)
+        # gzip and deflate only: kb reads the body with a limit on each
+        # step of the decoder (kb/guards/response_body.py).
+        headers = {"Accept-Encoding": ACCEPT_ENCODING, **dict(options.pop("headers", None) or {})}
+        return httpx.Client(transport=GuardedTransport(self), trust_env=False, headers=headers, **options)
 
 
 class _GuardedBackend(httpcore.SyncBackend):

@@ -12,12 +12,12 @@ any object with the same attributes.
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from urllib.parse import parse_qs, urlsplit
 
+from kb.readable import readable_text
 from kb.telegram import replies
 
 # The Bot API gives bots files up to 20 MB (a local Bot API server allows
@@ -135,12 +135,6 @@ def safe_file_name(name: str | None, default: str) -> str:
     base = PurePosixPath((name or "").replace("\\", "/")).name
     base = re.sub(r"[^\w.\- ]+", "_", base).strip(" .")
     return base[:120] or default
-
-
-def readable_text(text: str) -> str:
-    """The text without control and format characters (NUL, zero-width and
-    the like), which carry no words: 60 NUL characters are not a source."""
-    return "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch)[0] != "C")
 
 
 def classify(message, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Accepted | Refused:

@@ -25,6 +25,8 @@ import httpx
 import yaml
 
 from kb.guards.fetch_guard import FetchGuard, FetchRefused, GuardProxy
+from kb.guards.response_body import BodyRefused, read_body
+from kb.readable import readable_text
 from kb.wiki.schema import kebab
 from kb.wiki_files import split_frontmatter as wiki_split_frontmatter
 
@@ -160,15 +162,13 @@ def fetch_page(url: str, *, timeout_s: float, guard: FetchGuard | None = None) -
                 if status >= 400:
                     # 401 and 403: often a wall against scripts. The browser may pass it.
                     return FetchedPage(str(response.url), "", b"", blocked=f"HTTP {status}")
-                chunks, size = [], 0
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > MAX_PAGE_BYTES:
-                        raise PermanentParseError(f"{url}: the page is larger than {MAX_PAGE_BYTES // 1024 // 1024} MB")
-                    chunks.append(chunk)
+                try:
+                    body = read_body(response, limit=MAX_PAGE_BYTES, what=f"{url}: the page")
+                except BodyRefused as exc:
+                    raise (TransientParseError if exc.reason == "too_slow" else PermanentParseError)(str(exc)) from None
                 header = response.headers.get("content-type", "")
                 content_type = header.split(";")[0].strip().lower()
-                return FetchedPage(str(response.url), content_type, b"".join(chunks), charset=_charset(header))
+                return FetchedPage(str(response.url), content_type, body, charset=_charset(header))
     except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError) as exc:
         raise TransientParseError(f"{url}: {type(exc).__name__}: {exc}") from None
     except httpx.UnsupportedProtocol as exc:
@@ -222,7 +222,9 @@ def parse_web(url: str, *, timeout_s: float = 30.0, render: Callable[[str], str]
     if page.content_type == "application/pdf":
         return parse_pdf_bytes(page.body, url, url=url)
     if page.content_type in ("text/plain", "text/markdown"):
-        body = _decoded(page.body, page.charset) if page.charset else decode_text(page.body, url)
+        # As it came: no extraction cleans it, and a terminal escape in it
+        # reached the owner's terminal through `kb search` (readable_text).
+        body = readable_text(_decoded(page.body, page.charset) if page.charset else decode_text(page.body, url))
         title = first_heading(body) or first_line(body)
         return ParsedSource(title, body, "httpx", url=page.url)
     text, title = "", None
@@ -436,7 +438,7 @@ def parse_pdf_bytes(data: bytes, where: str, url: str | None = None) -> ParsedSo
     import pymupdf
     import pymupdf4llm
 
-    from kb.enrich.extract import MAX_LAYOUT_PAGES, pdf_paragraphs
+    from kb.enrich.extract import layout_affordable, pdf_paragraphs
 
     if not data:
         raise PermanentParseError(f"{where}: the PDF file is empty")
@@ -450,9 +452,10 @@ def parse_pdf_bytes(data: bytes, where: str, url: str | None = None) -> ParsedSo
         if doc.page_count == 0:
             raise PermanentParseError(f"{where}: the PDF has no pages")
         try:
-            if doc.page_count > MAX_LAYOUT_PAGES:
-                # The layout analysis costs about a second per page: a long
-                # PDF is read as plain text, as the documents stage does.
+            if not layout_affordable(doc):
+                # The layout analysis costs about a second per page, and more
+                # on a page of many strings: such a PDF is read as plain text,
+                # as the documents stage does.
                 body = "\n\n".join(pdf_paragraphs(doc))
             else:
                 # use_ocr=False: no OCR engine is installed, and a scan without a
@@ -471,7 +474,7 @@ def parse_pdf(path: Path) -> ParsedSource:
 
 
 def parse_markdown(path: Path) -> ParsedSource:
-    body = decode_text(read_file(path), str(path)).strip()
+    body = readable_text(decode_text(read_file(path), str(path))).strip()
     title = first_heading(body) or path.stem
     return ParsedSource(title, body, "markdown")
 

@@ -1,0 +1,202 @@
+"""Answers of a stranger's server that cost memory or time, not bytes on
+the wire (kb/guards/response_body.py): the red team of 7 December 2026
+found each one. A real HTTP server on loopback sends them; kb's real
+fetchers read them through the fetch guard (the page of a Telegram link,
+and the file of a bookmark's link)."""
+
+from __future__ import annotations
+
+import gzip
+import resource
+import time
+import zlib
+
+import pytest
+
+from kb.guards.fetch_guard import FetchGuard
+from kb.telegram.source_parsers import PermanentParseError, TransientParseError, fetch_page
+from tests.loopback import LoopbackServer, QuietHandler
+
+MIB = 1 << 20
+
+
+def zeros_gzip(size: int) -> bytes:
+    """gzip of `size` zero bytes, made in steps: 100 MiB become about 100 kB."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = bytes(MIB)
+    return b"".join(packer.compress(block) for _ in range(size // MIB)) + packer.flush()
+
+
+class Hostile(LoopbackServer):
+    """Serves `body` with `headers`, or drips `drip` one byte at a time."""
+
+    def __init__(self, body: bytes = b"", headers: dict | None = None, content_type: str = "text/html",
+                 drip: bytes = b"", every_s: float = 0.0):
+        server = self
+
+        class Handler(QuietHandler):
+            def do_GET(self):
+                if drip:
+                    self.send_response(200)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(drip)))
+                    self.end_headers()
+                    for byte in drip:
+                        if server.stopped:
+                            return
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(every_s)
+                    return
+                self.send_body(200, body, content_type, headers)
+
+        self.stopped = False
+        self.bind(Handler)
+
+    def __exit__(self, *exc):
+        self.stopped = True
+        super().__exit__(*exc)
+
+
+def guard_for(server: Hostile) -> FetchGuard:
+    return FetchGuard(allowed_hosts=frozenset({server.base_url.removeprefix("http://")}))
+
+
+def peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def test_two_layers_of_gzip_are_refused_before_a_byte_is_decoded():
+    """`Content-Encoding: gzip, gzip`: 1,827 bytes on the wire became 1 GiB
+    in memory (2 GB of peak memory) before kb's size check ran."""
+    body = gzip.compress(zeros_gzip(1024 * MIB))
+    assert len(body) < 20_000
+    with Hostile(body, {"Content-Encoding": "gzip, gzip"}) as server:
+        before = peak_mib()
+        with pytest.raises(PermanentParseError, match=r"/bomb: the page comes in 2 content encodings \(gzip, gzip\)"):
+            fetch_page(f"{server.base_url}/bomb", timeout_s=10, guard=guard_for(server))
+        assert peak_mib() - before < 50
+
+
+@pytest.mark.parametrize("coding, packed", [
+    ("gzip", zeros_gzip(200 * MIB)),
+    ("deflate", zlib.compress(bytes(200 * MIB), 9)),
+])
+def test_one_layer_that_unpacks_past_the_limit_stops_at_the_limit(coding, packed):
+    """200 MiB of zeros in about 200 kB: the decoder gives at most the bytes
+    that the limit (10 MB a page) still allows, so memory stays small."""
+    with Hostile(packed, {"Content-Encoding": coding}) as server:
+        before = peak_mib()
+        with pytest.raises(PermanentParseError, match=r"the page is larger than 10 MB"):
+            fetch_page(f"{server.base_url}/bomb", timeout_s=10, guard=guard_for(server))
+        assert peak_mib() - before < 60
+
+
+def test_an_honest_gzip_page_and_an_unknown_encoding():
+    page = b"<html><body><p>" + b"A page that the server packs. " * 200 + b"</p></body></html>"
+    with Hostile(gzip.compress(page), {"Content-Encoding": "gzip"}) as server:
+        assert fetch_page(f"{server.base_url}/page", timeout_s=10, guard=guard_for(server)).body == page
+    with Hostile(page, {"Content-Encoding": "br"}) as server:
+        with pytest.raises(PermanentParseError, match=r"comes in the content encoding 'br'; kb reads gzip and deflate"):
+            fetch_page(f"{server.base_url}/page", timeout_s=10, guard=guard_for(server))
+
+
+def test_a_page_that_drips_in_ends_at_the_deadline(monkeypatch):
+    """One byte every 0.2 s never passes httpx's timeout of one read; the
+    body's own deadline ends the fetch (here 1 s in place of 300 s)."""
+    from kb.guards import response_body
+
+    monkeypatch.setattr(response_body, "BODY_DEADLINE_S", 1.0)
+    with Hostile(drip=b"<html>" + b"x" * 200, every_s=0.2) as server:
+        started = time.monotonic()
+        with pytest.raises(TransientParseError, match=r"the page did not come within 1 s"):
+            fetch_page(f"{server.base_url}/slow", timeout_s=10, guard=guard_for(server))
+        assert time.monotonic() - started < 5
+
+
+def test_the_file_of_a_bookmarks_link_is_read_with_the_same_limits():
+    """The documents stage downloads the file behind a link (a PDF): the
+    same two layers of gzip, and a file past 50 MB, end as failures by name."""
+    from kb.documents.outcomes import Outcome, Target
+    from kb.documents.web_links import fetch_file
+
+    for headers, packed, detail in (
+        ({"Content-Encoding": "gzip, gzip"}, gzip.compress(zeros_gzip(64 * MIB)), "comes in 2 content encodings"),
+        ({"Content-Encoding": "gzip"}, zeros_gzip(200 * MIB), "the file is larger than 50 MB"),
+    ):
+        with Hostile(packed, headers, content_type="application/pdf") as server:
+            guard = guard_for(server)
+            with guard.httpx_client(follow_redirects=True, timeout=10) as client:
+                before = peak_mib()
+                url = f"{server.base_url}/a.pdf"
+                outcome = fetch_file(client, Outcome(Target(url_norm=url, url=url, is_article=False), url, "pdf", "file"))
+                assert peak_mib() - before < 120
+        assert outcome.reason == "error" and detail in outcome.detail, outcome
+
+
+def many_strings_pdf(pages: int, shows: int) -> bytes:
+    """A PDF of a few kB whose pages share one packed content stream that
+    shows `shows` strings (the red team's form)."""
+    content = zlib.compress(b"BT /F1 1 Tf 10 700 Td " + b"(aaaa bbbb ) Tj " * shows + b"ET", 9)
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
+               f"<< /Type /Pages /Kids [{' '.join(f'{i + 5} 0 R' for i in range(pages))}] /Count {pages} >>".encode(),
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+               b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(content) + content + b"\nendstream"]
+    objects += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 600 800] /Resources << /Font << /F1 3 0 R >> >> "
+                b"/Contents 4 0 R >>"] * pages
+    out, offsets = b"%PDF-1.4\n", []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    return out + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+
+
+def test_a_small_pdf_of_many_strings_is_read_as_plain_text():
+    """The layout pass grows with the square of a page's strings: a PDF of
+    4 KiB with 100,000 on a page did not end in 300 s. Such a PDF is read
+    as plain text (both readers: a Telegram source and a bookmark's link);
+    a page of some thousand strings keeps its layout pass."""
+    import pymupdf
+
+    from kb.enrich.extract import extract_pdf, layout_affordable
+    from kb.telegram.source_parsers import parse_pdf_bytes
+
+    hostile = many_strings_pdf(1, 100_000)
+    assert len(hostile) < 5_000
+    for pages, shows, affordable in ((1, 3_000, True), (1, 100_000, False), (40, 2_000, False), (10, 2_000, True)):
+        with pymupdf.open(stream=many_strings_pdf(pages, shows), filetype="pdf") as doc:
+            assert layout_affordable(doc) is affordable, (pages, shows)
+    assert "aaaa bbbb" in parse_pdf_bytes(hostile, "bomb.pdf").body
+    assert "aaaa bbbb" in extract_pdf(hostile, "https://example.org/bomb.pdf").text
+
+
+ESCAPES = "\x1b]0;OWNED\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[8mhidden\x1b[0m"
+
+
+def test_a_terminals_escape_sequences_never_reach_the_owners_terminal(capsys):
+    """A text page of a Telegram link sets the terminal's title (OSC 0) and
+    writes its clipboard (OSC 52) when `kb search` prints it. The parsed text
+    keeps the words without the control characters, and the printer drops
+    them from anything stored (text that came before this rule too)."""
+    from types import SimpleNamespace
+
+    from kb.apps.printing import print_hits
+    from kb.telegram.source_parsers import parse_web
+
+    page = f"A note on cameras. {ESCAPES} The end.\n".encode()
+    with Hostile(page, content_type="text/plain") as server:
+        from tests.loopback import allow_fetches
+
+        with pytest.MonkeyPatch.context() as patch:
+            allow_fetches(patch, server.base_url)
+            parsed = parse_web(f"{server.base_url}/note.txt")
+    assert "\x1b" not in parsed.body and "\x07" not in parsed.body
+    assert "A note on cameras." in parsed.body and "]52;c;cm0gLXJmIH4=" in parsed.body  # the words stay
+    hit = SimpleNamespace(created_at=None, rerank_score=None, author=f"x{ESCAPES}", score=1.0, best_source="link",
+                          best_chunk=f"stored before the rule {ESCAPES}", best_ref=f"https://e.org/{ESCAPES}")
+    print_hits(SimpleNamespace(hits=[hit]))
+    shown = capsys.readouterr().out
+    assert "stored before the rule" in shown and "\x1b" not in shown and "\x07" not in shown
