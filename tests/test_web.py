@@ -582,7 +582,8 @@ def test_wiki_markdown_is_sanitized():
     html = render_markdown(
         "<script>alert(1)</script>\n\n<img src=x onerror=alert(2)> [a](&#106;avascript:alert(3)) "
         "[b](java&#x09;script:alert(4)) ![c](javascript:alert(5)) [ok](https://example.org/?a=1&b=2)\n\n"
-        "# Results {: onclick=alert(6) }\n", WikiReader(Path("/nonexistent")))
+        "# Results {: onclick=alert(6) }\n\n```{#detail .results onclick=alert(7)}\nx\n```\n\n"
+        "```{#w-para3}\ny\n```\n\n```python\nz = 1\n```\n", WikiReader(Path("/nonexistent")))
     parser = Elements()
     parser.feed(html)
     tags = [tag for tag, _ in parser.found]
@@ -596,6 +597,10 @@ def test_wiki_markdown_is_sanitized():
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown as text
     # Heading ids get a prefix: a heading cannot take the id of the page's own #results.
     assert [attrs.get("id") for tag, attrs in parser.found if tag == "h1"][0].startswith("w-results")
+    # A fenced block's {#id .class} came out as raw HTML, past the sanitizer:
+    # it took the page's #detail, and a citation's anchor w-para3.
+    assert [attrs for tag, attrs in parser.found if tag == "pre"] == [{}, {}, {}]
+    assert ("code", {"class": "language-python"}) in parser.found
 
 
 def test_wiki_search_ranks_title_and_phrase(settings):

@@ -109,6 +109,10 @@ def render_markdown(text: str, reader: WikiReader) -> str:
     # Before the [text](url) patterns (priority 160), so [[a]] is one link.
     md.inlinePatterns.register(_WikiLinks(reader.resolver(), md), "wikilink", 175)
     md.treeprocessors.register(_Sanitizer(md), "sanitize", 0)
+    # A fenced code block's {#id .class} goes into the output as raw HTML,
+    # past the sanitizer: ```{#w-para3} took the anchor of a citation. Its
+    # language (```python) stays; its attributes go.
+    md.preprocessors["fenced_code_block"].handle_attrs = lambda attrs: ("", [], {})
     # A reader does not see an HTML comment (the marker line is one), and
     # the links in it are no links: kb.wiki_files.read_page reads so too.
     return md.convert(without_comments(text))
