@@ -811,6 +811,7 @@ def as_user(user: str | None, url: str, body: str = "") -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # a webserver in another process, and requests from other processes
 @pytest.mark.skipif(os.geteuid() != 0, reason="setpriv needs root to act as another user")
 def test_another_user_of_the_machine_gets_neither_the_ui_nor_the_search(dagster_ui, kb_web):
     """Loopback is open to every user of the machine, and both servers have
