@@ -433,3 +433,22 @@ def test_the_authors_thread_is_the_chain_of_their_own_replies():
         ("https://shorturl.at/uwAKZ", True), ("https://developer.twitter.com", True)}
     assert min(link["position"] for link in thread.links) >= 1000
     assert {a["handle"] for a in thread.authors} == {"XDevelopers"}
+
+
+@pytest.mark.parametrize("hostile_id", ["", "wiki:index.md", "../../etc/passwd", "123 OR 1=1"])
+def test_an_entry_whose_post_id_is_not_a_number_is_named_and_skipped(hostile_id):
+    """A post id goes into addresses, file names and the index, where a
+    bookmark shares one id space with the wiki ("wiki:<path>"). The red team
+    stopped the index of a batch with "tweet-" and took the passages of the
+    owner's wiki page with "tweet-wiki:index.md". Such an entry is named
+    in the page's problems; the good posts of the page stay."""
+    from kb.x.graphql import summarize_page
+
+    good = all_tweet_entries()[0]
+    hostile = json.loads(json.dumps(good).replace(good["entryId"], f"tweet-{hostile_id}"))
+    page = parse([good, hostile])
+    assert page.seen_tweet_ids == [good["entryId"].removeprefix("tweet-")]
+    assert [row["tweet_id"] for row in page.bookmarks] == page.seen_tweet_ids
+    assert page.problems == [f"entry {'tweet-' + hostile_id!r}: the post id is not a number; skipped"]
+    summary = summarize_page(bookmarks_page([good, hostile], bottom_cursor="next"))
+    assert [tweet_id for tweet_id, _ in summary.tweets] == page.seen_tweet_ids

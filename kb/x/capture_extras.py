@@ -17,7 +17,7 @@ from kb.x.capture_traffic import (BOOKMARKS_PATH, FIRST_BACKOFF_S, MAX_BACKOFF_S
                                   CaptureCutOff, RateLimited, Timeline, WaitBudgetSpent, check_wait_budget,
                                   close_pages, folder_timeline, pause, rate_limit_wait, request_variables, sleep_for)
 from kb.x.folder_list import parse_folder_list
-from kb.x.graphql import FOLDER_LIST, TWEET_DETAIL, PageShapeError, load_page
+from kb.x.graphql import FOLDER_LIST, POST_ID, TWEET_DETAIL, PageShapeError, load_page
 from kb.x.raw_store import CaptureManifest, RawStore
 
 # An X handle: the thread read opens x.com/<handle>/status/<id>. A handle of
@@ -179,8 +179,6 @@ class ExtraReads:
             page.wait_for_timeout(POLL_MS)
 
 
-# A post id: it goes into an X address and a file name (thread-<id>.json).
-POST_ID = re.compile(r"^[0-9]{1,30}$")
 
 
 def thread_targets(with_replies: list[tuple[str, str]], read: set[str], limit: int) -> list[tuple[str, str]]:

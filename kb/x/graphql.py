@@ -29,6 +29,7 @@ the readers below look for the parts by their names, not by a fixed path.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,12 @@ BOOKMARKS = "Bookmarks"
 FOLDER_LIST = "BookmarkFoldersSlice"
 FOLDER_TIMELINE = "BookmarkFolderTimeline"
 TWEET_DETAIL = "TweetDetail"
+# A post id: a number. It goes into an X address, a file name
+# (thread-<id>.json) and the index, where a bookmark's id shares one space
+# with the wiki's ("wiki:<path>"). An entry "tweet-" (no id) stopped the
+# index of its batch; "tweet-wiki:index.md" took the passages of the
+# owner's wiki page (the red team, 7 December 2026).
+POST_ID = re.compile(r"^[0-9]{1,30}$")
 # Where each timeline keeps its instructions, as documented. A folder
 # timeline under another key of `data` is still read (see _instructions).
 _INSTRUCTION_PATHS = {
@@ -185,7 +192,7 @@ def summarize_page(payload: dict, *, name: str = "<page>", operation: str = BOOK
     for entry in timeline_entries(payload, name=name, operation=operation):
         entry_id = str(entry.get("entryId", ""))
         content = entry.get("content") or {}
-        if entry_id.startswith("tweet-"):
+        if entry_id.startswith("tweet-") and POST_ID.match(entry_id.removeprefix("tweet-")):
             tweet_id = entry_id.removeprefix("tweet-")
             summary.tweets.append((tweet_id, str(entry.get("sortIndex", ""))))
             handle = _replied_post_author(dig(content, "itemContent", "tweet_results", "result"))

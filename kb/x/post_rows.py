@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from kb.urls import normalize_url, url_host
-from kb.x.graphql import (BOOKMARKS, X_ORIGIN, article_fields, as_id, as_int, as_str, dig, parse_user,
+from kb.x.graphql import (BOOKMARKS, POST_ID, X_ORIGIN, article_fields, as_id, as_int, as_str, dig, parse_user,
                           timeline_entries, unwrap_tweet)
 
 # Decisions, with the reason for each:
@@ -429,6 +429,9 @@ def parse_page(payload: dict, *, raw_file: str, batch: str, captured_at: datetim
             page.unknown_entries[entry_kind(entry_id)] += 1
             continue
         tweet_id = entry_id.removeprefix("tweet-")
+        if not POST_ID.match(tweet_id):
+            page.problems.append(f"entry {entry_id[:80]!r}: the post id is not a number; skipped")
+            continue
         page.seen_tweet_ids.append(tweet_id)
         sort_index = as_id(entry.get("sortIndex"))
         if not sort_index:

@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from kb.x.folder_list import FOLDER_ID
-from kb.x.graphql import TWEET_DETAIL, PageShapeError, as_id, dig, parse_user, timeline_entries, unwrap_tweet
+from kb.x.graphql import POST_ID, TWEET_DETAIL, PageShapeError, as_id, dig, parse_user, timeline_entries, unwrap_tweet
 from kb.x.post_rows import ParsedPage, RowBuilder, read_post
 
 # Media and link positions of the thread start here, after the post's own.
@@ -52,7 +51,7 @@ def focal_post_id(payload: dict, *, name: str = "<answer>") -> str | None:
     focal = None
     for entry in timeline_entries(payload, name=name, operation=TWEET_DETAIL):
         entry_id = str(entry.get("entryId", ""))
-        if entry_id.startswith("tweet-") and FOLDER_ID.match(entry_id.removeprefix("tweet-")):
+        if entry_id.startswith("tweet-") and POST_ID.match(entry_id.removeprefix("tweet-")):
             focal = entry_id.removeprefix("tweet-")
     return focal
 
