@@ -203,3 +203,53 @@ def test_a_terminals_escape_sequences_never_reach_the_owners_terminal(capsys):
     print_hits(SimpleNamespace(hits=[hit]))
     shown = capsys.readouterr().out
     assert "stored before the rule" in shown and "\x1b" not in shown and "\x07" not in shown
+
+
+def long_quiet_wav(path, seconds: int, rate: int = 1) -> None:
+    """A WAV of `seconds` of silence at `rate` samples a second: 7 kB hold
+    two hours at 1 Hz, which faster-whisper decodes into 16 kHz in memory."""
+    import wave
+
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(bytes(2 * seconds * rate))
+
+
+def test_a_voice_note_or_video_of_more_than_two_hours_is_refused_before_it_is_decoded(tmp_path):
+    """A voice note of 930 kB held an hour of silence, and a WAV of 7 kB at
+    1 Hz an hour that ran out of memory in the decoder (the red team). The
+    length is read from the file's header first: the voice note fails by
+    name, the video's transcript gets the reason too_long; no model loads."""
+    from kb.enrich.modal_apps.shared import MAX_AUDIO_S, transcription
+    from kb.telegram.source_parsers import parse_voice
+
+    long_note = tmp_path / "long.wav"
+    long_quiet_wav(long_note, MAX_AUDIO_S + 60)
+    assert long_note.stat().st_size < 20_000
+    with pytest.raises(PermanentParseError, match=r"lasts 121 minutes; kb transcribes at most 120 minutes"):
+        parse_voice(long_note, "tiny.en")
+
+    class NoModel:
+        def transcribe(self, *args, **kwargs):
+            raise AssertionError("the model must not run on a file that is too long")
+
+    assert transcription(NoModel(), str(long_note)) == {
+        "reason": "too_long", "detail": "its sound lasts 121 minutes; kb transcribes at most 120 minutes"}
+
+
+def test_a_media_download_in_a_content_encoding_or_dripping_is_refused(monkeypatch):
+    """Photos and videos come packed already: a gzip answer (200 kB that
+    became 200 MB, past the limit of 20 MB) is refused by name, and a drip
+    ends at the download's own deadline (here 1 s)."""
+    from kb.enrich.modal_apps import shared
+
+    with Hostile(zeros_gzip(32 * MIB), {"Content-Encoding": "gzip"}, content_type="image/png") as server:
+        with pytest.raises(shared.FetchError, match=r"came in the content encoding 'gzip'"):
+            shared.fetch_media(f"{server.base_url}/photo.png", max_bytes=20 * MIB)
+    monkeypatch.setattr(shared, "MEDIA_DEADLINE_S", 1.0)
+    with Hostile(drip=b"\x89PNG" + bytes(200), every_s=0.2, content_type="image/png") as server:
+        with pytest.raises(shared.FetchError, match=r"did not come within 1 s") as refused:
+            shared.fetch_media(f"{server.base_url}/photo.png", max_bytes=20 * MIB)
+        assert refused.value.reason == "timeout"

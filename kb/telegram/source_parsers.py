@@ -510,6 +510,17 @@ def parse_voice(path: Path, model: str = "") -> ParsedSource:
         raise PermanentParseError(f"{path}: the file is missing")
     if path.stat().st_size == 0:
         raise PermanentParseError(f"{path}: the voice file is empty")
+    import av  # PyAV comes with faster-whisper
+
+    from kb.enrich.modal_apps.shared import audio_too_long
+
+    try:
+        with av.open(str(path)) as container:
+            too_long = audio_too_long(container) if container.streams.audio else "it holds no sound"
+    except Exception as exc:  # PyAV raises its own error kinds for data that is not audio
+        raise PermanentParseError(f"{path}: not a readable audio file ({type(exc).__name__})") from None
+    if too_long:
+        raise PermanentParseError(f"{path}: the voice note is not transcribed: {too_long}")
     whisper, model_name, english_only = load_whisper(model)
     try:
         segments, info = whisper.transcribe(str(path), vad_filter=True)

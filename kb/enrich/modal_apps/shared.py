@@ -7,6 +7,7 @@ Only the standard library and httpx (see __init__.py for why).
 import base64
 import json
 import re
+import time
 
 import httpx
 
@@ -36,27 +37,43 @@ class FetchError(Exception):
         self.detail = detail
 
 
+# The longest time for one media download. httpx's timeout is for one
+# read: a server that sent a byte every 2 s held a download for days.
+MEDIA_DEADLINE_S = 600.0
+
+
 def fetch_media(url: str, *, max_bytes: int, timeout_s: float = 60.0, client: httpx.Client | None = None) -> bytes:
     """The bytes at `url`, complete, or FetchError.
 
     The byte count must equal Content-Length: a download cut short still
     decodes, and a cut video decodes to silence without a word, so a short
-    read is an error here and not a transcript with no speech later."""
+    read is an error here and not a transcript with no speech later.
+
+    Photos and videos come packed already: kb asks for the bytes as they
+    are (identity) and refuses a content encoding. httpx undoes an encoding
+    chunk by chunk with no limit: 200 kB of gzip became 200 MB in memory,
+    past the limit of 20 MB (the red team, 7 December 2026)."""
     own_client = client is None
     client = client or httpx.Client(timeout=timeout_s, follow_redirects=True, headers={"User-Agent": USER_AGENT})
+    deadline = time.monotonic() + MEDIA_DEADLINE_S
     try:
-        with client.stream("GET", url) as response:
+        with client.stream("GET", url, headers={"Accept-Encoding": "identity"}) as response:
             if response.status_code >= 400:
                 raise FetchError(f"http_{response.status_code}", f"{url} answered HTTP {response.status_code}")
+            encoding = response.headers.get("content-encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
+                raise FetchError("encoded", f"{url} came in the content encoding {encoding!r}; kb reads media as it is")
             expected = response.headers.get("content-length", "")
             expected_bytes = int(expected) if expected.isdigit() else None
             if expected_bytes is not None and expected_bytes > max_bytes:
                 raise FetchError("too_large", f"{url} has {expected_bytes} bytes; the limit is {max_bytes}")
             parts = []
-            for part in response.iter_bytes():
+            for part in response.iter_raw():
                 parts.append(part)
                 if response.num_bytes_downloaded > max_bytes:
                     raise FetchError("too_large", f"{url} sent more than {max_bytes} bytes")
+                if time.monotonic() > deadline:
+                    raise FetchError("timeout", f"{url} did not come within {MEDIA_DEADLINE_S:.0f} s")
             # Content-Length counts the bytes on the wire, before any
             # content-encoding is undone: compare it with the raw count.
             received = response.num_bytes_downloaded
@@ -130,6 +147,28 @@ def parse_caption_answer(content: str | None) -> tuple[str, str]:
     return " ".join(caption.split()), re.sub(r"[ \t]+\n", "\n", str(ocr)).strip()
 
 
+# The longest sound that kb transcribes. faster-whisper decodes the whole
+# file into memory first (16 kHz float32; about 0.9 GB of peak memory an
+# hour here): a voice note of 930 kB held an hour of silence, and a WAV of
+# 7 kB at 1 Hz an hour, which ran out of memory (the red team, 7 December
+# 2026). A talk of two hours still passes.
+MAX_AUDIO_S = 2 * 3600
+
+
+def audio_too_long(container) -> str | None:
+    """Why the sound of an open PyAV container is not transcribed, or None:
+    it lasts longer than MAX_AUDIO_S, or no length can be read from it."""
+    seconds = container.duration / 1_000_000 if container.duration else None  # av.time_base is 1/1,000,000
+    if seconds is None:
+        stream = container.streams.audio[0]
+        seconds = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else None
+    if seconds is None:
+        return "the file does not say how long its sound lasts"
+    if seconds > MAX_AUDIO_S:
+        return f"its sound lasts {seconds / 60:.0f} minutes; kb transcribes at most {MAX_AUDIO_S // 60} minutes"
+    return None
+
+
 def transcription(whisper, path: str) -> dict:
     """faster-whisper's reading of one media file: {"language",
     "language_probability", "duration_s", "segments": [[start, end, text]],
@@ -144,12 +183,17 @@ def transcription(whisper, path: str) -> dict:
         with av.open(path) as container:
             has_audio = bool(container.streams.audio)
             duration = container.duration / av.time_base if container.duration else None
+            too_long = audio_too_long(container) if has_audio else None
         if not has_audio:
             return {"language": None, "language_probability": None, "duration_s": duration,
                     "segments": [], "audio": False}
+        if too_long:
+            return {"reason": "too_long", "detail": too_long}
         segments, info = whisper.transcribe(path, vad_filter=True)
         parts = [[round(s.start, 2), round(s.end, 2), s.text.strip()] for s in segments]
     except av.error.FFmpegError as exc:
         return {"reason": "not_media", "detail": f"{type(exc).__name__}: {exc}"}
+    except MemoryError:
+        return {"reason": "too_long", "detail": "its sound does not fit into memory"}
     return {"language": info.language, "language_probability": info.language_probability,
             "duration_s": info.duration, "segments": parts, "audio": True}
