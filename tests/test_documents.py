@@ -504,3 +504,38 @@ def test_the_core_fetcher_runs_without_dagster_and_keeps_the_run_choices(tmp_pat
     assert doc(store, "https://x.com/i/article/555")["status"] == "ok"
     with store.connect() as conn:
         assert conn.execute("SELECT count(*) FROM documents").fetchone() == (1,)
+
+
+POPUPS = b"""<html><head><title>Pop-ups</title></head><body><article><p>""" + b"A page of words. " * 80 + b"""</p>
+</article><script>for (let i = 0; i < 3; i++) window.open('/popup');</script></body></html>"""
+BEACON = b"""<html><body><script>setInterval(() => fetch('/beacon'), 100);</script></body></html>"""
+
+
+def test_the_pop_ups_of_a_page_close_with_it(tmp_path, monkeypatch):
+    """A page opens pop-ups without a click (Playwright's Chromium blocks
+    none). Five of them went on sending requests and using the CPU until
+    the worker ended, and shared cookies with the next links (the red team,
+    7 December 2026). Every page of the context closes with the link's page:
+    while the next link loads (1.5 s), no pop-up sends anything."""
+    from kb.documents.outcomes import Target
+    from kb.documents.web_links import fetch_links
+    from kb.settings import get_settings
+
+    web = Site({"/popups": (200, "text/html", POPUPS), "/popup": (200, "text/html", BEACON),
+                "/beacon": (200, "text/plain", b"ok"), "/later": (200, "text/html", article_html(), 1.5)})
+    x = Site({})
+    try:
+        env_for(monkeypatch, tmp_path, web, x)
+        settings = get_settings()
+        outcomes = []
+        errors = fetch_links([Target(web.base + "/popups", web.base + "/popups", False),
+                              Target(web.base + "/later", web.base + "/later", False)],
+                             Browser.from_settings(settings), settings, 1, outcomes.append)
+        assert errors == [] and [o.ok for o in outcomes] == [True, True], outcomes
+        assert web.count("/popup") >= 1  # the pop-ups opened
+        later = web.requests.index(("HEAD", "/later"))
+        # A beacon already on its way when the pop-ups closed may still come in.
+        assert sum(1 for request in web.requests[later:] if request == ("GET", "/beacon")) <= 3, web.requests
+    finally:
+        web.close()
+        x.close()

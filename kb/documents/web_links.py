@@ -139,7 +139,14 @@ def fetch_link(get_context: Callable, client: httpx.Client, target: Target, *, t
             return refused(outcome, refusal)
         return outcome
     finally:
-        page.close()
+        # Every page of the context goes, also the pop-ups that this page
+        # opened (Playwright's Chromium blocks none): five pop-ups of a
+        # hostile page went on sending requests and using the CPU until the
+        # worker ended, and shared cookies with the next links (the red team,
+        # 7 December 2026). Each worker reads one link at a time.
+        for opened in [page, *(other for other in page.context.pages if other is not page)]:
+            with contextlib.suppress(PlaywrightError):
+                opened.close()
 
 
 def arxiv_hosts(settings: Settings) -> frozenset[str]:
