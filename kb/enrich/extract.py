@@ -429,9 +429,14 @@ def layout_affordable(doc) -> bool:
     MAX_LAYOUT_TEXT_SHOWS in all. Else kb reads it as plain text (pdf_paragraphs)."""
     if doc.page_count > MAX_LAYOUT_PAGES:
         return False
-    shows = 0
+    shows, by_stream = 0, {}
     for page in doc:
-        on_page = sum(len(TEXT_SHOW.findall(doc.xref_stream(xref) or b"")) for xref in page.get_contents())
+        # Pages may share a content stream (the red team's 40 pages shared
+        # one): each stream is unpacked and counted once.
+        for xref in page.get_contents():
+            if xref not in by_stream:
+                by_stream[xref] = len(TEXT_SHOW.findall(doc.xref_stream(xref) or b""))
+        on_page = sum(by_stream[xref] for xref in page.get_contents())
         shows += on_page
         if on_page > MAX_LAYOUT_TEXT_SHOWS_PAGE or shows > MAX_LAYOUT_TEXT_SHOWS:
             return False

@@ -184,7 +184,7 @@ def cited_claims(text: str) -> list[str]:
 
 def lost_cited_claims(before: dict[str, str], after: dict[str, str],
                       renames: dict[str, str] | None = None, live: set[str] | None = None,
-                      merged: dict[str, str] | None = None) -> list[dict]:
+                      merged: dict[str, str] | None = None, kept: KeptLines | None = None) -> list[dict]:
     """Cited claims of the pages in `before` that no page in `after` keeps.
 
     `before`: path -> text of each page that the change touched, as it was.
@@ -192,8 +192,9 @@ def lost_cited_claims(before: dict[str, str], after: dict[str, str],
     `renames`: old link target -> new one (a migration).
     `merged`: a merged page -> the page that holds its lines now (a lint).
     `live`: the link targets of the pages before the change (None: every
-    link counts as live)."""
-    kept = KeptLines(after.values(), renames, merged, old=before.values())
+    link counts as live). `kept`: KeptLines of `after` (with `before` as
+    its old pages), when the caller has made it already."""
+    kept = kept or KeptLines(after.values(), renames, merged, old=before.values())
     lost = []
     for path, text in before.items():
         for claim in cited_claims(text):

@@ -411,7 +411,7 @@ class Wiki(BaseModel):
         problems = [f"refused: {item['page']}: the cited claim {item['claim']!r} was removed or changed. Keep its "
                     f"words and its citations: move it, add a citation, or mark it {DISPUTED_MARK} (and record it "
                     f"in a Contradictions section) or {UNSUPPORTED_MARK}; never delete or reword a cited claim"
-                    for item in lost_cited_claims(before, after, live=live, merged=merged)]
+                    for item in lost_cited_claims(before, after, live=live, merged=merged, kept=kept)]
         for path, text in before.items():
             problem = owner_section_problem(path, text, after.get(path), may_merge=may_delete_pages, kept=kept,
                                             merged=merged, live=live)

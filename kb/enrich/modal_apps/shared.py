@@ -158,7 +158,9 @@ MAX_AUDIO_S = 2 * 3600
 def audio_too_long(container) -> str | None:
     """Why the sound of an open PyAV container is not transcribed, or None:
     it lasts longer than MAX_AUDIO_S, or no length can be read from it."""
-    seconds = container.duration / 1_000_000 if container.duration else None  # av.time_base is 1/1,000,000
+    import av
+
+    seconds = container.duration / av.time_base if container.duration else None
     if seconds is None:
         stream = container.streams.audio[0]
         seconds = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else None
