@@ -48,7 +48,7 @@ def pytest_configure(config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     _out = open(os.path.join(folder, f"{worker}.jsonl"), "a")
     own, children = _cpu()
-    _write({"start": True, "self": own, "children": children, "t": time.time()})
+    _write({"start": True, "self": own, "children": children, "t": time.time(), "pid": os.getpid()})
 
 
 def pytest_unconfigure(config) -> None:
@@ -65,7 +65,7 @@ def _phase(name: str):
         yield
         own1, children1 = _cpu()
         _write({"id": item.nodeid, "phase": name, "self": own1 - own0, "children": children1 - children0,
-                "wall": time.time() - started})
+                "wall": time.time() - started, "t": started})
     return hook
 
 

@@ -21,6 +21,7 @@ import pymupdf
 import pytest
 
 from kb.documents.fetcher import fetch_documents
+from kb.enrich.extract import Reason
 from kb.queries import owned_documents
 from kb_assets.documents.documents import DocumentsConfig, documents, documents_coverage
 from kb_assets.partitions import sync_batches
@@ -536,6 +537,110 @@ def test_the_pop_ups_of_a_page_close_with_it(tmp_path, monkeypatch):
         later = web.requests.index(("HEAD", "/later"))
         # A beacon already on its way when the pop-ups closed may still come in.
         assert sum(1 for request in web.requests[later:] if request == ("GET", "/beacon")) <= 3, web.requests
+    finally:
+        web.close()
+        x.close()
+
+
+# The script starts as the page is parsed, and never stops: the renderer's
+# main thread answers nothing more.
+HOLDS = (b"<html><head><title>Held</title></head><body><article><p>" + b"A page of words. " * 80
+         + b"</p></article><script>document.addEventListener('DOMContentLoaded', () => setTimeout(() => { while (true) {} }, 0));"
+         b"</script></body></html>")
+
+
+def test_a_page_whose_script_never_stops_fails_in_time_and_the_next_link_loads(tmp_path, monkeypatch):
+    """A script that never stops held page.content() and its worker for 2
+    hours, until Dagster's longest run time (the red team, 7 December
+    2026). The read has the page's deadline: the link fails with the reason
+    "timeout" and names the cause, its renderer ends, and the next link of
+    the same worker loads."""
+    from kb.documents.outcomes import Target
+    from kb.documents.web_links import fetch_links
+    from kb.settings import get_settings
+
+    web = Site({"/holds": (200, "text/html", HOLDS), "/later": (200, "text/html", article_html())})
+    x = Site({})
+    try:
+        env_for(monkeypatch, tmp_path, web, x)
+        settings = get_settings()
+        outcomes = []
+        started = time.monotonic()
+        errors = fetch_links([Target(web.base + "/holds", web.base + "/holds", False),
+                              Target(web.base + "/later", web.base + "/later", False)],
+                             Browser.from_settings(settings), settings, 1, outcomes.append)
+        took = time.monotonic() - started
+        assert errors == [] and [o.ok for o in outcomes] == [False, True], outcomes
+        held = outcomes[0]
+        assert held.reason == Reason.TIMEOUT.value, held
+        assert "a script of the page holds it" in held.detail, held.detail
+        # Two reads at most (the page is not thin), each within the deadline.
+        assert took < 2 * float(TIMEOUT_S) + 20, took
+    finally:
+        web.close()
+        x.close()
+
+
+# Pages that build more than kb reads, in the browser: a text of 11 MB,
+# and 60,000 elements.
+# (The text is a comment: Chromium lays out no text of 11 MB in the 2 s of
+# the test's deadline.)
+BUILDS_TEXT = (b"<html><body><p>A page.</p><script>"
+               b"document.body.append(document.createComment('w'.repeat(11 * 1024 * 1024)));</script></body></html>")
+BUILDS_ELEMENTS = (b"<html><body><p>A page.</p><script>for (let i = 0; i < 60000; i++) "
+                   b"document.body.append(document.createElement('p'));</script></body></html>")
+
+
+def test_a_page_that_builds_more_than_kb_reads_fails_as_too_large(tmp_path, monkeypatch):
+    """A page can build any amount of text with a script. The read stops
+    after MAX_PAGE_CHARS + 1 characters (in the browser, before they reach
+    the worker), and a page over MAX_PAGE_ELEMENTS is refused before lxml
+    builds it: both fail with the reason "too large"."""
+    from kb.documents.outcomes import Target
+    from kb.documents.web_links import fetch_links
+    from kb.settings import get_settings
+
+    web = Site({"/text": (200, "text/html", BUILDS_TEXT), "/elements": (200, "text/html", BUILDS_ELEMENTS),
+                "/later": (200, "text/html", article_html())})
+    x = Site({})
+    try:
+        env_for(monkeypatch, tmp_path, web, x)
+        settings = get_settings()
+        outcomes = []
+        errors = fetch_links([Target(web.base + path, web.base + path, False) for path in ("/text", "/elements", "/later")],
+                             Browser.from_settings(settings), settings, 1, outcomes.append)
+        assert errors == [] and [(o.ok, o.reason) for o in outcomes] == [
+            (False, Reason.TOO_LARGE.value), (False, Reason.TOO_LARGE.value), (True, None)], outcomes
+        assert "more than 10,485,760 characters" in outcomes[0].detail, outcomes[0].detail
+        assert "the page has 60,0" in outcomes[1].detail, outcomes[1].detail
+        # The browser sends no more than the limit and one character.
+        from kb.x.browser import page_html
+
+        with Browser.from_settings(settings).clean_context() as context:
+            page = context.new_page()
+            page.goto(web.base + "/text", wait_until="domcontentloaded")
+            assert len(page_html(page, 10, 1000)) == 1001
+    finally:
+        web.close()
+        x.close()
+
+
+def test_a_telegram_link_whose_script_never_stops_is_a_named_transient_failure(tmp_path, monkeypatch):
+    """The same rule for the Telegram inflow's browser fallback: the read
+    ends at the deadline with a reason that names the page."""
+    from kb.telegram.source_parsers import TransientParseError, render_with_browser
+    from kb.settings import get_settings
+
+    web = Site({"/holds": (200, "text/html", HOLDS)})
+    x = Site({})
+    try:
+        env_for(monkeypatch, tmp_path, web, x)
+        settings = get_settings()
+        started = time.monotonic()
+        with pytest.raises(TransientParseError, match="a script of the page holds it") as caught:
+            render_with_browser(Browser.from_settings(settings), web.base + "/holds", float(TIMEOUT_S))
+        assert web.base + "/holds" in str(caught.value)
+        assert time.monotonic() - started < float(TIMEOUT_S) * 2 + 20
     finally:
         web.close()
         x.close()

@@ -13,9 +13,10 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from kb.enrich.extract import Extracted, Reason, extract_html, http_reason, looks_blocked
+from kb.enrich.extract import MAX_PAGE_CHARS, Extracted, PageTooLarge, Reason, extract_html, http_reason, looks_blocked
 from kb.error_lines import error_line
 from kb.guards.fetch_guard import FetchRefused
+from kb.x.browser import page_html, page_title
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,8 @@ def failure_from_error(outcome: Outcome, exc: Exception) -> Outcome:
     message = error_line(exc, 500)
     if isinstance(exc, PlaywrightTimeout):
         outcome.reason = Reason.TIMEOUT.value
+    elif isinstance(exc, PageTooLarge):
+        outcome.reason = Reason.TOO_LARGE.value
     elif "ERR_BLOCKED_BY" in message:
         outcome.reason = Reason.BLOCKED.value
     elif "ERR_TIMED_OUT" in message or "ERR_CONNECTION_TIMED_OUT" in message:
@@ -119,7 +122,7 @@ def read_rendered(page: Page, outcome: Outcome, status: int | None, timeout_s: f
     domcontentloaded is read once more at networkidle."""
     outcome.final_url = page.url
     outcome.wait = "domcontentloaded"
-    html = page_html(page)
+    html = page_html(page, timeout_s, MAX_PAGE_CHARS)
     outcome.extracted = extract_html(html, page.url)
     if (status is None or status < 400) and outcome.extracted.thin:
         try:
@@ -128,24 +131,13 @@ def read_rendered(page: Page, outcome: Outcome, status: int | None, timeout_s: f
             pass  # a page that polls never goes idle: read what it shows now
         outcome.wait = "networkidle"
         outcome.final_url = page.url
-        html = page_html(page)
+        html = page_html(page, timeout_s, MAX_PAGE_CHARS)
         outcome.extracted = extract_html(html, page.url)
     if not outcome.extracted.title:
         with contextlib.suppress(PlaywrightError):
-            title = page.title().strip()
+            title = page_title(page, timeout_s).strip()
             if title:
                 outcome.extracted = Extracted(
                     outcome.extracted.text_html, outcome.extracted.text, title, outcome.extracted.word_count
                 )
     return judged(outcome, html, status)
-
-
-def page_html(page: Page) -> str:
-    """The page's HTML. A page that navigates again (a script redirect)
-    refuses content() until the new page has loaded."""
-    try:
-        return page.content()
-    except PlaywrightError:
-        with contextlib.suppress(PlaywrightError):
-            page.wait_for_load_state("domcontentloaded")
-        return page.content()

@@ -16,7 +16,7 @@ import httpx
 from playwright.sync_api import Error as PlaywrightError
 
 from kb.documents.outcomes import Outcome, Target, failure_from_error, judged, read_rendered, refused
-from kb.enrich.extract import Reason, extract_pdf, http_reason, is_pdf, rewrite_arxiv
+from kb.enrich.extract import PageTooLarge, Reason, extract_pdf, http_reason, is_pdf, rewrite_arxiv
 from kb.guards.fetch_guard import FetchGuard, FetchRefused
 from kb.guards.response_body import BodyRefused, read_body
 from kb.settings import Settings
@@ -132,7 +132,10 @@ def fetch_link(get_context: Callable, client: httpx.Client, target: Target, *, t
                 # The probe saw a page, but the server sent a file.
                 return fetch_file(client, outcome)
             return failure_from_error(outcome, exc)
-        outcome = read_rendered(page, outcome, response.status if response else None, timeout_s)
+        try:
+            outcome = read_rendered(page, outcome, response.status if response else None, timeout_s)
+        except (PlaywrightError, PageTooLarge) as exc:  # PageHeld: a script of the page holds it
+            return failure_from_error(outcome, exc)
         if (refusal := navigation_refusal(page, url)) is not None:
             # A redirect or a script took the page to a private address.
             outcome.extracted = None

@@ -47,6 +47,17 @@ MAX_LAYOUT_TEXT_SHOWS = 40_000
 # A string, an array of strings or a hex string, and then an operator that
 # shows it: Tj, TJ, ' or ".
 TEXT_SHOW = re.compile(rb"[)>\]]\s*(?:Tj|TJ|'|\")")
+# The largest page that kb reads. The block choice reads a page block by
+# block, so its cost grows with the count of elements: a page of 60,000
+# short paragraphs (2.9 MB) took 18.6 s of CPU and 341 MB, one of 1,500,000
+# (12 MB) took 281 s and 4.7 GB (the red team, 7 December 2026). The most
+# in the 1,972 real pages of the development sets: 15,793 elements, 5.3 MB.
+MAX_PAGE_ELEMENTS = 50_000
+MAX_PAGE_CHARS = 10 * 1024 * 1024
+# A start tag: "<" and a letter. It counts the elements of a page before
+# lxml builds them (0.2 s for 12 MB).
+_START_TAG = re.compile("<[A-Za-z]")
+_START_TAG_BYTES = re.compile(b"<[A-Za-z]")
 
 
 class Reason(StrEnum):
@@ -58,6 +69,7 @@ class Reason(StrEnum):
     BINARY = "binary"  # a file that is not a page and not a PDF
     BLOCKED = "blocked"  # a bot wall or a challenge page, not the content
     ERROR = "error"  # anything else; the message goes to the run log
+    TOO_LARGE = "too large"  # more than MAX_PAGE_ELEMENTS or MAX_PAGE_CHARS (page_size_refusal)
     PRIVATE_ADDRESS = "private address"  # the fetch guard refused it (kb/guards/fetch_guard.py)
     NOT_A_WEB_ADDRESS = "not a web address"  # not http or https
 
@@ -226,12 +238,31 @@ _LEAF_BLOCKS = ("p", "h1", "h2", "h3", "h4", "h5", "h6", "li", "dt", "dd")
 _CONTENT_BLOCKS = ("p", "pre", "table", "blockquote", "ul", "ol", "dl", "div", *HEADINGS)
 
 
+class PageTooLarge(ValueError):
+    """The page is larger than kb reads (MAX_PAGE_ELEMENTS, MAX_PAGE_CHARS)."""
+
+
+def page_size_refusal(html: str | bytes) -> str | None:
+    """Why kb does not read this page, or None: its size in characters, or
+    the count of its elements, is above the limit."""
+    if len(html) > MAX_PAGE_CHARS:
+        return f"the page has more than {MAX_PAGE_CHARS:,} characters, the most that kb reads"
+    pattern = _START_TAG_BYTES if isinstance(html, bytes) else _START_TAG
+    elements = sum(1 for _ in pattern.finditer(html))
+    if elements > MAX_PAGE_ELEMENTS:
+        return f"the page has {elements:,} elements, more than the {MAX_PAGE_ELEMENTS:,} that kb reads"
+    return None
+
+
 def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
     """The main content of a page: the blocks that the block choice
     (kb.enrich.block_choice) keeps, by the selection of the page's type
     (kb.enrich.page_types). A thin result is read again with favor_recall.
 
-    Links stay in the HTML, absolute when the page URL is known."""
+    Links stay in the HTML, absolute when the page URL is known.
+    PageTooLarge when the page is above kb's limits (page_size_refusal)."""
+    if (refusal := page_size_refusal(html)) is not None:
+        raise PageTooLarge(f"{url or 'the page'}: {refusal}")
     import trafilatura
 
     try:
@@ -576,4 +607,6 @@ def extract_file(path: str | Path, url: str | None = None) -> str:
         return extract_pdf(data, url or str(path)).text  # an error then names the file
     if b"\x00" in data[:4096]:
         raise ValueError(f"{path}: the file is binary, not HTML or PDF")
+    if (refusal := page_size_refusal(data)) is not None:
+        raise ValueError(f"{path}: {refusal}")
     return extract_html(data, url).text

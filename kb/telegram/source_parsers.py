@@ -204,11 +204,13 @@ def extract_html(html: str | bytes, url: str) -> tuple[str, str | None]:
     """(Markdown text, title) of an HTML page, by the same extraction as the
     documents stage (kb.enrich.extract.extract_html): one path for both
     inflows, measured by benchmarks/bench_extraction.py."""
+    from kb.enrich.extract import PageTooLarge, html_to_text
     from kb.enrich.extract import extract_html as extract_main_content
-    from kb.enrich.extract import html_to_text
 
     try:
         extracted = extract_main_content(html, url)
+    except PageTooLarge as exc:
+        raise PermanentParseError(str(exc)) from None
     except (ValueError, RecursionError) as exc:  # lxml on broken or very deep trees
         raise PermanentParseError(f"{url}: the HTML cannot be parsed ({type(exc).__name__})") from None
     return html_to_text(extracted.text_html, markdown=True).strip(), extracted.title
@@ -253,7 +255,8 @@ def render_with_browser(browser, url: str, timeout_s: float) -> str:
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    from kb.x.browser import navigation_refusal, watch_navigation
+    from kb.enrich.extract import MAX_PAGE_CHARS
+    from kb.x.browser import navigation_refusal, page_html, watch_navigation
 
     try:
         with browser.clean_context() as context:
@@ -265,7 +268,7 @@ def render_with_browser(browser, url: str, timeout_s: float) -> str:
                 # The fetch guard's proxy refused the page or a redirect of it.
                 if (refusal := navigation_refusal(page, url)) is not None:
                     raise PermanentParseError(f"{url}: {refusal}")
-            return page.content()
+            return page_html(page, timeout_s, MAX_PAGE_CHARS)
     except PlaywrightTimeout as exc:
         raise TransientParseError(f"{url}: the browser timed out ({str(exc).splitlines()[0]})") from None
     except PlaywrightError as exc:

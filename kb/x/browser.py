@@ -58,6 +58,7 @@ from pydantic import BaseModel
 from playwright.sync_api import Browser as PlaywrightBrowser
 from playwright.sync_api import BrowserContext, Frame, Page, Route, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from kb.guards.fetch_guard import DEFAULT_PORTS, FetchGuard, GuardProxy, PrivateAddress
 from kb.settings import Settings, playwright_browser_installed, get_settings
@@ -346,6 +347,53 @@ def watch_navigation(page: Page) -> None:
 
 
 _navigations: weakref.WeakKeyDictionary[Page, list[str]] = weakref.WeakKeyDictionary()
+
+
+class PageHeld(PlaywrightTimeout):
+    """The page gave no answer in time: a script of the page holds it."""
+
+
+# What page.content() gives (the doctype, then the root element), read
+# through a locator. Hard-won fact (the red team, 7 December 2026):
+# page.content() and page.title() have no timeout, and they wait for the
+# page's main thread. A page that starts `while (true) {}` after it loaded
+# held its worker for 2 hours, until Dagster's longest run time; a CDP
+# Runtime.terminateExecution got no answer either. A locator's deadline is
+# kept by Playwright's driver, so it ends also when the renderer does not
+# answer. The caller then closes the page, and Chromium ends its renderer.
+# At most `limit` + 1 characters come back: a page can build more text
+# than the reader takes, and the caller refuses a longer one.
+_HTML_OF_PAGE = """(root, limit) => {
+    const html = (document.doctype ? new XMLSerializer().serializeToString(document.doctype) : '') + root.outerHTML;
+    return html.length > limit ? html.slice(0, limit + 1) : html;
+}"""
+
+
+def page_html(page: Page, timeout_s: float, max_chars: int) -> str:
+    """The page's HTML, as page.content() gives it, within timeout_s, and
+    cut after max_chars + 1 characters. A page that navigates again (a
+    script redirect) is read when the new page has loaded. PageHeld when
+    the page does not answer in time."""
+    try:
+        return _evaluate_root(page, _HTML_OF_PAGE, timeout_s, max_chars)
+    except PageHeld:
+        raise
+    except PlaywrightError:
+        with contextlib.suppress(PlaywrightError):
+            page.wait_for_load_state("domcontentloaded", timeout=timeout_s * 1000)
+        return _evaluate_root(page, _HTML_OF_PAGE, timeout_s, max_chars)
+
+
+def page_title(page: Page, timeout_s: float) -> str:
+    """document.title within timeout_s (PageHeld when the page does not answer)."""
+    return _evaluate_root(page, "() => document.title", timeout_s)
+
+
+def _evaluate_root(page: Page, expression: str, timeout_s: float, arg=None):
+    try:
+        return page.locator(":root").evaluate(expression, arg, timeout=timeout_s * 1000)
+    except PlaywrightTimeout:
+        raise PageHeld(f"the page gave no answer within {timeout_s:g} s: a script of the page holds it") from None
 
 
 def navigation_refusal(page: Page, url: str | None = None) -> PrivateAddress | None:
