@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 
+from pathlib import Path
+
 import pytest
 
 from kb.store.duckdb_store import DuckDBStore
@@ -62,6 +64,26 @@ def test_a_missing_import_file_is_named_and_nothing_is_imported(tmp_path):
     # The manifest says why the batch holds nothing: the next sync does not count it as a capture.
     manifest = raw_store.manifest(BATCH)
     assert not manifest.complete and "no such file" in manifest.error
+
+
+def test_an_import_file_larger_than_an_x_answer_is_named_and_nothing_is_read(tmp_path, monkeypatch):
+    """kb import reads each file whole: a file of some GB (a disk image
+    given by mistake, a stranger's archive) is refused by its size before
+    any file is read. A sparse file stands in for it."""
+    from kb.x.capture_import import MAX_IMPORT_FILE_BYTES
+
+    raw_store = RawStore.from_settings()
+    large = tmp_path / "bookmarks.json"
+    with open(large, "wb") as handle:
+        handle.truncate(4 * 1024**3)  # 4 GiB, no block of it on the disk
+    read = []
+    original = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: read.append(self) or original(self))
+    with pytest.raises(ImportInputError, match=f"larger than the {MAX_IMPORT_FILE_BYTES:,} bytes of an X answer: "
+                                               f"{large} \\(4,294,967,296 bytes\\). Nothing was imported."):
+        capture_batch(Browser.from_settings(), raw_store, BATCH, files=[str(sample_pages()[0]), str(large)], log=LOG)
+    assert read == [] and raw_store.pages(BATCH) == []
+    assert "larger than" in raw_store.manifest(BATCH).error
 
 
 def test_an_empty_batch_is_refused_by_name_and_the_tables_stay():

@@ -16,8 +16,15 @@ from kb.x.raw_store import FOLDER_PAGE_FILE, THREAD_FILE, RawStore
 from kb.x.thread_rows import focal_post_id
 
 
+# An X answer is some MB: the largest of the real captures (a list
+# timeline) has 3.7 MB. The files are read whole, so a larger file (a
+# disk image given by mistake, or an archive that a stranger made) is
+# refused before anything is read.
+MAX_IMPORT_FILE_BYTES = 64 * 1024 * 1024
+
+
 class ImportInputError(ValueError):
-    """A file to import is not there. Nothing was imported."""
+    """A file to import is not there, or too large. Nothing was imported."""
 
 
 def import_files(raw_store: RawStore, batch: str, files: list[str], log) -> CaptureProgress:
@@ -28,6 +35,10 @@ def import_files(raw_store: RawStore, batch: str, files: list[str], log) -> Capt
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise ImportInputError(f"Cannot import: no such file: {', '.join(missing)}. Nothing was imported.")
+    large = [f"{p} ({p.stat().st_size:,} bytes)" for p in paths if p.stat().st_size > MAX_IMPORT_FILE_BYTES]
+    if large:
+        raise ImportInputError(f"Cannot import: larger than the {MAX_IMPORT_FILE_BYTES:,} bytes of an X answer: "
+                               f"{', '.join(large)}. Nothing was imported.")
     progress = CaptureProgress()
     counts: Counter = Counter()
     for source in paths:
