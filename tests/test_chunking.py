@@ -113,3 +113,20 @@ def test_no_character_is_lost_in_any_script(paragraphs, max_words):
     chunks = chunk_text(text, max_words=max_words)
     assert all(word_count(c) <= max_words for c in chunks)
     assert _no_space("".join(chunks)) == _no_space(text)
+
+
+def test_a_run_without_spaces_is_cut_into_passages_of_bounded_length():
+    """A run with no space was one word of any length: an inline image of
+    20 MB in Base64 was one passage, given whole to each search that found
+    it. Each LONG_WORD_CHARS of a run count one word now, so a passage has
+    at most DEFAULT_MAX_WORDS * LONG_WORD_CHARS characters, and no character
+    is lost. A long address stays whole inside its sentence."""
+    from kb.index.chunking import DEFAULT_MAX_WORDS, LONG_WORD_CHARS, word_count
+
+    image = "![photo](data:image/png;base64," + "iVBORw0KGgoAAAANSUhEUgAA" * 40_000 + ")"
+    passages = chunk_text(f"A note with a photo.\n\n{image}\n\nThe end.")
+    assert max(len(p) for p in passages) <= DEFAULT_MAX_WORDS * LONG_WORD_CHARS
+    assert "".join(passages).replace("\n", "") == f"A note with a photo.{image}The end."
+    address = "https://example.com/" + "a" * 90
+    assert word_count(address) == 2
+    assert chunk_text(f"See {address} for more.") == [f"See {address} for more."]

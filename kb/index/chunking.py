@@ -48,7 +48,15 @@ UNSPACED = ("\u0e00-\u0eff\u1000-\u11ff\u1780-\u17ff\u3001-\u303f\u3040-\u30ff\u
 MARKS = ("\u0300-\u036f\u0e31\u0e34-\u0e3a\u0e47-\u0e4e\u0eb1\u0eb4-\u0ebc\u0ec8-\u0ecd\u102b-\u103e"
          "\u17b4-\u17d3\u3099\u309a\ufe00-\ufe0f")
 CHARACTER_WORD = rf"[{UNSPACED}][{MARKS}]*"
-WORD = re.compile(rf"{CHARACTER_WORD}|[^\s{UNSPACED}]+")
+# A run of more than LONG_WORD_CHARS characters without a space counts one
+# word for each LONG_WORD_CHARS, and a cut may come between them. Without
+# it a run with no space was one word of any length: an inline image of
+# 20 MB in Base64 (a Markdown note), or a page's line of 5 MB, was one
+# passage, which every search that found it gave whole to the web page
+# and to an MCP client (7 December 2026). A word of a dictionary or the
+# address of a post is shorter.
+LONG_WORD_CHARS = 64
+WORD = re.compile(rf"{CHARACTER_WORD}|[^\s{UNSPACED}]{{1,{LONG_WORD_CHARS}}}")
 # A sentence ends at . ! ? and white space (a closing quote or bracket may
 # come between), or at the CJK 。！？ (with no space after them).
 SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))\s+"
