@@ -8,7 +8,7 @@ goes on.
 - Telegram updates that the Bot API could never send, through the real bot
   (aiogram long polling) against the loopback Bot API.
 - PDFs made here with PyMuPDF (truncated, garbage, encrypted, empty, 300
-  pages), HTML nested 100,000 levels deep or megabytes large, text that is
+  pages), HTML nested 40,000 levels deep or megabytes large, text that is
   not UTF-8 and a voice note that is not audio: through the extraction
   functions, the `documents` asset on a loopback site, and the real
   `source_intake` job on a real Dagster instance.
@@ -522,8 +522,10 @@ def test_a_text_page_with_no_charset_that_is_not_utf8_names_the_url():
 
 
 @pytest.mark.parametrize("name, html", [
-    ("deep-div", "<html><body>" + "<div>" * 100_000 + "<p>deep text</p>" + "</div>" * 100_000 + "</body></html>"),
-    ("deep-unclosed", "<html><body>" + "<div><span>" * 50_000 + "<p>deep text"),
+    # 40,000 levels: deep, and still under the 50,000 elements that kb reads
+    # (MAX_PAGE_ELEMENTS; test_extract.py has the page above it).
+    ("deep-div", "<html><body>" + "<div>" * 40_000 + "<p>deep text</p>" + "</div>" * 40_000 + "</body></html>"),
+    ("deep-unclosed", "<html><body>" + "<div><span>" * 20_000 + "<p>deep text"),
     ("deep-table", "<html><body>" + "<table><tr><td>" * 5000 + "deep text" + "</td></tr></table>" * 5000),
     ("nul-bytes", "<html><body><p>before\x00after</p></body></html>"),
     ("not-html", "\x89PNG\r\n\x1a\n" + "\x00" * 10),
@@ -547,7 +549,8 @@ def test_extract_file_names_the_file_for_every_bad_input(tmp_path):
     cases = {"empty.html": (b"", "the file is empty"),
              "binary.html": (b"\x89PNG\r\n\x1a\n\x00\x00", "the file is binary"),
              "encrypted.pdf": (BAD_PDFS["encrypted"], "encrypted PDF"),
-             "truncated.pdf": (BAD_PDFS["truncated"], "not a readable PDF")}
+             "truncated.pdf": (BAD_PDFS["truncated"], "not a readable PDF"),
+             "flood.html": (b"<div>" * 100_000, "the page has 100,000 elements, more than the 50,000 that kb reads")}
     for name, (data, reason) in cases.items():
         (tmp_path / name).write_bytes(data)
         with pytest.raises(ValueError) as error:
@@ -558,7 +561,7 @@ def test_extract_file_names_the_file_for_every_bad_input(tmp_path):
                       .encode("latin-1"))
     assert "café crème" in html_to_text(latin.read_bytes().decode("latin-1"))
     deep = tmp_path / "deep.html"
-    deep.write_text("<div>" * 100_000)
+    deep.write_text("<div>" * 40_000)
     assert extract_file(deep) == ""
 
 
@@ -623,7 +626,7 @@ def test_bad_sources_fail_with_a_named_reason_keep_their_files_and_stop_nothing_
     (inbox.root / "note.txt").write_bytes(latin_txt)
     items["note.txt"] = (inbox.adopt_dropped_file(inbox.root / "note.txt"), latin_txt, "not UTF-8 text (byte 3 is invalid)")
 
-    deep_html = "<html><body>" + "<div>" * 100_000 + "<p>text</p>" + "</div>" * 100_000 + "</body></html>"
+    deep_html = "<html><body>" + "<div>" * 40_000 + "<p>text</p>" + "</div>" * 40_000 + "</body></html>"
     routes = {"/deep": page(deep_html), "/huge": page(b"<p>" + b"word " * 2_200_000 + b"</p>")}
     with LoopbackSite(routes) as site:
         web = {"/deep": (h.add_item("web", 20, url=site.url("/deep")), "has 0 characters of text; it needs 200"),
