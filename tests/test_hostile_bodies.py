@@ -145,10 +145,14 @@ def test_the_file_of_a_bookmarks_link_is_read_with_the_same_limits():
         assert outcome.reason == "error" and detail in outcome.detail, outcome
 
 
-def many_strings_pdf(pages: int, shows: int) -> bytes:
+def many_strings_pdf(pages: int, shows: int, spaces: int = 0) -> bytes:
     """A PDF of a few kB whose pages share one packed content stream that
-    shows `shows` strings (the red team's form)."""
-    content = zlib.compress(b"BT /F1 1 Tf 10 700 Td " + b"(aaaa bbbb ) Tj " * shows + b"ET", 9)
+    shows `shows` strings (the red team's form), after `spaces` spaces."""
+    packer = zlib.compressobj(9)
+    content = b"".join([*(packer.compress(b" " * (1 << 20)) for _ in range(spaces >> 20)),
+                        packer.compress(b" " * (spaces % (1 << 20))),
+                        packer.compress(b"BT /F1 1 Tf 10 700 Td " + b"(aaaa bbbb ) Tj " * shows + b"ET"),
+                        packer.flush()])
     objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
                f"<< /Type /Pages /Kids [{' '.join(f'{i + 5} 0 R' for i in range(pages))}] /Count {pages} >>".encode(),
                b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
@@ -182,6 +186,37 @@ def test_a_small_pdf_of_many_strings_is_read_as_plain_text():
             assert layout_affordable(doc) is affordable, (pages, shows)
     assert "aaaa bbbb" in parse_pdf_bytes(hostile, "bomb.pdf").body
     assert "aaaa bbbb" in extract_pdf(hostile, "https://example.org/bomb.pdf").text
+
+
+def test_a_pdf_whose_content_unpacks_to_gigabytes_is_refused_in_steps():
+    """PyMuPDF's xref_stream() unpacks a stream whole: a PDF of 2 MB whose
+    stream unpacks to 2 GB took 1.9 GB of memory before MuPDF's own bomb
+    check, and its plain-text reading 11.6 s of CPU. kb unpacks each stream
+    in steps of 1 MiB and refuses a PDF past MAX_CONTENT_STREAM_BYTES, also
+    one of more than 40 pages (which skips the layout pass), in both
+    readers. Under the limit, the count of strings is the one of the whole
+    stream, also where a string crosses the border of two steps."""
+    import pymupdf
+
+    from kb.enrich.extract import (MAX_CONTENT_STREAM_BYTES, TEXT_SHOW, PdfTooLarge, _text_shows, extract_pdf,
+                                   layout_affordable)
+    from kb.telegram.source_parsers import parse_pdf_bytes
+
+    bomb = many_strings_pdf(1, 10, spaces=MAX_CONTENT_STREAM_BYTES + (1 << 20))
+    many_pages = many_strings_pdf(41, 10, spaces=MAX_CONTENT_STREAM_BYTES + (1 << 20))
+    assert len(bomb) < 100_000
+    with traced_peak() as peak:
+        with pytest.raises(PdfTooLarge, match="https://example.org/bomb.pdf: a content stream of page 1 unpacks to "
+                                              "more than 33,554,432 bytes"):
+            extract_pdf(bomb, "https://example.org/bomb.pdf")
+        with pytest.raises(PermanentParseError, match="bomb.pdf: a content stream of page 1 unpacks to more than"):
+            parse_pdf_bytes(many_pages, "bomb.pdf")
+    assert peak["mib"] < 16, peak  # steps of 1 MiB, not the 33 MiB of the stream
+    honest = many_strings_pdf(1, 3_000, spaces=(1 << 20) - 1003)  # strings across the first step's end
+    with pymupdf.open(stream=honest, filetype="pdf") as doc:
+        assert layout_affordable(doc) is True
+        assert _text_shows(doc, 4, 1) == (3_000, len(doc.xref_stream(4)))
+        assert len(TEXT_SHOW.findall(doc.xref_stream(4))) == 3_000
 
 
 ESCAPES = "\x1b]0;OWNED\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[8mhidden\x1b[0m"

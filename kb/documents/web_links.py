@@ -96,6 +96,9 @@ def fetch_file(client: httpx.Client, outcome: Outcome) -> Outcome:
     outcome.kind = "pdf"
     try:
         outcome.extracted = extract_pdf(data, outcome.url)
+    except PageTooLarge as exc:
+        outcome.reason, outcome.detail = Reason.TOO_LARGE.value, str(exc)[:500]
+        return outcome
     except ValueError as exc:
         outcome.reason, outcome.detail = Reason.BINARY.value, str(exc)[:500]
         return outcome

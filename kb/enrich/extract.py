@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import html as html_lib
 import re
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -47,6 +48,20 @@ MAX_LAYOUT_TEXT_SHOWS = 40_000
 # A string, an array of strings or a hex string, and then an operator that
 # shows it: Tj, TJ, ' or ".
 TEXT_SHOW = re.compile(rb"[)>\]]\s*(?:Tj|TJ|'|\")")
+# Each content stream is unpacked in steps of _STREAM_STEP bytes, and a PDF
+# is read only when no stream unpacks to more than MAX_CONTENT_STREAM_BYTES
+# and all to no more than MAX_CONTENT_BYTES. PyMuPDF's xref_stream() unpacks
+# a stream whole: a PDF of 2 MB whose one stream unpacks to 2 GB took 1.9 GB
+# of memory before MuPDF's own check of compression bombs stopped it, and
+# its plain-text reading took 11.6 s of CPU (it reads all 2 GB); 50 MB of
+# such a PDF would take some minutes (7 December 2026). A real page's
+# stream has some hundred kB, a book of 500 pages some tens of MB in all.
+MAX_CONTENT_STREAM_BYTES = 32 * 1024 * 1024
+MAX_CONTENT_BYTES = 256 * 1024 * 1024
+_STREAM_STEP = 1024 * 1024
+# A stream with another filter (LZW, ASCII85, a chain) is unpacked by
+# PyMuPDF at once: only a small one, whose unpacked size is then bounded.
+MAX_OTHER_FILTER_RAW_BYTES = 64 * 1024
 # The largest page that kb reads. The block choice reads a page block by
 # block, so its cost grows with the count of elements: a page of 60,000
 # short paragraphs (2.9 MB) took 18.6 s of CPU and 341 MB, one of 1,500,000
@@ -457,21 +472,74 @@ def layout_affordable(doc) -> bool:
     """True when the layout analysis (pymupdf4llm) of an open PyMuPDF
     document is affordable: at most MAX_LAYOUT_PAGES pages, and at most
     MAX_LAYOUT_TEXT_SHOWS_PAGE text operators on a page and
-    MAX_LAYOUT_TEXT_SHOWS in all. Else kb reads it as plain text (pdf_paragraphs)."""
-    if doc.page_count > MAX_LAYOUT_PAGES:
-        return False
-    shows, by_stream = 0, {}
-    for page in doc:
+    MAX_LAYOUT_TEXT_SHOWS in all. Else kb reads it as plain text (pdf_paragraphs).
+    PdfTooLarge when its content streams unpack to more than kb reads."""
+    shows, unpacked, by_stream = 0, 0, {}
+    affordable = doc.page_count <= MAX_LAYOUT_PAGES
+    for number, page in enumerate(doc, start=1):
         # Pages may share a content stream (the red team's 40 pages shared
         # one): each stream is unpacked and counted once.
         for xref in page.get_contents():
             if xref not in by_stream:
-                by_stream[xref] = len(TEXT_SHOW.findall(doc.xref_stream(xref) or b""))
+                by_stream[xref], size = _text_shows(doc, xref, number)
+                unpacked += size
+                if unpacked > MAX_CONTENT_BYTES:
+                    raise PdfTooLarge(f"the content of its pages unpacks to more than {MAX_CONTENT_BYTES:,} bytes, "
+                                      "the most that kb reads")
         on_page = sum(by_stream[xref] for xref in page.get_contents())
         shows += on_page
         if on_page > MAX_LAYOUT_TEXT_SHOWS_PAGE or shows > MAX_LAYOUT_TEXT_SHOWS:
-            return False
-    return True
+            affordable = False
+    return affordable
+
+
+class PdfTooLarge(PageTooLarge):
+    """A content stream of the PDF unpacks to more than kb reads."""
+
+
+def _text_shows(doc, xref: int, page: int) -> tuple[int, int]:
+    """(text operators, unpacked bytes) of one content stream, unpacked step
+    by step. PdfTooLarge when it unpacks to more than MAX_CONTENT_STREAM_BYTES."""
+    too_large = PdfTooLarge(f"a content stream of page {page} unpacks to more than {MAX_CONTENT_STREAM_BYTES:,} "
+                            "bytes, the most that kb reads")
+    kind, name = doc.xref_get_key(xref, "Filter")
+    raw = doc.xref_stream_raw(xref) or b""  # decrypted, still packed: at most the file's size
+    if kind == "null":
+        pieces = (raw[start:start + _STREAM_STEP] for start in range(0, len(raw), _STREAM_STEP))
+    elif name in ("/FlateDecode", "[/FlateDecode]") and doc.xref_get_key(xref, "DecodeParms")[0] == "null":
+        pieces = _inflated(raw)
+    elif len(raw) <= MAX_OTHER_FILTER_RAW_BYTES:
+        pieces = iter([doc.xref_stream(xref) or b""])
+    else:
+        raise PdfTooLarge(f"a content stream of page {page} has the filter {name} and {len(raw):,} packed bytes; "
+                          f"kb unpacks such a stream up to {MAX_OTHER_FILTER_RAW_BYTES:,}")
+    shows, tail, size = 0, b"", 0
+    for piece in pieces:
+        size += len(piece)
+        if size > MAX_CONTENT_STREAM_BYTES:
+            raise too_large
+        # A match that ends in this piece counts; one that ended in the
+        # tail counted in the step before.
+        text = tail + piece
+        shows += sum(1 for match in TEXT_SHOW.finditer(text) if match.end() > len(tail))
+        tail = text[-256:]
+    return shows, size
+
+
+def _inflated(raw: bytes):
+    """The unpacked bytes of a Flate stream, _STREAM_STEP at a time. A
+    damaged stream ends where it breaks, as MuPDF reads it."""
+    decoder = zlib.decompressobj()
+    data = raw
+    while True:
+        try:
+            piece = decoder.decompress(data, _STREAM_STEP)
+        except zlib.error:
+            return
+        if not piece:
+            return
+        yield piece
+        data = decoder.unconsumed_tail
 
 
 def extract_pdf(data: bytes, url: str | None = None) -> Extracted:
@@ -497,7 +565,11 @@ def extract_pdf(data: bytes, url: str | None = None) -> Extracted:
             # Without this check pymupdf4llm fails with a TypeError that says
             # nothing of the cause.
             raise ValueError(f"{where} is an encrypted PDF: it needs a password")
-        if not layout_affordable(doc):
+        try:
+            affordable = layout_affordable(doc)
+        except PdfTooLarge as exc:
+            raise PdfTooLarge(f"{where}: {exc}") from None
+        if not affordable:
             fragment = _plain_pdf_html(doc)
         else:
             try:

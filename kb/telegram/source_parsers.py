@@ -441,7 +441,7 @@ def parse_pdf_bytes(data: bytes, where: str, url: str | None = None) -> ParsedSo
     import pymupdf
     import pymupdf4llm
 
-    from kb.enrich.extract import layout_affordable, pdf_paragraphs
+    from kb.enrich.extract import PdfTooLarge, layout_affordable, pdf_paragraphs
 
     if not data:
         raise PermanentParseError(f"{where}: the PDF file is empty")
@@ -464,6 +464,8 @@ def parse_pdf_bytes(data: bytes, where: str, url: str | None = None) -> ParsedSo
                 # use_ocr=False: no OCR engine is installed, and a scan without a
                 # text layer is better refused (too short) than guessed.
                 body = pymupdf4llm.to_markdown(doc, use_ocr=False, show_progress=False)
+        except PdfTooLarge as exc:
+            raise PermanentParseError(f"{where}: {exc}") from None
         except Exception as exc:  # the layout parser fails in many ways on damaged files
             raise PermanentParseError(f"{where}: the PDF text cannot be read ({type(exc).__name__}: {exc})") from None
         meta_title = (doc.metadata or {}).get("title") or ""
