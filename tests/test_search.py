@@ -486,6 +486,12 @@ def test_bad_input(small_index, hasher):
     with pytest.raises(ValueError, match="mode="):
         search("rust", mode="fuzzy", index=small_index, embedder=hasher)
     assert search("rust", limit=500, index=small_index, embedder=hasher).limit == 100
+    # An MCP client sends lines of JSON up to 64 MB: a filter of 10 MB took
+    # 0.6 s and 200 MB in each search. Each filter has at most 1,000 characters.
+    for name in ("author", "folder", "tweet_id", "ref"):
+        with pytest.raises(ValueError, match=f"{name} has 1,001 characters: a filter has at most 1,000"):
+            search("rust", index=small_index, embedder=hasher, **{name: "a" * 1001})
+    assert search("rust", author="a" * 1000, index=small_index, embedder=hasher).hits == []
 
 
 def test_empty_index_gives_no_hits(index, hasher):

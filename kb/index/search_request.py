@@ -22,6 +22,10 @@ MAX_LIMIT = 100
 # and that query took 38 s of CPU of kb web (7 December 2026). A question of
 # a person is far shorter.
 MAX_QUERY_CHARS = 1000
+# An author, a folder, a bookmark's id or a document's address has fewer
+# characters: MCP reads lines of JSON up to 64 MB, and an author of 10 MB
+# took 0.6 s and 200 MB in each search (7 December 2026).
+MAX_FILTER_CHARS = 1000
 # Passages fetched from each retriever before grouping by bookmark. Several
 # passages of one bookmark can fill the list, so it is deeper than `limit`.
 MIN_DEPTH = 100
@@ -61,6 +65,10 @@ class SearchRequest:
 
     def __post_init__(self) -> None:
         self.query = check_query(self.query)
+        for name in ("author", "folder", "tweet_id", "ref"):
+            value = getattr(self, name)
+            if isinstance(value, str) and len(value) > MAX_FILTER_CHARS:
+                raise ValueError(f"{name} has {len(value):,} characters: a filter has at most {MAX_FILTER_CHARS:,}")
         self.limit = _check_limit(self.limit)
         if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r} is unknown: use one of {', '.join(MODES)}")

@@ -40,16 +40,21 @@ CLOSERS = {")": "(", "]": "["}
 
 
 def trim_url(url: str) -> str:
-    """A URL found in text, without the sentence punctuation at its end."""
-    while url:
-        last = url[-1]
+    """A URL found in text, without the sentence punctuation at its end.
+    The brackets are counted once (a count for each trimmed character was
+    quadratic: 80,000 ")" took 3.3 s)."""
+    counts = {mark: url.count(mark) for pair in CLOSERS.items() for mark in pair}
+    end = len(url)
+    while end:
+        last = url[end - 1]
         if last in TRAILING_PUNCTUATION:
-            url = url[:-1]
-        elif last in CLOSERS and url.count(last) > url.count(CLOSERS[last]):
-            url = url[:-1]
+            end -= 1
+        elif last in CLOSERS and counts[last] > counts[CLOSERS[last]]:
+            counts[last] -= 1
+            end -= 1
         else:
             break
-    return url
+    return url[:end]
 
 # Message kinds that are not sources, in the words of the reply.
 UNSUPPORTED_KINDS = (
@@ -96,11 +101,7 @@ def extract_urls(text: str | None, entities: Iterable | None = None) -> list[str
     for entity in entities or ():
         if getattr(entity, "type", None) == "text_link" and getattr(entity, "url", None):
             found.append(entity.url.strip())
-    unique: list[str] = []
-    for url in found:
-        if url and url not in unique:
-            unique.append(url)
-    return unique
+    return [url for url in dict.fromkeys(found) if url]  # in order, each once
 
 
 def is_youtube(url: str) -> bool:
