@@ -110,6 +110,19 @@ def test_the_window_with_the_rarest_query_words_wins():
     assert window_for(words_of("sourdough"), texts, rarity) == windows(texts[0])[0]
 
 
+def test_a_deep_search_reads_the_first_windows_of_a_long_text():
+    """A linked page of 7 MB made about 200,000 windows, cut again in each
+    deep search that found its bookmark (2.5 s). The first MAX_WINDOWS
+    count: a query word after them does not choose the window."""
+    from kb.index.rerank import MAX_WINDOWS
+
+    passages = [words(180, f"p{n}x") for n in range(MAX_WINDOWS)] + ["the espresso grind"]
+    cut = windows(passages)
+    assert len(cut) == MAX_WINDOWS and cut[-1].startswith(f"p{MAX_WINDOWS // 3}x")
+    rarity = WordRarity(["espresso grind"] + ["filler"] * 20)
+    assert window_for(words_of("espresso grind"), [passages], rarity) == cut[0]
+
+
 def test_the_sample_of_a_large_index_is_spread_over_it():
     texts = [f"w{i:05d}" for i in range(25_000)]  # 6 letters: words_of() keeps them whole
     rarity = WordRarity.of_sample(texts)

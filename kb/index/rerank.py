@@ -58,6 +58,10 @@ WINDOW_WORDS = 60
 # The first paragraph of a text goes in front of its later windows when it
 # is this short: a title. A window without its title loses its topic.
 HEADING_WORDS = 40
+# The windows of one text that a deep search reads: the first 500 (30,000
+# words). A linked page of 7 MB made about 200,000 windows, and each deep
+# search that found its bookmark cut them again: 2.5 s (7 December 2026).
+MAX_WINDOWS = 500
 # The rarity of a word comes from at most this many passages of the index
 # (a fixed sample). Counting every passage of 100,000 took 7 s of CPU; a
 # sample of 10,000 takes about a tenth of that, once per table version.
@@ -202,9 +206,11 @@ def windows(passages: Sequence[str]) -> list[str]:
     heading = title[0] if len(title) == 1 else ""
     out = []
     for passage in passages:
+        if len(out) >= MAX_WINDOWS:
+            break
         for part in chunk_text(passage, max_words=WINDOW_WORDS):
             out.append(part if not heading or part.startswith(heading) else f"{heading}\n\n{part}")
-    return out
+    return out[:MAX_WINDOWS]
 
 
 def window_for(query_words: set[str], texts: Sequence[Sequence[str]], rarity: WordRarity) -> str:
