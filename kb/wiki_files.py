@@ -177,15 +177,27 @@ def split_frontmatter(text: str) -> Frontmatter:
     # `rest` starts with the new line that ends the closing --- line.
     body_start = text[:len(text) - len(rest)].count("\n") + 2
     body = rest[1:].splitlines()
+    # Without the new lines of the two --- lines, as the block reads:
+    # a block scalar at the end (`key: |`) keeps no extra new line.
+    block = head[1:].removesuffix("\n").removesuffix("\r")
     try:
-        # Without the new lines of the two --- lines, as the block reads:
-        # a block scalar at the end (`key: |`) keeps no extra new line.
-        data = _YAML.load(head[1:].removesuffix("\n").removesuffix("\r"), Loader=_YAML_LOADER) or {}
+        if _has_alias(block):
+            return Frontmatter(None, "frontmatter uses a YAML alias (*name): kb reads no alias", body, body_start)
+        data = _YAML.load(block, Loader=_YAML_LOADER) or {}
     except yaml.YAMLError as exc:
         return Frontmatter(None, f"frontmatter is not valid YAML: {str(exc).splitlines()[0]}", body, body_start)
     if not isinstance(data, dict):
         return Frontmatter(None, "frontmatter is not a mapping", body, body_start)
     return Frontmatter(data, None, body, body_start)
+
+
+def _has_alias(block: str) -> bool:
+    """True when the YAML block uses an alias. Hard-won fact (7 December
+    2026): YAML loads aliases as shared objects, but each reader that turns
+    a value into text copies them out: 555 bytes of nested aliases ("a
+    billion laughs") took 10 s and 1 GB in `kb wiki check`, and 2.2 GB in
+    the web page. kb's pages need no alias."""
+    return "*" in block and any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(block, Loader=_YAML_LOADER))
 
 
 def comment_spans(text: str) -> list[tuple[int, int]]:
@@ -194,17 +206,24 @@ def comment_spans(text: str) -> list[tuple[int, int]]:
     that is never closed is text, as is every later opening of its kind.
     Linear in the length of the text."""
     spans: list[tuple[int, int]] = []
-    position, open_kinds = 0, list(COMMENT_MARKS)
-    while open_kinds:
-        starts = [(text.find(opening, position), opening, closing) for opening, closing in open_kinds]
-        starts = [start for start in starts if start[0] >= 0]
-        if not starts:
+    # The next opening of each kind, found again only when the scan has
+    # passed it: a find of each kind after each comment read to the end of
+    # the text for a kind that is not there (quadratic).
+    openings = {kind: text.find(kind[0]) for kind in COMMENT_MARKS}
+    position = 0
+    while openings:
+        for kind in list(openings):
+            if 0 <= openings[kind] < position:
+                openings[kind] = text.find(kind[0], position)
+            if openings[kind] < 0:
+                del openings[kind]  # no opening after here, or no closing after the last
+        if not openings:
             break
-        start, opening, closing = min(starts, key=lambda found: found[0])
+        (opening, closing), start = min(openings.items(), key=lambda item: item[1])
         end = text.find(closing, start + len(opening))
         if end < 0:
             # No closing after this opening: none after a later one either.
-            open_kinds.remove((opening, closing))
+            del openings[(opening, closing)]
             continue
         spans.append((start, end + len(closing)))
         position = end + len(closing)

@@ -88,8 +88,14 @@ def check_wiki(path: str | Path, embed: Embed | None = None) -> dict[str, list[d
         if not target or ".." in target.split("/"):
             return None
         for candidate in (root / "wiki" / target, root / target):
-            if candidate.with_name(candidate.name + ".md").is_file() or (candidate.suffix and candidate.is_file()):
-                return f"root:{candidate.relative_to(root)}"
+            try:
+                if candidate.with_name(candidate.name + ".md").is_file() or (candidate.suffix and candidate.is_file()):
+                    return f"root:{candidate.relative_to(root)}"
+            except OSError:
+                # A name that no file can have (more than 255 bytes, a NUL):
+                # Path.is_file() raises on Python 3.11, and one such link
+                # stopped the whole check (7 December 2026). It is dangling.
+                continue
         return None
 
     findings: dict[str, list[dict]] = {kind: [] for kind in FINDING_KINDS}
