@@ -58,6 +58,9 @@ WIKILINK = re.compile(r"!?\[\[([^\[\]\n]+)\]\]")
 COMMENT_MARKS = (("<!--", "-->"), ("%%", "%%"))
 # The first line of a fenced code block, and its last.
 FENCE = re.compile(r"^(```|~~~)")
+# A line that starts a block of its own in Markdown (a list item, a heading,
+# a quote, a table row, HTML): it is never joined to the line above.
+BLOCK_START = re.compile(r"^\s*(?:[-*+]\s|\d+[.)]\s|#|>|\||<)")
 
 # What the wiki agent may change, by allowlist: Markdown pages in these
 # folders, index.md, and log.md (append only). kb refuses every other path,

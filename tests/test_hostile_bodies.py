@@ -212,6 +212,15 @@ def test_a_pdf_whose_content_unpacks_to_gigabytes_is_refused_in_steps():
         with pytest.raises(PermanentParseError, match="bomb.pdf: a content stream of page 1 unpacks to more than"):
             parse_pdf_bytes(many_pages, "bomb.pdf")
     assert peak["mib"] < 16, peak  # steps of 1 MiB, not the 33 MiB of the stream
+    # The file behind a bookmark's link: the documents stage names the reason.
+    from kb.documents.outcomes import Outcome, Target
+    from kb.documents.web_links import fetch_file
+
+    with Hostile(bomb, content_type="application/pdf") as server:
+        with guard_for(server).httpx_client(follow_redirects=True, timeout=10) as client:
+            url = f"{server.base_url}/bomb.pdf"
+            outcome = fetch_file(client, Outcome(Target(url_norm=url, url=url, is_article=False), url, "pdf", "file"))
+    assert outcome.reason == "too large" and f"{url}: a content stream of page 1" in outcome.detail, outcome
     honest = many_strings_pdf(1, 3_000, spaces=(1 << 20) - 1003)  # strings across the first step's end
     with pymupdf.open(stream=honest, filetype="pdf") as doc:
         assert layout_affordable(doc) is True

@@ -97,8 +97,7 @@ def fetch_file(client: httpx.Client, outcome: Outcome) -> Outcome:
     try:
         outcome.extracted = extract_pdf(data, outcome.url)
     except PageTooLarge as exc:
-        outcome.reason, outcome.detail = Reason.TOO_LARGE.value, str(exc)[:500]
-        return outcome
+        return failure_from_error(outcome, exc)
     except ValueError as exc:
         outcome.reason, outcome.detail = Reason.BINARY.value, str(exc)[:500]
         return outcome

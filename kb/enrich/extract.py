@@ -254,7 +254,12 @@ _CONTENT_BLOCKS = ("p", "pre", "table", "blockquote", "ul", "ol", "dl", "div", *
 
 
 class PageTooLarge(ValueError):
-    """The page is larger than kb reads (MAX_PAGE_ELEMENTS, MAX_PAGE_CHARS)."""
+    """The page is larger than kb reads (MAX_PAGE_ELEMENTS, MAX_PAGE_CHARS).
+    `reason` says why without naming the page, for a caller that names it."""
+
+    def __init__(self, where: str, reason: str):
+        super().__init__(f"{where}: {reason}")
+        self.reason = reason
 
 
 def page_size_refusal(html: str | bytes) -> str | None:
@@ -277,7 +282,7 @@ def extract_html(html: str | bytes, url: str | None = None) -> Extracted:
     Links stay in the HTML, absolute when the page URL is known.
     PageTooLarge when the page is above kb's limits (page_size_refusal)."""
     if (refusal := page_size_refusal(html)) is not None:
-        raise PageTooLarge(f"{url or 'the page'}: {refusal}")
+        raise PageTooLarge(url or "the page", refusal)
     import trafilatura
 
     try:
@@ -484,8 +489,8 @@ def layout_affordable(doc) -> bool:
                 by_stream[xref], size = _text_shows(doc, xref, number)
                 unpacked += size
                 if unpacked > MAX_CONTENT_BYTES:
-                    raise PdfTooLarge(f"the content of its pages unpacks to more than {MAX_CONTENT_BYTES:,} bytes, "
-                                      "the most that kb reads")
+                    raise PdfTooLarge("the PDF", f"the content of its pages unpacks to more than "
+                                                 f"{MAX_CONTENT_BYTES:,} bytes, the most that kb reads")
         on_page = sum(by_stream[xref] for xref in page.get_contents())
         shows += on_page
         if on_page > MAX_LAYOUT_TEXT_SHOWS_PAGE or shows > MAX_LAYOUT_TEXT_SHOWS:
@@ -500,8 +505,6 @@ class PdfTooLarge(PageTooLarge):
 def _text_shows(doc, xref: int, page: int) -> tuple[int, int]:
     """(text operators, unpacked bytes) of one content stream, unpacked step
     by step. PdfTooLarge when it unpacks to more than MAX_CONTENT_STREAM_BYTES."""
-    too_large = PdfTooLarge(f"a content stream of page {page} unpacks to more than {MAX_CONTENT_STREAM_BYTES:,} "
-                            "bytes, the most that kb reads")
     kind, name = doc.xref_get_key(xref, "Filter")
     raw = doc.xref_stream_raw(xref) or b""  # decrypted, still packed: at most the file's size
     if kind == "null":
@@ -511,13 +514,14 @@ def _text_shows(doc, xref: int, page: int) -> tuple[int, int]:
     elif len(raw) <= MAX_OTHER_FILTER_RAW_BYTES:
         pieces = iter([doc.xref_stream(xref) or b""])
     else:
-        raise PdfTooLarge(f"a content stream of page {page} has the filter {name} and {len(raw):,} packed bytes; "
-                          f"kb unpacks such a stream up to {MAX_OTHER_FILTER_RAW_BYTES:,}")
+        raise PdfTooLarge("the PDF", f"a content stream of page {page} has the filter {name} and {len(raw):,} "
+                                     f"packed bytes; kb unpacks such a stream up to {MAX_OTHER_FILTER_RAW_BYTES:,}")
     shows, tail, size = 0, b"", 0
     for piece in pieces:
         size += len(piece)
         if size > MAX_CONTENT_STREAM_BYTES:
-            raise too_large
+            raise PdfTooLarge("the PDF", f"a content stream of page {page} unpacks to more than "
+                                         f"{MAX_CONTENT_STREAM_BYTES:,} bytes, the most that kb reads")
         # A match that ends in this piece counts; one that ended in the
         # tail counted in the step before.
         text = tail + piece
@@ -568,7 +572,7 @@ def extract_pdf(data: bytes, url: str | None = None) -> Extracted:
         try:
             affordable = layout_affordable(doc)
         except PdfTooLarge as exc:
-            raise PdfTooLarge(f"{where}: {exc}") from None
+            raise PdfTooLarge(where, exc.reason) from None
         if not affordable:
             fragment = _plain_pdf_html(doc)
         else:
@@ -679,6 +683,7 @@ def extract_file(path: str | Path, url: str | None = None) -> str:
         return extract_pdf(data, url or str(path)).text  # an error then names the file
     if b"\x00" in data[:4096]:
         raise ValueError(f"{path}: the file is binary, not HTML or PDF")
-    if (refusal := page_size_refusal(data)) is not None:
-        raise ValueError(f"{path}: {refusal}")
-    return extract_html(data, url).text
+    try:
+        return extract_html(data, url).text
+    except PageTooLarge as exc:
+        raise PageTooLarge(str(path), exc.reason) from None

@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 # Shorter than this, a source holds too little to judge or to cite.
 MIN_CHARS = {"web": 200, "pdf": 200, "youtube": 50, "md": 50, "text": 50, "voice": 30}
 
-MAX_PAGE_BYTES = 10 * 1024 * 1024  # a web page larger than this is not an article
 USER_AGENT = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0 Safari/537.36 kb"
 TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
 GONE_STATUS = {404, 410}
@@ -155,6 +154,8 @@ class FetchedPage:
 def fetch_page(url: str, *, timeout_s: float, guard: FetchGuard | None = None) -> FetchedPage:
     """GET the URL (redirects followed, each one checked by the fetch guard).
     Classifies every failure. A private address is a permanent failure."""
+    from kb.enrich.extract import MAX_PAGE_CHARS
+
     guard = guard or FetchGuard.from_settings()
     try:
         guard.check_url(url)
@@ -169,7 +170,8 @@ def fetch_page(url: str, *, timeout_s: float, guard: FetchGuard | None = None) -
                     # 401 and 403: often a wall against scripts. The browser may pass it.
                     return FetchedPage(str(response.url), "", b"", blocked=f"HTTP {status}")
                 try:
-                    body = read_body(response, limit=MAX_PAGE_BYTES, what=f"{url}: the page")
+                    # The limit of extract_html: a larger page would be refused after its read.
+                    body = read_body(response, limit=MAX_PAGE_CHARS, what=f"{url}: the page")
                 except BodyRefused as exc:
                     raise (TransientParseError if exc.reason == "too_slow" else PermanentParseError)(str(exc)) from None
                 header = response.headers.get("content-type", "")
@@ -471,7 +473,7 @@ def parse_pdf_bytes(data: bytes, where: str, url: str | None = None) -> ParsedSo
                 # text layer is better refused (too short) than guessed.
                 body = pymupdf4llm.to_markdown(doc, use_ocr=False, show_progress=False)
         except PdfTooLarge as exc:
-            raise PermanentParseError(f"{where}: {exc}") from None
+            raise PermanentParseError(f"{where}: {exc.reason}") from None
         except Exception as exc:  # the layout parser fails in many ways on damaged files
             raise PermanentParseError(f"{where}: the PDF text cannot be read ({type(exc).__name__}: {exc})") from None
         meta_title = (doc.metadata or {}).get("title") or ""

@@ -48,13 +48,10 @@ from __future__ import annotations
 import re
 
 from kb.wiki.schema import AUTO_SECTION_MARKER, CLAIM_MARKS, DISPUTED_MARK, UNSUPPORTED_MARK
-from kb.wiki_files import FENCE, WIKILINK, blank_comments, split_frontmatter
+from kb.wiki_files import BLOCK_START, FENCE, WIKILINK, blank_comments, split_frontmatter
 
 CITATION = re.compile(r"\[\[(sources/[^\]|#\n]+)")
 LIST_MARK = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
-# A line that starts a block of its own in Markdown (a list item, a heading,
-# a quote, a table row, HTML): it is never joined to the line above.
-BLOCK_START = re.compile(r"^\s*(?:[-*+]\s|\d+[.)]\s|#|>|\||<)")
 PROSE = re.compile(r"[A-Za-z\u00C0-\uFFFF]{2,}")
 SOURCES_FOLDER = "sources/"
 

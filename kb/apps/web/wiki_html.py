@@ -20,7 +20,7 @@ from markdown.inlinepatterns import InlineProcessor
 from markdown.treeprocessors import Treeprocessor
 
 from kb.apps.web.reader import WikiPage, WikiReader
-from kb.wiki_files import WIKILINK, parse_link, without_comments
+from kb.wiki_files import BLOCK_START, FENCE, WIKILINK, parse_link, without_comments
 
 # Not "extra": its attr_list lets a page set any attribute ({: onclick=...})
 # and its md_in_html lets raw HTML back in.
@@ -110,37 +110,39 @@ class _Sanitizer(Treeprocessor):
 # in one pass.
 MAX_INLINE_LINKS = 50
 MAX_PAGE_INLINE_LINKS = 2_000
-_BLOCK_START = re.compile(r"^\s*(?:[-*+]\s|\d+[.)]\s|#|>)")
-_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def _as_code(lines: list[str]) -> list[str]:
+    """The lines in a fenced code block: a fence longer than any run of "~" in them."""
+    fence = "~" * (max((len(run) for line in lines for run in re.findall("~+", line)), default=0) + 3)
+    return [fence, *lines, fence]
 
 
 def _link_floods_as_code(text: str) -> str:
-    """The text with each block (a paragraph, a list item) of more than
-    MAX_INLINE_LINKS inline links turned into a fenced code block, or all of
-    it when it has more than MAX_PAGE_INLINE_LINKS."""
+    """The text with each block (a paragraph, a list item: BLOCK_START) of
+    more than MAX_INLINE_LINKS inline links turned into a fenced code block,
+    or all of it when it has more than MAX_PAGE_INLINE_LINKS."""
     if text.count("](") > MAX_PAGE_INLINE_LINKS:
-        fence = "~" * (max((len(run) for run in re.findall("~+", text)), default=0) + 3)
-        return f"{fence}\n{text}\n{fence}"
-    lines, out, block, fenced = text.split("\n"), [], [], False
+        return "\n".join(_as_code([text]))
+    out, block, fenced = [], [], False
 
     def close() -> None:
         if sum(line.count("](") for line in block) > MAX_INLINE_LINKS:
-            fence = "~" * (max((len(run) for line in block for run in re.findall("~+", line)), default=0) + 3)
             blank = 0 if block[0].strip() else 1  # the empty line before the block stays outside
-            out.extend([*block[:blank], fence, *block[blank:], fence])
+            out.extend([*block[:blank], *_as_code(block[blank:])])
         else:
             out.extend(block)
         block.clear()
 
-    for line in lines:
-        if _FENCE.match(line):
+    for line in text.split("\n"):
+        if FENCE.match(line.strip()):
             close()
             fenced = not fenced
             out.append(line)
         elif fenced:
             out.append(line)
         else:
-            if not line.strip() or _BLOCK_START.match(line):
+            if not line.strip() or BLOCK_START.match(line):
                 close()
             block.append(line)
     close()
