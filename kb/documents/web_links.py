@@ -123,6 +123,9 @@ def fetch_link(get_context: Callable, client: httpx.Client, target: Target, *, t
     if what == "pdf":
         return fetch_file(client, outcome)
     page = get_context().new_page()
+    # A pop-up that the last page opened can be told to Playwright after
+    # that page closed; new_page() has taken in such news, so it goes now.
+    close_other_pages(page)
     watch_navigation(page)
     try:
         try:
@@ -145,13 +148,23 @@ def fetch_link(get_context: Callable, client: httpx.Client, target: Target, *, t
         return outcome
     finally:
         # Every page of the context goes, also the pop-ups that this page
-        # opened (Playwright's Chromium blocks none): five pop-ups of a
-        # hostile page went on sending requests and using the CPU until the
-        # worker ended, and shared cookies with the next links (the red team,
-        # 7 December 2026). Each worker reads one link at a time.
-        for opened in [page, *(other for other in page.context.pages if other is not page)]:
+        # opened: five pop-ups of a hostile page went on sending requests and
+        # using the CPU until the worker ended, and shared cookies with the
+        # next links (the red team, 7 December 2026). Each worker reads one
+        # link at a time.
+        close_other_pages(page)
+        with contextlib.suppress(PlaywrightError):
+            page.close()
+
+
+def close_other_pages(page) -> None:
+    """Close each page of `page`'s context but `page`: the pop-ups that a
+    script opened. Chromium blocks a pop-up without a click (kb/x/browser.py),
+    but a page can still open one."""
+    for other in page.context.pages:
+        if other is not page:
             with contextlib.suppress(PlaywrightError):
-                opened.close()
+                other.close()
 
 
 def arxiv_hosts(settings: Settings) -> frozenset[str]:

@@ -72,6 +72,11 @@ from kb.x.browser_room import room_proxy, runs_in_room, sandbox_options, sandbox
 CHROMIUM_ARGS = ["--disable-gpu", "--disable-background-networking",
                  "--force-webrtc-ip-handling-policy=disable_non_proxied_udp"]
 
+# Playwright turns Chromium's pop-up blocker off. kb wants no pop-up that a
+# page opens without a click: a hostile page opened pop-ups that went on
+# sending requests (the red team, 7 December 2026). A click of the owner in
+# `kb login` still opens one.
+CHROMIUM_DEFAULT_ARGS_LEFT_OUT = ["--disable-popup-blocking"]
 
 # The sync Playwright API is bound to its thread, so a browser kept open is
 # kept per thread.
@@ -122,7 +127,8 @@ def chromium_launch_options(executable: str | None, *, headless: bool) -> dict:
     options hold the sandbox, the room and the whole environment of Chromium
     (kb/x/browser_room.py): launch with them as they are."""
     check_chromium(executable)
-    return {"headless": headless, "args": list(CHROMIUM_ARGS), **sandbox_options(executable, headless=headless)}
+    return {"headless": headless, "args": list(CHROMIUM_ARGS), "ignore_default_args": list(CHROMIUM_DEFAULT_ARGS_LEFT_OUT),
+            **sandbox_options(executable, headless=headless)}
 
 
 def load_login_state(path: Path) -> dict:
