@@ -79,9 +79,11 @@ def serve_asgi(app, name: str = "the app"):
     `kb web` serves it. Yields http://127.0.0.1:<port>."""
     import uvicorn
 
+    from kb.apps.connection_rules import RuledHTTPProtocol
+
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", http=RuledHTTPProtocol))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -811,6 +811,23 @@ def as_user(user: str | None, url: str, body: str = "") -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # a webserver in another process; it waits for the head timeout (10 s)
+def test_the_dagster_ui_closes_a_connection_whose_head_does_not_come_in(dagster_ui):
+    """The guarded webserver follows kb's connection rules
+    (kb/apps/connection_rules.py, tests/test_connection_rules.py): half a
+    head holds no file of the Dagster UI for longer than the head timeout."""
+    import socket
+
+    from kb.apps.connection_rules import HEAD_TIMEOUT_S
+
+    with socket.create_connection(("127.0.0.1", dagster_ui.port)) as client:
+        client.sendall(b"GET /server_info HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        started = time.monotonic()
+        client.settimeout(HEAD_TIMEOUT_S + 5)
+        assert client.recv(100) == b""
+        assert HEAD_TIMEOUT_S - 0.5 < time.monotonic() - started < HEAD_TIMEOUT_S + 5
+
+
 @pytest.mark.slow  # a webserver in another process, and requests from other processes
 @pytest.mark.skipif(os.geteuid() != 0, reason="setpriv needs root to act as another user")
 def test_another_user_of_the_machine_gets_neither_the_ui_nor_the_search(dagster_ui, kb_web):

@@ -11,9 +11,10 @@ uvicorn.run builds a `uvicorn.Config` from the app. This module wraps
 `uvicorn.Config` before the console script runs, so each server that
 uvicorn builds in this process serves Dagster's own app through the guard.
 Each answer also carries the frame headers of NoFraming: no page may frame
-the UI. It uses no private part of Dagster. If a later Dagster builds its
-server in another way, uvicorn.Server refuses a config without the guard and the
-process stops: the webserver never runs without the guard.
+the UI. Each connection follows kb/apps/connection_rules.py. It uses no
+private part of Dagster. If a later Dagster builds its server in another
+way, uvicorn.Server refuses a config without the guard and the process
+stops: the webserver never runs without the guard.
 
 Like kb.apps.quick_exit, the process skips Python's last garbage collection.
 """
@@ -36,6 +37,8 @@ def install_guard() -> None:
     import uvicorn
     import uvicorn.config
 
+    from kb.apps.connection_rules import RuledHTTPProtocol
+
     original = uvicorn.config.Config
     if getattr(original, "kb_guarded", False):
         return
@@ -48,6 +51,8 @@ def install_guard() -> None:
                 # An import string loads the app later, around the guard: refuse it.
                 raise GuardMissing(f"uvicorn got the app {app!r} as an import string; kb cannot guard it.")
             # No page may frame the UI (its launchpad), and the guard's own refusals neither.
+            # Each connection follows kb's rules (kb/apps/connection_rules.py).
+            kwargs["http"] = RuledHTTPProtocol
             super().__init__(NoFraming(OwnerOnly(app, bound_host=host, port=port)), host, port, *args, **kwargs)
 
     # uvicorn.run looks up Config in the module uvicorn.main (the name

@@ -349,6 +349,8 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, settings: Settings
     page, which has no login, to the network: kb warns about it."""
     import uvicorn
 
+    from kb.apps.connection_rules import RuledHTTPProtocol
+
     if not is_loopback(host):
         log.warning("kb web listens on %s: every machine that reaches it can read your bookmarks. "
                     "It has no login.", host)
@@ -360,4 +362,4 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, settings: Settings
     app = create_app(settings, bound_host=host, warm_up=True, rows_files=True)
     app.state.search_service = start_search_service(app)
     print(f"kb web: http://{host if ':' not in host else f'[{host}]'}:{port}/  (Ctrl-C stops it)", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.run(app, host=host, port=port, log_level="warning", http=RuledHTTPProtocol)
