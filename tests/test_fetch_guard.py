@@ -13,8 +13,12 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import os
 import re
 import socket
+import subprocess
+import time
+from collections import deque
 from datetime import datetime, timezone
 
 import dagster as dg
@@ -510,6 +514,62 @@ def test_the_proxy_forwards_an_honest_post_with_its_body(monkeypatch):
     [data] = site.received
     assert data.startswith(b"POST /in HTTP/1.1\r\n") and data.endswith(b"\r\n\r\nhello")
     assert b"content-length: 5" in data.lower()
+
+
+def test_a_head_sent_a_byte_at_a_time_closes_its_connection(monkeypatch):
+    """The idle timeout (10 minutes) holds for each read: a client that sent
+    a byte a minute held a thread of the proxy for weeks. The whole head must
+    come in within HEAD_TIMEOUT_S. An honest request on the same proxy passes."""
+    import kb.guards.fetch_guard as fetch_guard
+
+    monkeypatch.setattr(fetch_guard, "HEAD_TIMEOUT_S", 1.0)
+    with RawUpstream() as site:
+        allow_fetches(monkeypatch, site.base_url)
+        with GuardProxy(FetchGuard.from_settings(), timeout_s=3) as proxy:
+            host, port = proxy.url.removeprefix("http://").split(":")
+            with socket.create_connection((host, int(port)), timeout=5) as slow:
+                slow.sendall(b"GET " + site.base_url.encode() + b"/in HTTP/1.1\r\n")
+                started = time.monotonic()
+                closed = False
+                for _ in range(15):  # a byte each 0.2 s: no read waits long
+                    time.sleep(0.2)
+                    try:
+                        slow.sendall(b"X")
+                    except OSError:
+                        closed = True
+                        break
+                if not closed:
+                    slow.settimeout(2)
+                    with contextlib.suppress(ConnectionResetError):
+                        closed = slow.recv(100) == b""
+                assert closed and time.monotonic() - started < 3.5
+            with httpx.Client(proxy=proxy.url, timeout=5) as client:
+                assert client.get(f"{site.base_url}/in").status_code == 200
+    assert len(site.received) == 1
+
+
+PROXY_CLIENT = """
+import socket, sys
+client = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+client.sendall(b"CONNECT example.com:443 HTTP/1.1\\r\\nHost: example.com:443\\r\\n\\r\\n")
+print(client.recv(1000).decode(errors="replace"))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="setpriv needs root to act as another user")
+def test_another_user_of_the_machine_gets_no_use_of_the_proxy():
+    """Every user reaches loopback: as `nobody`, a process could hold the
+    proxy's threads or send its traffic as the owner's. It gets a 403 that
+    names both users, before the proxy reads a byte."""
+    with GuardProxy(FetchGuard.from_settings(), timeout_s=3) as proxy:
+        port = proxy.url.rsplit(":", 1)[1]
+        done = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                               "/usr/bin/python3", "-c", PROXY_CLIENT, port], cwd="/", capture_output=True,
+                              text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("HTTP/1.1 403"), done.stdout
+        assert "another user of this machine (uid 65534)" in done.stdout and "only its owner (uid 0)" in done.stdout
+        assert proxy.refused == deque()  # nothing was asked of the guard
 
 
 def test_youtube_requests_go_through_the_guard(guarded, monkeypatch):

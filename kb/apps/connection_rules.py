@@ -35,7 +35,7 @@ from typing import ClassVar
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-from kb.apps.peer_user import peer_uid
+from kb.guards.peer_user import peer_uid
 
 log = logging.getLogger(__name__)
 

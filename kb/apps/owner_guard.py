@@ -12,7 +12,7 @@ at 127.0.0.1 (DNS rebinding) read the run logs. docs/security.md tells more.
 The rule, in the order of the checks (an allowlist: what is not named is
 refused):
 
-0. A loopback client is a process of the owner's user (kb/apps/peer_user.py):
+0. A loopback client is a process of the owner's user (kb/guards/peer_user.py):
    another user of the machine reaches loopback too.
 1. Host is a name of the served address: 127.0.0.1, localhost, [::1] or
    the host that the owner bound, with the port that the request came in
@@ -53,7 +53,7 @@ import logging
 import os
 import socket
 
-from kb.apps.peer_user import peer_uid
+from kb.guards.peer_user import peer_uid
 
 log = logging.getLogger(__name__)
 

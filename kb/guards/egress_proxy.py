@@ -167,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    with GuardProxy(rule, listen=args.listen):  # type: ignore[arg-type]  # NamedOnly has connect()
+    # Its clients are the other containers: other users of the machine when
+    # the containers share the host's network.
+    with GuardProxy(rule, listen=args.listen, only_own_user=False):  # type: ignore[arg-type]  # NamedOnly has connect()
         log.info("kb's egress proxy on %s:%d allows %s", *args.listen, describe(rule))
         stop.wait()
     return 0

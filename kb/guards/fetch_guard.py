@@ -71,6 +71,7 @@ import selectors
 import socket
 import socketserver
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -81,6 +82,7 @@ import h11
 import httpcore
 import httpx
 
+from kb.guards.peer_user import peer_uid
 from kb.guards.response_body import ACCEPT_ENCODING
 from kb.guards.tls import tls_context
 
@@ -555,6 +557,9 @@ class GuardedTransport(httpx.HTTPTransport):
 
 MAX_HEAD_BYTES = 64 * 1024
 IDLE_TIMEOUT_S = 600.0
+# A client of this machine sends its head at once (kb/apps/connection_rules.py
+# has the same rule for kb's servers).
+HEAD_TIMEOUT_S = 10.0
 HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te",
                "trailer", "upgrade"}
 
@@ -579,8 +584,12 @@ class GuardProxy:
     the path of a request: a Bot API path holds the bot's token."""
 
     def __init__(self, guard: FetchGuard, timeout_s: float = 60.0, idle_timeout_s: float = IDLE_TIMEOUT_S,
-                 unix_socket: str | None = None, listen: tuple[str, int] = ("127.0.0.1", 0)):
+                 unix_socket: str | None = None, listen: tuple[str, int] = ("127.0.0.1", 0),
+                 only_own_user: bool = True):
         self.guard = guard
+        # Every user of the machine reaches loopback: another user's process
+        # could hold the proxy's threads, or use the owner's proxy.
+        self.only_own_user = only_own_user
         self.unix_socket = unix_socket
         self.listen = listen
         self.timeout_s = timeout_s  # to connect
@@ -650,12 +659,19 @@ class GuardProxy:
     def _handle(self, client: socket.socket, peer=None) -> None:
         client.settimeout(self.idle_timeout_s)
         with contextlib.suppress(OSError), contextlib.closing(client):
+            if (refusal := self._stranger_refusal(client, peer)) is not None:
+                log.warning("refused a connection to the proxy: %s", refusal)
+                return _answer(client, 403, refusal)
             # h11 parses the request: a bad Content-Length, a bad chunk size or
             # a head past MAX_HEAD_BYTES is a 400 with h11's reason, never an
             # exception in the proxy's thread.
             incoming = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
             try:
-                request = _next_event(client, incoming)
+                # The whole head within HEAD_TIMEOUT_S: a client that sent a
+                # byte a minute held its thread for weeks (the idle timeout
+                # holds for each read). A timeout closes the connection.
+                request = _next_event(client, incoming, deadline=time.monotonic() + HEAD_TIMEOUT_S)
+                client.settimeout(self.idle_timeout_s)
                 if not isinstance(request, h11.Request):
                     return  # the client closed before a whole request
                 if request.method.upper() == b"CONNECT":
@@ -665,6 +681,19 @@ class GuardProxy:
             except h11.RemoteProtocolError as exc:
                 # Before any answer of the upstream: the body is read whole first.
                 _answer(client, 400, f"kb's proxy refused a request that is not valid HTTP/1.1: {exc}")
+
+    def _stranger_refusal(self, client: socket.socket, peer) -> str | None:
+        """The reason to refuse a client on loopback that is a process of
+        another user of this machine, or None. Only the owner's processes
+        use this proxy (the browser, yt-dlp, kb's clients); the egress proxy
+        (only_own_user False) serves the other containers."""
+        if not self.only_own_user or not isinstance(peer, tuple):
+            return None  # a Unix socket: its folder lets only the owner in
+        uid = peer_uid(tuple(peer[:2]), tuple(client.getsockname()[:2]))
+        if uid is None or uid == os.getuid():
+            return None
+        return (f"the connection comes from another user of this machine (uid {uid}). kb's proxy answers only "
+                f"its owner (uid {os.getuid()}).")
 
     def _open(self, client: socket.socket, host: str, port: int, how: str, peer) -> socket.socket | None:
         who = f"{peer[0]}" if isinstance(peer, tuple) else "a local client"
@@ -731,9 +760,16 @@ class GuardProxy:
             _answer_back(client, upstream, self.idle_timeout_s)
 
 
-def _next_event(sock: socket.socket, connection: h11.Connection):
-    """The next h11 event of `connection`, reading `sock` as h11 needs bytes."""
+def _next_event(sock: socket.socket, connection: h11.Connection, deadline: float | None = None):
+    """The next h11 event of `connection`, reading `sock` as h11 needs bytes.
+    With a `deadline` (time.monotonic()), TimeoutError when the event is not
+    whole by then."""
     while (event := connection.next_event()) is h11.NEED_DATA:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request head did not come in time")
+            sock.settimeout(min(left, sock.gettimeout() or left))
         # Small reads: h11 refuses a head past MAX_HEAD_BYTES at the first
         # read after it, so a head can pass the limit by one read at most.
         connection.receive_data(sock.recv(16384))
