@@ -35,14 +35,11 @@ from typing import ClassVar
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
+from kb.guards.fetch_guard import HEAD_TIMEOUT_S
 from kb.guards.peer_user import peer_uid
 
 log = logging.getLogger(__name__)
 
-# A client on this machine sends a head in milliseconds. A browser can keep
-# a connection that it opened in advance a few seconds without a request:
-# it opens a new one if kb closed it.
-HEAD_TIMEOUT_S = 10.0
 # Another user gets the guard's 403 answer, which names the reason; it needs
 # no more connections than a browser opens to one server (6).
 MAX_STRANGER_CONNECTIONS = 8

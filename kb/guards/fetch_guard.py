@@ -557,8 +557,10 @@ class GuardedTransport(httpx.HTTPTransport):
 
 MAX_HEAD_BYTES = 64 * 1024
 IDLE_TIMEOUT_S = 600.0
-# A client of this machine sends its head at once (kb/apps/connection_rules.py
-# has the same rule for kb's servers).
+# The time for the whole head of a request, here and in kb's servers
+# (kb/apps/connection_rules.py). A client of this machine sends its head at
+# once. A browser can keep a connection that it opened in advance a few
+# seconds without a request: it opens a new one if kb closed it.
 HEAD_TIMEOUT_S = 10.0
 HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te",
                "trailer", "upgrade"}
