@@ -160,3 +160,20 @@ def test_kb_web_serves_with_the_rules(monkeypatch):
     monkeypatch.setattr(web_app, "start_search_service", lambda app: None)
     web_app.serve(port=1)
     assert seen["http"] is rules.RuledHTTPProtocol
+
+
+def test_a_flood_of_closed_connections_writes_one_warning_a_minute(caplog):
+    """An attacker repeats the event at will: 1,000 closed connections give
+    one log line; the next line, after the interval, counts the rest."""
+    import logging
+
+    from kb.guards.rare_warning import RareWarning
+
+    warn = RareWarning(logging.getLogger("kb.test.rare"), interval_s=0.2)
+    caplog.set_level(logging.WARNING, logger="kb.test.rare")
+    for n in range(1000):
+        warn("closed connection %d", n)
+    assert [r.getMessage() for r in caplog.records] == ["closed connection 0 (1 such events since the last warning)"]
+    time.sleep(0.25)
+    warn("closed connection %d", 1000)
+    assert caplog.records[-1].getMessage() == "closed connection 1000 (1000 such events since the last warning)"

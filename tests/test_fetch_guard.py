@@ -548,6 +548,36 @@ def test_a_head_sent_a_byte_at_a_time_closes_its_connection(monkeypatch):
     assert len(site.received) == 1
 
 
+def test_a_client_that_opens_many_connections_gets_no_more_threads(monkeypatch):
+    """Each connection holds a thread of the proxy. Past MAX_PROXY_CONNECTIONS
+    at a time, the proxy closes a new connection at once; when the others
+    end, an honest request passes again."""
+    import kb.guards.fetch_guard as fetch_guard
+
+    monkeypatch.setattr(fetch_guard, "MAX_PROXY_CONNECTIONS", 3)
+    with RawUpstream() as site:
+        allow_fetches(monkeypatch, site.base_url)
+        with GuardProxy(FetchGuard.from_settings(), timeout_s=3) as proxy:
+            host, port = proxy.url.removeprefix("http://").split(":")
+            held = [socket.create_connection((host, int(port)), timeout=5) for _ in range(3)]
+            try:
+                time.sleep(0.2)
+                with socket.create_connection((host, int(port)), timeout=2) as extra:
+                    assert extra.recv(100) == b""  # closed at once, not after the head timeout
+            finally:
+                for client in held:
+                    client.close()
+            deadline = time.monotonic() + 5
+            while True:
+                try:
+                    with httpx.Client(proxy=proxy.url, timeout=5) as client:
+                        assert client.get(f"{site.base_url}/in").status_code == 200
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, "the slots of the closed connections were not freed"
+                    time.sleep(0.1)
+
+
 PROXY_CLIENT = """
 import socket, sys
 client = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)

@@ -30,30 +30,27 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from typing import ClassVar
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from kb.guards.fetch_guard import HEAD_TIMEOUT_S
 from kb.guards.peer_user import peer_uid
+from kb.guards.rare_warning import RareWarning
 
-log = logging.getLogger(__name__)
+# At most one warning a minute: an attack must not fill the log.
+warn = RareWarning(logging.getLogger(__name__))
 
 # Another user gets the guard's 403 answer, which names the reason; it needs
 # no more connections than a browser opens to one server (6).
 MAX_STRANGER_CONNECTIONS = 8
-# At most one warning a minute: an attack must not fill the log.
-WARNING_INTERVAL_S = 60.0
 
 
 class RuledHTTPProtocol(AutoHTTPProtocol):  # type: ignore[valid-type,misc]
     """uvicorn's HTTP protocol with the two rules of this module."""
 
-    # Per process: the counts of all the servers in it.
+    # Per process: the count of all the servers in it.
     strangers: ClassVar[int] = 0
-    closed_since_warning: ClassVar[int] = 0
-    last_warning: ClassVar[float] = 0.0
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -106,11 +103,5 @@ def _peer_uid(transport) -> int | None:
 
 
 def _closed(transport, why: str) -> None:
-    client = transport.get_extra_info("peername")
     transport.close()
-    RuledHTTPProtocol.closed_since_warning += 1
-    now = time.monotonic()
-    if now - RuledHTTPProtocol.last_warning >= WARNING_INTERVAL_S:
-        log.warning("kb closed a connection from %s: %s (%d closed since the last warning).",
-                    client, why, RuledHTTPProtocol.closed_since_warning)
-        RuledHTTPProtocol.last_warning, RuledHTTPProtocol.closed_since_warning = now, 0
+    warn("kb closed a connection from %s: %s", transport.get_extra_info("peername"), why)

@@ -83,6 +83,7 @@ import httpcore
 import httpx
 
 from kb.guards.peer_user import peer_uid
+from kb.guards.rare_warning import RareWarning
 from kb.guards.response_body import ACCEPT_ENCODING
 from kb.guards.tls import tls_context
 
@@ -90,6 +91,7 @@ if TYPE_CHECKING:
     from kb.settings import Settings
 
 log = logging.getLogger("kb.guards.proxy")
+refused_warning = RareWarning(log)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], list[str]]
@@ -562,6 +564,10 @@ IDLE_TIMEOUT_S = 600.0
 # once. A browser can keep a connection that it opened in advance a few
 # seconds without a request: it opens a new one if kb closed it.
 HEAD_TIMEOUT_S = 10.0
+# Connections at a time to one proxy. Chromium opens at most 32 to a proxy;
+# the egress proxy of the containers serves a few clients. A client that
+# opens thousands (an agent that a source talked into it) gets no more threads.
+MAX_PROXY_CONNECTIONS = 256
 HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te",
                "trailer", "upgrade"}
 
@@ -632,12 +638,36 @@ class GuardProxy:
             def handle(self):
                 proxy._handle(self.request, self.client_address)
 
-        class Server(socketserver.ThreadingTCPServer):
+        class Bounded:
+            """At most MAX_PROXY_CONNECTIONS at a time: each one holds a
+            thread, and a client can hold a tunnel for the idle timeout."""
+
+            def process_request(self, request, client_address):
+                if not proxy._slots.acquire(blocking=False):
+                    refused_warning("kb's proxy refused a connection: %d connections are open",
+                                    MAX_PROXY_CONNECTIONS)
+                    self.shutdown_request(request)
+                    return
+                try:
+                    super().process_request(request, client_address)
+                except BaseException:
+                    proxy._slots.release()  # no thread started
+                    raise
+
+            def process_request_thread(self, request, client_address):
+                try:
+                    super().process_request_thread(request, client_address)
+                finally:
+                    proxy._slots.release()
+
+        class Server(Bounded, socketserver.ThreadingTCPServer):
             daemon_threads = True
             allow_reuse_address = True
 
-        class UnixServer(socketserver.ThreadingUnixStreamServer):
+        class UnixServer(Bounded, socketserver.ThreadingUnixStreamServer):
             daemon_threads = True
+
+        self._slots = threading.BoundedSemaphore(MAX_PROXY_CONNECTIONS)
 
         if self.unix_socket is None:
             self._server = Server(self.listen, Handler)
@@ -662,7 +692,7 @@ class GuardProxy:
         client.settimeout(self.idle_timeout_s)
         with contextlib.suppress(OSError), contextlib.closing(client):
             if (refusal := self._stranger_refusal(client, peer)) is not None:
-                log.warning("refused a connection to the proxy: %s", refusal)
+                refused_warning("kb's proxy refused a connection: %s", refusal)
                 return _answer(client, 403, refusal)
             # h11 parses the request: a bad Content-Length, a bad chunk size or
             # a head past MAX_HEAD_BYTES is a 400 with h11's reason, never an
