@@ -29,13 +29,11 @@ the real server.
 from __future__ import annotations
 
 import logging
-import os
 from typing import ClassVar
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-from kb.guards.fetch_guard import HEAD_TIMEOUT_S
-from kb.guards.peer_user import peer_uid
+from kb.guards.connections import HEAD_TIMEOUT_S, other_user
 from kb.guards.rare_warning import RareWarning
 
 # At most one warning a minute: an attack must not fill the log.
@@ -56,8 +54,8 @@ class RuledHTTPProtocol(AutoHTTPProtocol):  # type: ignore[valid-type,misc]
         super().connection_made(transport)
         self._stranger = False
         self._head_timer = None
-        uid = _peer_uid(transport)
-        if uid is not None and uid != os.getuid():
+        uid = other_user(transport.get_extra_info("peername"), transport.get_extra_info("sockname"))
+        if uid is not None:
             if RuledHTTPProtocol.strangers >= MAX_STRANGER_CONNECTIONS:
                 _closed(transport, f"user {uid} of this machine holds {MAX_STRANGER_CONNECTIONS} connections")
                 return
@@ -93,13 +91,6 @@ class RuledHTTPProtocol(AutoHTTPProtocol):  # type: ignore[valid-type,misc]
             _closed(self.transport, f"no whole request head in {HEAD_TIMEOUT_S:g} s")
             return
         self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S - waited, self._check_head)
-
-
-def _peer_uid(transport) -> int | None:
-    client, server = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
-    if not isinstance(client, tuple) or not isinstance(server, tuple):
-        return None  # a Unix socket: its folder lets only the owner in
-    return peer_uid(tuple(client[:2]), tuple(server[:2]))
 
 
 def _closed(transport, why: str) -> None:

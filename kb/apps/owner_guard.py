@@ -12,7 +12,7 @@ at 127.0.0.1 (DNS rebinding) read the run logs. docs/security.md tells more.
 The rule, in the order of the checks (an allowlist: what is not named is
 refused):
 
-0. A loopback client is a process of the owner's user (kb/guards/peer_user.py):
+0. A loopback client is a process of the owner's user (kb/guards/connections.py):
    another user of the machine reaches loopback too.
 1. Host is a name of the served address: 127.0.0.1, localhost, [::1] or
    the host that the owner bound, with the port that the request came in
@@ -50,10 +50,9 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import os
 import socket
 
-from kb.guards.peer_user import peer_uid
+from kb.guards.connections import other_user, other_user_refusal
 
 log = logging.getLogger(__name__)
 
@@ -168,11 +167,8 @@ class OwnerOnly:
 
     def refusal(self, scope) -> tuple[int, str] | None:
         """(status, reason) when the request is refused, None when it may pass."""
-        client, server = scope.get("client"), scope.get("server")
-        uid = peer_uid(tuple(client), tuple(server)) if client and server else None
-        if uid is not None and uid != os.getuid():
-            return 403, (f"the connection comes from another user of this machine (uid {uid}). kb answers only "
-                         f"its owner (uid {os.getuid()}).")
+        if (uid := other_user(scope.get("client"), scope.get("server"))) is not None:
+            return 403, other_user_refusal(uid, "kb")
         host = _header(scope, b"host")
         reason = self._host_refusal(scope, host)
         if reason is not None:

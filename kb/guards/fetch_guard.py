@@ -82,7 +82,7 @@ import h11
 import httpcore
 import httpx
 
-from kb.guards.peer_user import peer_uid
+from kb.guards.connections import HEAD_TIMEOUT_S, other_user, other_user_refusal
 from kb.guards.rare_warning import RareWarning
 from kb.guards.response_body import ACCEPT_ENCODING
 from kb.guards.tls import tls_context
@@ -559,11 +559,6 @@ class GuardedTransport(httpx.HTTPTransport):
 
 MAX_HEAD_BYTES = 64 * 1024
 IDLE_TIMEOUT_S = 600.0
-# The time for the whole head of a request, here and in kb's servers
-# (kb/apps/connection_rules.py). A client of this machine sends its head at
-# once. A browser can keep a connection that it opened in advance a few
-# seconds without a request: it opens a new one if kb closed it.
-HEAD_TIMEOUT_S = 10.0
 # Connections at a time to one proxy. Chromium opens at most 32 to a proxy;
 # the egress proxy of the containers serves a few clients. A client that
 # opens thousands (an agent that a source talked into it) gets no more threads.
@@ -691,7 +686,10 @@ class GuardProxy:
     def _handle(self, client: socket.socket, peer=None) -> None:
         client.settimeout(self.idle_timeout_s)
         with contextlib.suppress(OSError), contextlib.closing(client):
-            if (refusal := self._stranger_refusal(client, peer)) is not None:
+            # Only the owner's processes use this proxy (the browser, yt-dlp,
+            # kb's clients); the egress proxy serves the other containers.
+            if self.only_own_user and (uid := other_user(peer, client.getsockname())) is not None:
+                refusal = other_user_refusal(uid, "kb's proxy")
                 refused_warning("kb's proxy refused a connection: %s", refusal)
                 return _answer(client, 403, refusal)
             # h11 parses the request: a bad Content-Length, a bad chunk size or
@@ -713,19 +711,6 @@ class GuardProxy:
             except h11.RemoteProtocolError as exc:
                 # Before any answer of the upstream: the body is read whole first.
                 _answer(client, 400, f"kb's proxy refused a request that is not valid HTTP/1.1: {exc}")
-
-    def _stranger_refusal(self, client: socket.socket, peer) -> str | None:
-        """The reason to refuse a client on loopback that is a process of
-        another user of this machine, or None. Only the owner's processes
-        use this proxy (the browser, yt-dlp, kb's clients); the egress proxy
-        (only_own_user False) serves the other containers."""
-        if not self.only_own_user or not isinstance(peer, tuple):
-            return None  # a Unix socket: its folder lets only the owner in
-        uid = peer_uid(tuple(peer[:2]), tuple(client.getsockname()[:2]))
-        if uid is None or uid == os.getuid():
-            return None
-        return (f"the connection comes from another user of this machine (uid {uid}). kb's proxy answers only "
-                f"its owner (uid {os.getuid()}).")
 
     def _open(self, client: socket.socket, host: str, port: int, how: str, peer) -> socket.socket | None:
         who = f"{peer[0]}" if isinstance(peer, tuple) else "a local client"

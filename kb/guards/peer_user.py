@@ -1,6 +1,6 @@
 """Which user of this machine holds the other end of a loopback TCP
-connection: the owner guard (kb/apps/owner_guard.py) answers only the
-owner's own processes.
+connection. kb/guards/connections.py tells with it whether a client is the
+owner's process, for kb's servers and for the fetch guard's proxy.
 
 Why: the servers of kb listen on loopback TCP and have no login. Every
 user of the machine can reach loopback, so another user's process could
