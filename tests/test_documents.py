@@ -79,7 +79,10 @@ def article_html() -> bytes:
 
 
 # The script asks for its content at DOMContentLoaded, and the server answers
-# after a second: at domcontentloaded the page is an empty shell.
+# after 1.5 s: at domcontentloaded the page is an empty shell. With 1 s, a
+# run of the whole suite once read the page filled at its first read (the
+# machine was busy), and the test of the read at networkidle failed. Less
+# than TIMEOUT_S (2 s): the content comes before the wait for networkidle ends.
 JS_SHELL = page("Loading", "<article id='app'></article>", head="""<script>
 document.addEventListener('DOMContentLoaded', () => {
   fetch('/api/js-content').then(r => r.json()).then(data => {
@@ -88,7 +91,7 @@ document.addEventListener('DOMContentLoaded', () => {
   });
 });
 </script>""")
-JS_CONTENT_DELAY_S = 1.0
+JS_CONTENT_DELAY_S = 1.5
 
 
 def make_pdf() -> bytes:
