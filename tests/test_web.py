@@ -583,7 +583,7 @@ def test_wiki_markdown_is_sanitized():
         "<script>alert(1)</script>\n\n<img src=x onerror=alert(2)> [a](&#106;avascript:alert(3)) "
         "[b](java&#x09;script:alert(4)) ![c](javascript:alert(5)) [ok](https://example.org/?a=1&b=2)\n\n"
         "# Results {: onclick=alert(6) }\n\n```{#detail .results onclick=alert(7)}\nx\n```\n\n"
-        "```{#w-para3}\ny\n```\n\n```python\nz = 1\n```\n", WikiReader(Path("/nonexistent")))
+        "```{#w-para3}\ny\n```\n\n```python\nz = 1\n```\n", WikiReader(Path("/nonexistent")).resolver())
     parser = Elements()
     parser.feed(html)
     tags = [tag for tag, _ in parser.found]

@@ -147,15 +147,82 @@ def test_a_flood_of_inline_links_is_shown_as_text_on_the_web_page():
     from kb.apps.web.wiki_html import MAX_INLINE_LINKS, MAX_PAGE_INLINE_LINKS, render_markdown
     from kb.wiki_files import LinkResolver
 
-    class Reader:
-        def resolver(self):
-            return LinkResolver(["concepts/a"], ["index"])
-
+    resolve = LinkResolver(["concepts/a"], ["index"])
     flood = "[a](https://b.example/) " * 1_500
     html = render_markdown(f"Intro with [one](https://c.example/).\n\n{flood}\n\n- [[concepts/a]]\n- [[concepts/a]]\n",
-                           Reader())
+                           resolve)
     assert html.count("<a ") == 3 and html.count('href="https://b.example/"') == 0
     assert "<pre><code>[a](https://b.example/) [a]" in html
     page = ("[a](https://b.example/) " * MAX_INLINE_LINKS + "\n\n") * (MAX_PAGE_INLINE_LINKS // MAX_INLINE_LINKS + 1)
-    assert render_markdown(page, Reader()).count("<a ") == 0
-    assert render_markdown(("[a](https://b.example/) " * MAX_INLINE_LINKS + "\n\n") * 3, Reader()).count("<a ") == 150
+    assert render_markdown(page, resolve).count("<a ") == 0
+    assert render_markdown(("[a](https://b.example/) " * MAX_INLINE_LINKS + "\n\n") * 3, resolve).count("<a ") == 150
+
+
+def test_the_web_page_renders_a_wiki_page_once_while_it_and_the_page_names_stay_the_same(tmp_path, monkeypatch):
+    """Python-Markdown takes about 90 microseconds a block: 256 KiB of
+    headings that a source can get the agent to write took 5 s on each view
+    of the page. The reader keeps the HTML while the page's text and the
+    names of the wiki's pages stay the same; a new page that a link names,
+    and a change of the page, render it again."""
+    from kb.apps.web import reader as reader_module
+    from kb.apps.web.reader import WikiReader
+    from kb.apps.web.wiki_html import render_markdown, render_page
+
+    concepts = tmp_path / "wiki" / "concepts"
+    concepts.mkdir(parents=True)
+    page_file = concepts / "a.md"
+    page_file.write_text("# A\n\nSee [[concepts/b]].\n\n" + ("x\n-\n" * 50 + "\n") * 8)
+    calls = []
+
+    def counted(text, resolve):
+        calls.append(text[:5])
+        return render_markdown(text, resolve)
+
+    wiki = WikiReader(tmp_path)
+    first = wiki.rendered(wiki.read("concepts/a"), counted)
+    assert 'class="wikilink missing"' in first and first.count("<h2") == 400
+    assert wiki.rendered(wiki.read("concepts/a"), counted) == first and len(calls) == 1
+
+    (concepts / "b.md").write_text("# B\n")  # the link's target is there now
+    linked = wiki.rendered(wiki.read("concepts/a"), counted)
+    assert len(calls) == 2 and 'href="#wiki=concepts/b"' in linked and "missing" not in linked
+
+    page_file.write_text("# A\n\nSee [[concepts/b]] again.\n")
+    assert "again" in wiki.rendered(wiki.read("concepts/a"), counted) and len(calls) == 3
+    assert len(wiki._rendered) == 1  # the old versions of the page are not kept
+
+    # The web page's JSON comes from the kept HTML.
+    monkeypatch.setattr("kb.apps.web.wiki_html.render_markdown", counted)
+    assert "again" in render_page(wiki.read("concepts/a"), wiki)["html"] and len(calls) == 3
+
+    # Past RENDERED_CHARS, the page shown longest ago goes first.
+    monkeypatch.setattr(reader_module, "RENDERED_CHARS", 10)
+    wiki.rendered(wiki.read("concepts/b"), counted)
+    wiki.rendered(wiki.read("concepts/a"), counted)
+    assert len(calls) == 5 and list(k[0].name for k in wiki._rendered) == ["a.md"]
+
+
+@pytest.mark.timeout(60)
+def test_a_block_of_many_headings_is_shown_as_text_on_the_web_page():
+    """Python-Markdown copies and searches the rest of a block again after
+    each heading and rule in it: 64,000 setext headings in one block (256
+    KiB) took 17.5 s on each request of the page. A block of more than
+    MAX_BLOCK_BREAKS headings and rules shows in a code block. The honest
+    forms stay: blocks of up to that many headings, a log of many entries,
+    and a long list (a lint report of 2,000 findings)."""
+    from kb.apps.web.wiki_html import MAX_BLOCK_BREAKS, render_markdown
+    from kb.wiki_files import LinkResolver
+
+    resolve = LinkResolver([], [])
+    for unit in ("x\n-\n", "x\n=\n", "# h\nx\n", "x\n***\n", "x\n___\n"):
+        html = render_markdown("Intro.\n\n" + unit * 64_000 + "\nAfter.\n", resolve)
+        assert html.count("<pre><code>") == 1 and "<h1" not in html and "<h2" not in html and "<hr" not in html, unit
+        assert "<p>Intro.</p>" in html and "<p>After.</p>" in html
+    html = render_markdown(("x\n-\n" * MAX_BLOCK_BREAKS + "\n") * 3, resolve)
+    assert html.count("<h2") == 3 * MAX_BLOCK_BREAKS and "<pre>" not in html
+    log = "# Log\n" + "".join(f"\n## [2026-12-07] ingest | Source {i}\n- a line\n- [[index]]\n" for i in range(3_000))
+    html = render_markdown(log, resolve)
+    assert html.count("<h2") == 3_000 and "<pre>" not in html
+    report = "## broken links (2000)\n" + "".join(f"- `wiki/concepts/x.md` line {i}: no page y\n" for i in range(2_000))
+    html = render_markdown(report, resolve)
+    assert html.count("<li>") == 2_000 and "<pre>" not in html

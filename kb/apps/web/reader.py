@@ -15,10 +15,12 @@ wiki that the index does not hold yet.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -68,6 +70,11 @@ class WikiPage:
     length: int = 0
 
 
+# The HTML of the pages that the web page showed last: about 64 MB of text at
+# most (a page of 256 KiB of Markdown gives about 1 MB).
+RENDERED_CHARS = 64 * 1024 * 1024
+
+
 def page_path(ref: str) -> str:
     """The link path of a page from its path in the wiki folder:
     wiki/concepts/x.md -> concepts/x (the ref of the `wiki` passages)."""
@@ -79,12 +86,16 @@ class WikiReader:
     under wiki/, and the Markdown files at the top (index, log, purpose).
 
     A page is parsed once and kept until its file changes (size or mtime),
-    so a search while the owner types does not parse every file again."""
+    so a search while the owner types does not parse every file again. Its
+    HTML is kept too (rendered())."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
         self._cache: dict[Path, tuple[tuple[int, int], WikiPage]] = {}
         self._lock = threading.Lock()
+        # (file, render function, digest of the body and of the page names) -> HTML, the last used at the end.
+        self._rendered: OrderedDict[tuple[Path, Callable, bytes], str] = OrderedDict()
+        self._rendered_chars = 0
 
     def exists(self) -> bool:
         return (self.root / "wiki").is_dir()
@@ -134,9 +145,40 @@ class WikiReader:
         """A function from a wikilink to a page path (or None), over the pages
         as they are now: one folder scan for all links of a page. The one
         rule of kb (kb.wiki_files.LinkResolver), as the checks resolve links."""
-        pages = self.pages()
+        return self._resolver(self.pages())
+
+    def _resolver(self, pages: list[WikiPage]) -> LinkResolver:
         return LinkResolver((p.path for p in pages if p.file.parent != self.root),
                             (p.path for p in pages if p.file.parent == self.root))
+
+    def rendered(self, page: WikiPage, render: Callable[[str, LinkResolver], str]) -> str:
+        """The page's body as HTML: render(body, resolver), kept while the
+        body and the names of the wiki's pages stay the same (a link shows
+        as missing or as a link by the names). Why: Python-Markdown takes
+        65 to 90 microseconds for each heading: a log.md of 7,000 entries
+        took 1.5 s, and 256 KiB of headings that a source can get the agent
+        to write took about 4 s, on each view of the page (7 December
+        2026). At most RENDERED_CHARS of HTML are kept."""
+        pages = self.pages()
+        digest = hashlib.blake2b(page.body.encode("utf-8", "surrogatepass"), digest_size=16)
+        for name in sorted((p.path, p.file.parent == self.root) for p in pages):
+            digest.update(repr(name).encode("utf-8", "surrogatepass"))
+        key = (page.file, render, digest.digest())
+        with self._lock:
+            if (html := self._rendered.get(key)) is not None:
+                self._rendered.move_to_end(key)
+                return html
+        # Not under the lock: a render takes up to seconds, and a search waits for the lock.
+        html = render(page.body, self._resolver(pages))
+        with self._lock:
+            if key not in self._rendered:
+                for old in [k for k in self._rendered if k[0] == page.file]:  # one version of a page
+                    self._rendered_chars -= len(self._rendered.pop(old))
+                self._rendered[key] = html
+                self._rendered_chars += len(html)
+            while self._rendered_chars > RENDERED_CHARS and len(self._rendered) > 1:
+                self._rendered_chars -= len(self._rendered.popitem(last=False)[1])
+        return html
 
     def read(self, path: str) -> WikiPage:
         path = page_path(path or "")

@@ -20,7 +20,7 @@ from markdown.inlinepatterns import InlineProcessor
 from markdown.treeprocessors import Treeprocessor
 
 from kb.apps.web.reader import WikiPage, WikiReader
-from kb.wiki_files import BLOCK_START, FENCE, WIKILINK, parse_link, without_comments
+from kb.wiki_files import BLOCK_START, FENCE, WIKILINK, LinkResolver, parse_link, without_comments
 
 # Not "extra": its attr_list lets a page set any attribute ({: onclick=...})
 # and its md_in_html lets raw HTML back in.
@@ -110,6 +110,17 @@ class _Sanitizer(Treeprocessor):
 # in one pass.
 MAX_INLINE_LINKS = 50
 MAX_PAGE_INLINE_LINKS = 2_000
+# The headings and rules in one block (the lines between two empty lines).
+# Python-Markdown copies and searches the rest of the block again after each
+# of them: 64,000 setext headings in one block (256 KiB, the most that one
+# change of the agent adds) took 17.5 s on each request of the page; the
+# same headings in blocks of 100 take about 4 s, a cost that grows with the
+# page, as for an honest page of that size (7 December 2026). A block with
+# more is shown in a code block, as the link floods above. Lists, tables
+# and paragraphs cost the same in one block or in many, so only these
+# lines count: the wiki's own pages have one heading a block.
+MAX_BLOCK_BREAKS = 100
+BREAK_LINE = re.compile(r"#|[ ]{0,3}[-=*_][-=*_ ]*$")  # ATX heading; setext underline or rule
 
 
 def _as_code(lines: list[str]) -> list[str]:
@@ -118,21 +129,38 @@ def _as_code(lines: list[str]) -> list[str]:
     return [fence, *lines, fence]
 
 
-def _link_floods_as_code(text: str) -> str:
-    """The text with each block (a paragraph, a list item: BLOCK_START) of
-    more than MAX_INLINE_LINKS inline links turned into a fenced code block,
-    or all of it when it has more than MAX_PAGE_INLINE_LINKS."""
-    if text.count("](") > MAX_PAGE_INLINE_LINKS:
-        return "\n".join(_as_code([text]))
-    out, block, fenced = [], [], False
+def _link_floods_as_code(lines: list[str]) -> list[str]:
+    """The lines of a run with each block of it (a paragraph, a list item:
+    BLOCK_START) of more than MAX_INLINE_LINKS inline links in a code block."""
+    out, block = [], []
 
     def close() -> None:
-        if sum(line.count("](") for line in block) > MAX_INLINE_LINKS:
-            blank = 0 if block[0].strip() else 1  # the empty line before the block stays outside
-            out.extend([*block[:blank], *_as_code(block[blank:])])
-        else:
-            out.extend(block)
+        costly = sum(line.count("](") for line in block) > MAX_INLINE_LINKS
+        out.extend(_as_code(block) if costly else block)
         block.clear()
+
+    for line in lines:
+        if BLOCK_START.match(line):
+            close()
+        block.append(line)
+    close()
+    return out
+
+
+def _costly_blocks_as_code(text: str) -> str:
+    """The text with each run of lines between empty lines (Python-Markdown's
+    block) of more than MAX_BLOCK_BREAKS headings and rules in a fenced
+    code block, and the link floods of the other runs too; all of it when
+    it has more than MAX_PAGE_INLINE_LINKS inline links. Fenced code stays
+    as it is."""
+    if text.count("](") > MAX_PAGE_INLINE_LINKS:
+        return "\n".join(_as_code([text]))
+    out, run, fenced = [], [], False
+
+    def close() -> None:
+        costly = sum(1 for line in run if BREAK_LINE.match(line)) > MAX_BLOCK_BREAKS
+        out.extend(_as_code(run) if costly else _link_floods_as_code(run))
+        run.clear()
 
     for line in text.split("\n"):
         if FENCE.match(line.strip()):
@@ -141,22 +169,24 @@ def _link_floods_as_code(text: str) -> str:
             out.append(line)
         elif fenced:
             out.append(line)
+        elif not line.strip():
+            close()
+            out.append(line)
         else:
-            if not line.strip() or BLOCK_START.match(line):
-                close()
-            block.append(line)
+            run.append(line)
     close()
     return "\n".join(out)
 
 
-def render_markdown(text: str, reader: WikiReader) -> str:
+def render_markdown(text: str, resolve: LinkResolver) -> str:
+    """The page's Markdown as safe HTML; `resolve` gives the page that a wikilink names."""
     md = markdown.Markdown(extensions=EXTENSIONS, output_format="html",
                            extension_configs={"toc": {"slugify": anchor_id}})
     # Raw HTML is shown as text, never passed through.
     md.preprocessors.deregister("html_block")
     md.inlinePatterns.deregister("html")
     # Before the [text](url) patterns (priority 160), so [[a]] is one link.
-    md.inlinePatterns.register(_WikiLinks(reader.resolver(), md), "wikilink", 175)
+    md.inlinePatterns.register(_WikiLinks(resolve, md), "wikilink", 175)
     md.treeprocessors.register(_Sanitizer(md), "sanitize", 0)
     # A fenced code block's {#id .class} goes into the output as raw HTML,
     # past the sanitizer: ```{#w-para3} took the anchor of a citation. Its
@@ -164,7 +194,7 @@ def render_markdown(text: str, reader: WikiReader) -> str:
     md.preprocessors["fenced_code_block"].handle_attrs = lambda attrs: ("", [], {})
     # A reader does not see an HTML comment (the marker line is one), and
     # the links in it are no links: kb.wiki_files.read_page reads so too.
-    return md.convert(_link_floods_as_code(without_comments(text)))
+    return md.convert(_costly_blocks_as_code(without_comments(text)))
 
 
 def render_page(page: WikiPage, reader: WikiReader) -> dict:
@@ -172,4 +202,4 @@ def render_page(page: WikiPage, reader: WikiReader) -> dict:
     frontmatter as plain values that the page shows as text."""
     return {"path": page.path, "title": page.title, "type": page.type,
             "date": page.date.isoformat() if page.date else None,
-            "frontmatter": page.frontmatter, "html": render_markdown(page.body, reader)}
+            "frontmatter": page.frontmatter, "html": reader.rendered(page, render_markdown)}
