@@ -226,3 +226,26 @@ def test_a_block_of_many_headings_is_shown_as_text_on_the_web_page():
     report = "## broken links (2000)\n" + "".join(f"- `wiki/concepts/x.md` line {i}: no page y\n" for i in range(2_000))
     html = render_markdown(report, resolve)
     assert html.count("<li>") == 2_000 and "<pre>" not in html
+
+
+@pytest.mark.timeout(60)
+def test_a_paragraph_of_too_many_characters_is_shown_as_text_on_the_web_page():
+    """Python-Markdown reads the rest of a paragraph again after each
+    emphasis, code span or bracket: 256 KiB of "_a_ " in one paragraph took
+    16.8 s on each request. A paragraph, list item or heading of more than
+    MAX_INLINE_CHARS shows in a code block; a paragraph just under it, and
+    a long list of short items, keep their markup."""
+    from kb.apps.web.wiki_html import MAX_INLINE_CHARS, render_markdown
+    from kb.wiki_files import LinkResolver
+
+    resolve = LinkResolver([], [])
+    for unit in ("_a_ ", "`a", "*a* ", "[", "[[a]] "):
+        for shape in ("{}", "# {}", "- {}", "| {} |"):
+            flood = shape.format(unit * (256 * 1024 // len(unit)))
+            html = render_markdown(f"Intro.\n\n{flood}\n\nAfter.\n", resolve)
+            assert html.count("<pre><code>") == 1 and "<em>" not in html, (unit, shape)
+            assert "<p>Intro.</p>" in html and "<p>After.</p>" in html
+    under = "_a_ " * ((MAX_INLINE_CHARS - 8) // 4)
+    assert render_markdown(f"{under}\n", resolve).count("<em>") == len(under) // 4
+    items = "".join(f"- _item_ {i} " + "words " * 20 + "\n" for i in range(2_000))  # 280 KiB
+    assert render_markdown(items, resolve).count("<em>") == 2_000

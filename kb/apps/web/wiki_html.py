@@ -110,6 +110,13 @@ class _Sanitizer(Treeprocessor):
 # in one pass.
 MAX_INLINE_LINKS = 50
 MAX_PAGE_INLINE_LINKS = 2_000
+# The characters of one paragraph or list item. Python-Markdown reads the
+# rest of the text again after each emphasis, code span or bracket in it:
+# 256 KiB of "_a_ " in one paragraph took 16.8 s on each request, in
+# paragraphs of 16 KiB 2.5 s (7 December 2026). A longer one is shown as
+# the link floods are. 16 KiB is about 2,500 words, more than a wiki page
+# holds in one paragraph.
+MAX_INLINE_CHARS = 16 * 1024
 # The headings and rules in one block (the lines between two empty lines).
 # Python-Markdown copies and searches the rest of the block again after each
 # of them: 64,000 setext headings in one block (256 KiB, the most that one
@@ -129,13 +136,15 @@ def _as_code(lines: list[str]) -> list[str]:
     return [fence, *lines, fence]
 
 
-def _link_floods_as_code(lines: list[str]) -> list[str]:
+def _inline_floods_as_code(lines: list[str]) -> list[str]:
     """The lines of a run with each block of it (a paragraph, a list item:
-    BLOCK_START) of more than MAX_INLINE_LINKS inline links in a code block."""
+    BLOCK_START) of more than MAX_INLINE_LINKS inline links or more than
+    MAX_INLINE_CHARS characters in a code block."""
     out, block = [], []
 
     def close() -> None:
-        costly = sum(line.count("](") for line in block) > MAX_INLINE_LINKS
+        costly = (sum(line.count("](") for line in block) > MAX_INLINE_LINKS
+                  or sum(len(line) + 1 for line in block) > MAX_INLINE_CHARS)
         out.extend(_as_code(block) if costly else block)
         block.clear()
 
@@ -150,7 +159,7 @@ def _link_floods_as_code(lines: list[str]) -> list[str]:
 def _costly_blocks_as_code(text: str) -> str:
     """The text with each run of lines between empty lines (Python-Markdown's
     block) of more than MAX_BLOCK_BREAKS headings and rules in a fenced
-    code block, and the link floods of the other runs too; all of it when
+    code block, and the inline floods of the other runs too; all of it when
     it has more than MAX_PAGE_INLINE_LINKS inline links. Fenced code stays
     as it is."""
     if text.count("](") > MAX_PAGE_INLINE_LINKS:
@@ -159,7 +168,7 @@ def _costly_blocks_as_code(text: str) -> str:
 
     def close() -> None:
         costly = sum(1 for line in run if BREAK_LINE.match(line)) > MAX_BLOCK_BREAKS
-        out.extend(_as_code(run) if costly else _link_floods_as_code(run))
+        out.extend(_as_code(run) if costly else _inline_floods_as_code(run))
         run.clear()
 
     for line in text.split("\n"):
