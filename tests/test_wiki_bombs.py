@@ -188,7 +188,8 @@ def test_the_web_page_renders_a_wiki_page_once_while_it_and_the_page_names_stay_
     assert len(calls) == 2 and 'href="#wiki=concepts/b"' in linked and "missing" not in linked
 
     page_file.write_text("# A\n\nSee [[concepts/b]] again.\n")
-    assert "again" in wiki.rendered(wiki.read("concepts/a"), counted) and len(calls) == 3
+    changed = wiki.rendered(wiki.read("concepts/a"), counted)
+    assert "again" in changed and len(calls) == 3
     assert len(wiki._rendered) == 1  # the old versions of the page are not kept
 
     # The web page's JSON comes from the kept HTML.
@@ -196,10 +197,13 @@ def test_the_web_page_renders_a_wiki_page_once_while_it_and_the_page_names_stay_
     assert "again" in render_page(wiki.read("concepts/a"), wiki)["html"] and len(calls) == 3
 
     # Past RENDERED_CHARS, the page shown longest ago goes first.
-    monkeypatch.setattr(reader_module, "RENDERED_CHARS", 10)
-    wiki.rendered(wiki.read("concepts/b"), counted)
-    wiki.rendered(wiki.read("concepts/a"), counted)
-    assert len(calls) == 5 and list(k[0].name for k in wiki._rendered) == ["a.md"]
+    monkeypatch.setattr(reader_module, "RENDERED_CHARS", len(changed) + 5)  # a.md's HTML, not b.md's too
+    small = WikiReader(tmp_path)
+    small.rendered(small.read("concepts/b"), counted)
+    small.rendered(small.read("concepts/a"), counted)
+    assert len(calls) == 5 and [file.name for file in small._rendered] == ["a.md"]
+    small.rendered(small.read("concepts/b"), counted)
+    assert len(calls) == 6
 
 
 @pytest.mark.timeout(60)

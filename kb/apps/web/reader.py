@@ -15,15 +15,18 @@ wiki that the index does not hold yet.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import re
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+
+from cachetools import LRUCache
 
 from kb.index.reading import WikiPageNotFound, page_of, resolve_document
 from kb.wiki_files import (WIKILINK, LinkResolver, is_wiki_page, page_target, parse_link, read_page, wiki_page_files,
@@ -93,9 +96,8 @@ class WikiReader:
         self.root = Path(root)
         self._cache: dict[Path, tuple[tuple[int, int], WikiPage]] = {}
         self._lock = threading.Lock()
-        # (file, render function, digest of the body and of the page names) -> HTML, the last used at the end.
-        self._rendered: OrderedDict[tuple[Path, Callable, bytes], str] = OrderedDict()
-        self._rendered_chars = 0
+        # file -> ((render function, digest of the body and of the page names), HTML)
+        self._rendered: LRUCache = LRUCache(maxsize=RENDERED_CHARS, getsizeof=lambda kept: len(kept[1]))
 
     def exists(self) -> bool:
         return (self.root / "wiki").is_dir()
@@ -158,26 +160,21 @@ class WikiReader:
         65 to 90 microseconds for each heading: a log.md of 7,000 entries
         took 1.5 s, and 256 KiB of headings that a source can get the agent
         to write took about 4 s, on each view of the page (7 December
-        2026). At most RENDERED_CHARS of HTML are kept."""
+        2026). At most RENDERED_CHARS of HTML are kept (cachetools' LRU);
+        a page whose HTML is larger alone is rendered on each view."""
         pages = self.pages()
         digest = hashlib.blake2b(page.body.encode("utf-8", "surrogatepass"), digest_size=16)
         for name in sorted((p.path, p.file.parent == self.root) for p in pages):
             digest.update(repr(name).encode("utf-8", "surrogatepass"))
-        key = (page.file, render, digest.digest())
+        stamp = (render, digest.digest())
         with self._lock:
-            if (html := self._rendered.get(key)) is not None:
-                self._rendered.move_to_end(key)
-                return html
+            kept = self._rendered.get(page.file)  # get() marks it as used
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
         # Not under the lock: a render takes up to seconds, and a search waits for the lock.
         html = render(page.body, self._resolver(pages))
-        with self._lock:
-            if key not in self._rendered:
-                for old in [k for k in self._rendered if k[0] == page.file]:  # one version of a page
-                    self._rendered_chars -= len(self._rendered.pop(old))
-                self._rendered[key] = html
-                self._rendered_chars += len(html)
-            while self._rendered_chars > RENDERED_CHARS and len(self._rendered) > 1:
-                self._rendered_chars -= len(self._rendered.popitem(last=False)[1])
+        with self._lock, contextlib.suppress(ValueError):  # ValueError: one page's HTML above RENDERED_CHARS
+            self._rendered[page.file] = (stamp, html)
         return html
 
     def read(self, path: str) -> WikiPage:
